@@ -1,0 +1,3 @@
+from sandfs.cli import main
+
+raise SystemExit(main())

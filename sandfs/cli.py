@@ -1,0 +1,227 @@
+"""The `sandfs` command. User errors become one line on stderr and a non-zero exit status:
+2 for a bad config or command line, 1 for anything else the user can fix."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from sandfs.config.loader import ConfigError, load_task_configs, merge_engines, parse_size
+from sandfs.errors import UserError
+
+log = logging.getLogger("sandfs")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sandfs", description=__doc__.split(".")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    mount = sub.add_parser("mount", help="mount the views of one or more tasks")
+    mount.add_argument("mountpoint", nargs="?", help="default: the config's engine.mountpoint")
+    mount.add_argument("--config", action="append", required=True, metavar="TASK.yaml")
+    mount.add_argument("--cache-dir")
+    mount.add_argument("--budget", metavar="SIZE", help="storage budget, e.g. 200G")
+    mount.add_argument("--k-epochs", type=int, metavar="K")
+    mount.add_argument("--workers", metavar="N", help="worker threads, or auto")
+    mount.add_argument("--foreground", action="store_true", help="stay attached (tests, systemd)")
+    mount.add_argument("--log-level", default="INFO",
+                       choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    mount.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+
+    unmount = sub.add_parser("unmount", help="unmount cleanly and wait for the daemon")
+    unmount.add_argument("mountpoint")
+    unmount.add_argument("--timeout", type=float, default=30.0, help="seconds to wait")
+
+    status = sub.add_parser("status", help="live figures of a mount")
+    status.add_argument("mountpoint")
+    status.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"mount": cmd_mount, "unmount": cmd_unmount, "status": cmd_status}[args.command](
+            args
+        )
+    except ConfigError as exc:
+        print(f"sandfs: {exc}", file=sys.stderr)
+        return 2
+    except UserError as exc:
+        print(f"sandfs: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+# -- mount ----------------------------------------------------------------------------------
+
+
+def engine_overrides(args: argparse.Namespace) -> dict:
+    workers = args.workers
+    if workers is not None and workers != "auto":
+        if not workers.isdigit() or int(workers) < 1:
+            raise UserError(f"--workers: expected a positive integer or auto, got {workers!r}")
+        workers = int(workers)
+    if args.k_epochs is not None and args.k_epochs < 1:
+        raise UserError(f"--k-epochs: expected an integer >= 1, got {args.k_epochs}")
+    try:
+        budget = parse_size(args.budget) if args.budget else None
+    except ValueError as exc:
+        raise UserError(f"--budget: {exc}") from exc
+    return {
+        "cache_dir": args.cache_dir and os.path.abspath(args.cache_dir),
+        "storage_budget_bytes": budget,
+        "k_epochs": args.k_epochs,
+        "workers": None if workers == "auto" else workers,
+    }
+
+
+def cmd_mount(args: argparse.Namespace) -> int:
+    from sandfs.daemon import settings_from  # imports pyfuse3: keep `status` light
+
+    configs = load_task_configs(args.config)
+    engine, warnings = merge_engines(configs, engine_overrides(args))
+    settings = settings_from(engine, args.mountpoint)
+    if args.foreground:
+        return mount_foreground(configs, settings, args, warnings)
+    return mount_background(settings, args)
+
+
+def mount_foreground(configs, settings, args, warnings) -> int:
+    from sandfs.daemon import run_daemon
+
+    setup_logging(args.log_level)
+    for warning in warnings:
+        log.warning("%s", warning)
+    ready_fd = args.ready_fd
+
+    def on_ready() -> None:
+        if ready_fd is not None:
+            os.write(ready_fd, b"ready\n")
+            os.close(ready_fd)
+
+    try:
+        run_daemon(configs, settings, on_ready)
+    except UserError as exc:
+        if ready_fd is not None:
+            os.write(ready_fd, f"error: {exc}\n".encode())
+        raise
+    return 0
+
+
+def mount_background(settings, args: argparse.Namespace) -> int:
+    """Start the daemon detached and return once it serves (or print why it could not)."""
+    os.makedirs(settings.cache_dir, mode=0o700, exist_ok=True)
+    log_path = os.path.join(settings.cache_dir, "sandfs.log")
+    read_fd, write_fd = os.pipe()
+    argv = [sys.executable, "-m", "sandfs", *child_args(args), "--ready-fd", str(write_fd)]
+    with open(log_path, "ab") as log_file:
+        child = subprocess.Popen(argv, pass_fds=(write_fd,), start_new_session=True,
+                                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        answer = pipe.read().decode(errors="replace").strip()
+    if answer == "ready":
+        print(f"sandfs: mounted {settings.mountpoint} (pid {child.pid}, log {log_path})")
+        return 0
+    code = child.wait()
+    message = answer.removeprefix("error: ") or f"the daemon exited with status {code}"
+    raise UserError(f"{message} (log: {log_path})")
+
+
+def child_args(args: argparse.Namespace) -> list[str]:
+    out = ["mount"]
+    if args.mountpoint:
+        out.append(os.path.abspath(args.mountpoint))
+    for path in args.config:
+        out += ["--config", os.path.abspath(path)]
+    for flag, value in (("--cache-dir", args.cache_dir), ("--budget", args.budget),
+                        ("--k-epochs", args.k_epochs), ("--workers", args.workers)):
+        if value is not None:
+            out += [flag, os.path.abspath(value) if flag == "--cache-dir" else str(value)]
+    return [*out, "--log-level", args.log_level, "--foreground"]
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+# -- unmount and status ---------------------------------------------------------------------
+
+
+def read_status(mountpoint: str) -> dict:
+    path = os.path.join(mountpoint, ".sand", "status.json")
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except OSError as exc:
+        if exc.errno in (errno.ENOTCONN, errno.ECONNABORTED):
+            raise UserError(f"{mountpoint}: the sandfs daemon is gone (stale mount); "
+                            f"run: sandfs unmount {mountpoint}") from exc
+        raise UserError(f"{mountpoint} is not a sandfs mount ({exc.strerror})") from exc
+
+
+def cmd_unmount(args: argparse.Namespace) -> int:
+    mountpoint = os.path.abspath(args.mountpoint)
+    try:
+        pid = read_status(mountpoint).get("pid")
+    except UserError:
+        pid = None  # stale or foreign: fusermount3 still cleans it
+    done = subprocess.run(["fusermount3", "-u", mountpoint], capture_output=True, text=True)
+    if done.returncode != 0:
+        reason = done.stderr.strip() or f"fusermount3 exited {done.returncode}"
+        raise UserError(f"cannot unmount {mountpoint}: {reason} (if files are still open: "
+                        f"fusermount3 -uz {mountpoint})")
+    if pid and not wait_for_exit(pid, args.timeout):
+        raise UserError(f"unmounted {mountpoint}, but daemon pid {pid} is still running after "
+                        f"{args.timeout:.0f}s")
+    print(f"sandfs: unmounted {mountpoint}")
+    return 0
+
+
+def wait_for_exit(pid: int, timeout_seconds: float) -> bool:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    status = read_status(os.path.abspath(args.mountpoint))
+    if args.json:
+        print(json.dumps(status, indent=1))
+        return 0
+    print(format_status(status))
+    return 0
+
+
+def format_status(status: dict) -> str:
+    lines = [f"sandfs pid {status['pid']}, up {status['uptime_seconds']:.0f}s, "
+             f"{status['workers']} workers, {status['memory_bytes'] / 2**20:.1f} MiB of views in "
+             f"memory"]
+    for name, task in status["tasks"].items():
+        lines.append(f"  task {name}: epoch {task['epoch']} iteration {task['iteration']}, "
+                     f"{task['ready_ahead']} ready ahead, {task['views_served']} views served, "
+                     f"stalled {task['stall_seconds']:.2f}s")
+    decoded, independent = status["frames_decoded"], status["frames_decoded_independent"]
+    lines.append(f"  frames decoded {decoded} (independent decoding: {independent}), "
+                 f"views materialized {status['views_materialized']}")
+    for bad in status["bad_videos"]:
+        lines.append(f"  left out: {bad['path']!r}: {bad['reason']}")
+    return "\n".join(lines)

@@ -1,0 +1,381 @@
+"""The `augmentation:` section: parse its steps, check that they form one DAG from `frame` to a
+single output, and propagate static frame shapes so that batches are known to stack."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+import networkx as nx
+
+from sandfs import ops as op_registry
+from sandfs.config import fields
+from sandfs.config.condition import compile_condition
+from sandfs.config.schema import AugStep, Branch, Condition, OpSpec
+from sandfs.config.yamlsafe import ConfigError, Value
+from sandfs.ops.base import FrameShape, OpParamError
+
+SOURCE_STREAM = "frame"  # the decoded clip every pipeline starts from
+ELSE = "else"
+PROB_TOLERANCE = 1e-6
+BRANCH_TYPES = ("single", "conditional", "random", "multi", "merge")
+COMMON_KEYS = ("name", "branch_type", "inputs", "outputs")
+EXTRA_KEYS = {
+    "single": ("config",),
+    "conditional": ("branches",),
+    "random": ("branches",),
+    "multi": ("branches", "config"),
+    "merge": (),
+}
+BRANCH_KEYS = {
+    "conditional": ("condition", "config"),
+    "random": ("prob", "config"),
+    "multi": ("config",),
+}
+_ALL_STEP_KEYS = (*COMMON_KEYS, "branches", "config")
+_STREAM_RE = re.compile(r"[A-Za-z0-9_.-]+")
+_STEP_NAME_RE = re.compile(r"[^\x00-\x1f\x7f]+")
+# (inputs, outputs) each as (minimum, maximum); None = no maximum.
+_ARITY = {
+    "single": ((1, 1), (1, 1)),
+    "conditional": ((1, 1), (1, 1)),
+    "random": ((1, 1), (1, 1)),
+    "multi": ((1, 1), (2, None)),
+    "merge": ((2, None), (1, 1)),
+}
+
+Shape = tuple[FrameShape, int]  # a frame's shape and the clip's frame count
+
+
+@dataclass(slots=True)
+class _ParsedStep:
+    """A step with the YAML values it came from, so later checks can point at them."""
+
+    step: AugStep
+    value: Value
+    branch_values: list[Value]  # one per branch (for single: its `config`)
+    op_values: list[list[Value]]  # per branch, each op's `- name: params` entry
+
+
+def parse_pipeline(value: Value, frames_per_video: int) -> tuple[AugStep, ...]:
+    """Validate the `augmentation:` list; return its steps in a topological order (the file's
+    order when it is one)."""
+    items = fields.sequence(value, "augmentation steps")
+    if not items:
+        raise value.error(
+            "at least one step is needed: the pipeline must end in a fixed frame size "
+            "(a resize or crop) so that batches stack"
+        )
+    parsed = [_parse_step(item) for item in items]
+    _check_unique_names(parsed)
+    order, final = _check_graph(parsed)
+    _check_shapes(parsed, order, final, frames_per_video)
+    return tuple(parsed[i].step for i in order)
+
+
+# --- steps -------------------------------------------------------------------------------------
+
+
+def _parse_step(value: Value) -> _ParsedStep:
+    entries = fields.mapping(value, _ALL_STEP_KEYS, required=COMMON_KEYS)
+    kind = fields.choice(entries["branch_type"], BRANCH_TYPES)
+    allowed = COMMON_KEYS + EXTRA_KEYS[kind]
+    for key in entries:
+        if key not in allowed:
+            raise value.key_error(key, f"a {kind} step takes no {key!r}; allowed keys: "
+                                       f"{', '.join(allowed)}")
+    name = fields.string(entries["name"], pattern=_STEP_NAME_RE, what="a step name")
+    inputs = _streams(entries["inputs"], _ARITY[kind][0], f"a {kind} step", "input")
+    outputs = _streams(entries["outputs"], _ARITY[kind][1], f"a {kind} step", "output")
+    step = AugStep(name, kind, inputs, outputs, line=value.line)
+    parsed = _ParsedStep(step, value, [], [])
+    if kind == "single":
+        _parse_single(parsed, value)
+    elif kind == "multi":
+        _parse_multi(parsed, value)
+    elif kind != "merge":
+        _parse_branches(parsed, value)
+    return parsed
+
+
+def _streams(value: Value, arity: tuple[int, int | None], who: str, role: str) -> tuple[str, ...]:
+    items = fields.sequence(value, f"{role} stream names, e.g. [{SOURCE_STREAM}]")
+    names = [fields.string(item, pattern=_STREAM_RE, what="a stream name [A-Za-z0-9_.-]+")
+             for item in items]
+    low, high = arity
+    if len(names) < low or (high is not None and len(names) > high):
+        count = f"exactly {low}" if low == high else f"at least {low}"
+        raise value.error(f"{who} takes {count} {role} stream(s), got {len(names)}")
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise items[i].error(f"stream {name!r} is listed twice")
+    return tuple(names)
+
+
+def _parse_single(parsed: _ParsedStep, value: Value) -> None:
+    config = _required(value, "config", "single")
+    ops, op_values = _ops(config)
+    parsed.step = replace(parsed.step, ops=ops)
+    parsed.branch_values, parsed.op_values = [config], [op_values]
+
+
+def _parse_multi(parsed: _ParsedStep, value: Value) -> None:
+    entries = value.data
+    if "branches" in entries and "config" in entries:
+        raise value.key_error("config", "give either `branches:` (one per output) or `config:` "
+                                        "(applied to every output), not both")
+    outputs = parsed.step.outputs
+    if "config" in entries:
+        ops, op_values = _ops(entries["config"])
+        branches = tuple(Branch(ops, line=entries["config"].line) for _ in outputs)
+        parsed.branch_values = [entries["config"]] * len(outputs)
+        parsed.op_values = [op_values] * len(outputs)
+        parsed.step = replace(parsed.step, branches=branches)
+        return
+    branches_value = _required(value, "branches", "multi",
+                               hint="; or give `config:` to apply one list of ops to every output")
+    if len(fields.sequence(branches_value, "branches")) != len(outputs):
+        raise branches_value.error(f"a multi step needs one branch per output: {len(outputs)} "
+                                   f"outputs, {len(branches_value.data)} branches")
+    _parse_branches(parsed, value)
+
+
+def _parse_branches(parsed: _ParsedStep, value: Value) -> None:
+    kind = parsed.step.branch_type
+    branches_value = _required(value, "branches", kind)
+    items = fields.sequence(branches_value, "branches", min_len=1)
+    branches = []
+    for i, item in enumerate(items):
+        entries = fields.mapping(item, BRANCH_KEYS[kind], required=BRANCH_KEYS[kind])
+        ops, op_values = _ops(entries["config"])
+        prob = fields.number(entries["prob"]) if kind == "random" else None
+        if prob is not None and not 0 <= prob <= 1:
+            raise entries["prob"].error(f"a probability must be in [0, 1], got {prob:g}")
+        condition = None
+        if kind == "conditional":
+            condition = _condition(entries["condition"], is_last=i == len(items) - 1)
+        branches.append(Branch(ops, prob=prob, condition=condition, line=item.line))
+        parsed.branch_values.append(item)
+        parsed.op_values.append(op_values)
+    if kind == "random":
+        total = math.fsum(b.prob or 0.0 for b in branches)
+        if abs(total - 1) > PROB_TOLERANCE:
+            raise branches_value.error(f"branch probabilities must sum to 1, got {total:g}")
+    parsed.step = replace(parsed.step, branches=tuple(branches))
+
+
+def _condition(value: Value, *, is_last: bool) -> Condition | None:
+    text = fields.string(value, what=f"an expression over epoch, iteration, task, or {ELSE!r}")
+    if text.strip() == ELSE:
+        if not is_last:
+            raise value.error(f"{ELSE!r} must be the last branch")
+        return None
+    try:
+        tree = compile_condition(text)
+    except ValueError as e:
+        raise value.error(f"invalid condition: {e}") from None
+    return Condition(text.strip(), tree)
+
+
+def _required(value: Value, key: str, kind: str, hint: str = "") -> Value:
+    if key not in value.data:
+        raise value.key_error(key, f"required key is missing for a {kind} step{hint}")
+    return value.data[key]
+
+
+# --- ops ---------------------------------------------------------------------------------------
+
+
+def _ops(value: Value) -> tuple[tuple[OpSpec, ...], list[Value]]:
+    """A `config:` list. Null, `None` (Figure 9 writes it) and [] mean no ops (identity)."""
+    if value.data is None or value.data == "None" or value.data == []:
+        return (), []
+    items = fields.sequence(value, "ops, e.g. `- resize: {shape: [224, 224]}`")
+    return tuple(_op(item) for item in items), items
+
+
+def _op(item: Value) -> OpSpec:
+    if not isinstance(item.data, dict) or len(item.data) != 1:
+        raise item.error("expected one op as a one-key mapping, e.g. "
+                         f"`- resize: {{shape: [224, 224]}}`, got {fields.describe(item)}")
+    ((name, params),) = item.data.items()
+    try:
+        normalized = op_registry.validate_op(name, _op_params(params))
+    except KeyError as e:
+        raise item.key_error(name, e.args[0] if e.args else f"unknown op {name!r}") from None
+    except OpParamError as e:
+        raise _param_error(item, name, e) from None
+    return OpSpec(name, tuple(normalized), line=item.line)
+
+
+def _op_params(value: Value) -> dict[str, Any] | None:
+    """`op: true` and `op: null` mean no parameters (Figure 9's `inv_sample: true`)."""
+    if value.data is None or value.data is True:
+        return None
+    if not isinstance(value.data, dict):
+        raise value.error("expected the op's parameters as a mapping, or true/null for none; "
+                          f"got {fields.describe(value)}")
+    _reject_non_finite(value)
+    return fields.plain(value)
+
+
+def _reject_non_finite(value: Value) -> None:
+    # NaN != NaN would make two identical pipelines unequal (no sharing, no cache hits).
+    if isinstance(value.data, float):
+        fields.number(value)
+    elif isinstance(value.data, dict):
+        for child in value.data.values():
+            _reject_non_finite(child)
+    elif isinstance(value.data, list):
+        for child in value.data:
+            _reject_non_finite(child)
+
+
+def _param_error(item: Value, op_name: str, error: OpParamError) -> ConfigError:
+    """Point at the parameter the registry named, or at the op when it named none."""
+    params = item.data[op_name]
+    if not error.key:
+        return params.error(error.message)
+    if isinstance(params.data, dict) and error.key in params.data:
+        return params.data[error.key].error(error.message)
+    return params.key_error(error.key, error.message)
+
+
+# --- graph -------------------------------------------------------------------------------------
+
+
+def _check_unique_names(parsed: list[_ParsedStep]) -> None:
+    seen: dict[str, int] = {}
+    for p in parsed:
+        if p.step.name in seen:
+            raise p.value.data["name"].error(
+                f"step name {p.step.name!r} is already used (line {seen[p.step.name]})")
+        seen[p.step.name] = p.value.data["name"].line
+
+
+def _check_graph(parsed: list[_ParsedStep]) -> tuple[list[int], str]:
+    """Check the streams form one DAG from `frame`; return a topological order and the final
+    stream. Every stream is produced once and consumed at most once (fan out with `multi`)."""
+    producer = _producers(parsed)
+    consumer: dict[str, int] = {}
+    for i, p in enumerate(parsed):
+        for stream, where in zip(p.step.inputs, p.value.data["inputs"].data, strict=True):
+            if stream != SOURCE_STREAM and stream not in producer:
+                known = [SOURCE_STREAM, *producer]
+                raise where.error(f"stream {stream!r} is produced by no step"
+                                  f"{fields.did_you_mean(stream, known)}; "
+                                  f"streams: {', '.join(known)}")
+            if stream in consumer:
+                raise where.error(f"stream {stream!r} is already an input of step "
+                                  f"{parsed[consumer[stream]].step.name!r}; use a multi step "
+                                  "to feed several branches from one stream")
+            consumer[stream] = i
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(len(parsed)))
+    graph.add_edges_from((producer[s], c) for s, c in consumer.items() if s != SOURCE_STREAM)
+    _check_acyclic(graph, parsed)
+    finals = [s for s in producer if s not in consumer]
+    if len(finals) > 1:
+        last = parsed[producer[finals[-1]]].value.data["outputs"]
+        raise last.error(f"the pipeline has {len(finals)} final outputs ({', '.join(finals)}); "
+                         "exactly one stream may be left unused (join branches with a merge step)")
+    return list(nx.lexicographical_topological_sort(graph)), finals[0]
+
+
+def _producers(parsed: list[_ParsedStep]) -> dict[str, int]:
+    producer: dict[str, int] = {}
+    for i, p in enumerate(parsed):
+        for stream, where in zip(p.step.outputs, p.value.data["outputs"].data, strict=True):
+            if stream == SOURCE_STREAM:
+                raise where.error(f"{SOURCE_STREAM!r} is the decoded source; no step may output it")
+            if stream in producer:
+                raise where.error(f"stream {stream!r} is already an output of step "
+                                  f"{parsed[producer[stream]].step.name!r}")
+            producer[stream] = i
+    return producer
+
+
+def _check_acyclic(graph: nx.DiGraph, parsed: list[_ParsedStep]) -> None:
+    try:
+        cycle = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        return
+    steps = [u for u, _ in cycle]
+    names = " -> ".join(parsed[i].step.name for i in [*steps, steps[0]])
+    raise parsed[min(steps)].value.data["inputs"].error(f"the steps form a cycle: {names}")
+
+
+# --- shapes ------------------------------------------------------------------------------------
+
+
+def _check_shapes(parsed: list[_ParsedStep], order: list[int], final: str, frames: int) -> None:
+    shapes: dict[str, Shape] = {SOURCE_STREAM: (FrameShape(None, None, "uint8"), frames)}
+    for i in order:
+        p = parsed[i]
+        outputs = _step_shapes(p, [shapes[s] for s in p.step.inputs])
+        shapes.update(zip(p.step.outputs, outputs, strict=True))
+    shape, _ = shapes[final]
+    if shape.height is None or shape.width is None:
+        producer = next(p for p in parsed if final in p.step.outputs)
+        raise producer.value.data["outputs"].error(
+            f"the pipeline ends in frames of unknown size ({describe_shape(shapes[final])}); "
+            "it needs a resize or crop so that batches stack")
+
+
+def _step_shapes(p: _ParsedStep, inputs: list[Shape]) -> list[Shape]:
+    kind = p.step.branch_type
+    if kind == "merge":
+        _same_shapes(p.value.data["inputs"], list(zip(p.step.inputs, inputs, strict=True)),
+                     "merged streams must have the same frame shape and count")
+        return [inputs[0]]
+    branch_ops = [p.step.ops] if kind == "single" else [b.ops for b in p.step.branches]
+    results = [_chain(ops, op_values, inputs[0])
+               for ops, op_values in zip(branch_ops, p.op_values, strict=True)]
+    if kind == "multi":
+        return results
+    if kind in ("random", "conditional"):
+        _same_branch_shapes(p, inputs[0], results)
+    return results[:1]
+
+
+def _same_branch_shapes(p: _ParsedStep, given: Shape, results: list[Shape]) -> None:
+    has_else = p.step.branches[-1].condition is None
+    if p.step.branch_type == "conditional" and not has_else and given not in results:
+        raise p.value.data["branches"].error(
+            f"without a `condition: {ELSE}` branch a clip can pass through unchanged "
+            f"({describe_shape(given)}), but branch 0 gives {describe_shape(results[0])}; "
+            f"add an {ELSE} branch or keep the shape")
+    for i, shape in enumerate(results):
+        if shape != results[0]:
+            raise p.branch_values[i].error(
+                "every branch must give the same frame shape and count: branch 0 gives "
+                f"{describe_shape(results[0])}, branch {i} gives {describe_shape(shape)}")
+
+
+def _same_shapes(where: Value, named: list[tuple[str, Shape]], message: str) -> None:
+    if any(shape != named[0][1] for _, shape in named):
+        details = ", ".join(f"{name} is {describe_shape(shape)}" for name, shape in named)
+        raise where.error(f"{message}: {details}")
+
+
+def _chain(ops: tuple[OpSpec, ...], op_values: list[Value], given: Shape) -> Shape:
+    shape, frames = given
+    for spec, item in zip(ops, op_values, strict=True):
+        try:
+            shape, frames = op_registry.chain_shape([(spec.name, spec.params)], shape, frames)
+        except OpParamError as e:
+            raise _param_error(item, spec.name, e) from None
+        except ValueError as e:
+            raise _param_error(item, spec.name, OpParamError("", str(e))) from None
+        if frames < 1:
+            raise item.data[spec.name].error(f"{spec.name} leaves no frames in the clip")
+    return shape, frames
+
+
+def describe_shape(shape: Shape) -> str:
+    frame, count = shape
+    height = "?" if frame.height is None else frame.height
+    width = "?" if frame.width is None else frame.width
+    return f"{height}x{width} {frame.dtype}, {count} frames"

@@ -1,0 +1,111 @@
+"""Validated task configuration: frozen, hashable dataclasses built by `sandfs.config.loader`.
+
+Nothing here reads files. `line` fields are kept out of equality so that two configs that differ
+only in layout compare (and hash) equal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+BranchType = Literal["single", "conditional", "random", "multi", "merge"]
+ShortVideoPolicy = Literal["repeat_last", "wrap", "skip"]
+Layout = Literal["NTHWC", "NCTHW"]
+
+
+@dataclass(frozen=True, slots=True)
+class OpSpec:
+    """One augmentation op as configured, e.g. `resize: {shape: [256, 320]}`.
+
+    `params` holds the op's normalized parameters (validated by the op registry) as sorted
+    (key, value) pairs; lists become tuples so the spec is hashable.
+    """
+
+    name: str
+    params: tuple[tuple[str, Any], ...]
+    line: int = field(default=0, compare=False)
+
+    def param_dict(self) -> dict[str, Any]:
+        return dict(self.params)
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A parsed `condition:` expression over `epoch`, `iteration` and `task` (safe, no eval)."""
+
+    source: str
+    tree: Any = field(compare=False, hash=False, repr=False)  # evaluator's compiled form
+
+    def holds(self, *, epoch: int, iteration: int, task: str) -> bool:
+        from sandfs.config.condition import evaluate
+
+        return bool(evaluate(self.tree, {"epoch": epoch, "iteration": iteration, "task": task}))
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """One branch of a `random` (with prob), `conditional` (with condition; None = else) or
+    `multi` (one branch per output) step."""
+
+    ops: tuple[OpSpec, ...]
+    prob: float | None = None
+    condition: Condition | None = None
+    line: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class AugStep:
+    """A named DAG entry. `single` uses `ops`; `random`/`conditional`/`multi` use `branches`;
+    `merge` has several inputs, one output and no ops."""
+
+    name: str
+    branch_type: BranchType
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    ops: tuple[OpSpec, ...] = ()
+    branches: tuple[Branch, ...] = ()
+    line: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingConfig:
+    videos_per_batch: int
+    frames_per_video: int
+    frame_stride: int = 1
+    samples_per_video: int = 1
+    drop_last: bool = False
+    short_video: ShortVideoPolicy = "repeat_last"
+    layout: Layout = "NTHWC"
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetConfig:
+    tag: str
+    input_source: Literal["file", "streaming"]
+    video_dataset_path: str  # absolute, resolved against the config file's folder
+    extensions: tuple[str, ...]  # lower case, with the dot
+    labels: str  # "dirname" | "none" | absolute path of a CSV (video,label)
+    sampling: SamplingConfig
+    augmentation: tuple[AugStep, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    mountpoint: str | None = None
+    cache_dir: str | None = None
+    storage_budget_bytes: int | None = None  # None: no budget given
+    k_epochs: int = 5
+    workers: int | None = None  # None: auto (the machine's cores)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskConfig:
+    task: str
+    seed: int
+    epochs: int
+    dataset: DatasetConfig
+    engine: EngineConfig
+    engine_given: frozenset[str] = field(default=frozenset(), compare=False)  # keys the file set
+    source_path: str = field(default="", compare=False)
+    source_text: str = field(default="", compare=False, repr=False)

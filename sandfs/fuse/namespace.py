@@ -1,0 +1,198 @@
+"""The mounted tree (SPEC §3) as pure code: nodes, strict name parsing, children, sizes.
+
+Every path has exactly one node: numbers parse strictly (`0`, `17`; never `01`, `+1`, ` 1`,
+`1_0` or non-ASCII digits), so no two names alias one object. Names outside the plan resolve
+to None (ENOENT) without planning or materializing anything.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sandfs.service import ViewService
+
+_NUMBER = re.compile(r"(0|[1-9][0-9]{0,8})\Z", re.ASCII)
+
+
+def parse_number(text: str, prefix: str = "") -> int | None:
+    if not text.startswith(prefix):
+        return None
+    digits = text[len(prefix) :]
+    return int(digits) if _NUMBER.match(digits) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A path in the tree. `kind` says what it is; the other fields locate it in the plan."""
+
+    kind: str
+    task: str = ""
+    epoch: int = -1
+    iteration: int = -1
+    folder: str = ""  # for videos/ folders: the dataset-relative folder ("" = videos/ itself)
+    video: int = -1  # index into the task plan's videos
+    frame: int = -1
+    depth: int = -1
+
+    @property
+    def is_dir(self) -> bool:
+        return self.kind in DIR_KINDS
+
+
+DIR_KINDS = {"root", "sand", "tasks", "task", "epoch", "iteration", "videos", "frames", "frame"}
+ROOT = Node("root")
+SAND_DIR = ".sand"
+STATUS = "status.json"
+
+
+class VideoTree:
+    """The folders of one task's `videos/` directory, built once from its video names."""
+
+    def __init__(self, names: list[tuple[str, str]]) -> None:
+        # names: (VIDEO name, file extension as on disk), in video-index order
+        self.entries: dict[str, dict[str, tuple[str, int]]] = {"": {}}
+        for index, (name, ext) in enumerate(names):
+            folder, _, leaf = name.rpartition("/")
+            self._add_folder(folder)
+            self.entries[folder][leaf + ext] = ("video_file", index)
+            self.entries[folder][leaf] = ("frames", index)
+
+    def _add_folder(self, folder: str) -> None:
+        if folder in self.entries:
+            return
+        self.entries[folder] = {}
+        parent, _, leaf = folder.rpartition("/")
+        self._add_folder(parent)
+        self.entries[parent][leaf] = ("folder", -1)
+
+
+class Namespace:
+    def __init__(self, service: ViewService) -> None:
+        self.service = service
+        self.video_trees = {
+            name: VideoTree([(v.name, ext_of(v.rel_path)) for v in plan.videos])
+            for name, plan in service.tasks.items()
+        }
+
+    # -- lookup ------------------------------------------------------------------------------
+
+    def child(self, parent: Node, name: str) -> Node | None:
+        handler = getattr(self, f"_child_{parent.kind}", None)
+        return handler(parent, name) if handler else None
+
+    def _child_root(self, _: Node, name: str) -> Node | None:
+        if name == SAND_DIR:
+            return Node("sand")
+        return Node("task", task=name) if name in self.service.tasks else None
+
+    def _child_sand(self, _: Node, name: str) -> Node | None:
+        return {STATUS: Node("status"), "tasks": Node("tasks")}.get(name)
+
+    def _child_tasks(self, _: Node, name: str) -> Node | None:
+        task = name.removesuffix(".yaml")
+        if name.endswith(".yaml") and task in self.service.task_texts:
+            return Node("task_yaml", task=task)
+        return None
+
+    def _child_task(self, parent: Node, name: str) -> Node | None:
+        if name == "videos":
+            return Node("videos", task=parent.task)
+        epoch = parse_number(name)
+        plan = self.service.tasks[parent.task]
+        if epoch is None or epoch >= plan.epochs:
+            return None
+        return Node("epoch", task=parent.task, epoch=epoch)
+
+    def _child_epoch(self, parent: Node, name: str) -> Node | None:
+        iteration = parse_number(name)
+        plan = self.service.tasks[parent.task]
+        if iteration is None or iteration >= plan.iterations_per_epoch:
+            return None
+        return Node("iteration", task=parent.task, epoch=parent.epoch, iteration=iteration)
+
+    def _child_iteration(self, parent: Node, name: str) -> Node | None:
+        if name != "view":
+            return None
+        return Node("view", task=parent.task, epoch=parent.epoch, iteration=parent.iteration)
+
+    def _child_videos(self, parent: Node, name: str) -> Node | None:
+        entry = self.video_trees[parent.task].entries.get(parent.folder, {}).get(name)
+        if entry is None:
+            return None
+        kind, index = entry
+        if kind == "folder":
+            folder = f"{parent.folder}/{name}" if parent.folder else name
+            return Node("videos", task=parent.task, folder=folder)
+        return Node(kind, task=parent.task, video=index)
+
+    def _child_frames(self, parent: Node, name: str) -> Node | None:
+        frame = parse_number(name, "frame")
+        info = self.service.tasks[parent.task].videos[parent.video]
+        if frame is None or frame >= info.num_frames:
+            return None
+        return Node("frame", task=parent.task, video=parent.video, frame=frame)
+
+    def _child_frame(self, parent: Node, name: str) -> Node | None:
+        depth = parse_number(name, "aug")
+        if depth is None:
+            return None
+        if self.service.frame_plan(parent.task, parent.video, parent.frame, depth) is None:
+            return None
+        return Node("aug", task=parent.task, video=parent.video, frame=parent.frame, depth=depth)
+
+    # -- listing -----------------------------------------------------------------------------
+
+    def children(self, node: Node) -> list[tuple[str, Node]]:
+        """The entries of a directory, in a stable order."""
+        names = self.child_names(node)
+        return [(n, c) for n in names if (c := self.child(node, n)) is not None]
+
+    def child_names(self, node: Node) -> list[str]:
+        service = self.service
+        match node.kind:
+            case "root":
+                return [SAND_DIR, *sorted(service.tasks)]
+            case "sand":
+                return [STATUS, "tasks"]
+            case "tasks":
+                return [f"{t}.yaml" for t in sorted(service.task_texts)]
+            case "task":
+                return ["videos", *map(str, range(service.tasks[node.task].epochs))]
+            case "epoch":
+                return list(map(str, range(service.tasks[node.task].iterations_per_epoch)))
+            case "iteration":
+                return ["view"]
+            case "videos":
+                return list(self.video_trees[node.task].entries.get(node.folder, {}))
+            case "frames":
+                info = service.tasks[node.task].videos[node.video]
+                return [f"frame{i}" for i in range(info.num_frames)]
+            case "frame":
+                deepest = service.max_depth(node.task, node.video, node.frame)
+                return [f"aug{d}" for d in range(deepest + 1)]
+        return []
+
+    # -- sizes -------------------------------------------------------------------------------
+
+    def file_size(self, node: Node) -> int:
+        service = self.service
+        match node.kind:
+            case "view":
+                return service.tasks[node.task].view_nbytes(node.epoch, node.iteration)
+            case "video_file":
+                return service.tasks[node.task].videos[node.video].size_bytes
+            case "aug":
+                fplan = service.frame_plan(node.task, node.video, node.frame, node.depth)
+                return fplan.nbytes if fplan else 0
+            case "task_yaml":
+                return len(service.task_texts[node.task].encode())
+            case "status":
+                return len(service.status_bytes())
+        return 0
+
+
+def ext_of(rel_path: str) -> str:
+    leaf = rel_path.rsplit("/", 1)[-1]
+    dot = leaf.rfind(".")
+    return leaf[dot:] if dot > 0 else ""

@@ -1,0 +1,300 @@
+"""pyfuse3 Operations over the namespace. The only module that raises FUSEError.
+
+A handler may raise nothing but FUSEError (anything else would leave the syscall unanswered),
+so every handler runs inside `errors_to_errno`: domain errors map to errno in one table,
+unexpected ones are logged once and become EIO.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import stat
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import wraps
+
+import pyfuse3
+import trio
+
+from sandfs.engine import ObjectFailed
+from sandfs.faults import fault_point
+from sandfs.fuse.namespace import ROOT, Namespace, Node
+from sandfs.service import ViewService
+
+log = logging.getLogger(__name__)
+
+IMMUTABLE_TIMEOUT = 3600.0  # views never change once planned: let the kernel cache them
+XATTR_PREFIX = b"user.sand."
+XATTRS = (b"user.sand.meta", b"user.sand.labels", b"user.sand.state")
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC
+
+
+def fuse_error(code: int) -> pyfuse3.FUSEError:
+    return pyfuse3.FUSEError(code)
+
+
+@contextmanager
+def errors_to_errno(what: str):
+    try:
+        yield
+    except pyfuse3.FUSEError:
+        raise
+    except ObjectFailed as exc:
+        raise fuse_error(errno.EIO) from exc
+    except (trio.Cancelled, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        log.exception("unexpected error in %s", what)
+        raise fuse_error(errno.EIO) from exc
+
+
+def handler(method: Callable) -> Callable:
+    @wraps(method)
+    async def wrapped(self, *args, **kwargs):
+        with errors_to_errno(method.__name__):
+            return await method(self, *args, **kwargs)
+
+    return wrapped
+
+
+async def read_only(self, *args, **kwargs):
+    """Every write-like request: the tree is read-only."""
+    raise fuse_error(errno.EROFS)
+
+
+@dataclass
+class OpenFile:
+    node: Node
+    data: bytes | None = None  # filled on the first read (views), or at open (small files)
+    fd: int = -1  # source video passthrough
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+
+class Inodes:
+    """A stable bijection between nodes and inode numbers for the life of the mount."""
+
+    def __init__(self) -> None:
+        self._by_node: dict[Node, int] = {ROOT: pyfuse3.ROOT_INODE}
+        self._by_inode: dict[int, Node] = {pyfuse3.ROOT_INODE: ROOT}
+
+    def inode(self, node: Node) -> int:
+        found = self._by_node.get(node)
+        if found is None:
+            found = len(self._by_inode) + pyfuse3.ROOT_INODE
+            self._by_node[node] = found
+            self._by_inode[found] = node
+        return found
+
+    def node(self, inode: int) -> Node:
+        node = self._by_inode.get(inode)
+        if node is None:
+            raise fuse_error(errno.ENOENT)
+        return node
+
+
+class SandOperations(pyfuse3.Operations):
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+    enable_acl = False
+
+    def __init__(self, service: ViewService) -> None:
+        super().__init__()
+        self.service = service
+        self.namespace = Namespace(service)
+        self.inodes = Inodes()
+        self.files: dict[int, OpenFile] = {}
+        self._next_fh = 1
+        self.uid, self.gid = os.getuid(), os.getgid()
+        self.mounted_ns = time.time_ns()
+
+    # -- attributes --------------------------------------------------------------------------
+
+    def attributes(self, node: Node) -> pyfuse3.EntryAttributes:
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = self.inodes.inode(node)
+        if node.is_dir:
+            attr.st_mode = stat.S_IFDIR | 0o555
+            attr.st_nlink = 2
+        else:
+            attr.st_mode = stat.S_IFREG | 0o444
+            attr.st_nlink = 1
+            attr.st_size = self.namespace.file_size(node)
+        attr.st_uid, attr.st_gid = self.uid, self.gid
+        attr.st_blksize = 1 << 20
+        attr.st_blocks = (attr.st_size + 511) // 512
+        attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = self.mounted_ns
+        timeout = IMMUTABLE_TIMEOUT if self.is_immutable(node) else 0.0
+        attr.attr_timeout = attr.entry_timeout = timeout
+        return attr
+
+    @staticmethod
+    def is_immutable(node: Node) -> bool:
+        # status.json changes all the time; which aug{D} exist follows the task's epoch.
+        return node.kind not in ("status", "frame", "aug", "sand", "tasks", "task_yaml", "root")
+
+    @handler
+    async def lookup(self, parent_inode, name, ctx=None):
+        node = self.namespace.child(self.inodes.node(parent_inode), os.fsdecode(name))
+        if node is None:
+            raise fuse_error(errno.ENOENT)
+        return self.attributes(node)
+
+    @handler
+    async def getattr(self, inode, ctx=None):
+        return self.attributes(self.inodes.node(inode))
+
+    # -- directories -------------------------------------------------------------------------
+
+    @handler
+    async def opendir(self, inode, ctx):
+        node = self.inodes.node(inode)
+        if not node.is_dir:
+            raise fuse_error(errno.ENOTDIR)
+        return inode
+
+    @handler
+    async def readdir(self, fh, start_id, token):
+        entries = self.namespace.children(self.inodes.node(fh))
+        for position in range(start_id, len(entries)):
+            name, child = entries[position]
+            if not pyfuse3.readdir_reply(
+                token, os.fsencode(name), self.attributes(child), position + 1
+            ):
+                break
+
+    async def releasedir(self, fh):
+        pass
+
+    # -- files -------------------------------------------------------------------------------
+
+    @handler
+    async def open(self, inode, flags, ctx):
+        node = self.inodes.node(inode)
+        if node.is_dir:
+            raise fuse_error(errno.EISDIR)
+        if flags & WRITE_FLAGS:
+            raise fuse_error(errno.EROFS)
+        handle = OpenFile(node)
+        info = pyfuse3.FileInfo()
+        info.keep_cache = self.is_immutable(node)
+        if node.kind == "view":
+            self.service.opened_view(node.task, node.epoch, node.iteration)
+        elif node.kind == "video_file":
+            handle.fd = self.open_source(node)
+        elif node.kind in ("status", "task_yaml"):
+            handle.data = self.small_file(node)
+            info.direct_io = node.kind == "status"  # its size changes between getattr and read
+        fh = self._next_fh
+        self._next_fh += 1
+        self.files[fh] = handle
+        info.fh = fh
+        return info
+
+    def open_source(self, node: Node) -> int:
+        path = self.service.tasks[node.task].videos[node.video].path
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+    def small_file(self, node: Node) -> bytes:
+        if node.kind == "status":
+            return self.service.status_bytes()
+        return self.service.task_texts[node.task].encode()
+
+    @handler
+    async def read(self, fh, off, size):
+        handle = self.files.get(fh)
+        if handle is None:
+            raise fuse_error(errno.EBADF)
+        fault_point("serving_read")
+        if handle.fd >= 0:
+            return await trio.to_thread.run_sync(os.pread, handle.fd, size, off)
+        if handle.data is None:
+            async with handle.lock:
+                if handle.data is None:
+                    handle.data = await self.materialize(handle.node)
+        return memoryview(handle.data)[off : off + size]
+
+    async def materialize(self, node: Node) -> bytes:
+        service = self.service
+        if node.kind == "view":
+            return await service.read_view(node.task, node.epoch, node.iteration)
+        fplan = service.frame_plan(node.task, node.video, node.frame, node.depth)
+        if fplan is None:  # the task moved on to another epoch since lookup
+            raise fuse_error(errno.ENOENT)
+        return await service.read_frame(node.task, node.video, node.frame, fplan)
+
+    async def release(self, fh):
+        handle = self.files.pop(fh, None)
+        if handle is not None and handle.fd >= 0:
+            os.close(handle.fd)
+
+    async def flush(self, fh):
+        pass
+
+    # -- extended attributes -----------------------------------------------------------------
+
+    @handler
+    async def listxattr(self, inode, ctx):
+        node = self.inodes.node(inode)
+        return list(XATTRS) if node.kind in ("view", "aug", "video_file") else []
+
+    @handler
+    async def getxattr(self, inode, name, ctx):
+        node = self.inodes.node(inode)
+        if name not in XATTRS or node.kind not in ("view", "aug", "video_file"):
+            raise fuse_error(pyfuse3.ENOATTR)
+        value = self.xattr_value(node, name.removeprefix(XATTR_PREFIX).decode())
+        return json.dumps(value).encode() if not isinstance(value, str) else value.encode()
+
+    def xattr_value(self, node: Node, attr: str):
+        service = self.service
+        if node.kind == "view":
+            if attr == "state":
+                return service.view_state(node.task, node.epoch, node.iteration)
+            meta = service.view_meta(node.task, node.epoch, node.iteration)
+            return meta if attr == "meta" else [s["label"] for s in meta["samples"]]
+        plan = service.tasks[node.task]
+        info = plan.videos[node.video]
+        label = plan.labels[node.video]
+        if attr == "labels":
+            return [label]
+        if attr == "state":
+            return "ready"  # source files and single frames are served straight from the video
+        meta = {"task": node.task, "video": info.name, "label": label,
+                "label_index": plan.label_index(label), "rotation": info.rotation,
+                "num_frames": info.num_frames, "width": info.width, "height": info.height,
+                "codec": info.codec}
+        if node.kind == "aug":
+            fplan = service.frame_plan(node.task, node.video, node.frame, node.depth)
+            meta |= {"frame_index": node.frame, "depth": node.depth,
+                     "timestamp": info.timestamp_seconds(node.frame),
+                     "epoch": service.positions[node.task][0],
+                     "shape": list(fplan.shape) if fplan else None,
+                     "dtype": fplan.dtype if fplan else None,
+                     "ops": [o.name for o in fplan.ops] if fplan else []}
+        return meta
+
+    # -- everything that writes is refused ---------------------------------------------------
+
+    setxattr = read_only
+    removexattr = read_only
+    setattr = read_only
+    mknod = read_only
+    mkdir = read_only
+    unlink = read_only
+    rmdir = read_only
+    symlink = read_only
+    rename = read_only
+    link = read_only
+    create = read_only
+    write = read_only
+
+    async def statfs(self, ctx):
+        stat_ = pyfuse3.StatvfsData()
+        stat_.f_bsize = stat_.f_frsize = 1 << 20
+        stat_.f_namemax = 255
+        return stat_

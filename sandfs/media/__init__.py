@@ -1,0 +1,1 @@
+"""PyAV probing and ranged decoding: the only place that imports av."""

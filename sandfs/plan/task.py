@@ -1,0 +1,333 @@
+"""The concrete plan of one task: which videos, clips, frames and augmentation draws make up
+every view, as a pure function of (config, usable videos). Nothing here decodes.
+
+Randomness is derived from the task's *data key* (its dataset section and seed, not its name),
+so tasks with identical pipelines and seeds get identical views (SPEC §2). Clip starts lie on a
+frame grid with one random phase per (video, k-epoch window): the shared frame pool of SAND
+§5.2, which makes the clips of one window overlap so a video is decoded once per window.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from sandfs import ops as oplib
+from sandfs.config.schema import OpSpec, TaskConfig
+from sandfs.media.types import BadVideo, VideoInfo
+from sandfs.npy import npy_nbytes
+from sandfs.ops.base import FrameShape, OpInstance, Window
+from sandfs.plan.abstract import PathStep, StreamPath, stream_paths
+from sandfs.plan.seeds import derive_seed, fingerprint, rng_for
+
+
+@dataclass(frozen=True, slots=True)
+class StreamClip:
+    """One clip of one stream in a batch, with all randomness resolved."""
+
+    video_index: int
+    sample: int
+    stream: int
+    frame_indices: tuple[int, ...]  # decoded frame indices, in the clip's output order
+    ops: tuple[OpInstance, ...]  # the spatial ops applied to every frame, in order
+    step_depths: tuple[int, ...]  # len(ops) after each DAG entry of the path (for aug{D})
+    branches: tuple[tuple[str, str], ...]  # (step name, branch taken)
+
+
+@dataclass(frozen=True, slots=True)
+class ViewPlan:
+    task: str
+    epoch: int
+    iteration: int
+    clips: tuple[StreamClip, ...]  # batch order: stream-major, then video, then sample
+    shape: tuple[int, ...]
+    dtype: str
+    layout: str
+
+    @property
+    def nbytes(self) -> int:
+        return npy_nbytes(self.shape, self.dtype)
+
+
+def step_ops(step_path: PathStep, choice: int | None) -> tuple[OpSpec, ...]:
+    """The ops one DAG entry applies on a path, given the branch taken (None: no branch)."""
+    step = step_path.step
+    if step.branch_type == "multi" and step.branches:
+        return step.branches[step_path.output_index].ops
+    if step.branch_type in ("random", "conditional"):
+        return () if choice is None else step.branches[choice].ops
+    return step.ops
+
+
+def static_output(path: StreamPath, num_frames: int) -> tuple[FrameShape, int]:
+    """Frame shape and clip length at the end of a path (config validation made it fixed)."""
+    shape = FrameShape(None, None, "uint8")
+    for ps in path.steps:
+        choice = 0 if ps.step.branch_type in ("random", "conditional") else None
+        for spec in step_ops(ps, choice):
+            op = oplib.get_op(spec.name)
+            shape = op.output_shape(spec.param_dict(), shape)
+            num_frames = op.output_frames(spec.param_dict(), num_frames)
+    return shape, num_frames
+
+
+def apply_temporal(inst: OpInstance, indices: list[int]) -> list[int]:
+    """Run a temporal op on frame indices instead of frames (it only selects and reorders)."""
+    tokens = [np.full((1, 1, 3), i, dtype=np.int64) for i in indices]
+    out = oplib.get_op(inst.name).apply_clip(dict(inst.params), dict(inst.drawn), tokens)
+    return [int(t[0, 0, 0]) for t in out]
+
+
+class TaskPlan:
+    """Everything planned for one task; view plans are computed on demand and memoized."""
+
+    def __init__(
+        self,
+        cfg: TaskConfig,
+        videos: Sequence[VideoInfo],
+        *,
+        k_epochs: int,
+        all_rel_paths: Sequence[str] = (),
+        frame_grid: int | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.name = cfg.task
+        self.sampling = cfg.dataset.sampling
+        self.k_epochs = k_epochs
+        self.data_key = derive_seed("data", fingerprint(cfg.dataset), cfg.seed)
+        self.frame_grid = frame_grid or self.sampling.frame_stride
+        self.paths = stream_paths(cfg)
+        self.span_frames = (self.sampling.frames_per_video - 1) * self.sampling.frame_stride + 1
+        self.videos, self.skipped = self._usable(videos)
+        self.video_index = {v.name: i for i, v in enumerate(self.videos)}
+        self.labels, self.class_names = self._labels(all_rel_paths)
+        out_shape, self.out_frames = static_output(self.paths[0], self.sampling.frames_per_video)
+        assert out_shape.height and out_shape.width, "config validation guarantees a fixed size"
+        self.out_hw = (out_shape.height, out_shape.width)
+        self.out_dtype = out_shape.dtype
+        self.view_plan = lru_cache(maxsize=4096)(self._view_plan)
+        self.epoch_order = lru_cache(maxsize=64)(self._epoch_order)
+
+    # -- dataset ----------------------------------------------------------------------------
+
+    def _usable(self, videos: Sequence[VideoInfo]) -> tuple[tuple[VideoInfo, ...], tuple]:
+        if self.sampling.short_video != "skip":
+            return tuple(videos), ()
+        keep = tuple(v for v in videos if v.num_frames >= self.span_frames)
+        skipped = tuple(
+            BadVideo(v.rel_path, "too_short", f"{v.num_frames} frames < clip span "
+                     f"{self.span_frames} (task {self.name}, short_video: skip)")
+            for v in videos
+            if v.num_frames < self.span_frames
+        )
+        return keep, skipped
+
+    def _labels(self, all_rel_paths: Sequence[str]) -> tuple[list[str | None], list[str]]:
+        mode = self.cfg.dataset.labels
+        if mode == "none":
+            return [None] * len(self.videos), []
+        if mode == "dirname":
+            def top(rel: str) -> str | None:
+                return rel.split("/", 1)[0] if "/" in rel else None
+
+            labels = [top(v.rel_path) for v in self.videos]
+            every = {top(r) for r in (*all_rel_paths, *(v.rel_path for v in self.videos))}
+            return labels, sorted(c for c in every if c is not None)
+        table = read_label_csv(mode)
+        labels = [
+            table.get(v.name, table.get(v.rel_path)) for v in self.videos
+        ]
+        return labels, sorted(set(table.values()))
+
+    def label_index(self, label: str | None) -> int | None:
+        if label is None:
+            return None
+        return self.class_names.index(label) if label in self.class_names else None
+
+    # -- epochs and batches -----------------------------------------------------------------
+
+    @property
+    def iterations_per_epoch(self) -> int:
+        n, per_batch = len(self.videos), self.sampling.videos_per_batch
+        return n // per_batch if self.sampling.drop_last else math.ceil(n / per_batch)
+
+    @property
+    def epochs(self) -> int:
+        return self.cfg.epochs
+
+    def _epoch_order(self, epoch: int) -> np.ndarray:
+        return rng_for(self.data_key, "order", epoch).permutation(len(self.videos))
+
+    def batch_videos(self, epoch: int, iteration: int) -> list[int]:
+        per_batch = self.sampling.videos_per_batch
+        order = self.epoch_order(epoch)
+        return [int(i) for i in order[iteration * per_batch : (iteration + 1) * per_batch]]
+
+    def where_in_epoch(self, epoch: int) -> dict[int, int]:
+        """video index -> iteration, for one epoch (videos dropped by drop_last are absent)."""
+        per_batch = self.sampling.videos_per_batch
+        usable = self.iterations_per_epoch * per_batch
+        return {int(v): pos // per_batch for pos, v in enumerate(self.epoch_order(epoch)[:usable])}
+
+    def view_shape(self, num_videos: int) -> tuple[int, ...]:
+        n = num_videos * self.sampling.samples_per_video * len(self.paths)
+        h, w = self.out_hw
+        if self.sampling.layout == "NCTHW":
+            return (n, 3, self.out_frames, h, w)
+        return (n, self.out_frames, h, w, 3)
+
+    def view_nbytes(self, epoch: int, iteration: int) -> int:
+        return npy_nbytes(self.view_shape(len(self.batch_videos(epoch, iteration))), self.out_dtype)
+
+    # -- clips ------------------------------------------------------------------------------
+
+    def clip_frames(self, epoch: int, video_index: int, sample: int) -> tuple[int, ...]:
+        """The decoded frames of one clip before temporal ops: `frames_per_video` indices
+        `frame_stride` apart from a random start on the window's frame grid."""
+        info = self.videos[video_index]
+        count, stride = self.sampling.frames_per_video, self.sampling.frame_stride
+        if info.num_frames < self.span_frames:
+            if self.sampling.short_video == "wrap":
+                return tuple((j * stride) % info.num_frames for j in range(count))
+            return tuple(min(j * stride, info.num_frames - 1) for j in range(count))
+        start = self.clip_start(epoch, info, sample)
+        return tuple(start + j * stride for j in range(count))
+
+    def clip_start(self, epoch: int, info: VideoInfo, sample: int) -> int:
+        window = epoch // self.k_epochs
+        grid = self.frame_grid
+        phase = int(rng_for(self.data_key, "phase", window, info.name).integers(grid))
+        max_start = info.num_frames - self.span_frames
+        first = phase if phase <= max_start else 0
+        slots = (max_start - first) // grid + 1
+        pick = int(rng_for(self.data_key, "start", epoch, info.name, sample).integers(slots))
+        return first + grid * pick
+
+    def resolve_clip(self, epoch: int, iteration: int, video_index: int, sample: int):
+        """One StreamClip per stream for this (video, sample) in this epoch and iteration."""
+        info = self.videos[video_index]
+        base = list(self.clip_frames(epoch, video_index, sample))
+        clip_key = (self.data_key, epoch, info.name, sample)
+        return tuple(
+            self._resolve_stream(path, stream, clip_key, base, info, epoch, iteration,
+                                 video_index, sample)
+            for stream, path in enumerate(self.paths)
+        )
+
+    def _resolve_stream(self, path, stream, clip_key, base, info, epoch, iteration,
+                        video_index, sample) -> StreamClip:
+        shape = FrameShape(info.height, info.width, "uint8")
+        frames, spatial, depths, branches = list(base), [], [], []
+        prefix: tuple = ()
+        for ps in path.steps:
+            prefix += ((ps.step.name, ps.output_index),)
+            choice = self._branch_choice(ps, clip_key, prefix, epoch, iteration)
+            for pos, spec in enumerate(step_ops(ps, choice)):
+                rng = rng_for(*clip_key, "op", prefix, pos)
+                inst = oplib.draw_instance(spec.name, spec.params, rng, (shape.height, shape.width))
+                op = oplib.get_op(spec.name)
+                if op.temporal:
+                    frames = apply_temporal(inst, frames)
+                else:
+                    spatial.append(inst)
+                shape = op.output_shape(spec.param_dict(), shape)
+            depths.append(len(spatial))
+            branches.append((ps.step.name, _branch_label(ps, choice)))
+        return StreamClip(video_index, sample, stream, tuple(frames), tuple(spatial),
+                          tuple(depths), tuple(branches))
+
+    def _branch_choice(self, ps: PathStep, clip_key, prefix, epoch, iteration) -> int | None:
+        step = ps.step
+        if step.branch_type == "random":
+            probs = np.array([b.prob for b in step.branches], dtype=np.float64)
+            draw = rng_for(*clip_key, "branch", prefix).random()
+            return int(min(np.searchsorted(np.cumsum(probs), draw, side="right"), len(probs) - 1))
+        if step.branch_type == "conditional":
+            for i, branch in enumerate(step.branches):
+                if branch.condition is None or branch.condition.holds(
+                    epoch=epoch, iteration=iteration, task=self.name
+                ):
+                    return i
+            return None
+        return None
+
+    def _view_plan(self, epoch: int, iteration: int) -> ViewPlan:
+        videos = self.batch_videos(epoch, iteration)
+        per_clip = [
+            self.resolve_clip(epoch, iteration, v, s)
+            for v in videos
+            for s in range(self.sampling.samples_per_video)
+        ]
+        clips = tuple(streams[k] for k in range(len(self.paths)) for streams in per_clip)
+        return ViewPlan(self.name, epoch, iteration, clips, self.view_shape(len(videos)),
+                        self.out_dtype, self.sampling.layout)
+
+    def contains(self, epoch: int, iteration: int) -> bool:
+        return 0 <= epoch < self.epochs and 0 <= iteration < self.iterations_per_epoch
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    def clip_meta(self, clip: StreamClip) -> dict:
+        info = self.videos[clip.video_index]
+        label = self.labels[clip.video_index]
+        window = oplib.track_chain(
+            clip.ops, Window(0.0, 0.0, float(info.width), float(info.height)),
+            (info.height, info.width),
+        )
+        return {
+            "video": info.name,
+            "label": label,
+            "label_index": self.label_index(label),
+            "sample": clip.sample,
+            "stream": clip.stream,
+            "frame_indices": list(clip.frame_indices),
+            "timestamps": [info.timestamp_seconds(i) for i in clip.frame_indices],
+            "crop": oplib.crop_box(window),
+            "flip": window.flipped,
+            "rotation": info.rotation,
+            "branches": dict(clip.branches),
+        }
+
+    def view_meta(self, view: ViewPlan) -> dict:
+        return {
+            "task": view.task,
+            "epoch": view.epoch,
+            "iteration": view.iteration,
+            "shape": list(view.shape),
+            "dtype": view.dtype,
+            "layout": view.layout,
+            "samples": [self.clip_meta(c) for c in view.clips],
+        }
+
+
+def _branch_label(ps: PathStep, choice: int | None) -> str:
+    step = ps.step
+    if step.branch_type in ("random", "conditional"):
+        if choice is None:
+            return "none"
+        branch = step.branches[choice]
+        if step.branch_type == "conditional":
+            return "else" if branch.condition is None else branch.condition.source
+        return str(choice)
+    if step.branch_type == "multi":
+        return step.outputs[ps.output_index]
+    return step.branch_type
+
+
+def read_label_csv(path: str) -> dict[str, str]:
+    """`video,label` rows (a header row naming those columns is skipped)."""
+    table: dict[str, str] = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.reader(f):
+            if len(row) < 2 or row[:2] == ["video", "label"]:
+                continue
+            video = row[0].strip()
+            table[video] = row[1].strip()
+            stem = video.rsplit(".", 1)[0] if "." in video.rsplit("/", 1)[-1] else video
+            table.setdefault(stem, row[1].strip())
+    return table

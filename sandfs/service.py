@@ -1,0 +1,193 @@
+"""The view service: what the FUSE layer asks for, in plan terms (task, epoch, iteration, video,
+frame, depth). It owns the task plans, the object engine and the figures of status.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sandfs.engine import ObjectEngine
+from sandfs.materialize import Materializer
+from sandfs.media.types import BadVideo, VideoInfo
+from sandfs.npy import npy_nbytes
+from sandfs.ops import chain_shape
+from sandfs.ops.base import FrameShape, OpInstance
+from sandfs.plan.task import StreamClip, TaskPlan
+from sandfs.stats import Stats
+
+
+@dataclass(frozen=True, slots=True)
+class FramePlan:
+    """What aug{D} of one frame is: the planned ops up to depth D, and the result's shape."""
+
+    ops: tuple[OpInstance, ...]
+    shape: tuple[int, int, int]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return npy_nbytes(self.shape, self.dtype)
+
+
+class ViewService:
+    def __init__(
+        self,
+        plans: Sequence[TaskPlan],
+        *,
+        engine: ObjectEngine,
+        stats: Stats,
+        bad_videos: Sequence[BadVideo] = (),
+        task_texts: dict[str, str] | None = None,
+        read_ahead: int = 4,
+    ) -> None:
+        self.tasks = {p.name: p for p in plans}
+        self.engine = engine
+        self.stats = stats
+        self.materializer = Materializer(stats)
+        self.bad_videos = list(bad_videos)
+        self.task_texts = task_texts or {}
+        self.read_ahead = read_ahead
+        self.positions: dict[str, tuple[int, int]] = {name: (0, 0) for name in self.tasks}
+        self.started = time.monotonic()
+        self._frame_uses: dict[tuple[str, int], dict[tuple[int, int], StreamClip]] = {}
+
+    # -- batch views -------------------------------------------------------------------------
+
+    def view_key(self, plan: TaskPlan, epoch: int, iteration: int) -> tuple:
+        # Tasks with the same data key have the same views: they share one object.
+        return ("view", plan.data_key, epoch, iteration)
+
+    def view_state(self, task: str, epoch: int, iteration: int) -> str:
+        plan = self.tasks[task]
+        return self.engine.state(self.view_key(plan, epoch, iteration))
+
+    def opened_view(self, task: str, epoch: int, iteration: int) -> None:
+        """A trainer opened this view: it is where the task stands; prepare what comes next."""
+        self.positions[task] = (epoch, iteration)
+        plan = self.tasks[task]
+        for e, i in self.upcoming(plan, epoch, iteration, self.read_ahead):
+            self.engine.prefetch(self.view_key(plan, e, i), self._view_compute(plan, e, i))
+
+    @staticmethod
+    def upcoming(plan: TaskPlan, epoch: int, iteration: int, count: int):
+        per_epoch = plan.iterations_per_epoch
+        position = epoch * per_epoch + iteration
+        for step in range(1, count + 1):
+            e, i = divmod(position + step, per_epoch)
+            if e >= plan.epochs:
+                return
+            yield e, i
+
+    async def read_view(self, task: str, epoch: int, iteration: int) -> bytes:
+        plan = self.tasks[task]
+        key = self.view_key(plan, epoch, iteration)
+        waited = self.engine.state(key) != "ready"
+        started = time.monotonic()
+        data = await self.engine.get(key, self._view_compute(plan, epoch, iteration))
+        if waited:
+            self.stats.add_stall(task, time.monotonic() - started)
+        self.stats.add_task(task, "views_served")
+        return data
+
+    def _view_compute(self, plan: TaskPlan, epoch: int, iteration: int):
+        return lambda: self.materializer.view_bytes(plan, plan.view_plan(epoch, iteration))
+
+    def view_meta(self, task: str, epoch: int, iteration: int) -> dict:
+        plan = self.tasks[task]
+        return plan.view_meta(plan.view_plan(epoch, iteration))
+
+    # -- frames and intermediate views -------------------------------------------------------
+
+    def frame_uses(self, task: str, epoch: int) -> dict[tuple[int, int], StreamClip]:
+        """(video, frame) -> the first clip of this epoch that uses that frame."""
+        key = (task, epoch)
+        if key not in self._frame_uses:
+            plan = self.tasks[task]
+            uses: dict[tuple[int, int], StreamClip] = {}
+            for iteration in range(plan.iterations_per_epoch):
+                for clip in plan.view_plan(epoch, iteration).clips:
+                    for index in clip.frame_indices:
+                        uses.setdefault((clip.video_index, index), clip)
+            self._frame_uses = {key: uses}  # keep one epoch: it is what aug{D} shows
+        return self._frame_uses[key]
+
+    def frame_plan(self, task: str, video_index: int, frame: int, depth: int) -> FramePlan | None:
+        """aug{depth} of this frame in the task's current epoch, or None if not planned."""
+        plan = self.tasks[task]
+        info = plan.videos[video_index]
+        if not 0 <= frame < info.num_frames:
+            return None
+        if depth == 0:
+            return FramePlan((), (info.height, info.width, 3), "uint8")
+        clip = self.frame_uses(task, self.positions[task][0]).get((video_index, frame))
+        if clip is None or depth > len(clip.step_depths):
+            return None
+        ops = clip.ops[: clip.step_depths[depth - 1]]
+        shape, _ = chain_shape(
+            [(o.name, o.params) for o in ops], FrameShape(info.height, info.width, "uint8"), 1
+        )
+        return FramePlan(ops, (shape.height, shape.width, 3), shape.dtype)
+
+    def max_depth(self, task: str, video_index: int, frame: int) -> int:
+        clip = self.frame_uses(task, self.positions[task][0]).get((video_index, frame))
+        return 0 if clip is None else len(clip.step_depths)
+
+    async def read_frame(self, task: str, video_index: int, frame: int, fplan: FramePlan):
+        info: VideoInfo = self.tasks[task].videos[video_index]
+        key = ("frame", info.path, frame, fplan.ops)
+        return await self.engine.get(
+            key, lambda: self.materializer.frame_bytes(info, frame, fplan.ops)
+        )
+
+    # -- status ------------------------------------------------------------------------------
+
+    def status(self) -> dict:
+        stats = self.stats
+        tasks = {}
+        for name, plan in self.tasks.items():
+            epoch, iteration = self.positions[name]
+            ahead = sum(
+                self.engine.state(self.view_key(plan, e, i)) == "ready"
+                for e, i in self.upcoming(plan, epoch, iteration, self.read_ahead)
+            )
+            counts = stats.task_counts(name)
+            tasks[name] = {
+                "epoch": epoch,
+                "iteration": iteration,
+                "ready_ahead": ahead,
+                "views_served": counts.get("views_served", 0),
+                "stall_seconds": round(stats.stall_seconds(name), 3),
+                "epochs": plan.epochs,
+                "iterations_per_epoch": plan.iterations_per_epoch,
+                "videos": len(plan.videos),
+            }
+        bad = [{"path": b.rel_path, "reason": b.reason, "detail": b.detail}
+               for b in self.bad_videos]
+        for plan in self.tasks.values():
+            bad += [{"path": b.rel_path, "reason": b.reason, "detail": b.detail, "task": plan.name}
+                    for b in plan.skipped]
+        return {
+            "version": 1,
+            "uptime_seconds": round(time.monotonic() - self.started, 3),
+            "pid": os.getpid(),
+            "workers": self.engine.workers,
+            "memory_bytes": self.engine.memory_bytes,
+            "tasks": tasks,
+            "frames_decoded": stats.get("frames_decoded"),
+            "frames_decoded_independent": stats.get("frames_decoded_independent"),
+            "views_materialized": stats.get("views_materialized"),
+            "cache": {
+                "bytes_used": 0, "budget_bytes": 0, "objects": 0, "hits": 0, "misses": 0,
+                "evictions": 0, "recomputed": 0, "corrupt_detected": 0,
+            },
+            "queues": {"demand": self.engine.demand_waiting,
+                       "prematerialize": self.engine.ahead_queued},
+            "bad_videos": bad,
+        }
+
+    def status_bytes(self) -> bytes:
+        return (json.dumps(self.status(), indent=1, sort_keys=False) + "\n").encode()

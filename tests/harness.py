@@ -1,0 +1,195 @@
+"""The mount harness (TESTPLAN 0): start a real sandfs daemon, wait until it serves, and always
+take it down again — strictly when the test passed, forgivingly when it failed — then check
+that no mount and no process is left and that the daemon's log holds no unexpected errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+MOUNT_TIMEOUT_SECONDS = 60.0
+LOG_ERROR = re.compile(r" (ERROR|CRITICAL) |Traceback \(most recent call last\)")
+
+
+def fuse_skip_reason() -> str | None:
+    """Why a real mount cannot run here, or None when it can."""
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse is missing"
+    try:
+        os.close(os.open("/dev/fuse", os.O_RDWR))
+    except OSError as exc:
+        return f"cannot open /dev/fuse: {exc.strerror}"
+    if subprocess.run(["which", "fusermount3"], capture_output=True).returncode != 0:
+        return "fusermount3 is not installed"
+    return None
+
+
+def require_fuse() -> None:
+    reason = fuse_skip_reason()
+    if reason is None:
+        return
+    if os.environ.get("SANDFS_REQUIRE_FUSE") == "1":
+        pytest.fail(f"FUSE required (SANDFS_REQUIRE_FUSE=1) but unavailable: {reason}")
+    pytest.skip(f"FUSE unavailable: {reason}")
+
+
+def is_mounted(path: str | Path) -> bool:
+    target = os.path.abspath(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == target for line in f)
+
+
+@dataclass
+class Mounted:
+    mountpoint: Path
+    process: subprocess.Popen
+    log_path: Path
+    cache_dir: Path
+    expected_log_errors: int = 0  # a test that provokes errors declares how many
+    extra: dict = field(default_factory=dict)
+
+    def path(self, *parts: str) -> Path:
+        return self.mountpoint.joinpath(*parts)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def sandfs_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "sandfs", *args]
+
+
+def start_daemon(mountpoint: Path, configs: Sequence[Path], cache_dir: Path, log_path: Path,
+                 extra_args: Sequence[str] = (), env: dict | None = None) -> subprocess.Popen:
+    args = ["mount", str(mountpoint), "--foreground", "--cache-dir", str(cache_dir)]
+    for config in configs:
+        args += ["--config", str(config)]
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            sandfs_command(*args, *extra_args), stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True, env={**os.environ, **(env or {})},
+        )
+
+
+def wait_mounted(mountpoint: Path, process: subprocess.Popen, log_path: Path) -> None:
+    deadline = time.monotonic() + MOUNT_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"sandfs exited with {process.returncode} before mounting:\n"
+                               f"{log_path.read_text(errors='replace')[-3000:]}")
+        if is_mounted(mountpoint) and served_by(mountpoint, process.pid):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"sandfs did not mount {mountpoint} within {MOUNT_TIMEOUT_SECONDS}s")
+
+
+def served_by(mountpoint: Path, pid: int) -> bool:
+    """True when `mountpoint` is served by daemon `pid` (not a stale mount of a dead one)."""
+    try:
+        status = json.loads((mountpoint / ".sand" / "status.json").read_bytes())
+    except (OSError, ValueError):
+        return False
+    return status.get("pid") == pid
+
+
+def strict_teardown(mounted: Mounted) -> None:
+    """After a passing test: a clean unmount must work and the daemon must exit 0."""
+    if is_mounted(mounted.mountpoint):
+        done = subprocess.run(["fusermount3", "-u", str(mounted.mountpoint)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, f"fusermount3 -u failed: {done.stderr}"
+    code = mounted.process.wait(timeout=15)
+    assert code == 0, f"daemon exited {code}:\n{mounted.log_text()[-3000:]}"
+
+
+def forgiving_teardown(mountpoint: Path, process: subprocess.Popen | None) -> None:
+    """After a failure: whatever state things are in, leave no mount and no process behind."""
+    if is_mounted(mountpoint):
+        subprocess.run(["fusermount3", "-u", str(mountpoint)], capture_output=True)
+    if is_mounted(mountpoint):
+        subprocess.run(["fusermount3", "-uz", str(mountpoint)], capture_output=True)
+    if process is not None and process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+    if is_mounted(mountpoint):
+        subprocess.run(["fusermount3", "-uz", str(mountpoint)], capture_output=True)
+
+
+def check_log(mounted: Mounted) -> None:
+    errors = [line for line in mounted.log_text().splitlines() if LOG_ERROR.search(line)]
+    assert len(errors) == mounted.expected_log_errors, (
+        f"daemon log has {len(errors)} error lines, expected {mounted.expected_log_errors}:\n"
+        + "\n".join(errors[:20])
+    )
+
+
+@contextlib.contextmanager
+def mount_sandfs(workdir: Path, configs: Sequence[Path], *, extra_args: Sequence[str] = (),
+                 env: dict | None = None, name: str = "mnt") -> Iterator[Mounted]:
+    """Mount, yield, and always unmount: strictly on success, forgivingly on failure."""
+    require_fuse()
+    mountpoint, cache_dir = workdir / name, workdir / f"{name}-cache"
+    with contextlib.suppress(OSError):  # a stale mount answers ENOTCONN: sandfs cleans it
+        mountpoint.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / f"{name}.log"
+    process = None
+    try:
+        process = start_daemon(mountpoint, configs, cache_dir, log_path, extra_args, env)
+        wait_mounted(mountpoint, process, log_path)
+        mounted = Mounted(mountpoint, process, log_path, cache_dir)
+        yield mounted
+        strict_teardown(mounted)
+        check_log(mounted)
+    finally:
+        forgiving_teardown(mountpoint, process)
+        assert not is_mounted(mountpoint), f"{mountpoint} is still mounted"
+        assert process is None or process.poll() is not None, "the daemon is still running"
+
+
+def task_config(dataset: Path, **overrides) -> dict:
+    """A task config dict; `overrides` replace top-level keys or `sampling`/`augmentation`."""
+    sampling = {"videos_per_batch": 4, "frames_per_video": 4, "frame_stride": 2,
+                "samples_per_video": 1, "drop_last": False}
+    sampling |= overrides.pop("sampling", {})
+    augmentation = overrides.pop("augmentation", [
+        {"name": "resize", "branch_type": "single", "inputs": ["frame"], "outputs": ["resized"],
+         "config": [{"resize": {"shape": [36, 48]}}]},
+        {"name": "maybe_flip", "branch_type": "random", "inputs": ["resized"],
+         "outputs": ["flipped"],
+         "branches": [{"prob": 0.5, "config": [{"flip": {"direction": "horizontal"}}]},
+                      {"prob": 0.5, "config": []}]},
+        {"name": "crop", "branch_type": "single", "inputs": ["flipped"], "outputs": ["cropped"],
+         "config": [{"random_crop": {"size": [32, 32]}}]},
+    ])
+    config = {
+        "task": "t0", "seed": 0, "epochs": 3,
+        "dataset": {"tag": "train", "input_source": "file", "video_dataset_path": str(dataset),
+                    "extensions": [".mp4"], "labels": "dirname", "sampling": sampling,
+                    "augmentation": augmentation},
+        "engine": {"k_epochs": 2, "workers": 2},
+    }
+    return config | overrides
+
+
+def write_config(path: Path, config: dict) -> Path:
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path

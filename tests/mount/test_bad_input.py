@@ -1,0 +1,62 @@
+"""A dataset with broken and hostile files still mounts; they are reported and left out."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from harness import mount_sandfs, task_config, write_config
+
+from sandfs.media.synth import write_test_video
+
+
+def make_hostile_dataset(root, good_dir) -> dict[str, str]:
+    """Copies 4 good videos next to bad files; returns {rel_path: expected reason}."""
+    shutil.copytree(good_dir / "archery", root / "archery")
+    (root / "junk").mkdir()
+    (root / "junk" / "empty.mp4").write_bytes(b"")
+    (root / "junk" / "text.mp4").write_text("this is not a video\n" * 50)
+    (root / "junk" / "random.mp4").write_bytes(os.urandom(4096))
+    os.mkfifo(root / "junk" / "fifo.mp4")
+    os.symlink("/etc/hostname", root / "junk" / "escape.mp4")
+    good = (root / "archery" / "archery_000.mp4").read_bytes()
+    (root / "junk" / "truncated.mp4").write_bytes(good[: len(good) // 3])
+    write_test_video(root / "junk" / "huge.mp4", num_frames=1, width=8192, height=8192)
+    (root / ".hidden.mp4").write_bytes(good)  # ignored, not reported
+    return {
+        "junk/empty.mp4": "open_invalid",
+        "junk/text.mp4": "open_invalid",
+        "junk/random.mp4": "open_invalid",
+        "junk/fifo.mp4": "not_regular",
+        "junk/escape.mp4": "outside_root",
+        "junk/huge.mp4": "too_large",
+    }
+
+
+def test_bad_videos_are_reported_and_left_out(tmp_path, dataset_dir):
+    root = tmp_path / "hostile"
+    root.mkdir()
+    expected = make_hostile_dataset(root, dataset_dir)
+    config = write_config(tmp_path / "t.yaml", task_config(
+        root, sampling={"videos_per_batch": 2}))
+    with mount_sandfs(tmp_path, [config]) as m:
+        status = json.loads((m.path(".sand", "status.json")).read_bytes())
+        reported = {b["path"]: b["reason"] for b in status["bad_videos"]}
+        for rel, reason in expected.items():
+            assert reported.get(rel) == reason, (rel, reported)
+        assert ".hidden.mp4" not in reported
+        usable = {f"archery/archery_{i:03d}" for i in range(4)}
+        if "junk/truncated.mp4" not in reported:
+            usable.add("junk/truncated")  # a truncated file may still hold decodable frames
+        seen = set()
+        for iteration in os.listdir(m.path("t0", "0")):
+            view = m.path("t0", "0", iteration, "view")
+            seen |= {s["video"] for s in json.loads(os.getxattr(view, "user.sand.meta"))["samples"]}
+            view.read_bytes()
+        assert seen == usable
+        assert sorted(os.listdir(m.path("t0", "videos"))) == sorted(
+            {"archery", *(["junk"] if "junk/truncated" in usable else [])})
+        log = m.log_text()
+        for rel in expected:
+            assert f"reason={expected[rel]}" in log

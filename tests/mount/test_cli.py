@@ -1,0 +1,138 @@
+"""The command line and the daemon's life cycle: background mount, status, unmount, signals,
+stale mounts left by a killed daemon, and errors that mount nothing."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from harness import (
+    forgiving_teardown,
+    is_mounted,
+    mount_sandfs,
+    require_fuse,
+    sandfs_command,
+    start_daemon,
+    task_config,
+    wait_mounted,
+    write_config,
+)
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(sandfs_command(*args), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def background_mount(tmp_path, config_path):
+    require_fuse()
+    mountpoint = tmp_path / "bg"
+    yield mountpoint
+    forgiving_teardown(mountpoint, None)
+    for line in subprocess.run(["pgrep", "-f", str(mountpoint)], capture_output=True,
+                               text=True).stdout.split():
+        os.kill(int(line), signal.SIGKILL)
+
+
+def test_background_mount_status_and_unmount(background_mount, config_path, tmp_path):
+    done = run_cli("mount", str(background_mount), "--config", str(config_path),
+                   "--cache-dir", str(tmp_path / "cache"))
+    assert done.returncode == 0, done.stderr
+    assert is_mounted(background_mount)  # mount returns only once it serves
+    assert "mounted" in done.stdout
+    with open(background_mount / "t0" / "0" / "0" / "view", "rb") as f:
+        assert len(f.read()) > 0
+    status = run_cli("status", str(background_mount), "--json")
+    assert status.returncode == 0
+    figures = json.loads(status.stdout)
+    assert figures["tasks"]["t0"]["views_served"] == 1
+    human = run_cli("status", str(background_mount))
+    assert "task t0: epoch 0 iteration 0" in human.stdout
+    pid = figures["pid"]
+    done = run_cli("unmount", str(background_mount))
+    assert done.returncode == 0, done.stderr
+    assert not is_mounted(background_mount)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # unmount waits for the daemon to exit
+    log = (tmp_path / "cache" / "sandfs.log").read_text()
+    assert "ERROR" not in log and "Traceback" not in log
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_signals_unmount_cleanly(tmp_path, config_path, signum):
+    with mount_sandfs(tmp_path, [config_path]) as m:
+        m.process.send_signal(signum)
+        assert m.process.wait(timeout=10) == 0
+        deadline = time.monotonic() + 5
+        while is_mounted(m.mountpoint) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not is_mounted(m.mountpoint)
+
+
+def test_stale_mount_of_a_killed_daemon_is_cleaned(tmp_path, config_path):
+    require_fuse()
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    process = start_daemon(mountpoint, [config_path], tmp_path / "c", tmp_path / "first.log")
+    try:
+        wait_mounted(mountpoint, process, tmp_path / "first.log")
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+        with pytest.raises(OSError) as caught:  # the reader is not left hanging
+            os.stat(mountpoint / "t0")
+        assert caught.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)
+        assert is_mounted(mountpoint)
+        with mount_sandfs(tmp_path, [config_path]) as second:  # the same mountpoint
+            assert os.listdir(second.path("t0", "0"))
+            assert "stale mount" in second.log_text()
+    finally:
+        forgiving_teardown(mountpoint, process)
+
+
+def test_mountpoint_in_use_is_refused(tmp_path, config_path):
+    with mount_sandfs(tmp_path, [config_path]) as m:
+        done = run_cli("mount", str(m.mountpoint), "--config", str(config_path), "--foreground",
+                       "--cache-dir", str(tmp_path / "other-cache"))
+        assert done.returncode == 1
+        last = done.stderr.strip().splitlines()[-1]  # --foreground logs to stderr before it
+        assert last.startswith("sandfs: ") and "busy" in last
+        assert os.listdir(m.path("t0"))  # the first mount still serves
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"epochs": 0}, "epochs"),
+        ({"seed": "zero"}, "seed"),
+        ({"sampling": {"frame_stride": 0}}, "frame_stride"),
+        ({"augmentation": []}, "augmentation"),
+    ],
+)
+def test_config_errors_mount_nothing(tmp_path, dataset_dir, overrides, fragment):
+    config = write_config(tmp_path / "bad.yaml", task_config(dataset_dir, **overrides))
+    mountpoint = tmp_path / "mnt"
+    done = run_cli("mount", str(mountpoint), "--config", str(config))
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bad.yaml:" in lines[0] and fragment in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert not is_mounted(mountpoint)
+
+
+def test_missing_dataset_and_empty_epochs_are_clear_errors(tmp_path, dataset_dir):
+    config = task_config(dataset_dir)
+    config["dataset"]["video_dataset_path"] = str(tmp_path / "nowhere")
+    done = run_cli("mount", str(tmp_path / "m"), "--config",
+                   str(write_config(tmp_path / "a.yaml", config)))
+    assert done.returncode == 2 and "video_dataset_path" in done.stderr
+    big_batch = task_config(dataset_dir, sampling={"videos_per_batch": 50, "drop_last": True})
+    done = run_cli("mount", str(tmp_path / "m"), "--config",
+                   str(write_config(tmp_path / "b.yaml", big_batch)), "--cache-dir",
+                   str(tmp_path / "c"))
+    assert done.returncode == 1 and "fewer than videos_per_batch" in done.stderr, done.stderr
+    assert not is_mounted(tmp_path / "m")
