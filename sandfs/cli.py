@@ -80,7 +80,7 @@ def engine_overrides(args: argparse.Namespace) -> dict:
         "cache_dir": args.cache_dir and os.path.abspath(args.cache_dir),
         "storage_budget_bytes": budget,
         "k_epochs": args.k_epochs,
-        "workers": None if workers == "auto" else workers,
+        "workers": workers,  # "auto" given on the command line wins over a config's number
     }
 
 

@@ -154,8 +154,10 @@ def _check_literal(value: object) -> type:
         return int
     if isinstance(value, str):
         return str
-    raise ValueError(f"{type(value).__name__} literals like {value!r} are not allowed "
-                     "(only integers and strings)")
+    raise ValueError(
+        f"{type(value).__name__} literals like {value!r} are not allowed "
+        "(only integers and strings)"
+    )
 
 
 def _check_unary(node: ast.UnaryOp) -> type:

@@ -40,18 +40,16 @@ def mapping(
     """The mapping's entries, after checking for unknown and missing keys."""
     if not isinstance(value.data, dict):
         raise value.error(
-            f"expected a mapping with keys {_listing(allowed)}, got {describe(value)}")
+            f"expected a mapping with keys {_listing(allowed)}, got {describe(value)}"
+        )
     for key in value.data:
         if key not in allowed:
-            raise value.key_error(key, unknown_key_message(key, allowed))
+            message = f"unknown key {key!r}{did_you_mean(key, allowed)}; allowed keys: "
+            raise value.key_error(key, message + _listing(allowed))
     for key in required:
         if key not in value.data:
             raise value.key_error(key, "required key is missing")
     return value.data
-
-
-def unknown_key_message(key: str, allowed: Collection[str]) -> str:
-    return f"unknown key {key!r}{did_you_mean(key, allowed)}; allowed keys: {_listing(allowed)}"
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -28,7 +28,7 @@ __all__ = [
     "parse_size",
 ]
 
-MAX_CONFIG_CHARS = 1 << 20
+MAX_CONFIG_BYTES = 1 << 20
 MAX_SEED = 2**64 - 1
 MAX_SIZE_BYTES = 2**63 - 1
 MAX_TASK_NAME_CHARS = 255  # a task is a directory name on the mount
@@ -37,11 +37,22 @@ LABEL_KINDS = ("dirname", "none")
 
 TOP_KEYS = ("task", "seed", "epochs", "dataset", "engine")
 DATASET_KEYS = (
-    "tag", "input_source", "video_dataset_path", "extensions", "labels", "sampling", "augmentation",
+    "tag",
+    "input_source",
+    "video_dataset_path",
+    "extensions",
+    "labels",
+    "sampling",
+    "augmentation",
 )
 SAMPLING_KEYS = (
-    "videos_per_batch", "frames_per_video", "frame_stride", "samples_per_video", "drop_last",
-    "short_video", "layout",
+    "videos_per_batch",
+    "frames_per_video",
+    "frame_stride",
+    "samples_per_video",
+    "drop_last",
+    "short_video",
+    "layout",
 )
 # The `engine:` keys as written in YAML, and the EngineConfig field each one sets.
 ENGINE_FIELDS = {
@@ -68,8 +79,8 @@ def load_task_config(
     file = os.fspath(path)
     if text is None:
         text = _read_text(file)
-    if len(text) > MAX_CONFIG_CHARS:
-        raise ConfigError(file, 1, 1, "<file>", f"larger than {MAX_CONFIG_CHARS} characters")
+    elif len(text.encode()) > MAX_CONFIG_BYTES:
+        raise _too_large(file)
     root = read_yaml(text, file)
     entries = fields.mapping(root, TOP_KEYS, required=("task", "seed", "epochs", "dataset"))
     base_dir = os.path.dirname(os.path.abspath(file))
@@ -79,8 +90,14 @@ def load_task_config(
     dataset = _dataset(entries["dataset"], base_dir, check_paths)
     engine, engine_given = _engine(entries.get("engine"), base_dir)
     return TaskConfig(
-        task=task, seed=seed, epochs=epochs, dataset=dataset, engine=engine,
-        engine_given=engine_given, source_path=os.path.abspath(file), source_text=text,
+        task=task,
+        seed=seed,
+        epochs=epochs,
+        dataset=dataset,
+        engine=engine,
+        engine_given=engine_given,
+        source_path=os.path.abspath(file),
+        source_text=text,
     )
 
 
@@ -95,7 +112,8 @@ def load_task_configs(
         if config.task in first_file:
             task_value = read_yaml(config.source_text, os.fspath(path)).data["task"]
             raise task_value.error(
-                f"task name {config.task!r} is already used by {first_file[config.task]}")
+                f"task name {config.task!r} is already used by {first_file[config.task]}"
+            )
         first_file[config.task] = os.fspath(path)
         configs.append(config)
     return configs
@@ -107,13 +125,14 @@ def merge_engines(
     """One engine for a mount: per key the first config that sets it wins (a warning for each
     config that sets another value), then non-None `overrides` (EngineConfig field names; CLI
     values: `workers` may be "auto", `storage_budget_bytes` a size string) win over all."""
+    overridden = {name: _override(name, v) for name, v in overrides.items() if v is not None}
     settings: dict[str, Any] = {}
     origin: dict[str, str] = {}
     warnings = []
     for config in configs:
         for yaml_key, name in ENGINE_FIELDS.items():
-            if name not in config.engine_given:
-                continue
+            if name not in config.engine_given or name in overridden:
+                continue  # a CLI value settles any disagreement silently
             value = getattr(config.engine, name)
             if name not in settings:
                 settings[name], origin[name] = value, config.source_path
@@ -121,11 +140,9 @@ def merge_engines(
                 warnings.append(
                     f"engine.{yaml_key}: {config.source_path} sets {_show(name, value)} but "
                     f"{origin[name]} (given first) sets {_show(name, settings[name])}; "
-                    f"using {_show(name, settings[name])}")
-    for name, value in overrides.items():
-        if value is not None:
-            settings[name] = _override(name, value)
-    return EngineConfig(**settings), warnings
+                    f"using {_show(name, settings[name])}"
+                )
+    return EngineConfig(**{**settings, **overridden}), warnings
 
 
 def parse_size(text: str | int) -> int:
@@ -141,8 +158,9 @@ def parse_size(text: str | int) -> int:
 def _size_from_text(text: object) -> int:
     match = _SIZE_RE.fullmatch(text) if isinstance(text, str) else None
     if match is None:
-        raise ValueError("expected a size like 200G, 512M, 1.5T, 10GiB or a number of bytes, "
-                         f"got {text!r}")
+        raise ValueError(
+            f"expected a size like 200G, 512M, 1.5T, 10GiB or a number of bytes, got {text!r}"
+        )
     number, unit = Fraction(match.group(1)), (match.group(2) or "").lower()
     if not unit and number.denominator != 1:
         raise ValueError(f"a number of bytes must be whole, got {text!r}")
@@ -158,15 +176,21 @@ def _read_text(file: str) -> str:
         if not stat.S_ISREG(os.stat(file).st_mode):
             raise ConfigError(file, 1, 1, "<file>", "not a regular file")
         with open(file, "rb") as handle:
-            data = handle.read(MAX_CONFIG_CHARS * 4 + 1)
+            data = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as e:
         raise ConfigError(file, 1, 1, "<file>", f"cannot read: {e.strerror}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise _too_large(file)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
         raise ConfigError(file, line, col, "<file>", "not valid UTF-8") from None
+
+
+def _too_large(file: str) -> ConfigError:
+    return ConfigError(file, 1, 1, "<file>", f"larger than {MAX_CONFIG_BYTES} bytes")
 
 
 def _task_name(value: Value) -> str:
@@ -185,11 +209,20 @@ def _dataset(value: Value, base_dir: str, check_paths: bool) -> DatasetConfig:
     input_source = _optional(entries, "input_source", _input_source, "file")
     path = _dataset_path(entries["video_dataset_path"], base_dir, check_paths)
     extensions = _optional(entries, "extensions", _extensions, DEFAULT_EXTENSIONS)
-    labels = _optional(entries, "labels", partial(_labels, base_dir=base_dir,
-                                                  check_paths=check_paths), "none")
+    labels = _optional(
+        entries, "labels", partial(_labels, base_dir=base_dir, check_paths=check_paths), "dirname"
+    )
     sampling = _sampling(entries["sampling"])
     augmentation = parse_pipeline(entries["augmentation"], sampling.frames_per_video)
-    return DatasetConfig(tag, input_source, path, extensions, labels, sampling, augmentation)
+    return DatasetConfig(
+        tag=tag,
+        input_source=input_source,
+        video_dataset_path=path,
+        extensions=extensions,
+        labels=labels,
+        sampling=sampling,
+        augmentation=augmentation,
+    )
 
 
 def _input_source(value: Value) -> str:
@@ -201,8 +234,9 @@ def _input_source(value: Value) -> str:
 def _dataset_path(value: Value, base_dir: str, check_paths: bool) -> str:
     text = fields.string(value, what="a directory of videos")
     if _URL_RE.match(text):
-        raise value.error("URLs are not supported by this build; give a local directory "
-                          "(input_source: file)")
+        raise value.error(
+            "URLs are not supported by this build; give a local directory (input_source: file)"
+        )
     path = _resolve(text, base_dir)
     if check_paths and not os.path.isdir(path):
         problem = "is not a directory" if os.path.exists(path) else "does not exist"
@@ -244,10 +278,15 @@ def _sampling(value: Value) -> SamplingConfig:
         frame_stride=_optional(entries, "frame_stride", positive, 1),
         samples_per_video=_optional(entries, "samples_per_video", positive, 1),
         drop_last=_optional(entries, "drop_last", fields.boolean, False),
-        short_video=_optional(entries, "short_video", partial(
-            fields.choice, choices=("repeat_last", "wrap", "skip")), "repeat_last"),
-        layout=_optional(entries, "layout", partial(
-            fields.choice, choices=("NTHWC", "NCTHW")), "NTHWC"),
+        short_video=_optional(
+            entries,
+            "short_video",
+            partial(fields.choice, choices=("repeat_last", "wrap", "skip")),
+            "repeat_last",
+        ),
+        layout=_optional(
+            entries, "layout", partial(fields.choice, choices=("NTHWC", "NCTHW")), "NTHWC"
+        ),
     )
 
 
@@ -291,8 +330,9 @@ def _workers(value: Value) -> int | None:
     return fields.integer(value, minimum=1)
 
 
-def _optional(entries: Mapping[str, Value], key: str, read: Callable[[Value], Any],
-              default: Any) -> Any:
+def _optional(
+    entries: Mapping[str, Value], key: str, read: Callable[[Value], Any], default: Any
+) -> Any:
     """An optional key: absent or null gives the default."""
     item = entries.get(key)
     return default if item is None or item.data is None else read(item)

@@ -84,26 +84,28 @@ def _parse_step(value: Value) -> _ParsedStep:
     allowed = COMMON_KEYS + EXTRA_KEYS[kind]
     for key in entries:
         if key not in allowed:
-            raise value.key_error(key, f"a {kind} step takes no {key!r}; allowed keys: "
-                                       f"{', '.join(allowed)}")
+            raise value.key_error(
+                key, f"a {kind} step takes no {key!r}; allowed keys: {', '.join(allowed)}"
+            )
     name = fields.string(entries["name"], pattern=_STEP_NAME_RE, what="a step name")
     inputs = _streams(entries["inputs"], _ARITY[kind][0], f"a {kind} step", "input")
     outputs = _streams(entries["outputs"], _ARITY[kind][1], f"a {kind} step", "output")
     step = AugStep(name, kind, inputs, outputs, line=value.line)
-    parsed = _ParsedStep(step, value, [], [])
+    if kind == "merge":
+        return _ParsedStep(step, value, [], [])
     if kind == "single":
-        _parse_single(parsed, value)
-    elif kind == "multi":
-        _parse_multi(parsed, value)
-    elif kind != "merge":
-        _parse_branches(parsed, value)
-    return parsed
+        return _parse_single(step, value)
+    if kind == "multi":
+        return _parse_multi(step, value)
+    return _parse_branches(step, value)
 
 
 def _streams(value: Value, arity: tuple[int, int | None], who: str, role: str) -> tuple[str, ...]:
     items = fields.sequence(value, f"{role} stream names, e.g. [{SOURCE_STREAM}]")
-    names = [fields.string(item, pattern=_STREAM_RE, what="a stream name [A-Za-z0-9_.-]+")
-             for item in items]
+    names = [
+        fields.string(item, pattern=_STREAM_RE, what="a stream name [A-Za-z0-9_.-]+")
+        for item in items
+    ]
     low, high = arity
     if len(names) < low or (high is not None and len(names) > high):
         count = f"exactly {low}" if low == high else f"at least {low}"
@@ -114,56 +116,68 @@ def _streams(value: Value, arity: tuple[int, int | None], who: str, role: str) -
     return tuple(names)
 
 
-def _parse_single(parsed: _ParsedStep, value: Value) -> None:
+def _parse_single(step: AugStep, value: Value) -> _ParsedStep:
     config = _required(value, "config", "single")
     ops, op_values = _ops(config)
-    parsed.step = replace(parsed.step, ops=ops)
-    parsed.branch_values, parsed.op_values = [config], [op_values]
+    return _ParsedStep(replace(step, ops=ops), value, [config], [op_values])
 
 
-def _parse_multi(parsed: _ParsedStep, value: Value) -> None:
-    entries = value.data
+def _parse_multi(step: AugStep, value: Value) -> _ParsedStep:
+    entries, count = value.data, len(step.outputs)
     if "branches" in entries and "config" in entries:
-        raise value.key_error("config", "give either `branches:` (one per output) or `config:` "
-                                        "(applied to every output), not both")
-    outputs = parsed.step.outputs
+        raise value.key_error(
+            "config",
+            "give either `branches:` (one per output) or `config:` "
+            "(applied to every output), not both",
+        )
     if "config" in entries:
-        ops, op_values = _ops(entries["config"])
-        branches = tuple(Branch(ops, line=entries["config"].line) for _ in outputs)
-        parsed.branch_values = [entries["config"]] * len(outputs)
-        parsed.op_values = [op_values] * len(outputs)
-        parsed.step = replace(parsed.step, branches=branches)
-        return
-    branches_value = _required(value, "branches", "multi",
-                               hint="; or give `config:` to apply one list of ops to every output")
-    if len(fields.sequence(branches_value, "branches")) != len(outputs):
-        raise branches_value.error(f"a multi step needs one branch per output: {len(outputs)} "
-                                   f"outputs, {len(branches_value.data)} branches")
-    _parse_branches(parsed, value)
+        config = entries["config"]
+        ops, op_values = _ops(config)
+        branches = tuple(Branch(ops, line=config.line) for _ in range(count))
+        return _ParsedStep(
+            replace(step, branches=branches), value, [config] * count, [op_values] * count
+        )
+    branches_value = _required(
+        value,
+        "branches",
+        "multi",
+        hint="; or give `config:` to apply one list of ops to every output",
+    )
+    if len(fields.sequence(branches_value, "branches")) != count:
+        raise branches_value.error(
+            f"a multi step needs one branch per output: {count} "
+            f"outputs, {len(branches_value.data)} branches"
+        )
+    return _parse_branches(step, value)
 
 
-def _parse_branches(parsed: _ParsedStep, value: Value) -> None:
-    kind = parsed.step.branch_type
+def _parse_branches(step: AugStep, value: Value) -> _ParsedStep:
+    """The `branches:` of a random, conditional or multi step."""
+    kind = step.branch_type
     branches_value = _required(value, "branches", kind)
     items = fields.sequence(branches_value, "branches", min_len=1)
-    branches = []
+    branches, op_values = [], []
     for i, item in enumerate(items):
         entries = fields.mapping(item, BRANCH_KEYS[kind], required=BRANCH_KEYS[kind])
-        ops, op_values = _ops(entries["config"])
-        prob = fields.number(entries["prob"]) if kind == "random" else None
-        if prob is not None and not 0 <= prob <= 1:
-            raise entries["prob"].error(f"a probability must be in [0, 1], got {prob:g}")
+        ops, values = _ops(entries["config"])
+        prob = _probability(entries["prob"]) if kind == "random" else None
         condition = None
         if kind == "conditional":
             condition = _condition(entries["condition"], is_last=i == len(items) - 1)
         branches.append(Branch(ops, prob=prob, condition=condition, line=item.line))
-        parsed.branch_values.append(item)
-        parsed.op_values.append(op_values)
+        op_values.append(values)
     if kind == "random":
         total = math.fsum(b.prob or 0.0 for b in branches)
         if abs(total - 1) > PROB_TOLERANCE:
             raise branches_value.error(f"branch probabilities must sum to 1, got {total:g}")
-    parsed.step = replace(parsed.step, branches=tuple(branches))
+    return _ParsedStep(replace(step, branches=tuple(branches)), value, items, op_values)
+
+
+def _probability(value: Value) -> float:
+    prob = fields.number(value)
+    if not 0 <= prob <= 1:
+        raise value.error(f"a probability must be in [0, 1], got {prob:g}")
+    return prob
 
 
 def _condition(value: Value, *, is_last: bool) -> Condition | None:
@@ -198,8 +212,10 @@ def _ops(value: Value) -> tuple[tuple[OpSpec, ...], list[Value]]:
 
 def _op(item: Value) -> OpSpec:
     if not isinstance(item.data, dict) or len(item.data) != 1:
-        raise item.error("expected one op as a one-key mapping, e.g. "
-                         f"`- resize: {{shape: [224, 224]}}`, got {fields.describe(item)}")
+        raise item.error(
+            "expected one op as a one-key mapping, e.g. "
+            f"`- resize: {{shape: [224, 224]}}`, got {fields.describe(item)}"
+        )
     ((name, params),) = item.data.items()
     try:
         normalized = op_registry.validate_op(name, _op_params(params))
@@ -215,8 +231,10 @@ def _op_params(value: Value) -> dict[str, Any] | None:
     if value.data is None or value.data is True:
         return None
     if not isinstance(value.data, dict):
-        raise value.error("expected the op's parameters as a mapping, or true/null for none; "
-                          f"got {fields.describe(value)}")
+        raise value.error(
+            "expected the op's parameters as a mapping, or true/null for none; "
+            f"got {fields.describe(value)}"
+        )
     _reject_non_finite(value)
     return fields.plain(value)
 
@@ -251,7 +269,8 @@ def _check_unique_names(parsed: list[_ParsedStep]) -> None:
     for p in parsed:
         if p.step.name in seen:
             raise p.value.data["name"].error(
-                f"step name {p.step.name!r} is already used (line {seen[p.step.name]})")
+                f"step name {p.step.name!r} is already used (line {seen[p.step.name]})"
+            )
         seen[p.step.name] = p.value.data["name"].line
 
 
@@ -264,13 +283,17 @@ def _check_graph(parsed: list[_ParsedStep]) -> tuple[list[int], str]:
         for stream, where in zip(p.step.inputs, p.value.data["inputs"].data, strict=True):
             if stream != SOURCE_STREAM and stream not in producer:
                 known = [SOURCE_STREAM, *producer]
-                raise where.error(f"stream {stream!r} is produced by no step"
-                                  f"{fields.did_you_mean(stream, known)}; "
-                                  f"streams: {', '.join(known)}")
+                raise where.error(
+                    f"stream {stream!r} is produced by no step"
+                    f"{fields.did_you_mean(stream, known)}; "
+                    f"streams: {', '.join(known)}"
+                )
             if stream in consumer:
-                raise where.error(f"stream {stream!r} is already an input of step "
-                                  f"{parsed[consumer[stream]].step.name!r}; use a multi step "
-                                  "to feed several branches from one stream")
+                raise where.error(
+                    f"stream {stream!r} is already an input of step "
+                    f"{parsed[consumer[stream]].step.name!r}; use a multi step "
+                    "to feed several branches from one stream"
+                )
             consumer[stream] = i
     graph = nx.DiGraph()
     graph.add_nodes_from(range(len(parsed)))
@@ -279,8 +302,10 @@ def _check_graph(parsed: list[_ParsedStep]) -> tuple[list[int], str]:
     finals = [s for s in producer if s not in consumer]
     if len(finals) > 1:
         last = parsed[producer[finals[-1]]].value.data["outputs"]
-        raise last.error(f"the pipeline has {len(finals)} final outputs ({', '.join(finals)}); "
-                         "exactly one stream may be left unused (join branches with a merge step)")
+        raise last.error(
+            f"the pipeline has {len(finals)} final outputs ({', '.join(finals)}); "
+            "exactly one stream may be left unused (join branches with a merge step)"
+        )
     return list(nx.lexicographical_topological_sort(graph)), finals[0]
 
 
@@ -291,8 +316,10 @@ def _producers(parsed: list[_ParsedStep]) -> dict[str, int]:
             if stream == SOURCE_STREAM:
                 raise where.error(f"{SOURCE_STREAM!r} is the decoded source; no step may output it")
             if stream in producer:
-                raise where.error(f"stream {stream!r} is already an output of step "
-                                  f"{parsed[producer[stream]].step.name!r}")
+                raise where.error(
+                    f"stream {stream!r} is already an output of step "
+                    f"{parsed[producer[stream]].step.name!r}"
+                )
             producer[stream] = i
     return producer
 
@@ -320,19 +347,25 @@ def _check_shapes(parsed: list[_ParsedStep], order: list[int], final: str, frame
     if shape.height is None or shape.width is None:
         producer = next(p for p in parsed if final in p.step.outputs)
         raise producer.value.data["outputs"].error(
-            f"the pipeline ends in frames of unknown size ({describe_shape(shapes[final])}); "
-            "it needs a resize or crop so that batches stack")
+            f"the pipeline ends in frames of unknown size ({_describe_shape(shapes[final])}); "
+            "it needs a resize or crop so that batches stack"
+        )
 
 
 def _step_shapes(p: _ParsedStep, inputs: list[Shape]) -> list[Shape]:
     kind = p.step.branch_type
     if kind == "merge":
-        _same_shapes(p.value.data["inputs"], list(zip(p.step.inputs, inputs, strict=True)),
-                     "merged streams must have the same frame shape and count")
+        _same_shapes(
+            p.value.data["inputs"],
+            list(zip(p.step.inputs, inputs, strict=True)),
+            "merged streams must have the same frame shape and count",
+        )
         return [inputs[0]]
     branch_ops = [p.step.ops] if kind == "single" else [b.ops for b in p.step.branches]
-    results = [_chain(ops, op_values, inputs[0])
-               for ops, op_values in zip(branch_ops, p.op_values, strict=True)]
+    results = [
+        _chain(ops, op_values, inputs[0])
+        for ops, op_values in zip(branch_ops, p.op_values, strict=True)
+    ]
     if kind == "multi":
         return results
     if kind in ("random", "conditional"):
@@ -345,18 +378,20 @@ def _same_branch_shapes(p: _ParsedStep, given: Shape, results: list[Shape]) -> N
     if p.step.branch_type == "conditional" and not has_else and given not in results:
         raise p.value.data["branches"].error(
             f"without a `condition: {ELSE}` branch a clip can pass through unchanged "
-            f"({describe_shape(given)}), but branch 0 gives {describe_shape(results[0])}; "
-            f"add an {ELSE} branch or keep the shape")
+            f"({_describe_shape(given)}), but branch 0 gives {_describe_shape(results[0])}; "
+            f"add an {ELSE} branch or keep the shape"
+        )
     for i, shape in enumerate(results):
         if shape != results[0]:
             raise p.branch_values[i].error(
                 "every branch must give the same frame shape and count: branch 0 gives "
-                f"{describe_shape(results[0])}, branch {i} gives {describe_shape(shape)}")
+                f"{_describe_shape(results[0])}, branch {i} gives {_describe_shape(shape)}"
+            )
 
 
 def _same_shapes(where: Value, named: list[tuple[str, Shape]], message: str) -> None:
     if any(shape != named[0][1] for _, shape in named):
-        details = ", ".join(f"{name} is {describe_shape(shape)}" for name, shape in named)
+        details = ", ".join(f"{name} is {_describe_shape(shape)}" for name, shape in named)
         raise where.error(f"{message}: {details}")
 
 
@@ -374,7 +409,7 @@ def _chain(ops: tuple[OpSpec, ...], op_values: list[Value], given: Shape) -> Sha
     return shape, frames
 
 
-def describe_shape(shape: Shape) -> str:
+def _describe_shape(shape: Shape) -> str:
     frame, count = shape
     height = "?" if frame.height is None else frame.height
     width = "?" if frame.width is None else frame.width

@@ -159,7 +159,10 @@ class _Builder:
             if not isinstance(key_node, yaml.ScalarNode):
                 line, col = key_node.start_mark.line + 1, key_node.start_mark.column + 1
                 raise ConfigError(
-                    self.file, line, col, where.path or "<document>",
+                    self.file,
+                    line,
+                    col,
+                    where.path or "<document>",
                     "a mapping key must be a plain name, not a list or mapping",
                 )
             key_where = self.build(key_node, where.path, depth + 1)
@@ -167,7 +170,10 @@ class _Builder:
             if key in where.data:
                 first_line = where.key_marks[key][0]
                 raise ConfigError(
-                    self.file, key_where.line, key_where.col, child_path(where.path, key),
+                    self.file,
+                    key_where.line,
+                    key_where.col,
+                    child_path(where.path, key),
                     f"duplicate key (first given at line {first_line})",
                 )
             where.key_marks[key] = (key_where.line, key_where.col)

@@ -39,11 +39,12 @@ import numpy as np
 
 from sandfs.ops.base import FrameShape, OpParamError, OpType, Params, Window
 
-# Measured with 2 Python threads each applying resize+random_resized_crop+flip+color_jitter to
-# 224x224 and 112x112 frames on this 2-core machine (see the ops report): OpenCV's own pool
-# (2 threads) made each op ~1.3-2x slower than one thread per caller, because both cores are
-# already busy with the callers and the pool adds hand-offs. The daemon parallelizes across
-# frames and clips, so OpenCV stays single-threaded.
+# OpenCV's own thread pool does not pay here: the daemon already runs one op call per worker
+# thread on every core. Measured on the 2-vCPU dev box (a resize + random_resized_crop + flip +
+# color_jitter + gaussian_blur pipeline, 16-frame clips, medians of 9 interleaved runs; the box was
+# shared, load 2-5, so +-20% noise): with 2 Python worker threads, 1 OpenCV thread gave 1.18x and
+# 1.36x the frames/s of OpenCV's default 2 at 224 px, 1.09x and 0.97x at 112 px, and its pool
+# never saved CPU per frame; with one caller the pool gave 0.73x-1.04x. Process-wide on purpose.
 cv2.setNumThreads(1)
 
 INTERPOLATIONS = {

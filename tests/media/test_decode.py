@@ -128,7 +128,7 @@ def test_garbage_with_the_same_size_and_mtime_is_a_decode_error(scanned_copy: Vi
 def test_a_symlink_swapped_in_is_refused(scanned_copy: VideoInfo, tmp_path: Path):
     os.replace(scanned_copy.path, tmp_path / "moved.mp4")
     os.symlink(tmp_path / "moved.mp4", scanned_copy.path)
-    with pytest.raises(DecodeError, match="ELOOP|Too many levels of symbolic links"):
+    with pytest.raises(DecodeError, match="Too many levels of symbolic links"):
         decode_frames(scanned_copy, [0])
 
 
@@ -137,7 +137,7 @@ def test_parallel_decodes_in_threads(corpus_scan: CorpusScan):
     videos = [_video(corpus_scan, p) for p in rel_paths] * 2
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda v: decode_frames(v, range(0, v.num_frames, 5)), videos))
-    for video, result in zip(videos, results, strict=True):
+    for result in results:
         assert all(read_painted_index(frame) == i for i, frame in result.frames.items())
 
 

@@ -90,123 +90,348 @@ BAD_CONFIGS = [
     ("seed-hex-trap", [("seed: 0", "seed: 0x10")], "seed", 2, "only decimal"),
     ("seed-separator", [("seed: 0", "seed: 1_000")], "seed", 2, "separators"),
     ("seed-too-big", [("seed: 0", "seed: 18446744073709551616")], "seed", 2, "at most"),
-    ("seed-duplicate", [("seed: 0 ", "seed: 0\nseed: 1")], "seed", 3,
-     "duplicate key (first given at line 2)"),
+    (
+        "seed-duplicate",
+        [("seed: 0 ", "seed: 0\nseed: 1")],
+        "seed",
+        3,
+        "duplicate key (first given at line 2)",
+    ),
     ("epochs-zero", [("epochs: 3", "epochs: 0")], "epochs", 3, "at least 1"),
     ("epochs-float", [("epochs: 3", "epochs: 2.5")], "epochs", 3, "got the number 2.5"),
     ("epochs-sexagesimal-trap", [("epochs: 3", "epochs: 12:30")], "epochs", 3, "base-60"),
     ("epochs-custom-tag", [("epochs: 3", "epochs: !custom 3")], "epochs", 3, "tag !custom"),
-    ("task-python-tag", [("task: demo", "task: !!python/object/apply:os.system [ls]")],
-     "task", 1, "tag !!python/object/apply:os.system is not allowed"),
+    (
+        "task-python-tag",
+        [("task: demo", "task: !!python/object/apply:os.system [ls]")],
+        "task",
+        1,
+        "tag !!python/object/apply:os.system is not allowed",
+    ),
     ("task-bad-chars", [("task: demo", "task: my task!")], "task", 1, "[A-Za-z0-9_.-]+"),
     ("task-dot", [("task: demo", "task: .sand")], "task", 1, "may not start with '.'"),
     ("task-null", [("task: demo", "task: ~")], "task", 1, "got null"),
-    ("top-unknown-key", [("epochs: 3 ", "epochs: 3\nseeds: 1")], "seeds", 4,
-     "did you mean 'seed'?"),
-    ("sampling-not-mapping", [("sampling:  ", "sampling: 8 #"),
-                              ("    videos_per_batch: 2          # 8\n", ""),
-                              ("    frames_per_video: 4          # 9\n", "")],
-     "dataset.sampling", 7, "expected a mapping"),
+    (
+        "top-unknown-key",
+        [("epochs: 3 ", "epochs: 3\nseeds: 1")],
+        "seeds",
+        4,
+        "did you mean 'seed'?",
+    ),
+    (
+        "sampling-not-mapping",
+        [
+            ("sampling:  ", "sampling: 8 #"),
+            ("    videos_per_batch: 2          # 8\n", ""),
+            ("    frames_per_video: 4          # 9\n", ""),
+        ],
+        "dataset.sampling",
+        7,
+        "expected a mapping",
+    ),
     ("tag-missing", [("tag: train", "# no tag")], "dataset.tag", 4, "required key"),
-    ("streaming", [("tag: train ", "tag: train\n  input_source: streaming")],
-     "dataset.input_source", 6, "streaming is not supported by this build; use file"),
-    ("input-source-typo", [("tag: train ", "tag: train\n  input_source: fil")],
-     "dataset.input_source", 6, "did you mean 'file'?"),
-    ("dataset-url", [("path: videos", "path: s3://bucket/train")],
-     "dataset.video_dataset_path", 6, "URLs are not supported"),
-    ("extension-no-dot", [("tag: train ", "tag: train\n  extensions: [.mp4, webm]")],
-     "dataset.extensions[1]", 6, "starts with '.'"),
-    ("labels-typo", [("tag: train ", "tag: train\n  labels: dirnme")],
-     "dataset.labels", 6, "did you mean 'dirname'?"),
-    ("batch-zero", [("videos_per_batch: 2", "videos_per_batch: 0")],
-     "dataset.sampling.videos_per_batch", 8, "at least 1"),
-    ("frames-missing", [("frames_per_video: 4", "# none")],
-     "dataset.sampling.frames_per_video", 7, "required key is missing"),
-    ("frames-inf", [("frames_per_video: 4", "frames_per_video: .inf")],
-     "dataset.sampling.frames_per_video", 9, "got the number .inf"),
-    ("drop-last-no-trap", [("frames_per_video: 4 ", "frames_per_video: 4\n    drop_last: no")],
-     "dataset.sampling.drop_last", 10, "only true and false are booleans"),
-    ("short-video", [("frames_per_video: 4 ", "frames_per_video: 4\n    short_video: loop")],
-     "dataset.sampling.short_video", 10, "repeat_last, wrap, skip"),
-    ("layout", [("frames_per_video: 4 ", "frames_per_video: 4\n    layout: NHWC")],
-     "dataset.sampling.layout", 10, "NTHWC, NCTHW"),
-    ("sampling-unknown", [("frames_per_video: 4 ", "frames_per_video: 4\n    stride: 2")],
-     "dataset.sampling.stride", 10, "did you mean 'frame_stride'?"),
-    ("branch-type", [("branch_type: single", "branch_type: sequence")],
-     "dataset.augmentation[0].branch_type", 12, "single, conditional, random, multi, merge"),
-    ("single-with-branches", [("config:   ", "branches: #")],
-     "dataset.augmentation[0].branches", 15, "a single step takes no 'branches'"),
-    ("config-not-list", [("config:   ", "config: {resize: {shape: [8, 8]}} #"),
-                         ("        - resize: {shape: [32, 48]}                   # 16\n", "")],
-     "dataset.augmentation[0].config", 15, "expected a list of ops"),
-    ("op-unknown", [("- resize: {shape", "- resze: {shape")],
-     "dataset.augmentation[0].config[0].resze", 16, "unknown op 'resze'"),
-    ("op-bad-param", [("shape: [32, 48]", "shape: [32]")],
-     "dataset.augmentation[0].config[0].resize.shape", 16, "[H, W]"),
-    ("op-nan-param", [("shape: [32, 48]", "shape: [32, .nan]")],
-     "dataset.augmentation[0].config[0].resize.shape[1]", 16, "finite"),
-    ("op-params-scalar", [("{shape: [32, 48]}", "5")],
-     "dataset.augmentation[0].config[0].resize", 16, "parameters as a mapping"),
-    ("op-two-keys", [("{center_crop: {size: [16, 16]}}", "{center_crop: {size: 8}, flip: {}}")],
-     f"{STEP1}.branches[0].config[0]", 23, "one-key mapping"),
-    ("input-unknown", [("inputs: [frame]", "inputs: [fram]")],
-     "dataset.augmentation[0].inputs[0]", 13, "did you mean 'frame'?"),
-    ("two-inputs-single", [("inputs: [frame]", "inputs: [frame, frame2]")],
-     "dataset.augmentation[0].inputs", 13, "exactly 1 input"),
-    ("output-frame", [("outputs: [resized]", "outputs: [frame]")],
-     "dataset.augmentation[0].outputs[0]", 14, "decoded source"),
-    ("duplicate-step-name", [("name: crop", "name: resize")], f"{STEP1}.name", 17,
-     "already used (line 11)"),
-    ("stream-produced-twice", [("outputs: [out]", "outputs: [resized]")],
-     f"{STEP1}.outputs[0]", 20, "already an output of step 'resize'"),
-    ("cycle", [("inputs: [frame]", "inputs: [out]")],
-     "dataset.augmentation[0].inputs", 13, "cycle: resize -> crop -> resize"),
-    ("two-finals", [("branch_type: single", "branch_type: multi"),
-                    ("outputs: [resized]", "outputs: [resized, extra]")],
-     f"{STEP1}.outputs", 20, "2 final outputs (extra, out)"),
-    ("prob-sum", [(PROB22, "prob: 0.4")],
-     f"{STEP1}.branches", 22, "sum to 1, got 0.9"),
-    ("prob-nan", [(PROB22, "prob: .nan")],
-     f"{STEP1}.branches[0].prob", 22, "finite"),
-    ("prob-range", [(PROB22, "prob: 1.5")],
-     f"{STEP1}.branches[0].prob", 22, "[0, 1]"),
-    ("prob-string", [(PROB22, "prob: '0.5'")],
-     f"{STEP1}.branches[0].prob", 22, "expected a number, got the string '0.5'"),
-    ("branch-shapes-differ", [("random_crop: {size: [16, 16]}", "random_crop: {size: 8}")],
-     f"{STEP1}.branches[1]", 24, "branch 0 gives 16x16 uint8, 4 frames, branch 1 gives 8x8"),
-    ("unknown-final-size", [("resize: {shape: [32, 48]}", "flip: {}"),
-                            ("[{center_crop: {size: [16, 16]}}]", "[]"),
-                            ("[{random_crop: {size: [16, 16]}}]", "[]")],
-     f"{STEP1}.outputs", 20, "needs a resize or crop so that batches stack"),
-    ("condition-misspelt", [CONDITIONAL, (PROB22, "conditon: epoch > 1")],
-     f"{STEP1}.branches[0].conditon", 22, "did you mean 'condition'?"),
-    ("condition-call", [CONDITIONAL, (PROB22, "condition: open('/etc/passwd')"),
-                        (PROB24, "condition: else")],
-     f"{STEP1}.branches[0].condition", 22, "function calls cannot be used"),
-    ("else-not-last", [CONDITIONAL, (PROB22, "condition: else"),
-                       (PROB24, "condition: epoch > 1")],
-     f"{STEP1}.branches[0].condition", 22, "'else' must be the last branch"),
-    ("merge-one-input", [("branch_type: random", "branch_type: merge"), (BRANCHES, "")],
-     f"{STEP1}.inputs", 19, "at least 2 input"),
-    ("budget-words", [("storage_budget: 1G", "storage_budget: lots")],
-     "engine.storage_budget", 27, "expected a size like 200G"),
-    ("budget-float", [("storage_budget: 1G", "storage_budget: 1.5")],
-     "engine.storage_budget", 27, "expected a size"),
-    ("workers-zero", [("storage_budget: 1G ", "storage_budget: 1G\n  workers: 0")],
-     "engine.workers", 28, "at least 1"),
-    ("workers-word", [("storage_budget: 1G ", "storage_budget: 1G\n  workers: many")],
-     "engine.workers", 28, "expected auto or an integer"),
-    ("engine-unknown", [("storage_budget: 1G", "budget: 1G")],
-     "engine.budget", 27, "allowed keys: mountpoint, cache_dir, storage_budget"),
-    ("merge-with-config", [("branch_type: random", "branch_type: merge"),
-                           (BRANCHES, "      config: []\n")],
-     f"{STEP1}.config", 21, "a merge step takes no 'config'"),
+    (
+        "streaming",
+        [("tag: train ", "tag: train\n  input_source: streaming")],
+        "dataset.input_source",
+        6,
+        "streaming is not supported by this build; use file",
+    ),
+    (
+        "input-source-typo",
+        [("tag: train ", "tag: train\n  input_source: fil")],
+        "dataset.input_source",
+        6,
+        "did you mean 'file'?",
+    ),
+    (
+        "dataset-url",
+        [("path: videos", "path: s3://bucket/train")],
+        "dataset.video_dataset_path",
+        6,
+        "URLs are not supported",
+    ),
+    (
+        "extension-no-dot",
+        [("tag: train ", "tag: train\n  extensions: [.mp4, webm]")],
+        "dataset.extensions[1]",
+        6,
+        "starts with '.'",
+    ),
+    (
+        "labels-typo",
+        [("tag: train ", "tag: train\n  labels: dirnme")],
+        "dataset.labels",
+        6,
+        "did you mean 'dirname'?",
+    ),
+    (
+        "batch-zero",
+        [("videos_per_batch: 2", "videos_per_batch: 0")],
+        "dataset.sampling.videos_per_batch",
+        8,
+        "at least 1",
+    ),
+    (
+        "frames-missing",
+        [("frames_per_video: 4", "# none")],
+        "dataset.sampling.frames_per_video",
+        7,
+        "required key is missing",
+    ),
+    (
+        "frames-inf",
+        [("frames_per_video: 4", "frames_per_video: .inf")],
+        "dataset.sampling.frames_per_video",
+        9,
+        "got the number .inf",
+    ),
+    (
+        "drop-last-no-trap",
+        [("frames_per_video: 4 ", "frames_per_video: 4\n    drop_last: no")],
+        "dataset.sampling.drop_last",
+        10,
+        "only true and false are booleans",
+    ),
+    (
+        "short-video",
+        [("frames_per_video: 4 ", "frames_per_video: 4\n    short_video: loop")],
+        "dataset.sampling.short_video",
+        10,
+        "repeat_last, wrap, skip",
+    ),
+    (
+        "layout",
+        [("frames_per_video: 4 ", "frames_per_video: 4\n    layout: NHWC")],
+        "dataset.sampling.layout",
+        10,
+        "NTHWC, NCTHW",
+    ),
+    (
+        "sampling-unknown",
+        [("frames_per_video: 4 ", "frames_per_video: 4\n    stride: 2")],
+        "dataset.sampling.stride",
+        10,
+        "did you mean 'frame_stride'?",
+    ),
+    (
+        "branch-type",
+        [("branch_type: single", "branch_type: sequence")],
+        "dataset.augmentation[0].branch_type",
+        12,
+        "single, conditional, random, multi, merge",
+    ),
+    (
+        "single-with-branches",
+        [("config:   ", "branches: #")],
+        "dataset.augmentation[0].branches",
+        15,
+        "a single step takes no 'branches'",
+    ),
+    (
+        "config-not-list",
+        [
+            ("config:   ", "config: {resize: {shape: [8, 8]}} #"),
+            ("        - resize: {shape: [32, 48]}                   # 16\n", ""),
+        ],
+        "dataset.augmentation[0].config",
+        15,
+        "expected a list of ops",
+    ),
+    (
+        "op-unknown",
+        [("- resize: {shape", "- resze: {shape")],
+        "dataset.augmentation[0].config[0].resze",
+        16,
+        "unknown op 'resze'",
+    ),
+    (
+        "op-bad-param",
+        [("shape: [32, 48]", "shape: [32]")],
+        "dataset.augmentation[0].config[0].resize.shape",
+        16,
+        "[H, W]",
+    ),
+    (
+        "op-nan-param",
+        [("shape: [32, 48]", "shape: [32, .nan]")],
+        "dataset.augmentation[0].config[0].resize.shape[1]",
+        16,
+        "finite",
+    ),
+    (
+        "op-params-scalar",
+        [("{shape: [32, 48]}", "5")],
+        "dataset.augmentation[0].config[0].resize",
+        16,
+        "parameters as a mapping",
+    ),
+    (
+        "op-two-keys",
+        [("{center_crop: {size: [16, 16]}}", "{center_crop: {size: 8}, flip: {}}")],
+        f"{STEP1}.branches[0].config[0]",
+        23,
+        "one-key mapping",
+    ),
+    (
+        "input-unknown",
+        [("inputs: [frame]", "inputs: [fram]")],
+        "dataset.augmentation[0].inputs[0]",
+        13,
+        "did you mean 'frame'?",
+    ),
+    (
+        "two-inputs-single",
+        [("inputs: [frame]", "inputs: [frame, frame2]")],
+        "dataset.augmentation[0].inputs",
+        13,
+        "exactly 1 input",
+    ),
+    (
+        "output-frame",
+        [("outputs: [resized]", "outputs: [frame]")],
+        "dataset.augmentation[0].outputs[0]",
+        14,
+        "decoded source",
+    ),
+    (
+        "duplicate-step-name",
+        [("name: crop", "name: resize")],
+        f"{STEP1}.name",
+        17,
+        "already used (line 11)",
+    ),
+    (
+        "stream-produced-twice",
+        [("outputs: [out]", "outputs: [resized]")],
+        f"{STEP1}.outputs[0]",
+        20,
+        "already an output of step 'resize'",
+    ),
+    (
+        "cycle",
+        [("inputs: [frame]", "inputs: [out]")],
+        "dataset.augmentation[0].inputs",
+        13,
+        "cycle: resize -> crop -> resize",
+    ),
+    (
+        "two-finals",
+        [
+            ("branch_type: single", "branch_type: multi"),
+            ("outputs: [resized]", "outputs: [resized, extra]"),
+        ],
+        f"{STEP1}.outputs",
+        20,
+        "2 final outputs (extra, out)",
+    ),
+    ("prob-sum", [(PROB22, "prob: 0.4")], f"{STEP1}.branches", 22, "sum to 1, got 0.9"),
+    ("prob-nan", [(PROB22, "prob: .nan")], f"{STEP1}.branches[0].prob", 22, "finite"),
+    ("prob-range", [(PROB22, "prob: 1.5")], f"{STEP1}.branches[0].prob", 22, "[0, 1]"),
+    (
+        "prob-string",
+        [(PROB22, "prob: '0.5'")],
+        f"{STEP1}.branches[0].prob",
+        22,
+        "expected a number, got the string '0.5'",
+    ),
+    (
+        "branch-shapes-differ",
+        [("random_crop: {size: [16, 16]}", "random_crop: {size: 8}")],
+        f"{STEP1}.branches[1]",
+        24,
+        "branch 0 gives 16x16 uint8, 4 frames, branch 1 gives 8x8",
+    ),
+    (
+        "unknown-final-size",
+        [
+            ("resize: {shape: [32, 48]}", "flip: {}"),
+            ("[{center_crop: {size: [16, 16]}}]", "[]"),
+            ("[{random_crop: {size: [16, 16]}}]", "[]"),
+        ],
+        f"{STEP1}.outputs",
+        20,
+        "needs a resize or crop so that batches stack",
+    ),
+    (
+        "condition-misspelt",
+        [CONDITIONAL, (PROB22, "conditon: epoch > 1")],
+        f"{STEP1}.branches[0].conditon",
+        22,
+        "did you mean 'condition'?",
+    ),
+    (
+        "condition-call",
+        [CONDITIONAL, (PROB22, "condition: open('/etc/passwd')"), (PROB24, "condition: else")],
+        f"{STEP1}.branches[0].condition",
+        22,
+        "function calls cannot be used",
+    ),
+    (
+        "else-not-last",
+        [CONDITIONAL, (PROB22, "condition: else"), (PROB24, "condition: epoch > 1")],
+        f"{STEP1}.branches[0].condition",
+        22,
+        "'else' must be the last branch",
+    ),
+    (
+        "merge-one-input",
+        [("branch_type: random", "branch_type: merge"), (BRANCHES, "")],
+        f"{STEP1}.inputs",
+        19,
+        "at least 2 input",
+    ),
+    (
+        "budget-words",
+        [("storage_budget: 1G", "storage_budget: lots")],
+        "engine.storage_budget",
+        27,
+        "expected a size like 200G",
+    ),
+    (
+        "budget-float",
+        [("storage_budget: 1G", "storage_budget: 1.5")],
+        "engine.storage_budget",
+        27,
+        "expected a size",
+    ),
+    (
+        "workers-zero",
+        [("storage_budget: 1G ", "storage_budget: 1G\n  workers: 0")],
+        "engine.workers",
+        28,
+        "at least 1",
+    ),
+    (
+        "workers-word",
+        [("storage_budget: 1G ", "storage_budget: 1G\n  workers: many")],
+        "engine.workers",
+        28,
+        "expected auto or an integer",
+    ),
+    (
+        "engine-unknown",
+        [("storage_budget: 1G", "budget: 1G")],
+        "engine.budget",
+        27,
+        "allowed keys: mountpoint, cache_dir, storage_budget",
+    ),
+    (
+        "merge-with-config",
+        [("branch_type: random", "branch_type: merge"), (BRANCHES, "      config: []\n")],
+        f"{STEP1}.config",
+        21,
+        "a merge step takes no 'config'",
+    ),
     ("yaml-syntax", [("seed: 0", "seed: [0")], "<yaml>", 3, ""),
 ]
 
 
-@pytest.mark.parametrize(("edits", "key", "line", "fragment"),
-                         [case[1:] for case in BAD_CONFIGS], ids=[case[0] for case in BAD_CONFIGS])
+@pytest.mark.parametrize(
+    ("edits", "key", "line", "fragment"),
+    [case[1:] for case in BAD_CONFIGS],
+    ids=[case[0] for case in BAD_CONFIGS],
+)
 def test_bad_config_points_at_file_line_and_key(edits, key, line, fragment):
     err = error_of(edited(*edits))
     assert (err.file, err.key, err.line) == (FILE, key, line), str(err)
@@ -236,13 +461,36 @@ def test_config_error_is_one_line_and_picklable():
 
 
 def test_yaml_scalars_follow_the_12_core_schema_with_decimal_integers():
-    text = "\n".join([
-        "octal: 010", "hex: 0x10", "octal12: 0o10", "sexagesimal: 12:30", "exp: 1e3",
-        "tilde: ~", "null_word: NULL", "empty:", "no: no", "yes_: yes", "on: on", "off: Off",
-        "true_: TRUE", "false_: False", "inf: .inf", "ninf: -.Inf", "nan: .NaN",
-        "under: 1_000", "neg: -5", "plus: +3", "half: .5", "zero: 0", "dot: 1.", "float: 0.25",
-        "date: 2024-01-01", "quoted: '10'",
-    ])
+    text = "\n".join(
+        [
+            "octal: 010",
+            "hex: 0x10",
+            "octal12: 0o10",
+            "sexagesimal: 12:30",
+            "exp: 1e3",
+            "tilde: ~",
+            "null_word: NULL",
+            "empty:",
+            "no: no",
+            "yes_: yes",
+            "on: on",
+            "off: Off",
+            "true_: TRUE",
+            "false_: False",
+            "inf: .inf",
+            "ninf: -.Inf",
+            "nan: .NaN",
+            "under: 1_000",
+            "neg: -5",
+            "plus: +3",
+            "half: .5",
+            "zero: 0",
+            "dot: 1.",
+            "float: 0.25",
+            "date: 2024-01-01",
+            "quoted: '10'",
+        ]
+    )
     data = {k: v.data for k, v in read_yaml(text, FILE).data.items()}
     assert data["octal"] == "010"
     assert data["hex"] == "0x10"
@@ -273,24 +521,32 @@ def test_yaml_traps_read_as_strings_in_string_fields():
 
 
 def test_yaml_12_values_accepted_in_typed_fields():
-    config = load(edited(
-        (PROB22, "prob: 5e-1"),
-        ("frames_per_video: 4 ", "frames_per_video: 4\n    drop_last: TRUE\n    frame_stride: ~"),
-    ))
+    config = load(
+        edited(
+            (PROB22, "prob: 5e-1"),
+            (
+                "frames_per_video: 4 ",
+                "frames_per_video: 4\n    drop_last: TRUE\n    frame_stride: ~",
+            ),
+        )
+    )
     assert config.dataset.augmentation[1].branches[0].prob == 0.5
     assert config.dataset.sampling.drop_last is True
     assert config.dataset.sampling.frame_stride == 1  # null: the default
 
 
-@pytest.mark.parametrize("tagged", [
-    "!!python/object/apply:os.system ['echo pwned']",
-    "!!python/name:os.system",
-    "!!python/object/new:dict {}",
-    "!!binary aGVsbG8=",
-    "!!timestamp 2024-01-01",
-    "!!set {a, b}",
-    "!local thing",
-])
+@pytest.mark.parametrize(
+    "tagged",
+    [
+        "!!python/object/apply:os.system ['echo pwned']",
+        "!!python/name:os.system",
+        "!!python/object/new:dict {}",
+        "!!binary aGVsbG8=",
+        "!!timestamp 2024-01-01",
+        "!!set {a, b}",
+        "!local thing",
+    ],
+)
 def test_non_standard_tags_are_rejected(tagged):
     err = error_of(edited(("tag: train", f"tag: {tagged}")))
     assert (err.key, err.line) == ("dataset.tag", 5)
@@ -311,8 +567,12 @@ def test_duplicate_keys_are_rejected_at_any_depth():
 
 
 def test_anchors_and_aliases_work_but_cannot_explode():
-    config = load(edited(("config: [{center_crop", "config: &crop [{center_crop"),
-                         ("config: [{random_crop: {size: [16, 16]}}]", "config: *crop")))
+    config = load(
+        edited(
+            ("config: [{center_crop", "config: &crop [{center_crop"),
+            ("config: [{random_crop: {size: [16, 16]}}]", "config: *crop"),
+        )
+    )
     branches = config.dataset.augmentation[1].branches
     assert branches[0].ops == branches[1].ops
     laughs = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
@@ -323,16 +583,19 @@ def test_anchors_and_aliases_work_but_cannot_explode():
         read_yaml("a: &a [*a]", FILE)
 
 
-@pytest.mark.parametrize(("text", "line", "key", "fragment"), [
-    ("", 1, "<document>", "the file is empty"),
-    ("# only a comment\n", 1, "<document>", "the file is empty"),
-    ("- a\n- b\n", 1, "<document>", "expected a mapping"),
-    ("task: a\n---\ntask: b\n", 2, "<yaml>", "single document"),
-    ("task: [a\n", 2, "<yaml>", ""),
-    ("? [a, b]\n: c\n", 1, "<document>", "plain name"),
-    ("task: x\nseed: \x07\n", 2, "<yaml>", "may not contain the character '\\x07'"),
-    ("a: " + "[" * 1000 + "]" * 1000, 1, "<yaml>", "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    ("text", "line", "key", "fragment"),
+    [
+        ("", 1, "<document>", "the file is empty"),
+        ("# only a comment\n", 1, "<document>", "the file is empty"),
+        ("- a\n- b\n", 1, "<document>", "expected a mapping"),
+        ("task: a\n---\ntask: b\n", 2, "<yaml>", "single document"),
+        ("task: [a\n", 2, "<yaml>", ""),
+        ("? [a, b]\n: c\n", 1, "<document>", "plain name"),
+        ("task: x\nseed: \x07\n", 2, "<yaml>", "may not contain the character '\\x07'"),
+        ("a: " + "[" * 1000 + "]" * 1000, 1, "<yaml>", "nested too deeply"),
+    ],
+)
 def test_document_level_errors(text, line, key, fragment):
     err = error_of(text)
     assert (err.key, err.line) == (key, line), str(err)
@@ -340,6 +603,10 @@ def test_document_level_errors(text, line, key, fragment):
 
 
 def test_unreadable_files(tmp_path):
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("# padding\n" * 200_000)
+    with pytest.raises(ConfigError, match=r"huge.yaml:1:1: <file>: larger than 1048576 bytes"):
+        load_task_config(huge)
     with pytest.raises(ConfigError, match=r"missing.yaml:1:1: <file>: cannot read"):
         load_task_config(tmp_path / "missing.yaml")
     with pytest.raises(ConfigError, match="not a regular file"):
@@ -463,8 +730,13 @@ def test_spec_example_loads():
     assert crop.ops[0].param_dict() == {"size": (224, 224)}
     assert config.engine.storage_budget_bytes == 200 * 2**30
     assert config.engine.workers is None
-    assert config.engine_given == {"mountpoint", "cache_dir", "storage_budget_bytes",
-                                   "k_epochs", "workers"}
+    assert config.engine_given == {
+        "mountpoint",
+        "cache_dir",
+        "storage_budget_bytes",
+        "k_epochs",
+        "workers",
+    }
     assert hash(config) == hash(load(SPEC_EXAMPLE))
 
 
@@ -473,7 +745,7 @@ def test_figure_9_loads_with_defaults():
     dataset = config.dataset
     assert dataset.input_source == "file"
     assert dataset.extensions == (".mp4", ".webm", ".mkv", ".avi", ".mov")
-    assert dataset.labels == "none"
+    assert dataset.labels == "dirname"
     assert dataset.video_dataset_path == str(Path.cwd() / "data" / "train")
     assert dataset.sampling.samples_per_video == 2
     assert dataset.sampling.drop_last is False
@@ -496,7 +768,12 @@ def test_example_full_uses_every_branch_type():
     config = load_task_config(path, check_paths=False)
     steps = {step.name: step for step in config.dataset.augmentation}
     assert {s.branch_type for s in steps.values()} == {
-        "single", "conditional", "random", "multi", "merge"}
+        "single",
+        "conditional",
+        "random",
+        "multi",
+        "merge",
+    }
     assert config.dataset.video_dataset_path == str(REPO / "demo-data" / "videos")
     multi = steps["two_views"]
     assert multi.outputs == ("view_a", "view_b")
@@ -509,14 +786,19 @@ def test_example_full_uses_every_branch_type():
 
 
 def test_multi_with_one_config_gives_one_branch_per_output():
-    text = edited(("branch_type: single", "branch_type: multi"),
-                  ("outputs: [resized]", "outputs: [resized, other]"),
-                  ("outputs: [out]", "outputs: [a]"),
-                  ("[{center_crop: {size: [16, 16]}}]", "[{flip: {}}]"),
-                  ("[{random_crop: {size: [16, 16]}}]", "[]"),
-                  ("- name: crop", "- name: join\n      branch_type: merge\n"
-                                   "      inputs: [a, other]\n      outputs: [out]\n"
-                                   "    - name: crop"))
+    text = edited(
+        ("branch_type: single", "branch_type: multi"),
+        ("outputs: [resized]", "outputs: [resized, other]"),
+        ("outputs: [out]", "outputs: [a]"),
+        ("[{center_crop: {size: [16, 16]}}]", "[{flip: {}}]"),
+        ("[{random_crop: {size: [16, 16]}}]", "[]"),
+        (
+            "- name: crop",
+            "- name: join\n      branch_type: merge\n"
+            "      inputs: [a, other]\n      outputs: [out]\n"
+            "    - name: crop",
+        ),
+    )
     config = load(text)
     multi = config.dataset.augmentation[0]
     assert len(multi.branches) == 2
@@ -527,19 +809,19 @@ def test_multi_with_one_config_gives_one_branch_per_output():
 
 
 def test_multi_branch_count_must_match_outputs():
-    text = edited(("branch_type: single", "branch_type: multi"),
-                  ("outputs: [resized]", "outputs: [resized, other]"),
-                  ("config:   ", "branches: [{config: []}] #"),
-                  ("        - resize: {shape: [32, 48]}                   # 16\n", ""))
+    text = edited(
+        ("branch_type: single", "branch_type: multi"),
+        ("outputs: [resized]", "outputs: [resized, other]"),
+        ("config:   ", "branches: [{config: []}] #"),
+        ("        - resize: {shape: [32, 48]}                   # 16\n", ""),
+    )
     err = error_of(text)
     assert (err.key, err.line) == ("dataset.augmentation[0].branches", 15)
     assert "one branch per output: 2 outputs, 1 branches" in err.message
 
 
 def test_conditional_without_else_must_keep_the_shape():
-    text = edited(CONDITIONAL,
-                  (PROB22, "condition: epoch < 2"),
-                  (PROB24, "condition: task == 'x'"))
+    text = edited(CONDITIONAL, (PROB22, "condition: epoch < 2"), (PROB24, "condition: task == 'x'"))
     err = error_of(text)
     assert (err.key, err.line) == (f"{STEP1}.branches", 22)
     assert "add an else branch" in err.message
@@ -557,8 +839,10 @@ def test_paths_resolve_against_the_config_folder_and_are_checked(tmp_path):
     (tmp_path / "videos").mkdir()
     (tmp_path / "labels.csv").write_text("video,label\n")
     config_file = tmp_path / "task.yaml"
-    text = edited(("tag: train", "tag: train\n  labels: labels.csv"),
-                  ("storage_budget: 1G", "cache_dir: cache"))
+    text = edited(
+        ("tag: train", "tag: train\n  labels: labels.csv"),
+        ("storage_budget: 1G", "cache_dir: cache"),
+    )
     config = load_task_config(config_file, text=text)
     assert config.dataset.video_dataset_path == str(tmp_path / "videos")
     assert config.dataset.labels == str(tmp_path / "labels.csv")
@@ -577,58 +861,64 @@ def test_paths_resolve_against_the_config_folder_and_are_checked(tmp_path):
 # --- conditions --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("source", "epoch", "iteration", "task", "expected"), [
-    ("epoch < 5", 4, 0, "t", True),
-    ("epoch < 5", 5, 0, "t", False),
-    ("0 <= epoch < 10 and iteration % 2 == 0", 3, 4, "t", True),
-    ("0 <= epoch < 10 and iteration % 2 == 0", 3, 5, "t", False),
-    ("not (epoch == 1 or task != 'ssl')", 2, 0, "ssl", True),
-    ("task == \"ssl\" or epoch * 2 - 1 > iteration // 3", 4, 20, "x", True),
-    ("-epoch + 3 >= -iteration", 5, 1, "x", False),
-    ("iteration > 10000", 0, 10001, "x", True),
-    ("task < 'b'", 0, 0, "a", True),
-    ("(epoch > 1) == (iteration > 1)", 0, 0, "x", True),
-])
+@pytest.mark.parametrize(
+    ("source", "epoch", "iteration", "task", "expected"),
+    [
+        ("epoch < 5", 4, 0, "t", True),
+        ("epoch < 5", 5, 0, "t", False),
+        ("0 <= epoch < 10 and iteration % 2 == 0", 3, 4, "t", True),
+        ("0 <= epoch < 10 and iteration % 2 == 0", 3, 5, "t", False),
+        ("not (epoch == 1 or task != 'ssl')", 2, 0, "ssl", True),
+        ('task == "ssl" or epoch * 2 - 1 > iteration // 3', 4, 20, "x", True),
+        ("-epoch + 3 >= -iteration", 5, 1, "x", False),
+        ("iteration > 10000", 0, 10001, "x", True),
+        ("task < 'b'", 0, 0, "a", True),
+        ("(epoch > 1) == (iteration > 1)", 0, 0, "x", True),
+    ],
+)
 def test_condition_values(source, epoch, iteration, task, expected):
     tree = compile_condition(source)
     assert evaluate(tree, {"epoch": epoch, "iteration": iteration, "task": task}) is expected
 
 
-@pytest.mark.parametrize(("source", "fragment"), [
-    ("__import__('os').system('ls')", "function calls"),
-    ("epoch.real > 1", "attribute access"),
-    ("task[0] == 'a'", "subscripts"),
-    ("(lambda: 1)() == 1", "function calls"),
-    ("(lambda: 1) == 1", "lambda"),
-    ("x > 1", "unknown name 'x'"),
-    ("__builtins__ == 1", "unknown name '__builtins__'"),
-    ("epoch > 1.5", "float literals"),
-    ("epoch ** 99999999 > 1", "'**'"),
-    ("epoch / 2 > 1", "'/'"),
-    ("epoch > 10000000000000000000", "literal larger"),
-    ("'a' * 1000000000 == task", "'*' needs an integer, got a string"),
-    ("task + 1 == 2", "'+' needs an integer, got a string"),
-    ("task == 1", "compares str with int"),
-    ("epoch in (1, 2)", "tuples"),
-    ("epoch in [1]", "lists"),
-    ("epoch is 1", "'is'"),
-    ("epoch", "not a bare int expression"),
-    ("epoch > 1 if task else 0", "conditional expressions"),
-    ("[x for x in ()]", "comprehensions"),
-    ("(y := 1) == 1", "assignment expressions"),
-    ("f'{epoch}' == task", "f-strings"),
-    ("epoch & 1 == 1", "'&'"),
-    ("True", "literal True"),
-    ("epoch % 0 == 1", "division by zero"),
-    ("epoch >", "invalid syntax"),
-    ("import os", "invalid syntax"),
-    ("epoch == 1; 2", "invalid syntax"),
-    ("", "empty"),
-    ("epoch == 1 " + "or epoch == 1 " * 40, "longer than 500"),
-    ("(" * 300 + "epoch" + ")" * 300 + " == 1", "longer than 500"),
-    ("-" * 400 + "epoch == 1", "nested more than 50 levels"),
-    ("not " * 100 + "epoch == 1", "nested more than 50 levels"),
-])
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ("__import__('os').system('ls')", "function calls"),
+        ("epoch.real > 1", "attribute access"),
+        ("task[0] == 'a'", "subscripts"),
+        ("(lambda: 1)() == 1", "function calls"),
+        ("(lambda: 1) == 1", "lambda"),
+        ("x > 1", "unknown name 'x'"),
+        ("__builtins__ == 1", "unknown name '__builtins__'"),
+        ("epoch > 1.5", "float literals"),
+        ("epoch ** 99999999 > 1", "'**'"),
+        ("epoch / 2 > 1", "'/'"),
+        ("epoch > 10000000000000000000", "literal larger"),
+        ("'a' * 1000000000 == task", "'*' needs an integer, got a string"),
+        ("task + 1 == 2", "'+' needs an integer, got a string"),
+        ("task == 1", "compares str with int"),
+        ("epoch in (1, 2)", "tuples"),
+        ("epoch in [1]", "lists"),
+        ("epoch is 1", "'is'"),
+        ("epoch", "not a bare int expression"),
+        ("epoch > 1 if task else 0", "conditional expressions"),
+        ("[x for x in ()]", "comprehensions"),
+        ("(y := 1) == 1", "assignment expressions"),
+        ("f'{epoch}' == task", "f-strings"),
+        ("epoch & 1 == 1", "'&'"),
+        ("True", "literal True"),
+        ("epoch % 0 == 1", "division by zero"),
+        ("epoch >", "invalid syntax"),
+        ("import os", "invalid syntax"),
+        ("epoch == 1; 2", "invalid syntax"),
+        ("", "empty"),
+        ("epoch == 1 " + "or epoch == 1 " * 40, "longer than 500"),
+        ("(" * 300 + "epoch" + ")" * 300 + " == 1", "longer than 500"),
+        ("-" * 400 + "epoch == 1", "nested more than 50 levels"),
+        ("not " * 100 + "epoch == 1", "nested more than 50 levels"),
+    ],
+)
 def test_hostile_conditions_are_refused(source, fragment):
     with pytest.raises(ValueError, match=re.escape(fragment)):
         compile_condition(source)
@@ -651,16 +941,28 @@ def test_runtime_division_by_zero_is_a_value_error():
 
 
 def _with_engine(task: str, engine: str) -> str:
-    return edited(("task: demo", f"task: {task}"),
-                  ("engine:                          # 26\n  storage_budget: 1G             # 27\n",
-                   "engine:\n" + engine))
+    return edited(
+        ("task: demo", f"task: {task}"),
+        (
+            "engine:                          # 26\n  storage_budget: 1G             # 27\n",
+            "engine:\n" + engine,
+        ),
+    )
 
 
 def test_merge_engines_first_wins_with_warnings_and_cli_overrides():
-    first = load_task_config("a.yaml", check_paths=False, text=_with_engine(
-        "a", "  cache_dir: /c1\n  storage_budget: 1G\n"))
-    second = load_task_config("b.yaml", check_paths=False, text=_with_engine(
-        "b", "  cache_dir: /c2\n  storage_budget: 1024M\n  workers: 3\n  k_epochs: ~\n"))
+    first = load_task_config(
+        "a.yaml",
+        check_paths=False,
+        text=_with_engine("a", "  cache_dir: /c1\n  storage_budget: 1G\n"),
+    )
+    second = load_task_config(
+        "b.yaml",
+        check_paths=False,
+        text=_with_engine(
+            "b", "  cache_dir: /c2\n  storage_budget: 1024M\n  workers: 3\n  k_epochs: ~\n"
+        ),
+    )
     engine, warnings = merge_engines([first, second], {})
     assert engine.cache_dir == "/c1"
     assert engine.storage_budget_bytes == 2**30
@@ -670,10 +972,17 @@ def test_merge_engines_first_wins_with_warnings_and_cli_overrides():
     assert "engine.cache_dir" in warnings[0]
     assert "a.yaml" in warnings[0]
     assert "b.yaml" in warnings[0]
-    overridden, _ = merge_engines([first, second], {
-        "cache_dir": "rel", "storage_budget_bytes": "2G", "workers": "auto", "k_epochs": 2,
-        "mountpoint": None,
-    })
+    overridden, warnings = merge_engines(
+        [first, second],
+        {
+            "cache_dir": "rel",
+            "storage_budget_bytes": "2G",
+            "workers": "auto",
+            "k_epochs": 2,
+            "mountpoint": None,
+        },
+    )
+    assert warnings == []  # the CLI settles the cache_dir disagreement
     assert overridden.cache_dir == str(Path.cwd() / "rel")
     assert overridden.storage_budget_bytes == 2 * 2**30
     assert overridden.workers is None
@@ -685,18 +994,45 @@ def test_merge_engines_first_wins_with_warnings_and_cli_overrides():
         merge_engines([first], {"budget": "1G"})
 
 
-@pytest.mark.parametrize(("text", "size"), [
-    ("4096", 4096), (4096, 4096), ("512M", 512 * 2**20), ("200G", 200 * 2**30),
-    ("1.5T", 3 * 2**39), ("10GiB", 10 * 2**30), ("10gb", 10 * 2**30), ("2 k", 2048),
-    ("100B", 100), ("0.3K", 307), ("1E", 2**60),
-])
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("4096", 4096),
+        (4096, 4096),
+        ("512M", 512 * 2**20),
+        ("200G", 200 * 2**30),
+        ("1.5T", 3 * 2**39),
+        ("10GiB", 10 * 2**30),
+        ("10gb", 10 * 2**30),
+        ("2 k", 2048),
+        ("100B", 100),
+        ("0.3K", 307),
+        ("1E", 2**60),
+    ],
+)
 def test_parse_size(text, size):
     assert parse_size(text) == size
 
 
-@pytest.mark.parametrize("text", [
-    "", "G", "-1G", "0", 0, "1.5", "1e3", "1 GB extra", "ten", "8E", "1Gi", True, 1.5, None,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "G",
+        "-1G",
+        "0",
+        0,
+        "1.5",
+        "1e3",
+        "1 GB extra",
+        "ten",
+        "8E",
+        "1Gi",
+        True,
+        1.5,
+        None,
+    ],
+)
 def test_parse_size_rejects(text):
     with pytest.raises(ValueError, match=r"size|bytes"):
         parse_size(text)

@@ -1,0 +1,76 @@
+"""The object engine in-process (pytest-trio): single flight, remembered failures, the memory
+bound, read-ahead that never duplicates work."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import trio
+
+from sandfs.engine import ObjectEngine, ObjectFailed
+
+
+class Counting:
+    def __init__(self, payload: bytes = b"x" * 100, delay_seconds: float = 0.05) -> None:
+        self.calls = 0
+        self.payload = payload
+        self.delay_seconds = delay_seconds
+        self.lock = threading.Lock()
+
+    def __call__(self) -> bytes:
+        with self.lock:
+            self.calls += 1
+        time.sleep(self.delay_seconds)
+        return self.payload
+
+
+async def test_concurrent_readers_materialize_once():
+    engine = ObjectEngine(workers=2, memory_budget_bytes=1 << 20)
+    compute = Counting()
+    results = []
+
+    async def reader():
+        results.append(await engine.get("k", compute))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(8):
+            nursery.start_soon(reader)
+    assert compute.calls == 1 and results == [compute.payload] * 8
+    assert engine.state("k") == "ready"
+
+
+async def test_failure_is_remembered_not_retried():
+    engine = ObjectEngine(workers=1, memory_budget_bytes=1 << 20)
+    calls = []
+
+    def broken() -> bytes:
+        calls.append(1)
+        raise ValueError("corrupt frame")
+
+    for _ in range(3):
+        with pytest.raises(ObjectFailed, match="corrupt frame"):
+            await engine.get("bad", broken)
+    assert len(calls) == 1 and engine.state("bad") == "failed"
+
+
+async def test_memory_stays_within_budget():
+    engine = ObjectEngine(workers=1, memory_budget_bytes=1000)
+    for key in range(20):
+        await engine.get(key, Counting(b"y" * 300, 0))
+    assert engine.memory_bytes <= 1000
+    assert engine.state(19) == "ready" and engine.state(0) == "planned"
+
+
+async def test_prefetch_runs_in_background_once():
+    engine = ObjectEngine(workers=2, memory_budget_bytes=1 << 20)
+    compute = Counting()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(engine.run)
+        engine.prefetch("ahead", compute)
+        engine.prefetch("ahead", compute)  # already claimed: a no-op
+        assert engine.state("ahead") == "materializing"
+        assert await engine.get("ahead", compute) == compute.payload
+        nursery.cancel_scope.cancel()
+    assert compute.calls == 1

@@ -1,0 +1,75 @@
+"""The tree's name parsing in-process: strict numbers, one path per object, and a fuzz that any
+byte string resolves to a node or to nothing (ENOENT) — never to an exception."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_plan import fake_videos, make_plan
+
+from sandfs.engine import ObjectEngine
+from sandfs.fuse.namespace import ROOT, Namespace, Node, parse_number
+from sandfs.service import ViewService
+from sandfs.stats import Stats
+
+
+@pytest.fixture(scope="module")
+def namespace(tmp_path_factory) -> Namespace:
+    plan = make_plan(tmp_path_factory.mktemp("ns"), videos=fake_videos(10))
+    service = ViewService([plan], engine=ObjectEngine(workers=1, memory_budget_bytes=1 << 20),
+                          stats=Stats(), task_texts={"t0": "task: t0\n"})
+    return Namespace(service)
+
+
+@pytest.mark.parametrize("text", ["0", "7", "17", "123456789"])
+def test_canonical_numbers_parse(text):
+    assert parse_number(text) == int(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "01", "+1", " 1", "1 ", "1_0", "-1", "١", "１", "1e3", "0x1", "1234567890", "٠"]
+)
+def test_other_spellings_do_not(text):
+    assert parse_number(text) is None
+
+
+def test_walk_and_sizes(namespace):
+    task = namespace.child(ROOT, "t0")
+    epoch = namespace.child(task, "2")
+    view = namespace.child(namespace.child(epoch, "1"), "view")
+    assert view == Node("view", task="t0", epoch=2, iteration=1)
+    assert namespace.file_size(view) == namespace.service.tasks["t0"].view_nbytes(2, 1)
+    assert namespace.child(task, "3") is None  # epochs: 3
+    assert namespace.child(epoch, "3") is None  # 10 videos / 4 -> 3 iterations
+    videos = namespace.child(task, "videos")
+    assert [n for n, _ in namespace.children(videos)] == ["c0", "c1", "c2"]
+    folder = namespace.child(videos, "c0")
+    frames = namespace.child(folder, "v000")
+    assert namespace.child(folder, "v000.mp4").kind == "video_file"
+    assert namespace.child(frames, "frame119") is not None
+    assert namespace.child(frames, "frame120") is None
+    aug0 = namespace.child(namespace.child(frames, "frame3"), "aug0")
+    assert namespace.file_size(aug0) == 128 + 48 * 64 * 3
+
+
+def walk(namespace: Namespace, names: list[bytes]) -> None:
+    node = ROOT
+    for raw in names:
+        child = namespace.child(node, os.fsdecode(raw))
+        if child is None:
+            return
+        assert isinstance(child, Node)
+        node = child
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(
+    st.binary(min_size=1, max_size=255).filter(lambda b: b"/" not in b and b"\0" not in b),
+    st.sampled_from([b"t0", b"0", b"1", b"videos", b"c0", b"v000", b"frame0", b".sand",
+                     b"tasks", b"status.json", b"view", b"aug1", b"..", b"%2F", b"t0.yaml"]),
+), min_size=1, max_size=6))
+def test_any_name_resolves_or_is_enoent(namespace, names):
+    walk(namespace, names)

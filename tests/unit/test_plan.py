@@ -1,0 +1,151 @@
+"""The pure plan: coverage, determinism, randomness, shapes — no decoding, no mount."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from harness import task_config, write_config
+from scipy import stats as scistats
+
+from sandfs.config.loader import load_task_config
+from sandfs.media.types import VideoInfo
+from sandfs.plan.abstract import build_abstract_graph, stream_paths
+from sandfs.plan.task import TaskPlan
+
+
+def fake_videos(count: int, num_frames: int = 120, size=(64, 48)) -> list[VideoInfo]:
+    width, height = size
+    return [
+        VideoInfo(name=f"c{i % 3}/v{i:03d}", rel_path=f"c{i % 3}/v{i:03d}.mp4",
+                  path=f"/nowhere/c{i % 3}/v{i:03d}.mp4", size_bytes=1000, mtime_ns=0,
+                  width=width, height=height, num_frames=num_frames,
+                  frame_pts=tuple(range(num_frames)), time_base=Fraction(1, 25),
+                  keyframe_indices=tuple(range(0, num_frames, 12)), seekable=True)
+        for i in range(count)
+    ]
+
+
+def make_plan(tmp_path: Path, videos=None, k_epochs: int = 2, **overrides) -> TaskPlan:
+    path = write_config(tmp_path / "t.yaml", task_config(tmp_path, **overrides))
+    cfg = load_task_config(path)
+    return TaskPlan(cfg, videos if videos is not None else fake_videos(10), k_epochs=k_epochs)
+
+
+def test_each_video_once_per_epoch_and_epochs_differ(tmp_path):
+    plan = make_plan(tmp_path, epochs=4)
+    orders = []
+    for epoch in range(4):
+        seen = [c.video_index for i in range(plan.iterations_per_epoch)
+                for c in plan.view_plan(epoch, i).clips]
+        assert sorted(seen) == list(range(10))
+        orders.append(seen)
+    assert len({tuple(o) for o in orders}) == 4
+    assert plan.iterations_per_epoch == 3  # 10 videos / 4, the last batch short
+    assert plan.view_plan(0, 2).shape == (2, 4, 32, 32, 3)
+
+
+def test_drop_last_drops_the_tail(tmp_path):
+    plan = make_plan(tmp_path, sampling={"drop_last": True})
+    assert plan.iterations_per_epoch == 2
+    assert all(len(plan.view_plan(0, i).clips) == 4 for i in range(2))
+
+
+def test_plans_are_deterministic_and_name_independent(tmp_path):
+    first = make_plan(tmp_path)
+    second = make_plan(tmp_path, task="renamed")
+    other_seed = make_plan(tmp_path, seed=1)
+    for epoch, iteration in [(0, 0), (1, 2), (2, 1)]:
+        a, b = first.view_plan(epoch, iteration), second.view_plan(epoch, iteration)
+        assert a.clips == b.clips
+    assert first.epoch_order(0).tolist() != other_seed.epoch_order(0).tolist()
+
+
+def test_clips_lie_on_the_stride_and_inside_the_video(tmp_path):
+    plan = make_plan(tmp_path, sampling={"frame_stride": 3, "frames_per_video": 5})
+    for epoch in range(3):
+        for i in range(plan.iterations_per_epoch):
+            for clip in plan.view_plan(epoch, i).clips:
+                frames = np.array(clip.frame_indices)
+                assert np.all(np.diff(frames) == 3)
+                assert 0 <= frames[0] and frames[-1] < 120
+
+
+def test_clip_starts_are_uniform_over_the_valid_range(tmp_path):
+    """Chi-square over many (video, epoch) draws: the frame pool keeps starts uniform."""
+    plan = make_plan(tmp_path, videos=fake_videos(200, num_frames=64), epochs=60,
+                     sampling={"frames_per_video": 8, "frame_stride": 2})
+    span = plan.span_frames
+    starts = [plan.clip_start(e, v, 0) for e in range(60) for v in plan.videos]
+    counts = np.bincount(starts, minlength=64 - span + 1)
+    assert len(counts) == 64 - span + 1
+    assert scistats.chisquare(counts).pvalue > 0.01
+
+
+def test_short_video_policies(tmp_path):
+    short = fake_videos(4, num_frames=5)
+    clamp = make_plan(tmp_path, videos=short, sampling={"frames_per_video": 4, "frame_stride": 2})
+    assert clamp.clip_frames(0, 0, 0) == (0, 2, 4, 4)
+    wrap = make_plan(tmp_path, videos=short, sampling={"frames_per_video": 4, "frame_stride": 2,
+                                                      "short_video": "wrap"})
+    assert wrap.clip_frames(0, 0, 0) == (0, 2, 4, 1)
+    mixed = short[:2] + fake_videos(6)[2:]
+    skip = make_plan(tmp_path, videos=mixed, sampling={"short_video": "skip"})
+    assert len(skip.videos) == 4 and {b.reason for b in skip.skipped} == {"too_short"}
+
+
+def test_random_branch_frequencies_follow_prob(tmp_path):
+    plan = make_plan(tmp_path, videos=fake_videos(300), epochs=2)
+    flips = [dict(c.branches)["maybe_flip"] == "0"
+             for i in range(plan.iterations_per_epoch) for c in plan.view_plan(0, i).clips]
+    assert 0.4 < np.mean(flips) < 0.6
+
+
+def test_multi_and_merge_streams(tmp_path):
+    augmentation = [
+        {"name": "resize", "branch_type": "single", "inputs": ["frame"], "outputs": ["r"],
+         "config": [{"resize": {"shape": [36, 48]}}]},
+        {"name": "views", "branch_type": "multi", "inputs": ["r"], "outputs": ["a", "b"],
+         "config": [{"random_crop": {"size": [16, 16]}}]},
+        {"name": "join", "branch_type": "merge", "inputs": ["a", "b"], "outputs": ["ab"]},
+    ]
+    plan = make_plan(tmp_path, augmentation=augmentation)
+    assert len(stream_paths(plan.cfg)) == 2
+    view = plan.view_plan(0, 0)
+    assert view.shape == (8, 4, 16, 16, 3)
+    first, second = view.clips[0], view.clips[4]  # stream-major: clip 0 of each stream
+    assert (first.video_index, first.stream) == (second.video_index, 0) or second.stream == 1
+    assert first.video_index == second.video_index and first.frame_indices == second.frame_indices
+    assert first.ops[0] == second.ops[0]  # the shared resize
+    assert first.ops[1] != second.ops[1]  # independent crops of the two views
+    graph = build_abstract_graph(plan.cfg)
+    assert set(graph.successors("r")) == {"a", "b"} and set(graph.predecessors("ab")) == {"a", "b"}
+
+
+def test_conditional_branch_by_epoch(tmp_path):
+    augmentation = [
+        {"name": "resize", "branch_type": "single", "inputs": ["frame"], "outputs": ["r"],
+         "config": [{"resize": {"shape": [32, 32]}}]},
+        {"name": "late_reverse", "branch_type": "conditional", "inputs": ["r"],
+         "outputs": ["out"],
+         "branches": [{"condition": "epoch >= 1", "config": [{"inv_sample": True}]},
+                      {"condition": "else", "config": []}]},
+    ]
+    plan = make_plan(tmp_path, augmentation=augmentation)
+    early = plan.view_plan(0, 0).clips[0]
+    late = plan.view_plan(1, 0).clips[0]
+    assert list(early.frame_indices) == sorted(early.frame_indices)
+    assert list(late.frame_indices) == sorted(late.frame_indices, reverse=True)
+    assert dict(late.branches)["late_reverse"] == "epoch >= 1"
+    assert dict(early.branches)["late_reverse"] == "else"
+
+
+@pytest.mark.parametrize("layout", ["NTHWC", "NCTHW"])
+def test_view_sizes_are_exact(tmp_path, layout):
+    plan = make_plan(tmp_path, sampling={"layout": layout})
+    shape = plan.view_plan(0, 0).shape
+    assert shape == ((4, 4, 32, 32, 3) if layout == "NTHWC" else (4, 3, 4, 32, 32))
+    header = 128
+    assert plan.view_nbytes(0, 0) == header + int(np.prod(shape))
