@@ -19,7 +19,8 @@ Subclass `sandfs.ops.base.OpType`, set `name` (the key used in a config) and ove
 - `validate(raw) -> dict`: check `raw` (a mapping from the YAML), fill in defaults, raise
   `OpParamError(key, message)` naming the key and what is allowed. Unknown keys are errors.
 - `apply(params, drawn, frame) -> ndarray`: one HWC frame with 3 channels (uint8, or float32
-  after `to_float`/`normalize`) to a new C-contiguous HWC frame; never modify `frame` in place.
+  after `to_float`/`normalize`) to a C-contiguous HWC frame; never modify `frame` in place. An op
+  that leaves a frame unchanged may return it as is, so treat every frame as read-only.
   Temporal steps set `temporal = True` and override `frame_order` instead (see `InvSample`).
 - `output_shape(params, shape)` if the frame size or dtype changes (None dims: unknown until a
   video is seen), `output_frames(params, num_frames)` if the clip length changes.
@@ -51,9 +52,25 @@ from sandfs.ops.base import FrameShape, OpInstance, OpParamError, OpType, Params
 from sandfs.ops.builtin import BUILTIN_OPS
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "FrameShape", "OpInstance", "OpParamError", "OpType", "Params", "Window",
-    "apply_chain", "apply_instance", "chain_shape", "crop_box", "draw_chain", "draw_instance",
-    "get_op", "op_names", "register_op", "track_chain", "track_frames", "validate_op",
+    "ENTRY_POINT_GROUP",
+    "FrameShape",
+    "OpInstance",
+    "OpParamError",
+    "OpType",
+    "Params",
+    "Window",
+    "apply_chain",
+    "apply_instance",
+    "chain_shape",
+    "crop_box",
+    "draw_chain",
+    "draw_instance",
+    "get_op",
+    "op_names",
+    "register_op",
+    "track_chain",
+    "track_frames",
+    "validate_op",
 ]
 
 log = logging.getLogger(__name__)
@@ -89,8 +106,9 @@ def _load_entry_points() -> None:
             try:
                 register_op(entry_point.load())
             except Exception as exc:
-                log.warning("op plugin %s = %s not loaded: %s", entry_point.name,
-                            entry_point.value, exc)
+                log.warning(
+                    "op plugin %s = %s not loaded: %s", entry_point.name, entry_point.value, exc
+                )
         _entry_points_loaded = True
 
 
@@ -174,9 +192,7 @@ def chain_shape(
     return shape, num_frames
 
 
-def track_chain(
-    instances: Iterable[OpInstance], window: Window, in_hw: tuple[int, int]
-) -> Window:
+def track_chain(instances: Iterable[OpInstance], window: Window, in_hw: tuple[int, int]) -> Window:
     """Map `window` (start: Window(0, 0, W, H) of the source frame) through the instances."""
     for inst in instances:
         op, params, drawn = get_op(inst.name), dict(inst.params), dict(inst.drawn)

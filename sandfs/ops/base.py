@@ -98,7 +98,10 @@ class OpType:
         return [self.apply(params, drawn, f) for f in clip]
 
     def track(
-        self, params: Mapping[str, Any], drawn: Mapping[str, Any], window: Window,
+        self,
+        params: Mapping[str, Any],
+        drawn: Mapping[str, Any],
+        window: Window,
         in_hw: tuple[int, int],
     ) -> Window:
         """Map the image window through this op (for crop metadata). Default: unchanged."""

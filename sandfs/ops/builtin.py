@@ -11,7 +11,8 @@ Parameters follow torchvision's transforms; sizes are [H, W] (an int means squar
 | random_resized_crop | size, scale ([0.08, 1.0]), ratio ([3/4, 4/3]), interpolation (bilinear)|
 | flip                | direction (horizontal | vertical), p (1.0: drawn per clip when < 1)    |
 | rotate              | degrees (d: [-d, d], or [min, max]), interpolation (nearest); fill 0   |
-| color_jitter        | brightness, contrast, saturation (0), hue (0; at most 0.5)             |
+| color_jitter        | brightness, contrast, saturation (0), hue (0, at most 0.5): v means     |
+|                     | [max(0, 1-v), 1+v] ([-v, v] for hue), or give [min, max]; uint8 only  |
 | grayscale           | p (1.0); 3 output channels                                             |
 | gaussian_blur       | kernel_size (odd int or [kh, kw]), sigma ([0.1, 2.0], or a number)     |
 | normalize           | mean, std (3 numbers each); uint8 input is divided by 255 first        |
@@ -83,8 +84,9 @@ def _bounds_text(low: float, high: float, low_open: bool) -> str:
 def _number(key: str, value: Any, low=-math.inf, high=math.inf, low_open=False) -> float:
     above = _is_number(value) and (value > low if low_open else value >= low)
     if not (above and value <= high):
-        raise OpParamError(key, f"{key} must be a number {_bounds_text(low, high, low_open)}, "
-                                f"got {value!r}")
+        raise OpParamError(
+            key, f"{key} must be a number {_bounds_text(low, high, low_open)}, got {value!r}"
+        )
     return float(value)
 
 
@@ -95,8 +97,11 @@ def _number_range(key: str, value: Any, low: float, high: float, low_open=False)
         lo, hi = value
         ok = (lo > low if low_open else lo >= low) and lo <= hi <= high
     if not ok:
-        raise OpParamError(key, f"{key} must be [min, max] with min <= max, both "
-                                f"{_bounds_text(low, high, low_open)}, got {value!r}")
+        raise OpParamError(
+            key,
+            f"{key} must be [min, max] with min <= max, both "
+            f"{_bounds_text(low, high, low_open)}, got {value!r}",
+        )
     return (float(value[0]), float(value[1]))
 
 
@@ -159,8 +164,14 @@ def _crop_window(window: Window, in_hw: HW, box_xywh: tuple[int, int, int, int])
         x = in_w - x - w
     if window.vflipped:
         y = in_h - y - h
-    return replace(window, x=window.x + x * x_scale, y=window.y + y * y_scale,
-                   w=w * x_scale, h=h * y_scale, cropped=True)
+    return replace(
+        window,
+        x=window.x + x * x_scale,
+        y=window.y + y * y_scale,
+        w=w * x_scale,
+        h=h * y_scale,
+        cropped=True,
+    )
 
 
 def _frame_hw(frame: np.ndarray) -> HW:
@@ -188,8 +199,10 @@ class _FixedCrop(OpType):
             frame = cv2.resize(frame, (cover_w, cover_h), interpolation=cv2.INTER_LINEAR)
         y, x = self.origin_yx(params, drawn, (cover_h, cover_w))
         if y + crop_h > cover_h or x + crop_w > cover_w:
-            raise ValueError(f"{self.name}: origin {(y, x)} was drawn for a larger frame than "
-                             f"{(cover_h, cover_w)}")
+            raise ValueError(
+                f"{self.name}: origin {(y, x)} was drawn for a larger frame than "
+                f"{(cover_h, cover_w)}"
+            )
         return np.ascontiguousarray(frame[y : y + crop_h, x : x + crop_w])
 
     def track(self, params, drawn, window: Window, in_hw: HW) -> Window:
@@ -228,8 +241,11 @@ class Resize(OpType):
     def validate(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         _check_keys(self.name, raw, ("shape", "size", "interpolation"))
         if ("shape" in raw) == ("size" in raw):
-            raise OpParamError("shape", "resize needs exactly one of shape: [H, W] (exact size) "
-                                        "or size: N (smaller edge to N, aspect kept)")
+            raise OpParamError(
+                "shape",
+                "resize needs exactly one of shape: [H, W] (exact size) "
+                "or size: N (smaller edge to N, aspect kept)",
+            )
         interpolation = _interpolation(raw, "bilinear")
         if "size" in raw and not isinstance(raw["size"], list | tuple):
             return {"size": _positive_int("size", raw["size"]), "interpolation": interpolation}
@@ -267,13 +283,11 @@ class RandomResizedCrop(OpType):
     random = True
 
     def validate(self, raw: Mapping[str, Any]) -> dict[str, Any]:
-        _check_keys(self.name, raw, ("size", "scale", "ratio", "interpolation"),
-                    required=("size",))
+        _check_keys(self.name, raw, ("size", "scale", "ratio", "interpolation"), required=("size",))
         return {
             "size": _size_hw("size", raw["size"]),
             "scale": _number_range("scale", raw.get("scale", (0.08, 1.0)), 0.0, 1.0, True),
-            "ratio": _number_range("ratio", raw.get("ratio", (3 / 4, 4 / 3)), 0.0, math.inf,
-                                   True),
+            "ratio": _number_range("ratio", raw.get("ratio", (3 / 4, 4 / 3)), 0.0, math.inf, True),
             "interpolation": _interpolation(raw, "bilinear"),
         }
 
@@ -339,8 +353,9 @@ class Flip(OpType):
 
     def validate(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         _check_keys(self.name, raw, ("direction", "p"))
-        direction = _choice("direction", raw.get("direction", "horizontal"),
-                            ("horizontal", "vertical"))
+        direction = _choice(
+            "direction", raw.get("direction", "horizontal"), ("horizontal", "vertical")
+        )
         return {"direction": direction, "p": _probability(raw)}
 
     def draw(self, params, rng: np.random.Generator, in_hw: HW) -> Params:
@@ -385,20 +400,26 @@ class Rotate(OpType):
         h, w = _frame_hw(frame)
         # counter-clockwise about the image centre, as torchvision
         matrix = cv2.getRotationMatrix2D(((w - 1) / 2, (h - 1) / 2), angle_degrees, 1.0)
-        return cv2.warpAffine(frame, matrix, (w, h), flags=INTERPOLATIONS[params["interpolation"]],
-                              borderMode=cv2.BORDER_CONSTANT, borderValue=(0, 0, 0))
+        return cv2.warpAffine(
+            frame,
+            matrix,
+            (w, h),
+            flags=INTERPOLATIONS[params["interpolation"]],
+            borderMode=cv2.BORDER_CONSTANT,
+            borderValue=(0, 0, 0),
+        )
 
 
 # --- color_jitter: torchvision's tensor formulas on uint8, via lookup tables where per-pixel ---
 
-_LEVELS = np.arange(256, dtype=np.float32)
+_FLOAT_LEVELS = np.arange(256, dtype=np.float32)
 _UINT8_LEVELS = np.arange(256, dtype=np.uint8)
-GRAY_WEIGHTS_RGB = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale
+_GRAY_WEIGHTS_RGB = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale
 
 
 def _lut_blend(frame: np.ndarray, factor: float, other: float) -> np.ndarray:
     """factor * frame + (1 - factor) * other, clamped and truncated as torchvision's _blend."""
-    lut = np.clip(_LEVELS * factor + (1.0 - factor) * other, 0, 255).astype(np.uint8)
+    lut = np.clip(_FLOAT_LEVELS * factor + (1.0 - factor) * other, 0, 255).astype(np.uint8)
     return cv2.LUT(frame, lut)
 
 
@@ -409,26 +430,31 @@ def _brightness(frame: np.ndarray, factor: float) -> np.ndarray:
 def _contrast(frame: np.ndarray, factor: float) -> np.ndarray:
     # torchvision blends with the mean of the grayscale image (here from channel means: the
     # per-pixel truncation it does first moves the mean by < 1 level)
-    mean_gray = float(np.dot(cv2.mean(frame)[:3], GRAY_WEIGHTS_RGB))
+    mean_gray = float(np.dot(cv2.mean(frame)[:3], _GRAY_WEIGHTS_RGB))
     return _lut_blend(frame, factor, mean_gray)
 
 
 def _saturation(frame: np.ndarray, factor: float) -> np.ndarray:
+    # blend with the pixel's gray (OpenCV's weights and rounding: within a level of torchvision)
     gray = cv2.cvtColor(cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY), cv2.COLOR_GRAY2RGB)
     return cv2.addWeighted(frame, factor, gray, 1.0 - factor, 0.0)
 
 
 def _hue(frame: np.ndarray, factor: float) -> np.ndarray:
-    # uint8 HSV with hue over the full 0..255 range: a shift of factor * 256 levels, mod 256
+    # uint8 HSV, hue over the full range: OpenCV reads it as h * 360 / 256 but writes it back as
+    # h * 360 / 255, so the table both shifts the hue and converts between the two scales
     hsv = cv2.cvtColor(frame, cv2.COLOR_RGB2HSV_FULL)
-    hue_lut = (np.arange(256) + round(factor * 256)) % 256
-    identity = np.arange(256)
-    lut = np.stack([hue_lut, identity, identity], axis=-1).astype(np.uint8).reshape(256, 1, 3)
-    return cv2.cvtColor(cv2.LUT(hsv, lut), cv2.COLOR_HSV2RGB_FULL)
+    hue_lut = np.round((np.arange(256) + round(factor * 256)) % 256 * (255 / 256))
+    lut = np.stack([hue_lut.astype(np.uint8), _UINT8_LEVELS, _UINT8_LEVELS], axis=-1)
+    return cv2.cvtColor(cv2.LUT(hsv, lut.reshape(256, 1, 3)), cv2.COLOR_HSV2RGB_FULL)
 
 
-_JITTERS = {"brightness": _brightness, "contrast": _contrast, "saturation": _saturation,
-            "hue": _hue}
+_JITTERS = {
+    "brightness": _brightness,
+    "contrast": _contrast,
+    "saturation": _saturation,
+    "hue": _hue,
+}
 _JITTER_ORDER = ("brightness", "contrast", "saturation", "hue")  # torchvision's draw order
 
 
@@ -457,8 +483,9 @@ class ColorJitter(OpType):
 
     def output_shape(self, params: Mapping[str, Any], shape: FrameShape) -> FrameShape:
         if shape.dtype != "uint8":
-            raise OpParamError("", "color_jitter needs uint8 frames: put it before "
-                                   "to_float/normalize")
+            raise OpParamError(
+                "", "color_jitter needs uint8 frames: put it before to_float/normalize"
+            )
         return shape
 
     @staticmethod
@@ -510,8 +537,10 @@ class GaussianBlur(OpType):
         else:
             fixed = _number("sigma", sigma, 0.0, low_open=True)
             bounds = (fixed, fixed)
-        return {"kernel_size": _size_hw("kernel_size", raw["kernel_size"], odd=True),
-                "sigma": bounds}
+        return {
+            "kernel_size": _size_hw("kernel_size", raw["kernel_size"], odd=True),
+            "sigma": bounds,
+        }
 
     def draw(self, params, rng: np.random.Generator, in_hw: HW) -> Params:
         low, high = params["sigma"]
@@ -521,8 +550,13 @@ class GaussianBlur(OpType):
         sigma = drawn.get("sigma", params["sigma"][0])
         kernel_h, kernel_w = params["kernel_size"]
         # BORDER_REFLECT_101 is torch's "reflect" padding, which torchvision uses
-        return cv2.GaussianBlur(frame, (kernel_w, kernel_h), sigmaX=sigma, sigmaY=sigma,
-                                borderType=cv2.BORDER_REFLECT_101)
+        return cv2.GaussianBlur(
+            frame,
+            (kernel_w, kernel_h),
+            sigmaX=sigma,
+            sigmaY=sigma,
+            borderType=cv2.BORDER_REFLECT_101,
+        )
 
 
 def _to_unit_float(frame: np.ndarray) -> np.ndarray:
@@ -623,6 +657,17 @@ class TemporalSubsample(_TemporalOp):
 
 
 BUILTIN_OPS: tuple[type[OpType], ...] = (
-    Resize, RandomCrop, CenterCrop, RandomResizedCrop, Flip, Rotate, ColorJitter, Grayscale,
-    GaussianBlur, Normalize, ToFloat, InvSample, TemporalSubsample,
+    Resize,
+    RandomCrop,
+    CenterCrop,
+    RandomResizedCrop,
+    Flip,
+    Rotate,
+    ColorJitter,
+    Grayscale,
+    GaussianBlur,
+    Normalize,
+    ToFloat,
+    InvSample,
+    TemporalSubsample,
 )

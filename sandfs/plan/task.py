@@ -23,6 +23,7 @@ from sandfs.media.types import BadVideo, VideoInfo
 from sandfs.npy import npy_nbytes
 from sandfs.ops.base import FrameShape, OpInstance, Window
 from sandfs.plan.abstract import PathStep, StreamPath, stream_paths
+from sandfs.plan.pool import POOL_SPANS, FramePool
 from sandfs.plan.seeds import derive_seed, fingerprint, rng_for
 
 
@@ -76,13 +77,6 @@ def static_output(path: StreamPath, num_frames: int) -> tuple[FrameShape, int]:
     return shape, num_frames
 
 
-def apply_temporal(inst: OpInstance, indices: list[int]) -> list[int]:
-    """Run a temporal op on frame indices instead of frames (it only selects and reorders)."""
-    tokens = [np.full((1, 1, 3), i, dtype=np.int64) for i in indices]
-    out = oplib.get_op(inst.name).apply_clip(dict(inst.params), dict(inst.drawn), tokens)
-    return [int(t[0, 0, 0]) for t in out]
-
-
 class TaskPlan:
     """Everything planned for one task; view plans are computed on demand and memoized."""
 
@@ -93,16 +87,16 @@ class TaskPlan:
         *,
         k_epochs: int,
         all_rel_paths: Sequence[str] = (),
-        frame_grid: int | None = None,
+        pool: FramePool | None = None,
     ) -> None:
         self.cfg = cfg
         self.name = cfg.task
         self.sampling = cfg.dataset.sampling
         self.k_epochs = k_epochs
         self.data_key = derive_seed("data", fingerprint(cfg.dataset), cfg.seed)
-        self.frame_grid = frame_grid or self.sampling.frame_stride
         self.paths = stream_paths(cfg)
         self.span_frames = (self.sampling.frames_per_video - 1) * self.sampling.frame_stride + 1
+        self.pool = pool or solo_pool(cfg)
         self.videos, self.skipped = self._usable(videos)
         self.video_index = {v.name: i for i, v in enumerate(self.videos)}
         self.labels, self.class_names = self._labels(all_rel_paths)
@@ -199,14 +193,9 @@ class TaskPlan:
         return tuple(start + j * stride for j in range(count))
 
     def clip_start(self, epoch: int, info: VideoInfo, sample: int) -> int:
-        window = epoch // self.k_epochs
-        grid = self.frame_grid
-        phase = int(rng_for(self.data_key, "phase", window, info.name).integers(grid))
-        max_start = info.num_frames - self.span_frames
-        first = phase if phase <= max_start else 0
-        slots = (max_start - first) // grid + 1
-        pick = int(rng_for(self.data_key, "start", epoch, info.name, sample).integers(slots))
-        return first + grid * pick
+        own = rng_for(self.data_key, "start", epoch, info.name, sample)
+        return self.pool.start(epoch // self.k_epochs, info.name, info.num_frames,
+                               self.span_frames, own)
 
     def resolve_clip(self, epoch: int, iteration: int, video_index: int, sample: int):
         """One StreamClip per stream for this (video, sample) in this epoch and iteration."""
@@ -232,7 +221,7 @@ class TaskPlan:
                 inst = oplib.draw_instance(spec.name, spec.params, rng, (shape.height, shape.width))
                 op = oplib.get_op(spec.name)
                 if op.temporal:
-                    frames = apply_temporal(inst, frames)
+                    frames = list(oplib.track_frames([inst], frames))
                 else:
                     spatial.append(inst)
                 shape = op.output_shape(spec.param_dict(), shape)
@@ -303,6 +292,14 @@ class TaskPlan:
             "layout": view.layout,
             "samples": [self.clip_meta(c) for c in view.clips],
         }
+
+
+def solo_pool(cfg: TaskConfig) -> FramePool:
+    """The frame pool of a task that shares its dataset with no other task."""
+    sampling = cfg.dataset.sampling
+    span = (sampling.frames_per_video - 1) * sampling.frame_stride + 1
+    key = derive_seed("pool", cfg.dataset.video_dataset_path)
+    return FramePool(key, sampling.frame_stride, POOL_SPANS * span)
 
 
 def _branch_label(ps: PathStep, choice: int | None) -> str:
