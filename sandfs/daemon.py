@@ -8,6 +8,7 @@ and SIGHUP end the loop cleanly (exit 0) even when started as a background job.
 from __future__ import annotations
 
 import errno
+import glob
 import hashlib
 import logging
 import os
@@ -83,6 +84,8 @@ def prepare_cache_dir(path: str) -> None:
     if info.st_mode & 0o022:
         raise UserError(f"cache dir {path} is writable by others (mode {info.st_mode & 0o777:o}); "
                         f"chmod 700 it")
+    for leftover in glob.glob(os.path.join(glob.escape(path), "scan-*.tmp")):
+        os.unlink(leftover)  # a scan index write interrupted by a kill
 
 
 def scan_all(

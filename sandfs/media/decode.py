@@ -177,21 +177,27 @@ def _decode_run(
     """Decodes forward until needed[-1]; False when the frames are not the expected sequence
     (first frame past needed[0], a pts the scan never saw, a gap, or a corrupt needed frame)."""
     needed_set = set(needed)
-    previous = None
+    next_index = None
     frames_decoded = 0
     for frame in container.decode(stream):
         frames_decoded += 1
         index = _index_of_pts(info.frame_pts, frame.pts)
-        if index is None or (index != previous + 1 if previous is not None else index > needed[0]):
+        if index is None or not _on_plan(index, next_index, needed[0]):
             return False, frames_decoded
+        next_index = index + 1
         if index in needed_set:
             if frame.is_corrupt:
                 return False, frames_decoded
             frames[index] = to_rgb(frame)
         if index == needed[-1]:
             return True, frames_decoded
-        previous = index
     return False, frames_decoded
+
+
+def _on_plan(index: int, next_index: int | None, first_needed: int) -> bool:
+    """The first frame after a seek may come before the run's first needed frame (an earlier
+    keyframe); every later one must be the next index."""
+    return index <= first_needed if next_index is None else index == next_index
 
 
 def _index_of_pts(frame_pts: tuple[int, ...], pts: int | None) -> int | None:

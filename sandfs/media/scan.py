@@ -13,7 +13,6 @@ remount of an unchanged dataset decodes nothing.
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import json
 import logging
@@ -116,11 +115,11 @@ def scan_dataset(
     real_root = os.path.realpath(root)
     if not os.path.isdir(real_root):
         raise NotADirectoryError(f"dataset root is not a directory: {os.fspath(root)!r}")
-    candidates = list_candidates(real_root, extensions)
-    named, bad = claim_names(candidates)
+    candidates = _list_candidates(real_root, extensions)
+    named, bad = _claim_names(candidates)
     targets: list[_Target] = []
     for candidate in named:
-        checked = check_file(real_root, candidate, limits)
+        checked = _check_file(real_root, candidate, limits)
         if isinstance(checked, BadVideo):
             bad.append(checked)
         else:
@@ -128,7 +127,7 @@ def scan_dataset(
     known = _load_index(index_path, limits) if index_path else {}
     results = {t.rel_path: known[t.rel_path][1] for t in targets if _index_hit(known, t)}
     to_probe = [t for t in targets if t.rel_path not in results]
-    results.update(probe_files(to_probe, limits, workers))
+    results.update(_probe_files(to_probe, limits, workers))
     if index_path:
         _save_index(index_path, limits, targets, results)
     videos = []
@@ -175,7 +174,7 @@ def _video_info(target: _Target, facts: ProbeFacts) -> VideoInfo:
 # ---------------------------------------------------------------------------- names
 
 
-def list_candidates(real_root: str, extensions: Iterable[str]) -> list[_Candidate]:
+def _list_candidates(real_root: str, extensions: Iterable[str]) -> list[_Candidate]:
     """Files under `real_root` with a wanted extension, sorted by relative path; hidden
     files and folders are skipped, symlinked folders are not entered."""
     wanted = {"." + ext.lower().lstrip(".") for ext in extensions}
@@ -198,7 +197,7 @@ def _log_walk_error(error: OSError) -> None:
     log.warning("cannot list %s: %s", ascii(error.filename), ascii(error.strerror))
 
 
-def claim_names(candidates: list[_Candidate]) -> tuple[list[_Candidate], list[BadVideo]]:
+def _claim_names(candidates: list[_Candidate]) -> tuple[list[_Candidate], list[BadVideo]]:
     """In sorted order, a file whose VIDEO name is taken by an earlier file, equals the folder
     of an earlier file, or lies under a folder named like an earlier video is a collision."""
     owner_by_name: dict[str, str] = {}  # VIDEO name -> rel_path
@@ -228,7 +227,7 @@ def _ancestor_folders(name: str) -> list[str]:
 # ---------------------------------------------------------------------------- stat checks
 
 
-def check_file(real_root: str, candidate: _Candidate, limits: MediaLimits) -> _Target | BadVideo:
+def _check_file(real_root: str, candidate: _Candidate, limits: MediaLimits) -> _Target | BadVideo:
     """Vets a candidate with lstat/stat/realpath only: nothing is opened here."""
     path = os.path.join(real_root, candidate.rel_path)
 
@@ -275,18 +274,21 @@ def probe_video(
     """Opens and fully decodes one file. `identity` (st_dev, st_ino) from the stat check must
     still match: a file swapped between the check and the open is refused."""
     try:
-        order = _with_container(path, identity, _stream_order)
-        if isinstance(order, ProbeFailure):
-            return order
-        first: ProbeResult | None = None
-        for stream_index in order:
-            count = functools.partial(_count_frames, stream_index=stream_index, limits=limits)
-            result = _with_container(path, identity, count)
-            if isinstance(result, ProbeFailure) or result.num_frames > 1:
-                return result
-            first = first or result  # a still image: keep looking for a moving stream
-        assert first is not None
-        return first
+        with _open_checked(path, identity) as container:
+            order = _stream_order(container)
+            if isinstance(order, ProbeFailure):
+                return order
+            result = _count_frames(container, order[0], limits)
+        if isinstance(result, ProbeFailure) or result.num_frames > 1:
+            return result
+        for stream_index in order[1:]:  # the best stream is a still image: find a moving one
+            with _open_checked(path, identity) as container:
+                other = _count_frames(container, stream_index, limits)
+            if isinstance(other, ProbeFacts) and other.num_frames > 1:
+                return other
+        return result
+    except _FileReplacedError:
+        return ProbeFailure("open_invalid", "file replaced during the scan")
     except NotRegularFileError as error:
         return ProbeFailure("not_regular", str(error))
     except MemoryError:
@@ -295,13 +297,18 @@ def probe_video(
         return ProbeFailure("open_invalid", describe_error(error))
 
 
-def _with_container(path: str, identity: tuple[int, int] | None, probe: Any) -> Any:
+class _FileReplacedError(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _open_checked(path: str, identity: tuple[int, int] | None) -> Iterator[InputContainer]:
     with open_regular_file(path) as file:
         file_stat = os.fstat(file.fileno())
         if identity and (file_stat.st_dev, file_stat.st_ino) != identity:
-            return ProbeFailure("open_invalid", "file replaced during the scan")
+            raise _FileReplacedError(path)
         with av.open(file) as container:
-            return probe(container)
+            yield container
 
 
 def _stream_order(container: InputContainer) -> list[int] | ProbeFailure:
@@ -347,6 +354,16 @@ def _too_many_pixels(width: int, height: int, limits: MediaLimits) -> ProbeFailu
     return ProbeFailure("too_large", detail)
 
 
+@dataclass(frozen=True, slots=True)
+class _FirstFrame:
+    """What the first decoded frame says about every frame (the frame itself is let go)."""
+
+    width: int
+    height: int
+    pix_fmt: str
+    rotation: int
+
+
 class _FrameCounter:
     """Collects per-frame facts during the probe's decode and rejects what batches can't use."""
 
@@ -354,7 +371,7 @@ class _FrameCounter:
         self.limits = limits
         self.pts: list[int | None] = []
         self.keyframe_indices: list[int] = []
-        self.first: Any = None
+        self.first: _FirstFrame | None = None
 
     @property
     def num_frames(self) -> int:
@@ -365,39 +382,40 @@ class _FrameCounter:
         if self.first is None:
             if frame.width * frame.height > self.limits.max_pixels:
                 return _too_many_pixels(frame.width, frame.height, self.limits)
-            self.first = frame
+            rotation = int(frame.rotation or 0)
+            self.first = _FirstFrame(frame.width, frame.height, frame.format.name, rotation)
         elif (frame.width, frame.height) != (self.first.width, self.first.height):
             size = f"{self.first.width}x{self.first.height} -> {frame.width}x{frame.height}"
-            return ProbeFailure(
-                "corrupt_frames", f"frame size changes mid-stream at frame {index}: {size}"
-            )
+            detail = f"frame size changes mid-stream at frame {index}: {size}"
+            return ProbeFailure("corrupt_frames", detail)
         if frame.is_corrupt:
             return ProbeFailure("corrupt_frames", f"frame {index} decoded with errors")
         if index >= self.limits.max_frames:
-            return ProbeFailure(
-                "too_large", f"more than max_frames {self.limits.max_frames} frames"
-            )
+            detail = f"more than max_frames ({self.limits.max_frames}) frames"
+            return ProbeFailure("too_large", detail)
         self.pts.append(frame.pts)
         if frame.key_frame:
             self.keyframe_indices.append(index)
         return None
 
     def facts(self, container: InputContainer, stream: VideoStream) -> ProbeFacts:
-        has_pts = all(pts is not None for pts in self.pts)
-        frame_pts = tuple(self.pts) if has_pts else ()
+        assert self.first is not None
+        frame_pts = tuple(p for p in self.pts if p is not None)
+        if len(frame_pts) < self.num_frames:
+            frame_pts = ()  # some frames lack pts: index by decode order only
         increasing = all(a < b for a, b in itertools.pairwise(frame_pts))
-        seekable = has_pts and increasing and not container.format.flags & _AVFMT_NOTIMESTAMPS
+        no_timestamps = container.format.flags & _AVFMT_NOTIMESTAMPS
         return ProbeFacts(
             width=self.first.width,
             height=self.first.height,
             num_frames=self.num_frames,
-            frame_pts=frame_pts,  # type: ignore[arg-type]
+            frame_pts=frame_pts,
             time_base=stream.time_base,
             keyframe_indices=tuple(self.keyframe_indices),
-            seekable=seekable,
-            rotation=int(self.first.rotation or 0),
+            seekable=bool(frame_pts) and increasing and not no_timestamps,
+            rotation=self.first.rotation,
             codec=stream.codec_context.codec.canonical_name,
-            pix_fmt=self.first.format.name,
+            pix_fmt=self.first.pix_fmt,
             stream_index=stream.index,
         )
 
@@ -417,7 +435,7 @@ class _Worker:
     timeout_seconds: float = 0.0
 
 
-def probe_files(
+def _probe_files(
     targets: list[_Target], limits: MediaLimits, workers: int
 ) -> dict[str, ProbeResult]:
     """Probes `targets`, up to `workers` at once, each in a worker process that is killed when
@@ -595,7 +613,7 @@ def _load_index(index_path: str | os.PathLike[str], limits: MediaLimits) -> dict
         return {
             rel_path: _entry_from_json(entry) for rel_path, entry in document["entries"].items()
         }
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
         log.warning(
             "ignoring the scan index %s: %s", ascii(os.fspath(index_path)), ascii(repr(error))
         )
@@ -611,7 +629,7 @@ def _save_index(
     entries = {
         t.rel_path: _entry_to_json(_index_key(t), results[t.rel_path])
         for t in targets
-        if not isinstance(results[t.rel_path], ProbeFailure) or results[t.rel_path].lasting
+        if _is_lasting(results[t.rel_path])
     }
     document = {
         "format": INDEX_FORMAT,
@@ -625,6 +643,10 @@ def _save_index(
         log.warning(
             "cannot write the scan index %s: %s", ascii(os.fspath(index_path)), ascii(str(error))
         )
+
+
+def _is_lasting(result: ProbeResult) -> bool:
+    return isinstance(result, ProbeFacts) or result.lasting
 
 
 def _write_atomically(path: str, text: str) -> None:
@@ -665,7 +687,7 @@ def _entry_from_json(entry: dict[str, Any]) -> tuple[dict[str, Any], ProbeResult
         return key, ProbeFailure(str(entry["bad"]["reason"]), str(entry["bad"]["detail"]))
     facts = dict(entry["video"])
     time_base = facts["time_base"]
-    return key, ProbeFacts(
+    probe = ProbeFacts(
         width=int(facts["width"]),
         height=int(facts["height"]),
         num_frames=int(facts["num_frames"]),
@@ -678,6 +700,18 @@ def _entry_from_json(entry: dict[str, Any]) -> tuple[dict[str, Any], ProbeResult
         pix_fmt=str(facts["pix_fmt"]),
         stream_index=int(facts["stream_index"]),
     )
+    if not _consistent(probe):
+        raise ValueError(f"inconsistent entry: {probe}")
+    return key, probe
+
+
+def _consistent(facts: ProbeFacts) -> bool:
+    """What decoding relies on: one pts per frame (or none), keyframes within range."""
+    pts_ok = len(facts.frame_pts) in (0, facts.num_frames) and (
+        facts.frame_pts or not facts.seekable
+    )
+    keyframes = facts.keyframe_indices
+    return facts.num_frames > 0 and pts_ok and all(0 <= k < facts.num_frames for k in keyframes)
 
 
 def _encode_runs(values: tuple[int, ...]) -> list[int]:

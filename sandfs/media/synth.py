@@ -116,6 +116,10 @@ def _codec_options(codec: str, gop: int, bframes: int, crf: int | None) -> dict[
         return {"deadline": "realtime", "cpu-used": "8", "crf": str(crf or 32), "b": "0"}
     if codec == "libsvtav1":
         return {"preset": "12", "crf": str(crf or 35), "svtav1-params": f"keyint={gop}"}
+    if codec == "libaom-av1":
+        return {"cpu-used": "8", "usage": "realtime", "crf": str(crf or 35)}
+    if codec == "librav1e":
+        return {"speed": "10", "qp": str(crf or 100)}
     return {}
 
 

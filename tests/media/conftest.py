@@ -4,28 +4,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
-from corpus import EXTENSIONS, CorpusFile, build_corpus, remove_corpus
+from corpus import EXTENSIONS, Corpus, CorpusScan, build_corpus, remove_corpus
 
 from sandfs.media.scan import scan_dataset
-from sandfs.media.types import DatasetScan, MediaLimits
-
-
-@dataclass(frozen=True)
-class Corpus:
-    root: Path
-    files: dict[str, CorpusFile]  # rel_path -> file, only those this build could write
-
-
-@dataclass(frozen=True)
-class CorpusScan:
-    scan: DatasetScan
-    index_path: Path
-    elapsed_seconds: float
-    records: list[logging.LogRecord]
+from sandfs.media.types import MediaLimits
 
 
 class _ListHandler(logging.Handler):
@@ -38,7 +23,7 @@ class _ListHandler(logging.Handler):
 
 
 @pytest.fixture(scope="session")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
     root = tmp_path_factory.mktemp("corpus") / "root"
     files = build_corpus(root)
     yield Corpus(root, {f.rel_path: f for f in files})

@@ -7,6 +7,7 @@ an encoder this FFmpeg build lacks are skipped with a reason, never silently dro
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -18,13 +19,18 @@ from fractions import Fraction
 from pathlib import Path
 
 import av
+import av.codec
 import numpy as np
 from av.stream import Disposition
 
 from sandfs.media.synth import write_test_video
+from sandfs.media.types import DatasetScan
 
 EXTENSIONS = ("mp4", "MKV", ".webm", "avi", "h264")  # mixed case and dots on purpose
 Builder = Callable[[Path, Path], None]  # (file path, corpus root)
+AV1_ENCODER = next(
+    (e for e in ("libsvtav1", "libaom-av1", "librav1e") if e in av.codecs_available), "libsvtav1"
+)
 
 
 @dataclass(frozen=True)
@@ -42,8 +48,16 @@ class CorpusFile:
     size: tuple[int, int] = (64, 48)
 
     @property
-    def available(self) -> bool:
-        return self.encoder is None or self.encoder in av.codecs_available
+    def missing(self) -> str | None:
+        """Why this build cannot write the file (None: it can)."""
+        if self.encoder is None:
+            return None
+        if self.encoder not in av.codecs_available:
+            return f"encoder {self.encoder} is not in this FFmpeg build"
+        formats = av.codec.Codec(self.encoder, "w").video_formats or ()
+        if self.pix_fmt not in {f.name for f in formats}:
+            return f"encoder {self.encoder} cannot write {self.pix_fmt} in this FFmpeg build"
+        return None
 
 
 def _video(**kwargs: object) -> Builder:
@@ -53,12 +67,11 @@ def _video(**kwargs: object) -> Builder:
     return build
 
 
-def _valid(rel_path: str, num_frames: int, *, size=(64, 48), encoder=None, **facts_and_kwargs):
+def _valid(rel_path: str, num_frames: int, *, size=(64, 48), encoder="libx264", **facts_and_kwargs):
     """A usable video written by write_test_video; facts the scan must report ride along."""
     facts = {k: facts_and_kwargs.pop(k) for k in ("seekable", "codec") if k in facts_and_kwargs}
     kwargs = {"num_frames": num_frames, "width": size[0], "height": size[1], **facts_and_kwargs}
-    if encoder:
-        kwargs["codec"] = encoder
+    kwargs["codec"] = encoder
     return CorpusFile(
         rel_path,
         None,
@@ -256,8 +269,9 @@ CORPUS: tuple[CorpusFile, ...] = (
     _valid("valid/gop12_noise.mp4", 120, size=(160, 120), noise=True),
     _valid("valid/odd_321x241.mp4", 12, size=(321, 241), pix_fmt="yuv444p"),
     _valid("valid/h264_10bit.mp4", 20, pix_fmt="yuv420p10le"),
+    _valid("valid/portrait_64x96.mp4", 12, size=(64, 96)),
     _valid("valid/vp9.webm", 30, encoder="libvpx-vp9", codec="vp9"),
-    _valid("valid/av1.mp4", 30, size=(64, 64), encoder="libsvtav1", codec="av1"),
+    _valid("valid/av1.mp4", 30, size=(64, 64), encoder=AV1_ENCODER, codec="av1"),
     _valid("valid/hevc.mp4", 30, encoder="libx265", codec="hevc"),
     _valid("valid/mpeg4.avi", 30, encoder="mpeg4", codec="mpeg4"),
     _valid("valid/mjpeg_yuvj.mkv", 20, encoder="mjpeg", pix_fmt="yuvj420p", codec="mjpeg"),
@@ -305,12 +319,26 @@ def _build_ignored(root: Path) -> None:
     (root / "linked").symlink_to(root / "valid", target_is_directory=True)
 
 
+@dataclass(frozen=True)
+class Corpus:
+    root: Path
+    files: dict[str, CorpusFile]  # rel_path -> file, only those this build could write
+
+
+@dataclass(frozen=True)
+class CorpusScan:
+    scan: DatasetScan
+    index_path: Path
+    elapsed_seconds: float
+    records: list[logging.LogRecord]
+
+
 def build_corpus(root: Path) -> list[CorpusFile]:
     """Writes every available corpus file under `root`; returns those written."""
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints a banner per encoder otherwise
     written = []
     for item in CORPUS:
-        if not item.available:
+        if item.missing:
             continue
         path = root / item.rel_path
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import av
 import pytest
-from conftest import Corpus, CorpusScan
-from corpus import CORPUS, EXTENSIONS, IGNORED
+from corpus import CORPUS, EXTENSIONS, IGNORED, Corpus, CorpusScan
 
 from sandfs.media.scan import scan_dataset
 from sandfs.media.synth import make_dataset, write_test_video
@@ -33,8 +32,8 @@ def _outcome(scan: DatasetScan, rel_path: str) -> list[str | None]:
 
 @pytest.mark.parametrize("item", CORPUS, ids=[ascii(c.rel_path) for c in CORPUS])
 def test_corpus_file_is_classified_as_expected(item, corpus: Corpus, corpus_scan: CorpusScan):
-    if not item.available:
-        pytest.skip(f"encoder {item.encoder} is not in this FFmpeg build")
+    if item.missing:
+        pytest.skip(item.missing)
     assert _outcome(corpus_scan.scan, item.rel_path) == [item.reason]
     if item.reason is not None:
         return
@@ -136,6 +135,19 @@ def test_corrupt_or_foreign_index_is_ignored(small_dataset: Path, tmp_path: Path
     assert any("ignoring the scan index" in r.getMessage() for r in caplog.records)
     assert json.loads(index_path.read_text())["format"] == "sandfs-scan-index"  # rewritten
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_inconsistent_index_entry_is_ignored(small_dataset: Path, tmp_path: Path, caplog):
+    index_path = tmp_path / "index.json"
+    first = scan_dataset(small_dataset, ["mp4"], index_path=index_path)
+    document = json.loads(index_path.read_text())
+    entry = document["entries"]["class00/class00_000.mp4"]
+    entry["video"]["num_frames"] += 1  # one pts short of the frame count
+    index_path.write_text(json.dumps(document))
+    with caplog.at_level(logging.WARNING, logger="sandfs.media.scan"):
+        second = scan_dataset(small_dataset, ["mp4"], index_path=index_path)
+    assert "inconsistent entry" in caplog.text
+    assert (second.num_probed, second.videos) == (4, first.videos)
 
 
 def test_changed_limits_invalidate_the_index(small_dataset: Path, tmp_path: Path):
