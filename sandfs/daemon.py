@@ -196,9 +196,9 @@ def check_fuse_available() -> None:
 # -- serving --------------------------------------------------------------------------------
 
 
-async def serve(engine: ObjectEngine, on_ready: Callable[[], None]) -> None:
+async def serve(service: ViewService, on_ready: Callable[[], None]) -> None:
     async with trio.open_nursery() as nursery:
-        await nursery.start(engine.run)
+        await nursery.start(service.run)
         nursery.start_soon(stop_on_signals, name="signals")
         on_ready()
         await pyfuse3.main()
@@ -223,10 +223,10 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
     scans = scan_all(configs, settings.cache_dir, settings.workers)
     plans = build_plans(configs, scans, settings.k_epochs)
     engine = ObjectEngine(workers=settings.workers,
-                          memory_budget_bytes=settings.memory_budget_bytes)
+                          memory_budget_bytes=settings.memory_budget_bytes // 4)
     service = ViewService(plans, engine=engine, stats=Stats(), bad_videos=bad_videos(scans),
                           task_texts={c.task: c.source_text for c in configs},
-                          read_ahead=2 * settings.workers)
+                          memory_limit_bytes=settings.memory_budget_bytes)
     operations = SandOperations(service)
     try:
         pyfuse3.init(operations, settings.mountpoint, fuse_options())
@@ -237,7 +237,7 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
              ", ".join(f"{p.name} ({len(p.videos)} videos, {p.iterations_per_epoch} "
                        f"iterations/epoch)" for p in plans))
     try:
-        trio.run(serve, engine, on_ready)
+        trio.run(serve, service, on_ready)
     finally:
         pyfuse3.close(unmount=True)
         log.info("unmounted %s", settings.mountpoint)

@@ -1,9 +1,9 @@
-"""The object engine: single-flight materialization in worker threads, an in-memory store of
-finished objects bounded in bytes, remembered failures, and read-ahead of the next views.
+"""The object engine: single-flight, on-demand materialization in worker threads, an in-memory
+store of finished objects bounded in bytes, and remembered failures. It serves what the
+scheduler did not prepare ahead: single frames, intermediate views, recomputed batches.
 
-The trio loop never blocks: every materialization runs in `trio.to_thread.run_sync` under a
-limiter of `workers` threads. Demand reads and read-ahead share the workers; read-ahead holds
-at most `workers - 1` of them so a demand read always finds one free.
+The trio loop never blocks: every materialization runs in `trio.to_thread.run_sync` under the
+limiter of `workers` threads that the scheduler's jobs share.
 """
 
 from __future__ import annotations
@@ -26,22 +26,12 @@ class ObjectEngine:
     def __init__(self, *, workers: int, memory_budget_bytes: int) -> None:
         self.workers = max(1, workers)
         self.memory_budget_bytes = memory_budget_bytes
-        self._limiter = trio.CapacityLimiter(self.workers)
-        self._ahead_limiter = trio.CapacityLimiter(max(1, self.workers - 1))
+        self.limiter = trio.CapacityLimiter(self.workers)
         self._ready: OrderedDict[Hashable, bytes] = OrderedDict()
         self._ready_bytes = 0
         self._inflight: dict[Hashable, trio.Event] = {}
         self._failed: dict[Hashable, str] = {}
-        self._nursery: trio.Nursery | None = None
         self.demand_waiting = 0
-        self.ahead_queued = 0
-
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Own the read-ahead tasks: they live in this nursery until the daemon stops."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            task_status.started()
-            await trio.sleep_forever()
 
     # -- state -------------------------------------------------------------------------------
 
@@ -73,33 +63,16 @@ class ObjectEngine:
             if event is None:
                 self.demand_waiting += 1
                 try:
-                    return await self._materialize(key, compute, self._limiter)
+                    return await self._materialize(key, compute)
                 finally:
                     self.demand_waiting -= 1
             await event.wait()
 
-    def prefetch(self, key: Hashable, compute: Callable[[], bytes]) -> None:
-        """Materialize in the background unless it is ready, in flight or failed."""
-        if self._nursery is None or self.state(key) != "planned":
-            return
-        self._inflight[key] = trio.Event()  # claim it now so a second prefetch is a no-op
-        self.ahead_queued += 1
-        self._nursery.start_soon(self._prefetch_one, key, compute, name=f"ahead {key}")
-
-    async def _prefetch_one(self, key: Hashable, compute: Callable[[], bytes]) -> None:
-        try:
-            async with self._ahead_limiter:
-                await self._materialize(key, compute, self._limiter, claimed=True)
-        except ObjectFailed:
-            pass  # remembered; a reader of it gets EIO
-        finally:
-            self.ahead_queued -= 1
-
-    async def _materialize(self, key, compute, limiter, *, claimed: bool = False) -> bytes:
-        event = self._inflight[key] if claimed else self._inflight.setdefault(key, trio.Event())
+    async def _materialize(self, key: Hashable, compute: Callable[[], bytes]) -> bytes:
+        event = self._inflight.setdefault(key, trio.Event())
         try:
             started = time.monotonic()
-            data = await trio.to_thread.run_sync(compute, limiter=limiter)
+            data = await trio.to_thread.run_sync(compute, limiter=self.limiter)
             log.debug("materialized %s in %.3fs", key, time.monotonic() - started)
         except Exception as exc:  # a domain failure: remember it, answer EIO, never retry-loop
             reason = f"{type(exc).__name__}: {exc}"

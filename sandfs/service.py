@@ -10,6 +10,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import trio
+
 from sandfs.engine import ObjectEngine
 from sandfs.materialize import Materializer
 from sandfs.media.types import BadVideo, VideoInfo
@@ -17,6 +19,8 @@ from sandfs.npy import npy_nbytes
 from sandfs.ops import chain_shape
 from sandfs.ops.base import FrameShape, OpInstance
 from sandfs.plan.task import StreamClip, TaskPlan
+from sandfs.plan.window import view_key
+from sandfs.sched.scheduler import Scheduler
 from sandfs.stats import Stats
 
 
@@ -42,53 +46,53 @@ class ViewService:
         stats: Stats,
         bad_videos: Sequence[BadVideo] = (),
         task_texts: dict[str, str] | None = None,
-        read_ahead: int = 4,
+        memory_limit_bytes: int = 1 << 30,
+        read_ahead: int = 8,
     ) -> None:
         self.tasks = {p.name: p for p in plans}
         self.engine = engine
         self.stats = stats
         self.materializer = Materializer(stats)
+        self.scheduler = Scheduler(plans, self.materializer, stats, workers=engine.workers,
+                                   memory_limit_bytes=memory_limit_bytes, limiter=engine.limiter)
         self.bad_videos = list(bad_videos)
         self.task_texts = task_texts or {}
-        self.read_ahead = read_ahead
+        self.read_ahead = read_ahead  # how far status.json's ready_ahead looks
         self.positions: dict[str, tuple[int, int]] = {name: (0, 0) for name in self.tasks}
         self.started = time.monotonic()
         self._frame_uses: dict[tuple[str, int], dict[tuple[int, int], StreamClip]] = {}
 
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Run the scheduler until cancelled; it starts preparing views at once."""
+        await self.scheduler.run(task_status=task_status)
+
     # -- batch views -------------------------------------------------------------------------
 
-    def view_key(self, plan: TaskPlan, epoch: int, iteration: int) -> tuple:
-        # Tasks with the same data key have the same views: they share one object.
-        return ("view", plan.data_key, epoch, iteration)
-
     def view_state(self, task: str, epoch: int, iteration: int) -> str:
-        plan = self.tasks[task]
-        return self.engine.state(self.view_key(plan, epoch, iteration))
+        key = view_key(self.tasks[task], epoch, iteration)
+        if key in self.scheduler.state.failures:
+            return "failed"
+        if key in self.scheduler.ready:
+            return "ready"
+        if key in self.scheduler.buffers:
+            return "materializing"
+        return self.engine.state(key)
 
     def opened_view(self, task: str, epoch: int, iteration: int) -> None:
-        """A trainer opened this view: it is where the task stands; prepare what comes next."""
+        """A trainer opened this view: that is where the task stands (deadlines count from it)."""
         self.positions[task] = (epoch, iteration)
-        plan = self.tasks[task]
-        for e, i in self.upcoming(plan, epoch, iteration, self.read_ahead):
-            self.engine.prefetch(self.view_key(plan, e, i), self._view_compute(plan, e, i))
-
-    @staticmethod
-    def upcoming(plan: TaskPlan, epoch: int, iteration: int, count: int):
-        per_epoch = plan.iterations_per_epoch
-        position = epoch * per_epoch + iteration
-        for step in range(1, count + 1):
-            e, i = divmod(position + step, per_epoch)
-            if e >= plan.epochs:
-                return
-            yield e, i
+        self.scheduler.opened(task, epoch, iteration)
 
     async def read_view(self, task: str, epoch: int, iteration: int) -> bytes:
         plan = self.tasks[task]
-        key = self.view_key(plan, epoch, iteration)
-        waited = self.engine.state(key) != "ready"
-        started = time.monotonic()
-        data = await self.engine.get(key, self._view_compute(plan, epoch, iteration))
-        if waited:
+        key = view_key(plan, epoch, iteration)
+        data = self.scheduler.ready_view(key, task)
+        if data is None:
+            started = time.monotonic()
+            data = await self.scheduler.wait_view(key, task)
+            if data is None:  # not planned any more (evicted, or an old window): recompute
+                self.stats.add("views_recomputed")
+                data = await self.engine.get(key, self._view_compute(plan, epoch, iteration))
             self.stats.add_stall(task, time.monotonic() - started)
         self.stats.add_task(task, "views_served")
         return data
@@ -147,13 +151,11 @@ class ViewService:
 
     def status(self) -> dict:
         stats = self.stats
+        sched = self.scheduler.state
         tasks = {}
         for name, plan in self.tasks.items():
             epoch, iteration = self.positions[name]
-            ahead = sum(
-                self.engine.state(self.view_key(plan, e, i)) == "ready"
-                for e, i in self.upcoming(plan, epoch, iteration, self.read_ahead)
-            )
+            ahead = self.scheduler.ready_ahead(name, self.read_ahead)
             counts = stats.task_counts(name)
             tasks[name] = {
                 "epoch": epoch,
@@ -175,7 +177,8 @@ class ViewService:
             "uptime_seconds": round(time.monotonic() - self.started, 3),
             "pid": os.getpid(),
             "workers": self.engine.workers,
-            "memory_bytes": self.engine.memory_bytes,
+            "memory_bytes": self.engine.memory_bytes + self.scheduler.memory_bytes,
+            "memory_limit_bytes": self.scheduler.memory_limit_bytes,
             "tasks": tasks,
             "frames_decoded": stats.get("frames_decoded"),
             "frames_decoded_independent": stats.get("frames_decoded_independent"),
@@ -184,8 +187,13 @@ class ViewService:
                 "bytes_used": 0, "budget_bytes": 0, "objects": 0, "hits": 0, "misses": 0,
                 "evictions": 0, "recomputed": 0, "corrupt_detected": 0,
             },
-            "queues": {"demand": self.engine.demand_waiting,
-                       "prematerialize": self.engine.ahead_queued},
+            "views_recomputed": stats.get("views_recomputed"),
+            "scheduler": {"jobs_done": sched.jobs_done, "jobs_running": sched.jobs_running,
+                          "views_ready": len(self.scheduler.ready),
+                          "views_filling": len(self.scheduler.buffers),
+                          "evicted_unread": sched.evicted_unread},
+            "queues": {"demand": self.engine.demand_waiting + sched.demand_waiting,
+                       "prematerialize": len(self.scheduler.pending_jobs())},
             "bad_videos": bad,
         }
 

@@ -1,5 +1,5 @@
 """The object engine in-process (pytest-trio): single flight, remembered failures, the memory
-bound, read-ahead that never duplicates work."""
+bound."""
 
 from __future__ import annotations
 
@@ -61,16 +61,3 @@ async def test_memory_stays_within_budget():
         await engine.get(key, Counting(b"y" * 300, 0))
     assert engine.memory_bytes <= 1000
     assert engine.state(19) == "ready" and engine.state(0) == "planned"
-
-
-async def test_prefetch_runs_in_background_once():
-    engine = ObjectEngine(workers=2, memory_budget_bytes=1 << 20)
-    compute = Counting()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(engine.run)
-        engine.prefetch("ahead", compute)
-        engine.prefetch("ahead", compute)  # already claimed: a no-op
-        assert engine.state("ahead") == "materializing"
-        assert await engine.get("ahead", compute) == compute.payload
-        nursery.cancel_scope.cancel()
-    assert compute.calls == 1

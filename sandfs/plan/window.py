@@ -1,0 +1,95 @@
+"""The concrete plan of one k-epoch window across tasks, grouped by video (SAND §5.2, §5.4).
+
+For every video it lists each *use* — a clip in a slot of a view — of every task in the window,
+and the union of the frames they need: the materializer decodes that union in one pass. Views
+of tasks with the same data key are the same objects and appear once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from sandfs.media.types import VideoInfo
+from sandfs.plan.task import StreamClip, TaskPlan
+
+
+def view_key(plan: TaskPlan, epoch: int, iteration: int) -> tuple:
+    """Tasks with the same data key have the same views: they share one object."""
+    return ("view", plan.data_key, epoch, iteration)
+
+
+@dataclass(frozen=True, slots=True)
+class ClipUse:
+    view: tuple  # view_key of the batch
+    slot: int  # position in the batch
+    clip: StreamClip
+    readers: tuple[tuple[str, int], ...]  # (task, position in its read order) per task
+
+
+@dataclass(slots=True)
+class VideoWork:
+    info: VideoInfo
+    plan: TaskPlan  # a plan that knows this video (for its ops and layout)
+    window: int
+    uses: list[ClipUse] = field(default_factory=list)
+
+    @property
+    def frames(self) -> set[int]:
+        return {i for use in self.uses for i in use.clip.frame_indices}
+
+
+@dataclass(slots=True)
+class WindowPlan:
+    window: int
+    videos: dict[str, VideoWork]  # by video path
+    views: dict[tuple, tuple[TaskPlan, int, int]]  # view key -> (plan, epoch, iteration)
+    readers: dict[tuple, tuple[tuple[str, int], ...]]  # view key -> (task, position) pairs
+
+
+def window_epochs(plan: TaskPlan, window: int) -> range:
+    first = window * plan.k_epochs
+    return range(first, min(first + plan.k_epochs, plan.epochs))
+
+
+def plan_window(plans: Sequence[TaskPlan], window: int) -> WindowPlan:
+    videos: dict[str, VideoWork] = {}
+    views: dict[tuple, tuple[TaskPlan, int, int]] = {}
+    readers: dict[tuple, list[tuple[str, int]]] = {}
+    for plan in plans:
+        for epoch in window_epochs(plan, window):
+            for iteration in range(plan.iterations_per_epoch):
+                key = view_key(plan, epoch, iteration)
+                position = epoch * plan.iterations_per_epoch + iteration
+                readers.setdefault(key, []).append((plan.name, position))
+                if key not in views:
+                    views[key] = (plan, epoch, iteration)
+    frozen = {key: tuple(r) for key, r in readers.items()}
+    for key, (plan, epoch, iteration) in views.items():
+        for slot, clip in enumerate(plan.view_plan(epoch, iteration).clips):
+            info = plan.videos[clip.video_index]
+            work = videos.setdefault(info.path, VideoWork(info, plan, window))
+            work.uses.append(ClipUse(key, slot, clip, frozen[key]))
+    return WindowPlan(window, videos, views, frozen)
+
+
+def object_graph(window_plan: WindowPlan) -> nx.DiGraph:
+    """The concrete object graph of the window: video -> frame -> clip -> view, edges labelled
+    with the op that makes the child (for pruning, statistics and `sandfs plan`)."""
+    graph = nx.DiGraph(window=window_plan.window)
+    for path, work in window_plan.videos.items():
+        graph.add_node(("video", path), kind="video")
+        for use in work.uses:
+            clip_node = ("clip", use.view, use.slot)
+            graph.add_node(clip_node, kind="clip")
+            graph.add_edge(clip_node, use.view, op="batch")
+            graph.nodes[use.view]["kind"] = "view"
+            for index in set(use.clip.frame_indices):
+                frame_node = ("frame", path, index)
+                graph.add_edge(("video", path), frame_node, op="decode")
+                graph.nodes[frame_node]["kind"] = "frame"
+                graph.add_edge(frame_node, clip_node, op="augment",
+                               ops=tuple(o.name for o in use.clip.ops))
+    return graph

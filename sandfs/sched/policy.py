@@ -1,0 +1,45 @@
+"""Which materialization job runs next — pure code, so it is tested without threads or clocks.
+
+1. Demand-feeding first: a job a blocked reader waits for preempts everything else.
+2. Otherwise by deadline: the fewest iterations before a trainer needs the job's first clip.
+3. Under memory pressure (above MEMORY_PRESSURE_FRACTION of the limit), shortest job first on
+   the remaining work, so the jobs that hold decoded frames finish and release them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+MEMORY_PRESSURE_FRACTION = 0.8
+NOT_NEEDED = 1 << 40  # deadline of work no reader is heading for
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    key: str  # the video
+    demanded: bool  # a reader is blocked on one of its views
+    deadline_iterations: int  # iterations before its first pending clip is needed
+    remaining_work: int  # unprocessed edges of its subtree: frames to decode + clips to make
+
+
+def priority(job: JobState, *, memory_pressure: bool) -> tuple:
+    if job.demanded:
+        return (0, job.deadline_iterations, job.remaining_work, job.key)
+    if memory_pressure:
+        return (1, job.remaining_work, job.deadline_iterations, job.key)
+    return (1, job.deadline_iterations, job.remaining_work, job.key)
+
+
+def pick_next(jobs: Iterable[JobState], *, memory_pressure: bool) -> JobState | None:
+    best = None
+    best_priority = None
+    for job in jobs:
+        rank = priority(job, memory_pressure=memory_pressure)
+        if best_priority is None or rank < best_priority:
+            best, best_priority = job, rank
+    return best
+
+
+def under_pressure(used_bytes: int, limit_bytes: int) -> bool:
+    return used_bytes > MEMORY_PRESSURE_FRACTION * limit_bytes
