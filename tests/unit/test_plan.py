@@ -70,7 +70,7 @@ def test_clips_lie_on_the_stride_and_inside_the_video(tmp_path):
             for clip in plan.view_plan(epoch, i).clips:
                 frames = np.array(clip.frame_indices)
                 assert np.all(np.diff(frames) == 3)
-                assert 0 <= frames[0] and frames[-1] < 120
+                assert frames[0] >= 0 and frames[-1] < 120
 
 
 def test_clip_starts_are_uniform_over_the_valid_range(tmp_path):
