@@ -27,6 +27,7 @@ from sandfs.errors import UserError
 from sandfs.fuse.operations import SandOperations
 from sandfs.media.scan import scan_dataset
 from sandfs.media.types import BadVideo, DatasetScan, MediaLimits
+from sandfs.plan.mount import plan_tasks
 from sandfs.plan.task import TaskPlan
 from sandfs.service import ViewService
 from sandfs.stats import Stats
@@ -110,13 +111,9 @@ def scan_all(
 
 def build_plans(configs: Sequence[TaskConfig], scans: dict[tuple, DatasetScan],
                 k_epochs: int) -> list[TaskPlan]:
-    plans = []
-    for cfg in configs:
-        found = scans[(cfg.dataset.video_dataset_path, cfg.dataset.extensions)]
-        plan = TaskPlan(cfg, found.videos, k_epochs=k_epochs,
-                        all_rel_paths=[b.rel_path for b in found.bad])
+    plans = plan_tasks(configs, scans, k_epochs=k_epochs)
+    for cfg, plan in zip(configs, plans, strict=True):
         check_plan(cfg, plan)
-        plans.append(plan)
     return plans
 
 

@@ -5,7 +5,8 @@ Blocking code: the engine runs it in worker threads (PyAV and OpenCV release the
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -16,6 +17,8 @@ from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer, npy_bytes
 from sandfs.plan.task import StreamClip, TaskPlan, ViewPlan
 from sandfs.stats import Stats
+
+CROP_OPS = frozenset({"random_crop", "random_resized_crop", "center_crop"})
 
 
 class Materializer:
@@ -28,9 +31,53 @@ class Materializer:
         fault_point("after_decode")
         return result.frames
 
-    def clip_array(self, clip: StreamClip, frames: dict[int, np.ndarray]) -> np.ndarray:
-        out = oplib.apply_chain(clip.ops, [frames[i] for i in clip.frame_indices])
-        return np.stack(out)
+    def augment_clips(
+        self, clips: Sequence[StreamClip], frames: dict[int, np.ndarray],
+        readers: Sequence[int] | None = None,
+    ) -> Iterator[np.ndarray]:
+        """Each clip's frames through its ops, as (T, H, W, C) arrays in order. An augmented
+        frame that several clips share — the same frame after the same op instances (a common
+        resize, a shared crop window, identical draws) — is computed once. `readers`: how many
+        tasks read each clip (what independent execution would have computed)."""
+        prefix_ids: dict[tuple, int] = {}
+        chains = [[prefix_ids.setdefault(clip.ops[: d + 1], len(prefix_ids))
+                   for d in range(len(clip.ops))] for clip in clips]
+        remaining: Counter[tuple[int, int]] = Counter(
+            (i, pid) for clip, ids in zip(clips, chains, strict=True)
+            for i in clip.frame_indices for pid in ids
+        )
+        memo: dict[tuple[int, int], np.ndarray] = {}
+        performed = crops = 0
+        for clip, ids in zip(clips, chains, strict=True):
+            out = []
+            for i in clip.frame_indices:
+                frame = frames[i]
+                for op, pid in zip(clip.ops, ids, strict=True):
+                    key = (i, pid)
+                    remaining[key] -= 1
+                    cached = memo.pop(key, None) if remaining[key] == 0 else memo.get(key)
+                    if cached is None:
+                        cached = oplib.apply_instance(op, [frame])[0]
+                        performed += 1
+                        crops += op.name in CROP_OPS
+                        if remaining[key] > 0:
+                            memo[key] = cached
+                    frame = cached
+                out.append(frame)
+            yield np.stack(out)
+        self.count_aug_ops(clips, readers or [1] * len(clips), performed, crops)
+
+    def count_aug_ops(self, clips: Sequence[StreamClip], readers: Sequence[int], performed: int,
+                      crops: int) -> None:
+        pairs = list(zip(clips, readers, strict=True))
+        independent = sum(n * len(c.frame_indices) * len(c.ops) for c, n in pairs)
+        independent_crops = sum(
+            n * len(c.frame_indices) * sum(o.name in CROP_OPS for o in c.ops) for c, n in pairs
+        )
+        self.stats.add("aug_ops", performed)
+        self.stats.add("aug_ops_independent", independent)
+        self.stats.add("crop_ops", crops)
+        self.stats.add("crop_ops_independent", independent_crops)
 
     def fill_view(self, plan: TaskPlan, view: ViewPlan, batch: np.ndarray) -> None:
         by_video: dict[int, set[int]] = defaultdict(set)
@@ -38,9 +85,10 @@ class Materializer:
             by_video[clip.video_index].update(clip.frame_indices)
         for video_index, indices in by_video.items():
             frames = self.decode(plan.videos[video_index], indices)
-            for slot, clip in enumerate(view.clips):
-                if clip.video_index == video_index:
-                    batch[slot] = to_layout(self.clip_array(clip, frames), view.layout)
+            slots = [s for s, c in enumerate(view.clips) if c.video_index == video_index]
+            clips = self.augment_clips([view.clips[s] for s in slots], frames)
+            for slot, clip in zip(slots, clips, strict=True):
+                batch[slot] = to_layout(clip, view.layout)
         fault_point("batch_assemble")
         self.count_independent(plan, view)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -88,6 +88,7 @@ class TaskPlan:
         k_epochs: int,
         all_rel_paths: Sequence[str] = (),
         pool: FramePool | None = None,
+        crop_windows: Mapping[tuple, tuple[int, int]] | None = None,
     ) -> None:
         self.cfg = cfg
         self.name = cfg.task
@@ -97,6 +98,7 @@ class TaskPlan:
         self.paths = stream_paths(cfg)
         self.span_frames = (self.sampling.frames_per_video - 1) * self.sampling.frame_stride + 1
         self.pool = pool or solo_pool(cfg)
+        self.crop_windows = crop_windows or {}  # shared with other tasks (plan/mount.py)
         self.videos, self.skipped = self._usable(videos)
         self.video_index = {v.name: i for i, v in enumerate(self.videos)}
         self.labels, self.class_names = self._labels(all_rel_paths)
@@ -211,6 +213,7 @@ class TaskPlan:
     def _resolve_stream(self, path, stream, clip_key, base, info, epoch, iteration,
                         video_index, sample) -> StreamClip:
         shape = FrameShape(info.height, info.width, "uint8")
+        static = FrameShape(None, None, "uint8")  # what the config alone says (crop contexts)
         frames, spatial, depths, branches = list(base), [], [], []
         prefix: tuple = ()
         for ps in path.steps:
@@ -218,17 +221,39 @@ class TaskPlan:
             choice = self._branch_choice(ps, clip_key, prefix, epoch, iteration)
             for pos, spec in enumerate(step_ops(ps, choice)):
                 rng = rng_for(*clip_key, "op", prefix, pos)
-                inst = oplib.draw_instance(spec.name, spec.params, rng, (shape.height, shape.width))
+                in_hw = (shape.height, shape.width)
+                inst = self._shared_crop(spec, in_hw, static, epoch, info, clip_key[3], rng)
+                inst = inst or oplib.draw_instance(spec.name, spec.params, rng, in_hw)
                 op = oplib.get_op(spec.name)
                 if op.temporal:
                     frames = list(oplib.track_frames([inst], frames))
                 else:
                     spatial.append(inst)
                 shape = op.output_shape(spec.param_dict(), shape)
+                static = op.output_shape(spec.param_dict(), static)
             depths.append(len(spatial))
             branches.append((ps.step.name, _branch_label(ps, choice)))
         return StreamClip(video_index, sample, stream, tuple(frames), tuple(spatial),
                           tuple(depths), tuple(branches))
+
+    def _shared_crop(self, spec: OpSpec, in_hw: tuple[int, int], static: FrameShape, epoch: int,
+                     info: VideoInfo, sample: int, own: np.random.Generator):
+        """A random_crop inside the window shared with other tasks (None: not shared): the
+        window's place is the pool's draw, the crop's place in it is this task's own."""
+        if spec.name != "random_crop":
+            return None
+        context = (self.cfg.dataset.video_dataset_path,
+                   (static.height, static.width) if static.height else None)
+        window = self.crop_windows.get(context)
+        if window is None or in_hw[0] < window[0] or in_hw[1] < window[1]:
+            return None
+        (window_h, window_w), (crop_h, crop_w) = window, spec.param_dict()["size"]
+        shared = rng_for(self.pool.key, "crop", epoch, info.name, sample, context)
+        window_y = int(shared.integers(0, in_hw[0] - window_h + 1))
+        window_x = int(shared.integers(0, in_hw[1] - window_w + 1))
+        y = window_y + int(own.integers(0, window_h - crop_h + 1))
+        x = window_x + int(own.integers(0, window_w - crop_w + 1))
+        return OpInstance("random_crop", spec.params, (("x", x), ("y", y)))
 
     def _branch_choice(self, ps: PathStep, clip_key, prefix, epoch, iteration) -> int | None:
         step = ps.step

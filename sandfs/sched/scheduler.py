@@ -289,8 +289,9 @@ class Scheduler:
     def _materialize(self, job: Job, arrays: dict[tuple, np.ndarray]) -> None:
         """In a worker thread: one decode pass, then every clip into its slot."""
         frames = self.materializer.decode(job.work.info, job.frames)
-        for use in job.uses:
-            clip = self.materializer.clip_array(use.clip, frames)
+        clips = self.materializer.augment_clips([use.clip for use in job.uses], frames,
+                                                [len(use.readers) for use in job.uses])
+        for use, clip in zip(job.uses, clips, strict=True):
             arrays[use.view][use.slot] = to_layout(clip, job.work.plan.sampling.layout)
 
     # -- completing views -------------------------------------------------------------------

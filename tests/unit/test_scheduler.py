@@ -57,8 +57,9 @@ class RecordingMaterializer:
         self.decoded.append(info.name)
         return {i: np.full((info.height, info.width, 3), i % 255, np.uint8) for i in indices}
 
-    def clip_array(self, clip, frames):
-        return np.stack([frames[i][:32, :32] for i in clip.frame_indices])
+    def augment_clips(self, clips, frames, readers=None):
+        for clip in clips:
+            yield np.stack([frames[i][:32, :32] for i in clip.frame_indices])
 
     def count_independent(self, plan, view):
         pass

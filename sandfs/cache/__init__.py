@@ -1,0 +1,10 @@
+"""The object cache: pruning under a budget (pure, `prune`), cache formats (`formats`), and the
+on-disk store (`ObjectStore`: temp + fsync + rename, checksums, eviction, recovery)."""
+
+from sandfs.cache.formats import CODECS, choose_format
+from sandfs.cache.keys import ObjectKey
+from sandfs.cache.prune import PrunePlan, prune, recompute_seconds
+from sandfs.cache.store import CacheDirError, ObjectStore, RecoveryReport, StoreBusyError
+
+__all__ = ["CODECS", "CacheDirError", "ObjectKey", "ObjectStore", "PrunePlan", "RecoveryReport",
+           "StoreBusyError", "choose_format", "prune", "recompute_seconds"]

@@ -1,0 +1,516 @@
+"""ObjectStore: a budgeted, checksummed, crash-safe object store on local disk.
+
+Thread-safe: one lock guards the index and the byte accounting; encoding, checksums and file
+writes and reads run outside it. The budget is never exceeded on disk: a put reserves its
+(block-rounded) size first, evicting as needed, and gives up (returns False) when the object
+cannot fit. Once usage passes 75 % of the budget, puts evict per `index.EVICTION_POLICIES`.
+
+Crash safety: write a temp file, optionally fsync, rename, then index. A crash leaves at worst a
+temp file (removed by `open`) or a complete object that the `open` scan finds. The index lives in
+memory; `close` saves a snapshot that the next `open` loads (and deletes, so a crash after that
+forces a full header scan).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from sandfs.cache.disk import (
+    HEADER_NBYTES,
+    CorruptObjectError,
+    Disk,
+    StaleObjectError,
+    check_matches,
+    check_storable,
+    checksum,
+    encode_header,
+    parse_object_name,
+)
+from sandfs.cache.formats import choose_format, codec_for
+from sandfs.cache.index import EVICTION_POLICIES, Entry, Index
+from sandfs.cache.keys import ObjectKey
+from sandfs.faults import fault_point
+
+log = logging.getLogger(__name__)
+
+EVICT_AT_FRACTION = 0.75  # SAND §6: start evicting once usage passes this share of the budget
+INDEX_FILE = "index.json"
+LOCK_FILE = "lock"
+_INDEX_VERSION = 1
+_COUNTERS = ("hits", "misses", "evictions", "recomputed", "corrupt_detected", "enospc",
+             "write_failures", "no_room")
+
+
+class StoreBusyError(RuntimeError):
+    """Another process has the cache directory open."""
+
+
+class CacheDirError(ValueError):
+    """The cache directory is unsafe to use (owned by someone else, world-writable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    objects: int  # usable objects found
+    bytes_used: int
+    index_loaded: bool  # the snapshot of a clean close was used (else every header was read)
+    temp_removed: int  # leftovers of interrupted writes
+    corrupt_removed: int
+    stale_removed: int  # objects of another format version
+    foreign_removed: int  # files the store never writes
+    missing: int  # in the snapshot but gone from disk
+    evicted_over_budget: int  # the budget is smaller than what the last run left
+    seconds: float
+
+
+class ObjectStore:
+    def __init__(self, root: str, budget_bytes: int, *, fsync: bool = False,
+                 default_fmt: str | None = None) -> None:
+        if budget_bytes <= 0:
+            raise ValueError(f"budget_bytes must be > 0, got {budget_bytes}")
+        self.root = os.path.abspath(root)
+        self.budget_bytes = int(budget_bytes)
+        self.evict_at_bytes = int(self.budget_bytes * EVICT_AT_FRACTION)
+        self.default_fmt = default_fmt  # None: `choose_format` decides per object
+        self.disk = Disk(self.root, fsync=fsync)
+        self._lock = threading.Lock()
+        self._index = Index()
+        self._writing: set[ObjectKey] = set()
+        self._reserved_nbytes = 0  # budget held by writes in flight
+        self._counts: Counter[str] = Counter()
+        self._block_bytes = 4096
+        self._lock_fd: int | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def open(self) -> RecoveryReport:
+        """Takes the cache directory (one process at a time), removes temp files, drops corrupt,
+        stale and foreign files, and rebuilds the index (from the snapshot of a clean close when
+        there is one, else from every object's header)."""
+        start = time.perf_counter()
+        self._take_root()
+        snapshot = self._load_snapshot()
+        counts: Counter[str] = Counter()
+        with self._lock:
+            self._index = Index()
+            for dir_name, entry in self._object_files():
+                self._recover_file(dir_name, entry, snapshot, counts)
+            evicted = self._evict_to(self.budget_bytes, -math.inf)
+        report = RecoveryReport(
+            objects=len(self._index), bytes_used=self._index.disk_nbytes,
+            index_loaded=snapshot is not None, temp_removed=counts["temp"],
+            corrupt_removed=counts["corrupt"], stale_removed=counts["stale"],
+            foreign_removed=counts["foreign"], missing=len(snapshot or ()),
+            evicted_over_budget=evicted, seconds=time.perf_counter() - start)
+        log.info("cache %s: %d objects, %d bytes of %d (%s)", self.root, report.objects,
+                 report.bytes_used, self.budget_bytes,
+                 "snapshot" if report.index_loaded else "header scan")
+        return report
+
+    def close(self) -> None:
+        """Saves the index snapshot and releases the directory."""
+        if self._lock_fd is None:
+            return
+        with self._lock:
+            self._save_snapshot()
+        os.close(self._lock_fd)  # releases the flock
+        self._lock_fd = None
+
+    def __enter__(self) -> ObjectStore:
+        self.open()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- objects -----------------------------------------------------------------------------
+
+    def put(self, key: ObjectKey, array: np.ndarray, *, fmt: str | None = None,
+            deadline: float = math.inf, needed_again: bool = True) -> bool:
+        """Stores `array` under `key`. True when the object is in the store afterwards (also when
+        it already was); False when it cannot fit even after eviction, the disk is full, the
+        write failed, or another thread is writing the same key. Nothing partial is left."""
+        if math.isnan(deadline):
+            raise ValueError("deadline is NaN")
+        check_storable(array)
+        incoming_deadline = deadline if needed_again else math.inf
+        with self._lock:
+            self._require_open()
+            if self._refresh_existing(key, deadline, needed_again):
+                return True
+            if key in self._writing:
+                return False
+            capacity_bound = self._used_nbytes() + array.nbytes > self.evict_at_bytes
+        fmt = fmt or self.default_fmt or choose_format(key.kind, array,
+                                                       capacity_bound=capacity_bound)
+        codec = codec_for(fmt, array)
+        payload = codec.encode(array)
+        header = encode_header(key, codec, array, payload)
+        entry = Entry(key, fmt, HEADER_NBYTES + len(payload),
+                      self._disk_nbytes(HEADER_NBYTES + len(payload)), deadline, not needed_again)
+        with self._lock:
+            if key in self._index or key in self._writing:
+                return self._refresh_existing(key, deadline, needed_again)
+            if not self._make_room(entry.disk_nbytes, incoming_deadline):
+                self._counts["no_room"] += 1
+                return False
+            self._reserved_nbytes += entry.disk_nbytes
+            self._writing.add(key)
+        try:
+            return self._write(entry, header, payload)
+        finally:
+            with self._lock:
+                self._reserved_nbytes -= entry.disk_nbytes
+                self._writing.discard(key)
+
+    def get(self, key: ObjectKey) -> np.ndarray | None:
+        """The stored array, or None on a miss. A corrupt object is logged once, deleted and
+        counted, and is a miss: the caller recomputes it."""
+        with self._lock:
+            self._require_open()
+            entry = self._index.get(key)
+            if entry is None:
+                self._counts["misses"] += 1
+                return None
+            generation = entry.generation
+        path = self.disk.path_for(key)
+        try:
+            array = self.disk.read(path, key)
+        except FileNotFoundError:
+            self._drop(key, generation, path, None)
+            return None
+        except (CorruptObjectError, OSError) as error:
+            self._drop(key, generation, path, error)
+            return None
+        with self._lock:
+            self._counts["hits"] += 1
+        return array
+
+    def __contains__(self, key: ObjectKey) -> bool:
+        with self._lock:
+            return key in self._index
+
+    def keys(self) -> list[ObjectKey]:
+        with self._lock:
+            return list(self._index.entries)
+
+    def set_deadline(self, key: ObjectKey, deadline: float) -> bool:
+        """Records when `key` is next needed (any monotonic unit: seconds, iterations); undoes
+        `mark_done`. False if the store does not hold it."""
+        if math.isnan(deadline):
+            raise ValueError("deadline is NaN")
+        with self._lock:
+            return self._index.set_deadline(key, deadline)
+
+    def mark_done(self, key: ObjectKey) -> bool:
+        """Records that `key` was used and is not needed again: the first to be evicted."""
+        with self._lock:
+            return self._index.mark_done(key)
+
+    def discard(self, key: ObjectKey) -> bool:
+        """Deletes an object now (e.g. its task ended). False if the store does not hold it."""
+        with self._lock:
+            if key not in self._index:
+                return False
+            self._remove(key)
+            return True
+
+    def note_recomputed(self, count: int = 1) -> None:
+        """Counts objects the caller had to compute again (a miss on something once stored)."""
+        with self._lock:
+            self._counts["recomputed"] += count
+
+    def stats(self) -> dict[str, object]:
+        """The status.json `cache` figures, plus objects_by_kind, bytes_by_format, enospc,
+        write_failures and no_room. Counters count since this store was created."""
+        with self._lock:
+            return {
+                "bytes_used": self._index.disk_nbytes, "budget_bytes": self.budget_bytes,
+                "objects": len(self._index),
+                **{name: self._counts[name] for name in _COUNTERS},
+                "objects_by_kind": self._index.count_by_kind(),
+                "bytes_by_format": self._index.nbytes_by_format(),
+            }
+
+    def check(self, *, verify_payloads: bool = False) -> list[str]:
+        """Consistency problems (empty when all is well): index vs files, sizes, the byte
+        accounting and the budget. With `verify_payloads`, every object is read and verified
+        too (nothing is deleted). Meant for tests and post-mortems, on a quiet store."""
+        with self._lock:
+            problems = []
+            on_disk = {}
+            for _, entry in self._object_files():
+                if entry.name.endswith(".tmp") and not self._writing:
+                    problems.append(f"leftover temp file {entry.path}")
+                on_disk[entry.path] = entry.stat(follow_symlinks=False)
+            problems += self._check_entries(on_disk, verify_payloads)
+            problems += [f"file not in the index: {path}" for path in on_disk
+                         if not path.endswith(".tmp")]
+            problems += self._check_accounting()
+        return problems
+
+    # -- internals (called with self._lock held unless said otherwise) -----------------------
+
+    def _require_open(self) -> None:
+        if self._lock_fd is None:
+            raise RuntimeError(f"cache {self.root} is not open")
+
+    def _used_nbytes(self) -> int:
+        return self._index.disk_nbytes + self._reserved_nbytes
+
+    def _disk_nbytes(self, file_nbytes: int) -> int:
+        return -(-file_nbytes // self._block_bytes) * self._block_bytes
+
+    def _refresh_existing(self, key: ObjectKey, deadline: float, needed_again: bool) -> bool:
+        """A put of a stored object only updates its bookkeeping: done, or a given deadline."""
+        if key not in self._index:
+            return False
+        if not needed_again:
+            self._index.mark_done(key)
+        elif deadline != math.inf:
+            self._index.set_deadline(key, deadline)
+        return True
+
+    def _make_room(self, nbytes: int, incoming_deadline: float) -> bool:
+        """Evicts until `nbytes` more fit under the watermark (or nothing more may go); True if
+        they fit under the budget then."""
+        if nbytes > self.budget_bytes:
+            return False
+        self._evict_to(self.evict_at_bytes - nbytes, incoming_deadline)
+        return self._used_nbytes() + nbytes <= self.budget_bytes
+
+    def _evict_to(self, target_nbytes: int, incoming_deadline: float) -> int:
+        evicted = 0
+        for policy, pick in EVICTION_POLICIES:
+            while self._used_nbytes() > target_nbytes:
+                victim = pick(self._index, incoming_deadline)
+                if victim is None:
+                    break
+                self._remove(victim)
+                self._counts["evictions"] += 1
+                evicted += 1
+                log.debug("evicted %s (%s)", victim, policy)
+                fault_point("evict_mid")
+        return evicted
+
+    def _remove(self, key: ObjectKey) -> None:
+        # unlink first: if it fails, the index still accounts for the file
+        self.disk.unlink(self.disk.path_for(key))
+        self._index.remove(key)
+
+    def _write(self, entry: Entry, header: bytes, payload: bytes | memoryview) -> bool:
+        """Temp file, rename, index. Called without the lock; the budget is already reserved."""
+        final_path = self.disk.path_for(entry.key)
+        try:
+            temp_path = self.disk.write_temp(final_path, header, payload)
+        except OSError as error:
+            self._note_write_error(error, final_path)
+            return False
+        with self._lock:
+            try:
+                self.disk.commit(temp_path, final_path)
+            except OSError as error:
+                self.disk.unlink(temp_path)
+                self._note_write_error(error, final_path)
+                return False
+            try:
+                fault_point("after_rename_before_index")
+                self._index.add(entry)
+            except BaseException:
+                self.disk.unlink(final_path)  # unindexed bytes would escape the budget
+                raise
+        self.disk.sync_dir(final_path)
+        return True
+
+    def _note_write_error(self, error: OSError, path: str) -> None:
+        with self._lock:
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                self._counts["enospc"] += 1
+                first = self._counts["enospc"] == 1
+                log.log(logging.WARNING if first else logging.DEBUG,
+                        "cache disk full writing %s: object not cached (%s)", path, error)
+            else:
+                self._counts["write_failures"] += 1
+                log.warning("cache write failed for %s: %s", path, error)
+
+    def _drop(self, key: ObjectKey, generation: int, path: str,
+              error: BaseException | None) -> None:
+        """A get found `path` missing (error None) or unusable. Called without the lock."""
+        with self._lock:
+            self._counts["misses"] += 1
+            entry = self._index.get(key)
+            if entry is None or entry.generation != generation:
+                return  # evicted or replaced meanwhile: not this reader's business
+            if error is None:
+                log.warning("cache object %s vanished from disk; will be recomputed", path)
+            else:
+                self._counts["corrupt_detected"] += 1
+                log.warning("corrupt cache object %s (%s): deleted, will be recomputed",
+                            path, error)
+            self._remove(key)
+
+    # -- recovery ----------------------------------------------------------------------------
+
+    def _take_root(self) -> None:
+        if self._lock_fd is not None:
+            raise RuntimeError(f"cache {self.root} is already open")
+        os.makedirs(self.root, mode=0o700, exist_ok=True)  # leaf mode: not widened by umask
+        os.makedirs(self.disk.objects_dir, mode=0o700, exist_ok=True)
+        status = os.stat(self.root)
+        if status.st_uid != os.geteuid():
+            raise CacheDirError(f"cache dir {self.root} is owned by uid {status.st_uid}, "
+                                f"not this user ({os.geteuid()})")
+        if status.st_mode & 0o002:
+            raise CacheDirError(f"cache dir {self.root} is world-writable; chmod 700 it")
+        fd = os.open(os.path.join(self.root, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                     0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreBusyError(f"cache dir {self.root} is in use by another sandfs "
+                                 "process") from None
+        self._lock_fd = fd
+        self._block_bytes = max(os.statvfs(self.root).f_frsize, 512)
+
+    def _object_files(self) -> list[tuple[str, os.DirEntry]]:
+        """(fan-out dir name, file entry) for every file under objects/, in sorted order."""
+        files = []
+        for dir_entry in sorted(os.scandir(self.disk.objects_dir), key=lambda e: e.name):
+            if dir_entry.is_dir(follow_symlinks=False):
+                entries = sorted(os.scandir(dir_entry.path), key=lambda e: e.name)
+                files += [(dir_entry.name, entry) for entry in entries]
+            else:
+                files.append(("", dir_entry))
+        return files
+
+    def _recover_file(self, dir_name: str, file: os.DirEntry, snapshot: dict | None,
+                      counts: Counter[str]) -> None:
+        if file.name.endswith(".tmp"):
+            self.disk.unlink(file.path)
+            counts["temp"] += 1
+            return
+        key = parse_object_name(dir_name, file.name)
+        if key is None or not file.is_file(follow_symlinks=False):
+            counts["foreign"] += 1
+            if file.is_dir(follow_symlinks=False):
+                log.warning("ignoring foreign directory %s in the cache", file.path)
+            else:
+                log.warning("removing foreign file %s from the cache", file.path)
+                self.disk.unlink(file.path)
+            return
+        file_nbytes = file.stat(follow_symlinks=False).st_size
+        known = snapshot.pop(f"{dir_name}/{file.name}", None) if snapshot is not None else None
+        if known is not None and known[1] == file_nbytes:
+            fmt = known[0]  # headers of a clean close are checked on read, not now
+        else:
+            fmt = self._verified_format(file.path, key, counts)
+            if fmt is None:
+                return
+        self._index.add(Entry(key, fmt, file_nbytes, self._disk_nbytes(file_nbytes)))
+
+    def _verified_format(self, path: str, key: ObjectKey, counts: Counter[str]) -> str | None:
+        try:
+            header, file_nbytes = self.disk.read_header(path)
+            check_matches(header, key, file_nbytes)
+        except StaleObjectError as error:
+            log.info("removing cache object %s of another format version: %s", path, error)
+            counts["stale"] += 1
+        except (CorruptObjectError, OSError) as error:
+            log.warning("corrupt cache object %s (%s): deleted, will be recomputed", path, error)
+            counts["corrupt"] += 1
+            self._counts["corrupt_detected"] += 1
+        else:
+            return header.codec.name
+        self.disk.unlink(path)
+        return None
+
+    def _load_snapshot(self) -> dict[str, list] | None:
+        """{relative path: [fmt, file_nbytes]} saved by the last clean close, or None. The file
+        is deleted once read: a crash from here on must not trust it."""
+        path = os.path.join(self.root, INDEX_FILE)
+        try:
+            with open(path, "rb") as file:
+                digest_line, body = file.read().split(b"\n", 1)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as error:
+            log.info("cache index snapshot unreadable (%s): scanning headers", error)
+            return None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        try:
+            if digest_line.decode() != f"{checksum(body):016x}":
+                raise ValueError("checksum mismatch")
+            data = json.loads(body)
+            if data["version"] != _INDEX_VERSION:
+                raise ValueError(f"version {data['version']}")
+            return dict(data["objects"])
+        except (ValueError, KeyError, TypeError) as error:
+            log.info("cache index snapshot invalid (%s): scanning headers", error)
+            return None
+
+    def _save_snapshot(self) -> None:
+        objects = {}
+        for entry in self._index:
+            name = os.path.relpath(self.disk.path_for(entry.key), self.disk.objects_dir)
+            objects[name] = [entry.fmt, entry.file_nbytes]
+        body = json.dumps({"version": _INDEX_VERSION, "objects": objects}).encode()
+        path = os.path.join(self.root, INDEX_FILE)
+        temp_path = f"{path}.tmp"
+        with open(os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as file:
+            file.write(f"{checksum(body):016x}\n".encode() + body)
+            if self.disk.fsync:
+                os.fsync(file.fileno())
+        os.rename(temp_path, path)
+
+    # -- check -------------------------------------------------------------------------------
+
+    def _check_entries(self, on_disk: dict[str, os.stat_result], verify_payloads: bool
+                       ) -> list[str]:
+        problems = []
+        for entry in self._index:
+            path = self.disk.path_for(entry.key)
+            status = on_disk.pop(path, None)
+            if status is None:
+                problems.append(f"indexed object has no file: {path}")
+            elif status.st_size != entry.file_nbytes:
+                problems.append(f"{path}: {status.st_size} bytes, index says {entry.file_nbytes}")
+            if entry.disk_nbytes != self._disk_nbytes(entry.file_nbytes):
+                problems.append(f"{path}: charged {entry.disk_nbytes} bytes for "
+                                f"{entry.file_nbytes}")
+            if verify_payloads and status is not None:
+                try:
+                    self.disk.read(path, entry.key)
+                except (CorruptObjectError, OSError) as error:
+                    problems.append(f"{path}: {error}")
+        return problems
+
+    def _check_accounting(self) -> list[str]:
+        problems = []
+        charged = sum(entry.disk_nbytes for entry in self._index)
+        if charged != self._index.disk_nbytes:
+            problems.append(f"bytes_used {self._index.disk_nbytes} != sum of objects {charged}")
+        if self._used_nbytes() > self.budget_bytes:
+            problems.append(f"usage {self._used_nbytes()} exceeds budget {self.budget_bytes}")
+        if sum(self._index.count_by_kind().values()) != len(self._index):
+            problems.append("objects_by_kind does not add up to objects")
+        stray_done = [key for key in self._index.done_keys() if key not in self._index]
+        if stray_done:
+            problems.append(f"{len(stray_done)} done keys not in the index")
+        if self._reserved_nbytes < 0 or (self._reserved_nbytes and not self._writing):
+            problems.append(f"reserved {self._reserved_nbytes} bytes with no write in flight")
+        return problems
