@@ -42,15 +42,21 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="live figures of a mount")
     status.add_argument("mountpoint")
     status.add_argument("--json", action="store_true")
+    plan = sub.add_parser("plan", help="dry run: what the merged plan does, without mounting")
+    plan.add_argument("--config", action="append", required=True, metavar="TASK.yaml")
+    plan.add_argument("--epochs", type=int, help="how many epochs to plan (default: one window)")
+    plan.add_argument("--k-epochs", type=int, metavar="K")
+    plan.add_argument("--cache-dir", help="where the scan index is kept (default: none)")
+    plan.add_argument("--json", action="store_true")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"mount": cmd_mount, "unmount": cmd_unmount, "status": cmd_status}[args.command](
-            args
-        )
+        commands = {"mount": cmd_mount, "unmount": cmd_unmount, "status": cmd_status,
+                    "plan": cmd_plan}
+        return commands[args.command](args)
     except ConfigError as exc:
         print(f"sandfs: {exc}", file=sys.stderr)
         return 2
@@ -59,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `sandfs plan --json | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 # -- mount ----------------------------------------------------------------------------------
@@ -224,4 +233,53 @@ def format_status(status: dict) -> str:
                  f"views materialized {status['views_materialized']}")
     for bad in status["bad_videos"]:
         lines.append(f"  left out: {bad['path']!r}: {bad['reason']}")
+    return "\n".join(lines)
+
+
+# -- plan -----------------------------------------------------------------------------------
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from sandfs.daemon import check_plan, scan_all
+    from sandfs.plan.mount import plan_tasks
+    from sandfs.plan.report import plan_report
+
+    configs = load_task_configs(args.config)
+    engine, _ = merge_engines(configs, {"k_epochs": args.k_epochs})
+    if args.epochs is not None and args.epochs < 1:
+        raise UserError(f"--epochs: expected an integer >= 1, got {args.epochs}")
+    cache_dir = args.cache_dir or engine.cache_dir
+    if cache_dir:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+    scans = scan_all(configs, cache_dir, engine.workers or os.cpu_count() or 2)
+    plans = plan_tasks(configs, scans, k_epochs=engine.k_epochs)
+    for cfg, plan in zip(configs, plans, strict=True):
+        check_plan(cfg, plan)
+    report = plan_report(plans, args.epochs)
+    print(json.dumps(report, indent=1) if args.json else format_plan(report))
+    return 0
+
+
+def format_plan(report: dict) -> str:
+    total, cut = report["total"], report["savings"]
+    lines = [f"plan of {len(report['tasks'])} task(s) over {report['epochs']} epochs "
+             f"(k={report['k_epochs']}, {len(report['windows'])} window(s))"]
+    for name, task in report["tasks"].items():
+        lines.append(f"  task {name}: {task['videos']} videos, {task['iterations_per_epoch']} "
+                     f"iterations/epoch, frame grid {task['frame_grid']}")
+    for label, done, independent, key in (
+        ("frames decoded", "frames_decoded", "frames_decoded_independent", "decode"),
+        ("augmentation ops", "aug_ops", "aug_ops_independent", "aug_ops"),
+        ("crop ops", "crop_ops", "crop_ops_independent", "crop_ops"),
+    ):
+        lines.append(f"  {label}: {total.get(done, 0):,} vs {total.get(independent, 0):,} "
+                     f"run independently ({-100 * cut[key]:+.1f}%)")
+    by_tasks = {}
+    for window in report["windows"]:
+        for count, frames in window["frames_by_task_count"].items():
+            by_tasks[count] = by_tasks.get(count, 0) + frames
+    lines.append("  decoded frames used by " + ", ".join(
+        f"{n} task(s): {frames:,}" for n, frames in sorted(by_tasks.items())))
+    lines.append(f"  views: {total.get('views', 0):,} materialized for "
+                 f"{total.get('view_reads', 0):,} reads (identical pipelines share views)")
     return "\n".join(lines)

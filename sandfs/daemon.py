@@ -90,9 +90,10 @@ def prepare_cache_dir(path: str) -> None:
 
 
 def scan_all(
-    configs: Sequence[TaskConfig], cache_dir: str, workers: int
+    configs: Sequence[TaskConfig], cache_dir: str | None, workers: int
 ) -> dict[tuple, DatasetScan]:
-    """One scan per (dataset root, extensions); unchanged files come from the scan index."""
+    """One scan per (dataset root, extensions); unchanged files come from the scan index (kept
+    in `cache_dir`; None: no index)."""
     scans: dict[tuple, DatasetScan] = {}
     for cfg in configs:
         key = (cfg.dataset.video_dataset_path, cfg.dataset.extensions)
@@ -101,7 +102,7 @@ def scan_all(
         tag = hashlib.sha1(repr(key).encode()).hexdigest()[:12]
         scans[key] = scan_dataset(
             key[0], key[1], limits=MediaLimits.from_env(), workers=workers,
-            index_path=os.path.join(cache_dir, f"scan-{tag}.json"),
+            index_path=os.path.join(cache_dir, f"scan-{tag}.json") if cache_dir else None,
         )
         found = scans[key]
         log.info("dataset %s: %d usable videos, %d left out", key[0], len(found.videos),

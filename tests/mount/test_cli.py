@@ -136,3 +136,20 @@ def test_missing_dataset_and_empty_epochs_are_clear_errors(tmp_path, dataset_dir
                    str(tmp_path / "c"))
     assert done.returncode == 1 and "fewer than videos_per_batch" in done.stderr, done.stderr
     assert not is_mounted(tmp_path / "m")
+
+
+def test_plan_prints_the_merged_plan_without_mounting(tmp_path, dataset_dir):
+    slow = write_config(tmp_path / "slow.yaml", task_config(
+        dataset_dir, task="slow", seed=1, sampling={"frames_per_video": 6, "frame_stride": 2}))
+    mae = write_config(tmp_path / "mae.yaml", task_config(
+        dataset_dir, task="mae", seed=2, sampling={"frames_per_video": 3, "frame_stride": 4}))
+    done = run_cli("plan", "--config", str(slow), "--config", str(mae), "--epochs", "4")
+    assert done.returncode == 0, done.stderr
+    assert "plan of 2 task(s) over 4 epochs (k=2, 2 window(s))" in done.stdout
+    assert "frame grid 2" in done.stdout and "frames decoded:" in done.stdout
+    report = json.loads(run_cli("plan", "--config", str(slow), "--config", str(mae),
+                                "--json").stdout)
+    total = report["total"]
+    assert total["frames_decoded"] < total["frames_decoded_independent"]
+    assert report["windows"][0]["frames_by_task_count"].get("2", 0) > 0  # shared frames
+    assert report["savings"]["decode"] > 0

@@ -1,4 +1,4 @@
-"""Run by test_faults.py in a subprocess with SANDFS_FAULT set (e.g. a kill9 action):
+"""Run by test_store_faults.py in a subprocess with SANDFS_FAULT set (e.g. a kill9 action):
 opens a store at ROOT with BUDGET bytes and puts frames 0..COUNT-1, each needed sooner than the
 last (deadline COUNT - index), so that a full store evicts."""
 

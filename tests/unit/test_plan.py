@@ -149,3 +149,16 @@ def test_view_sizes_are_exact(tmp_path, layout):
     assert shape == ((4, 4, 32, 32, 3) if layout == "NTHWC" else (4, 3, 4, 32, 32))
     header = 128
     assert plan.view_nbytes(0, 0) == header + int(np.prod(shape))
+
+
+def test_plan_report_counts_sharing(tmp_path):
+    from sandfs.plan.report import plan_report
+
+    videos = fake_videos(8)
+    identical = [make_plan(tmp_path, videos=videos, task=f"t{i}") for i in range(4)]
+    report = plan_report(identical)
+    window = report["windows"][0]
+    assert window["views_by_task_count"] == {4: window["views"]}
+    assert report["total"]["frames_decoded_independent"] == 4 * plan_report(
+        identical[:1])["total"]["frames_decoded_independent"]
+    assert report["savings"]["decode"] > 0.75  # one decode pass serves all four tasks

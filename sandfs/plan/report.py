@@ -1,0 +1,87 @@
+"""What a merged plan does, as figures (pure): decode and augmentation work with sharing versus
+the same tasks run independently, and how many objects the tasks share. `sandfs plan` prints
+this; benchmarks/bench_planning.py measures it over many epochs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+from sandfs.media.decode import frames_to_decode
+from sandfs.plan.task import TaskPlan
+from sandfs.plan.window import WindowPlan, plan_window
+
+CROP_OPS = frozenset({"random_crop", "random_resized_crop", "center_crop"})
+
+
+def window_report(window: WindowPlan) -> dict:
+    """Figures for one k-epoch window: one decode pass per video; an augmented frame (a frame
+    after the same op instances) computed once however many clips use it."""
+    figures: Counter[str] = Counter()
+    frame_tasks: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for path, work in window.videos.items():
+        figures["frames_decoded"] += frames_to_decode(work.info, sorted(work.frames))
+        unique_aug, unique_crops = set(), set()
+        seen_clips = set()
+        for use in work.uses:
+            readers = len(use.readers)
+            clip = use.clip
+            figures["clips"] += readers
+            key = (use.view, clip.video_index, clip.sample)
+            if key not in seen_clips:  # the streams of one clip share their decode
+                seen_clips.add(key)
+                figures["frames_decoded_independent"] += readers * frames_to_decode(
+                    work.info, sorted(set(clip.frame_indices)))
+            for index in clip.frame_indices:
+                for task, _ in use.readers:
+                    frame_tasks[(path, index)].add(task)
+                for depth, op in enumerate(clip.ops):
+                    figures["aug_ops_independent"] += readers
+                    unique_aug.add((index, clip.ops[: depth + 1]))
+                    if op.name in CROP_OPS:
+                        figures["crop_ops_independent"] += readers
+                        unique_crops.add((index, clip.ops[: depth + 1]))
+        figures["aug_ops"] += len(unique_aug)
+        figures["crop_ops"] += len(unique_crops)
+    figures["frames_needed"] = len(frame_tasks)
+    sharing = Counter(len(tasks) for tasks in frame_tasks.values())
+    view_sharing = Counter(len(readers) for readers in window.readers.values())
+    return {
+        **figures,
+        "views": len(window.views),
+        "view_reads": sum(len(r) for r in window.readers.values()),
+        "frames_by_task_count": dict(sorted(sharing.items())),
+        "views_by_task_count": dict(sorted(view_sharing.items())),
+    }
+
+
+def plan_report(plans: Sequence[TaskPlan], epochs: int | None = None) -> dict:
+    """Per window and in total, over the first `epochs` epochs (default: one window)."""
+    k = plans[0].k_epochs
+    epochs = epochs or k
+    windows = []
+    for window in range((epochs + k - 1) // k):
+        windows.append({"window": window, **window_report(plan_window(plans, window))})
+    total: Counter[str] = Counter()
+    for figures in windows:
+        total.update({k: v for k, v in figures.items() if isinstance(v, int) and k != "window"})
+    return {
+        "tasks": {p.name: {"videos": len(p.videos), "iterations_per_epoch":
+                           p.iterations_per_epoch, "frame_grid": p.pool.grid,
+                           "data_key": f"{p.data_key:032x}"[:12]} for p in plans},
+        "k_epochs": k,
+        "epochs": epochs,
+        "windows": windows,
+        "total": dict(total),
+        "savings": savings(total),
+    }
+
+
+def savings(total: Counter[str]) -> dict:
+    def cut(done: str, independent: str) -> float:
+        return round(1 - total[done] / total[independent], 4) if total[independent] else 0.0
+
+    return {"decode": cut("frames_decoded", "frames_decoded_independent"),
+            "aug_ops": cut("aug_ops", "aug_ops_independent"),
+            "crop_ops": cut("crop_ops", "crop_ops_independent")}
