@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import pyfuse3
 import trio
 
+from sandfs.cache import CacheDirError, ObjectStore, StoreBusyError
 from sandfs.config.schema import EngineConfig, TaskConfig
 from sandfs.engine import ObjectEngine
 from sandfs.errors import UserError
@@ -42,6 +43,8 @@ class MountSettings:
     workers: int
     k_epochs: int
     memory_budget_bytes: int
+    storage_budget_bytes: int | None  # None: a default from the free space (see open_store)
+    cache_format: str
 
 
 def settings_from(engine: EngineConfig, mountpoint: str | None) -> MountSettings:
@@ -55,7 +58,9 @@ def settings_from(engine: EngineConfig, mountpoint: str | None) -> MountSettings
         cache_dir=os.path.abspath(cache_dir),
         workers=engine.workers or os.cpu_count() or 2,
         k_epochs=engine.k_epochs,
-        memory_budget_bytes=default_memory_budget(),
+        memory_budget_bytes=engine.memory_limit_bytes or default_memory_budget(),
+        storage_budget_bytes=engine.storage_budget_bytes,
+        cache_format=engine.cache_format,
     )
 
 
@@ -131,6 +136,33 @@ def check_plan(cfg: TaskConfig, plan: TaskPlan) -> None:
 
 def bad_videos(scans: dict[tuple, DatasetScan]) -> list[BadVideo]:
     return [b for found in scans.values() for b in found.bad]
+
+
+def default_storage_budget(cache_dir: str) -> int:
+    """A quarter of the free space where the cache lives, at most 64 GiB."""
+    info = os.statvfs(cache_dir)
+    return max(1 << 20, min(info.f_bavail * info.f_frsize // 4, 64 << 30))
+
+
+def open_store(settings: MountSettings, plans: Sequence[TaskPlan]) -> ObjectStore:
+    budget = settings.storage_budget_bytes or default_storage_budget(settings.cache_dir)
+    biggest = max(p.view_nbytes(0, 0) for p in plans)
+    if budget < biggest:
+        raise UserError(f"storage budget {budget} bytes is smaller than one batch ({biggest} "
+                        f"bytes); raise --budget / engine.storage_budget")
+    fmt = None if settings.cache_format == "auto" else settings.cache_format
+    store = ObjectStore(os.path.join(settings.cache_dir, "store"), budget, default_fmt=fmt)
+    try:
+        report = store.open()
+    except StoreBusyError as exc:
+        raise UserError(f"cache dir {settings.cache_dir} is in use by another sandfs daemon; "
+                        f"give this mount its own --cache-dir") from exc
+    except CacheDirError as exc:
+        raise UserError(str(exc)) from exc
+    if report.corrupt_removed or report.temp_removed:
+        log.warning("cache: removed %d corrupt objects and %d partial writes left by a crash",
+                    report.corrupt_removed, report.temp_removed)
+    return store
 
 
 # -- the mountpoint -------------------------------------------------------------------------
@@ -220,11 +252,21 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
     prepare_cache_dir(settings.cache_dir)
     scans = scan_all(configs, settings.cache_dir, settings.workers)
     plans = build_plans(configs, scans, settings.k_epochs)
+    store = open_store(settings, plans)
+    try:
+        serve_mount(configs, settings, plans, scans, store, on_ready)
+    finally:
+        store.close()
+
+
+def serve_mount(configs, settings: MountSettings, plans, scans, store: ObjectStore,
+                on_ready: Callable[[], None]) -> None:
+    # The engine's on-demand objects get a quarter of the memory, prepared batches the rest.
     engine = ObjectEngine(workers=settings.workers,
                           memory_budget_bytes=settings.memory_budget_bytes // 4)
     service = ViewService(plans, engine=engine, stats=Stats(), bad_videos=bad_videos(scans),
                           task_texts={c.task: c.source_text for c in configs},
-                          memory_limit_bytes=settings.memory_budget_bytes)
+                          memory_limit_bytes=settings.memory_budget_bytes * 3 // 4, store=store)
     operations = SandOperations(service)
     try:
         pyfuse3.init(operations, settings.mountpoint, fuse_options())

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import trio
 
+from sandfs.cache import ObjectStore
 from sandfs.engine import ObjectEngine
 from sandfs.materialize import Materializer
 from sandfs.media.types import BadVideo, VideoInfo
@@ -48,13 +49,16 @@ class ViewService:
         task_texts: dict[str, str] | None = None,
         memory_limit_bytes: int = 1 << 30,
         read_ahead: int = 8,
+        store: ObjectStore | None = None,
     ) -> None:
         self.tasks = {p.name: p for p in plans}
         self.engine = engine
         self.stats = stats
         self.materializer = Materializer(stats)
         self.scheduler = Scheduler(plans, self.materializer, stats, workers=engine.workers,
-                                   memory_limit_bytes=memory_limit_bytes, limiter=engine.limiter)
+                                   memory_limit_bytes=memory_limit_bytes, limiter=engine.limiter,
+                                   store=store)
+        self.store = store
         self.bad_videos = list(bad_videos)
         self.task_texts = task_texts or {}
         self.read_ahead = read_ahead  # how far status.json's ready_ahead looks
@@ -70,13 +74,8 @@ class ViewService:
 
     def view_state(self, task: str, epoch: int, iteration: int) -> str:
         key = view_key(self.tasks[task], epoch, iteration)
-        if key in self.scheduler.state.failures:
-            return "failed"
-        if key in self.scheduler.ready:
-            return "ready"
-        if key in self.scheduler.buffers:
-            return "materializing"
-        return self.engine.state(key)
+        state = self.scheduler.view_state(key)
+        return self.engine.state(key) if state == "planned" else state
 
     def opened_view(self, task: str, epoch: int, iteration: int) -> None:
         """A trainer opened this view: that is where the task stands (deadlines count from it)."""
@@ -183,23 +182,29 @@ class ViewService:
             "frames_decoded": stats.get("frames_decoded"),
             "frames_decoded_independent": stats.get("frames_decoded_independent"),
             "views_materialized": stats.get("views_materialized"),
-            "cache": {
-                "bytes_used": 0, "budget_bytes": 0, "objects": 0, "hits": 0, "misses": 0,
-                "evictions": 0, "recomputed": 0, "corrupt_detected": 0,
-            },
+            "cache": self.cache_status(),
             "views_recomputed": stats.get("views_recomputed"),
             "aug_ops": stats.get("aug_ops"),
             "aug_ops_independent": stats.get("aug_ops_independent"),
             "crop_ops": stats.get("crop_ops"),
             "crop_ops_independent": stats.get("crop_ops_independent"),
-            "scheduler": {"jobs_done": sched.jobs_done, "jobs_running": sched.jobs_running,
+            "scheduler": {"jobs_done": sched.jobs_done, "jobs_running": len(self.scheduler.running),
                           "views_ready": len(self.scheduler.ready),
-                          "views_filling": len(self.scheduler.buffers),
-                          "evicted_unread": sched.evicted_unread},
+                          "views_planned": len(self.scheduler.views),
+                          "evicted_unread": sched.evicted_unread,
+                          "rebuilt_from_disk": sched.rebuilt_from_disk,
+                          "clips_recomputed": stats.get("clips_recomputed")},
+            "frames_from_disk": stats.get("frames_from_disk"),
             "queues": {"demand": self.engine.demand_waiting + sched.demand_waiting,
                        "prematerialize": len(self.scheduler.pending_jobs())},
             "bad_videos": bad,
         }
+
+    def cache_status(self) -> dict:
+        if self.store is None:
+            return {"bytes_used": 0, "budget_bytes": 0, "objects": 0, "hits": 0, "misses": 0,
+                    "evictions": 0, "recomputed": 0, "corrupt_detected": 0}
+        return self.store.stats()
 
     def status_bytes(self) -> bytes:
         return (json.dumps(self.status(), indent=1, sort_keys=False) + "\n").encode()

@@ -61,7 +61,10 @@ ENGINE_FIELDS = {
     "storage_budget": "storage_budget_bytes",
     "k_epochs": "k_epochs",
     "workers": "workers",
+    "memory_limit": "memory_limit_bytes",
+    "cache_format": "cache_format",
 }
+CACHE_FORMATS = ("auto", "raw", "lz4", "zstd", "png")
 
 _TASK_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 _EXTENSION_RE = re.compile(r"\.[^./\\\s]+")
@@ -300,6 +303,8 @@ def _engine(value: Value | None, base_dir: str) -> tuple[EngineConfig, frozenset
         "storage_budget": _budget,
         "k_epochs": partial(fields.integer, minimum=1),
         "workers": _workers,
+        "memory_limit": _budget,
+        "cache_format": partial(fields.choice, choices=CACHE_FORMATS),
     }
     settings = {
         ENGINE_FIELDS[key]: readers[key](item)
@@ -349,7 +354,11 @@ def _override(name: str, value: Any) -> Any:
     """Check one CLI override; ValueError names the EngineConfig field."""
     if name in ("mountpoint", "cache_dir"):
         return os.path.abspath(os.path.expanduser(os.fspath(value)))
-    if name == "storage_budget_bytes":
+    if name == "cache_format":
+        if value not in CACHE_FORMATS:
+            raise ValueError(f"{name}: expected one of {', '.join(CACHE_FORMATS)}, got {value!r}")
+        return value
+    if name in ("storage_budget_bytes", "memory_limit_bytes"):
         try:
             return parse_size(value)
         except ValueError as e:

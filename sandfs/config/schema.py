@@ -97,6 +97,8 @@ class EngineConfig:
     storage_budget_bytes: int | None = None  # None: no budget given
     k_epochs: int = 5
     workers: int | None = None  # None: auto (the machine's cores)
+    memory_limit_bytes: int | None = None  # None: a quarter of RAM, at most 4 GiB
+    cache_format: str = "auto"  # auto | raw | lz4 | zstd | png (all lossless)
 
 
 @dataclass(frozen=True, slots=True)

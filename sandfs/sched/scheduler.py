@@ -1,28 +1,37 @@
-"""The materialization executor: keeps batches ready ahead of the trainers (SAND §5.4).
+"""The materialization executor: keeps batches ready ahead of the trainers (SAND §5.3, §5.4).
 
-A *job* is one video in one k-epoch window: one selective decode pass over the union of the
-frames its pending clips need (all tasks, all epochs of the window), then every clip is
-augmented and written straight into its slot of the batch buffer it belongs to. A batch whose
-slots are all filled is ready. The trio task here decides what runs next (policy.py) and hands
-the work to worker threads; nothing in this loop blocks.
+Objects: a *clip* is one slot of one batch (leaf); its parents are decoded *frames*; their root
+is the video. For each k-epoch window, pruning (Algorithm 1, `sandfs.cache.prune`) picks which
+clips and frames to keep on disk under the storage budget.
 
-Memory: ready and partially filled batches, plus the frames of running jobs, stay within
-`memory_limit_bytes`. Past that, ready batches are dropped — those every reader has read first,
-then those needed last — and a job only takes the clips that fit.
+Jobs, chosen by `policy.py` and run in worker threads (nothing in the trio loop blocks):
+- a *video job*: one video, one window: its frames come from ONE selective decode pass (or from
+  frames kept on disk), and every pending clip it takes is augmented once and written into its
+  batch's slot in memory and/or to disk. It takes the clips whose batches fit in memory
+  (`memory_limit_bytes`), plus those pruning keeps on disk; the rest wait for a later job.
+- an *assembly job*: one batch whose clips are on disk (a restart, or batches beyond the memory
+  horizon) read back into memory.
+A batch with every slot filled is ready. Memory past the limit drops ready batches — those every
+reader has read first, then those needed last — and they are rebuilt from disk, or recomputed.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter, OrderedDict
+import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import networkx as nx
 import numpy as np
 import trio
 
+from sandfs.cache import ObjectKey, ObjectStore, prune
 from sandfs.engine import ObjectFailed
 from sandfs.materialize import Materializer, to_layout
+from sandfs.media.decode import frames_to_decode
+from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import ClipUse, VideoWork, WindowPlan, plan_window, view_key
@@ -31,14 +40,30 @@ from sandfs.stats import Stats
 
 log = logging.getLogger(__name__)
 
+PRUNE_TARGET_FRACTION = 0.7  # plan below the store's 75% eviction mark
+DECODE_SECONDS_PER_MPIXEL = 0.006  # cost model seeds (PERF-NOTES), refined by measurement
+AUGMENT_SECONDS_PER_MPIXEL = 0.0015
+
+
+def clip_object_key(use: ClipUse, info: VideoInfo) -> ObjectKey:
+    return ObjectKey.of("clip", use.view, use.slot, info.path, info.size_bytes, info.mtime_ns)
+
+
+def frame_object_key(info: VideoInfo, index: int) -> ObjectKey:
+    return ObjectKey.of("frame", info.path, info.size_bytes, info.mtime_ns, index)
+
 
 @dataclass(slots=True)
-class ViewBuffer:
-    """A batch being filled slot by slot by the jobs of its videos."""
+class ViewState:
+    """A batch of an active window: which slots are filled, in memory and on disk."""
 
-    data: bytearray
-    array: np.ndarray
-    missing: set[int]
+    plan: TaskPlan
+    epoch: int
+    iteration: int
+    slots: int
+    on_disk: set[int] = field(default_factory=set)
+    buffer: tuple[bytearray, np.ndarray] | None = None
+    in_memory: set[int] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -49,10 +74,19 @@ class ReadyView:
 
 @dataclass(slots=True)
 class Job:
+    kind: str  # "video" | "assemble"
     window: int
-    work: VideoWork
-    uses: list[ClipUse]
-    frame_bytes: int
+    key: object  # (window, path) for a video job, the view key for an assembly
+    work: VideoWork | None = None
+    uses: list[ClipUse] = field(default_factory=list)
+    to_memory: set[tuple] = field(default_factory=set)  # (view, slot) written to buffers
+    to_disk: set[tuple] = field(default_factory=set)  # (view, slot) persisted
+    save_frames: bool = False
+    frames_on_disk: bool = False
+    frame_bytes: int = 0
+    deadlines: dict[tuple, int] = field(default_factory=dict)  # view -> first reader position
+    layouts: dict[tuple, str] = field(default_factory=dict)  # view -> its task's layout
+    assembly: tuple | None = None  # (plan, view plan, slots to read) of an assembly job
 
     @property
     def frames(self) -> set[int]:
@@ -60,36 +94,47 @@ class Job:
 
 
 @dataclass(slots=True)
+class DiskPlan:
+    """What pruning keeps on disk for one video in one window."""
+
+    clips: set[tuple] = field(default_factory=set)  # (view, slot)
+    frames: bool = False
+
+
+@dataclass(slots=True)
 class SchedulerState:
     """What status.json reports about the scheduler."""
 
     jobs_done: int = 0
-    jobs_running: int = 0
-    views_ready: int = 0
     evicted_unread: int = 0
     demand_waiting: int = 0
+    rebuilt_from_disk: int = 0
     failures: dict[tuple, str] = field(default_factory=dict)
 
 
 class Scheduler:
     def __init__(self, plans: Sequence[TaskPlan], materializer: Materializer, stats: Stats, *,
-                 workers: int, memory_limit_bytes: int, limiter: trio.CapacityLimiter) -> None:
+                 workers: int, memory_limit_bytes: int, limiter: trio.CapacityLimiter,
+                 store: ObjectStore | None = None) -> None:
         self.plans = {p.name: p for p in plans}
         self.materializer = materializer
         self.stats = stats
         self.workers = workers
         self.memory_limit_bytes = memory_limit_bytes
         self.limiter = limiter
+        self.store = store
         self.k_epochs = plans[0].k_epochs if plans else 1
         self.positions = {name: 0 for name in self.plans}  # global iteration index per task
         self.windows: dict[int, WindowPlan] = {}
-        self.pending: dict[tuple[int, str], list[ClipUse]] = {}
-        self.pending_views: Counter[tuple] = Counter()  # view -> clips no job has taken yet
-        self.buffers: dict[tuple, ViewBuffer] = {}
+        self.disk_plans: dict[tuple[int, str], DiskPlan] = {}
+        self.pending: dict[tuple[int, str], list[ClipUse]] = {}  # clips not made yet
+        self.views: dict[tuple, ViewState] = {}  # batches of active windows, not ready yet
         self.ready: OrderedDict[tuple, ReadyView] = OrderedDict()
         self.events: dict[tuple, trio.Event] = {}
         self.demanded: set[tuple] = set()
-        self.running: dict[tuple[int, str], Job] = {}
+        self.running: dict[object, Job] = {}
+        self.made: set[tuple] = set()  # (view, slot) made in this run: a second time = recompute
+        self.frames_on_disk: set[tuple[int, str]] = set()  # (window, video) fully on disk
         self.state = SchedulerState()
         self._wakeup = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -99,9 +144,10 @@ class Scheduler:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            self._activate_windows()
+            await self._activate_windows()
             task_status.started()
             while True:
+                await self._activate_windows()
                 self._dispatch()
                 await self._wakeup.wait()
                 self._wakeup = trio.Event()
@@ -114,7 +160,6 @@ class Scheduler:
     def opened(self, task: str, epoch: int, iteration: int) -> None:
         plan = self.plans[task]
         self.positions[task] = epoch * plan.iterations_per_epoch + iteration
-        self._activate_windows()
         self.wake()
 
     def ready_view(self, key: tuple, task: str) -> bytearray | None:
@@ -123,11 +168,26 @@ class Scheduler:
             return None
         ready.readers_left.discard(task)
         self.ready.move_to_end(key)
+        if not ready.readers_left:
+            self._forget_on_disk(key)
         return ready.data
+
+    def view_state(self, key: tuple) -> str:
+        """SPEC's user.sand.state: ready means in memory or complete on disk."""
+        if key in self.state.failures:
+            return "failed"
+        if key in self.ready:
+            return "ready"
+        state = self.views.get(key)
+        if state is None:
+            return "planned"
+        if len(state.on_disk) == state.slots:
+            return "ready"
+        return "materializing" if state.on_disk or state.in_memory else "planned"
 
     def is_planned(self, key: tuple) -> bool:
         """True when the view is ready or a job is making (or will make) it."""
-        return key in self.ready or key in self.buffers or self.pending_views[key] > 0
+        return key in self.ready or key in self.views
 
     async def wait_view(self, key: tuple, task: str) -> bytearray | None:
         """Demand-feed: raise the view's jobs to the top and wait. None: no job will make it."""
@@ -135,14 +195,15 @@ class Scheduler:
             raise ObjectFailed(self.state.failures[key])
         if not self.is_planned(key):
             return None
-        event = self.events.setdefault(key, trio.Event())
-        self.demanded.add(key)
-        self.state.demand_waiting += 1
-        self.wake()
-        try:
-            await event.wait()
-        finally:
-            self.state.demand_waiting -= 1
+        if key not in self.ready:
+            event = self.events.setdefault(key, trio.Event())
+            self.demanded.add(key)
+            self.state.demand_waiting += 1
+            self.wake()
+            try:
+                await event.wait()
+            finally:
+                self.state.demand_waiting -= 1
         if key in self.state.failures:
             raise ObjectFailed(self.state.failures[key])
         return self.ready_view(key, task)
@@ -158,157 +219,327 @@ class Scheduler:
             ahead += view_key(plan, epoch, iteration) in self.ready
         return ahead
 
-    def pending_jobs(self) -> list[tuple[int, str]]:
+    def pending_jobs(self) -> list:
         return [key for key, uses in self.pending.items() if uses]
 
     @property
     def memory_bytes(self) -> int:
         ready = sum(len(r.data) for r in self.ready.values())
-        filling = sum(len(b.data) for b in self.buffers.values())
+        filling = sum(len(v.buffer[0]) for v in self.views.values() if v.buffer is not None)
         frames = sum(job.frame_bytes for job in self.running.values())
         return ready + filling + frames
 
     # -- windows ----------------------------------------------------------------------------
 
-    def _activate_windows(self) -> None:
-        """Plan each task's current and next window; forget windows every task has left."""
+    def _wanted_windows(self) -> set[int]:
         wanted = set()
         for name, plan in self.plans.items():
             current = self.positions[name] // plan.iterations_per_epoch // self.k_epochs
-            wanted |= {current, current + 1}
-        wanted = {w for w in wanted if w * self.k_epochs < max(p.epochs for p in
-                                                                 self.plans.values())}
-        for window in sorted(wanted - set(self.windows)):
-            self._add_window(window)
-        for window in set(self.windows) - wanted:
-            if window < min(wanted, default=0):
-                del self.windows[window]
-                for key in [k for k in self.pending if k[0] == window]:
-                    for use in self.pending.pop(key):
-                        self.pending_views[use.view] -= 1
+            wanted |= {w for w in (current, current + 1) if w * self.k_epochs < plan.epochs}
+        return wanted
 
-    def _add_window(self, window: int) -> None:
+    async def _activate_windows(self) -> None:
+        """Plan each task's current and next window; forget windows every task has left."""
+        wanted = self._wanted_windows()
+        for window in sorted(wanted - set(self.windows)):
+            planned = await trio.to_thread.run_sync(self._plan_window, window)
+            self._add_window(window, *planned)
+        for window in [w for w in self.windows if w < min(wanted, default=0)]:
+            self._drop_window(window)
+
+    def _plan_window(self, window: int):
+        """In a thread: the window's plan, what is on disk already, and what to keep there."""
         plan = plan_window(list(self.plans.values()), window)
+        on_disk, frames_on_disk = set(), set()
+        if self.store is not None:
+            for path, work in plan.videos.items():
+                on_disk |= {(u.view, u.slot) for u in work.uses
+                            if clip_object_key(u, work.info) in self.store}
+                if all(frame_object_key(work.info, i) in self.store for i in work.frames):
+                    frames_on_disk.add(path)
+        return plan, on_disk, frames_on_disk, self._prune(plan)
+
+    def _prune(self, plan: WindowPlan) -> dict[str, DiskPlan]:
+        if self.store is None:
+            return {}
+        paths = list(plan.videos)
+        graphs = [object_graph_of(plan.videos[p], plan) for p in paths]
+        started = time.monotonic()
+        chosen = prune(graphs, int(self.store.budget_bytes * PRUNE_TARGET_FRACTION))
+        log.info("window %d: keeping %d bytes on disk (%d collapses, %d drops, +%.1fs "
+                 "recompute) in %.2fs", plan.window, chosen.total_nbytes, chosen.collapses,
+                 chosen.drops, chosen.added_recompute_seconds, time.monotonic() - started)
+        plans = {}
+        for path, cached in zip(paths, chosen.cached, strict=True):
+            plans[path] = DiskPlan(
+                clips={(node[1], node[2]) for node in cached if node[0] == "clip"},
+                frames=any(node[0] == "frame" for node in cached),
+            )
+        return plans
+
+    def _add_window(self, window: int, plan: WindowPlan, on_disk: set, frames_on_disk: set,
+                    disk_plans: dict[str, DiskPlan]) -> None:
         self.windows[window] = plan
+        for key, (task_plan, epoch, iteration) in plan.views.items():
+            if key in self.ready or key in self.views:
+                continue
+            slots = len(task_plan.view_plan(epoch, iteration).clips)
+            self.views[key] = ViewState(task_plan, epoch, iteration, slots)
         for path, work in plan.videos.items():
-            uses = [u for u in work.uses if u.view not in self.ready]
-            if uses:
-                self.pending[(window, path)] = uses
-                self.pending_views.update(u.view for u in uses)
-        log.debug("window %d planned: %d videos, %d views", window, len(plan.videos),
-                  len(plan.views))
+            self.disk_plans[(window, path)] = disk_plans.get(path, DiskPlan())
+            if path in frames_on_disk:
+                self.disk_plans[(window, path)].frames = True
+            pending = []
+            for use in work.uses:
+                state = self.views.get(use.view)
+                if state is None:
+                    continue  # ready already
+                if (use.view, use.slot) in on_disk:
+                    state.on_disk.add(use.slot)
+                else:
+                    pending.append(use)
+            if pending:
+                self.pending[(window, path)] = pending
+        self.frames_on_disk |= {(window, path) for path in frames_on_disk}
+        log.debug("window %d planned: %d videos, %d views, %d clips on disk", window,
+                  len(plan.videos), len(plan.views), len(on_disk))
+
+    def _drop_window(self, window: int) -> None:
+        plan = self.windows.pop(window)
+        for key in [k for k in self.pending if k[0] == window]:
+            del self.pending[key]
+        for key in [k for k in self.disk_plans if k[0] == window]:
+            del self.disk_plans[key]
+        self.frames_on_disk = {k for k in self.frames_on_disk if k[0] != window}
+        for key in plan.views:
+            self.views.pop(key, None)
 
     # -- choosing and starting jobs ---------------------------------------------------------
 
-    def _deadline(self, use: ClipUse) -> int:
-        ahead = [pos - self.positions[task] for task, pos in use.readers
-                 if pos >= self.positions.get(task, 0)]
+    def _deadline_of(self, key: tuple) -> int:
+        ahead = [pos - self.positions[task]
+                 for window in self.windows.values()
+                 for task, pos in window.readers.get(key, ())
+                 if pos >= self.positions[task]]
         return min(ahead, default=NOT_NEEDED)
 
     def _job_states(self):
-        for (window, path), uses in self.pending.items():
-            if (window, path) in self.running or not uses:
+        """(JobState, job key, kind) of every job that could run now."""
+        for job_key, uses in self.pending.items():
+            if job_key in self.running or not uses:
                 continue
-            work = self.windows[window].videos[path]
             yield JobState(
-                key=f"{window}:{path}",
+                key=f"v{job_key[0]}:{job_key[1]}",
                 demanded=any(u.view in self.demanded for u in uses),
-                deadline_iterations=min(self._deadline(u) for u in uses),
+                deadline_iterations=min(self._deadline_of(u.view) for u in uses),
                 remaining_work=len({i for u in uses for i in u.clip.frame_indices}) + len(uses),
-            ), (window, path), work
+            ), job_key, "video"
+        for key, state in self.views.items():
+            if key in self.running or not state.on_disk - state.in_memory:
+                continue
+            if state.on_disk | state.in_memory != set(range(state.slots)):
+                continue  # some slots still need a video job; it will bring them in
+            yield JobState(f"a{key}", key in self.demanded, self._deadline_of(key),
+                           len(state.on_disk - state.in_memory)), key, "assemble"
 
     def _dispatch(self) -> None:
         while len(self.running) < self.workers:
-            states = {s.key: (s, k, w) for s, k, w in self._job_states()}
+            options = {s.key: (s, k, kind) for s, k, kind in self._job_states()}
             pressure = under_pressure(self.memory_bytes, self.memory_limit_bytes)
-            best = pick_next((s for s, _, _ in states.values()), memory_pressure=pressure)
+            best = pick_next((s for s, _, _ in options.values()), memory_pressure=pressure)
             if best is None or (best.deadline_iterations >= NOT_NEEDED and not best.demanded):
                 return
-            _, job_key, work = states[best.key]
-            job = self._admit(job_key, work, demanded=best.demanded)
+            _, job_key, kind = options[best.key]
+            job = (self._admit_video(job_key, demanded=best.demanded) if kind == "video"
+                   else self._admit_assembly(job_key, demanded=best.demanded))
             if job is None:
                 return
-            self._start(job_key, job)
+            self._start(job)
 
-    def _admit(self, job_key, work: VideoWork, *, demanded: bool) -> Job | None:
-        """The pending uses of this job that fit in memory, most urgent first."""
-        uses = sorted(self.pending[job_key], key=self._deadline)
+    def _reserve_buffer(self, key: tuple, free: int, *, demanded: bool) -> tuple[bool, int]:
+        """Room for the batch `key` in memory (evicting ready ones if need be)."""
+        state = self.views[key]
+        if state.buffer is not None:
+            return True, free
+        cost = state.plan.view_nbytes(state.epoch, state.iteration)
+        if cost > free:
+            free += self._evict(cost - free, keep=key)
+        if cost > free and not demanded:
+            return False, free
+        return True, free - cost
+
+    def _admit_video(self, job_key, *, demanded: bool) -> Job | None:
+        """The pending clips of this video that can go somewhere now: into a batch that fits in
+        memory, or to disk when pruning keeps them there. Most urgent first."""
+        window, path = job_key
+        work = self.windows[window].videos[path]
+        disk = self.disk_plans.get(job_key, DiskPlan())
         frame_bytes = len(work.frames) * work.info.width * work.info.height * 3
         free = self.memory_limit_bytes - self.memory_bytes - frame_bytes
-        taken, new_views = [], set()
-        for use in uses:
-            cost = 0
-            if use.view not in self.buffers and use.view not in new_views:
-                cost = self._view_nbytes(use.view, job_key[0])
-            if cost > free:
-                free += self._evict(cost - free, keep=use.view)
-            if cost > free and not (demanded and use.view in self.demanded):
-                continue
-            free -= cost
-            new_views.add(use.view)
-            taken.append(use)
-        return Job(job_key[0], work, taken, frame_bytes) if taken else None
+        job = Job("video", window, job_key, work, frame_bytes=frame_bytes,
+                  save_frames=disk.frames and self.store is not None,
+                  frames_on_disk=(window, path) in self.frames_on_disk)
+        reserved: set[tuple] = set()
+        for use in sorted(self.pending[job_key], key=lambda u: self._deadline_of(u.view)):
+            fits = use.view in reserved
+            if not fits:
+                fits, free = self._reserve_buffer(use.view, free,
+                                                  demanded=demanded and use.view in self.demanded)
+                if fits:
+                    reserved.add(use.view)
+            keep = (use.view, use.slot) in disk.clips and self.store is not None
+            if fits:
+                job.to_memory.add((use.view, use.slot))
+            if keep:
+                job.to_disk.add((use.view, use.slot))
+            if fits or keep:
+                job.uses.append(use)
+        return job if job.uses else None
 
-    def _view_nbytes(self, key: tuple, window: int) -> int:
-        plan, epoch, iteration = self.windows[window].views[key]
-        return plan.view_nbytes(epoch, iteration)
+    def _admit_assembly(self, key: tuple, *, demanded: bool) -> Job | None:
+        fits, _ = self._reserve_buffer(key, self.memory_limit_bytes - self.memory_bytes,
+                                       demanded=demanded)
+        return Job("assemble", -1, key) if fits else None
 
-    def _start(self, job_key, job: Job) -> None:
-        taken = {(u.view, u.slot) for u in job.uses}
-        self.pending[job_key] = [u for u in self.pending[job_key] if (u.view, u.slot) not in taken]
-        self.pending_views.subtract(u.view for u in job.uses)
-        for use in job.uses:
-            if use.view not in self.buffers:
-                plan, epoch, iteration = self.windows[job.window].views[use.view]
-                view = plan.view_plan(epoch, iteration)
-                data, array = npy_buffer(view.shape, view.dtype)
-                self.buffers[use.view] = ViewBuffer(data, array, set(range(len(view.clips))))
-        self.running[job_key] = job
-        self.state.jobs_running = len(self.running)
+    def _buffer(self, key: tuple) -> np.ndarray:
+        state = self.views[key]
+        if state.buffer is None:
+            view = state.plan.view_plan(state.epoch, state.iteration)
+            state.buffer = npy_buffer(view.shape, view.dtype)
+        return state.buffer[1]
+
+    def _start(self, job: Job) -> None:
+        """Claim the job's clips and buffers, and freeze what its thread needs to know."""
+        if job.kind == "video":
+            taken = {(u.view, u.slot) for u in job.uses}
+            self.pending[job.key] = [u for u in self.pending[job.key]
+                                     if (u.view, u.slot) not in taken]
+            targets = {view: self._buffer(view) for view, _ in job.to_memory}
+            for use in job.uses:
+                job.deadlines[use.view] = min((pos for _, pos in use.readers), default=0)
+                job.layouts[use.view] = self.views[use.view].plan.sampling.layout
+        else:
+            targets = {job.key: self._buffer(job.key)}
+            state = self.views[job.key]
+            job.assembly = (state.plan, state.plan.view_plan(state.epoch, state.iteration),
+                            sorted(state.on_disk - state.in_memory))
+        self.running[job.key] = job
         assert self._nursery is not None
-        self._nursery.start_soon(self._run, job_key, job, name=f"job {job_key}")
+        self._nursery.start_soon(self._run, job, targets, name=f"{job.kind} job {job.key}")
 
-    async def _run(self, job_key, job: Job) -> None:
-        arrays = {u.view: self.buffers[u.view].array for u in job.uses}
+    async def _run(self, job: Job, targets: dict[tuple, np.ndarray]) -> None:
+        work = self._materialize_video if job.kind == "video" else self._assemble
         try:
-            await trio.to_thread.run_sync(self._materialize, job, arrays, limiter=self.limiter)
+            placed = await trio.to_thread.run_sync(work, job, targets, limiter=self.limiter)
         except Exception as exc:  # a broken video: its views fail (EIO), nothing else does
             reason = f"{type(exc).__name__}: {exc}"
-            log.error("video %s failed: %s", job.work.info.rel_path, reason)
-            for use in job.uses:
-                self._fail(use.view, reason)
+            what = job.work.info.rel_path if job.work else job.key
+            log.error("%s job for %s failed: %s", job.kind, what, reason)
+            views = {u.view for u in job.uses} if job.kind == "video" else {job.key}
+            for view in views:
+                self._fail(view, reason)
         else:
-            for use in job.uses:
-                self._fill(use.view, use.slot)
+            self._record(job, placed)
         finally:
-            del self.running[job_key]
-            self.state.jobs_running = len(self.running)
+            del self.running[job.key]
             self.state.jobs_done += 1
             self.wake()
 
-    def _materialize(self, job: Job, arrays: dict[tuple, np.ndarray]) -> None:
-        """In a worker thread: one decode pass, then every clip into its slot."""
-        frames = self.materializer.decode(job.work.info, job.frames)
-        clips = self.materializer.augment_clips([use.clip for use in job.uses], frames,
-                                                [len(use.readers) for use in job.uses])
+    # -- in worker threads ------------------------------------------------------------------
+
+    def _materialize_video(self, job: Job, targets: dict[tuple, np.ndarray]):
+        """One decode pass (or frames from disk), every clip once, into memory and to disk."""
+        assert job.work is not None
+        info = job.work.info
+        frames = self._frames_from_disk(job) if job.frames_on_disk else None
+        if frames is None:
+            frames = self.materializer.decode(info, job.frames)
+            if job.save_frames:
+                self._save_frames(info, frames)
+        clips = self.materializer.augment_clips(
+            [u.clip for u in job.uses], frames, [len(u.readers) for u in job.uses])
+        placed = []
         for use, clip in zip(job.uses, clips, strict=True):
-            arrays[use.view][use.slot] = to_layout(clip, job.work.plan.sampling.layout)
+            array = to_layout(clip, job.layouts[use.view])
+            spot = (use.view, use.slot)
+            if spot in job.to_memory:
+                targets[use.view][use.slot] = array
+            stored = spot in job.to_disk and self.store.put(
+                clip_object_key(use, info), array, deadline=job.deadlines[use.view])
+            placed.append((use, spot in job.to_memory, bool(stored)))
+        return placed
 
-    # -- completing views -------------------------------------------------------------------
+    def _frames_from_disk(self, job: Job) -> dict[int, np.ndarray] | None:
+        frames = {}
+        for index in job.frames:
+            array = self.store.get(frame_object_key(job.work.info, index))
+            if array is None:
+                self.store.note_recomputed()
+                return None
+            frames[index] = array
+        self.stats.add("frames_from_disk", len(frames))
+        return frames
 
-    def _fill(self, key: tuple, slot: int) -> None:
-        buffer = self.buffers.get(key)
-        if buffer is None:
+    def _save_frames(self, info: VideoInfo, frames: dict[int, np.ndarray]) -> None:
+        for index, frame in frames.items():
+            self.store.put(frame_object_key(info, index), frame)
+
+    def _assemble(self, job: Job, targets: dict[tuple, np.ndarray]):
+        """Read a batch's clips back from disk; a missing or corrupt one is recomputed."""
+        assert job.assembly is not None and self.store is not None
+        plan, view, slots = job.assembly
+        array = targets[job.key]
+        placed = []
+        for slot in slots:
+            clip = view.clips[slot]
+            use = ClipUse(job.key, slot, clip, ())
+            stored = self.store.get(clip_object_key(use, plan.videos[clip.video_index]))
+            if stored is None:
+                self.store.note_recomputed()
+                stored = self._recompute_clip(plan, clip)
+            array[slot] = stored
+            placed.append((use, True, True))
+        return placed
+
+    def _recompute_clip(self, plan: TaskPlan, clip) -> np.ndarray:
+        info = plan.videos[clip.video_index]
+        frames = self.materializer.decode(info, set(clip.frame_indices))
+        out = next(iter(self.materializer.augment_clips([clip], frames)))
+        self.stats.add("clips_recomputed")
+        return to_layout(out, plan.sampling.layout)
+
+    # -- back in the trio loop --------------------------------------------------------------
+
+    def _record(self, job: Job, placed) -> None:
+        for use, in_memory, on_disk in placed:
+            spot = (use.view, use.slot)
+            if job.kind == "video":
+                if spot in self.made:
+                    self.stats.add("clips_recomputed")
+                self.made.add(spot)
+            state = self.views.get(use.view)
+            if state is None:
+                continue
+            if on_disk:
+                state.on_disk.add(use.slot)
+            if in_memory:
+                state.in_memory.add(use.slot)
+            if job.kind == "video" and not in_memory and not on_disk:
+                self.pending.setdefault(job.key, []).append(use)  # could not be kept: later
+        if job.kind == "assemble":
+            self.state.rebuilt_from_disk += 1
+        for view in {use.view for use, _, _ in placed}:
+            self._complete_if_full(view)
+
+    def _complete_if_full(self, key: tuple) -> None:
+        state = self.views.get(key)
+        if state is None or state.buffer is None or len(state.in_memory) < state.slots:
             return
-        buffer.missing.discard(slot)
-        if buffer.missing:
-            return
-        del self.buffers[key]
+        del self.views[key]
         readers = self._readers(key)
-        self.ready[key] = ReadyView(buffer.data, readers)
-        self.state.views_ready += 1
+        self.ready[key] = ReadyView(state.buffer[0], readers)
         self.stats.add("views_materialized")
-        self._count_independent(key, len(readers) or 1)
+        self._count_independent(state, len(readers) or 1)
         self.demanded.discard(key)
         event = self.events.pop(key, None)
         if event is not None:
@@ -316,10 +547,9 @@ class Scheduler:
 
     def _fail(self, key: tuple, reason: str) -> None:
         self.state.failures[key] = reason
-        self.buffers.pop(key, None)
-        for window_key, uses in self.pending.items():
-            self.pending[window_key] = [u for u in uses if u.view != key]
-        self.pending_views.pop(key, None)
+        self.views.pop(key, None)
+        for job_key, uses in self.pending.items():
+            self.pending[job_key] = [u for u in uses if u.view != key]
         event = self.events.pop(key, None)
         if event is not None:
             event.set()
@@ -330,37 +560,85 @@ class Scheduler:
                 return {task for task, _ in window.readers[key]}
         return set()
 
-    def _count_independent(self, key: tuple, readers: int) -> None:
-        for plan_window_ in self.windows.values():
-            if key in plan_window_.views:
-                plan, epoch, iteration = plan_window_.views[key]
-                for _ in range(readers):
-                    self.materializer.count_independent(plan, plan.view_plan(epoch, iteration))
-                return
+    def _count_independent(self, state: ViewState, readers: int) -> None:
+        view = state.plan.view_plan(state.epoch, state.iteration)
+        for _ in range(readers):
+            self.materializer.count_independent(state.plan, view)
+
+    def _forget_on_disk(self, key: tuple) -> None:
+        """Every reader has the batch: its clips on disk are the first to evict."""
+        if self.store is None:
+            return
+        for window in self.windows.values():
+            if key not in window.views:
+                continue
+            plan, epoch, iteration = window.views[key]
+            for slot, clip in enumerate(plan.view_plan(epoch, iteration).clips):
+                use = ClipUse(key, slot, clip, ())
+                self.store.mark_done(clip_object_key(use, plan.videos[clip.video_index]))
 
     def _evict(self, needed_bytes: int, *, keep: tuple) -> int:
-        """Drop ready views to free memory: fully read ones (oldest first), then the ones whose
-        next reader is furthest away. Returns the bytes freed."""
+        """Drop ready batches from memory: fully read ones (oldest first), then the ones whose
+        next reader is furthest away (they are rebuilt from disk or recomputed). Returns the
+        bytes freed."""
         freed = 0
         for key in [k for k, r in self.ready.items() if not r.readers_left and k != keep]:
             if freed >= needed_bytes:
                 return freed
             freed += len(self.ready.pop(key).data)
-        unread = sorted((k for k in self.ready if k != keep), key=self._view_deadline,
+        unread = sorted((k for k in self.ready if k != keep), key=self._deadline_of,
                         reverse=True)
         for key in unread:
             if freed >= needed_bytes:
                 break
             freed += len(self.ready.pop(key).data)
             self.state.evicted_unread += 1
+            self._replan_evicted(key)
         return freed
 
-    def _view_deadline(self, key: tuple) -> int:
-        left = self.ready[key].readers_left
-        deadlines = [
-            pos - self.positions[task]
-            for window in self.windows.values()
-            for task, pos in window.readers.get(key, ())
-            if task in left and pos >= self.positions[task]
-        ]
-        return min(deadlines, default=NOT_NEEDED)
+    def _replan_evicted(self, key: tuple) -> None:
+        """An unread batch left memory: plan it again (its clips may still be on disk)."""
+        for window_index, window in self.windows.items():
+            if key not in window.views:
+                continue
+            plan, epoch, iteration = window.views[key]
+            view = plan.view_plan(epoch, iteration)
+            state = ViewState(plan, epoch, iteration, len(view.clips))
+            for slot, clip in enumerate(view.clips):
+                use = ClipUse(key, slot, clip, window.readers[key])
+                info = plan.videos[clip.video_index]
+                if self.store is not None and clip_object_key(use, info) in self.store:
+                    state.on_disk.add(slot)
+                else:
+                    self.pending.setdefault((window_index, info.path), []).append(use)
+            self.views[key] = state
+            return
+
+
+def object_graph_of(work: VideoWork, window: WindowPlan) -> nx.DiGraph:
+    """One video's objects in a window for pruning: video -> frames -> clips, with sizes and
+    the cost (seconds) of the op that makes each from its parents."""
+    info = work.info
+    mpixels = info.width * info.height / 1e6
+    frames = sorted(work.frames)
+    decode_per_frame = (DECODE_SECONDS_PER_MPIXEL * mpixels
+                        * frames_to_decode(info, frames) / max(1, len(frames)))
+    graph = nx.DiGraph()
+    graph.add_node(("video",), nbytes=0)
+    for index in frames:
+        graph.add_node(("frame", index), nbytes=info.width * info.height * 3)
+        graph.add_edge(("video",), ("frame", index), cost_seconds=decode_per_frame)
+    for use in work.uses:
+        node = ("clip", use.view, use.slot)
+        graph.add_node(node, nbytes=clip_nbytes(window.views[use.view][0], use))
+        share = AUGMENT_SECONDS_PER_MPIXEL * mpixels
+        for index in set(use.clip.frame_indices):
+            graph.add_edge(("frame", index), node, cost_seconds=share)
+    return graph
+
+
+def clip_nbytes(plan: TaskPlan, use: ClipUse) -> int:
+    h, w = plan.out_hw
+    itemsize = np.dtype(plan.out_dtype).itemsize
+    return len(use.clip.frame_indices) * h * w * 3 * itemsize
+
