@@ -1,0 +1,160 @@
+"""The on-disk cache through a real mount: restart after SIGKILL, corrupt objects, tiny
+budgets and a full disk — sandfs keeps serving the exact views and says what happened."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from harness import (
+    forgiving_teardown,
+    mount_sandfs,
+    require_fuse,
+    start_daemon,
+    task_config,
+    wait_mounted,
+    write_config,
+)
+from test_cli import run_cli
+from test_views import build_plan
+
+from sandfs.reference import reference_view
+
+
+def status(m) -> dict:
+    return json.loads(m.path(".sand", "status.json").read_bytes())
+
+
+def all_keys(plan):
+    return [(e, i) for e in range(plan.epochs) for i in range(plan.iterations_per_epoch)]
+
+
+def read_all(m, plan) -> dict:
+    return {(e, i): m.path("t0", str(e), str(i), "view").read_bytes() for e, i in all_keys(plan)}
+
+
+def store_files(cache_dir: Path) -> list[Path]:
+    return sorted((cache_dir / "store" / "objects").rglob("*.obj"))
+
+
+def disk_bytes(cache_dir: Path) -> int:
+    root = cache_dir / "store" / "objects"
+    return sum(p.stat().st_blocks * 512 for p in root.rglob("*") if p.is_file())
+
+
+def test_restart_reuses_the_cache_and_serves_the_same_views(tmp_path, config_path):
+    plan = build_plan(config_path)
+    with mount_sandfs(tmp_path, [config_path]) as m:
+        first = read_all(m, plan)
+        cold = status(m)
+    with mount_sandfs(tmp_path, [config_path]) as m:  # same cache dir
+        second = read_all(m, plan)
+        warm = status(m)
+    assert first == second
+    assert cold["frames_decoded"] > 0 and warm["frames_decoded"] == 0
+    assert warm["cache"]["hits"] > 0 and warm["scheduler"]["rebuilt_from_disk"] > 0
+
+
+def test_kill9_mid_epoch_then_remount_gives_the_same_views_with_less_decoding(
+        tmp_path, config_path):
+    require_fuse()
+    plan = build_plan(config_path)
+    mountpoint, cache_dir, log = tmp_path / "mnt", tmp_path / "mnt-cache", tmp_path / "kill.log"
+    mountpoint.mkdir()
+    process = start_daemon(mountpoint, [config_path], cache_dir, log)
+    try:
+        wait_mounted(mountpoint, process, log)
+        early = {(0, i): (mountpoint / "t0" / "0" / str(i) / "view").read_bytes()
+                 for i in range(2)}
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    finally:
+        forgiving_teardown(mountpoint, process)
+    persisted = len(store_files(cache_dir))
+    assert persisted > 0
+    with mount_sandfs(tmp_path, [config_path]) as m:
+        views = read_all(m, plan)
+        figures = status(m)
+    with mount_sandfs(tmp_path, [config_path], name="cold") as m:  # an empty cache
+        read_all(m, plan)
+        cold = status(m)
+    for (epoch, iteration), data in views.items():
+        assert data == reference_view(plan, epoch, iteration)
+    assert all(views[k] == early[k] for k in early)
+    assert figures["frames_decoded"] < cold["frames_decoded"]
+
+
+@pytest.mark.parametrize("damage", ["truncate_half", "flip_byte", "append_junk", "empty"])
+def test_a_corrupt_cached_object_is_detected_and_recomputed(tmp_path, config_path, damage):
+    plan = build_plan(config_path)
+    with mount_sandfs(tmp_path, [config_path]) as m:
+        expected = read_all(m, plan)
+    files = store_files(tmp_path / "mnt-cache")
+    victims = files[:3]
+    for path in victims:
+        data = path.read_bytes()
+        if damage == "truncate_half":
+            path.write_bytes(data[: len(data) // 2])
+        elif damage == "flip_byte":
+            path.write_bytes(data[:-100] + bytes([data[-100] ^ 0x40]) + data[-99:])
+        elif damage == "append_junk":
+            path.write_bytes(data + b"junk")
+        else:
+            path.write_bytes(b"")
+    with mount_sandfs(tmp_path, [config_path]) as m:
+        assert read_all(m, plan) == expected
+        figures = status(m)
+    cache = figures["cache"]
+    assert cache["corrupt_detected"] + figures["scheduler"]["clips_recomputed"] >= len(victims)
+    assert figures["frames_decoded"] > 0  # the damaged clips were decoded again
+
+
+def test_a_tiny_budget_is_never_exceeded_and_views_stay_exact(tmp_path, config_path):
+    plan = build_plan(config_path)
+    budget = plan.view_nbytes(0, 0) * 2 + 64 * 1024
+    samples: list[int] = []
+    stop = threading.Event()
+
+    def sample_disk(cache_dir: Path) -> None:
+        while not stop.is_set():
+            if (cache_dir / "store" / "objects").exists():
+                samples.append(disk_bytes(cache_dir))
+            time.sleep(0.02)
+
+    with mount_sandfs(tmp_path, [config_path], extra_args=["--budget", str(budget)]) as m:
+        sampler = threading.Thread(target=sample_disk, args=(m.cache_dir,))
+        sampler.start()
+        try:
+            views = read_all(m, plan)
+        finally:
+            stop.set()
+            sampler.join()
+        figures = status(m)
+    for (epoch, iteration), data in views.items():
+        assert data == reference_view(plan, epoch, iteration)
+    assert samples and max(samples) <= budget
+    assert figures["cache"]["budget_bytes"] == budget
+
+
+def test_a_full_disk_keeps_serving(tmp_path, config_path):
+    plan = build_plan(config_path)
+    env = {"SANDFS_FAKE_FREE_BYTES": str(plan.view_nbytes(0, 0) // 3)}
+    with mount_sandfs(tmp_path, [config_path], env=env) as m:
+        views = read_all(m, plan)
+        figures = status(m)
+    for (epoch, iteration), data in views.items():
+        assert data == reference_view(plan, epoch, iteration)
+    cache = figures["cache"]
+    assert cache["enospc"] + cache["no_room"] > 0  # status.json says it could not persist
+
+
+def test_a_budget_smaller_than_a_batch_is_a_clear_error(tmp_path, dataset_dir):
+    config = write_config(tmp_path / "t.yaml", task_config(dataset_dir))
+    done = run_cli("mount", str(tmp_path / "m"), "--config", str(config), "--budget", "1K",
+                   "--cache-dir", str(tmp_path / "c"))
+    assert done.returncode == 1 and "smaller than one batch" in done.stderr
