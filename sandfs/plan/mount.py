@@ -74,14 +74,23 @@ def shared_crop_windows(configs: Sequence[TaskConfig]) -> dict[CropContext, tupl
     }
 
 
+def independent_pool(cfg: TaskConfig) -> FramePool:
+    """No coordination (the baseline planning is measured against): every clip start uniform
+    over the whole video, drawn by its task alone."""
+    return FramePool(derive_seed("pool", cfg.task), cfg.dataset.sampling.frame_stride, 1 << 30)
+
+
 def plan_tasks(configs: Sequence[TaskConfig], scans: Mapping[tuple, DatasetScan], *,
-               k_epochs: int) -> list[TaskPlan]:
+               k_epochs: int, coordinate: bool = True) -> list[TaskPlan]:
+    """The plans of all the tasks of a mount. `coordinate=False` plans each task on its own
+    with fresh randomness per clip (for measuring what coordination saves and costs)."""
     pools = shared_pools(configs)
-    windows = shared_crop_windows(configs)
+    windows = shared_crop_windows(configs) if coordinate else {}
     plans = []
     for cfg in configs:
         found = scans[(cfg.dataset.video_dataset_path, cfg.dataset.extensions)]
+        pool = pools[cfg.dataset.video_dataset_path] if coordinate else independent_pool(cfg)
         plans.append(TaskPlan(cfg, found.videos, k_epochs=k_epochs,
                               all_rel_paths=[b.rel_path for b in found.bad],
-                              pool=pools[cfg.dataset.video_dataset_path], crop_windows=windows))
+                              pool=pool, crop_windows=windows))
     return plans
