@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export SANDFS_REQUIRE_FUSE=${SANDFS_REQUIRE_FUSE:-1}   # no silent skips of the mount tests
-.venv/bin/ruff check sandfs tests benchmarks scripts
+.venv/bin/ruff check .
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
