@@ -68,7 +68,7 @@ def plan_report(plans: Sequence[TaskPlan], epochs: int | None = None) -> dict:
         total.update({k: v for k, v in figures.items() if isinstance(v, int) and k != "window"})
     return {
         "tasks": {p.name: {"videos": len(p.videos), "iterations_per_epoch":
-                           p.iterations_per_epoch, "frame_grid": p.pool.grid,
+                           p.iterations_per_epoch, "frame_grid": p.coordination.pool(p.cfg, 0).grid,
                            "data_key": f"{p.data_key:032x}"[:12]} for p in plans},
         "k_epochs": k,
         "epochs": epochs,

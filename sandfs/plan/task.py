@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -23,7 +23,7 @@ from sandfs.media.types import BadVideo, VideoInfo
 from sandfs.npy import npy_nbytes
 from sandfs.ops.base import FrameShape, OpInstance, Window
 from sandfs.plan.abstract import PathStep, StreamPath, stream_paths
-from sandfs.plan.pool import POOL_SPANS, FramePool
+from sandfs.plan.coordination import Coordination
 from sandfs.plan.seeds import derive_seed, fingerprint, rng_for
 
 
@@ -87,8 +87,7 @@ class TaskPlan:
         *,
         k_epochs: int,
         all_rel_paths: Sequence[str] = (),
-        pool: FramePool | None = None,
-        crop_windows: Mapping[tuple, tuple[int, int]] | None = None,
+        coordination: Coordination | None = None,
     ) -> None:
         self.cfg = cfg
         self.name = cfg.task
@@ -97,8 +96,8 @@ class TaskPlan:
         self.data_key = derive_seed("data", fingerprint(cfg.dataset), cfg.seed)
         self.paths = stream_paths(cfg)
         self.span_frames = (self.sampling.frames_per_video - 1) * self.sampling.frame_stride + 1
-        self.pool = pool or solo_pool(cfg)
-        self.crop_windows = crop_windows or {}  # shared with other tasks (plan/mount.py)
+        # what this task shares with the others of the mount, per window (coordination.py)
+        self.coordination = coordination or Coordination([cfg])
         self.videos, self.skipped = self._usable(videos)
         self.video_index = {v.name: i for i, v in enumerate(self.videos)}
         self.labels, self.class_names = self._labels(all_rel_paths)
@@ -108,6 +107,14 @@ class TaskPlan:
         self.out_dtype = out_shape.dtype
         self.view_plan = lru_cache(maxsize=4096)(self._view_plan)
         self.epoch_order = lru_cache(maxsize=64)(self._epoch_order)
+        self.plan_key = lru_cache(maxsize=256)(self._plan_key)
+
+    def _plan_key(self, window: int) -> int:
+        """What the views of a window depend on besides (epoch, iteration): the task's data and
+        seed, and what it shares with other tasks in that window. Names cached objects."""
+        pool = self.coordination.pool(self.cfg, window)
+        crops = sorted(self.coordination.crop_windows(self.cfg, window).items(), key=repr)
+        return derive_seed("plan", self.data_key, pool.key, pool.grid, pool.width_frames, crops)
 
     # -- dataset ----------------------------------------------------------------------------
 
@@ -196,8 +203,9 @@ class TaskPlan:
 
     def clip_start(self, epoch: int, info: VideoInfo, sample: int) -> int:
         own = rng_for(self.data_key, "start", epoch, info.name, sample)
-        return self.pool.start(epoch // self.k_epochs, info.name, info.num_frames,
-                               self.span_frames, own)
+        window = epoch // self.k_epochs
+        pool = self.coordination.pool(self.cfg, window)
+        return pool.start(window, info.name, info.num_frames, self.span_frames, own)
 
     def resolve_clip(self, epoch: int, iteration: int, video_index: int, sample: int):
         """One StreamClip per stream for this (video, sample) in this epoch and iteration."""
@@ -244,11 +252,15 @@ class TaskPlan:
             return None
         context = (self.cfg.dataset.video_dataset_path,
                    (static.height, static.width) if static.height else None)
-        window = self.crop_windows.get(context)
-        if window is None or in_hw[0] < window[0] or in_hw[1] < window[1]:
+        k_window = epoch // self.k_epochs
+        window = self.coordination.crop_windows(self.cfg, k_window).get(context)
+        crop_h, crop_w = spec.param_dict()["size"]
+        if (window is None or in_hw[0] < window[0] or in_hw[1] < window[1]
+                or crop_h > window[0] or crop_w > window[1]):
             return None
-        (window_h, window_w), (crop_h, crop_w) = window, spec.param_dict()["size"]
-        shared = rng_for(self.pool.key, "crop", epoch, info.name, sample, context)
+        window_h, window_w = window
+        pool_key = self.coordination.pool(self.cfg, k_window).key
+        shared = rng_for(pool_key, "crop", epoch, info.name, sample, context)
         window_y = int(shared.integers(0, in_hw[0] - window_h + 1))
         window_x = int(shared.integers(0, in_hw[1] - window_w + 1))
         y = window_y + int(own.integers(0, window_h - crop_h + 1))
@@ -317,14 +329,6 @@ class TaskPlan:
             "layout": view.layout,
             "samples": [self.clip_meta(c) for c in view.clips],
         }
-
-
-def solo_pool(cfg: TaskConfig) -> FramePool:
-    """The frame pool of a task that shares its dataset with no other task."""
-    sampling = cfg.dataset.sampling
-    span = (sampling.frames_per_video - 1) * sampling.frame_stride + 1
-    key = derive_seed("pool", cfg.dataset.video_dataset_path)
-    return FramePool(key, sampling.frame_stride, POOL_SPANS * span)
 
 
 def _branch_label(ps: PathStep, choice: int | None) -> str:

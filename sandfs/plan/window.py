@@ -17,8 +17,9 @@ from sandfs.plan.task import StreamClip, TaskPlan
 
 
 def view_key(plan: TaskPlan, epoch: int, iteration: int) -> tuple:
-    """Tasks with the same data key have the same views: they share one object."""
-    return ("view", plan.data_key, epoch, iteration)
+    """Tasks with the same plan key (data, seed and what they share) have the same views:
+    they share one object."""
+    return ("view", plan.plan_key(epoch // plan.k_epochs), epoch, iteration)
 
 
 @dataclass(frozen=True, slots=True)

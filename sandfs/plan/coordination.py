@@ -1,0 +1,159 @@
+"""Coordinated randomness across the tasks of a mount (SAND §5.2), frozen per k-epoch window.
+
+Tasks that read the same dataset share one frame pool per window (temporal randomness on the
+GCD of their strides) and shared crop windows (spatial randomness: one random window as big as
+the largest crop, each task's crop a random sub-region of it), so their clips reuse the same
+decoded and cropped frames while each task keeps its own draws.
+
+What a window uses is computed from the tasks registered when the window is first planned and
+then frozen: a task that joins or leaves later changes other tasks' views only in windows not
+planned yet. The frozen state is checkpointed (`state()` / `load()`), so a restart plans every
+window it had planned exactly as before.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+
+from sandfs import ops as oplib
+from sandfs.config.schema import TaskConfig
+from sandfs.ops.base import FrameShape
+from sandfs.plan.abstract import stream_paths
+from sandfs.plan.pool import POOL_SPANS, FramePool
+from sandfs.plan.seeds import derive_seed, fingerprint
+
+CropContext = tuple  # (dataset root, static (H, W) of the crop's input, or None: the video's)
+
+
+def span_frames(cfg: TaskConfig) -> int:
+    sampling = cfg.dataset.sampling
+    return (sampling.frames_per_video - 1) * sampling.frame_stride + 1
+
+
+def step_choices(ps) -> int | None:
+    return 0 if ps.step.branch_type in ("random", "conditional") else None
+
+
+def random_crop_contexts(cfg: TaskConfig) -> list[tuple[CropContext, tuple[int, int]]]:
+    """Every random_crop of the task with the static shape of its input and its size."""
+    from sandfs.plan.task import step_ops  # task.py imports this module
+
+    found = []
+    for path in stream_paths(cfg):
+        shape = FrameShape(None, None, "uint8")
+        for ps in path.steps:
+            for spec in step_ops(ps, step_choices(ps)):
+                if spec.name == "random_crop":
+                    in_hw = (shape.height, shape.width) if shape.height else None
+                    found.append(((cfg.dataset.video_dataset_path, in_hw),
+                                  tuple(spec.param_dict()["size"])))
+                shape = oplib.get_op(spec.name).output_shape(spec.param_dict(), shape)
+    return found
+
+
+def shared_crop_windows(configs: Sequence[TaskConfig]) -> dict[CropContext, tuple[int, int]]:
+    """Crop contexts that tasks with different data share: context -> the window's (H, W)."""
+    sizes: dict[CropContext, dict[object, tuple[int, int]]] = defaultdict(dict)
+    for cfg in configs:
+        data = fingerprint((cfg.dataset, cfg.seed))
+        for context, size in random_crop_contexts(cfg):
+            old = sizes[context].get(data, (0, 0))
+            sizes[context][data] = (max(old[0], size[0]), max(old[1], size[1]))
+    return {
+        context: (max(h for h, _ in by_data.values()), max(w for _, w in by_data.values()))
+        for context, by_data in sizes.items()
+        if len(by_data) > 1
+    }
+
+
+def shared_pool(root: str, configs: Sequence[TaskConfig]) -> FramePool:
+    """Grid = GCD of the strides, width = POOL_SPANS longest spans."""
+    return FramePool(
+        key=derive_seed("pool", root),
+        grid=math.gcd(*(c.dataset.sampling.frame_stride for c in configs)),
+        width_frames=POOL_SPANS * max(span_frames(c) for c in configs),
+    )
+
+
+def independent_pool(cfg: TaskConfig) -> FramePool:
+    """No coordination (the baseline planning is measured against): every clip start uniform
+    over the whole video, drawn by its task alone."""
+    return FramePool(derive_seed("pool", cfg.task), cfg.dataset.sampling.frame_stride, 1 << 30)
+
+
+class Coordination:
+    def __init__(self, configs: Sequence[TaskConfig], *, coordinate: bool = True) -> None:
+        self.coordinate = coordinate
+        self._configs = {c.task: c for c in configs}
+        self._pools: dict[tuple[str, int], FramePool] = {}
+        self._crops: dict[tuple[str, int], dict[CropContext, tuple[int, int]]] = {}
+        self._lock = threading.Lock()
+        self.changed = False  # frozen state not checkpointed yet
+
+    def add(self, cfg: TaskConfig) -> None:
+        with self._lock:
+            self._configs[cfg.task] = cfg
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            self._configs.pop(name, None)
+
+    def pool(self, cfg: TaskConfig, window: int) -> FramePool:
+        if not self.coordinate:
+            return independent_pool(cfg)
+        self._freeze(cfg.dataset.video_dataset_path, window)
+        pool = self._pools[(cfg.dataset.video_dataset_path, window)]
+        stride = cfg.dataset.sampling.frame_stride
+        if stride % pool.grid:  # joined after the window froze: a finer grid for this task
+            pool = replace(pool, grid=math.gcd(pool.grid, stride))
+        return pool
+
+    def crop_windows(self, cfg: TaskConfig, window: int) -> dict[CropContext, tuple[int, int]]:
+        if not self.coordinate:
+            return {}
+        self._freeze(cfg.dataset.video_dataset_path, window)
+        return self._crops[(cfg.dataset.video_dataset_path, window)]
+
+    def _freeze(self, root: str, window: int) -> None:
+        with self._lock:
+            if (root, window) in self._pools:
+                return
+            sharing = [c for c in self._configs.values() if c.dataset.video_dataset_path == root]
+            self._pools[(root, window)] = shared_pool(root, sharing)
+            self._crops[(root, window)] = {
+                context: size for context, size in shared_crop_windows(sharing).items()
+                if context[0] == root
+            }
+            self.changed = True
+
+    # -- checkpoint --------------------------------------------------------------------------
+
+    def state(self) -> dict:
+        with self._lock:
+            self.changed = False
+            return {"version": 1, "windows": [
+                {"root": root, "window": window, "pool_key": str(pool.key), "grid": pool.grid,
+                 "width_frames": pool.width_frames,
+                 "crops": [[list(ctx[1]) if ctx[1] else None, list(size)]
+                           for ctx, size in sorted(self._crops[(root, window)].items(),
+                                                   key=repr)]}
+                for (root, window), pool in sorted(self._pools.items())
+            ]}
+
+    def load(self, state: dict) -> None:
+        """Take the frozen windows of an earlier run (a checkpoint written by `state`)."""
+        if state.get("version") != 1:
+            raise ValueError(f"unknown plan state version {state.get('version')!r}")
+        with self._lock:
+            for entry in state["windows"]:
+                key = (entry["root"], int(entry["window"]))
+                self._pools[key] = FramePool(int(entry["pool_key"]), int(entry["grid"]),
+                                             int(entry["width_frames"]))
+                self._crops[key] = {
+                    (entry["root"], tuple(hw) if hw else None): (int(size[0]), int(size[1]))
+                    for hw, size in entry["crops"]
+                }
