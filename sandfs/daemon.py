@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import glob
 import hashlib
+import json
 import logging
 import os
 import signal
@@ -17,6 +18,7 @@ import stat
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import pyfuse3
 import trio
@@ -90,8 +92,9 @@ def prepare_cache_dir(path: str) -> None:
     if info.st_mode & 0o022:
         raise UserError(f"cache dir {path} is writable by others (mode {info.st_mode & 0o777:o}); "
                         f"chmod 700 it")
-    for leftover in glob.glob(os.path.join(glob.escape(path), "scan-*.tmp")):
-        os.unlink(leftover)  # a scan index write interrupted by a kill
+    for pattern in ("scan-*.tmp", f"{PLAN_STATE}.*.tmp"):
+        for leftover in glob.glob(os.path.join(glob.escape(path), pattern)):
+            os.unlink(leftover)  # a write interrupted by a kill
 
 
 def scan_all(
@@ -115,9 +118,39 @@ def scan_all(
     return scans
 
 
+PLAN_STATE = "plan-state.json"
+
+
+def load_plan_state(cache_dir: str) -> dict | None:
+    """The coordination checkpoint of the last run, if any (a broken one is ignored)."""
+    path = os.path.join(cache_dir, PLAN_STATE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+        if state.get("version") != 1:
+            raise ValueError("unknown version")
+        return state
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring the plan checkpoint %s: %s", path, exc)
+        return None
+
+
+def save_plan_state(cache_dir: str, state: dict) -> None:
+    """Atomically: temp file, fsync, rename."""
+    path = os.path.join(cache_dir, PLAN_STATE)
+    temp = f"{path}.{os.getpid()}.tmp"
+    with open(temp, "w", encoding="utf-8") as f:
+        json.dump(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+
+
 def build_plans(configs: Sequence[TaskConfig], scans: dict[tuple, DatasetScan],
-                k_epochs: int) -> list[TaskPlan]:
-    plans = plan_tasks(configs, scans, k_epochs=k_epochs)
+                k_epochs: int, frozen_state: dict | None = None) -> list[TaskPlan]:
+    plans = plan_tasks(configs, scans, k_epochs=k_epochs, frozen_state=frozen_state)
     for cfg, plan in zip(configs, plans, strict=True):
         check_plan(cfg, plan)
     return plans
@@ -251,7 +284,7 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
     prepare_mountpoint(settings.mountpoint)  # fail fast, before a long scan
     prepare_cache_dir(settings.cache_dir)
     scans = scan_all(configs, settings.cache_dir, settings.workers)
-    plans = build_plans(configs, scans, settings.k_epochs)
+    plans = build_plans(configs, scans, settings.k_epochs, load_plan_state(settings.cache_dir))
     store = open_store(settings, plans)
     try:
         serve_mount(configs, settings, plans, scans, store, on_ready)
@@ -266,7 +299,8 @@ def serve_mount(configs, settings: MountSettings, plans, scans, store: ObjectSto
                           memory_budget_bytes=settings.memory_budget_bytes // 4)
     service = ViewService(plans, engine=engine, stats=Stats(), bad_videos=bad_videos(scans),
                           task_texts={c.task: c.source_text for c in configs},
-                          memory_limit_bytes=settings.memory_budget_bytes * 3 // 4, store=store)
+                          memory_limit_bytes=settings.memory_budget_bytes * 3 // 4, store=store,
+                          checkpoint=partial(save_plan_state, settings.cache_dir))
     operations = SandOperations(service)
     try:
         pyfuse3.init(operations, settings.mountpoint, fuse_options())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -50,6 +50,7 @@ class ViewService:
         memory_limit_bytes: int = 1 << 30,
         read_ahead: int = 8,
         store: ObjectStore | None = None,
+        checkpoint: Callable[[dict], None] | None = None,
     ) -> None:
         self.tasks = {p.name: p for p in plans}
         self.engine = engine
@@ -57,8 +58,9 @@ class ViewService:
         self.materializer = Materializer(stats)
         self.scheduler = Scheduler(plans, self.materializer, stats, workers=engine.workers,
                                    memory_limit_bytes=memory_limit_bytes, limiter=engine.limiter,
-                                   store=store)
+                                   store=store, on_window_planned=self.window_planned)
         self.store = store
+        self.checkpoint = checkpoint
         self.bad_videos = list(bad_videos)
         self.task_texts = task_texts or {}
         self.read_ahead = read_ahead  # how far status.json's ready_ahead looks
@@ -69,6 +71,12 @@ class ViewService:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Run the scheduler until cancelled; it starts preparing views at once."""
         await self.scheduler.run(task_status=task_status)
+
+    def window_planned(self) -> None:
+        """In a worker thread, after the scheduler planned a window: checkpoint what it froze."""
+        coordination = next(iter(self.tasks.values())).coordination if self.tasks else None
+        if self.checkpoint is not None and coordination is not None and coordination.changed:
+            self.checkpoint(coordination.state())
 
     # -- batch views -------------------------------------------------------------------------
 

@@ -12,10 +12,14 @@ from sandfs.plan.task import TaskPlan
 
 
 def plan_tasks(configs: Sequence[TaskConfig], scans: Mapping[tuple, DatasetScan], *,
-               k_epochs: int, coordinate: bool = True) -> list[TaskPlan]:
+               k_epochs: int, coordinate: bool = True,
+               frozen_state: dict | None = None) -> list[TaskPlan]:
     """The plans of all the tasks of a mount. `coordinate=False` plans each task on its own
-    with fresh randomness per clip (for measuring what coordination saves and costs)."""
+    with fresh randomness per clip (for measuring what coordination saves and costs);
+    `frozen_state`: the coordination checkpoint of an earlier run (same windows, same views)."""
     coordination = Coordination(configs, coordinate=coordinate)
+    if frozen_state is not None:
+        coordination.load(frozen_state)
     plans = []
     for cfg in configs:
         found = scans[(cfg.dataset.video_dataset_path, cfg.dataset.extensions)]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -115,7 +115,8 @@ class SchedulerState:
 class Scheduler:
     def __init__(self, plans: Sequence[TaskPlan], materializer: Materializer, stats: Stats, *,
                  workers: int, memory_limit_bytes: int, limiter: trio.CapacityLimiter,
-                 store: ObjectStore | None = None) -> None:
+                 store: ObjectStore | None = None,
+                 on_window_planned: Callable[[], None] | None = None) -> None:
         self.plans = {p.name: p for p in plans}
         self.materializer = materializer
         self.stats = stats
@@ -123,6 +124,7 @@ class Scheduler:
         self.memory_limit_bytes = memory_limit_bytes
         self.limiter = limiter
         self.store = store
+        self.on_window_planned = on_window_planned
         self.k_epochs = plans[0].k_epochs if plans else 1
         self.positions = {name: 0 for name in self.plans}  # global iteration index per task
         self.windows: dict[int, WindowPlan] = {}
@@ -257,7 +259,10 @@ class Scheduler:
                             if clip_object_key(u, work.info) in self.store}
                 if all(frame_object_key(work.info, i) in self.store for i in work.frames):
                     frames_on_disk.add(path)
-        return plan, on_disk, frames_on_disk, self._prune(plan)
+        disk_plans = self._prune(plan)
+        if self.on_window_planned is not None:
+            self.on_window_planned()
+        return plan, on_disk, frames_on_disk, disk_plans
 
     def _prune(self, plan: WindowPlan) -> dict[str, DiskPlan]:
         if self.store is None:

@@ -83,3 +83,22 @@ def test_identical_pipelines_are_materialized_once(tmp_path, dataset_dir):
     assert together["aug_ops_independent"] == 4 * alone["aug_ops_independent"]
     for name in plans:
         assert together["tasks"][name]["views_served"] == len(results[0])
+
+
+def test_a_restart_plans_frozen_windows_as_before(tmp_path, dataset_dir):
+    """Window 0 was planned with two tasks; a restart with one of them keeps its views."""
+    slow = write_config(tmp_path / "slow.yaml", task_config(
+        dataset_dir, task="slow", seed=1, sampling={"frames_per_video": 6, "frame_stride": 2}))
+    other = write_config(tmp_path / "other.yaml", task_config(
+        dataset_dir, task="other", seed=2, sampling={"frames_per_video": 3, "frame_stride": 3}))
+    plans = build_plans([slow])
+    with mount_sandfs(tmp_path, [slow, other]) as m:
+        together = {i: m.path("slow", "0", str(i), "view").read_bytes()
+                    for i in range(plans["slow"].iterations_per_epoch)}
+    assert (tmp_path / "mnt-cache" / "plan-state.json").exists()
+    with mount_sandfs(tmp_path, [slow]) as m:  # same cache dir: the checkpoint is loaded
+        again = {i: m.path("slow", "0", str(i), "view").read_bytes() for i in together}
+    with mount_sandfs(tmp_path, [slow], name="fresh") as m:  # no checkpoint: planned alone
+        alone = {i: m.path("slow", "0", str(i), "view").read_bytes() for i in together}
+    assert again == together
+    assert alone != together  # the other task changed the shared pool (stride GCD 1)
