@@ -13,7 +13,13 @@ import sys
 import time
 from collections.abc import Sequence
 
-from sandfs.config.loader import ConfigError, load_task_configs, merge_engines, parse_size
+from sandfs.config.loader import (
+    BASE_DIR_MARK,
+    ConfigError,
+    load_task_configs,
+    merge_engines,
+    parse_size,
+)
 from sandfs.errors import UserError
 
 log = logging.getLogger("sandfs")
@@ -42,6 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="live figures of a mount")
     status.add_argument("mountpoint")
     status.add_argument("--json", action="store_true")
+    task = sub.add_parser("task", help="register or end a task on a live mount")
+    task_sub = task.add_subparsers(dest="task_command", required=True)
+    add = task_sub.add_parser("add", help="register TASK.yaml (its views are planned at once)")
+    add.add_argument("mountpoint")
+    add.add_argument("config", metavar="TASK.yaml")
+    remove = task_sub.add_parser("remove", help="end a task and release its objects")
+    remove.add_argument("mountpoint")
+    remove.add_argument("name")
+
     plan = sub.add_parser("plan", help="dry run: what the merged plan does, without mounting")
     plan.add_argument("--config", action="append", required=True, metavar="TASK.yaml")
     plan.add_argument("--epochs", type=int, help="how many epochs to plan (default: one window)")
@@ -55,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         commands = {"mount": cmd_mount, "unmount": cmd_unmount, "status": cmd_status,
-                    "plan": cmd_plan}
+                    "plan": cmd_plan, "task": cmd_task}
         return commands[args.command](args)
     except ConfigError as exc:
         print(f"sandfs: {exc}", file=sys.stderr)
@@ -234,6 +249,46 @@ def format_status(status: dict) -> str:
     for bad in status["bad_videos"]:
         lines.append(f"  left out: {bad['path']!r}: {bad['reason']}")
     return "\n".join(lines)
+
+
+# -- task add / remove ---------------------------------------------------------------------
+
+
+def cmd_task(args: argparse.Namespace) -> int:
+    mountpoint = os.path.abspath(args.mountpoint)
+    read_status(mountpoint)  # a clear error when it is not a live sandfs mount
+    tasks_dir = os.path.join(mountpoint, ".sand", "tasks")
+    if args.task_command == "add":
+        return task_add(tasks_dir, args.config)
+    return task_remove(tasks_dir, args.name)
+
+
+def task_add(tasks_dir: str, config_path: str) -> int:
+    cfg = load_task_configs([config_path])[0]  # the file's own errors, with its line numbers
+    with open(config_path, encoding="utf-8") as f:
+        text = f.read()
+    base_dir = os.path.dirname(os.path.abspath(config_path))
+    target = os.path.join(tasks_dir, f"{cfg.task}.yaml")
+    try:
+        with open(target, "x", encoding="utf-8") as f:
+            f.write(f"{BASE_DIR_MARK} {base_dir}\n{text}")
+    except FileExistsError as exc:
+        raise UserError(f"task {cfg.task} is already registered on this mount") from exc
+    except OSError as exc:
+        status = read_status(os.path.dirname(os.path.dirname(tasks_dir)))
+        reason = status.get("task_errors", {}).get(cfg.task) or exc.strerror
+        raise UserError(f"the daemon refused task {cfg.task}: {reason}") from exc
+    print(f"sandfs: task {cfg.task} registered")
+    return 0
+
+
+def task_remove(tasks_dir: str, name: str) -> int:
+    try:
+        os.unlink(os.path.join(tasks_dir, f"{name}.yaml"))
+    except FileNotFoundError as exc:
+        raise UserError(f"no task {name!r} on this mount") from exc
+    print(f"sandfs: task {name} ended")
+    return 0
 
 
 # -- plan -----------------------------------------------------------------------------------

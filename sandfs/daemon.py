@@ -198,6 +198,25 @@ def open_store(settings: MountSettings, plans: Sequence[TaskPlan]) -> ObjectStor
     return store
 
 
+def plan_new_task(settings: MountSettings, scans: dict[tuple, DatasetScan],
+                  plans: Sequence[TaskPlan], cfg: TaskConfig) -> TaskPlan:
+    """In a worker thread: scan the task's dataset if it is new, and plan it with the others."""
+    key = (cfg.dataset.video_dataset_path, cfg.dataset.extensions)
+    if key not in scans:
+        scans.update(scan_all([cfg], settings.cache_dir, settings.workers))
+    found = scans[key]
+    coordination = plans[0].coordination
+    coordination.add(cfg)
+    plan = TaskPlan(cfg, found.videos, k_epochs=settings.k_epochs,
+                    all_rel_paths=[b.rel_path for b in found.bad], coordination=coordination)
+    try:
+        check_plan(cfg, plan)
+    except UserError:
+        coordination.remove(cfg.task)
+        raise
+    return plan
+
+
 # -- the mountpoint -------------------------------------------------------------------------
 
 
@@ -300,7 +319,9 @@ def serve_mount(configs, settings: MountSettings, plans, scans, store: ObjectSto
     service = ViewService(plans, engine=engine, stats=Stats(), bad_videos=bad_videos(scans),
                           task_texts={c.task: c.source_text for c in configs},
                           memory_limit_bytes=settings.memory_budget_bytes * 3 // 4, store=store,
-                          checkpoint=partial(save_plan_state, settings.cache_dir))
+                          checkpoint=partial(save_plan_state, settings.cache_dir),
+                          task_planner=partial(plan_new_task, settings, scans, plans),
+                          config_dir=os.path.dirname(configs[0].source_path) or "/")
     operations = SandOperations(service)
     try:
         pyfuse3.init(operations, settings.mountpoint, fuse_options())

@@ -5,6 +5,7 @@ frame, depth). It owns the task plans, the object engine and the figures of stat
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -13,7 +14,10 @@ from dataclasses import dataclass
 import trio
 
 from sandfs.cache import ObjectStore
+from sandfs.config.loader import load_task_config
+from sandfs.config.schema import TaskConfig
 from sandfs.engine import ObjectEngine
+from sandfs.errors import UserError
 from sandfs.materialize import Materializer
 from sandfs.media.types import BadVideo, VideoInfo
 from sandfs.npy import npy_nbytes
@@ -38,6 +42,9 @@ class FramePlan:
         return npy_nbytes(self.shape, self.dtype)
 
 
+log = logging.getLogger(__name__)
+
+
 class ViewService:
     def __init__(
         self,
@@ -51,6 +58,8 @@ class ViewService:
         read_ahead: int = 8,
         store: ObjectStore | None = None,
         checkpoint: Callable[[dict], None] | None = None,
+        task_planner: Callable[[TaskConfig], TaskPlan] | None = None,
+        config_dir: str = "/",
     ) -> None:
         self.tasks = {p.name: p for p in plans}
         self.engine = engine
@@ -61,6 +70,10 @@ class ViewService:
                                    store=store, on_window_planned=self.window_planned)
         self.store = store
         self.checkpoint = checkpoint
+        self.task_planner = task_planner  # plans a task registered on the live mount
+        self.config_dir = config_dir  # where relative paths of such a task point from
+        self.task_errors: dict[str, str] = {}  # why a registration was refused, by task name
+        self.generations = dict.fromkeys(self.tasks, 0)  # registrations of each task name
         self.bad_videos = list(bad_videos)
         self.task_texts = task_texts or {}
         self.read_ahead = read_ahead  # how far status.json's ready_ahead looks
@@ -77,6 +90,45 @@ class ViewService:
         coordination = next(iter(self.tasks.values())).coordination if self.tasks else None
         if self.checkpoint is not None and coordination is not None and coordination.changed:
             self.checkpoint(coordination.state())
+
+    # -- tasks joining and leaving -----------------------------------------------------------
+
+    async def add_task_file(self, file_name: str, text: str) -> None:
+        """A YAML written to .sand/tasks/NAME.yaml. Relative paths in it are resolved against
+        the folder named by a first line `# sandfs-base-dir: DIR` (`sandfs task add` writes
+        it), else against the folder of the mount's first config."""
+        cfg = load_task_config(os.path.join(self.config_dir, file_name), text=text)
+        if f"{cfg.task}.yaml" != file_name:
+            raise UserError(f"{file_name}: the file must be named after its task: "
+                            f"{cfg.task}.yaml")
+        await self.add_task(cfg, text)
+
+    async def add_task(self, cfg: TaskConfig, text: str) -> None:
+        """Register a task on the live mount. Windows already planned keep what they share;
+        the task's views are planned into them as they are (SPEC §6)."""
+        if cfg.task in self.tasks:
+            raise UserError(f"task {cfg.task} is already registered on this mount")
+        if self.task_planner is None:
+            raise UserError("this mount does not take new tasks")
+        plan = await trio.to_thread.run_sync(self.task_planner, cfg)
+        self.tasks[cfg.task] = plan
+        self.generations[cfg.task] = self.generations.get(cfg.task, -1) + 1
+        self.task_texts[cfg.task] = text
+        self.positions[cfg.task] = (0, 0)
+        self.task_errors.pop(cfg.task, None)
+        await self.scheduler.add_plan(plan)
+        log.info("task %s registered: %d videos, %d iterations/epoch", cfg.task,
+                 len(plan.videos), plan.iterations_per_epoch)
+
+    async def remove_task(self, name: str) -> None:
+        """End a task: its views are no longer served and the objects only it needed are
+        released (memory and disk)."""
+        plan = self.tasks.pop(name)
+        self.task_texts.pop(name, None)
+        self.positions.pop(name, None)
+        plan.coordination.remove(name)
+        await self.scheduler.remove_plan(name)
+        log.info("task %s ended", name)
 
     # -- batch views -------------------------------------------------------------------------
 
@@ -206,6 +258,7 @@ class ViewService:
             "queues": {"demand": self.engine.demand_waiting + sched.demand_waiting,
                        "prematerialize": len(self.scheduler.pending_jobs())},
             "bad_videos": bad,
+            "task_errors": dict(self.task_errors),
         }
 
     def cache_status(self) -> dict:

@@ -65,6 +65,7 @@ ENGINE_FIELDS = {
     "cache_format": "cache_format",
 }
 CACHE_FORMATS = ("auto", "raw", "lz4", "zstd", "png")
+BASE_DIR_MARK = "# sandfs-base-dir:"  # a first line that anchors relative paths elsewhere
 
 _TASK_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 _EXTENSION_RE = re.compile(r"\.[^./\\\s]+")
@@ -77,8 +78,10 @@ def load_task_config(
     path: str | os.PathLike[str], *, text: str | None = None, check_paths: bool = True
 ) -> TaskConfig:
     """Load and validate one task config. `text` replaces reading `path` (which still names the
-    file in errors and anchors relative paths); `check_paths=False` skips the checks that the
-    dataset directory and labels CSV exist."""
+    file in errors and anchors relative paths, unless the text starts with a `BASE_DIR_MARK`
+    line naming the folder to anchor them to: how `sandfs task add` hands a config to a live
+    mount); `check_paths=False` skips the checks that the dataset directory and labels CSV
+    exist."""
     file = os.fspath(path)
     if text is None:
         text = _read_text(file)
@@ -87,6 +90,9 @@ def load_task_config(
     root = read_yaml(text, file)
     entries = fields.mapping(root, TOP_KEYS, required=("task", "seed", "epochs", "dataset"))
     base_dir = os.path.dirname(os.path.abspath(file))
+    first_line = text.partition("\n")[0]
+    if first_line.startswith(BASE_DIR_MARK):
+        base_dir = first_line.removeprefix(BASE_DIR_MARK).strip()
     task = _task_name(entries["task"])
     seed = fields.integer(entries["seed"], minimum=0, maximum=MAX_SEED)
     epochs = fields.integer(entries["epochs"], minimum=1)

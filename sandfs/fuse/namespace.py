@@ -8,7 +8,7 @@ to None (ENOENT) without planning or materializing anything.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sandfs.service import ViewService
 
@@ -34,6 +34,7 @@ class Node:
     video: int = -1  # index into the task plan's videos
     frame: int = -1
     depth: int = -1
+    generation: int = 0  # of the task's registration: a task registered again gets new inodes
 
     @property
     def is_dir(self) -> bool:
@@ -70,21 +71,37 @@ class VideoTree:
 class Namespace:
     def __init__(self, service: ViewService) -> None:
         self.service = service
-        self.video_trees = {
-            name: VideoTree([(v.name, ext_of(v.rel_path)) for v in plan.videos])
-            for name, plan in service.tasks.items()
-        }
+        self._video_trees: dict[str, tuple[object, VideoTree]] = {}  # task -> (plan, tree)
+
+    def video_tree(self, task: str) -> VideoTree:
+        plan = self.service.tasks[task]
+        built = self._video_trees.get(task)
+        if built is None or built[0] is not plan:  # new, or a task re-registered under the name
+            built = (plan, VideoTree([(v.name, ext_of(v.rel_path)) for v in plan.videos]))
+            self._video_trees[task] = built
+        return built[1]
+
+    def exists(self, node: Node) -> bool:
+        """False for the nodes of a task that has ended (or was registered anew since)."""
+        if not node.task or node.kind == "task_upload":
+            return True
+        service = self.service
+        return node.task in service.tasks and service.generations[node.task] == node.generation
 
     # -- lookup ------------------------------------------------------------------------------
 
     def child(self, parent: Node, name: str) -> Node | None:
         handler = getattr(self, f"_child_{parent.kind}", None)
-        return handler(parent, name) if handler else None
+        if handler is None or not self.exists(parent):
+            return None
+        return handler(parent, name)
 
     def _child_root(self, _: Node, name: str) -> Node | None:
         if name == SAND_DIR:
             return Node("sand")
-        return Node("task", task=name) if name in self.service.tasks else None
+        if name not in self.service.tasks:
+            return None
+        return Node("task", task=name, generation=self.service.generations[name])
 
     def _child_sand(self, _: Node, name: str) -> Node | None:
         return {STATUS: Node("status"), "tasks": Node("tasks")}.get(name)
@@ -92,46 +109,46 @@ class Namespace:
     def _child_tasks(self, _: Node, name: str) -> Node | None:
         task = name.removesuffix(".yaml")
         if name.endswith(".yaml") and task in self.service.task_texts:
-            return Node("task_yaml", task=task)
+            return Node("task_yaml", task=task, generation=self.service.generations[task])
         return None
 
     def _child_task(self, parent: Node, name: str) -> Node | None:
         if name == "videos":
-            return Node("videos", task=parent.task)
+            return replace(parent, kind="videos")
         epoch = parse_number(name)
         plan = self.service.tasks[parent.task]
         if epoch is None or epoch >= plan.epochs:
             return None
-        return Node("epoch", task=parent.task, epoch=epoch)
+        return replace(parent, kind="epoch", epoch=epoch)
 
     def _child_epoch(self, parent: Node, name: str) -> Node | None:
         iteration = parse_number(name)
         plan = self.service.tasks[parent.task]
         if iteration is None or iteration >= plan.iterations_per_epoch:
             return None
-        return Node("iteration", task=parent.task, epoch=parent.epoch, iteration=iteration)
+        return replace(parent, kind="iteration", iteration=iteration)
 
     def _child_iteration(self, parent: Node, name: str) -> Node | None:
         if name != "view":
             return None
-        return Node("view", task=parent.task, epoch=parent.epoch, iteration=parent.iteration)
+        return replace(parent, kind="view")
 
     def _child_videos(self, parent: Node, name: str) -> Node | None:
-        entry = self.video_trees[parent.task].entries.get(parent.folder, {}).get(name)
+        entry = self.video_tree(parent.task).entries.get(parent.folder, {}).get(name)
         if entry is None:
             return None
         kind, index = entry
         if kind == "folder":
             folder = f"{parent.folder}/{name}" if parent.folder else name
-            return Node("videos", task=parent.task, folder=folder)
-        return Node(kind, task=parent.task, video=index)
+            return replace(parent, folder=folder)
+        return replace(parent, kind=kind, video=index)
 
     def _child_frames(self, parent: Node, name: str) -> Node | None:
         frame = parse_number(name, "frame")
         info = self.service.tasks[parent.task].videos[parent.video]
         if frame is None or frame >= info.num_frames:
             return None
-        return Node("frame", task=parent.task, video=parent.video, frame=frame)
+        return replace(parent, kind="frame", frame=frame)
 
     def _child_frame(self, parent: Node, name: str) -> Node | None:
         depth = parse_number(name, "aug")
@@ -139,7 +156,7 @@ class Namespace:
             return None
         if self.service.frame_plan(parent.task, parent.video, parent.frame, depth) is None:
             return None
-        return Node("aug", task=parent.task, video=parent.video, frame=parent.frame, depth=depth)
+        return replace(parent, kind="aug", depth=depth)
 
     # -- listing -----------------------------------------------------------------------------
 
@@ -150,6 +167,8 @@ class Namespace:
 
     def child_names(self, node: Node) -> list[str]:
         service = self.service
+        if not self.exists(node):
+            return []
         match node.kind:
             case "root":
                 return [SAND_DIR, *sorted(service.tasks)]
@@ -164,7 +183,7 @@ class Namespace:
             case "iteration":
                 return ["view"]
             case "videos":
-                return list(self.video_trees[node.task].entries.get(node.folder, {}))
+                return list(self.video_tree(node.task).entries.get(node.folder, {}))
             case "frames":
                 info = service.tasks[node.task].videos[node.video]
                 return [f"frame{i}" for i in range(info.num_frames)]
@@ -177,6 +196,8 @@ class Namespace:
 
     def file_size(self, node: Node) -> int:
         service = self.service
+        if not self.exists(node):
+            return 0
         match node.kind:
             case "view":
                 return service.tasks[node.task].view_nbytes(node.epoch, node.iteration)

@@ -11,6 +11,7 @@ import errno
 import json
 import logging
 import os
+import re
 import stat
 import time
 from collections.abc import Callable
@@ -21,7 +22,9 @@ from functools import wraps
 import pyfuse3
 import trio
 
+from sandfs.config.loader import ConfigError
 from sandfs.engine import ObjectFailed
+from sandfs.errors import UserError
 from sandfs.faults import fault_point
 from sandfs.fuse.namespace import ROOT, Namespace, Node
 from sandfs.service import ViewService
@@ -32,6 +35,8 @@ IMMUTABLE_TIMEOUT = 3600.0  # views never change once planned: let the kernel ca
 XATTR_PREFIX = b"user.sand."
 XATTRS = (b"user.sand.meta", b"user.sand.labels", b"user.sand.state")
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC
+MAX_TASK_FILE_BYTES = 1 << 20
+TASK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
 
 
 def fuse_error(code: int) -> pyfuse3.FUSEError:
@@ -72,6 +77,7 @@ class OpenFile:
     node: Node
     data: bytes | None = None  # filled on the first read (views), or at open (small files)
     fd: int = -1  # source video passthrough
+    registered: bool = False  # a task upload that was handed to the service
     lock: trio.Lock = field(default_factory=trio.Lock)
 
 
@@ -108,7 +114,9 @@ class SandOperations(pyfuse3.Operations):
         self.namespace = Namespace(service)
         self.inodes = Inodes()
         self.files: dict[int, OpenFile] = {}
+        self.uploads: dict[Node, bytearray] = {}  # task YAMLs being written to .sand/tasks
         self._next_fh = 1
+        self._next_upload = 1
         self.uid, self.gid = os.getuid(), os.getgid()
         self.mounted_ns = time.time_ns()
 
@@ -118,8 +126,12 @@ class SandOperations(pyfuse3.Operations):
         attr = pyfuse3.EntryAttributes()
         attr.st_ino = self.inodes.inode(node)
         if node.is_dir:
-            attr.st_mode = stat.S_IFDIR | 0o555
+            attr.st_mode = stat.S_IFDIR | (0o755 if node.kind == "tasks" else 0o555)
             attr.st_nlink = 2
+        elif node.kind == "task_upload":
+            attr.st_mode = stat.S_IFREG | 0o600
+            attr.st_nlink = 1
+            attr.st_size = len(self.uploads.get(node, b""))
         else:
             attr.st_mode = stat.S_IFREG | 0o444
             attr.st_nlink = 1
@@ -134,8 +146,10 @@ class SandOperations(pyfuse3.Operations):
 
     @staticmethod
     def is_immutable(node: Node) -> bool:
-        # status.json changes all the time; which aug{D} exist follows the task's epoch.
-        return node.kind not in ("status", "frame", "aug", "sand", "tasks", "task_yaml", "root")
+        # status.json changes all the time; which aug{D} exist follows the task's epoch; tasks
+        # come and go. A task registered again gets new inodes, so its views stay immutable.
+        return node.kind not in ("status", "frame", "aug", "sand", "tasks", "task_yaml", "root",
+                                 "task", "task_upload")
 
     @handler
     async def lookup(self, parent_inode, name, ctx=None):
@@ -146,7 +160,10 @@ class SandOperations(pyfuse3.Operations):
 
     @handler
     async def getattr(self, inode, ctx=None):
-        return self.attributes(self.inodes.node(inode))
+        node = self.inodes.node(inode)
+        if not self.namespace.exists(node):
+            raise fuse_error(errno.ENOENT)
+        return self.attributes(node)
 
     # -- directories -------------------------------------------------------------------------
 
@@ -229,11 +246,76 @@ class SandOperations(pyfuse3.Operations):
 
     async def release(self, fh):
         handle = self.files.pop(fh, None)
-        if handle is not None and handle.fd >= 0:
+        if handle is None:
+            return
+        if handle.fd >= 0:
             os.close(handle.fd)
+        if handle.node.kind == "task_upload":
+            self.uploads.pop(handle.node, None)
 
+    # -- registering and ending tasks through .sand/tasks/ -----------------------------------
+
+    @handler
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        parent = self.inodes.node(parent_inode)
+        file_name = os.fsdecode(name)
+        if parent.kind != "tasks":
+            raise fuse_error(errno.EROFS)
+        task = file_name.removesuffix(".yaml")
+        if not file_name.endswith(".yaml") or not TASK_NAME.fullmatch(task):
+            raise fuse_error(errno.EINVAL)
+        if task in self.service.tasks:
+            raise fuse_error(errno.EEXIST)
+        node = Node("task_upload", task=task, generation=self._next_upload)
+        self._next_upload += 1
+        self.uploads[node] = bytearray()
+        handle = OpenFile(node)
+        fh = self._next_fh
+        self._next_fh += 1
+        self.files[fh] = handle
+        info = pyfuse3.FileInfo()
+        info.fh = fh
+        info.direct_io = True
+        return info, self.attributes(node)
+
+    @handler
+    async def write(self, fh, off, buf):
+        handle = self.files.get(fh)
+        if handle is None or handle.node.kind != "task_upload" or handle.registered:
+            raise fuse_error(errno.EROFS)
+        data = self.uploads[handle.node]
+        if off + len(buf) > MAX_TASK_FILE_BYTES:
+            raise fuse_error(errno.EFBIG)
+        data[len(data):] = bytes(max(0, off - len(data)))
+        data[off : off + len(buf)] = buf
+        return len(buf)
+
+    @handler
     async def flush(self, fh):
-        pass
+        """Closing a task YAML written to .sand/tasks registers the task; an error goes back to
+        the writer's close() (and into status.json's task_errors)."""
+        handle = self.files.get(fh)
+        if handle is None or handle.node.kind != "task_upload" or handle.registered:
+            return
+        handle.registered = True
+        file_name = f"{handle.node.task}.yaml"
+        try:
+            text = bytes(self.uploads[handle.node]).decode("utf-8")
+            await self.service.add_task_file(file_name, text)
+        except (ConfigError, UserError, UnicodeDecodeError) as exc:
+            self.service.task_errors[handle.node.task] = str(exc)
+            log.warning("task file %s refused: %s", file_name, exc)
+            raise fuse_error(errno.EINVAL) from exc
+
+    @handler
+    async def unlink(self, parent_inode, name, ctx):
+        parent = self.inodes.node(parent_inode)
+        if parent.kind != "tasks":
+            raise fuse_error(errno.EROFS)
+        task = os.fsdecode(name).removesuffix(".yaml")
+        if not os.fsdecode(name).endswith(".yaml") or task not in self.service.tasks:
+            raise fuse_error(errno.ENOENT)
+        await self.service.remove_task(task)
 
     # -- extended attributes -----------------------------------------------------------------
 
@@ -282,16 +364,21 @@ class SandOperations(pyfuse3.Operations):
 
     setxattr = read_only
     removexattr = read_only
-    setattr = read_only
     mknod = read_only
     mkdir = read_only
-    unlink = read_only
     rmdir = read_only
     symlink = read_only
     rename = read_only
     link = read_only
-    create = read_only
-    write = read_only
+
+    @handler
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        node = self.inodes.node(inode)
+        if node.kind != "task_upload":  # cp and shells may set times on the file they wrote
+            raise fuse_error(errno.EROFS)
+        if fields.update_size:
+            del self.uploads[node][attr.st_size :]
+        return self.attributes(node)
 
     async def statfs(self, ctx):
         stat_ = pyfuse3.StatvfsData()

@@ -309,6 +309,89 @@ class Scheduler:
         log.debug("window %d planned: %d videos, %d views, %d clips on disk", window,
                   len(plan.videos), len(plan.views), len(on_disk))
 
+    # -- tasks joining and leaving -----------------------------------------------------------
+
+    async def add_plan(self, plan: TaskPlan) -> None:
+        """Plan a new task into the active windows (and the windows to come)."""
+        self.plans[plan.name] = plan
+        self.positions[plan.name] = 0
+        for window in sorted(self.windows):
+            part, on_disk = await trio.to_thread.run_sync(self._plan_part, plan, window)
+            self._merge_window(window, part, on_disk)
+        self.wake()
+
+    def _plan_part(self, plan: TaskPlan, window: int):
+        part = plan_window([plan], window)
+        on_disk = set()
+        if self.store is not None:
+            on_disk = {(u.view, u.slot) for work in part.videos.values() for u in work.uses
+                       if clip_object_key(u, work.info) in self.store}
+        return part, on_disk
+
+    def _merge_window(self, window: int, part: WindowPlan, on_disk: set) -> None:
+        base = self.windows[window]
+        new_views = set()
+        for key, readers in part.readers.items():
+            if key in base.views:  # an identical pipeline is planned already: one more reader
+                base.readers[key] = base.readers[key] + readers
+                if key in self.ready:
+                    self.ready[key].readers_left |= {task for task, _ in readers}
+                continue
+            new_views.add(key)
+            base.views[key] = part.views[key]
+            base.readers[key] = readers
+            plan, epoch, iteration = part.views[key]
+            slots = len(plan.view_plan(epoch, iteration).clips)
+            self.views[key] = ViewState(plan, epoch, iteration, slots)
+        for path, work in part.videos.items():
+            uses = [u for u in work.uses if u.view in new_views]
+            if not uses:
+                continue
+            base.videos.setdefault(path, VideoWork(work.info, work.plan, window)).uses += uses
+            self.disk_plans.setdefault((window, path), DiskPlan())
+            for use in uses:
+                if (use.view, use.slot) in on_disk:
+                    self.views[use.view].on_disk.add(use.slot)
+                else:
+                    self.pending.setdefault((window, path), []).append(use)
+
+    async def remove_plan(self, name: str) -> None:
+        """Forget a task: views no other task reads are released, in memory and on disk."""
+        self.plans.pop(name, None)
+        self.positions.pop(name, None)
+        released: dict[tuple, tuple[TaskPlan, int, int]] = {}
+        for window in self.windows.values():
+            for key in list(window.readers):
+                readers = tuple(r for r in window.readers[key] if r[0] != name)
+                if readers:
+                    window.readers[key] = readers
+                    continue
+                del window.readers[key]
+                released[key] = window.views.pop(key)
+            for work in window.videos.values():
+                work.uses = [u for u in work.uses if u.view not in released]
+        for job_key, uses in self.pending.items():
+            self.pending[job_key] = [u for u in uses if u.view not in released]
+        for key in released:
+            self.views.pop(key, None)
+            self.ready.pop(key, None)
+            self.demanded.discard(key)
+            event = self.events.pop(key, None)
+            if event is not None:
+                event.set()
+        for ready in self.ready.values():
+            ready.readers_left.discard(name)
+        if self.store is not None:
+            await trio.to_thread.run_sync(self._release_clips, released)
+        self.wake()
+
+    def _release_clips(self, released: dict[tuple, tuple[TaskPlan, int, int]]) -> None:
+        """In a thread: delete the clips of released views from disk."""
+        for key, (plan, epoch, iteration) in released.items():
+            for slot, clip in enumerate(plan.view_plan(epoch, iteration).clips):
+                use = ClipUse(key, slot, clip, ())
+                self.store.discard(clip_object_key(use, plan.videos[clip.video_index]))
+
     def _drop_window(self, window: int) -> None:
         plan = self.windows.pop(window)
         for key in [k for k in self.pending if k[0] == window]:

@@ -4,13 +4,17 @@ own data-access rules, and every view equal to the independent reference."""
 from __future__ import annotations
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from harness import mount_sandfs, task_config, write_config
+from test_cli import run_cli
 
 from sandfs.config.loader import load_task_configs
 from sandfs.media.scan import scan_dataset
 from sandfs.plan.mount import plan_tasks
+from sandfs.plan.task import TaskPlan
 from sandfs.reference import reference_view
 
 
@@ -21,6 +25,17 @@ def build_plans(paths):
         key = (cfg.dataset.video_dataset_path, cfg.dataset.extensions)
         scans.setdefault(key, scan_dataset(*key))
     return {p.name: p for p in plan_tasks(configs, scans, k_epochs=configs[0].engine.k_epochs)}
+
+
+def plan_joined(first_path, joining_path):
+    """The plan of a task that joined a mount where `first_path` had frozen windows 0 and 1."""
+    first = build_plans([first_path])["first"]
+    for window in (0, 1):
+        first.plan_key(window)  # freezes the window's coordination with the first task alone
+    cfg = load_task_configs([joining_path])[0]
+    first.coordination.add(cfg)
+    found = scan_dataset(cfg.dataset.video_dataset_path, cfg.dataset.extensions)
+    return TaskPlan(cfg, found.videos, k_epochs=first.k_epochs, coordination=first.coordination)
 
 
 def status(m) -> dict:
@@ -102,3 +117,40 @@ def test_a_restart_plans_frozen_windows_as_before(tmp_path, dataset_dir):
         alone = {i: m.path("slow", "0", str(i), "view").read_bytes() for i in together}
     assert again == together
     assert alone != together  # the other task changed the shared pool (stride GCD 1)
+
+
+def test_tasks_join_and_leave_a_live_mount(tmp_path, dataset_dir):
+    first = write_config(tmp_path / "first.yaml", task_config(dataset_dir, task="first"))
+    trial = task_config(dataset_dir, task="trial3", seed=5)
+    trial["dataset"]["video_dataset_path"] = "../" + dataset_dir.name  # relative to its file
+    (tmp_path / "sub").mkdir()
+    trial_path = write_config(tmp_path / "sub" / "trial3.yaml", trial)
+    (tmp_path / dataset_dir.name).symlink_to(dataset_dir)
+    with mount_sandfs(tmp_path, [first]) as m:
+        before = m.path("first", "0", "0", "view").read_bytes()
+        done = run_cli("task", "add", str(m.mountpoint), str(trial_path))
+        assert done.returncode == 0, done.stderr
+        assert sorted(os.listdir(m.mountpoint)) == [".sand", "first", "trial3"]
+        assert sorted(os.listdir(m.path(".sand", "tasks"))) == ["first.yaml", "trial3.yaml"]
+        joined = plan_joined(first, trial_path)
+        for iteration in range(joined.iterations_per_epoch):
+            view = m.path("trial3", "0", str(iteration), "view")
+            assert os.stat(view).st_size == joined.view_nbytes(0, iteration)
+            assert view.read_bytes() == reference_view(joined, 0, iteration)
+        assert m.path("first", "0", "0", "view").read_bytes() == before  # unchanged
+        again = run_cli("task", "add", str(m.mountpoint), str(trial_path))
+        assert again.returncode == 1 and "already registered" in again.stderr
+        done = run_cli("task", "remove", str(m.mountpoint), "trial3")
+        assert done.returncode == 0, done.stderr
+        assert sorted(os.listdir(m.mountpoint)) == [".sand", "first"]
+        assert not m.path("trial3").exists()
+        gone = run_cli("task", "remove", str(m.mountpoint), "trial3")
+        assert gone.returncode == 1 and "no task" in gone.stderr
+        # writing a YAML by hand registers too; a bad one is refused with the reason in status
+        broken = m.path(".sand", "tasks", "bad.yaml")
+        with pytest.raises(OSError):
+            broken.write_text("task: bad\nseed: x\n")
+        assert "bad.yaml:1:1: epochs: required key is missing" in status(m)["task_errors"]["bad"]
+        assert not m.path("bad").exists()
+        os.unlink(m.path(".sand", "tasks", "first.yaml"))
+        assert os.listdir(m.mountpoint) == [".sand"]
