@@ -28,9 +28,12 @@ def fake_videos(count: int, num_frames: int = 120, size=(64, 48)) -> list[VideoI
     ]
 
 
+FAKE_DATASET = Path("/nonexistent/sandfs-test-dataset")  # fixed: it seeds the plan's draws
+
+
 def make_plan(tmp_path: Path, videos=None, k_epochs: int = 2, **overrides) -> TaskPlan:
-    path = write_config(tmp_path / "t.yaml", task_config(tmp_path, **overrides))
-    cfg = load_task_config(path)
+    path = write_config(tmp_path / "t.yaml", task_config(FAKE_DATASET, **overrides))
+    cfg = load_task_config(path, check_paths=False)
     return TaskPlan(cfg, videos if videos is not None else fake_videos(10), k_epochs=k_epochs)
 
 
