@@ -249,6 +249,7 @@ class ViewService:
             "crop_ops": stats.get("crop_ops"),
             "crop_ops_independent": stats.get("crop_ops_independent"),
             "scheduler": {"jobs_done": sched.jobs_done, "jobs_running": len(self.scheduler.running),
+                          "workers_active": self.scheduler.active_workers(),
                           "views_ready": len(self.scheduler.ready),
                           "views_planned": len(self.scheduler.views),
                           "evicted_unread": sched.evicted_unread,

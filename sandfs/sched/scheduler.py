@@ -40,6 +40,7 @@ from sandfs.stats import Stats
 
 log = logging.getLogger(__name__)
 
+AHEAD_TARGET = 8  # batches ready ahead of each task before prefetching slows down
 PRUNE_TARGET_FRACTION = 0.7  # plan below the store's 75% eviction mark
 DECODE_SECONDS_PER_MPIXEL = 0.006  # cost model seeds (PERF-NOTES), refined by measurement
 AUGMENT_SECONDS_PER_MPIXEL = 0.0015
@@ -430,8 +431,23 @@ class Scheduler:
             yield JobState(f"a{key}", key in self.demanded, self._deadline_of(key),
                            len(state.on_disk - state.in_memory)), key, "assemble"
 
+    def active_workers(self) -> int:
+        """How many jobs may run now (MinatoLoader's queue-occupancy rule): all workers while
+        a reader waits or some task has fewer than AHEAD_TARGET batches ready; half of them
+        once every task is that far ahead, leaving CPU to the trainers."""
+        if self.demanded or not self.plans:
+            return self.workers
+        if all(self.ready_ahead(task, AHEAD_TARGET) >= min(AHEAD_TARGET, self._left(task))
+               for task in self.plans):
+            return max(1, self.workers // 2)
+        return self.workers
+
+    def _left(self, task: str) -> int:
+        plan = self.plans[task]
+        return plan.epochs * plan.iterations_per_epoch - self.positions[task] - 1
+
     def _dispatch(self) -> None:
-        while len(self.running) < self.workers:
+        while len(self.running) < self.active_workers():
             options = {s.key: (s, k, kind) for s, k, kind in self._job_states()}
             pressure = under_pressure(self.memory_bytes, self.memory_limit_bytes)
             best = pick_next((s for s, _, _ in options.values()), memory_pressure=pressure)

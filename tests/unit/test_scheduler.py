@@ -162,3 +162,16 @@ def test_identical_pipelines_share_views(tmp_path, tasks):
     window = plan_window(plans, 0)
     assert len(window.views) == 2 * plans[0].iterations_per_epoch
     assert all(len(r) == tasks for r in window.readers.values())
+
+
+async def test_workers_adapt_to_how_far_ahead_the_tasks_are(tmp_path):
+    plan, scheduler, _ = scheduler_for(tmp_path, workers=2)
+    assert scheduler.active_workers() == 2  # nothing ready yet: all workers
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await settle(scheduler)
+        assert scheduler.ready_ahead(plan.name, 8) >= 7  # the whole plan is ahead
+        assert scheduler.active_workers() == 1  # far ahead: leave a core to the trainer
+        scheduler.demanded.add(view_key(plan, 3, 0))
+        assert scheduler.active_workers() == 2  # a reader waits: everything it has
+        nursery.cancel_scope.cancel()
