@@ -71,9 +71,10 @@ def shared_crop_windows(configs: Sequence[TaskConfig]) -> dict[CropContext, tupl
 
 
 def shared_pool(root: str, configs: Sequence[TaskConfig]) -> FramePool:
-    """Grid = GCD of the strides, width = POOL_SPANS longest spans."""
+    """Grid = GCD of the strides, width = POOL_SPANS longest spans; its randomness comes from
+    the dataset and the seeds of the tasks sharing it (another seed, another pool)."""
     return FramePool(
-        key=derive_seed("pool", root),
+        key=derive_seed("pool", root, sorted({c.seed for c in configs})),
         grid=math.gcd(*(c.dataset.sampling.frame_stride for c in configs)),
         width_frames=POOL_SPANS * max(span_frames(c) for c in configs),
     )
@@ -81,8 +82,8 @@ def shared_pool(root: str, configs: Sequence[TaskConfig]) -> FramePool:
 
 def independent_pool(cfg: TaskConfig) -> FramePool:
     """No coordination (the baseline planning is measured against): every clip start uniform
-    over the whole video, drawn by its task alone."""
-    return FramePool(derive_seed("pool", cfg.task), cfg.dataset.sampling.frame_stride, 1 << 30)
+    over the whole video (grid 1, a pool as wide as any video), drawn by its task alone."""
+    return FramePool(derive_seed("independent", fingerprint(cfg.dataset), cfg.seed), 1, 1 << 30)
 
 
 class Coordination:

@@ -11,12 +11,21 @@ range: the offset is uniform and the sum wraps around modulo the number of valid
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from sandfs.plan.seeds import rng_for
 
 POOL_SPANS = 2  # the pool's width, in spans of the longest clip: reuse vs. diversity per window
+
+
+@lru_cache(maxsize=1 << 16)
+def window_draws(key: int, grid: int, window: int, video: str) -> tuple[int, float]:
+    """The pool's own draws for one video in one window: the grid phase and the offset (as a
+    fraction of the valid range). Every clip of that window uses them: computed once."""
+    phase = int(rng_for(key, "phase", window, video).integers(grid))
+    return phase, float(rng_for(key, "offset", window, video).random())
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,11 +38,10 @@ class FramePool:
               task_rng: np.random.Generator) -> int:
         """The first frame of a clip spanning `span` frames (num_frames >= span)."""
         max_start = num_frames - span
-        phase = int(rng_for(self.key, "phase", window, video).integers(self.grid))
+        phase, offset_fraction = window_draws(self.key, self.grid, window, video)
         if phase > max_start:
             phase = 0
         slots = (max_start - phase) // self.grid + 1
-        offset_fraction = rng_for(self.key, "offset", window, video).random()
         offset = int(offset_fraction * slots)
         width = min(slots, max(1, self.width_frames // self.grid))
         slot = (offset + int(task_rng.integers(width))) % slots

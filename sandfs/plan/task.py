@@ -228,11 +228,12 @@ class TaskPlan:
             prefix += ((ps.step.name, ps.output_index),)
             choice = self._branch_choice(ps, clip_key, prefix, epoch, iteration)
             for pos, spec in enumerate(step_ops(ps, choice)):
-                rng = rng_for(*clip_key, "op", prefix, pos)
+                op = oplib.get_op(spec.name)
+                # only random ops draw; a generator costs ~10 us, made per clip and op
+                rng = rng_for(*clip_key, "op", prefix, pos) if op.random else None
                 in_hw = (shape.height, shape.width)
                 inst = self._shared_crop(spec, in_hw, static, epoch, info, clip_key[3], rng)
                 inst = inst or oplib.draw_instance(spec.name, spec.params, rng, in_hw)
-                op = oplib.get_op(spec.name)
                 if op.temporal:
                     frames = list(oplib.track_frames([inst], frames))
                 else:

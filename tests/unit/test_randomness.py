@@ -34,6 +34,7 @@ KEYFRAME_INTERVAL = 25
 K_EPOCHS = 5
 EPOCHS = 25  # 5 windows; 400 videos x 25 epochs = 10,000 clips of the one-clip task
 MIN_CLIPS = 10_000
+ONE_VIDEO_DRAWS = 5_000  # 58 per start value on average
 P_MIN = 0.01
 # (name, frames_per_video, frame_stride, samples_per_video, crop side)
 SLOWFAST = ("slowfast", 8, 2, 1, 56)  # the largest crop: its crop *is* the shared window
@@ -134,7 +135,7 @@ def test_clip_starts_are_uniform_over_the_valid_range(task_index):
 def test_clip_starts_of_one_video_are_uniform_across_epochs(task_index):
     plan, task = planned()[task_index], TASKS[task_index]
     starts = [start(plan, w * K_EPOCHS + w % K_EPOCHS, 7, (w // K_EPOCHS) % task[3])
-              for w in range(MIN_CLIPS)]
+              for w in range(ONE_VIDEO_DRAWS)]
     assert_uniform(starts, valid_starts(task))
 
 
@@ -220,8 +221,6 @@ def test_different_seeds_give_different_orders():
         assert share > 0.99
 
 
-@pytest.mark.xfail(strict=True, reason="the shared crop window is drawn from the dataset path "
-                   "alone (pool key), not the seeds: the largest crop ignores the seed")
 def test_different_seeds_give_different_crops():
     first, second = planned(), plan_pair(seed=1)
     for plan, other in zip(first, second, strict=True):
