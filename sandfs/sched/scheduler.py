@@ -91,6 +91,10 @@ class Job:
 
     @property
     def frames(self) -> set[int]:
+        """What to decode: every frame of the window when they are to be kept on disk (later
+        jobs of this video then read them instead of decoding), else what the clips need."""
+        if self.save_frames and not self.frames_on_disk and self.work is not None:
+            return self.work.frames
         return {i for use in self.uses for i in use.clip.frame_indices}
 
 
@@ -534,7 +538,8 @@ class Scheduler:
     async def _run(self, job: Job, targets: dict[tuple, np.ndarray]) -> None:
         work = self._materialize_video if job.kind == "video" else self._assemble
         try:
-            placed = await trio.to_thread.run_sync(work, job, targets, limiter=self.limiter)
+            placed, frames_saved = await trio.to_thread.run_sync(work, job, targets,
+                                                                 limiter=self.limiter)
         except Exception as exc:  # a broken video: its views fail (EIO), nothing else does
             reason = f"{type(exc).__name__}: {exc}"
             what = job.work.info.rel_path if job.work else job.key
@@ -544,6 +549,8 @@ class Scheduler:
                 self._fail(view, reason)
         else:
             self._record(job, placed)
+            if frames_saved:
+                self.frames_on_disk.add(job.key)
         finally:
             del self.running[job.key]
             self.state.jobs_done += 1
@@ -556,10 +563,10 @@ class Scheduler:
         assert job.work is not None
         info = job.work.info
         frames = self._frames_from_disk(job) if job.frames_on_disk else None
+        saved = False
         if frames is None:
             frames = self.materializer.decode(info, job.frames)
-            if job.save_frames:
-                self._save_frames(info, frames)
+            saved = job.save_frames and self._save_frames(info, frames)
         clips = self.materializer.augment_clips(
             [u.clip for u in job.uses], frames, [len(u.readers) for u in job.uses])
         placed = []
@@ -571,7 +578,7 @@ class Scheduler:
             stored = spot in job.to_disk and self.store.put(
                 clip_object_key(use, info), array, deadline=job.deadlines[use.view])
             placed.append((use, spot in job.to_memory, bool(stored)))
-        return placed
+        return placed, saved
 
     def _frames_from_disk(self, job: Job) -> dict[int, np.ndarray] | None:
         frames = {}
@@ -584,9 +591,9 @@ class Scheduler:
         self.stats.add("frames_from_disk", len(frames))
         return frames
 
-    def _save_frames(self, info: VideoInfo, frames: dict[int, np.ndarray]) -> None:
-        for index, frame in frames.items():
-            self.store.put(frame_object_key(info, index), frame)
+    def _save_frames(self, info: VideoInfo, frames: dict[int, np.ndarray]) -> bool:
+        """True when every frame is on disk afterwards."""
+        return all([self.store.put(frame_object_key(info, i), f) for i, f in frames.items()])
 
     def _assemble(self, job: Job, targets: dict[tuple, np.ndarray]):
         """Read a batch's clips back from disk; a missing or corrupt one is recomputed."""
@@ -603,7 +610,7 @@ class Scheduler:
                 stored = self._recompute_clip(plan, clip)
             array[slot] = stored
             placed.append((use, True, True))
-        return placed
+        return placed, False
 
     def _recompute_clip(self, plan: TaskPlan, clip) -> np.ndarray:
         info = plan.videos[clip.video_index]
