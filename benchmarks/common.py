@@ -1,0 +1,284 @@
+"""Helpers shared by the benchmarks: machine metadata, summaries, the synthetic dataset, CPU
+seconds of a process tree, and a sandfs mount driven only through its command line."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MOUNT_TIMEOUT_S = 120.0
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+# -- reporting --------------------------------------------------------------------------------
+
+
+def machine_info() -> dict[str, object]:
+    import av
+    import numpy
+    import torch
+
+    return {"cores": os.cpu_count(), "cpu_model": cpu_model(), "git_sha": git_sha(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "av": av.__version__, "numpy": numpy.__version__, "machine": platform.machine(),
+            "kernel": platform.release()}
+
+
+def cpu_model() -> str | None:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return None
+
+
+def git_sha() -> str | None:
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, cwd=REPO_ROOT)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, cwd=REPO_ROOT).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return done.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def summary(values: Sequence[float], digits: int = 3) -> dict[str, float] | None:
+    """median, p90 (nearest rank) and max of `values`; None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {"median": round(statistics.median(ordered), digits),
+            "p90": round(ordered[int(0.9 * (len(ordered) - 1))], digits),
+            "max": round(ordered[-1], digits), "n": len(ordered)}
+
+
+def median_or_none(values: Sequence[float | None], digits: int = 3) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), digits) if present else None
+
+
+def emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+# -- the synthetic dataset --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetSpec:
+    """Kinetics-like videos: noisy texture, 25 fps, 8-10 s, keyframes 10 s apart."""
+
+    classes: int
+    videos_per_class: int
+    width: int = 340
+    height: int = 256
+    fps: int = 25
+    seconds: tuple[int, int] = (8, 10)
+    gop_frames: int = 250
+
+    @property
+    def name(self) -> str:
+        return (f"{self.classes}x{self.videos_per_class}-{self.width}x{self.height}"
+                f"-{self.fps}fps-{self.seconds[0]}to{self.seconds[1]}s-gop{self.gop_frames}")
+
+
+def ensure_dataset(data_dir: Path, spec: DatasetSpec) -> Path:
+    """ROOT/CLASS/*.mp4 for `spec`, generated once (into a temp folder, then renamed)."""
+    from sandfs.media.synth import make_dataset
+
+    root = data_dir / spec.name
+    if (root / "DONE").exists():
+        return root
+    partial = data_dir / f"{spec.name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    started = time.monotonic()
+    make_dataset(partial, classes=spec.classes, videos_per_class=spec.videos_per_class,
+                 num_frames=(spec.seconds[0] * spec.fps, spec.seconds[1] * spec.fps),
+                 size=(spec.width, spec.height), fps=spec.fps, gop=spec.gop_frames, noise=True)
+    (partial / "DONE").write_text(json.dumps({"seconds_to_generate": time.monotonic() - started}))
+    shutil.rmtree(root, ignore_errors=True)
+    partial.rename(root)
+    return root
+
+
+# -- CPU time ---------------------------------------------------------------------------------
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()  # fields from 3 (state) on; comm may hold spaces
+
+
+def _process_table() -> dict[int, tuple[int, float]]:
+    """pid -> (ppid, CPU seconds: utime + stime + cutime + cstime) of every process."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(int(entry))
+        if fields is not None:  # fields 4 (ppid) and 14-17 (utime, stime, cutime, cstime)
+            table[int(entry)] = (int(fields[1]),
+                                 sum(int(v) for v in fields[11:15]) / CLOCK_TICKS_PER_S)
+    return table
+
+
+def _tree(root_pid: int, table: dict[int, tuple[int, float]]) -> set[int]:
+    tree, frontier = {root_pid}, [root_pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, (ppid, _) in table.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    return tree
+
+
+def tree_cpu_seconds(root_pid: int) -> float:
+    """CPU seconds (user + system, all threads) of `root_pid` and its live descendants, plus
+    what their reaped children used: a delta of two readings is the tree's work in between."""
+    table = _process_table()
+    return sum(table[pid][1] for pid in _tree(root_pid, table) if pid in table)
+
+
+def kill_tree(root_pid: int) -> None:
+    """SIGKILL a process and all its descendants (e.g. a trainer and its DataLoader workers)."""
+    for pid in _tree(root_pid, _process_table()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine so far, from /proc/stat. Busy minus what
+    a benchmark's own processes used is work by others; steal is time the hypervisor gave to
+    other guests. Both are noise that neither side of a comparison caused."""
+    with open("/proc/stat") as f:
+        # cpu user nice system idle iowait irq softirq steal ...
+        user, nice, system, _, _, irq, softirq, steal = map(int, f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq) / CLOCK_TICKS_PER_S, steal / CLOCK_TICKS_PER_S
+
+
+def machine_busy_cores(interval_s: float = 2.0) -> float:
+    """How many cores the machine kept busy over `interval_s` (call it while idle yourself)."""
+    busy_before_s, _ = machine_cpu_seconds()
+    time.sleep(interval_s)
+    return round((machine_cpu_seconds()[0] - busy_before_s) / interval_s, 2)
+
+
+# -- a sandfs mount ---------------------------------------------------------------------------
+
+
+def is_mounted(path: Path) -> bool:
+    target = os.path.abspath(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == target for line in f)
+
+
+def mounts_under(prefix: Path) -> list[str]:
+    base = os.path.abspath(prefix) + os.sep
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(base)]
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    mountpoint: Path
+    pid: int
+    mount_s: float  # from starting `sandfs mount` to serving (dataset scan, plan, mount)
+    ready_at: float  # time.monotonic() when it first served status.json
+    ready_cpu_s: float  # the daemon tree's CPU seconds then (scan and start-up)
+
+    def status(self) -> dict:
+        return json.loads((self.mountpoint / ".sand" / "status.json").read_bytes())
+
+
+@contextlib.contextmanager
+def sandfs_mount(workdir: Path, configs: Sequence[Path], *, k_epochs: int, workers: int,
+                 name: str = "mnt") -> Iterator[Mount]:
+    """A fresh mount with an empty cache dir (so every mount starts cold); always unmounted, the
+    daemon always gone and its cache dir removed on exit, whatever happened (exceptions, Ctrl-C).
+    The daemon's log stays in `workdir`."""
+    mountpoint, cache_dir = workdir / name, workdir / f"{name}-cache"
+    log_path = workdir / f"{name}.log"
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "sandfs", "mount", str(mountpoint), "--foreground",
+            "--cache-dir", str(cache_dir), "--k-epochs", str(k_epochs), "--workers", str(workers)]
+    for config in configs:
+        args += ["--config", str(config)]
+    process = None
+    started_at = time.monotonic()
+    try:
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True,
+                                       cwd=REPO_ROOT)
+        wait_mounted(mountpoint, process, log_path)
+        ready_at = time.monotonic()
+        yield Mount(mountpoint, process.pid, ready_at - started_at, ready_at,
+                    tree_cpu_seconds(process.pid))
+    finally:
+        unmount(mountpoint, process)
+        shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def wait_mounted(mountpoint: Path, process: subprocess.Popen, log_path: Path) -> None:
+    deadline = time.monotonic() + MOUNT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"sandfs exited with {process.returncode} before mounting:\n"
+                               f"{log_path.read_text(errors='replace')[-3000:]}")
+        if is_mounted(mountpoint) and served_by(mountpoint, process.pid):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"sandfs did not serve {mountpoint} within {MOUNT_TIMEOUT_S:.0f}s:\n"
+                       f"{log_path.read_text(errors='replace')[-3000:]}")
+
+
+def served_by(mountpoint: Path, pid: int) -> bool:
+    try:
+        return json.loads((mountpoint / ".sand" / "status.json").read_bytes()).get("pid") == pid
+    except (OSError, ValueError):
+        return False
+
+
+def unmount(mountpoint: Path, process: subprocess.Popen | None) -> None:
+    """fusermount3 -u, then -uz; SIGTERM then SIGKILL the daemon's process group."""
+    for flags in ("-u", "-uz"):
+        if is_mounted(mountpoint):
+            subprocess.run(["fusermount3", flags, str(mountpoint)], capture_output=True)
+    if process is not None:
+        stop_process_group(process)
+    if is_mounted(mountpoint):
+        subprocess.run(["fusermount3", "-uz", str(mountpoint)], capture_output=True)
+
+
+def stop_process_group(process: subprocess.Popen, grace_s: float = 15.0) -> None:
+    try:
+        process.wait(timeout=grace_s)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
