@@ -18,6 +18,7 @@ reader has read first, then those needed last — and they are rebuilt from disk
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -272,6 +273,8 @@ class Scheduler:
     def _prune(self, plan: WindowPlan) -> dict[str, DiskPlan]:
         if self.store is None:
             return {}
+        if os.environ.get("SANDFS_PRUNE") == "leaves":
+            return self._leaves_only(plan)
         paths = list(plan.videos)
         graphs = [object_graph_of(plan.videos[p], plan) for p in paths]
         started = time.monotonic()
@@ -285,6 +288,22 @@ class Scheduler:
                 clips={(node[1], node[2]) for node in cached if node[0] == "clip"},
                 frames=any(node[0] == "frame" for node in cached),
             )
+        return plans
+
+    def _leaves_only(self, plan: WindowPlan) -> dict[str, DiskPlan]:
+        """The ablation of pruning (SANDFS_PRUNE=leaves, for benchmarks/bench_cache.py): keep
+        final clips only, the soonest needed first, as long as they fit."""
+        room = int(self.store.budget_bytes * PRUNE_TARGET_FRACTION)
+        uses = sorted(((min(pos for _, pos in u.readers), path, u)
+                       for path, work in plan.videos.items() for u in work.uses),
+                      key=lambda item: (item[0], item[1], item[2].slot))
+        plans = {path: DiskPlan() for path in plan.videos}
+        for _, path, use in uses:
+            nbytes = clip_nbytes(plan.views[use.view][0], use)
+            if nbytes > room:
+                break
+            room -= nbytes
+            plans[path].clips.add((use.view, use.slot))
         return plans
 
     def _add_window(self, window: int, plan: WindowPlan, on_disk: set, frames_on_disk: set,
@@ -471,7 +490,7 @@ class Scheduler:
             return True, free
         cost = state.plan.view_nbytes(state.epoch, state.iteration)
         if cost > free:
-            free += self._evict(cost - free, keep=key)
+            free += self._evict(cost - free, keep=key, deadline=self._deadline_of(key))
         if cost > free and not demanded:
             return False, free
         return True, free - cost
@@ -688,18 +707,19 @@ class Scheduler:
                 use = ClipUse(key, slot, clip, ())
                 self.store.mark_done(clip_object_key(use, plan.videos[clip.video_index]))
 
-    def _evict(self, needed_bytes: int, *, keep: tuple) -> int:
-        """Drop ready batches from memory: fully read ones (oldest first), then the ones whose
-        next reader is furthest away (they are rebuilt from disk or recomputed). Returns the
-        bytes freed."""
+    def _evict(self, needed_bytes: int, *, keep: tuple, deadline: int) -> int:
+        """Drop ready batches from memory to make room for one needed at `deadline`: fully
+        read ones (oldest first), then unread ones needed later than it, the latest first
+        (they are rebuilt from disk or recomputed) — never one needed sooner, which would only
+        trade places with it. Returns the bytes freed."""
         freed = 0
         for key in [k for k, r in self.ready.items() if not r.readers_left and k != keep]:
             if freed >= needed_bytes:
                 return freed
             freed += len(self.ready.pop(key).data)
-        unread = sorted((k for k in self.ready if k != keep), key=self._deadline_of,
-                        reverse=True)
-        for key in unread:
+        later = [(d, k) for k in self.ready if k != keep
+                 and (d := self._deadline_of(k)) > deadline]
+        for _, key in sorted(later, key=lambda item: item[0], reverse=True):
             if freed >= needed_bytes:
                 break
             freed += len(self.ready.pop(key).data)

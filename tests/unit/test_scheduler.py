@@ -175,3 +175,22 @@ async def test_workers_adapt_to_how_far_ahead_the_tasks_are(tmp_path):
         scheduler.demanded.add(view_key(plan, 3, 0))
         assert scheduler.active_workers() == 2  # a reader waits: everything it has
         nursery.cancel_scope.cancel()
+
+
+async def test_memory_eviction_never_trades_a_sooner_batch_for_a_later_one(tmp_path):
+    plan, scheduler, _ = scheduler_for(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await settle(scheduler)
+        nursery.cancel_scope.cancel()
+    keys = [view_key(plan, e, i) for e in range(plan.epochs)
+            for i in range(plan.iterations_per_epoch)]
+    assert all(k in scheduler.ready for k in keys)
+    one = len(scheduler.ready[keys[0]].data)
+    # room for a batch needed at position 3: only batches needed after it may go, latest first
+    freed = scheduler._evict(2 * one, keep=keys[3], deadline=3)
+    assert freed == 2 * one
+    assert keys[-1] not in scheduler.ready and keys[-2] not in scheduler.ready
+    assert all(k in scheduler.ready for k in keys[:-2])
+    assert scheduler._evict(100 * one, keep=keys[5], deadline=5) == len(keys[6:-2]) * one
+    assert all(k in scheduler.ready for k in keys[:6])  # nothing needed sooner was dropped
