@@ -211,3 +211,24 @@ def test_drop_last_and_samples_per_video(tmp_path, dataset_dir):
             counts = Counter(s["video"] for s in samples)
             assert set(counts.values()) == {2}
             assert read(path) == reference_view(plan, 0, i)
+
+
+def test_no_fd_or_thread_leak_over_epochs(mounted, config_path):
+    """TESTPLAN 5: the daemon's open files and threads stay flat while views are read."""
+    plan = build_plan(config_path)
+    pid = mounted.process.pid
+
+    def counts() -> tuple[int, int]:
+        return (len(os.listdir(f"/proc/{pid}/fd")), len(os.listdir(f"/proc/{pid}/task")))
+
+    def read_epoch(epoch: int) -> None:
+        for iteration in range(plan.iterations_per_epoch):
+            read(mounted.path("t0", str(epoch), str(iteration), "view"))
+            read(mounted.path("t0", "videos", "archery", "archery_000.mp4"))
+
+    read_epoch(0)
+    fds, threads = counts()
+    for epoch in (1, 2):
+        read_epoch(epoch)
+    later_fds, later_threads = counts()
+    assert abs(later_fds - fds) <= 5 and abs(later_threads - threads) <= 5
