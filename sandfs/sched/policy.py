@@ -31,11 +31,22 @@ def priority(job: JobState, *, memory_pressure: bool) -> tuple:
     return (1, job.deadline_iterations, job.remaining_work, job.key)
 
 
-def pick_next(jobs: Iterable[JobState], *, memory_pressure: bool) -> JobState | None:
+def fifo_priority(job: JobState, *, memory_pressure: bool) -> tuple:
+    """The ablation (SANDFS_SCHEDULING=fifo): plan order — window, then video — blind to
+    readers, deadlines and memory."""
+    return (job.key,)
+
+
+POLICIES = {"priority": priority, "fifo": fifo_priority}
+
+
+def pick_next(jobs: Iterable[JobState], *, memory_pressure: bool,
+              policy: str = "priority") -> JobState | None:
+    rank_of = POLICIES[policy]
     best = None
     best_priority = None
     for job in jobs:
-        rank = priority(job, memory_pressure=memory_pressure)
+        rank = rank_of(job, memory_pressure=memory_pressure)
         if best_priority is None or rank < best_priority:
             best, best_priority = job, rank
     return best

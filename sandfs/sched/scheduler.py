@@ -36,7 +36,7 @@ from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import ClipUse, VideoWork, WindowPlan, plan_window, view_key
-from sandfs.sched.policy import NOT_NEEDED, JobState, pick_next, under_pressure
+from sandfs.sched.policy import NOT_NEEDED, POLICIES, JobState, pick_next, under_pressure
 from sandfs.stats import Stats
 
 log = logging.getLogger(__name__)
@@ -131,6 +131,10 @@ class Scheduler:
         self.limiter = limiter
         self.store = store
         self.on_window_planned = on_window_planned
+        self.policy = os.environ.get("SANDFS_SCHEDULING", "priority")  # "fifo": the ablation
+        if self.policy not in POLICIES:
+            raise ValueError(f"SANDFS_SCHEDULING: expected one of {sorted(POLICIES)}, "
+                             f"got {self.policy!r}")
         self.k_epochs = plans[0].k_epochs if plans else 1
         self.positions = {name: 0 for name in self.plans}  # global iteration index per task
         self.windows: dict[int, WindowPlan] = {}
@@ -473,7 +477,8 @@ class Scheduler:
         while len(self.running) < self.active_workers():
             options = {s.key: (s, k, kind) for s, k, kind in self._job_states()}
             pressure = under_pressure(self.memory_bytes, self.memory_limit_bytes)
-            best = pick_next((s for s, _, _ in options.values()), memory_pressure=pressure)
+            best = pick_next((s for s, _, _ in options.values()), memory_pressure=pressure,
+                             policy=self.policy)
             if best is None or (best.deadline_iterations >= NOT_NEEDED and not best.demanded):
                 return
             _, job_key, kind = options[best.key]

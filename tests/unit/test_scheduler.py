@@ -194,3 +194,9 @@ async def test_memory_eviction_never_trades_a_sooner_batch_for_a_later_one(tmp_p
     assert all(k in scheduler.ready for k in keys[:-2])
     assert scheduler._evict(100 * one, keep=keys[5], deadline=5) == len(keys[6:-2]) * one
     assert all(k in scheduler.ready for k in keys[:6])  # nothing needed sooner was dropped
+
+
+def test_the_fifo_ablation_ignores_demand_and_deadlines():
+    jobs = [job("v0:b", demanded=True, deadline=0), job("v0:a", deadline=99)]
+    assert pick_next(jobs, memory_pressure=False, policy="fifo").key == "v0:a"
+    assert pick_next(jobs, memory_pressure=False).key == "v0:b"

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Scheduling on vs off (SAND Figure 18): the same trainer with the priority scheduler (demand
+first, deadlines, SJF under memory pressure) and with SANDFS_SCHEDULING=fifo (jobs in plan
+order, blind to readers and deadlines).
+
+One task (benchmarks/configs/single.yaml) over the bench_e2e dataset, 10 epochs, k=5; the
+trainer reads every view in order and sleeps `--gpu-ms` per batch. Reports the mean iteration
+time, reader stalls and the ratio fifo / priority, policies interleaved over `--repeats`.
+
+Usage: benchmarks/bench_sched.py [--videos 48] [--epochs 10] [--gpu-ms 40] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+from common import REPO_ROOT, DatasetSpec, emit, ensure_dataset, machine_info, unmount, wait_mounted
+
+CONFIG = Path(__file__).parent / "configs" / "single.yaml"
+
+
+def write_config(workdir: Path, dataset: Path, epochs: int) -> Path:
+    config = yaml.safe_load(CONFIG.read_text())
+    config["task"], config["epochs"] = "single", epochs
+    config["dataset"]["video_dataset_path"] = str(dataset)
+    path = workdir / "single.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def train(mountpoint: Path, epochs: int, gpu_s: float) -> int:
+    iterations = len(os.listdir(mountpoint / "single" / "0"))
+    for epoch in range(epochs):
+        for iteration in range(iterations):
+            with open(mountpoint / "single" / str(epoch) / str(iteration) / "view", "rb") as f:
+                np.load(f)
+            time.sleep(gpu_s)
+    return epochs * iterations
+
+
+def run(workdir: Path, config: Path, policy: str, args) -> dict:
+    mountpoint, log = workdir / "mnt", workdir / "log"
+    mountpoint.mkdir(exist_ok=True)
+    cache_dir = Path(tempfile.mkdtemp(dir=workdir))
+    env = {**os.environ, "SANDFS_SCHEDULING": policy}
+    command = [sys.executable, "-m", "sandfs", "mount", str(mountpoint), "--foreground",
+               "--config", str(config), "--cache-dir", str(cache_dir), "--k-epochs", "5"]
+    process = None
+    try:
+        with open(log, "ab") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                       start_new_session=True, cwd=REPO_ROOT)
+        wait_mounted(mountpoint, process, log)
+        started = time.monotonic()
+        iterations = train(mountpoint, args.epochs, args.gpu_ms / 1000)
+        wall_s = time.monotonic() - started
+        status = json.loads((mountpoint / ".sand" / "status.json").read_bytes())
+    finally:
+        unmount(mountpoint, process)
+    return {"bench": "sched", "policy": policy, "iterations": iterations,
+            "wall_s": round(wall_s, 2), "iteration_ms": round(1000 * wall_s / iterations, 1),
+            "stall_s": status["tasks"]["single"]["stall_seconds"],
+            "frames_decoded": status["frames_decoded"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--videos", type=int, default=48)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--gpu-ms", type=float, default=40)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/sandfs-bench/data"))
+    args = parser.parse_args()
+    dataset = ensure_dataset(args.data_dir, DatasetSpec(4, args.videos // 4))
+    emit({"bench": "sched", "params": vars(args) | {"data_dir": str(args.data_dir)},
+          "machine": machine_info()})
+    times: dict[str, list[float]] = {"priority": [], "fifo": []}
+    with tempfile.TemporaryDirectory(prefix="sandfs-bench-sched-") as tmp:
+        config = write_config(Path(tmp), dataset, args.epochs)
+        for repeat in range(args.repeats):
+            order = ("priority", "fifo") if repeat % 2 == 0 else ("fifo", "priority")
+            for policy in order:
+                record = run(Path(tmp), config, policy, args)
+                times[policy].append(record["iteration_ms"])
+                emit(record | {"repeat": repeat})
+    priority, fifo = statistics.median(times["priority"]), statistics.median(times["fifo"])
+    emit({"bench": "sched_summary", "iteration_ms_priority": priority,
+          "iteration_ms_fifo": fifo, "fifo_slower_by": round(fifo / priority - 1, 3)})
+
+
+if __name__ == "__main__":
+    main()
