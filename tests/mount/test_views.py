@@ -8,8 +8,13 @@ import io
 import json
 import os
 import random
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -232,3 +237,46 @@ def test_no_fd_or_thread_leak_over_epochs(mounted, config_path):
         read_epoch(epoch)
     later_fds, later_threads = counts()
     assert abs(later_fds - fds) <= 5 and abs(later_threads - threads) <= 5
+
+
+def test_trainers_running_as_another_user_can_read(config_path):
+    """allow_other + default_permissions: files 0444, directories 0555, any user reads views."""
+    system_python = "/usr/bin/python3"  # the venv's interpreter may live under /root (0700)
+    if os.getuid() != 0 or not os.path.exists(system_python):
+        pytest.skip("needs root (to switch users) and a system python3")
+    workdir = Path(tempfile.mkdtemp(prefix="sandfs-users-", dir="/tmp"))
+    workdir.chmod(0o755)  # pytest's tmp dirs are 0700: another user could not reach the mount
+    try:
+        with mount_sandfs(workdir, [config_path]) as m:
+            view = m.path("t0", "0", "0", "view")
+            as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                         system_python, "-c"]
+            script = ("import os, sys; p = sys.argv[1]; data = open(p, 'rb').read(); "
+                      "os.getxattr(p, 'user.sand.meta'); print(len(data))")
+            done = subprocess.run([*as_nobody, script, str(view)], capture_output=True,
+                                  text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            assert int(done.stdout) == os.stat(view).st_size
+            denied = subprocess.run([*as_nobody, "open(__import__('sys').argv[1], 'r+b')",
+                                     str(view)], capture_output=True, text=True, timeout=60)
+            assert denied.returncode != 0  # still read-only for everyone
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_concurrent_reader_processes_get_exact_bytes(mounted, config_path):
+    plan = build_plan(config_path)
+    paths = [str(p) for _, _, p in all_views(mounted, plan)]
+    digests = {p: hashlib.sha256(reference_view(plan, e, i)).hexdigest()
+               for (e, i, _), p in zip(all_views(mounted, plan), paths, strict=True)}
+    script = ("import hashlib, random, sys; paths = sys.argv[2:]; "
+              "random.Random(int(sys.argv[1])).shuffle(paths); "
+              "[print(p, hashlib.sha256(open(p, 'rb').read()).hexdigest()) for p in paths]")
+    readers = [subprocess.Popen([sys.executable, "-c", script, str(seed), *paths],
+                                stdout=subprocess.PIPE, text=True) for seed in range(8)]
+    for reader in readers:
+        out, _ = reader.communicate(timeout=120)
+        assert reader.returncode == 0
+        for line in out.splitlines():
+            path, digest = line.split()
+            assert digest == digests[path], path
