@@ -18,8 +18,6 @@ from sandfs.npy import npy_buffer, npy_bytes
 from sandfs.plan.task import StreamClip, TaskPlan, ViewPlan
 from sandfs.stats import Stats
 
-CROP_OPS = frozenset({"random_crop", "random_resized_crop", "center_crop"})
-
 
 class Materializer:
     def __init__(self, stats: Stats) -> None:
@@ -59,7 +57,7 @@ class Materializer:
                     if cached is None:
                         cached = oplib.apply_instance(op, [frame])[0]
                         performed += 1
-                        crops += op.name in CROP_OPS
+                        crops += op.name in oplib.CROP_OPS
                         if remaining[key] > 0:
                             memo[key] = cached
                     frame = cached
@@ -72,7 +70,8 @@ class Materializer:
         pairs = list(zip(clips, readers, strict=True))
         independent = sum(n * len(c.frame_indices) * len(c.ops) for c, n in pairs)
         independent_crops = sum(
-            n * len(c.frame_indices) * sum(o.name in CROP_OPS for o in c.ops) for c, n in pairs
+            n * len(c.frame_indices) * sum(o.name in oplib.CROP_OPS for o in c.ops)
+            for c, n in pairs
         )
         self.stats.add("aug_ops", performed)
         self.stats.add("aug_ops_independent", independent)

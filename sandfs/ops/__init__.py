@@ -223,5 +223,8 @@ def crop_box(window: Window) -> list[int] | None:
     return [x0, y0, x1 - x0, y1 - y0]
 
 
+# the steps counted as crop operations in statistics (status.json, `sandfs plan`)
+CROP_OPS = frozenset({"random_crop", "random_resized_crop", "center_crop"})
+
 for _op_type in BUILTIN_OPS:
     register_op(_op_type)

@@ -8,11 +8,10 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
+from sandfs import ops as oplib
 from sandfs.media.decode import frames_to_decode
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import WindowPlan, plan_window
-
-CROP_OPS = frozenset({"random_crop", "random_resized_crop", "center_crop"})
 
 
 def window_report(window: WindowPlan) -> dict:
@@ -39,7 +38,7 @@ def window_report(window: WindowPlan) -> dict:
                 for depth, op in enumerate(clip.ops):
                     figures["aug_ops_independent"] += readers
                     unique_aug.add((index, clip.ops[: depth + 1]))
-                    if op.name in CROP_OPS:
+                    if op.name in oplib.CROP_OPS:
                         figures["crop_ops_independent"] += readers
                         unique_crops.add((index, clip.ops[: depth + 1]))
         figures["aug_ops"] += len(unique_aug)
