@@ -15,24 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import yaml
-from common import (
-    REPO_ROOT,
-    DatasetSpec,
-    emit,
-    ensure_dataset,
-    machine_info,
-    tree_cpu_seconds,
-    unmount,
-    wait_mounted,
-)
+from common import DatasetSpec, emit, ensure_dataset, machine_info, sandfs_mount, tree_cpu_seconds
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 TASKS = (("slowfast", "slowfast.yaml"), ("mae", "mae.yaml"))
@@ -66,28 +55,15 @@ def read_all(mountpoint: Path, epochs: int) -> int:
 
 
 def run(workdir: Path, configs: list[Path], budget: str, mode: str, epochs: int) -> dict:
-    mountpoint, log = workdir / "mnt", workdir / "log"
-    cache_dir = workdir / f"cache-{budget}-{mode}"
-    mountpoint.mkdir(exist_ok=True)
-    env = {**os.environ, "SANDFS_PRUNE": "leaves" if mode == "leaves" else "algorithm1"}
-    args = [sys.executable, "-m", "sandfs", "mount", str(mountpoint), "--foreground",
-            "--cache-dir", str(cache_dir), "--budget", budget, "--k-epochs", "5"]
-    for config in configs:
-        args += ["--config", str(config)]
-    process = None
-    try:
-        with open(log, "ab") as out:
-            process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                       start_new_session=True, cwd=REPO_ROOT)
-        wait_mounted(mountpoint, process, log)
-        cpu_before = tree_cpu_seconds(process.pid)
+    env = {"SANDFS_PRUNE": "leaves" if mode == "leaves" else "algorithm1"}
+    with sandfs_mount(workdir, configs, k_epochs=5, workers=os.cpu_count() or 2,
+                      extra_args=["--budget", budget], env=env) as mount:
+        cpu_before = tree_cpu_seconds(mount.pid)
         started = time.monotonic()
-        iterations = read_all(mountpoint, epochs)
+        iterations = read_all(mount.mountpoint, epochs)
         wall_s = time.monotonic() - started
-        cpu_s = tree_cpu_seconds(process.pid) - cpu_before
-        status = yaml.safe_load((mountpoint / ".sand" / "status.json").read_text())
-    finally:
-        unmount(mountpoint, process)
+        cpu_s = tree_cpu_seconds(mount.pid) - cpu_before
+        status = mount.status()
     cache = status["cache"]
     return {
         "bench": "cache", "budget": budget, "mode": mode, "iterations": iterations,

@@ -13,18 +13,15 @@ Usage: benchmarks/bench_sched.py [--videos 48] [--epochs 10] [--gpu-ms 40] [--re
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import yaml
-from common import REPO_ROOT, DatasetSpec, emit, ensure_dataset, machine_info, unmount, wait_mounted
+from common import DatasetSpec, emit, ensure_dataset, machine_info, sandfs_mount
 
 CONFIG = Path(__file__).parent / "configs" / "single.yaml"
 
@@ -49,24 +46,12 @@ def train(mountpoint: Path, epochs: int, gpu_s: float) -> int:
 
 
 def run(workdir: Path, config: Path, policy: str, args) -> dict:
-    mountpoint, log = workdir / "mnt", workdir / "log"
-    mountpoint.mkdir(exist_ok=True)
-    cache_dir = Path(tempfile.mkdtemp(dir=workdir))
-    env = {**os.environ, "SANDFS_SCHEDULING": policy}
-    command = [sys.executable, "-m", "sandfs", "mount", str(mountpoint), "--foreground",
-               "--config", str(config), "--cache-dir", str(cache_dir), "--k-epochs", "5"]
-    process = None
-    try:
-        with open(log, "ab") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                       start_new_session=True, cwd=REPO_ROOT)
-        wait_mounted(mountpoint, process, log)
+    with sandfs_mount(workdir, [config], k_epochs=5, workers=os.cpu_count() or 2,
+                      env={"SANDFS_SCHEDULING": policy}) as mount:
         started = time.monotonic()
-        iterations = train(mountpoint, args.epochs, args.gpu_ms / 1000)
+        iterations = train(mount.mountpoint, args.epochs, args.gpu_ms / 1000)
         wall_s = time.monotonic() - started
-        status = json.loads((mountpoint / ".sand" / "status.json").read_bytes())
-    finally:
-        unmount(mountpoint, process)
+        status = mount.status()
     return {"bench": "sched", "policy": policy, "iterations": iterations,
             "wall_s": round(wall_s, 2), "iteration_ms": round(1000 * wall_s / iterations, 1),
             "stall_s": status["tasks"]["single"]["stall_seconds"],

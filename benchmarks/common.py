@@ -209,7 +209,8 @@ class Mount:
 
 @contextlib.contextmanager
 def sandfs_mount(workdir: Path, configs: Sequence[Path], *, k_epochs: int, workers: int,
-                 name: str = "mnt") -> Iterator[Mount]:
+                 name: str = "mnt", extra_args: Sequence[str] = (),
+                 env: dict[str, str] | None = None) -> Iterator[Mount]:
     """A fresh mount with an empty cache dir (so every mount starts cold); always unmounted, the
     daemon always gone and its cache dir removed on exit, whatever happened (exceptions, Ctrl-C).
     The daemon's log stays in `workdir`."""
@@ -218,7 +219,8 @@ def sandfs_mount(workdir: Path, configs: Sequence[Path], *, k_epochs: int, worke
     shutil.rmtree(cache_dir, ignore_errors=True)
     mountpoint.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "sandfs", "mount", str(mountpoint), "--foreground",
-            "--cache-dir", str(cache_dir), "--k-epochs", str(k_epochs), "--workers", str(workers)]
+            "--cache-dir", str(cache_dir), "--k-epochs", str(k_epochs), "--workers", str(workers),
+            *extra_args]
     for config in configs:
         args += ["--config", str(config)]
     process = None
@@ -227,7 +229,7 @@ def sandfs_mount(workdir: Path, configs: Sequence[Path], *, k_epochs: int, worke
         with open(log_path, "ab") as log:
             process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, start_new_session=True,
-                                       cwd=REPO_ROOT)
+                                       cwd=REPO_ROOT, env={**os.environ, **(env or {})})
         wait_mounted(mountpoint, process, log_path)
         ready_at = time.monotonic()
         yield Mount(mountpoint, process.pid, ready_at - started_at, ready_at,
