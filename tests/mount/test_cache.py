@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import threading
 import time
@@ -158,3 +159,51 @@ def test_a_budget_smaller_than_a_batch_is_a_clear_error(tmp_path, dataset_dir):
     done = run_cli("mount", str(tmp_path / "m"), "--config", str(config), "--budget", "1K",
                    "--cache-dir", str(tmp_path / "c"))
     assert done.returncode == 1 and "smaller than one batch" in done.stderr
+
+
+def test_random_kills_while_reading_lose_no_bytes(tmp_path, config_path):
+    """TESTPLAN 3: kill -9 the daemon at random moments while a trainer reads (it retries on
+    ENOTCONN and waits for the remount); every view it gets equals the reference."""
+    require_fuse()
+    plan = build_plan(config_path)
+    keys = all_keys(plan)
+    mountpoint, cache_dir = tmp_path / "mnt", tmp_path / "mnt-cache"
+    mountpoint.mkdir()
+    got: dict[tuple, bytes] = {}
+    retries = []
+    done = threading.Event()
+
+    def trainer() -> None:
+        for epoch, iteration in keys:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    got[(epoch, iteration)] = (
+                        mountpoint / "t0" / str(epoch) / str(iteration) / "view").read_bytes()
+                    break
+                except OSError as exc:  # ENOTCONN / ENOENT while the daemon is down
+                    retries.append(exc.errno)
+                    time.sleep(0.05)
+            time.sleep(0.15)  # the training step
+        done.set()
+
+    rng = random.Random(7)
+    process = None
+    try:
+        process = start_daemon(mountpoint, [config_path], cache_dir, tmp_path / "d.log")
+        wait_mounted(mountpoint, process, tmp_path / "d.log")
+        reader = threading.Thread(target=trainer)
+        reader.start()
+        for _ in range(3):  # kills
+            time.sleep(rng.uniform(0.05, 0.4))
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+            process = start_daemon(mountpoint, [config_path], cache_dir, tmp_path / "d.log")
+            wait_mounted(mountpoint, process, tmp_path / "d.log")
+        reader.join(timeout=120)
+        assert done.is_set() and len(got) == len(keys)
+        assert retries, "no read met a dead daemon: the kills came too late to test anything"
+        for (epoch, iteration), data in got.items():
+            assert data == reference_view(plan, epoch, iteration), (epoch, iteration)
+    finally:
+        forgiving_teardown(mountpoint, process)
