@@ -12,25 +12,35 @@ import numpy as np
 
 from sandfs import ops as oplib
 from sandfs.faults import fault_point
-from sandfs.media.decode import decode_frames, frames_to_decode
+from sandfs.media.decode import converter, decode_frames, frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer, npy_bytes
 from sandfs.plan.task import StreamClip, TaskPlan, ViewPlan
 from sandfs.stats import Stats
+
+FrameKey = tuple[int, tuple | None]  # (frame index, source: None or a decode_resize)
+
+
+def clip_frame_keys(clip: StreamClip) -> set[FrameKey]:
+    return {(index, clip.source) for index in clip.frame_indices}
 
 
 class Materializer:
     def __init__(self, stats: Stats) -> None:
         self.stats = stats
 
-    def decode(self, info: VideoInfo, indices: set[int]) -> dict[int, np.ndarray]:
-        result = decode_frames(info, sorted(indices))
+    def decode(self, info: VideoInfo, wanted: set[FrameKey]) -> dict[FrameKey, np.ndarray]:
+        """One decode pass for frames `wanted` = {(index, source)}: each frame converted once
+        per source it is wanted in (full-size RGB, or scaled in the decoder: decode_resize)."""
+        sources = {source for _, source in wanted}
+        result = decode_frames(info, sorted({index for index, _ in wanted}), converter(sources))
         self.stats.add("frames_decoded", result.frames_decoded)
         fault_point("after_decode")
-        return result.frames
+        return {(index, source): array for index, by_source in result.frames.items()
+                for source, array in by_source.items() if (index, source) in wanted}
 
     def augment_clips(
-        self, clips: Sequence[StreamClip], frames: dict[int, np.ndarray],
+        self, clips: Sequence[StreamClip], frames: dict[FrameKey, np.ndarray],
         readers: Sequence[int] | None = None,
     ) -> Iterator[np.ndarray]:
         """Each clip's frames through its ops, as (T, H, W, C) arrays in order. An augmented
@@ -40,18 +50,18 @@ class Materializer:
         prefix_ids: dict[tuple, int] = {}
         chains = [[prefix_ids.setdefault(clip.ops[: d + 1], len(prefix_ids))
                    for d in range(len(clip.ops))] for clip in clips]
-        remaining: Counter[tuple[int, int]] = Counter(
-            (i, pid) for clip, ids in zip(clips, chains, strict=True)
+        remaining: Counter[tuple] = Counter(
+            ((i, clip.source), pid) for clip, ids in zip(clips, chains, strict=True)
             for i in clip.frame_indices for pid in ids
         )
-        memo: dict[tuple[int, int], np.ndarray] = {}
+        memo: dict[tuple, np.ndarray] = {}
         performed = crops = 0
         for clip, ids in zip(clips, chains, strict=True):
             out = []
             for i in clip.frame_indices:
-                frame = frames[i]
+                frame = frames[(i, clip.source)]
                 for op, pid in zip(clip.ops, ids, strict=True):
-                    key = (i, pid)
+                    key = ((i, clip.source), pid)
                     remaining[key] -= 1
                     cached = memo.pop(key, None) if remaining[key] == 0 else memo.get(key)
                     if cached is None:
@@ -79,9 +89,9 @@ class Materializer:
         self.stats.add("crop_ops_independent", independent_crops)
 
     def fill_view(self, plan: TaskPlan, view: ViewPlan, batch: np.ndarray) -> None:
-        by_video: dict[int, set[int]] = defaultdict(set)
+        by_video: dict[int, set[FrameKey]] = defaultdict(set)
         for clip in view.clips:
-            by_video[clip.video_index].update(clip.frame_indices)
+            by_video[clip.video_index].update(clip_frame_keys(clip))
         for video_index, indices in by_video.items():
             frames = self.decode(plan.videos[video_index], indices)
             slots = [s for s, c in enumerate(view.clips) if c.video_index == video_index]
@@ -110,9 +120,10 @@ class Materializer:
         self.stats.add("views_materialized")
         return data
 
-    def frame_bytes(self, info: VideoInfo, frame_index: int, ops: tuple = ()) -> bytes:
+    def frame_bytes(self, info: VideoInfo, frame_index: int, ops: tuple = (),
+                    source: tuple | None = None) -> bytes:
         """aug0 (no ops) or aug{D}: one decoded frame after the given planned ops."""
-        frame = self.decode(info, {frame_index})[frame_index]
+        frame = self.decode(info, {(frame_index, source)})[(frame_index, source)]
         if ops:
             frame = oplib.apply_chain(ops, [frame])[0]
         return npy_bytes(frame)

@@ -20,7 +20,9 @@ def reference_array(plan: TaskPlan, epoch: int, iteration: int) -> np.ndarray:
     clips = []
     for clip in view.clips:
         if clip.video_index not in decoded:
-            decoded[clip.video_index] = decode_all_reference(plan.videos[clip.video_index].path)
+            size_hw, interpolation = clip.source or (None, "bilinear")
+            decoded[clip.video_index] = decode_all_reference(
+                plan.videos[clip.video_index].path, size_hw=size_hw, interpolation=interpolation)
         frames = [decoded[clip.video_index][i] for i in clip.frame_indices]
         array = np.stack(oplib.apply_chain(clip.ops, frames))
         clips.append(array.transpose(3, 0, 1, 2) if view.layout == "NCTHW" else array)

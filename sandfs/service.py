@@ -36,6 +36,7 @@ class FramePlan:
     ops: tuple[OpInstance, ...]
     shape: tuple[int, int, int]
     dtype: str
+    source: tuple | None = None  # the frame the ops start from (decode_resize), None: full
 
     @property
     def nbytes(self) -> int:
@@ -190,10 +191,9 @@ class ViewService:
         if clip is None or depth > len(clip.step_depths):
             return None
         ops = clip.ops[: clip.step_depths[depth - 1]]
-        shape, _ = chain_shape(
-            [(o.name, o.params) for o in ops], FrameShape(info.height, info.width, "uint8"), 1
-        )
-        return FramePlan(ops, (shape.height, shape.width, 3), shape.dtype)
+        start = FrameShape(*plan.source_hw(info), "uint8")
+        shape, _ = chain_shape([(o.name, o.params) for o in ops], start, 1)
+        return FramePlan(ops, (shape.height, shape.width, 3), shape.dtype, clip.source)
 
     def max_depth(self, task: str, video_index: int, frame: int) -> int:
         clip = self.frame_uses(task, self.positions[task][0]).get((video_index, frame))
@@ -201,9 +201,9 @@ class ViewService:
 
     async def read_frame(self, task: str, video_index: int, frame: int, fplan: FramePlan):
         info: VideoInfo = self.tasks[task].videos[video_index]
-        key = ("frame", info.path, frame, fplan.ops)
+        key = ("frame", info.path, frame, fplan.source, fplan.ops)
         return await self.engine.get(
-            key, lambda: self.materializer.frame_bytes(info, frame, fplan.ops)
+            key, lambda: self.materializer.frame_bytes(info, frame, fplan.ops, fplan.source)
         )
 
     # -- status ------------------------------------------------------------------------------

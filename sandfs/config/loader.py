@@ -53,7 +53,9 @@ SAMPLING_KEYS = (
     "drop_last",
     "short_video",
     "layout",
+    "decode_resize",
 )
+INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "area")
 # The `engine:` keys as written in YAML, and the EngineConfig field each one sets.
 ENGINE_FIELDS = {
     "mountpoint": "mountpoint",
@@ -222,7 +224,8 @@ def _dataset(value: Value, base_dir: str, check_paths: bool) -> DatasetConfig:
         entries, "labels", partial(_labels, base_dir=base_dir, check_paths=check_paths), "dirname"
     )
     sampling = _sampling(entries["sampling"])
-    augmentation = parse_pipeline(entries["augmentation"], sampling.frames_per_video)
+    source_hw = sampling.decode_resize[0] if sampling.decode_resize else None
+    augmentation = parse_pipeline(entries["augmentation"], sampling.frames_per_video, source_hw)
     return DatasetConfig(
         tag=tag,
         input_source=input_source,
@@ -296,7 +299,21 @@ def _sampling(value: Value) -> SamplingConfig:
         layout=_optional(
             entries, "layout", partial(fields.choice, choices=("NTHWC", "NCTHW")), "NTHWC"
         ),
+        decode_resize=_optional(entries, "decode_resize", _decode_resize, None),
     )
+
+
+def _decode_resize(value: Value) -> tuple[tuple[int, int], str]:
+    """`decode_resize: {shape: [H, W], interpolation: bilinear}`."""
+    entries = fields.mapping(value, ("shape", "interpolation"), required=("shape",))
+    shape = fields.sequence(entries["shape"], "[H, W]", min_len=2)
+    if len(shape) != 2:
+        raise entries["shape"].error(f"expected [H, W], got {len(shape)} numbers")
+    height, width = (fields.integer(v, minimum=1, maximum=1 << 14) for v in shape)
+    interpolation = _optional(
+        entries, "interpolation", partial(fields.choice, choices=INTERPOLATIONS), "bilinear"
+    )
+    return (height, width), interpolation
 
 
 def _engine(value: Value | None, base_dir: str) -> tuple[EngineConfig, frozenset[str]]:

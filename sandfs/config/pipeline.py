@@ -59,9 +59,10 @@ class _ParsedStep:
     op_values: list[list[Value]]  # per branch, each op's `- name: params` entry
 
 
-def parse_pipeline(value: Value, frames_per_video: int) -> tuple[AugStep, ...]:
+def parse_pipeline(value: Value, frames_per_video: int,
+                   source_hw: tuple[int, int] | None = None) -> tuple[AugStep, ...]:
     """Validate the `augmentation:` list; return its steps in a topological order (the file's
-    order when it is one)."""
+    order when it is one). `source_hw`: the size frames are decoded at, when fixed."""
     items = fields.sequence(value, "augmentation steps")
     if not items:
         raise value.error(
@@ -71,7 +72,7 @@ def parse_pipeline(value: Value, frames_per_video: int) -> tuple[AugStep, ...]:
     parsed = [_parse_step(item) for item in items]
     _check_unique_names(parsed)
     order, final = _check_graph(parsed)
-    _check_shapes(parsed, order, final, frames_per_video)
+    _check_shapes(parsed, order, final, frames_per_video, source_hw)
     return tuple(parsed[i].step for i in order)
 
 
@@ -337,8 +338,10 @@ def _check_acyclic(graph: nx.DiGraph, parsed: list[_ParsedStep]) -> None:
 # --- shapes ------------------------------------------------------------------------------------
 
 
-def _check_shapes(parsed: list[_ParsedStep], order: list[int], final: str, frames: int) -> None:
-    shapes: dict[str, Shape] = {SOURCE_STREAM: (FrameShape(None, None, "uint8"), frames)}
+def _check_shapes(parsed: list[_ParsedStep], order: list[int], final: str, frames: int,
+                  source_hw: tuple[int, int] | None) -> None:
+    height, width = source_hw or (None, None)
+    shapes: dict[str, Shape] = {SOURCE_STREAM: (FrameShape(height, width, "uint8"), frames)}
     for i in order:
         p = parsed[i]
         outputs = _step_shapes(p, [shapes[s] for s in p.step.inputs])

@@ -77,6 +77,9 @@ class SamplingConfig:
     drop_last: bool = False
     short_video: ShortVideoPolicy = "repeat_last"
     layout: Layout = "NTHWC"
+    # ((H, W), interpolation): frames are scaled in the decoder's own colour conversion (fused,
+    # AVION) before the augmentation steps; None: steps start from the full-size RGB frame
+    decode_resize: tuple[tuple[int, int], str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

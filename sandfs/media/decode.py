@@ -12,7 +12,7 @@ import logging
 import os
 import stat
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -80,6 +80,28 @@ def to_rgb(frame: VideoFrame) -> np.ndarray:
     return np.ascontiguousarray(frame.reformat(format="rgb24", threads=1).to_ndarray())
 
 
+SWSCALE_INTERPOLATION = {"nearest": "POINT", "bilinear": "BILINEAR", "bicubic": "BICUBIC",
+                         "area": "AREA"}
+Conversion = tuple[tuple[int, int], str] | None  # ((H, W), interpolation); None: full size
+
+
+def convert(frame: VideoFrame, conversion: Conversion) -> np.ndarray:
+    """RGB at full size (`to_rgb`), or scaled to (H, W) in the same swscale call that converts
+    the colours (AVION's fused decode-resize: nearly free next to full-size RGB + a resize)."""
+    if conversion is None:
+        return to_rgb(frame)
+    (height, width), interpolation = conversion
+    scaled = frame.reformat(width=width, height=height, format="rgb24",
+                            interpolation=SWSCALE_INTERPOLATION[interpolation], threads=1)
+    return np.ascontiguousarray(scaled.to_ndarray())
+
+
+def converter(conversions: Iterable[Conversion]) -> Callable[[VideoFrame], dict]:
+    """One decoded frame -> {conversion: RGB array} for every conversion asked for."""
+    wanted = tuple(dict.fromkeys(conversions))
+    return lambda frame: {c: convert(frame, c) for c in wanted}
+
+
 def plan_runs(info: VideoInfo, indices: list[int]) -> list[tuple[int, list[int]]]:
     """Groups sorted unique `indices` into runs (start index, needed indices): each run starts
     at the keyframe at or before its first needed frame; a needed frame that lies beyond a later
@@ -107,21 +129,23 @@ def frames_to_decode(info: VideoInfo, indices: Iterable[int]) -> int:
     return sum(needed[-1] - start + 1 for start, needed in runs)
 
 
-def decode_frames(info: VideoInfo, indices: Iterable[int]) -> DecodeResult:
+def decode_frames(info: VideoInfo, indices: Iterable[int],
+                  convert_frame: Callable[[VideoFrame], object] = to_rgb) -> DecodeResult:
     """Decodes frames `indices` of a scanned video (ValueError if one is out of range,
-    DecodeError if the file fails to decode or changed since the scan)."""
+    DecodeError if the file fails to decode or changed since the scan); each needed frame goes
+    through `convert_frame` (default: full-size RGB; see `converter`)."""
     wanted = _checked_indices(info, indices)
     if not wanted:
         return DecodeResult({}, 0)
     try:
         if info.seekable:
-            frames, frames_decoded = _decode_seeking(info, wanted)
+            frames, frames_decoded = _decode_seeking(info, wanted, convert_frame)
             if frames is not None:
                 return DecodeResult(frames, frames_decoded)
             log.info("video=%s: a seek landed off plan, decoding sequentially", ascii(info.name))
         else:
             frames_decoded = 0
-        frames, sequential_decoded = _decode_sequential(info, wanted)
+        frames, sequential_decoded = _decode_sequential(info, wanted, convert_frame)
         return DecodeResult(frames, frames_decoded + sequential_decoded)
     except (av.FFmpegError, OSError, ValueError) as error:
         raise DecodeError(info.name, describe_error(error)) from error
@@ -152,7 +176,8 @@ def _open_scanned(info: VideoInfo) -> Iterator[tuple[InputContainer, VideoStream
             yield container, open_stream(container, info.stream_index)
 
 
-def _decode_seeking(info: VideoInfo, wanted: list[int]) -> tuple[dict[int, np.ndarray] | None, int]:
+def _decode_seeking(info: VideoInfo, wanted: list[int],
+                    convert_frame: Callable) -> tuple[dict[int, np.ndarray] | None, int]:
     """Decodes run by run; returns (None, frames decoded so far) when a seek lands off plan."""
     frames: dict[int, np.ndarray] = {}
     frames_decoded = 0
@@ -160,7 +185,8 @@ def _decode_seeking(info: VideoInfo, wanted: list[int]) -> tuple[dict[int, np.nd
         for run_number, (start, needed) in enumerate(plan_runs(info, wanted)):
             if run_number or start:  # a fresh container already stands at frame 0
                 container.seek(info.frame_pts[start], stream=stream, backward=True)
-            on_plan, run_decoded = _decode_run(container, stream, info, needed, frames)
+            on_plan, run_decoded = _decode_run(container, stream, info, needed, frames,
+                                               convert_frame)
             frames_decoded += run_decoded
             if not on_plan:
                 return None, frames_decoded
@@ -173,6 +199,7 @@ def _decode_run(
     info: VideoInfo,
     needed: list[int],
     frames: dict[int, np.ndarray],
+    convert_frame: Callable,
 ) -> tuple[bool, int]:
     """Decodes forward until needed[-1]; False when the frames are not the expected sequence
     (first frame past needed[0], a pts the scan never saw, a gap, or a corrupt needed frame)."""
@@ -188,7 +215,7 @@ def _decode_run(
         if index in needed_set:
             if frame.is_corrupt:
                 return False, frames_decoded
-            frames[index] = to_rgb(frame)
+            frames[index] = convert_frame(frame)
         if index == needed[-1]:
             return True, frames_decoded
     return False, frames_decoded
@@ -207,24 +234,31 @@ def _index_of_pts(frame_pts: tuple[int, ...], pts: int | None) -> int | None:
     return position if position < len(frame_pts) and frame_pts[position] == pts else None
 
 
-def _decode_sequential(info: VideoInfo, wanted: list[int]) -> tuple[dict[int, np.ndarray], int]:
+def _decode_sequential(info: VideoInfo, wanted: list[int],
+                       convert_frame: Callable) -> tuple[dict[int, np.ndarray], int]:
     frames: dict[int, np.ndarray] = {}
     needed_set = set(wanted)
     with _open_scanned(info) as (container, stream):
         for index, frame in enumerate(container.decode(stream)):
             if index in needed_set:
-                frames[index] = to_rgb(frame)
+                frames[index] = convert_frame(frame)
             if index == wanted[-1]:
                 return frames, index + 1
     raise DecodeError(info.name, f"stream ended before frame {wanted[-1]} (scan counted more)")
 
 
-def decode_all_reference(path: str, stream_index: int | None = None) -> list[np.ndarray]:
+def decode_all_reference(path: str, stream_index: int | None = None,
+                         size_hw: tuple[int, int] | None = None,
+                         interpolation: str = "bilinear") -> list[np.ndarray]:
     """The plain, obviously correct path, for tests: every frame of the stream (default: the
-    best video stream), decoded sequentially, `to_ndarray(format="rgb24")`."""
+    best video stream), decoded sequentially, `to_ndarray(format="rgb24")` — or, with
+    `size_hw`, `to_ndarray(width=W, height=H, format="rgb24", interpolation=...)`."""
+    scale = {} if size_hw is None else {
+        "width": size_hw[1], "height": size_hw[0],
+        "interpolation": SWSCALE_INTERPOLATION[interpolation]}
     with av.open(path) as container:
         if stream_index is None:
             stream = container.streams.best("video")
         else:
             stream = container.streams[stream_index]
-        return [frame.to_ndarray(format="rgb24") for frame in container.decode(stream)]
+        return [frame.to_ndarray(format="rgb24", **scale) for frame in container.decode(stream)]

@@ -21,7 +21,6 @@ from dataclasses import replace
 
 from sandfs import ops as oplib
 from sandfs.config.schema import TaskConfig
-from sandfs.ops.base import FrameShape
 from sandfs.plan.abstract import stream_paths
 from sandfs.plan.pool import POOL_SPANS, FramePool
 from sandfs.plan.seeds import derive_seed, fingerprint
@@ -40,11 +39,11 @@ def step_choices(ps) -> int | None:
 
 def random_crop_contexts(cfg: TaskConfig) -> list[tuple[CropContext, tuple[int, int]]]:
     """Every random_crop of the task with the static shape of its input and its size."""
-    from sandfs.plan.task import step_ops  # task.py imports this module
+    from sandfs.plan.task import source_shape, step_ops  # task.py imports this module
 
     found = []
     for path in stream_paths(cfg):
-        shape = FrameShape(None, None, "uint8")
+        shape = source_shape(cfg)
         for ps in path.steps:
             for spec in step_ops(ps, step_choices(ps)):
                 if spec.name == "random_crop":

@@ -37,10 +37,10 @@ def window_report(window: WindowPlan) -> dict:
                     frame_tasks[(path, index)].add(task)
                 for depth, op in enumerate(clip.ops):
                     figures["aug_ops_independent"] += readers
-                    unique_aug.add((index, clip.ops[: depth + 1]))
+                    unique_aug.add((index, clip.source, clip.ops[: depth + 1]))
                     if op.name in oplib.CROP_OPS:
                         figures["crop_ops_independent"] += readers
-                        unique_crops.add((index, clip.ops[: depth + 1]))
+                        unique_crops.add((index, clip.source, clip.ops[: depth + 1]))
         figures["aug_ops"] += len(unique_aug)
         figures["crop_ops"] += len(unique_crops)
     figures["frames_needed"] = len(frame_tasks)

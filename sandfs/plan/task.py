@@ -38,6 +38,7 @@ class StreamClip:
     ops: tuple[OpInstance, ...]  # the spatial ops applied to every frame, in order
     step_depths: tuple[int, ...]  # len(ops) after each DAG entry of the path (for aug{D})
     branches: tuple[tuple[str, str], ...]  # (step name, branch taken)
+    source: tuple | None = None  # how frames are decoded: None full size, or decode_resize
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +66,16 @@ def step_ops(step_path: PathStep, choice: int | None) -> tuple[OpSpec, ...]:
     return step.ops
 
 
-def static_output(path: StreamPath, num_frames: int) -> tuple[FrameShape, int]:
+def source_shape(cfg: TaskConfig) -> FrameShape:
+    """The frame the steps start from, as far as the config knows: the decode_resize size, or
+    unknown (the video's)."""
+    decode = cfg.dataset.sampling.decode_resize
+    return FrameShape(*decode[0], "uint8") if decode else FrameShape(None, None, "uint8")
+
+
+def static_output(path: StreamPath, num_frames: int,
+                  shape: FrameShape) -> tuple[FrameShape, int]:
     """Frame shape and clip length at the end of a path (config validation made it fixed)."""
-    shape = FrameShape(None, None, "uint8")
     for ps in path.steps:
         choice = 0 if ps.step.branch_type in ("random", "conditional") else None
         for spec in step_ops(ps, choice):
@@ -101,7 +109,9 @@ class TaskPlan:
         self.videos, self.skipped = self._usable(videos)
         self.video_index = {v.name: i for i, v in enumerate(self.videos)}
         self.labels, self.class_names = self._labels(all_rel_paths)
-        out_shape, self.out_frames = static_output(self.paths[0], self.sampling.frames_per_video)
+        self.source = self.sampling.decode_resize
+        out_shape, self.out_frames = static_output(self.paths[0], self.sampling.frames_per_video,
+                                                   source_shape(cfg))
         assert out_shape.height and out_shape.width, "config validation guarantees a fixed size"
         self.out_hw = (out_shape.height, out_shape.width)
         self.out_dtype = out_shape.dtype
@@ -220,8 +230,8 @@ class TaskPlan:
 
     def _resolve_stream(self, path, stream, clip_key, base, info, epoch, iteration,
                         video_index, sample) -> StreamClip:
-        shape = FrameShape(info.height, info.width, "uint8")
-        static = FrameShape(None, None, "uint8")  # what the config alone says (crop contexts)
+        static = source_shape(self.cfg)  # what the config alone says (crop contexts)
+        shape = static if static.height else FrameShape(info.height, info.width, "uint8")
         frames, spatial, depths, branches = list(base), [], [], []
         prefix: tuple = ()
         for ps in path.steps:
@@ -243,7 +253,7 @@ class TaskPlan:
             depths.append(len(spatial))
             branches.append((ps.step.name, _branch_label(ps, choice)))
         return StreamClip(video_index, sample, stream, tuple(frames), tuple(spatial),
-                          tuple(depths), tuple(branches))
+                          tuple(depths), tuple(branches), self.source)
 
     def _shared_crop(self, spec: OpSpec, in_hw: tuple[int, int], static: FrameShape, epoch: int,
                      info: VideoInfo, sample: int, own: np.random.Generator):
@@ -299,12 +309,16 @@ class TaskPlan:
 
     # -- metadata ---------------------------------------------------------------------------
 
+    def source_hw(self, info: VideoInfo) -> tuple[int, int]:
+        """The size of the frames the steps start from, for this video."""
+        return self.source[0] if self.source else (info.height, info.width)
+
     def clip_meta(self, clip: StreamClip) -> dict:
         info = self.videos[clip.video_index]
         label = self.labels[clip.video_index]
         window = oplib.track_chain(
             clip.ops, Window(0.0, 0.0, float(info.width), float(info.height)),
-            (info.height, info.width),
+            self.source_hw(info),
         )
         return {
             "video": info.name,

@@ -41,6 +41,12 @@ class VideoWork:
     def frames(self) -> set[int]:
         return {i for use in self.uses for i in use.clip.frame_indices}
 
+    @property
+    def frame_keys(self) -> set[tuple]:
+        """(index, source) of every frame the uses need: a frame wanted at full size and
+        scaled in the decoder (decode_resize) is two objects from one decode."""
+        return {(i, use.clip.source) for use in self.uses for i in use.clip.frame_indices}
+
 
 @dataclass(slots=True)
 class WindowPlan:

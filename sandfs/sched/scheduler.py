@@ -30,7 +30,7 @@ import trio
 
 from sandfs.cache import ObjectKey, ObjectStore, prune
 from sandfs.engine import ObjectFailed
-from sandfs.materialize import Materializer, to_layout
+from sandfs.materialize import FrameKey, Materializer, clip_frame_keys, to_layout
 from sandfs.media.decode import frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer
@@ -51,8 +51,9 @@ def clip_object_key(use: ClipUse, info: VideoInfo) -> ObjectKey:
     return ObjectKey.of("clip", use.view, use.slot, info.path, info.size_bytes, info.mtime_ns)
 
 
-def frame_object_key(info: VideoInfo, index: int) -> ObjectKey:
-    return ObjectKey.of("frame", info.path, info.size_bytes, info.mtime_ns, index)
+def frame_object_key(info: VideoInfo, frame: FrameKey) -> ObjectKey:
+    index, source = frame
+    return ObjectKey.of("frame", info.path, info.size_bytes, info.mtime_ns, index, source)
 
 
 @dataclass(slots=True)
@@ -91,12 +92,12 @@ class Job:
     assembly: tuple | None = None  # (plan, view plan, slots to read) of an assembly job
 
     @property
-    def frames(self) -> set[int]:
+    def frames(self) -> set[FrameKey]:
         """What to decode: every frame of the window when they are to be kept on disk (later
         jobs of this video then read them instead of decoding), else what the clips need."""
         if self.save_frames and not self.frames_on_disk and self.work is not None:
-            return self.work.frames
-        return {i for use in self.uses for i in use.clip.frame_indices}
+            return self.work.frame_keys
+        return {key for use in self.uses for key in clip_frame_keys(use.clip)}
 
 
 @dataclass(slots=True)
@@ -267,7 +268,7 @@ class Scheduler:
             for path, work in plan.videos.items():
                 on_disk |= {(u.view, u.slot) for u in work.uses
                             if clip_object_key(u, work.info) in self.store}
-                if all(frame_object_key(work.info, i) in self.store for i in work.frames):
+                if all(frame_object_key(work.info, k) in self.store for k in work.frame_keys):
                     frames_on_disk.add(path)
         disk_plans = self._prune(plan)
         if self.on_window_planned is not None:
@@ -604,20 +605,20 @@ class Scheduler:
             placed.append((use, spot in job.to_memory, bool(stored)))
         return placed, saved
 
-    def _frames_from_disk(self, job: Job) -> dict[int, np.ndarray] | None:
+    def _frames_from_disk(self, job: Job) -> dict[FrameKey, np.ndarray] | None:
         frames = {}
-        for index in job.frames:
-            array = self.store.get(frame_object_key(job.work.info, index))
+        for key in job.frames:
+            array = self.store.get(frame_object_key(job.work.info, key))
             if array is None:
                 self.store.note_recomputed()
                 return None
-            frames[index] = array
+            frames[key] = array
         self.stats.add("frames_from_disk", len(frames))
         return frames
 
-    def _save_frames(self, info: VideoInfo, frames: dict[int, np.ndarray]) -> bool:
+    def _save_frames(self, info: VideoInfo, frames: dict[FrameKey, np.ndarray]) -> bool:
         """True when every frame is on disk afterwards."""
-        return all([self.store.put(frame_object_key(info, i), f) for i, f in frames.items()])
+        return all([self.store.put(frame_object_key(info, k), f) for k, f in frames.items()])
 
     def _assemble(self, job: Job, targets: dict[tuple, np.ndarray]):
         """Read a batch's clips back from disk; a missing or corrupt one is recomputed."""
@@ -638,7 +639,7 @@ class Scheduler:
 
     def _recompute_clip(self, plan: TaskPlan, clip) -> np.ndarray:
         info = plan.videos[clip.video_index]
-        frames = self.materializer.decode(info, set(clip.frame_indices))
+        frames = self.materializer.decode(info, clip_frame_keys(clip))
         out = next(iter(self.materializer.augment_clips([clip], frames)))
         self.stats.add("clips_recomputed")
         return to_layout(out, plan.sampling.layout)
@@ -761,15 +762,16 @@ def object_graph_of(work: VideoWork, window: WindowPlan) -> nx.DiGraph:
                         * frames_to_decode(info, frames) / max(1, len(frames)))
     graph = nx.DiGraph()
     graph.add_node(("video",), nbytes=0)
-    for index in frames:
-        graph.add_node(("frame", index), nbytes=info.width * info.height * 3)
-        graph.add_edge(("video",), ("frame", index), cost_seconds=decode_per_frame)
+    for key in sorted(work.frame_keys, key=repr):
+        height, width = key[1][0] if key[1] else (info.height, info.width)
+        graph.add_node(("frame", key), nbytes=width * height * 3)
+        graph.add_edge(("video",), ("frame", key), cost_seconds=decode_per_frame)
     for use in work.uses:
         node = ("clip", use.view, use.slot)
         graph.add_node(node, nbytes=clip_nbytes(window.views[use.view][0], use))
         share = AUGMENT_SECONDS_PER_MPIXEL * mpixels
-        for index in set(use.clip.frame_indices):
-            graph.add_edge(("frame", index), node, cost_seconds=share)
+        for key in clip_frame_keys(use.clip):
+            graph.add_edge(("frame", key), node, cost_seconds=share)
     return graph
 
 

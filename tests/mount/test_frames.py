@@ -72,3 +72,41 @@ def test_xattrs_of_frames_and_source_videos(mounted):
     with pytest.raises(OSError) as caught:
         os.getxattr(mounted.path("t0"), "user.sand.meta")
     assert caught.value.errno == errno.ENODATA
+
+
+def test_decode_resize_scales_in_the_decoder(tmp_path, dataset_dir):
+    """sampling.decode_resize: frames come out of the decoder's colour conversion already at
+    [H, W] (fused, no full-size RGB); the steps start from them. A task without it on the same
+    mount is decoded in the same pass at full size."""
+    from harness import mount_sandfs, task_config, write_config
+    from test_multitask import build_plans
+
+    from sandfs.reference import reference_view
+
+    augmentation = [
+        {"name": "maybe_flip", "branch_type": "random", "inputs": ["frame"], "outputs": ["f"],
+         "branches": [{"prob": 0.5, "config": [{"flip": {"direction": "horizontal"}}]},
+                      {"prob": 0.5, "config": []}]},
+        {"name": "crop", "branch_type": "single", "inputs": ["f"], "outputs": ["c"],
+         "config": [{"random_crop": {"size": [32, 32]}}]},
+    ]
+    fused = task_config(dataset_dir, task="fused", augmentation=augmentation,
+                        sampling={"decode_resize": {"shape": [36, 48], "interpolation": "area"}})
+    paths = [write_config(tmp_path / "fused.yaml", fused),
+             write_config(tmp_path / "plain.yaml", task_config(dataset_dir, task="plain"))]
+    plans = build_plans(paths)
+    with mount_sandfs(tmp_path, paths) as m:
+        for name, plan in plans.items():
+            for iteration in range(plan.iterations_per_epoch):
+                view = m.path(name, "0", str(iteration), "view")
+                assert view.read_bytes() == reference_view(plan, 0, iteration), (name, iteration)
+        sample = json.loads(os.getxattr(m.path("fused", "0", "0", "view"),
+                                        "user.sand.meta"))["samples"][0]
+        x, y, w, h = sample["crop"]  # in source pixels: 64x48 frames decoded at 48x36
+        assert x >= 0 and y >= 0 and x + w <= 64 and y + h <= 48
+        assert 42 <= w <= 43 and 42 <= h <= 43  # 32 px at 48/64 scale, edges rounded
+        folder, _, leaf = sample["video"].rpartition("/")
+        frame_dir = m.path("fused", "videos", folder, leaf, f"frame{sample['frame_indices'][0]}")
+        assert load(frame_dir / "aug0").shape == (48, 64, 3)  # aug0: the decoded frame
+        assert load(frame_dir / "aug1").shape == (36, 48, 3)  # steps start at decode size
+        assert load(frame_dir / "aug2").shape == (32, 32, 3)

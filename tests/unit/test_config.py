@@ -1053,3 +1053,25 @@ def test_duplicate_task_names_point_at_the_second_file(tmp_path):
     configs = load_task_configs([paths[0], renamed], check_paths=False)
     assert [c.task for c in configs] == ["demo", "other"]
     assert configs[0].dataset == configs[1].dataset  # the data section, not the name
+
+
+def test_decode_resize_fixes_the_source_size(tmp_path):
+    from harness import task_config, write_config
+
+    flip_only = [{"name": "flip", "branch_type": "single", "inputs": ["frame"],
+                  "outputs": ["f"], "config": [{"flip": {"direction": "horizontal"}}]}]
+    ok = write_config(tmp_path / "ok.yaml", task_config(
+        tmp_path, augmentation=flip_only, sampling={"decode_resize": {"shape": [36, 48]}}))
+    cfg = load_task_config(ok, check_paths=False)
+    assert cfg.dataset.sampling.decode_resize == ((36, 48), "bilinear")
+    no_size = write_config(tmp_path / "no.yaml", task_config(tmp_path, augmentation=flip_only))
+    with pytest.raises(ConfigError, match="batches stack"):
+        load_task_config(no_size, check_paths=False)
+    for bad, fragment in (({"shape": [36]}, "expected"), ({"shape": [0, 4]}, "at least 1"),
+                          ({"shape": [8, 8], "interpolation": "lanczos"}, "one of"),
+                          ({"size": 8}, "shape")):
+        path = write_config(tmp_path / "bad.yaml", task_config(
+            tmp_path, sampling={"decode_resize": bad}))
+        with pytest.raises(ConfigError, match=fragment) as caught:
+            load_task_config(path, check_paths=False)
+        assert "dataset.sampling.decode_resize" in str(caught.value)

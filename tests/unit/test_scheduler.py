@@ -51,15 +51,15 @@ class RecordingMaterializer:
         self.decoded: list[str] = []
         self.gate = gate
 
-    def decode(self, info, indices):
+    def decode(self, info, keys):
         if self.gate is not None:
             self.gate.wait(5)
         self.decoded.append(info.name)
-        return {i: np.full((info.height, info.width, 3), i % 255, np.uint8) for i in indices}
+        return {k: np.full((info.height, info.width, 3), k[0] % 255, np.uint8) for k in keys}
 
     def augment_clips(self, clips, frames, readers=None):
         for clip in clips:
-            yield np.stack([frames[i][:32, :32] for i in clip.frame_indices])
+            yield np.stack([frames[(i, clip.source)][:32, :32] for i in clip.frame_indices])
 
     def count_independent(self, plan, view):
         pass
