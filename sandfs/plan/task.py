@@ -181,12 +181,6 @@ class TaskPlan:
         order = self.epoch_order(epoch)
         return [int(i) for i in order[iteration * per_batch : (iteration + 1) * per_batch]]
 
-    def where_in_epoch(self, epoch: int) -> dict[int, int]:
-        """video index -> iteration, for one epoch (videos dropped by drop_last are absent)."""
-        per_batch = self.sampling.videos_per_batch
-        usable = self.iterations_per_epoch * per_batch
-        return {int(v): pos // per_batch for pos, v in enumerate(self.epoch_order(epoch)[:usable])}
-
     def view_shape(self, num_videos: int) -> tuple[int, ...]:
         n = num_videos * self.sampling.samples_per_video * len(self.paths)
         h, w = self.out_hw
@@ -303,9 +297,6 @@ class TaskPlan:
         clips = tuple(streams[k] for k in range(len(self.paths)) for streams in per_clip)
         return ViewPlan(self.name, epoch, iteration, clips, self.view_shape(len(videos)),
                         self.out_dtype, self.sampling.layout)
-
-    def contains(self, epoch: int, iteration: int) -> bool:
-        return 0 <= epoch < self.epochs and 0 <= iteration < self.iterations_per_epoch
 
     # -- metadata ---------------------------------------------------------------------------
 
