@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from common import DatasetSpec, emit, ensure_dataset, machine_info, sandfs_mount, tree_cpu_seconds
+from common import emit, sandfs_mount, start_bench, tree_cpu_seconds
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 TASKS = (("slowfast", "slowfast.yaml"), ("mae", "mae.yaml"))
@@ -87,9 +87,7 @@ def main() -> None:
     parser.add_argument("--videos", type=int, default=16)
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/sandfs-bench/data"))
     args = parser.parse_args()
-    dataset = ensure_dataset(args.data_dir, DatasetSpec(4, args.videos // 4))
-    emit({"bench": "cache", "params": vars(args) | {"data_dir": str(args.data_dir)},
-          "machine": machine_info()})
+    dataset = start_bench("cache", args)
     with tempfile.TemporaryDirectory(prefix="sandfs-bench-cache-") as tmp:
         workdir = Path(tmp)
         configs = write_configs(workdir, dataset, args.epochs, args.memory)

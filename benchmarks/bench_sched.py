@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from common import DatasetSpec, emit, ensure_dataset, machine_info, sandfs_mount
+from common import emit, sandfs_mount, start_bench
 
 CONFIG = Path(__file__).parent / "configs" / "single.yaml"
 
@@ -66,9 +66,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/sandfs-bench/data"))
     args = parser.parse_args()
-    dataset = ensure_dataset(args.data_dir, DatasetSpec(4, args.videos // 4))
-    emit({"bench": "sched", "params": vars(args) | {"data_dir": str(args.data_dir)},
-          "machine": machine_info()})
+    dataset = start_bench("sched", args)
     times: dict[str, list[float]] = {"priority": [], "fifo": []}
     with tempfile.TemporaryDirectory(prefix="sandfs-bench-sched-") as tmp:
         config = write_config(Path(tmp), dataset, args.epochs)

@@ -95,6 +95,15 @@ class DatasetSpec:
                 f"-{self.fps}fps-{self.seconds[0]}to{self.seconds[1]}s-gop{self.gop_frames}")
 
 
+def start_bench(name: str, args) -> Path:
+    """The common start of a benchmark: its dataset (`args.videos`, `args.data_dir`) and a
+    params line with the machine's metadata."""
+    dataset = ensure_dataset(args.data_dir, DatasetSpec(4, args.videos // 4))
+    emit({"bench": name, "params": vars(args) | {"data_dir": str(args.data_dir)},
+          "machine": machine_info()})
+    return dataset
+
+
 def ensure_dataset(data_dir: Path, spec: DatasetSpec) -> Path:
     """ROOT/CLASS/*.mp4 for `spec`, generated once (into a temp folder, then renamed)."""
     from sandfs.media.synth import make_dataset

@@ -76,6 +76,14 @@ def scheduler_for(tmp_path, *, videos=8, memory=1 << 30, workers=1, gate=None):
     return plan, scheduler, materializer
 
 
+async def run_until_settled(scheduler: Scheduler) -> None:
+    """Run the scheduler until it has nothing left to do, then stop it."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await settle(scheduler)
+        nursery.cancel_scope.cancel()
+
+
 async def settle(scheduler: Scheduler) -> None:
     for _ in range(200):
         await trio.sleep(0.01)
@@ -85,10 +93,7 @@ async def settle(scheduler: Scheduler) -> None:
 
 async def test_jobs_run_in_read_order_and_fill_whole_windows(tmp_path):
     plan, scheduler, materializer = scheduler_for(tmp_path)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await settle(scheduler)
-        nursery.cancel_scope.cancel()
+    await run_until_settled(scheduler)
     first_batch = [plan.videos[c.video_index].name for c in plan.view_plan(0, 0).clips]
     assert set(materializer.decoded[:4]) == set(first_batch)  # deadline 0 first
     # k_epochs=2, 4 epochs: two windows, each video decoded once per window
@@ -179,10 +184,7 @@ async def test_workers_adapt_to_how_far_ahead_the_tasks_are(tmp_path):
 
 async def test_memory_eviction_never_trades_a_sooner_batch_for_a_later_one(tmp_path):
     plan, scheduler, _ = scheduler_for(tmp_path)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await settle(scheduler)
-        nursery.cancel_scope.cancel()
+    await run_until_settled(scheduler)
     keys = [view_key(plan, e, i) for e in range(plan.epochs)
             for i in range(plan.iterations_per_epoch)]
     assert all(k in scheduler.ready for k in keys)
