@@ -1,7 +1,8 @@
 """Acceptance figures of the multi-task planner (SAND §7.4: Figures 16, 19 and 20).
 
 A SlowFast-like and an MAE-like task (configs/planning/slowfast.yaml, mae.yaml: strides 2 and 4,
-one and two clips per video, random crops 224 and 160 after a short-side resize to 256) are
+one and two clips per video, random crops of 224 after a short-side resize to 256, as the real
+models train; `--mae-crop 160` gives the MAE-like task a smaller crop inside the shared window) are
 planned over --epochs with k = --k-epochs, on a Kinetics-like dataset *description*: fake
 VideoInfos, 340x256, 30 fps, 270..300 frames, a keyframe every --gops frames. Nothing is decoded
 for these figures; "planned" is plan_tasks(coordinate=True), "independent" the same tasks with
@@ -87,6 +88,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--k-epochs", type=int, default=5, help="epochs per planning window")
     parser.add_argument("--gops", type=int, nargs="+", default=[250, 30],
                         help="keyframe intervals in frames, one figure each (default 250 30)")
+    parser.add_argument("--mae-crop", type=int, default=224,
+                        help="the MAE-like task's random crop side (default 224, as SlowFast's)")
     parser.add_argument("--repeats", type=int, help="planning time repeats (default 3)")
     parser.add_argument("--train-epochs", type=int, help="loss experiment epochs (default 15)")
     parser.add_argument("--parts", nargs="+", choices=("figures", "timing", "loss"),
@@ -106,14 +109,21 @@ def parse_args() -> argparse.Namespace:
 # -- plans ------------------------------------------------------------------------------------
 
 
-def task_configs(variant: str, root: str, epochs: int, seed: int = 0) -> list[TaskConfig]:
-    """The two tasks of configs/planning (`variant` "" or "-tiny") on `root`."""
+def task_configs(variant: str, root: str, epochs: int, seed: int = 0,
+                 mae_crop: int | None = None) -> list[TaskConfig]:
+    """The two tasks of configs/planning (`variant` "" or "-tiny") on `root`; `mae_crop`
+    overrides the MAE-like task's random crop side."""
     configs = []
     for task in TASKS:
         path = CONFIG_DIR / f"{task}{variant}.yaml"
         config = yaml.safe_load(path.read_text())
         config["epochs"], config["seed"] = epochs, seed
         config["dataset"]["video_dataset_path"] = root
+        if task == "mae" and mae_crop:
+            for step in config["dataset"]["augmentation"]:
+                for op in step.get("config", []):
+                    if "random_crop" in op:
+                        op["random_crop"]["size"] = [mae_crop, mae_crop]
         configs.append(load_task_config(path, text=yaml.safe_dump(config), check_paths=False))
     return configs
 
@@ -396,7 +406,7 @@ def plot_losses(records: list[dict], path: Path) -> None:
 
 
 def figure_records(args) -> list[dict]:
-    configs = task_configs("", FAKE_ROOT, args.epochs)
+    configs = task_configs("", FAKE_ROOT, args.epochs, mae_crop=args.mae_crop)
     records = []
     for gop_frames in args.gops:
         scan = fake_scan(kinetics_like_videos(args.videos, gop_frames))

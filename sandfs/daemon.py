@@ -30,6 +30,7 @@ from sandfs.errors import UserError
 from sandfs.fuse.operations import SandOperations
 from sandfs.media.scan import scan_dataset
 from sandfs.media.types import BadVideo, DatasetScan, MediaLimits
+from sandfs.plan.coordination import STATE_VERSION
 from sandfs.plan.mount import plan_tasks
 from sandfs.plan.task import TaskPlan
 from sandfs.service import ViewService
@@ -127,8 +128,9 @@ def load_plan_state(cache_dir: str) -> dict | None:
     try:
         with open(path, encoding="utf-8") as f:
             state = json.load(f)
-        if state.get("version") != 1:
-            raise ValueError("unknown version")
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"version {state.get('version')!r}, this sandfs plans with "
+                             f"version {STATE_VERSION}")
         return state
     except FileNotFoundError:
         return None

@@ -25,6 +25,7 @@ from sandfs.plan.abstract import stream_paths
 from sandfs.plan.pool import POOL_SPANS, FramePool
 from sandfs.plan.seeds import derive_seed, fingerprint
 
+STATE_VERSION = 2  # of the checkpoint; 2: pools carry the pool clip's span (nested clips)
 CropContext = tuple  # (dataset root, static (H, W) of the crop's input, or None: the video's)
 
 
@@ -72,17 +73,20 @@ def shared_crop_windows(configs: Sequence[TaskConfig]) -> dict[CropContext, tupl
 def shared_pool(root: str, configs: Sequence[TaskConfig]) -> FramePool:
     """Grid = GCD of the strides, width = POOL_SPANS longest spans; its randomness comes from
     the dataset and the seeds of the tasks sharing it (another seed, another pool)."""
+    longest = max(span_frames(c) for c in configs)
     return FramePool(
         key=derive_seed("pool", root, sorted({c.seed for c in configs})),
         grid=math.gcd(*(c.dataset.sampling.frame_stride for c in configs)),
-        width_frames=POOL_SPANS * max(span_frames(c) for c in configs),
+        width_frames=POOL_SPANS * longest,
+        span_frames=longest,
     )
 
 
 def independent_pool(cfg: TaskConfig) -> FramePool:
     """No coordination (the baseline planning is measured against): every clip start uniform
     over the whole video (grid 1, a pool as wide as any video), drawn by its task alone."""
-    return FramePool(derive_seed("independent", fingerprint(cfg.dataset), cfg.seed), 1, 1 << 30)
+    return FramePool(derive_seed("independent", fingerprint(cfg.dataset), cfg.seed), 1, 1 << 30,
+                     span_frames(cfg))
 
 
 class Coordination:
@@ -135,9 +139,9 @@ class Coordination:
     def state(self) -> dict:
         with self._lock:
             self.changed = False
-            return {"version": 1, "windows": [
+            return {"version": STATE_VERSION, "windows": [
                 {"root": root, "window": window, "pool_key": str(pool.key), "grid": pool.grid,
-                 "width_frames": pool.width_frames,
+                 "width_frames": pool.width_frames, "span_frames": pool.span_frames,
                  "crops": [[list(ctx[1]) if ctx[1] else None, list(size)]
                            for ctx, size in sorted(self._crops[(root, window)].items(),
                                                    key=repr)]}
@@ -146,13 +150,14 @@ class Coordination:
 
     def load(self, state: dict) -> None:
         """Take the frozen windows of an earlier run (a checkpoint written by `state`)."""
-        if state.get("version") != 1:
+        if state.get("version") != STATE_VERSION:
             raise ValueError(f"unknown plan state version {state.get('version')!r}")
         with self._lock:
             for entry in state["windows"]:
                 key = (entry["root"], int(entry["window"]))
                 self._pools[key] = FramePool(int(entry["pool_key"]), int(entry["grid"]),
-                                             int(entry["width_frames"]))
+                                             int(entry["width_frames"]),
+                                             int(entry["span_frames"]))
                 self._crops[key] = {
                     (entry["root"], tuple(hw) if hw else None): (int(size[0]), int(size[1]))
                     for hw, size in entry["crops"]

@@ -1,19 +1,22 @@
 """The shared frame pool (SAND §5.2, temporal randomness).
 
 For each (video, k-epoch window) the pool fixes a frame grid (the GCD of the strides of all
-tasks reading the dataset, with a random phase) and a random *offset*; every clip of the window
-— any task, any epoch, any sample — then starts at `offset + u` grid slots, where `u` is drawn by
-the task from its own seed within the pool's width. Clips of one window therefore overlap, so one
-decode pass serves them all, while each clip start stays uniformly distributed over the valid
-range: the offset is uniform and the sum wraps around modulo the number of valid slots.
+tasks reading the dataset, with a random phase) and a random *offset*. Every (epoch, sample) of
+the window then places one *pool clip* as long as the longest task's span: `offset + u` grid
+slots, with `u` drawn from the pool's own randomness within the pool's width. Clips of one
+window therefore overlap, so one decode pass serves them all, while each start stays uniform
+over the valid range (the offset is uniform and the sum wraps around modulo the valid slots).
+
+Each task takes its clip for that (epoch, sample) *inside* the pool clip, at the same quantile
+of its own valid range: shorter clips nest in longer ones, so tasks share frames and (with equal
+crop sizes) cropped frames, and each task's own starts stay exactly uniform.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
-
-import numpy as np
 
 from sandfs.plan.seeds import rng_for
 
@@ -33,16 +36,22 @@ class FramePool:
     key: int  # seed of the pool's randomness (from the dataset, not from any task)
     grid: int  # frames between grid points: the GCD of the sharing tasks' strides
     width_frames: int  # clip starts of one window vary within this many frames
+    span_frames: int  # the pool clip: the longest span of the tasks sharing the pool
 
-    def start(self, window: int, video: str, num_frames: int, span: int,
-              task_rng: np.random.Generator) -> int:
-        """The first frame of a clip spanning `span` frames (num_frames >= span)."""
-        max_start = num_frames - span
+    def start(self, window: int, video: str, epoch: int, sample: int, num_frames: int,
+              span: int) -> int:
+        """The first frame of the clip of (epoch, sample) spanning `span` frames
+        (num_frames >= span)."""
         phase, offset_fraction = window_draws(self.key, self.grid, window, video)
-        if phase > max_start:
+        if phase > num_frames - span:
             phase = 0
-        slots = (max_start - phase) // self.grid + 1
-        offset = int(offset_fraction * slots)
-        width = min(slots, max(1, self.width_frames // self.grid))
-        slot = (offset + int(task_rng.integers(width))) % slots
-        return phase + self.grid * slot
+        own_slots = (num_frames - span - phase) // self.grid + 1
+        pool_slots = (num_frames - self.span_frames - phase) // self.grid + 1
+        if pool_slots < 1 or pool_slots > own_slots:  # the pool clip does not fit or is shorter
+            pool_slots = own_slots
+        width = min(pool_slots, max(1, self.width_frames // self.grid))
+        draw = rng_for(self.key, "clip", window, video, epoch, sample)
+        pool_slot = (int(offset_fraction * pool_slots) + int(draw.integers(width))) % pool_slots
+        # the same quantile of the task's own range: uniform, and inside the pool clip
+        position = (pool_slot + float(draw.random())) / pool_slots
+        return phase + self.grid * min(own_slots - 1, math.floor(position * own_slots))

@@ -26,6 +26,8 @@ from sandfs.plan.abstract import PathStep, StreamPath, stream_paths
 from sandfs.plan.coordination import Coordination
 from sandfs.plan.seeds import derive_seed, fingerprint, rng_for
 
+PLAN_VERSION = 2  # bump when the same configs plan other views: names of cached objects change
+
 
 @dataclass(frozen=True, slots=True)
 class StreamClip:
@@ -124,7 +126,8 @@ class TaskPlan:
         seed, and what it shares with other tasks in that window. Names cached objects."""
         pool = self.coordination.pool(self.cfg, window)
         crops = sorted(self.coordination.crop_windows(self.cfg, window).items(), key=repr)
-        return derive_seed("plan", self.data_key, pool.key, pool.grid, pool.width_frames, crops)
+        return derive_seed("plan", PLAN_VERSION, self.data_key, pool.key, pool.grid,
+                           pool.width_frames, pool.span_frames, crops)
 
     # -- dataset ----------------------------------------------------------------------------
 
@@ -206,10 +209,9 @@ class TaskPlan:
         return tuple(start + j * stride for j in range(count))
 
     def clip_start(self, epoch: int, info: VideoInfo, sample: int) -> int:
-        own = rng_for(self.data_key, "start", epoch, info.name, sample)
         window = epoch // self.k_epochs
         pool = self.coordination.pool(self.cfg, window)
-        return pool.start(window, info.name, info.num_frames, self.span_frames, own)
+        return pool.start(window, info.name, epoch, sample, info.num_frames, self.span_frames)
 
     def resolve_clip(self, epoch: int, iteration: int, video_index: int, sample: int):
         """One StreamClip per stream for this (video, sample) in this epoch and iteration."""

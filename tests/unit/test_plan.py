@@ -165,3 +165,28 @@ def test_plan_report_counts_sharing(tmp_path):
     assert report["total"]["frames_decoded_independent"] == 4 * plan_report(
         identical[:1])["total"]["frames_decoded_independent"]
     assert report["savings"]["decode"] > 0.75  # one decode pass serves all four tasks
+
+
+def test_a_checkpoint_round_trip_plans_the_same_and_an_old_version_is_ignored(tmp_path, caplog):
+    from sandfs.daemon import load_plan_state, save_plan_state
+    from sandfs.plan.coordination import Coordination
+
+    first = make_plan(tmp_path, k_epochs=2)
+    views = [first.view_plan(epoch, 0) for epoch in range(4)]  # freezes windows 0 and 1
+    save_plan_state(str(tmp_path), first.coordination.state())
+    # after the restart another task shares the dataset: planned fresh, the pools would differ
+    joined = load_task_config(write_config(tmp_path / "j.yaml", task_config(
+        FAKE_DATASET, task="joined", sampling={"frames_per_video": 8, "frame_stride": 3})),
+        check_paths=False)
+    fresh = TaskPlan(first.cfg, fake_videos(10), k_epochs=2,
+                     coordination=Coordination([first.cfg, joined]))
+    assert [fresh.view_plan(epoch, 0) for epoch in range(4)] != views
+    restored = Coordination([first.cfg, joined])
+    restored.load(load_plan_state(str(tmp_path)))
+    again = TaskPlan(first.cfg, fake_videos(10), k_epochs=2, coordination=restored)
+    assert [again.view_plan(epoch, 0) for epoch in range(4)] == views
+
+    old = first.coordination.state() | {"version": 1}
+    save_plan_state(str(tmp_path), old)
+    assert load_plan_state(str(tmp_path)) is None
+    assert "ignoring the plan checkpoint" in caplog.text and "version 1" in caplog.text

@@ -1,6 +1,7 @@
 """Randomness under coordinated planning (TESTPLAN §2, SAND §5.2): a SlowFast-like and an
 MAE-like task (different strides, clip counts and crop sizes) planned together on one dataset
-keep uniform clip starts and crops, fresh draws per epoch, task and seed, exactly-once epochs
+keep uniform clip starts and crops, fresh draws per epoch and seed, nested clips across tasks,
+exactly-once epochs
 and deterministic plans, while decoding less than the same tasks planned independently.
 
 Pure planning on fake videos: nothing is decoded. The dataset path is fixed because it seeds the
@@ -206,9 +207,27 @@ def test_a_videos_clip_start_changes_from_epoch_to_epoch(task_index):
     assert share > 0.85
 
 
-def test_the_two_tasks_draw_different_clip_starts():
+def test_the_shorter_clip_nests_in_the_longer_tasks_clip():
+    """The pool clip (SAND §5.2): in each epoch the MAE-like task's first clip of a video takes
+    its frames among the SlowFast-like task's frames of that video (its 13-frame span inside the
+    other's 15 on the same grid), at a place that varies: so the two share decoded and cropped
+    frames while each keeps uniform starts (the chi-square tests above)."""
     slowfast, mae = planned()
-    share = share_differing((start(slowfast, e, v), start(mae, e, v))
+    places = Counter()
+    for epoch in range(EPOCHS):
+        for video in range(0, NUM_VIDEOS, 4):
+            big = slowfast.clip_frames(epoch, video, 0)
+            small = mae.clip_frames(epoch, video, 0)
+            assert set(small) <= set(big), (epoch, video)
+            places[small[0] - big[0]] += 1
+    assert sorted(places) == [0, 2] and min(places.values()) > 0.3 * sum(places.values())
+
+
+def test_the_tasks_second_samples_are_their_own():
+    """Only sample 0 has a partner in the one-clip task: the MAE-like task's second clip
+    differs from its first in almost every (epoch, video)."""
+    _, mae = planned()
+    share = share_differing((start(mae, e, v, 0), start(mae, e, v, 1))
                             for e in range(EPOCHS) for v in range(0, NUM_VIDEOS, 4))
     assert share > 0.85
 
@@ -264,3 +283,22 @@ def test_planning_decodes_less_than_independent_tasks():
     assert coordinated["frames_decoded"] < independent["frames_decoded"]
     # ... and far less than every task decoding every clip on its own
     assert coordinated["frames_decoded"] < 0.5 * independent["frames_decoded_independent"]
+
+
+def test_equal_crops_of_nested_clips_are_cropped_once():
+    """With equal crop sizes the shared window is each task's crop: the MAE-like task's first
+    clip (4 of the 16 frames the two tasks crop per video and epoch) reuses the SlowFast-like
+    task's crops, a quarter of all crops."""
+    tasks = (SLOWFAST, (*MAE[:4], SLOWFAST[4]))
+    configs = [task_cfg(task, 0) for task in tasks]
+    scans = {(FAKE_DATASET, configs[0].dataset.extensions):
+             DatasetScan(FAKE_DATASET, fake_videos()[:80], ())}
+    figures = {
+        coordinate: plan_report(plan_tasks(configs, scans, k_epochs=K_EPOCHS,
+                                           coordinate=coordinate), K_EPOCHS)["total"]
+        for coordinate in (True, False)
+    }
+    assert figures[True]["crop_ops_independent"] == figures[False]["crop_ops_independent"]
+    cut = 1 - figures[True]["crop_ops"] / figures[True]["crop_ops_independent"]
+    assert 0.22 < cut < 0.3, cut  # a little over a quarter: chance repeats across epochs
+    assert figures[False]["crop_ops"] > 0.99 * figures[False]["crop_ops_independent"]
