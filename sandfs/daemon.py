@@ -201,14 +201,15 @@ def open_store(settings: MountSettings, plans: Sequence[TaskPlan]) -> ObjectStor
 
 
 def plan_new_task(settings: MountSettings, scans: dict[tuple, DatasetScan],
-                  plans: Sequence[TaskPlan], cfg: TaskConfig) -> TaskPlan:
-    """In a worker thread: scan the task's dataset if it is new, and plan it with the others."""
+                  plans: Sequence[TaskPlan], cfg: TaskConfig, mount_epoch: int) -> TaskPlan:
+    """In a worker thread: scan the task's dataset if it is new, and plan it with the others,
+    its epoch 0 at `mount_epoch` (where the leading task on its dataset stands)."""
     key = (cfg.dataset.video_dataset_path, cfg.dataset.extensions)
     if key not in scans:
         scans.update(scan_all([cfg], settings.cache_dir, settings.workers))
     found = scans[key]
     coordination = plans[0].coordination
-    coordination.add(cfg)
+    coordination.join(cfg, mount_epoch)
     plan = TaskPlan(cfg, found.videos, k_epochs=settings.k_epochs,
                     all_rel_paths=[b.rel_path for b in found.bad], coordination=coordination)
     try:

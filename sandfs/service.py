@@ -59,7 +59,7 @@ class ViewService:
         read_ahead: int = 8,
         store: ObjectStore | None = None,
         checkpoint: Callable[[dict], None] | None = None,
-        task_planner: Callable[[TaskConfig], TaskPlan] | None = None,
+        task_planner: Callable[[TaskConfig, int], TaskPlan] | None = None,
         config_dir: str = "/",
     ) -> None:
         self.tasks = {p.name: p for p in plans}
@@ -106,12 +106,13 @@ class ViewService:
 
     async def add_task(self, cfg: TaskConfig, text: str) -> None:
         """Register a task on the live mount. Windows already planned keep what they share;
-        the task's views are planned into them as they are (SPEC §6)."""
+        the task's views are planned into them as they are (SPEC §6), its epoch 0 into the
+        window the leading task on its dataset is in."""
         if cfg.task in self.tasks:
             raise UserError(f"task {cfg.task} is already registered on this mount")
         if self.task_planner is None:
             raise UserError("this mount does not take new tasks")
-        plan = await trio.to_thread.run_sync(self.task_planner, cfg)
+        plan = await trio.to_thread.run_sync(self.task_planner, cfg, self.mount_epoch(cfg))
         self.tasks[cfg.task] = plan
         self.generations[cfg.task] = self.generations.get(cfg.task, -1) + 1
         self.task_texts[cfg.task] = text
@@ -120,6 +121,14 @@ class ViewService:
         await self.scheduler.add_plan(plan)
         log.info("task %s registered: %d videos, %d iterations/epoch", cfg.task,
                  len(plan.videos), plan.iterations_per_epoch)
+
+    def mount_epoch(self, cfg: TaskConfig) -> int:
+        """Where the leading task on `cfg`'s dataset stands, in mount epochs (0: none): a
+        joining task starts its windows there, sharing the frames being decoded now."""
+        root = cfg.dataset.video_dataset_path
+        return max((plan.epoch_offset + self.positions[name][0]
+                    for name, plan in self.tasks.items()
+                    if plan.cfg.dataset.video_dataset_path == root), default=0)
 
     async def remove_task(self, name: str) -> None:
         """End a task: its views are no longer served and the objects only it needed are

@@ -7,8 +7,11 @@ decoded and cropped frames while each task keeps its own draws.
 
 What a window uses is computed from the tasks registered when the window is first planned and
 then frozen: a task that joins or leaves later changes other tasks' views only in windows not
-planned yet. The frozen state is checkpointed (`state()` / `load()`), so a restart plans every
-window it had planned exactly as before.
+planned yet. Windows count *mount* epochs: a task that joins a live mount gets an epoch offset
+(the epoch the leading task on its dataset stands at), so its epochs fall into the windows the
+others are in, and its clips nest in theirs from its first epoch on. The frozen state and the
+offsets are checkpointed (`state()` / `load()`), so a restart plans every window it had planned
+exactly as before.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from sandfs.plan.abstract import stream_paths
 from sandfs.plan.pool import POOL_SPANS, FramePool
 from sandfs.plan.seeds import derive_seed, fingerprint
 
-STATE_VERSION = 2  # of the checkpoint; 2: pools carry the pool clip's span (nested clips)
+STATE_VERSION = 2  # of the checkpoint; 2: pool clips' spans (nested clips), epoch offsets
 CropContext = tuple  # (dataset root, static (H, W) of the crop's input, or None: the video's)
 
 
@@ -95,6 +98,7 @@ class Coordination:
         self._configs = {c.task: c for c in configs}
         self._pools: dict[tuple[str, int], FramePool] = {}
         self._crops: dict[tuple[str, int], dict[CropContext, tuple[int, int]]] = {}
+        self._offsets: dict[str, int] = {}  # task -> epoch offset (tasks that joined late)
         self._lock = threading.Lock()
         self.changed = False  # frozen state not checkpointed yet
 
@@ -105,6 +109,23 @@ class Coordination:
     def remove(self, name: str) -> None:
         with self._lock:
             self._configs.pop(name, None)
+            self._offsets.pop(name, None)
+            self.changed = True
+
+    def join(self, cfg: TaskConfig, mount_epoch: int) -> None:
+        """Register a task that joins a live mount where the leading task on its dataset stands
+        at `mount_epoch` (its epoch offset); a checkpointed offset of the same task wins, so a
+        restart plans it as before."""
+        with self._lock:
+            self._configs[cfg.task] = cfg
+            if cfg.task not in self._offsets and mount_epoch and self.coordinate:
+                self._offsets[cfg.task] = mount_epoch
+                self.changed = True
+
+    def epoch_offset(self, name: str) -> int:
+        """Mount epoch = task epoch + offset (0 for the tasks the mount started with)."""
+        with self._lock:
+            return self._offsets.get(name, 0)
 
     def pool(self, cfg: TaskConfig, window: int) -> FramePool:
         if not self.coordinate:
@@ -139,7 +160,8 @@ class Coordination:
     def state(self) -> dict:
         with self._lock:
             self.changed = False
-            return {"version": STATE_VERSION, "windows": [
+            return {"version": STATE_VERSION, "epoch_offsets": dict(sorted(self._offsets.items())),
+                    "windows": [
                 {"root": root, "window": window, "pool_key": str(pool.key), "grid": pool.grid,
                  "width_frames": pool.width_frames, "span_frames": pool.span_frames,
                  "crops": [[list(ctx[1]) if ctx[1] else None, list(size)]
@@ -153,6 +175,7 @@ class Coordination:
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"unknown plan state version {state.get('version')!r}")
         with self._lock:
+            self._offsets.update({str(k): int(v) for k, v in state["epoch_offsets"].items()})
             for entry in state["windows"]:
                 key = (entry["root"], int(entry["window"]))
                 self._pools[key] = FramePool(int(entry["pool_key"]), int(entry["grid"]),

@@ -60,7 +60,9 @@ def plan_report(plans: Sequence[TaskPlan], epochs: int | None = None) -> dict:
     k = plans[0].k_epochs
     epochs = epochs or k
     windows = []
-    for window in range((epochs + k - 1) // k):
+    first = min(p.window_of(0) for p in plans)
+    last = max(p.window_of(min(epochs, p.epochs) - 1) for p in plans)
+    for window in range(first, last + 1):
         windows.append({"window": window, **window_report(plan_window(plans, window))})
     total: Counter[str] = Counter()
     for figures in windows:

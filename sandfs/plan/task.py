@@ -108,6 +108,7 @@ class TaskPlan:
         self.span_frames = (self.sampling.frames_per_video - 1) * self.sampling.frame_stride + 1
         # what this task shares with the others of the mount, per window (coordination.py)
         self.coordination = coordination or Coordination([cfg])
+        self.epoch_offset = self.coordination.epoch_offset(cfg.task)
         self.videos, self.skipped = self._usable(videos)
         self.video_index = {v.name: i for i, v in enumerate(self.videos)}
         self.labels, self.class_names = self._labels(all_rel_paths)
@@ -126,8 +127,16 @@ class TaskPlan:
         seed, and what it shares with other tasks in that window. Names cached objects."""
         pool = self.coordination.pool(self.cfg, window)
         crops = sorted(self.coordination.crop_windows(self.cfg, window).items(), key=repr)
-        return derive_seed("plan", PLAN_VERSION, self.data_key, pool.key, pool.grid,
-                           pool.width_frames, pool.span_frames, crops)
+        return derive_seed("plan", PLAN_VERSION, self.data_key, self.epoch_offset, pool.key,
+                           pool.grid, pool.width_frames, pool.span_frames, crops)
+
+    def window_of(self, epoch: int) -> int:
+        """The k-epoch window (counted in mount epochs) that plans this task's `epoch`."""
+        return (epoch + self.epoch_offset) // self.k_epochs
+
+    def window_epochs(self, window: int) -> range:
+        first = window * self.k_epochs - self.epoch_offset
+        return range(max(0, first), min(first + self.k_epochs, self.epochs))
 
     # -- dataset ----------------------------------------------------------------------------
 
@@ -209,9 +218,10 @@ class TaskPlan:
         return tuple(start + j * stride for j in range(count))
 
     def clip_start(self, epoch: int, info: VideoInfo, sample: int) -> int:
-        window = epoch // self.k_epochs
+        window = self.window_of(epoch)
         pool = self.coordination.pool(self.cfg, window)
-        return pool.start(window, info.name, epoch, sample, info.num_frames, self.span_frames)
+        return pool.start(window, info.name, epoch + self.epoch_offset, sample, info.num_frames,
+                          self.span_frames)
 
     def resolve_clip(self, epoch: int, iteration: int, video_index: int, sample: int):
         """One StreamClip per stream for this (video, sample) in this epoch and iteration."""
@@ -259,7 +269,7 @@ class TaskPlan:
             return None
         context = (self.cfg.dataset.video_dataset_path,
                    (static.height, static.width) if static.height else None)
-        k_window = epoch // self.k_epochs
+        k_window = self.window_of(epoch)
         window = self.coordination.crop_windows(self.cfg, k_window).get(context)
         crop_h, crop_w = spec.param_dict()["size"]
         if (window is None or in_hw[0] < window[0] or in_hw[1] < window[1]
@@ -267,7 +277,7 @@ class TaskPlan:
             return None
         window_h, window_w = window
         pool_key = self.coordination.pool(self.cfg, k_window).key
-        shared = rng_for(pool_key, "crop", epoch, info.name, sample, context)
+        shared = rng_for(pool_key, "crop", epoch + self.epoch_offset, info.name, sample, context)
         window_y = int(shared.integers(0, in_hw[0] - window_h + 1))
         window_x = int(shared.integers(0, in_hw[1] - window_w + 1))
         y = window_y + int(own.integers(0, window_h - crop_h + 1))

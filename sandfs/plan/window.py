@@ -19,7 +19,7 @@ from sandfs.plan.task import StreamClip, TaskPlan
 def view_key(plan: TaskPlan, epoch: int, iteration: int) -> tuple:
     """Tasks with the same plan key (data, seed and what they share) have the same views:
     they share one object."""
-    return ("view", plan.plan_key(epoch // plan.k_epochs), epoch, iteration)
+    return ("view", plan.plan_key(plan.window_of(epoch)), epoch, iteration)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,17 +56,12 @@ class WindowPlan:
     readers: dict[tuple, tuple[tuple[str, int], ...]]  # view key -> (task, position) pairs
 
 
-def window_epochs(plan: TaskPlan, window: int) -> range:
-    first = window * plan.k_epochs
-    return range(first, min(first + plan.k_epochs, plan.epochs))
-
-
 def plan_window(plans: Sequence[TaskPlan], window: int) -> WindowPlan:
     videos: dict[str, VideoWork] = {}
     views: dict[tuple, tuple[TaskPlan, int, int]] = {}
     readers: dict[tuple, list[tuple[str, int]]] = {}
     for plan in plans:
-        for epoch in window_epochs(plan, window):
+        for epoch in plan.window_epochs(window):
             for iteration in range(plan.iterations_per_epoch):
                 key = view_key(plan, epoch, iteration)
                 position = epoch * plan.iterations_per_epoch + iteration

@@ -136,7 +136,6 @@ class Scheduler:
         if self.policy not in POLICIES:
             raise ValueError(f"SANDFS_SCHEDULING: expected one of {sorted(POLICIES)}, "
                              f"got {self.policy!r}")
-        self.k_epochs = plans[0].k_epochs if plans else 1
         self.positions = {name: 0 for name in self.plans}  # global iteration index per task
         self.windows: dict[int, WindowPlan] = {}
         self.disk_plans: dict[tuple[int, str], DiskPlan] = {}
@@ -247,8 +246,8 @@ class Scheduler:
     def _wanted_windows(self) -> set[int]:
         wanted = set()
         for name, plan in self.plans.items():
-            current = self.positions[name] // plan.iterations_per_epoch // self.k_epochs
-            wanted |= {w for w in (current, current + 1) if w * self.k_epochs < plan.epochs}
+            current = plan.window_of(self.positions[name] // plan.iterations_per_epoch)
+            wanted |= {w for w in (current, current + 1) if plan.window_epochs(w)}
         return wanted
 
     async def _activate_windows(self) -> None:

@@ -27,15 +27,17 @@ def build_plans(paths):
     return {p.name: p for p in plan_tasks(configs, scans, k_epochs=configs[0].engine.k_epochs)}
 
 
-def plan_joined(first_path, joining_path):
-    """The plan of a task that joined a mount where `first_path` had frozen windows 0 and 1."""
+def plan_joined(first_path, joining_path, mount_epoch: int):
+    """The plans of the first task and of a task that joined the mount when the first task stood
+    at `mount_epoch`, after the first had frozen windows 0 and 1."""
     first = build_plans([first_path])["first"]
     for window in (0, 1):
         first.plan_key(window)  # freezes the window's coordination with the first task alone
     cfg = load_task_configs([joining_path])[0]
-    first.coordination.add(cfg)
+    first.coordination.join(cfg, mount_epoch)
     found = scan_dataset(cfg.dataset.video_dataset_path, cfg.dataset.extensions)
-    return TaskPlan(cfg, found.videos, k_epochs=first.k_epochs, coordination=first.coordination)
+    return first, TaskPlan(cfg, found.videos, k_epochs=first.k_epochs,
+                           coordination=first.coordination)
 
 
 def status(m) -> dict:
@@ -122,21 +124,26 @@ def test_a_restart_plans_frozen_windows_as_before(tmp_path, dataset_dir):
 def test_tasks_join_and_leave_a_live_mount(tmp_path, dataset_dir):
     first = write_config(tmp_path / "first.yaml", task_config(dataset_dir, task="first"))
     trial = task_config(dataset_dir, task="trial3", seed=5)
-    trial["dataset"]["video_dataset_path"] = "../" + dataset_dir.name  # relative to its file
     (tmp_path / "sub").mkdir()
+    # relative to its file; the same dataset path as the first task's, so they share pools
+    trial["dataset"]["video_dataset_path"] = os.path.relpath(dataset_dir, tmp_path / "sub")
     trial_path = write_config(tmp_path / "sub" / "trial3.yaml", trial)
-    (tmp_path / dataset_dir.name).symlink_to(dataset_dir)
     with mount_sandfs(tmp_path, [first]) as m:
         before = m.path("first", "0", "0", "view").read_bytes()
+        m.path("first", "1", "0", "view").read_bytes()  # the first task stands at epoch 1
         done = run_cli("task", "add", str(m.mountpoint), str(trial_path))
         assert done.returncode == 0, done.stderr
         assert sorted(os.listdir(m.mountpoint)) == [".sand", "first", "trial3"]
         assert sorted(os.listdir(m.path(".sand", "tasks"))) == ["first.yaml", "trial3.yaml"]
-        joined = plan_joined(first, trial_path)
-        for iteration in range(joined.iterations_per_epoch):
-            view = m.path("trial3", "0", str(iteration), "view")
-            assert os.stat(view).st_size == joined.view_nbytes(0, iteration)
-            assert view.read_bytes() == reference_view(joined, 0, iteration)
+        leader, joined = plan_joined(first, trial_path, mount_epoch=1)
+        assert joined.epoch_offset == 1  # its epoch 0 is planned with the first's epoch 1
+        for video in range(len(joined.videos)):
+            assert joined.clip_frames(0, video, 0) == leader.clip_frames(1, video, 0)
+        for epoch in range(joined.epochs):
+            for iteration in range(joined.iterations_per_epoch):
+                view = m.path("trial3", str(epoch), str(iteration), "view")
+                assert os.stat(view).st_size == joined.view_nbytes(epoch, iteration)
+                assert view.read_bytes() == reference_view(joined, epoch, iteration)
         assert m.path("first", "0", "0", "view").read_bytes() == before  # unchanged
         again = run_cli("task", "add", str(m.mountpoint), str(trial_path))
         assert again.returncode == 1 and "already registered" in again.stderr

@@ -190,3 +190,29 @@ def test_a_checkpoint_round_trip_plans_the_same_and_an_old_version_is_ignored(tm
     save_plan_state(str(tmp_path), old)
     assert load_plan_state(str(tmp_path)) is None
     assert "ignoring the plan checkpoint" in caplog.text and "version 1" in caplog.text
+
+
+def test_a_task_joining_at_mount_epoch_3_plans_its_epochs_into_the_mounts_windows(tmp_path):
+    leader = make_plan(tmp_path, k_epochs=2, epochs=6)
+    leader.plan_key(0)  # window 0 frozen before the join
+    cfg = load_task_config(write_config(tmp_path / "j.yaml", task_config(
+        FAKE_DATASET, task="joined", seed=7, epochs=6)), check_paths=False)
+    leader.coordination.join(cfg, 3)
+    joined = TaskPlan(cfg, fake_videos(10), k_epochs=2, coordination=leader.coordination)
+    assert [joined.window_of(e) for e in range(6)] == [1, 2, 2, 3, 3, 4]
+    assert list(joined.window_epochs(1)) == [0] and list(joined.window_epochs(2)) == [1, 2]
+    # the same pool clips as the leader's epochs 3, 4 ...: the same frames (equal spans)
+    for epoch in range(3):
+        for video in range(10):
+            assert joined.clip_frames(epoch, video, 0) == leader.clip_frames(epoch + 3, video, 0)
+    # its own batch order all the same
+    assert joined.batch_videos(0, 0) != leader.batch_videos(3, 0)
+    # the offset is checkpointed: re-registered after a restart, the task plans the same
+    from sandfs.plan.coordination import Coordination
+
+    restored = Coordination([leader.cfg])
+    restored.load(leader.coordination.state())
+    restored.join(cfg, 0)
+    again = TaskPlan(cfg, fake_videos(10), k_epochs=2, coordination=restored)
+    assert again.epoch_offset == 3
+    assert again.view_plan(1, 0) == joined.view_plan(1, 0)
