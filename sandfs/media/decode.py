@@ -2,8 +2,9 @@
 
 Frame INDEX i is the i-th frame the decoder returns from the scanned stream. A seekable video is
 decoded in runs: seek to the keyframe at or before a run's first needed frame, decode forward,
-identify frames by pts, stop after the run's last needed frame. Anything unexpected after a
-seek falls back to a sequential decode from the start, which is the definition of an index.
+identify frames by pts, stop after the run's last needed frame. Within a run the decoder skips
+non-reference frames nobody needs (`skips_nonref`). Anything unexpected after a seek falls back
+to a sequential decode from the start, which skips nothing: it is the definition of an index.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import stat
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -40,7 +41,7 @@ class DecodeError(Exception):
 @dataclass(frozen=True, slots=True)
 class DecodeResult:
     frames: dict[int, np.ndarray]  # frame index -> HxWx3 uint8 RGB
-    frames_decoded: int  # every frame the decoder returned, needed or not
+    frames_decoded: int  # every frame the decoder returned, needed or not (skipped: not decoded)
 
 
 class NotRegularFileError(OSError):
@@ -72,6 +73,31 @@ def open_stream(container: InputContainer, stream_index: int) -> VideoStream:
     stream.codec_context.thread_type = "SLICE"
     stream.codec_context.thread_count = 1
     return stream
+
+
+# Decoders that drop a non-reference picture (H.264 nal_ref_idc 0, HEVC *_N, MPEG-1/2/4 B) when
+# skip_frame is NONREF; nothing predicts from one, so a frame nobody needs costs nothing. Each
+# checked against a full decode in tests/media/test_skip_nonref.py. Left out: vp9 (FFmpeg's
+# decoder ignores NONREF), libdav1d (reads skip_frame only when opened), vp8 (untested).
+SKIP_NONREF_DECODERS = frozenset({"h264", "hevc", "mpeg4", "mpeg1video", "mpeg2video"})
+
+
+def skips_nonref(stream: VideoStream) -> bool:
+    """Whether `_decode_run` may let this stream's decoder skip non-reference frames. HEVC only
+    with one temporal sub-layer: a sub-layer non-reference picture (TRAIL_N...) may still be a
+    reference for a higher sub-layer, and FFmpeg drops it whatever its TemporalId."""
+    codec_context = stream.codec_context
+    if codec_context.codec.name not in SKIP_NONREF_DECODERS:
+        return False
+    return codec_context.codec.name != "hevc" or _hvcc_temporal_layers(codec_context.extradata) == 1
+
+
+def _hvcc_temporal_layers(extradata: bytes | None) -> int | None:
+    """numTemporalLayers of an hvcC record (ISO/IEC 14496-15; 0: unknown); None when the
+    extradata is no hvcC (Annex B parameter sets start with a start code, not version 1)."""
+    if not extradata or len(extradata) < 23 or extradata[0] != 1:
+        return None
+    return extradata[21] >> 3 & 0b111
 
 
 def to_rgb(frame: VideoFrame) -> np.ndarray:
@@ -124,7 +150,9 @@ def _keyframe_at_or_before(keyframe_indices: tuple[int, ...], index: int) -> int
 
 
 def frames_to_decode(info: VideoInfo, indices: Iterable[int]) -> int:
-    """How many frames `decode_frames(info, indices)` decodes when every seek lands as planned."""
+    """How many frames `decode_frames(info, indices)` decodes when every seek lands as planned
+    and the decoder skips nothing: an upper bound, as it skips non-reference frames nobody needs
+    (`skips_nonref`)."""
     runs = plan_runs(info, _checked_indices(info, indices))
     return sum(needed[-1] - start + 1 for start, needed in runs)
 
@@ -202,29 +230,63 @@ def _decode_run(
     convert_frame: Callable,
 ) -> tuple[bool, int]:
     """Decodes forward until needed[-1]; False when the frames are not the expected sequence
-    (first frame past needed[0], a pts the scan never saw, a gap, or a corrupt needed frame)."""
+    (first frame past needed[0], a pts the scan never saw, a frame missing that the decoder was
+    not allowed to skip, one out of order, or a corrupt needed frame)."""
     needed_set = set(needed)
-    next_index = None
+    skippable: set[int] = set()
+    previous = None
     frames_decoded = 0
-    for frame in container.decode(stream):
-        frames_decoded += 1
-        index = _index_of_pts(info.frame_pts, frame.pts)
-        if index is None or not _on_plan(index, next_index, needed[0]):
-            return False, frames_decoded
-        next_index = index + 1
-        if index in needed_set:
-            if frame.is_corrupt:
+    decoded = _decode_skipping(container, stream, info.frame_pts, needed_set, skippable)
+    with closing(decoded):
+        for frame in decoded:
+            frames_decoded += 1
+            index = _index_of_pts(info.frame_pts, frame.pts)
+            if index is None or not _on_plan(index, previous, needed[0], skippable):
                 return False, frames_decoded
-            frames[index] = convert_frame(frame)
-        if index == needed[-1]:
-            return True, frames_decoded
+            previous = index
+            if index in needed_set:
+                if frame.is_corrupt:
+                    return False, frames_decoded
+                frames[index] = convert_frame(frame)
+            if index == needed[-1]:
+                return True, frames_decoded
     return False, frames_decoded
 
 
-def _on_plan(index: int, next_index: int | None, first_needed: int) -> bool:
+def _decode_skipping(
+    container: InputContainer,
+    stream: VideoStream,
+    frame_pts: tuple[int, ...],
+    needed: set[int],
+    skippable: set[int],
+) -> Iterator[VideoFrame]:
+    """`container.decode(stream)` packet by packet: a frame nobody needs goes to the decoder with
+    skip_frame NONREF (dropped if it is a non-reference frame) and its index into `skippable`; a
+    packet of unknown pts is decoded in full. skip_frame is DEFAULT again once this ends or is
+    closed."""
+    codec_context = stream.codec_context
+    may_skip = skips_nonref(stream)
+    try:
+        # demux ends with an empty packet, whose decode is decode(None): the drain
+        for packet in container.demux(stream):
+            if may_skip:
+                index = _index_of_pts(frame_pts, packet.pts)
+                skip = index is not None and index not in needed
+                codec_context.skip_frame = "NONREF" if skip else "DEFAULT"
+                if skip:
+                    skippable.add(index)
+            yield from codec_context.decode(packet)
+    finally:
+        codec_context.skip_frame = "DEFAULT"  # before any later seek and run
+
+
+def _on_plan(index: int, previous: int | None, first_needed: int, skippable: set[int]) -> bool:
     """The first frame after a seek may come before the run's first needed frame (an earlier
-    keyframe); every later one must be the next index."""
-    return index <= first_needed if next_index is None else index == next_index
+    keyframe); every later one must be the next index, or follow only frames the decoder was
+    allowed to skip."""
+    if previous is None:
+        return index <= first_needed
+    return index > previous and skippable.issuperset(range(previous + 1, index))
 
 
 def _index_of_pts(frame_pts: tuple[int, ...], pts: int | None) -> int | None:

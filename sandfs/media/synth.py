@@ -105,12 +105,17 @@ def _frame_pts(num_frames: int, start_pts: int, vfr: bool, seed: int) -> list[in
     return pts
 
 
-def _codec_options(codec: str, gop: int, bframes: int, crf: int | None) -> dict[str, str]:
+def _codec_options(
+    codec: str, gop: int, bframes: int, crf: int | None, b_adapt: bool = True
+) -> dict[str, str]:
+    # b-adapt=0: every B slot is used; adaptive placement puts almost none in noisy content
+    fixed_b = "" if b_adapt else ":b-adapt=0"
     if codec == "libx264":
-        params = f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes={bframes}"
+        params = f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes={bframes}{fixed_b}"
         return {"x264-params": params, "preset": "veryfast", "crf": str(crf or 23)}
     if codec == "libx265":
-        params = f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes={bframes}:log-level=error"
+        params = (f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes={bframes}{fixed_b}"
+                  ":log-level=error")
         return {"x265-params": params, "preset": "ultrafast", "crf": str(crf or 28)}
     if codec == "libvpx-vp9":
         return {"deadline": "realtime", "cpu-used": "8", "crf": str(crf or 32), "b": "0"}
@@ -134,6 +139,7 @@ def write_test_video(
     gop: int = 12,
     pix_fmt: str = "yuv420p",
     bframes: int = 0,
+    b_adapt: bool = True,
     crf: int | None = None,
     bitrate: int | None = None,
     noise: bool = False,
@@ -146,13 +152,15 @@ def write_test_video(
     """Encodes `num_frames` painted frames with PyAV. The container follows the extension
     (.h264 gives a raw Annex B stream without timestamps). pts are in units of 1/fps, from
     `start_pts`, with irregular gaps when `vfr`. `rotation` (degrees) sets the display matrix.
+    `b_adapt=False` makes x264/x265 use all `bframes` B slots (with b-pyramid, some of them
+    references), as real footage gets; the adaptive default picks almost none for `noise`.
     `container_options` go to the muxer (e.g. {"movflags": "faststart"}: index before data)."""
     path = os.fspath(path)
     painter = _Painter(width, height, noise=noise, seed=seed)
     container_format = _FORMAT_BY_EXT.get(Path(path).suffix.lower())
     with av.open(path, "w", format=container_format, options=container_options) as container:
         stream = container.add_stream(
-            codec, rate=fps, options=_codec_options(codec, gop, bframes, crf)
+            codec, rate=fps, options=_codec_options(codec, gop, bframes, crf, b_adapt)
         )
         stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
         time_base = Fraction(1, fps)  # the muxer may change stream.time_base on first write
