@@ -152,6 +152,10 @@ class ViewService:
         self.positions[task] = (epoch, iteration)
         self.scheduler.opened(task, epoch, iteration)
 
+    def released_view(self, task: str, epoch: int, iteration: int) -> None:
+        """A trainer closed a view it had opened."""
+        self.scheduler.released(task, epoch, iteration)
+
     async def read_view(self, task: str, epoch: int, iteration: int) -> bytes:
         plan = self.tasks[task]
         key = view_key(plan, epoch, iteration)

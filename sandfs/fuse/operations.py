@@ -250,7 +250,10 @@ class SandOperations(pyfuse3.Operations):
             return
         if handle.fd >= 0:
             os.close(handle.fd)
-        if handle.node.kind == "task_upload":
+        node = handle.node
+        if node.kind == "view" and self.namespace.exists(node):
+            self.service.released_view(node.task, node.epoch, node.iteration)
+        if node.kind == "task_upload":
             self.uploads.pop(handle.node, None)
 
     # -- registering and ending tasks through .sand/tasks/ -----------------------------------

@@ -4,6 +4,9 @@
 2. Otherwise by deadline: the fewest iterations before a trainer needs the job's first clip.
 3. Under memory pressure (above MEMORY_PRESSURE_FRACTION of the limit), shortest job first on
    the remaining work, so the jobs that hold decoded frames finish and release them.
+
+How many jobs run at once adapts to how far ahead the tasks are (MinatoLoader §4.3):
+`workers_to_run`.
 """
 
 from __future__ import annotations
@@ -50,6 +53,20 @@ def pick_next(jobs: Iterable[JobState], *, memory_pressure: bool,
         if best_priority is None or rank < best_priority:
             best, best_priority = job, rank
     return best
+
+
+AHEAD_TARGET = 8  # batches ready ahead of every task before prefetching slows down
+
+
+def workers_to_run(workers: int, *, demanded: bool, every_task_ahead: bool,
+                   soonest_deadline: int) -> int:
+    """All workers while a reader waits, while some task has fewer than AHEAD_TARGET batches
+    ready, or while the most urgent pending job is needed within 2 x AHEAD_TARGET iterations
+    (a job is a video's whole window: batches come ready in bursts, and halving the workers
+    right after a burst only delays the next one); else half of them, leaving CPU to trainers."""
+    if demanded or not every_task_ahead or soonest_deadline < 2 * AHEAD_TARGET:
+        return workers
+    return max(1, workers // 2)
 
 
 def under_pressure(used_bytes: int, limit_bytes: int) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -36,12 +36,19 @@ from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import ClipUse, VideoWork, WindowPlan, plan_window, view_key
-from sandfs.sched.policy import NOT_NEEDED, POLICIES, JobState, pick_next, under_pressure
+from sandfs.sched.policy import (
+    AHEAD_TARGET,
+    NOT_NEEDED,
+    POLICIES,
+    JobState,
+    pick_next,
+    under_pressure,
+    workers_to_run,
+)
 from sandfs.stats import Stats
 
 log = logging.getLogger(__name__)
 
-AHEAD_TARGET = 8  # batches ready ahead of each task before prefetching slows down
 PRUNE_TARGET_FRACTION = 0.7  # plan below the store's 75% eviction mark
 DECODE_SECONDS_PER_MPIXEL = 0.006  # cost model seeds (PERF-NOTES), refined by measurement
 AUGMENT_SECONDS_PER_MPIXEL = 0.0015
@@ -90,6 +97,9 @@ class Job:
     deadlines: dict[tuple, int] = field(default_factory=dict)  # view -> first reader position
     layouts: dict[tuple, str] = field(default_factory=dict)  # view -> its task's layout
     assembly: tuple | None = None  # (plan, view plan, slots to read) of an assembly job
+    # the batches it fills, as they were when it started: a batch dropped with its window (and
+    # maybe planned again since, with a fresh buffer) no longer takes this job's results
+    states: dict[tuple, ViewState] = field(default_factory=dict)
 
     @property
     def frames(self) -> set[FrameKey]:
@@ -137,6 +147,9 @@ class Scheduler:
             raise ValueError(f"SANDFS_SCHEDULING: expected one of {sorted(POLICIES)}, "
                              f"got {self.policy!r}")
         self.positions = {name: 0 for name in self.plans}  # global iteration index per task
+        # views open right now, per task (position -> count): readers behind the latest open
+        # (a second trainer, a prefetching loader, a re-read) keep their windows planned
+        self.open_positions: dict[str, Counter[int]] = {name: Counter() for name in self.plans}
         self.windows: dict[int, WindowPlan] = {}
         self.disk_plans: dict[tuple[int, str], DiskPlan] = {}
         self.pending: dict[tuple[int, str], list[ClipUse]] = {}  # clips not made yet
@@ -170,9 +183,24 @@ class Scheduler:
     # -- what readers tell us ---------------------------------------------------------------
 
     def opened(self, task: str, epoch: int, iteration: int) -> None:
+        """A reader opened a view: the task stands there, unless it re-reads a ready view
+        behind its position (a probe or a second reader must not drag the windows back)."""
         plan = self.plans[task]
-        self.positions[task] = epoch * plan.iterations_per_epoch + iteration
+        position = epoch * plan.iterations_per_epoch + iteration
+        if position >= self.positions[task] or view_key(plan, epoch, iteration) not in self.ready:
+            self.positions[task] = position
+        self.open_positions[task][position] += 1
         self.wake()
+
+    def released(self, task: str, epoch: int, iteration: int) -> None:
+        """A view opened with `opened` was closed."""
+        opened = self.open_positions.get(task)
+        if opened is None:  # the task has ended
+            return
+        position = epoch * self.plans[task].iterations_per_epoch + iteration
+        opened[position] -= 1
+        if opened[position] <= 0:
+            del opened[position]
 
     def ready_view(self, key: tuple, task: str) -> bytearray | None:
         ready = self.ready.get(key)
@@ -244,14 +272,18 @@ class Scheduler:
     # -- windows ----------------------------------------------------------------------------
 
     def _wanted_windows(self) -> set[int]:
+        """Each task's current and next window, and the windows of the views open now."""
         wanted = set()
         for name, plan in self.plans.items():
-            current = plan.window_of(self.positions[name] // plan.iterations_per_epoch)
+            per_epoch = plan.iterations_per_epoch
+            current = plan.window_of(self.positions[name] // per_epoch)
             wanted |= {w for w in (current, current + 1) if plan.window_epochs(w)}
+            wanted |= {plan.window_of(p // per_epoch) for p in self.open_positions[name]}
         return wanted
 
     async def _activate_windows(self) -> None:
-        """Plan each task's current and next window; forget windows every task has left."""
+        """Plan the wanted windows; forget those behind them that no reader needs now (a
+        window ahead of the tasks, planned for a reader that jumped there, stays)."""
         wanted = self._wanted_windows()
         for window in sorted(wanted - set(self.windows)):
             planned = await trio.to_thread.run_sync(self._plan_window, window)
@@ -343,6 +375,7 @@ class Scheduler:
         """Plan a new task into the active windows (and the windows to come)."""
         self.plans[plan.name] = plan
         self.positions[plan.name] = 0
+        self.open_positions[plan.name] = Counter()
         for window in sorted(self.windows):
             part, on_disk = await trio.to_thread.run_sync(self._plan_part, plan, window)
             self._merge_window(window, part, on_disk)
@@ -387,6 +420,7 @@ class Scheduler:
         """Forget a task: views no other task reads are released, in memory and on disk."""
         self.plans.pop(name, None)
         self.positions.pop(name, None)
+        self.open_positions.pop(name, None)
         released: dict[tuple, tuple[TaskPlan, int, int]] = {}
         for window in self.windows.values():
             for key in list(window.readers):
@@ -429,14 +463,21 @@ class Scheduler:
         self.frames_on_disk = {k for k in self.frames_on_disk if k[0] != window}
         for key in plan.views:
             self.views.pop(key, None)
+            self.demanded.discard(key)
+            event = self.events.pop(key, None)
+            if event is not None:  # a reader still waits: it computes the view on demand
+                event.set()
 
     # -- choosing and starting jobs ---------------------------------------------------------
 
     def _deadline_of(self, key: tuple) -> int:
-        ahead = [pos - self.positions[task]
+        """Iterations until a reader gets to this view: from the task's position, or from a
+        view open behind it (a second reader of the task)."""
+        ahead = [pos - at
                  for window in self.windows.values()
                  for task, pos in window.readers.get(key, ())
-                 if pos >= self.positions[task]]
+                 for at in (self.positions[task], *self.open_positions[task])
+                 if pos >= at]
         return min(ahead, default=NOT_NEEDED)
 
     def _job_states(self):
@@ -459,15 +500,16 @@ class Scheduler:
                            len(state.on_disk - state.in_memory)), key, "assemble"
 
     def active_workers(self) -> int:
-        """How many jobs may run now (MinatoLoader's queue-occupancy rule): all workers while
-        a reader waits or some task has fewer than AHEAD_TARGET batches ready; half of them
-        once every task is that far ahead, leaving CPU to the trainers."""
+        """How many jobs may run now (`workers_to_run`: queue occupancy and deadlines)."""
         if self.demanded or not self.plans:
             return self.workers
-        if all(self.ready_ahead(task, AHEAD_TARGET) >= min(AHEAD_TARGET, self._left(task))
-               for task in self.plans):
-            return max(1, self.workers // 2)
-        return self.workers
+        every_task_ahead = all(
+            self.ready_ahead(task, AHEAD_TARGET) >= min(AHEAD_TARGET, self._left(task))
+            for task in self.plans)
+        soonest = min((state.deadline_iterations for state, _, _ in self._job_states()),
+                      default=NOT_NEEDED)
+        return workers_to_run(self.workers, demanded=False, every_task_ahead=every_task_ahead,
+                              soonest_deadline=soonest)
 
     def _left(self, task: str) -> int:
         plan = self.plans[task]
@@ -550,9 +592,10 @@ class Scheduler:
             for use in job.uses:
                 job.deadlines[use.view] = min((pos for _, pos in use.readers), default=0)
                 job.layouts[use.view] = self.views[use.view].plan.sampling.layout
+                job.states[use.view] = self.views[use.view]
         else:
             targets = {job.key: self._buffer(job.key)}
-            state = self.views[job.key]
+            state = job.states[job.key] = self.views[job.key]
             job.assembly = (state.plan, state.plan.view_plan(state.epoch, state.iteration),
                             sorted(state.on_disk - state.in_memory))
         self.running[job.key] = job
@@ -653,7 +696,7 @@ class Scheduler:
                     self.stats.add("clips_recomputed")
                 self.made.add(spot)
             state = self.views.get(use.view)
-            if state is None:
+            if state is None or state is not job.states.get(use.view):
                 continue
             if on_disk:
                 state.on_disk.add(use.slot)
@@ -664,7 +707,8 @@ class Scheduler:
         if job.kind == "assemble":
             self.state.rebuilt_from_disk += 1
         for view in {use.view for use, _, _ in placed}:
-            self._complete_if_full(view)
+            if self.views.get(view) is job.states.get(view):
+                self._complete_if_full(view)
 
     def _complete_if_full(self, key: tuple) -> None:
         state = self.views.get(key)

@@ -302,3 +302,15 @@ def test_equal_crops_of_nested_clips_are_cropped_once():
     cut = 1 - figures[True]["crop_ops"] / figures[True]["crop_ops_independent"]
     assert 0.22 < cut < 0.3, cut  # a little over a quarter: chance repeats across epochs
     assert figures[False]["crop_ops"] > 0.99 * figures[False]["crop_ops_independent"]
+
+
+@pytest.mark.parametrize("task_index", [0, 1], ids=[t[0] for t in TASKS])
+def test_epoch_orders_are_unrelated(task_index):
+    """No set_epoch bug (TESTPLAN §2): Kendall's tau between the video orders of any two of the
+    first 10 epochs stays below 0.2 in magnitude (400 videos)."""
+    plan = planned()[task_index]
+    orders = [plan.epoch_order(epoch) for epoch in range(10)]
+    for first in range(10):
+        for second in range(first + 1, 10):
+            tau = scistats.kendalltau(orders[first], orders[second]).statistic
+            assert abs(tau) < 0.2, (first, second, tau)

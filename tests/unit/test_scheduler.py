@@ -11,7 +11,7 @@ import trio
 from test_plan import fake_videos, make_plan
 
 from sandfs.plan.window import object_graph, plan_window, view_key
-from sandfs.sched.policy import JobState, pick_next, under_pressure
+from sandfs.sched.policy import JobState, pick_next, under_pressure, workers_to_run
 from sandfs.sched.scheduler import Scheduler
 from sandfs.stats import Stats
 
@@ -44,6 +44,19 @@ def test_ties_break_deterministically():
     assert pick_next([], memory_pressure=False) is None
 
 
+def test_workers_halve_only_far_ahead_of_every_deadline():
+    def workers(demanded=False, ahead=True, soonest=100):
+        return workers_to_run(2, demanded=demanded, every_task_ahead=ahead,
+                              soonest_deadline=soonest)
+
+    assert workers() == 1  # far ahead, nothing due soon: leave a core to the trainer
+    assert workers(ahead=False) == 2  # some task has few batches ready
+    assert workers(demanded=True) == 2  # a reader waits
+    # a burst of ready batches (a window done) while the next window's jobs are due soon
+    assert workers(soonest=10) == 2
+    assert workers_to_run(1, demanded=False, every_task_ahead=True, soonest_deadline=100) == 1
+
+
 class RecordingMaterializer:
     """Stands in for the decoder: returns painted frames and records each decode."""
 
@@ -65,8 +78,8 @@ class RecordingMaterializer:
         pass
 
 
-def scheduler_for(tmp_path, *, videos=8, memory=1 << 30, workers=1, gate=None):
-    plan = make_plan(tmp_path, videos=fake_videos(videos), epochs=4,
+def scheduler_for(tmp_path, *, videos=8, memory=1 << 30, workers=1, gate=None, epochs=4):
+    plan = make_plan(tmp_path, videos=fake_videos(videos), epochs=epochs,
                      augmentation=[{"name": "crop", "branch_type": "single",
                                     "inputs": ["frame"], "outputs": ["c"],
                                     "config": [{"center_crop": {"size": [32, 32]}}]}])
@@ -125,6 +138,57 @@ async def test_a_demand_read_preempts_prematerialization(tmp_path):
     # right after the job already running (a window-0 job: it cannot cover epoch 3)
     still_needed = wanted_videos
     assert set(materializer.decoded[1 : 1 + len(still_needed)]) == still_needed
+
+
+async def test_readers_far_apart_keep_their_windows_and_a_re_read_does_not_drag_back(tmp_path):
+    """A reader at epoch 0 and one that jumped to epoch 5 (windows 0 and 2, k_epochs=2): both
+    windows stay planned while their views are open, and re-reading a ready view of epoch 0
+    does not move the task back (that made windows thrash: planned, dropped, planned ...)."""
+    plan, scheduler, _ = scheduler_for(tmp_path, epochs=6)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.opened(plan.name, 0, 0)
+        scheduler.opened(plan.name, 5, 0)
+        await settle(scheduler)
+        assert {0, 2} <= set(scheduler.windows)
+        with trio.fail_after(10):
+            assert await scheduler.wait_view(view_key(plan, 0, 1), plan.name) is not None
+            assert await scheduler.wait_view(view_key(plan, 5, 1), plan.name) is not None
+        scheduler.released(plan.name, 0, 0)
+        scheduler.opened(plan.name, 0, 0)  # a probe re-reads a ready view
+        scheduler.released(plan.name, 0, 0)
+        assert scheduler.positions[plan.name] == 5 * plan.iterations_per_epoch
+        await settle(scheduler)
+        assert 0 not in scheduler.windows  # nobody reads there any more
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_reader_waiting_in_a_dropped_window_is_released(tmp_path):
+    """Its view is no longer planned: wait_view returns None (the service then computes it on
+    demand) instead of waiting forever, and the job that was filling it cannot complete it."""
+    gate = threading.Event()
+    plan, scheduler, _ = scheduler_for(tmp_path, gate=gate, epochs=6)
+    key = view_key(plan, 0, 1)
+    got = {}
+    answered = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+
+        async def reader():
+            got["data"] = await scheduler.wait_view(key, plan.name)
+            answered.set()
+
+        nursery.start_soon(reader)
+        await trio.sleep(0.05)
+        scheduler.opened(plan.name, 5, 0)  # the task moved on: windows 0 and 1 go
+        scheduler.released(plan.name, 5, 0)
+        with trio.fail_after(10):
+            await answered.wait()
+        gate.set()
+        await settle(scheduler)
+        nursery.cancel_scope.cancel()
+    assert got["data"] is None
+    assert key not in scheduler.ready
 
 
 async def test_memory_limit_is_never_exceeded(tmp_path):
