@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from concurrent.futures import ThreadPoolExecutor
@@ -165,3 +166,30 @@ def test_make_dataset_is_deterministic(tmp_path: Path):
     assert first == second == sorted(first)
     for rel_path in first:
         assert (tmp_path / "a" / rel_path).read_bytes() == (tmp_path / "b" / rel_path).read_bytes()
+
+
+def rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise KeyError("VmRSS")
+
+
+def test_a_thousand_decodes_do_not_grow_memory(corpus_scan: CorpusScan):
+    """TESTPLAN §5: every container is closed (300 decodes without close grew RSS 63 -> 151 MB
+    here). After a warm-up, 1000 more ranged decodes of the corpus's valid videos (and of the
+    broken ones, which raise) leave RSS within 5%."""
+    videos = [v for v in corpus_scan.scan.videos if v.num_frames]
+    rng = random.Random(0)
+
+    def decode_some(count: int) -> None:
+        for _ in range(count):
+            video = rng.choice(videos)
+            indices = rng.sample(range(video.num_frames), min(3, video.num_frames))
+            with contextlib.suppress(DecodeError):
+                decode_frames(video, indices)
+
+    decode_some(200)
+    before = rss_kib()
+    decode_some(1000)
+    assert rss_kib() <= before * 1.05, f"RSS {before} -> {rss_kib()} KiB"
