@@ -161,30 +161,34 @@ def test_a_budget_smaller_than_a_batch_is_a_clear_error(tmp_path, dataset_dir):
     assert done.returncode == 1 and "smaller than one batch" in done.stderr
 
 
-def test_random_kills_while_reading_lose_no_bytes(tmp_path, config_path):
+@pytest.mark.parametrize("kills", [3, pytest.param(50, marks=pytest.mark.stress)])
+def test_random_kills_while_reading_lose_no_bytes(tmp_path, config_path, kills):
     """TESTPLAN 3: kill -9 the daemon at random moments while a trainer reads (it retries on
-    ENOTCONN and waits for the remount); every view it gets equals the reference."""
+    ENOTCONN and waits for the remount), epoch after epoch until the kills are over; every view
+    it gets equals the reference."""
     require_fuse()
     plan = build_plan(config_path)
     keys = all_keys(plan)
     mountpoint, cache_dir = tmp_path / "mnt", tmp_path / "mnt-cache"
     mountpoint.mkdir()
-    got: dict[tuple, bytes] = {}
+    got: list[tuple[tuple, bytes]] = []
     retries = []
-    done = threading.Event()
+    kills_over, done = threading.Event(), threading.Event()
 
     def trainer() -> None:
-        for epoch, iteration in keys:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                try:
-                    got[(epoch, iteration)] = (
-                        mountpoint / "t0" / str(epoch) / str(iteration) / "view").read_bytes()
-                    break
-                except OSError as exc:  # ENOTCONN / ENOENT while the daemon is down
-                    retries.append(exc.errno)
-                    time.sleep(0.05)
-            time.sleep(0.15)  # the training step
+        while not kills_over.is_set() or len(got) < len(keys):  # whole passes, again and again
+            for epoch, iteration in keys:
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    try:
+                        got.append(((epoch, iteration), (
+                            mountpoint / "t0" / str(epoch) / str(iteration) / "view"
+                        ).read_bytes()))
+                        break
+                    except OSError as exc:  # ENOTCONN / ENOENT while the daemon is down
+                        retries.append(exc.errno)
+                        time.sleep(0.05)
+                time.sleep(0.15)  # the training step
         done.set()
 
     rng = random.Random(7)
@@ -194,16 +198,18 @@ def test_random_kills_while_reading_lose_no_bytes(tmp_path, config_path):
         wait_mounted(mountpoint, process, tmp_path / "d.log")
         reader = threading.Thread(target=trainer)
         reader.start()
-        for _ in range(3):  # kills
+        for _ in range(kills):
             time.sleep(rng.uniform(0.05, 0.4))
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
             process = start_daemon(mountpoint, [config_path], cache_dir, tmp_path / "d.log")
             wait_mounted(mountpoint, process, tmp_path / "d.log")
+        kills_over.set()
         reader.join(timeout=120)
-        assert done.is_set() and len(got) == len(keys)
+        assert done.is_set() and {key for key, _ in got} == set(keys)
         assert retries, "no read met a dead daemon: the kills came too late to test anything"
-        for (epoch, iteration), data in got.items():
-            assert data == reference_view(plan, epoch, iteration), (epoch, iteration)
+        expected = {key: reference_view(plan, *key) for key in keys}
+        for key, data in got:
+            assert data == expected[key], key
     finally:
         forgiving_teardown(mountpoint, process)

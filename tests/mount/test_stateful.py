@@ -180,12 +180,16 @@ class MountMachine(RuleBasedStateMachine):
             os.close(fd)
 
 
-def test_random_operation_sequences_match_the_model(tmp_path, dataset_dir):
+@pytest.mark.parametrize(("examples", "steps"), [
+    (200, 50),  # CI tier (TESTPLAN §1)
+    pytest.param(2000, 200, marks=pytest.mark.stress),
+])
+def test_random_operation_sequences_match_the_model(tmp_path, dataset_dir, examples, steps):
     config = write_config(tmp_path / "t0.yaml", task_config(dataset_dir, epochs=EPOCHS))
     with mount_sandfs(tmp_path, [config]) as mounted:
         MountMachine.mounted = mounted
         MountMachine.model = Model(build_plan(config))
         run_state_machine_as_test(MountMachine, settings=settings(
-            max_examples=200, stateful_step_count=50, deadline=None,
+            max_examples=examples, stateful_step_count=steps, deadline=None,
             suppress_health_check=list(HealthCheck)))
         assert os.listdir(f"/proc/{mounted.process.pid}/fd")  # the daemon is alive and well

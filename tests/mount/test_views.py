@@ -264,7 +264,8 @@ def test_trainers_running_as_another_user_can_read(config_path):
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def test_concurrent_reader_processes_get_exact_bytes(mounted, config_path):
+@pytest.mark.parametrize("processes", [8, pytest.param(32, marks=pytest.mark.stress)])
+def test_concurrent_reader_processes_get_exact_bytes(mounted, config_path, processes):
     plan = build_plan(config_path)
     paths = [str(p) for _, _, p in all_views(mounted, plan)]
     digests = {p: hashlib.sha256(reference_view(plan, e, i)).hexdigest()
@@ -273,7 +274,7 @@ def test_concurrent_reader_processes_get_exact_bytes(mounted, config_path):
               "random.Random(int(sys.argv[1])).shuffle(paths); "
               "[print(p, hashlib.sha256(open(p, 'rb').read()).hexdigest()) for p in paths]")
     readers = [subprocess.Popen([sys.executable, "-c", script, str(seed), *paths],
-                                stdout=subprocess.PIPE, text=True) for seed in range(8)]
+                                stdout=subprocess.PIPE, text=True) for seed in range(processes)]
     for reader in readers:
         out, _ = reader.communicate(timeout=120)
         assert reader.returncode == 0
