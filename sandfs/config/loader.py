@@ -249,7 +249,9 @@ def _dataset_path(value: Value, base_dir: str, check_paths: bool) -> str:
         raise value.error(
             "URLs are not supported by this build; give a local directory (input_source: file)"
         )
-    path = _resolve(text, base_dir)
+    # the real directory: the same data reached through a symlink is the same dataset (the
+    # path seeds the draws and decides which tasks share frames)
+    path = os.path.realpath(_resolve(text, base_dir))
     if check_paths and not os.path.isdir(path):
         problem = "is not a directory" if os.path.exists(path) else "does not exist"
         raise value.error(f"the dataset directory {path} {problem}")

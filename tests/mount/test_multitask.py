@@ -125,8 +125,9 @@ def test_tasks_join_and_leave_a_live_mount(tmp_path, dataset_dir):
     first = write_config(tmp_path / "first.yaml", task_config(dataset_dir, task="first"))
     trial = task_config(dataset_dir, task="trial3", seed=5)
     (tmp_path / "sub").mkdir()
-    # relative to its file; the same dataset path as the first task's, so they share pools
-    trial["dataset"]["video_dataset_path"] = os.path.relpath(dataset_dir, tmp_path / "sub")
+    # relative to its file, through a symlink: the same real directory, so they share pools
+    trial["dataset"]["video_dataset_path"] = "../" + dataset_dir.name
+    (tmp_path / dataset_dir.name).symlink_to(dataset_dir)
     trial_path = write_config(tmp_path / "sub" / "trial3.yaml", trial)
     with mount_sandfs(tmp_path, [first]) as m:
         before = m.path("first", "0", "0", "view").read_bytes()

@@ -858,6 +858,16 @@ def test_paths_resolve_against_the_config_folder_and_are_checked(tmp_path):
         load_task_config(config_file, text=text)
 
 
+def test_a_dataset_reached_through_a_symlink_is_its_real_directory(tmp_path):
+    """The dataset path seeds the draws and decides sharing: a symlink must not make the same
+    data another dataset."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    text = edited(("video_dataset_path: videos ", "video_dataset_path: link "))
+    config = load_task_config(tmp_path / "task.yaml", text=text)
+    assert config.dataset.video_dataset_path == str(tmp_path / "real")
+
+
 # --- conditions --------------------------------------------------------------------------------
 
 
