@@ -4,10 +4,14 @@ first, deadlines, SJF under memory pressure) and with SANDFS_SCHEDULING=fifo (jo
 order, blind to readers and deadlines).
 
 One task (benchmarks/configs/single.yaml) over the bench_e2e dataset, 10 epochs, k=5; the
-trainer reads every view in order and sleeps `--gpu-ms` per batch. Reports the mean iteration
-time, reader stalls and the ratio fifo / priority, policies interleaved over `--repeats`.
+trainer reads every view in order and sleeps `--gpu-ms` per batch. With `--readers N`, N
+trainers read the task at once, trainer i starting at epoch i*epochs/N and wrapping around (a
+resumed job next to a fresh one): readers far apart, where demand-feeding matters. Reports the
+mean iteration time (wall until the last trainer ends / iterations of one trainer), reader
+stalls and the ratio fifo / priority, policies interleaved over `--repeats`.
 
 Usage: benchmarks/bench_sched.py [--videos 48] [--epochs 10] [--gpu-ms 40] [--repeats 2]
+                                 [--readers 1]
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 import statistics
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -35,9 +40,10 @@ def write_config(workdir: Path, dataset: Path, epochs: int) -> Path:
     return path
 
 
-def train(mountpoint: Path, epochs: int, gpu_s: float) -> int:
+def train(mountpoint: Path, epochs: int, gpu_s: float, first_epoch: int = 0) -> int:
     iterations = len(os.listdir(mountpoint / "single" / "0"))
-    for epoch in range(epochs):
+    for step in range(epochs):
+        epoch = (first_epoch + step) % epochs
         for iteration in range(iterations):
             with open(mountpoint / "single" / str(epoch) / str(iteration) / "view", "rb") as f:
                 np.load(f)
@@ -45,14 +51,23 @@ def train(mountpoint: Path, epochs: int, gpu_s: float) -> int:
     return epochs * iterations
 
 
+def train_all(mountpoint: Path, args) -> int:
+    """`args.readers` trainers at once, spread over the epochs; iterations of one of them."""
+    starts = [i * args.epochs // args.readers for i in range(args.readers)]
+    with ThreadPoolExecutor(args.readers) as pool:
+        done = list(pool.map(lambda first: train(mountpoint, args.epochs, args.gpu_ms / 1000,
+                                                 first), starts))
+    return done[0]
+
+
 def run(workdir: Path, config: Path, policy: str, args) -> dict:
     with sandfs_mount(workdir, [config], k_epochs=5, workers=os.cpu_count() or 2,
                       env={"SANDFS_SCHEDULING": policy}) as mount:
         started = time.monotonic()
-        iterations = train(mount.mountpoint, args.epochs, args.gpu_ms / 1000)
+        iterations = train_all(mount.mountpoint, args)
         wall_s = time.monotonic() - started
         status = mount.status()
-    return {"bench": "sched", "policy": policy, "iterations": iterations,
+    return {"bench": "sched", "policy": policy, "readers": args.readers, "iterations": iterations,
             "wall_s": round(wall_s, 2), "iteration_ms": round(1000 * wall_s / iterations, 1),
             "stall_s": status["tasks"]["single"]["stall_seconds"],
             "frames_decoded": status["frames_decoded"]}
@@ -64,6 +79,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--gpu-ms", type=float, default=40)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--readers", type=int, default=1,
+                        help="trainers reading the task at once, spread over the epochs")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/sandfs-bench/data"))
     args = parser.parse_args()
     dataset = start_bench("sched", args)

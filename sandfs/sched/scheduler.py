@@ -162,6 +162,7 @@ class Scheduler:
         self.frames_on_disk: set[tuple[int, str]] = set()  # (window, video) fully on disk
         self.state = SchedulerState()
         self._wakeup = trio.Event()
+        self._window_added = trio.Event()  # set (and replaced) each time a window is planned
         self._nursery: trio.Nursery | None = None
 
     # -- life cycle -------------------------------------------------------------------------
@@ -234,6 +235,8 @@ class Scheduler:
         if key in self.state.failures:
             raise ObjectFailed(self.state.failures[key])
         if not self.is_planned(key):
+            await self._window_planned(task, key[2])
+        if not self.is_planned(key):
             return None
         if key not in self.ready:
             event = self.events.setdefault(key, trio.Event())
@@ -247,6 +250,16 @@ class Scheduler:
         if key in self.state.failures:
             raise ObjectFailed(self.state.failures[key])
         return self.ready_view(key, task)
+
+    async def _window_planned(self, task: str, epoch: int) -> None:
+        """Wait while the window of the task's `epoch` is wanted but still being planned (a
+        reader that just jumped there): computing its view on demand meanwhile would decode
+        it twice."""
+        plan = self.plans.get(task)
+        window = plan.window_of(epoch) if plan else None
+        while plan and window not in self.windows and window in self._wanted_windows():
+            self.wake()
+            await self._window_added.wait()
 
     def ready_ahead(self, task: str, count: int) -> int:
         plan = self.plans[task]
@@ -345,6 +358,8 @@ class Scheduler:
     def _add_window(self, window: int, plan: WindowPlan, on_disk: set, frames_on_disk: set,
                     disk_plans: dict[str, DiskPlan]) -> None:
         self.windows[window] = plan
+        self._window_added.set()
+        self._window_added = trio.Event()
         for key, (task_plan, epoch, iteration) in plan.views.items():
             if key in self.ready or key in self.views:
                 continue

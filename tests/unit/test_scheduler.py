@@ -163,6 +163,21 @@ async def test_readers_far_apart_keep_their_windows_and_a_re_read_does_not_drag_
         nursery.cancel_scope.cancel()
 
 
+async def test_a_read_right_after_a_jump_waits_for_the_window_being_planned(tmp_path):
+    """A reader opens epoch 5 (window 2, not planned yet) and reads at once: it waits for the
+    planning instead of getting None (which made the service compute the view on demand, a
+    second decode of its videos)."""
+    plan, scheduler, _ = scheduler_for(tmp_path, epochs=6)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await settle(scheduler)
+        assert 2 not in scheduler.windows
+        scheduler.opened(plan.name, 5, 0)
+        with trio.fail_after(10):
+            assert await scheduler.wait_view(view_key(plan, 5, 0), plan.name) is not None
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_reader_waiting_in_a_dropped_window_is_released(tmp_path):
     """Its view is no longer planned: wait_view returns None (the service then computes it on
     demand) instead of waiting forever, and the job that was filling it cannot complete it."""
