@@ -43,9 +43,13 @@ from sandfs.media.types import BadVideo, DatasetScan, MediaLimits, VideoInfo
 
 log = logging.getLogger(__name__)
 
-SCAN_VERSION = 1  # bump when probe results change meaning: older index files are then ignored
+SCAN_VERSION = 2  # bump when probe results change meaning: older index files are then ignored
+# (2: MPEG-TS/PS are not seekable)
 INDEX_FORMAT = "sandfs-scan-index"
 _AVFMT_NOTIMESTAMPS = 0x80  # raw elementary streams (.h264): no pts, no seeking by pts
+# MPEG-TS / MPEG-PS: no index, timestamps may jump; a seek lands off plan for almost every
+# request (measured), so those are decoded from the start instead of seeking and falling back
+_AVFMT_TS_DISCONT = 0x200
 _WORKER_READY = "ready"
 _WORKER_START_TIMEOUT_SECONDS = 120.0
 
@@ -404,7 +408,7 @@ class _FrameCounter:
         if len(frame_pts) < self.num_frames:
             frame_pts = ()  # some frames lack pts: index by decode order only
         increasing = all(a < b for a, b in itertools.pairwise(frame_pts))
-        no_timestamps = container.format.flags & _AVFMT_NOTIMESTAMPS
+        seek_off_plan = container.format.flags & (_AVFMT_NOTIMESTAMPS | _AVFMT_TS_DISCONT)
         return ProbeFacts(
             width=self.first.width,
             height=self.first.height,
@@ -412,7 +416,7 @@ class _FrameCounter:
             frame_pts=frame_pts,
             time_base=stream.time_base,
             keyframe_indices=tuple(self.keyframe_indices),
-            seekable=bool(frame_pts) and increasing and not no_timestamps,
+            seekable=bool(frame_pts) and increasing and not seek_off_plan,
             rotation=self.first.rotation,
             codec=stream.codec_context.codec.canonical_name,
             pix_fmt=self.first.pix_fmt,

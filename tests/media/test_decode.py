@@ -193,3 +193,19 @@ def test_a_thousand_decodes_do_not_grow_memory(corpus_scan: CorpusScan):
     before = rss_kib()
     decode_some(1000)
     assert rss_kib() <= before * 1.05, f"RSS {before} -> {rss_kib()} KiB"
+
+
+@pytest.mark.parametrize("ext", [".ts", ".mpg"])
+def test_mpeg_ts_and_ps_decode_from_the_start_without_a_wasted_seek(tmp_path: Path, ext: str):
+    """No index and timestamps that may jump: seeks landed off plan for almost every request,
+    so such files are decoded sequentially at once, with the exact frames."""
+    codec = "libx264" if ext == ".ts" else "mpeg2video"
+    write_test_video(tmp_path / f"v{ext}", num_frames=60, width=64, height=48, gop=12,
+                     codec=codec)
+    (video,) = scan_dataset(tmp_path, [ext]).videos
+    assert not video.seekable
+    reference = decode_all_reference(video.path)
+    result = decode_frames(video, [30, 41, 50])
+    assert result.frames_decoded == 51
+    for index, frame in result.frames.items():
+        assert np.array_equal(frame, reference[index])
