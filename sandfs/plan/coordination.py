@@ -102,10 +102,6 @@ class Coordination:
         self._lock = threading.Lock()
         self.changed = False  # frozen state not checkpointed yet
 
-    def add(self, cfg: TaskConfig) -> None:
-        with self._lock:
-            self._configs[cfg.task] = cfg
-
     def remove(self, name: str) -> None:
         with self._lock:
             self._configs.pop(name, None)
