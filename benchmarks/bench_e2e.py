@@ -46,18 +46,19 @@ from common import (
     DatasetSpec,
     emit,
     ensure_dataset,
+    fill_defaults,
     kill_tree,
     machine_busy_cores,
     machine_cpu_seconds,
     machine_info,
     median_or_none,
-    mounts_under,
     sandfs_mount,
     summary,
     tree_cpu_seconds,
 )
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from sandfs.mountwatch import mounts_under
 from sandfs.ops import apply_chain, draw_chain, validate_op
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -99,11 +100,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/sandfs-bench"),
                         help="mounts, cache dirs and daemon logs go in a temp folder here")
     args = parser.parse_args()
-    for key, value in DEFAULTS["quick" if args.quick else "full"].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-        if getattr(args, key) < 1:
-            parser.error(f"--{key} must be at least 1")
+    fill_defaults(parser, args, DEFAULTS, positive=list(DEFAULTS["full"]))
     if args.videos % CLASSES:
         parser.error(f"--videos must be a multiple of {CLASSES}")
     if args.epochs <= args.k_epochs:

@@ -45,7 +45,7 @@ from pathlib import Path
 import av
 import numpy as np
 import yaml
-from common import emit, machine_info, summary
+from common import emit, fill_defaults, machine_info, summary
 
 from sandfs import reference
 from sandfs.config.loader import load_task_config
@@ -97,12 +97,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/sandfs-bench/planning"),
                         help="where reuse.png, loss.png and the bars dataset go")
     args = parser.parse_args()
-    for key, value in DEFAULTS["quick" if args.quick else "full"].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    for key in ("videos", "epochs", "k_epochs", "repeats", "train_epochs"):
-        if getattr(args, key) < 1:
-            parser.error(f"--{key.replace('_', '-')} must be at least 1")
+    fill_defaults(parser, args, DEFAULTS,
+                  positive=("videos", "epochs", "k_epochs", "repeats", "train_epochs"))
     return args
 
 

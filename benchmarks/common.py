@@ -3,6 +3,7 @@ seconds of a process tree, and a sandfs mount driven only through its command li
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -16,6 +17,8 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from sandfs.mountwatch import is_mounted, wait_served
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MOUNT_TIMEOUT_S = 120.0
@@ -68,6 +71,18 @@ def summary(values: Sequence[float], digits: int = 3) -> dict[str, float] | None
 def median_or_none(values: Sequence[float | None], digits: int = 3) -> float | None:
     present = [v for v in values if v is not None]
     return round(statistics.median(present), digits) if present else None
+
+
+def fill_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                  defaults: dict[str, dict], positive: Sequence[str]) -> None:
+    """Options left unset take `defaults["quick"]` or `defaults["full"]` (by `args.quick`);
+    each option named in `positive` must be at least 1."""
+    for key, value in defaults["quick" if args.quick else "full"].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    for key in positive:
+        if getattr(args, key) < 1:
+            parser.error(f"--{key.replace('_', '-')} must be at least 1")
 
 
 def emit(record: dict) -> None:
@@ -197,18 +212,6 @@ def machine_busy_cores(interval_s: float = 2.0) -> float:
 # -- a sandfs mount ---------------------------------------------------------------------------
 
 
-def is_mounted(path: Path) -> bool:
-    target = os.path.abspath(path)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == target for line in f)
-
-
-def mounts_under(prefix: Path) -> list[str]:
-    base = os.path.abspath(prefix) + os.sep
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if line.split()[4].startswith(base)]
-
-
 @dataclass(frozen=True, slots=True)
 class Mount:
     mountpoint: Path
@@ -244,33 +247,13 @@ def sandfs_mount(workdir: Path, configs: Sequence[Path], *, k_epochs: int, worke
             process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, start_new_session=True,
                                        cwd=REPO_ROOT, env={**os.environ, **(env or {})})
-        wait_mounted(mountpoint, process, log_path)
+        wait_served(mountpoint, process, log_path, MOUNT_TIMEOUT_S)
         ready_at = time.monotonic()
         yield Mount(mountpoint, process.pid, ready_at - started_at, ready_at,
                     tree_cpu_seconds(process.pid))
     finally:
         unmount(mountpoint, process)
         shutil.rmtree(cache_dir, ignore_errors=True)
-
-
-def wait_mounted(mountpoint: Path, process: subprocess.Popen, log_path: Path) -> None:
-    deadline = time.monotonic() + MOUNT_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"sandfs exited with {process.returncode} before mounting:\n"
-                               f"{log_path.read_text(errors='replace')[-3000:]}")
-        if is_mounted(mountpoint) and served_by(mountpoint, process.pid):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"sandfs did not serve {mountpoint} within {MOUNT_TIMEOUT_S:.0f}s:\n"
-                       f"{log_path.read_text(errors='replace')[-3000:]}")
-
-
-def served_by(mountpoint: Path, pid: int) -> bool:
-    try:
-        return json.loads((mountpoint / ".sand" / "status.json").read_bytes()).get("pid") == pid
-    except (OSError, ValueError):
-        return False
 
 
 def unmount(mountpoint: Path, process: subprocess.Popen | None) -> None:

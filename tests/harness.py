@@ -6,19 +6,19 @@ that no mount and no process is left and that the daemon's log holds no unexpect
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
+
+from sandfs.mountwatch import is_mounted, wait_served
 
 MOUNT_TIMEOUT_SECONDS = 60.0
 LOG_ERROR = re.compile(r" (ERROR|CRITICAL) |Traceback \(most recent call last\)")
@@ -44,12 +44,6 @@ def require_fuse() -> None:
     if os.environ.get("SANDFS_REQUIRE_FUSE") == "1":
         pytest.fail(f"FUSE required (SANDFS_REQUIRE_FUSE=1) but unavailable: {reason}")
     pytest.skip(f"FUSE unavailable: {reason}")
-
-
-def is_mounted(path: str | Path) -> bool:
-    target = os.path.abspath(path)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == target for line in f)
 
 
 @dataclass
@@ -85,24 +79,7 @@ def start_daemon(mountpoint: Path, configs: Sequence[Path], cache_dir: Path, log
 
 
 def wait_mounted(mountpoint: Path, process: subprocess.Popen, log_path: Path) -> None:
-    deadline = time.monotonic() + MOUNT_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"sandfs exited with {process.returncode} before mounting:\n"
-                               f"{log_path.read_text(errors='replace')[-3000:]}")
-        if is_mounted(mountpoint) and served_by(mountpoint, process.pid):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"sandfs did not mount {mountpoint} within {MOUNT_TIMEOUT_SECONDS}s")
-
-
-def served_by(mountpoint: Path, pid: int) -> bool:
-    """True when `mountpoint` is served by daemon `pid` (not a stale mount of a dead one)."""
-    try:
-        status = json.loads((mountpoint / ".sand" / "status.json").read_bytes())
-    except (OSError, ValueError):
-        return False
-    return status.get("pid") == pid
+    wait_served(mountpoint, process, log_path, MOUNT_TIMEOUT_SECONDS)
 
 
 def strict_teardown(mounted: Mounted) -> None:
