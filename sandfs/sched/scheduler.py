@@ -514,15 +514,17 @@ class Scheduler:
             yield JobState(f"a{key}", key in self.demanded, self._deadline_of(key),
                            len(state.on_disk - state.in_memory)), key, "assemble"
 
-    def active_workers(self) -> int:
-        """How many jobs may run now (`workers_to_run`: queue occupancy and deadlines)."""
+    def active_workers(self, states: Sequence[JobState] | None = None) -> int:
+        """How many jobs may run now (`workers_to_run`: queue occupancy and deadlines);
+        `states`: the jobs that could run, when the caller has them already."""
         if self.demanded or not self.plans:
             return self.workers
         every_task_ahead = all(
             self.ready_ahead(task, AHEAD_TARGET) >= min(AHEAD_TARGET, self._left(task))
             for task in self.plans)
-        soonest = min((state.deadline_iterations for state, _, _ in self._job_states()),
-                      default=NOT_NEEDED)
+        if states is None:
+            states = [state for state, _, _ in self._job_states()]
+        soonest = min((state.deadline_iterations for state in states), default=NOT_NEEDED)
         return workers_to_run(self.workers, demanded=False, every_task_ahead=every_task_ahead,
                               soonest_deadline=soonest)
 
@@ -531,8 +533,10 @@ class Scheduler:
         return plan.epochs * plan.iterations_per_epoch - self.positions[task] - 1
 
     def _dispatch(self) -> None:
-        while len(self.running) < self.active_workers():
+        while True:
             options = {s.key: (s, k, kind) for s, k, kind in self._job_states()}
+            if len(self.running) >= self.active_workers([s for s, _, _ in options.values()]):
+                return
             pressure = under_pressure(self.memory_bytes, self.memory_limit_bytes)
             best = pick_next((s for s, _, _ in options.values()), memory_pressure=pressure,
                              policy=self.policy)

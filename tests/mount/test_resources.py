@@ -11,6 +11,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -99,15 +100,22 @@ def test_memory_high_water_mark_follows_memory_limit(tmp_path, big_dataset):
     assert unlimited - limited > 60e6, f"{unlimited / 1e6:.0f} vs {limited / 1e6:.0f} MB"
 
 
-def fusectl_ready() -> bool:
-    if not FUSECTL.is_dir():
-        return False
-    if not any(FUSECTL.iterdir()) and os.geteuid() == 0:
-        subprocess.run(["mount", "-t", "fusectl", "fusectl", str(FUSECTL)], capture_output=True)
-    return any(FUSECTL.iterdir())
+@pytest.fixture
+def fusectl() -> Iterator[Path]:
+    """/sys/fs/fuse/connections: mounted for the test when it is not (and unmounted after)."""
+    mounted_here = False
+    if not is_mounted(FUSECTL) and FUSECTL.is_dir() and os.geteuid() == 0:
+        mounted_here = subprocess.run(["mount", "-t", "fusectl", "fusectl", str(FUSECTL)],
+                                      capture_output=True).returncode == 0
+    if not is_mounted(FUSECTL):
+        pytest.skip("fusectl is not mounted and cannot be mounted here")
+    yield FUSECTL
+    if mounted_here:
+        subprocess.run(["umount", str(FUSECTL)], capture_output=True)
 
 
-def test_a_hung_daemon_aborted_through_fusectl_gives_readers_an_error(tmp_path, config_path):
+def test_a_hung_daemon_aborted_through_fusectl_gives_readers_an_error(tmp_path, config_path,
+                                                                      fusectl):
     """SIGSTOP the daemon, a reader blocks; writing to fusectl's abort frees it with ENOTCONN or
     ECONNABORTED within seconds. The mountpoint is then cleaned by the next mount."""
     mountpoint, cache_dir = tmp_path / "mnt", tmp_path / "mnt-cache"
@@ -115,9 +123,7 @@ def test_a_hung_daemon_aborted_through_fusectl_gives_readers_an_error(tmp_path, 
     process = start_daemon(mountpoint, [config_path], cache_dir, tmp_path / "d.log")
     try:
         wait_mounted(mountpoint, process, tmp_path / "d.log")
-        if not fusectl_ready():
-            pytest.skip("fusectl is not mounted and cannot be mounted here")
-        connection = FUSECTL / str(os.minor(os.stat(mountpoint).st_dev))
+        connection = fusectl / str(os.minor(os.stat(mountpoint).st_dev))
         assert connection.is_dir()
         os.kill(process.pid, signal.SIGSTOP)
         outcome: list[BaseException | bytes] = []
