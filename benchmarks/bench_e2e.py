@@ -91,6 +91,8 @@ def parse_args() -> argparse.Namespace:
                         help="simulated GPU step per batch, ms (default 40)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--k-epochs", type=int, default=5, help="sandfs --k-epochs")
+    parser.add_argument("--decode-ahead", type=int, default=3,
+                        help="sandfs --decode-ahead (default 3, sandfs's default; 0: off)")
     parser.add_argument("--bframes", type=int, default=0,
                         help="B-frames between references in the dataset's videos (default 0; "
                              "real H.264 encodes usually have 2-3)")
@@ -401,7 +403,8 @@ def measure_sandfs(tasks: list[TaskSpec], workdir: Path, args, gpu_s: float) -> 
     sandfs pass is charged the daemon's CPU from the moment it served (a scheduler may start
     before the first read: `head_start_s` says how long the readers took to start)."""
     with sandfs_mount(workdir, [t.config_path for t in tasks], k_epochs=args.k_epochs,
-                      workers=args.workers) as mount:
+                      workers=args.workers,
+                      extra_args=["--decode-ahead", str(args.decode_ahead)]) as mount:
         jobs = [TrainerJob(task, args.epochs, gpu_s,
                            lambda task=task: SandfsFeed(mount.mountpoint, task.name))
                 for task in tasks]
@@ -594,7 +597,8 @@ def main() -> int:
     dataset_root = ensure_dataset(args.data_dir, spec)
     params = {"quick": args.quick, "videos": args.videos, "epochs": args.epochs,
               "repeats": args.repeats, "gpu_ms": args.gpu_ms, "k_epochs": args.k_epochs,
-              "workers": args.workers, "dataset": spec.name, "modes": args.modes}
+              "decode_ahead": args.decode_ahead, "workers": args.workers,
+              "dataset": spec.name, "modes": args.modes}
     busy_cores = machine_busy_cores()
     if busy_cores > BUSY_MACHINE_CORES:
         print(f"warning: other processes keep {busy_cores} cores busy: expect noisy figures "

@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     mount.add_argument("--cache-dir")
     mount.add_argument("--budget", metavar="SIZE", help="storage budget, e.g. 200G")
     mount.add_argument("--k-epochs", type=int, metavar="K")
+    mount.add_argument("--decode-ahead", type=int, metavar="N",
+                       help="later windows a decode pass also prepares frames for (default 3)")
     mount.add_argument("--workers", metavar="N", help="worker threads, or auto")
     mount.add_argument("--foreground", action="store_true", help="stay attached (tests, systemd)")
     mount.add_argument("--log-level", default="INFO",
@@ -96,6 +98,9 @@ def engine_overrides(args: argparse.Namespace) -> dict:
         workers = int(workers)
     if args.k_epochs is not None and args.k_epochs < 1:
         raise UserError(f"--k-epochs: expected an integer >= 1, got {args.k_epochs}")
+    decode_ahead = args.decode_ahead
+    if decode_ahead is not None and decode_ahead < 0:
+        raise UserError(f"--decode-ahead: expected an integer >= 0, got {decode_ahead}")
     try:
         budget = parse_size(args.budget) if args.budget else None
     except ValueError as exc:
@@ -104,6 +109,7 @@ def engine_overrides(args: argparse.Namespace) -> dict:
         "cache_dir": args.cache_dir and os.path.abspath(args.cache_dir),
         "storage_budget_bytes": budget,
         "k_epochs": args.k_epochs,
+        "decode_ahead": decode_ahead,
         "workers": workers,  # "auto" given on the command line wins over a config's number
     }
 
@@ -168,7 +174,8 @@ def child_args(args: argparse.Namespace) -> list[str]:
     for path in args.config:
         out += ["--config", os.path.abspath(path)]
     for flag, value in (("--cache-dir", args.cache_dir), ("--budget", args.budget),
-                        ("--k-epochs", args.k_epochs), ("--workers", args.workers)):
+                        ("--k-epochs", args.k_epochs), ("--decode-ahead", args.decode_ahead),
+                        ("--workers", args.workers)):
         if value is not None:
             out += [flag, os.path.abspath(value) if flag == "--cache-dir" else str(value)]
     return [*out, "--log-level", args.log_level, "--foreground"]

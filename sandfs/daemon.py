@@ -45,6 +45,7 @@ class MountSettings:
     cache_dir: str
     workers: int
     k_epochs: int
+    decode_ahead: int
     memory_budget_bytes: int
     storage_budget_bytes: int | None  # None: a default from the free space (see open_store)
     cache_format: str
@@ -61,6 +62,7 @@ def settings_from(engine: EngineConfig, mountpoint: str | None) -> MountSettings
         cache_dir=os.path.abspath(cache_dir),
         workers=engine.workers or os.cpu_count() or 2,
         k_epochs=engine.k_epochs,
+        decode_ahead=engine.decode_ahead,
         memory_budget_bytes=engine.memory_limit_bytes or default_memory_budget(),
         storage_budget_bytes=engine.storage_budget_bytes,
         cache_format=engine.cache_format,
@@ -322,6 +324,7 @@ def serve_mount(configs, settings: MountSettings, plans, scans, store: ObjectSto
     service = ViewService(plans, engine=engine, stats=Stats(), bad_videos=bad_videos(scans),
                           task_texts={c.task: c.source_text for c in configs},
                           memory_limit_bytes=settings.memory_budget_bytes * 3 // 4, store=store,
+                          decode_ahead=settings.decode_ahead,
                           checkpoint=partial(save_plan_state, settings.cache_dir),
                           task_planner=partial(plan_new_task, settings, scans, plans),
                           config_dir=os.path.dirname(configs[0].source_path) or "/")

@@ -58,6 +58,7 @@ class ViewService:
         memory_limit_bytes: int = 1 << 30,
         read_ahead: int = 8,
         store: ObjectStore | None = None,
+        decode_ahead: int = 0,
         checkpoint: Callable[[dict], None] | None = None,
         task_planner: Callable[[TaskConfig, int], TaskPlan] | None = None,
         config_dir: str = "/",
@@ -68,7 +69,8 @@ class ViewService:
         self.materializer = Materializer(stats)
         self.scheduler = Scheduler(plans, self.materializer, stats, workers=engine.workers,
                                    memory_limit_bytes=memory_limit_bytes, limiter=engine.limiter,
-                                   store=store, on_window_planned=self.window_planned)
+                                   store=store, decode_ahead=decode_ahead,
+                                   on_window_planned=self.window_planned)
         self.store = store
         self.checkpoint = checkpoint
         self.task_planner = task_planner  # plans a task registered on the live mount
@@ -269,6 +271,7 @@ class ViewService:
                           "rebuilt_from_disk": sched.rebuilt_from_disk,
                           "clips_recomputed": stats.get("clips_recomputed")},
             "frames_from_disk": stats.get("frames_from_disk"),
+            "frames_carried": stats.get("frames_carried"),
             "queues": {"demand": self.engine.demand_waiting + sched.demand_waiting,
                        "prematerialize": len(self.scheduler.pending_jobs())},
             "bad_videos": bad,

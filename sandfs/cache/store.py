@@ -202,6 +202,11 @@ class ObjectStore:
         with self._lock:
             return key in self._index
 
+    def room_below(self, fraction: float) -> int:
+        """Bytes that may still be stored before the store holds `fraction` of its budget."""
+        with self._lock:
+            return max(0, int(self.budget_bytes * fraction) - self._used_nbytes())
+
     def keys(self) -> list[ObjectKey]:
         with self._lock:
             return list(self._index.entries)

@@ -65,6 +65,7 @@ ENGINE_FIELDS = {
     "workers": "workers",
     "memory_limit": "memory_limit_bytes",
     "cache_format": "cache_format",
+    "decode_ahead": "decode_ahead",
 }
 CACHE_FORMATS = ("auto", "raw", "lz4", "zstd", "png")
 BASE_DIR_MARK = "# sandfs-base-dir:"  # a first line that anchors relative paths elsewhere
@@ -330,6 +331,7 @@ def _engine(value: Value | None, base_dir: str) -> tuple[EngineConfig, frozenset
         "workers": _workers,
         "memory_limit": _budget,
         "cache_format": partial(fields.choice, choices=CACHE_FORMATS),
+        "decode_ahead": partial(fields.integer, minimum=0),
     }
     settings = {
         ENGINE_FIELDS[key]: readers[key](item)
@@ -390,9 +392,10 @@ def _override(name: str, value: Any) -> Any:
             raise ValueError(f"{name}: {e}") from None
     if name == "workers" and value == "auto":
         return None
-    if name in ("workers", "k_epochs"):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
+    if name in ("workers", "k_epochs", "decode_ahead"):
+        least = 0 if name == "decode_ahead" else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{name}: expected an integer >= {least}, got {value!r}")
         return value
     raise ValueError(f"unknown engine setting {name!r}; known: {', '.join(ENGINE_FIELDS.values())}")
 

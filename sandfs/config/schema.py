@@ -102,6 +102,7 @@ class EngineConfig:
     workers: int | None = None  # None: auto (the machine's cores)
     memory_limit_bytes: int | None = None  # None: a quarter of RAM, at most 4 GiB
     cache_format: str = "auto"  # auto | raw | lz4 | zstd | png (all lossless)
+    decode_ahead: int = 3  # later windows whose frames a decode pass keeps on disk for them
 
 
 @dataclass(frozen=True, slots=True)

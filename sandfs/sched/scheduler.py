@@ -18,6 +18,7 @@ reader has read first, then those needed last — and they are rebuilt from disk
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections import Counter, OrderedDict
@@ -50,6 +51,7 @@ from sandfs.stats import Stats
 log = logging.getLogger(__name__)
 
 PRUNE_TARGET_FRACTION = 0.7  # plan below the store's 75% eviction mark
+CARRY_STORE_FRACTION = 0.5  # frames carried for later windows: while the store is below this
 DECODE_SECONDS_PER_MPIXEL = 0.006  # cost model seeds (PERF-NOTES), refined by measurement
 AUGMENT_SECONDS_PER_MPIXEL = 0.0015
 
@@ -61,6 +63,12 @@ def clip_object_key(use: ClipUse, info: VideoInfo) -> ObjectKey:
 def frame_object_key(info: VideoInfo, frame: FrameKey) -> ObjectKey:
     index, source = frame
     return ObjectKey.of("frame", info.path, info.size_bytes, info.mtime_ns, index, source)
+
+
+def frame_nbytes(info: VideoInfo, frame: FrameKey) -> int:
+    """RGB bytes of a decoded frame: full size, or its decode_resize."""
+    height, width = frame[1][0] if frame[1] else (info.height, info.width)
+    return height * width * 3
 
 
 @dataclass(slots=True)
@@ -94,6 +102,9 @@ class Job:
     save_frames: bool = False
     frames_on_disk: bool = False
     frame_bytes: int = 0
+    # frames later windows need from this video, decoded in this pass and kept on disk for
+    # them (window -> (frame keys, deadline)): their jobs then read instead of decoding
+    carry: dict[int, tuple[set[FrameKey], int]] = field(default_factory=dict)
     deadlines: dict[tuple, int] = field(default_factory=dict)  # view -> first reader position
     layouts: dict[tuple, str] = field(default_factory=dict)  # view -> its task's layout
     assembly: tuple | None = None  # (plan, view plan, slots to read) of an assembly job
@@ -108,6 +119,11 @@ class Job:
         if self.save_frames and not self.frames_on_disk and self.work is not None:
             return self.work.frame_keys
         return {key for use in self.uses for key in clip_frame_keys(use.clip)}
+
+    @property
+    def decode_keys(self) -> set[FrameKey]:
+        """What the decode pass produces: this window's frames and those it carries."""
+        return self.frames.union(*(keys for keys, _ in self.carry.values()))
 
 
 @dataclass(slots=True)
@@ -132,7 +148,7 @@ class SchedulerState:
 class Scheduler:
     def __init__(self, plans: Sequence[TaskPlan], materializer: Materializer, stats: Stats, *,
                  workers: int, memory_limit_bytes: int, limiter: trio.CapacityLimiter,
-                 store: ObjectStore | None = None,
+                 store: ObjectStore | None = None, decode_ahead: int = 0,
                  on_window_planned: Callable[[], None] | None = None) -> None:
         self.plans = {p.name: p for p in plans}
         self.materializer = materializer
@@ -141,6 +157,7 @@ class Scheduler:
         self.memory_limit_bytes = memory_limit_bytes
         self.limiter = limiter
         self.store = store
+        self.decode_ahead = decode_ahead  # later windows a decode pass prepares frames for
         self.on_window_planned = on_window_planned
         self.policy = os.environ.get("SANDFS_SCHEDULING", "priority")  # "fifo": the ablation
         if self.policy not in POLICIES:
@@ -151,6 +168,7 @@ class Scheduler:
         # (a second trainer, a prefetching loader, a re-read) keep their windows planned
         self.open_positions: dict[str, Counter[int]] = {name: Counter() for name in self.plans}
         self.windows: dict[int, WindowPlan] = {}
+        self.future: dict[int, WindowPlan] = {}  # windows further ahead: only to carry frames
         self.disk_plans: dict[tuple[int, str], DiskPlan] = {}
         self.pending: dict[tuple[int, str], list[ClipUse]] = {}  # clips not made yet
         self.views: dict[tuple, ViewState] = {}  # batches of active windows, not ready yet
@@ -160,6 +178,7 @@ class Scheduler:
         self.running: dict[object, Job] = {}
         self.made: set[tuple] = set()  # (view, slot) made in this run: a second time = recompute
         self.frames_on_disk: set[tuple[int, str]] = set()  # (window, video) fully on disk
+        self.carried: set[tuple[int, str]] = set()  # (window, video) a running job decodes
         self.state = SchedulerState()
         self._wakeup = trio.Event()
         self._window_added = trio.Event()  # set (and replaced) each time a window is planned
@@ -303,6 +322,23 @@ class Scheduler:
             self._add_window(window, *planned)
         for window in [w for w in self.windows if w < min(wanted, default=0)]:
             self._drop_window(window)
+        await self._plan_future()
+
+    async def _plan_future(self) -> None:
+        """Plan the `decode_ahead` windows after each active one, for no other use than
+        carrying their frames (`_carry_for`): a job of the next window, started early, carries
+        for the window after it."""
+        horizon = set()
+        if self.store is not None:
+            horizon = {w + ahead for w in self.windows for ahead in range(1, self.decode_ahead + 1)
+                       if any(p.window_epochs(w + ahead) for p in self.plans.values())}
+        horizon -= set(self.windows)
+        self.future = {w: p for w, p in self.future.items() if w in horizon}
+        for window in sorted(horizon - set(self.future)):
+            plans = list(self.plans.values())
+            self.future[window] = await trio.to_thread.run_sync(plan_window, plans, window)
+        self.frames_on_disk = {k for k in self.frames_on_disk
+                               if k[0] in self.windows or k[0] in self.future}
 
     def _plan_window(self, window: int):
         """In a thread: the window's plan, what is on disk already, and what to keep there."""
@@ -391,6 +427,7 @@ class Scheduler:
         self.plans[plan.name] = plan
         self.positions[plan.name] = 0
         self.open_positions[plan.name] = Counter()
+        self.future.clear()  # planned again with the new task
         for window in sorted(self.windows):
             part, on_disk = await trio.to_thread.run_sync(self._plan_part, plan, window)
             self._merge_window(window, part, on_disk)
@@ -436,6 +473,7 @@ class Scheduler:
         self.plans.pop(name, None)
         self.positions.pop(name, None)
         self.open_positions.pop(name, None)
+        self.future.clear()
         released: dict[tuple, tuple[TaskPlan, int, int]] = {}
         for window in self.windows.values():
             for key in list(window.readers):
@@ -498,8 +536,8 @@ class Scheduler:
     def _job_states(self):
         """(JobState, job key, kind) of every job that could run now."""
         for job_key, uses in self.pending.items():
-            if job_key in self.running or not uses:
-                continue
+            if job_key in self.running or job_key in self.carried or not uses:
+                continue  # a job decoding for it now leaves its frames on disk: wait for them
             yield JobState(
                 key=f"v{job_key[0]}:{job_key[1]}",
                 demanded=any(u.view in self.demanded for u in uses),
@@ -567,11 +605,14 @@ class Scheduler:
         window, path = job_key
         work = self.windows[window].videos[path]
         disk = self.disk_plans.get(job_key, DiskPlan())
-        frame_bytes = len(work.frames) * work.info.width * work.info.height * 3
+        frames_on_disk = job_key in self.frames_on_disk
+        carry = {} if frames_on_disk else self._carry_for(window, path)
+        frame_bytes = sum(frame_nbytes(work.info, k)
+                          for k in work.frame_keys.union(*(k for k, _ in carry.values())))
         free = self.memory_limit_bytes - self.memory_bytes - frame_bytes
         job = Job("video", window, job_key, work, frame_bytes=frame_bytes,
                   save_frames=disk.frames and self.store is not None,
-                  frames_on_disk=(window, path) in self.frames_on_disk)
+                  frames_on_disk=frames_on_disk, carry=carry)
         reserved: set[tuple] = set()
         for use in sorted(self.pending[job_key], key=lambda u: self._deadline_of(u.view)):
             fits = use.view in reserved
@@ -588,6 +629,32 @@ class Scheduler:
             if fits or keep:
                 job.uses.append(use)
         return job if job.uses else None
+
+    def _carry_for(self, window: int, path: str) -> dict[int, tuple[set[FrameKey], int]]:
+        """The frames later windows (up to `decode_ahead` ahead) need from this video and no
+        job made yet. With one keyframe per video a pass decodes from the start anyway:
+        decoding them now and keeping them on disk saves each of those windows a pass. As many
+        windows as fit in half the storage budget and a quarter of the memory limit."""
+        if self.store is None:
+            return {}
+        disk_room = self.store.room_below(CARRY_STORE_FRACTION)
+        memory_room = self.memory_limit_bytes // 4
+        carry, nbytes = {}, 0
+        later = sorted((w, p) for w, p in (*self.windows.items(), *self.future.items())
+                       if window < w <= window + self.decode_ahead)
+        for index, plan in later:
+            work, key = plan.videos.get(path), (index, path)
+            if (work is None or key in self.frames_on_disk or key in self.running
+                    or key in self.carried
+                    or (index in self.windows and not self.pending.get(key))):
+                continue
+            keys = work.frame_keys
+            size = sum(frame_nbytes(work.info, k) for k in keys)
+            if nbytes + size > min(disk_room, memory_room):
+                break
+            nbytes += size
+            carry[index] = (keys, min(pos for u in work.uses for _, pos in u.readers))
+        return carry
 
     def _admit_assembly(self, key: tuple, *, demanded: bool) -> Job | None:
         fits, _ = self._reserve_buffer(key, self.memory_limit_bytes - self.memory_bytes,
@@ -618,14 +685,15 @@ class Scheduler:
             job.assembly = (state.plan, state.plan.view_plan(state.epoch, state.iteration),
                             sorted(state.on_disk - state.in_memory))
         self.running[job.key] = job
+        self.carried |= {(later, job.key[1]) for later in job.carry}
         assert self._nursery is not None
         self._nursery.start_soon(self._run, job, targets, name=f"{job.kind} job {job.key}")
 
     async def _run(self, job: Job, targets: dict[tuple, np.ndarray]) -> None:
         work = self._materialize_video if job.kind == "video" else self._assemble
         try:
-            placed, frames_saved = await trio.to_thread.run_sync(work, job, targets,
-                                                                 limiter=self.limiter)
+            placed, saved, carried = await trio.to_thread.run_sync(work, job, targets,
+                                                                   limiter=self.limiter)
         except Exception as exc:  # a broken video: its views fail (EIO), nothing else does
             reason = f"{type(exc).__name__}: {exc}"
             what = job.work.info.rel_path if job.work else job.key
@@ -634,10 +702,16 @@ class Scheduler:
             for view in views:
                 self._fail(view, reason)
         else:
-            self._record(job, placed)
-            if frames_saved:
-                self.frames_on_disk.add(job.key)
+            self._record(job, placed)  # the readers get their batches first, then:
+            if carried:
+                saved += await trio.to_thread.run_sync(self._save_carried, job, carried,
+                                                       limiter=self.limiter)
+            # (window, video)s whose frames are all on disk now; a window dropped meanwhile
+            # checks the store again when it is planned
+            self.frames_on_disk |= {(w, path) for w, path in saved
+                                    if w in self.windows or w in self.future}
         finally:
+            self.carried -= {(later, job.key[1]) for later in job.carry}
             del self.running[job.key]
             self.state.jobs_done += 1
             self.wake()
@@ -645,14 +719,20 @@ class Scheduler:
     # -- in worker threads ------------------------------------------------------------------
 
     def _materialize_video(self, job: Job, targets: dict[tuple, np.ndarray]):
-        """One decode pass (or frames from disk), every clip once, into memory and to disk."""
+        """One decode pass (or frames from disk), every clip once, into memory and to disk.
+        Returns the clips placed, the (window, video)s whose frames it saved, and the frames
+        it decoded for later windows (saved once the batches are handed over)."""
         assert job.work is not None
         info = job.work.info
         frames = self._frames_from_disk(job) if job.frames_on_disk else None
-        saved = False
+        saved, carried = [], {}
         if frames is None:
-            frames = self.materializer.decode(info, job.frames)
-            saved = job.save_frames and self._save_frames(info, frames)
+            frames = self.materializer.decode(info, job.decode_keys)
+            own = {k: frames[k] for k in job.frames}
+            if job.save_frames and self._save_frames(info, own):
+                saved.append(job.key)
+            carried = {later: {k: frames[k] for k in keys}
+                       for later, (keys, _) in job.carry.items()}
         clips = self.materializer.augment_clips(
             [u.clip for u in job.uses], frames, [len(u.readers) for u in job.uses])
         placed = []
@@ -664,7 +744,23 @@ class Scheduler:
             stored = spot in job.to_disk and self.store.put(
                 clip_object_key(use, info), array, deadline=job.deadlines[use.view])
             placed.append((use, spot in job.to_memory, bool(stored)))
-        return placed, saved
+        return placed, saved, carried
+
+    def _save_carried(self, job: Job, carried: dict[int, dict[FrameKey, np.ndarray]]) -> list:
+        """Keep frames decoded for later windows on disk; a failure only means that those
+        windows decode for themselves (the batches of this job are out already)."""
+        saved = []
+        for later, frames in carried.items():
+            try:
+                ok = self._save_frames(job.work.info, frames, job.carry[later][1])
+            except Exception as exc:
+                log.warning("keeping frames of %s for window %d failed: %s: %s",
+                            job.work.info.rel_path, later, type(exc).__name__, exc)
+                ok = False
+            if ok:
+                saved.append((later, job.work.info.path))
+                self.stats.add("frames_carried", len(frames))
+        return saved
 
     def _frames_from_disk(self, job: Job) -> dict[FrameKey, np.ndarray] | None:
         frames = {}
@@ -677,9 +773,11 @@ class Scheduler:
         self.stats.add("frames_from_disk", len(frames))
         return frames
 
-    def _save_frames(self, info: VideoInfo, frames: dict[FrameKey, np.ndarray]) -> bool:
+    def _save_frames(self, info: VideoInfo, frames: dict[FrameKey, np.ndarray],
+                     deadline: float = math.inf) -> bool:
         """True when every frame is on disk afterwards."""
-        return all([self.store.put(frame_object_key(info, k), f) for k, f in frames.items()])
+        return all([self.store.put(frame_object_key(info, k), f, deadline=deadline)
+                    for k, f in frames.items()])
 
     def _assemble(self, job: Job, targets: dict[tuple, np.ndarray]):
         """Read a batch's clips back from disk; a missing or corrupt one is recomputed."""
@@ -696,7 +794,7 @@ class Scheduler:
                 stored = self._recompute_clip(plan, clip)
             array[slot] = stored
             placed.append((use, True, True))
-        return placed, False
+        return placed, [], {}
 
     def _recompute_clip(self, plan: TaskPlan, clip) -> np.ndarray:
         info = plan.videos[clip.video_index]

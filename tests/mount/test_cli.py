@@ -153,3 +153,15 @@ def test_plan_prints_the_merged_plan_without_mounting(tmp_path, dataset_dir):
     assert total["frames_decoded"] < total["frames_decoded_independent"]
     assert report["windows"][0]["frames_by_task_count"].get("2", 0) > 0  # shared frames
     assert report["savings"]["decode"] > 0
+
+
+@pytest.mark.parametrize(("flag", "value", "fragment"), [
+    ("--decode-ahead", "-1", "--decode-ahead: expected an integer >= 0"),
+    ("--k-epochs", "0", "--k-epochs: expected an integer >= 1"),
+    ("--workers", "none", "--workers: expected a positive integer or auto"),
+])
+def test_bad_engine_flags_are_clear_errors(tmp_path, config_path, flag, value, fragment):
+    done = run_cli("mount", str(tmp_path / "m"), "--config", str(config_path), flag, value)
+    assert done.returncode != 0 and fragment in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not is_mounted(tmp_path / "m")

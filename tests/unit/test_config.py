@@ -403,6 +403,13 @@ BAD_CONFIGS = [
         "at least 1",
     ),
     (
+        "decode-ahead-negative",
+        [("storage_budget: 1G ", "storage_budget: 1G\n  decode_ahead: -1")],
+        "engine.decode_ahead",
+        28,
+        "at least 0",
+    ),
+    (
         "workers-word",
         [("storage_budget: 1G ", "storage_budget: 1G\n  workers: many")],
         "engine.workers",
@@ -971,6 +978,7 @@ def test_merge_engines_first_wins_with_warnings_and_cli_overrides():
         check_paths=False,
         text=_with_engine(
             "b", "  cache_dir: /c2\n  storage_budget: 1024M\n  workers: 3\n  k_epochs: ~\n"
+            "  decode_ahead: 0\n"
         ),
     )
     engine, warnings = merge_engines([first, second], {})
@@ -978,6 +986,7 @@ def test_merge_engines_first_wins_with_warnings_and_cli_overrides():
     assert engine.storage_budget_bytes == 2**30
     assert engine.workers == 3
     assert engine.k_epochs == 5
+    assert engine.decode_ahead == 0
     assert len(warnings) == 1
     assert "engine.cache_dir" in warnings[0]
     assert "a.yaml" in warnings[0]
@@ -989,6 +998,7 @@ def test_merge_engines_first_wins_with_warnings_and_cli_overrides():
             "storage_budget_bytes": "2G",
             "workers": "auto",
             "k_epochs": 2,
+            "decode_ahead": 5,
             "mountpoint": None,
         },
     )
@@ -997,9 +1007,12 @@ def test_merge_engines_first_wins_with_warnings_and_cli_overrides():
     assert overridden.storage_budget_bytes == 2 * 2**30
     assert overridden.workers is None
     assert overridden.k_epochs == 2
+    assert overridden.decode_ahead == 5
     assert overridden.mountpoint is None
     with pytest.raises(ValueError, match="workers"):
         merge_engines([first], {"workers": 0})
+    with pytest.raises(ValueError, match="decode_ahead: expected an integer >= 0"):
+        merge_engines([first], {"decode_ahead": -1})
     with pytest.raises(ValueError, match="unknown engine setting"):
         merge_engines([first], {"budget": "1G"})
 

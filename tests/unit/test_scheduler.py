@@ -10,6 +10,7 @@ import pytest
 import trio
 from test_plan import fake_videos, make_plan
 
+from sandfs.cache import ObjectStore
 from sandfs.plan.window import object_graph, plan_window, view_key
 from sandfs.sched.policy import JobState, pick_next, under_pressure, workers_to_run
 from sandfs.sched.scheduler import Scheduler
@@ -62,12 +63,14 @@ class RecordingMaterializer:
 
     def __init__(self, gate: threading.Event | None = None) -> None:
         self.decoded: list[str] = []
+        self.decoded_keys: list[set] = []
         self.gate = gate
 
     def decode(self, info, keys):
         if self.gate is not None:
             self.gate.wait(5)
         self.decoded.append(info.name)
+        self.decoded_keys.append(set(keys))
         return {k: np.full((info.height, info.width, 3), k[0] % 255, np.uint8) for k in keys}
 
     def augment_clips(self, clips, frames, readers=None):
@@ -78,14 +81,16 @@ class RecordingMaterializer:
         pass
 
 
-def scheduler_for(tmp_path, *, videos=8, memory=1 << 30, workers=1, gate=None, epochs=4):
+def scheduler_for(tmp_path, *, videos=8, memory=1 << 30, workers=1, gate=None, epochs=4,
+                  store=None, decode_ahead=0):
     plan = make_plan(tmp_path, videos=fake_videos(videos), epochs=epochs,
                      augmentation=[{"name": "crop", "branch_type": "single",
                                     "inputs": ["frame"], "outputs": ["c"],
                                     "config": [{"center_crop": {"size": [32, 32]}}]}])
     materializer = RecordingMaterializer(gate)
     scheduler = Scheduler([plan], materializer, Stats(), workers=workers,
-                          memory_limit_bytes=memory, limiter=trio.CapacityLimiter(workers))
+                          memory_limit_bytes=memory, limiter=trio.CapacityLimiter(workers),
+                          store=store, decode_ahead=decode_ahead)
     return plan, scheduler, materializer
 
 
@@ -114,6 +119,70 @@ async def test_jobs_run_in_read_order_and_fill_whole_windows(tmp_path):
     for epoch in range(4):
         for iteration in range(plan.iterations_per_epoch):
             assert view_key(plan, epoch, iteration) in scheduler.ready
+
+
+async def read_all(plan, scheduler, after_read=None) -> dict:
+    """Read every view in order, as a trainer does; their bytes by (epoch, iteration), None
+    for one evicted before it was read (the service recomputes those)."""
+    views = {}
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        for epoch in range(plan.epochs):
+            for iteration in range(plan.iterations_per_epoch):
+                key = view_key(plan, epoch, iteration)
+                scheduler.opened(plan.name, epoch, iteration)
+                data = scheduler.ready_view(key, plan.name) or await scheduler.wait_view(
+                    key, plan.name)
+                views[epoch, iteration] = None if data is None else bytes(data)
+                if after_read is not None:
+                    after_read()
+                scheduler.released(plan.name, epoch, iteration)
+        nursery.cancel_scope.cancel()
+    return views
+
+
+@pytest.mark.parametrize(("decode_ahead", "workers", "passes"),
+                         [(1, 1, 2), (1, 2, 2), (3, 1, 1), (3, 2, 1), (2, 1, 2)])
+async def test_one_decode_pass_serves_the_windows_ahead(tmp_path, decode_ahead, workers, passes):
+    """With a cache dir, a video's decode pass also decodes the frames the next
+    `decode_ahead` windows need and keeps them on disk: those windows read them instead of
+    decoding again, and every batch is the same as when each window decodes on its own.
+    8 epochs, k=2: 4 windows."""
+    plan, alone, _ = scheduler_for(tmp_path, workers=workers, epochs=8)
+    expected = await read_all(plan, alone)
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        plan, scheduler, materializer = scheduler_for(
+            tmp_path, workers=workers, epochs=8, store=store, decode_ahead=decode_ahead)
+        assert await read_all(plan, scheduler) == expected
+        assert sorted(materializer.decoded) == sorted([v.name for v in plan.videos] * passes)
+        windows = [plan_window([plan], w) for w in range(4)]
+        for video in plan.videos:
+            if passes == 1:  # the first window's pass serves all four
+                every = set().union(*(w.videos[video.path].frame_keys for w in windows))
+                assert every in materializer.decoded_keys
+
+
+async def test_carried_frames_lost_from_disk_are_decoded_again(tmp_path, monkeypatch):
+    """Frames kept for a later window that are gone when it comes (evicted, or found corrupt:
+    the store then answers a miss) only mean that window decodes for itself."""
+    plan, alone, _ = scheduler_for(tmp_path, epochs=8)
+    expected = await read_all(plan, alone)
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        stored = store.get
+        monkeypatch.setattr(store, "get", lambda key: None if key.kind == "frame" else stored(key))
+        plan, scheduler, materializer = scheduler_for(tmp_path, epochs=8, store=store,
+                                                      decode_ahead=3)
+        assert await read_all(plan, scheduler) == expected
+        assert sorted(materializer.decoded) == sorted([v.name for v in plan.videos] * 4)
+        assert store.stats()["recomputed"] > 0
+
+
+async def test_without_room_for_carried_frames_the_next_window_decodes_again(tmp_path):
+    with ObjectStore(str(tmp_path / "cache"), 64 << 10) as store:  # room for 20 frames or so
+        plan, scheduler, materializer = scheduler_for(tmp_path, store=store, decode_ahead=1)
+        views = await read_all(plan, scheduler)
+        assert len(materializer.decoded) > len(plan.videos)
+        assert len(views) == plan.epochs * plan.iterations_per_epoch
 
 
 async def test_a_demand_read_preempts_prematerialization(tmp_path):
@@ -211,21 +280,11 @@ async def test_memory_limit_is_never_exceeded(tmp_path):
     batch_bytes = plan.view_nbytes(0, 0)
     limit = 3 * batch_bytes + 8 * 64 * 48 * 3 * 10  # three batches and one job's frames
     plan, scheduler, _ = scheduler_for(tmp_path, memory=limit)
-    peak = 0
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        for epoch in range(plan.epochs):
-            for iteration in range(plan.iterations_per_epoch):
-                key = view_key(plan, epoch, iteration)
-                scheduler.opened(plan.name, epoch, iteration)
-                data = scheduler.ready_view(key, plan.name) or await scheduler.wait_view(
-                    key, plan.name)
-                peak = max(peak, scheduler.memory_bytes)
-                if data is None:  # evicted before it was read: the service recomputes it
-                    continue
-                assert len(data) == plan.view_nbytes(epoch, iteration)
-        nursery.cancel_scope.cancel()
-    assert peak <= limit
+    sizes = [0]
+    views = await read_all(plan, scheduler, lambda: sizes.append(scheduler.memory_bytes))
+    for (epoch, iteration), data in views.items():
+        assert data is None or len(data) == plan.view_nbytes(epoch, iteration)
+    assert max(sizes) <= limit
 
 
 def test_window_plan_groups_clips_by_video(tmp_path):
