@@ -179,6 +179,8 @@ class Scheduler:
         self.made: set[tuple] = set()  # (view, slot) made in this run: a second time = recompute
         self.frames_on_disk: set[tuple[int, str]] = set()  # (window, video) fully on disk
         self.carried: set[tuple[int, str]] = set()  # (window, video) a running job decodes
+        self.carry_bytes = 0  # frames decoded for later windows, waiting to be written
+        self.carry_limiter = trio.CapacityLimiter(1)
         self.state = SchedulerState()
         self._wakeup = trio.Event()
         self._window_added = trio.Event()  # set (and replaced) each time a window is planned
@@ -299,7 +301,7 @@ class Scheduler:
         ready = sum(len(r.data) for r in self.ready.values())
         filling = sum(len(v.buffer[0]) for v in self.views.values() if v.buffer is not None)
         frames = sum(job.frame_bytes for job in self.running.values())
-        return ready + filling + frames
+        return ready + filling + frames + self.carry_bytes
 
     # -- windows ----------------------------------------------------------------------------
 
@@ -691,6 +693,7 @@ class Scheduler:
 
     async def _run(self, job: Job, targets: dict[tuple, np.ndarray]) -> None:
         work = self._materialize_video if job.kind == "video" else self._assemble
+        carried: dict[int, dict[FrameKey, np.ndarray]] = {}
         try:
             placed, saved, carried = await trio.to_thread.run_sync(work, job, targets,
                                                                    limiter=self.limiter)
@@ -702,19 +705,33 @@ class Scheduler:
             for view in views:
                 self._fail(view, reason)
         else:
-            self._record(job, placed)  # the readers get their batches first, then:
-            if carried:
-                saved += await trio.to_thread.run_sync(self._save_carried, job, carried,
-                                                       limiter=self.limiter)
-            # (window, video)s whose frames are all on disk now; a window dropped meanwhile
-            # checks the store again when it is planned
-            self.frames_on_disk |= {(w, path) for w, path in saved
-                                    if w in self.windows or w in self.future}
+            self._record(job, placed)
+            self._note_on_disk(saved)
         finally:
-            self.carried -= {(later, job.key[1]) for later in job.carry}
             del self.running[job.key]
             self.state.jobs_done += 1
+            if carried:  # written beside the workers: the next job need not wait for it
+                self.carry_bytes += sum(f.nbytes for fs in carried.values() for f in fs.values())
+                self._nursery.start_soon(self._keep_carried, job, carried)
+            else:
+                self.carried -= {(later, job.key[1]) for later in job.carry}
             self.wake()
+
+    async def _keep_carried(self, job: Job, carried: dict[int, dict[FrameKey, np.ndarray]]):
+        try:
+            saved = await trio.to_thread.run_sync(self._save_carried, job, carried,
+                                                  limiter=self.carry_limiter)
+            self._note_on_disk(saved)
+        finally:
+            self.carry_bytes -= sum(f.nbytes for fs in carried.values() for f in fs.values())
+            self.carried -= {(later, job.key[1]) for later in job.carry}
+            self.wake()
+
+    def _note_on_disk(self, saved: list[tuple[int, str]]) -> None:
+        """(window, video)s whose frames are all on disk now; a window dropped meanwhile
+        checks the store again when it is planned."""
+        self.frames_on_disk |= {(w, path) for w, path in saved
+                                if w in self.windows or w in self.future}
 
     # -- in worker threads ------------------------------------------------------------------
 
