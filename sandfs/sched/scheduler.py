@@ -17,9 +17,11 @@ reader has read first, then those needed last — and they are rebuilt from disk
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
@@ -51,9 +53,13 @@ from sandfs.stats import Stats
 log = logging.getLogger(__name__)
 
 PRUNE_TARGET_FRACTION = 0.7  # plan below the store's 75% eviction mark
+BACKGROUND_NICE = 5  # added to worker threads' nice: they yield to FUSE and trainers on a busy CPU
 CARRY_STORE_FRACTION = 0.5  # frames carried for later windows: while the store is below this
 DECODE_SECONDS_PER_MPIXEL = 0.006  # cost model seeds (PERF-NOTES), refined by measurement
 AUGMENT_SECONDS_PER_MPIXEL = 0.0015
+
+
+_thread_state = threading.local()
 
 
 def clip_object_key(use: ClipUse, info: VideoInfo) -> ObjectKey:
@@ -735,11 +741,25 @@ class Scheduler:
 
     # -- in worker threads ------------------------------------------------------------------
 
+    @staticmethod
+    def _yield_to_readers() -> None:
+        """Run this worker thread at a lower CPU priority than the thread serving FUSE and
+        than the trainers: a ready batch is handed over at once even while jobs run. Linux
+        keeps a nice value per thread; where it cannot be set, nothing changes."""
+        if getattr(_thread_state, "niced", False):
+            return
+        _thread_state.niced = True
+        thread = threading.get_native_id()
+        with contextlib.suppress(OSError):
+            nice = os.getpriority(os.PRIO_PROCESS, thread)
+            os.setpriority(os.PRIO_PROCESS, thread, min(19, nice + BACKGROUND_NICE))
+
     def _materialize_video(self, job: Job, targets: dict[tuple, np.ndarray]):
         """One decode pass (or frames from disk), every clip once, into memory and to disk.
         Returns the clips placed, the (window, video)s whose frames it saved, and the frames
         it decoded for later windows (saved once the batches are handed over)."""
         assert job.work is not None
+        self._yield_to_readers()
         info = job.work.info
         frames = self._frames_from_disk(job) if job.frames_on_disk else None
         saved, carried = [], {}
@@ -766,6 +786,7 @@ class Scheduler:
     def _save_carried(self, job: Job, carried: dict[int, dict[FrameKey, np.ndarray]]) -> list:
         """Keep frames decoded for later windows on disk; a failure only means that those
         windows decode for themselves (the batches of this job are out already)."""
+        self._yield_to_readers()
         saved = []
         for later, frames in carried.items():
             try:

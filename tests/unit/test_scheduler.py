@@ -3,6 +3,7 @@ in-process on trio with a fake materializer that records which video each job de
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -13,7 +14,7 @@ from test_plan import fake_videos, make_plan
 from sandfs.cache import ObjectStore
 from sandfs.plan.window import object_graph, plan_window, view_key
 from sandfs.sched.policy import JobState, pick_next, under_pressure, workers_to_run
-from sandfs.sched.scheduler import Scheduler
+from sandfs.sched.scheduler import BACKGROUND_NICE, Scheduler
 from sandfs.stats import Stats
 
 
@@ -64,6 +65,7 @@ class RecordingMaterializer:
     def __init__(self, gate: threading.Event | None = None) -> None:
         self.decoded: list[str] = []
         self.decoded_keys: list[set] = []
+        self.nice: list[int] = []  # of the thread each decode ran in
         self.gate = gate
 
     def decode(self, info, keys):
@@ -71,6 +73,7 @@ class RecordingMaterializer:
             self.gate.wait(5)
         self.decoded.append(info.name)
         self.decoded_keys.append(set(keys))
+        self.nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         return {k: np.full((info.height, info.width, 3), k[0] % 255, np.uint8) for k in keys}
 
     def augment_clips(self, clips, frames, readers=None):
@@ -183,6 +186,16 @@ async def test_without_room_for_carried_frames_the_next_window_decodes_again(tmp
         views = await read_all(plan, scheduler)
         assert len(materializer.decoded) > len(plan.videos)
         assert len(views) == plan.epochs * plan.iterations_per_epoch
+
+
+async def test_jobs_run_at_a_lower_cpu_priority_than_the_fuse_loop(tmp_path):
+    """A ready batch is handed over at once even while jobs keep the cores busy: worker
+    threads run at nice BACKGROUND_NICE, the trio thread (FUSE) stays where it was."""
+    loop_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    _, scheduler, materializer = scheduler_for(tmp_path, workers=2)
+    await run_until_settled(scheduler)
+    assert set(materializer.nice) == {min(19, loop_nice + BACKGROUND_NICE)}
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == loop_nice
 
 
 async def test_a_demand_read_preempts_prematerialization(tmp_path):
