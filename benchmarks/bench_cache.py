@@ -9,6 +9,9 @@ memory horizon must come from the disk cache or be recomputed. For a large and a
 iteration (preprocessing time), frames decoded, clips recomputed, reader stalls.
 
 Usage: benchmarks/bench_cache.py [--budgets 400M 100M] [--memory 48M] [--epochs 10]
+                                 [--decode-ahead 0]
+Decoding ahead is off by default here: carried frames share the budget, and this compares
+pruning alone (the figures in the READMEs were taken so).
 """
 
 from __future__ import annotations
@@ -54,19 +57,21 @@ def read_all(mountpoint: Path, epochs: int) -> int:
     return count
 
 
-def run(workdir: Path, configs: list[Path], budget: str, mode: str, epochs: int) -> dict:
+def run(workdir: Path, configs: list[Path], budget: str, mode: str, args) -> dict:
     env = {"SANDFS_PRUNE": "leaves" if mode == "leaves" else "algorithm1"}
     with sandfs_mount(workdir, configs, k_epochs=5, workers=os.cpu_count() or 2,
-                      extra_args=["--budget", budget], env=env) as mount:
+                      extra_args=["--budget", budget, "--decode-ahead", str(args.decode_ahead)],
+                      env=env) as mount:
         cpu_before = tree_cpu_seconds(mount.pid)
         started = time.monotonic()
-        iterations = read_all(mount.mountpoint, epochs)
+        iterations = read_all(mount.mountpoint, args.epochs)
         wall_s = time.monotonic() - started
         cpu_s = tree_cpu_seconds(mount.pid) - cpu_before
         status = mount.status()
     cache = status["cache"]
     return {
-        "bench": "cache", "budget": budget, "mode": mode, "iterations": iterations,
+        "bench": "cache", "budget": budget, "mode": mode, "decode_ahead": args.decode_ahead,
+        "iterations": iterations,
         "wall_s": round(wall_s, 2), "daemon_cpu_s": round(cpu_s, 2),
         "preprocess_ms_per_iteration": round(1000 * cpu_s / iterations, 1),
         "frames_decoded": status["frames_decoded"],
@@ -85,6 +90,8 @@ def main() -> None:
     parser.add_argument("--memory", default="48M", help="the daemon's memory_limit")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--videos", type=int, default=16)
+    parser.add_argument("--decode-ahead", type=int, default=0,
+                        help="sandfs --decode-ahead (default 0: pruning alone is compared)")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/sandfs-bench/data"))
     args = parser.parse_args()
     dataset = start_bench("cache", args)
@@ -92,7 +99,7 @@ def main() -> None:
         workdir = Path(tmp)
         configs = write_configs(workdir, dataset, args.epochs, args.memory)
         for budget in args.budgets:
-            results = {mode: run(workdir, configs, budget, mode, args.epochs)
+            results = {mode: run(workdir, configs, budget, mode, args)
                        for mode in ("algorithm1", "leaves")}
             for record in results.values():
                 emit(record)
