@@ -341,12 +341,18 @@ class Scheduler:
             horizon = {w + ahead for w in self.windows for ahead in range(1, self.decode_ahead + 1)
                        if any(p.window_epochs(w + ahead) for p in self.plans.values())}
         horizon -= set(self.windows)
-        self.future = {w: p for w, p in self.future.items() if w in horizon}
+        gone = set(self.future) - horizon  # active now, or behind every task
+        if gone:
+            self.future = {w: p for w, p in self.future.items() if w in horizon}
+            self.frames_on_disk = {k for k in self.frames_on_disk
+                                   if k[0] not in gone or k[0] in self.windows}
         for window in sorted(horizon - set(self.future)):
             plans = list(self.plans.values())
             self.future[window] = await trio.to_thread.run_sync(plan_window, plans, window)
-        self.frames_on_disk = {k for k in self.frames_on_disk
-                               if k[0] in self.windows or k[0] in self.future}
+
+    def _forget_future(self) -> None:
+        self.frames_on_disk = {k for k in self.frames_on_disk if k[0] not in self.future}
+        self.future.clear()
 
     def _plan_window(self, window: int):
         """In a thread: the window's plan, what is on disk already, and what to keep there."""
@@ -435,7 +441,7 @@ class Scheduler:
         self.plans[plan.name] = plan
         self.positions[plan.name] = 0
         self.open_positions[plan.name] = Counter()
-        self.future.clear()  # planned again with the new task
+        self._forget_future()  # planned again with the new task
         for window in sorted(self.windows):
             part, on_disk = await trio.to_thread.run_sync(self._plan_part, plan, window)
             self._merge_window(window, part, on_disk)
@@ -481,7 +487,7 @@ class Scheduler:
         self.plans.pop(name, None)
         self.positions.pop(name, None)
         self.open_positions.pop(name, None)
-        self.future.clear()
+        self._forget_future()
         released: dict[tuple, tuple[TaskPlan, int, int]] = {}
         for window in self.windows.values():
             for key in list(window.readers):
