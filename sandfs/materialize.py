@@ -6,7 +6,8 @@ Blocking code: the engine runs it in worker threads (PyAV and OpenCV release the
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from sandfs.faults import fault_point
 from sandfs.media.decode import converter, decode_frames, frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer, npy_bytes
+from sandfs.ops.base import OpInstance
 from sandfs.plan.task import StreamClip, TaskPlan, ViewPlan
 from sandfs.stats import Stats
 
@@ -23,6 +25,25 @@ FrameKey = tuple[int, tuple | None]  # (frame index, source: None or a decode_re
 
 def clip_frame_keys(clip: StreamClip) -> set[FrameKey]:
     return {(index, clip.source) for index in clip.frame_indices}
+
+
+@dataclass(frozen=True, slots=True)
+class Prefixed:
+    """A frame as it is after `op`, the first op of every clip that uses it (a frame kept on
+    disk for a later window is kept so: a resized frame is smaller, and resized once)."""
+
+    op: OpInstance
+    array: np.ndarray
+
+
+def first_ops(clips: Iterable[StreamClip]) -> dict[FrameKey, OpInstance]:
+    """The frames whose clips all start with the same op instance, and that op."""
+    seen: dict[FrameKey, OpInstance | None] = {}
+    for clip in clips:
+        first = clip.ops[0] if clip.ops else None
+        for key in clip_frame_keys(clip):
+            seen[key] = first if seen.get(key, first) == first else None
+    return {key: op for key, op in seen.items() if op is not None}
 
 
 class Materializer:
@@ -59,8 +80,13 @@ class Materializer:
         for clip, ids in zip(clips, chains, strict=True):
             out = []
             for i in clip.frame_indices:
-                frame = frames[(i, clip.source)]
-                for op, pid in zip(clip.ops, ids, strict=True):
+                frame, start = frames[(i, clip.source)], 0
+                if isinstance(frame, Prefixed):  # its first op is applied already
+                    if clip.ops[:1] != (frame.op,):
+                        raise ValueError(f"frame {i} was kept after {frame.op.name}, which "
+                                         f"this clip does not start with")
+                    frame, start = frame.array, 1
+                for op, pid in zip(clip.ops[start:], ids[start:], strict=True):
                     key = ((i, clip.source), pid)
                     remaining[key] -= 1
                     cached = memo.pop(key, None) if remaining[key] == 0 else memo.get(key)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import threading
 import time
@@ -31,12 +30,21 @@ import networkx as nx
 import numpy as np
 import trio
 
+from sandfs import ops as oplib
 from sandfs.cache import ObjectKey, ObjectStore, prune
 from sandfs.engine import ObjectFailed
-from sandfs.materialize import FrameKey, Materializer, clip_frame_keys, to_layout
+from sandfs.materialize import (
+    FrameKey,
+    Materializer,
+    Prefixed,
+    clip_frame_keys,
+    first_ops,
+    to_layout,
+)
 from sandfs.media.decode import frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer
+from sandfs.ops.base import OpInstance
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import ClipUse, VideoWork, WindowPlan, plan_window, view_key
 from sandfs.sched.policy import (
@@ -69,6 +77,19 @@ def clip_object_key(use: ClipUse, info: VideoInfo) -> ObjectKey:
 def frame_object_key(info: VideoInfo, frame: FrameKey) -> ObjectKey:
     index, source = frame
     return ObjectKey.of("frame", info.path, info.size_bytes, info.mtime_ns, index, source)
+
+
+def kept_frame_key(info: VideoInfo, frame: FrameKey, first: OpInstance | None) -> ObjectKey:
+    """A frame kept for a later window: after `first`, the first op of all its clips there."""
+    if first is None:
+        return frame_object_key(info, frame)
+    index, source = frame
+    return ObjectKey.of("frame", info.path, info.size_bytes, info.mtime_ns, index, source,
+                        (first.name, first.params, first.drawn))
+
+
+def kept_frame(frame: np.ndarray, first: OpInstance | None) -> np.ndarray:
+    return frame if first is None else oplib.apply_instance(first, [frame])[0]
 
 
 def frame_nbytes(info: VideoInfo, frame: FrameKey) -> int:
@@ -109,8 +130,8 @@ class Job:
     frames_on_disk: bool = False
     frame_bytes: int = 0
     # frames later windows need from this video, decoded in this pass and kept on disk for
-    # them (window -> (frame keys, deadline)): their jobs then read instead of decoding
-    carry: dict[int, tuple[set[FrameKey], int]] = field(default_factory=dict)
+    # them (window -> (frame keys, deadline, first_ops)): their jobs read instead of decoding
+    carry: dict[int, tuple[set[FrameKey], int, dict]] = field(default_factory=dict)
     deadlines: dict[tuple, int] = field(default_factory=dict)  # view -> first reader position
     layouts: dict[tuple, str] = field(default_factory=dict)  # view -> its task's layout
     assembly: tuple | None = None  # (plan, view plan, slots to read) of an assembly job
@@ -129,7 +150,7 @@ class Job:
     @property
     def decode_keys(self) -> set[FrameKey]:
         """What the decode pass produces: this window's frames and those it carries."""
-        return self.frames.union(*(keys for keys, _ in self.carry.values()))
+        return self.frames.union(*(keys for keys, _, _ in self.carry.values()))
 
 
 @dataclass(slots=True)
@@ -362,7 +383,10 @@ class Scheduler:
             for path, work in plan.videos.items():
                 on_disk |= {(u.view, u.slot) for u in work.uses
                             if clip_object_key(u, work.info) in self.store}
-                if all(frame_object_key(work.info, k) in self.store for k in work.frame_keys):
+                firsts = first_ops(u.clip for u in work.uses)
+                if all(frame_object_key(work.info, k) in self.store
+                       or kept_frame_key(work.info, k, firsts.get(k)) in self.store
+                       for k in work.frame_keys):
                     frames_on_disk.add(path)
         disk_plans = self._prune(plan)
         if self.on_window_planned is not None:
@@ -622,7 +646,7 @@ class Scheduler:
         frames_on_disk = job_key in self.frames_on_disk
         carry = {} if frames_on_disk else self._carry_for(window, path)
         frame_bytes = sum(frame_nbytes(work.info, k)
-                          for k in work.frame_keys.union(*(k for k, _ in carry.values())))
+                          for k in work.frame_keys.union(*(k for k, _, _ in carry.values())))
         free = self.memory_limit_bytes - self.memory_bytes - frame_bytes
         job = Job("video", window, job_key, work, frame_bytes=frame_bytes,
                   save_frames=disk.frames and self.store is not None,
@@ -644,7 +668,7 @@ class Scheduler:
                 job.uses.append(use)
         return job if job.uses else None
 
-    def _carry_for(self, window: int, path: str) -> dict[int, tuple[set[FrameKey], int]]:
+    def _carry_for(self, window: int, path: str) -> dict[int, tuple[set[FrameKey], int, dict]]:
         """The frames later windows (up to `decode_ahead` ahead) need from this video and no
         job made yet. With one keyframe per video a pass decodes from the start anyway:
         decoding them now and keeping them on disk saves each of those windows a pass. As many
@@ -667,7 +691,8 @@ class Scheduler:
             if nbytes + size > min(disk_room, memory_room):
                 break
             nbytes += size
-            carry[index] = (keys, min(pos for u in work.uses for _, pos in u.readers))
+            carry[index] = (keys, min(pos for u in work.uses for _, pos in u.readers),
+                            first_ops(u.clip for u in work.uses))
         return carry
 
     def _admit_assembly(self, key: tuple, *, demanded: bool) -> Job | None:
@@ -775,7 +800,7 @@ class Scheduler:
             if job.save_frames and self._save_frames(info, own):
                 saved.append(job.key)
             carried = {later: {k: frames[k] for k in keys}
-                       for later, (keys, _) in job.carry.items()}
+                       for later, (keys, _, _) in job.carry.items()}
         clips = self.materializer.augment_clips(
             [u.clip for u in job.uses], frames, [len(u.readers) for u in job.uses])
         placed = []
@@ -794,22 +819,34 @@ class Scheduler:
         windows decode for themselves (the batches of this job are out already)."""
         self._yield_to_readers()
         saved = []
+        info = job.work.info
         for later, frames in carried.items():
+            _, deadline, firsts = job.carry[later]
             try:
-                ok = self._save_frames(job.work.info, frames, job.carry[later][1])
+                ok = all([self.store.put(kept_frame_key(info, k, firsts.get(k)),
+                                         kept_frame(frame, firsts.get(k)), deadline=deadline)
+                          for k, frame in frames.items()])
             except Exception as exc:
                 log.warning("keeping frames of %s for window %d failed: %s: %s",
-                            job.work.info.rel_path, later, type(exc).__name__, exc)
+                            info.rel_path, later, type(exc).__name__, exc)
                 ok = False
             if ok:
-                saved.append((later, job.work.info.path))
+                saved.append((later, info.path))
                 self.stats.add("frames_carried", len(frames))
         return saved
 
-    def _frames_from_disk(self, job: Job) -> dict[FrameKey, np.ndarray] | None:
-        frames = {}
+    def _frames_from_disk(self, job: Job) -> dict[FrameKey, object] | None:
+        """The job's frames from disk: as kept for this window (after the first op of all
+        its clips that use them: `Prefixed`), or as decoded; None when one is missing."""
+        info, frames = job.work.info, {}
+        firsts = first_ops(u.clip for u in job.uses)
         for key in job.frames:
-            array = self.store.get(frame_object_key(job.work.info, key))
+            op = firsts.get(key)
+            array = None if op is None else self.store.get(kept_frame_key(info, key, op))
+            if array is not None:
+                frames[key] = Prefixed(op, array)
+                continue
+            array = self.store.get(frame_object_key(info, key))
             if array is None:
                 self.store.note_recomputed()
                 return None
@@ -817,11 +854,9 @@ class Scheduler:
         self.stats.add("frames_from_disk", len(frames))
         return frames
 
-    def _save_frames(self, info: VideoInfo, frames: dict[FrameKey, np.ndarray],
-                     deadline: float = math.inf) -> bool:
+    def _save_frames(self, info: VideoInfo, frames: dict[FrameKey, np.ndarray]) -> bool:
         """True when every frame is on disk afterwards."""
-        return all([self.store.put(frame_object_key(info, k), f, deadline=deadline)
-                    for k, f in frames.items()])
+        return all([self.store.put(frame_object_key(info, k), f) for k, f in frames.items()])
 
     def _assemble(self, job: Job, targets: dict[tuple, np.ndarray]):
         """Read a batch's clips back from disk; a missing or corrupt one is recomputed."""

@@ -221,8 +221,8 @@ def test_random_kills_while_reading_lose_no_bytes(tmp_path, config_path, kills):
 
 def test_decode_ahead_decodes_less_and_serves_the_same_views(tmp_path, dataset_dir):
     """Six one-epoch windows read in order: with --decode-ahead 3 a video's decode pass keeps
-    the next three windows' frames on disk, so each video is decoded twice, not six times,
-    and every view is still the reference view."""
+    the next three windows' frames on disk (resized, as all their clips start so), so each
+    video is decoded twice, not six times, and every view is still the reference view."""
     config = write_config(tmp_path / "six.yaml", task_config(
         dataset_dir, epochs=6, engine={"k_epochs": 1, "workers": 2}))
     plan = build_plan(config)
@@ -234,6 +234,10 @@ def test_decode_ahead_decodes_less_and_serves_the_same_views(tmp_path, dataset_d
             figures[ahead] = status(m)
         for (epoch, iteration), data in views.items():
             assert data == reference_view(plan, epoch, iteration), (ahead, epoch, iteration)
+    # kept as their clips' first op (resize 64x48 -> 48x36) leaves them: a quarter smaller
+    kept = [p.stat().st_size for p in store_files(tmp_path / "ahead3-cache")
+            if p.name.startswith("frame-")]
+    assert kept and max(kept) < 64 * 48 * 3
     assert figures[0]["frames_carried"] == 0
     assert figures[3]["frames_carried"] > 0
     assert figures[3]["frames_from_disk"] > 0

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import trio
 from test_plan import fake_videos, make_plan
 
+from sandfs import ops as ops_lib
 from sandfs.cache import ObjectStore
+from sandfs.materialize import Materializer, Prefixed, clip_frame_keys, first_ops
 from sandfs.plan.window import object_graph, plan_window, view_key
 from sandfs.sched.policy import JobState, pick_next, under_pressure, workers_to_run
 from sandfs.sched.scheduler import BACKGROUND_NICE, Scheduler
@@ -59,6 +62,11 @@ def test_workers_halve_only_far_ahead_of_every_deadline():
     assert workers_to_run(1, demanded=False, every_task_ahead=True, soonest_deadline=100) == 1
 
 
+def unwrap(frame):
+    """A frame kept after its clips' first op (here the center crop of a uniform frame)."""
+    return frame.array if isinstance(frame, Prefixed) else frame
+
+
 class RecordingMaterializer:
     """Stands in for the decoder: returns painted frames and records each decode."""
 
@@ -78,7 +86,8 @@ class RecordingMaterializer:
 
     def augment_clips(self, clips, frames, readers=None):
         for clip in clips:
-            yield np.stack([frames[(i, clip.source)][:32, :32] for i in clip.frame_indices])
+            yield np.stack([unwrap(frames[(i, clip.source)])[:32, :32]
+                            for i in clip.frame_indices])
 
     def count_independent(self, plan, view):
         pass
@@ -353,3 +362,30 @@ def test_the_fifo_ablation_ignores_demand_and_deadlines():
     jobs = [job("v0:b", demanded=True, deadline=0), job("v0:a", deadline=99)]
     assert pick_next(jobs, memory_pressure=False, policy="fifo").key == "v0:a"
     assert pick_next(jobs, memory_pressure=False).key == "v0:b"
+
+
+def test_a_frame_kept_after_its_clips_first_op_gives_the_same_clips(tmp_path):
+    """Frames kept for a later window are stored after the first op all their clips start
+    with (`first_ops`): clips made from them equal clips made from the decoded frames, and a
+    clip that does not start with that op is refused, never silently wrong."""
+    resize = {"name": "resize", "branch_type": "single", "inputs": ["frame"],
+              "outputs": ["r"], "config": [{"resize": {"shape": [24, 32]}}]}
+    crop = {"name": "crop", "branch_type": "single", "inputs": ["r"], "outputs": ["c"],
+            "config": [{"random_crop": {"size": [16, 16]}}]}
+    plan = make_plan(tmp_path, videos=fake_videos(8), epochs=2, augmentation=[resize, crop])
+    clips = [c for i in range(plan.iterations_per_epoch) for c in plan.view_plan(0, i).clips]
+    rng = np.random.default_rng(0)
+    frames = {k: rng.integers(0, 255, (48, 64, 3), np.uint8)
+              for c in clips for k in clip_frame_keys(c)}
+    firsts = first_ops(clips)
+    assert set(firsts) == set(frames) and {op.name for op in firsts.values()} == {"resize"}
+    kept = {k: Prefixed(firsts[k], ops_lib.apply_instance(firsts[k], [f])[0])
+            for k, f in frames.items()}
+    materializer = Materializer(Stats())
+    direct = list(materializer.augment_clips(clips, frames))
+    from_kept = list(materializer.augment_clips(clips, kept))
+    assert all(np.array_equal(a, b) for a, b in zip(direct, from_kept, strict=True))
+    cropped_first = replace(clips[0], ops=clips[0].ops[1:])
+    assert first_ops([clips[0], cropped_first]) == {}  # they disagree: kept as decoded
+    with pytest.raises(ValueError, match="does not start with"):
+        list(materializer.augment_clips([cropped_first], kept))
