@@ -25,6 +25,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import networkx as nx
 import numpy as np
@@ -98,6 +99,14 @@ def frame_nbytes(info: VideoInfo, frame: FrameKey) -> int:
     return height * width * 3
 
 
+class Carry(NamedTuple):
+    """Frames a decode pass makes for a later window of its video."""
+
+    keys: set[FrameKey]
+    deadline: int  # the window's first reader position
+    firsts: dict[FrameKey, OpInstance]  # `first_ops` of its clips: frames are kept after them
+
+
 @dataclass(slots=True)
 class ViewState:
     """A batch of an active window: which slots are filled, in memory and on disk."""
@@ -130,8 +139,8 @@ class Job:
     frames_on_disk: bool = False
     frame_bytes: int = 0
     # frames later windows need from this video, decoded in this pass and kept on disk for
-    # them (window -> (frame keys, deadline, first_ops)): their jobs read instead of decoding
-    carry: dict[int, tuple[set[FrameKey], int, dict]] = field(default_factory=dict)
+    # them (by window): their jobs read instead of decoding
+    carry: dict[int, Carry] = field(default_factory=dict)
     deadlines: dict[tuple, int] = field(default_factory=dict)  # view -> first reader position
     layouts: dict[tuple, str] = field(default_factory=dict)  # view -> its task's layout
     assembly: tuple | None = None  # (plan, view plan, slots to read) of an assembly job
@@ -150,7 +159,7 @@ class Job:
     @property
     def decode_keys(self) -> set[FrameKey]:
         """What the decode pass produces: this window's frames and those it carries."""
-        return self.frames.union(*(keys for keys, _, _ in self.carry.values()))
+        return self.frames.union(*(c.keys for c in self.carry.values()))
 
 
 @dataclass(slots=True)
@@ -385,7 +394,7 @@ class Scheduler:
                             if clip_object_key(u, work.info) in self.store}
                 firsts = first_ops(u.clip for u in work.uses)
                 if all(frame_object_key(work.info, k) in self.store
-                       or kept_frame_key(work.info, k, firsts.get(k)) in self.store
+                       or (k in firsts and kept_frame_key(work.info, k, firsts[k]) in self.store)
                        for k in work.frame_keys):
                     frames_on_disk.add(path)
         disk_plans = self._prune(plan)
@@ -646,7 +655,7 @@ class Scheduler:
         frames_on_disk = job_key in self.frames_on_disk
         carry = {} if frames_on_disk else self._carry_for(window, path)
         frame_bytes = sum(frame_nbytes(work.info, k)
-                          for k in work.frame_keys.union(*(k for k, _, _ in carry.values())))
+                          for k in work.frame_keys.union(*(c.keys for c in carry.values())))
         free = self.memory_limit_bytes - self.memory_bytes - frame_bytes
         job = Job("video", window, job_key, work, frame_bytes=frame_bytes,
                   save_frames=disk.frames and self.store is not None,
@@ -668,7 +677,7 @@ class Scheduler:
                 job.uses.append(use)
         return job if job.uses else None
 
-    def _carry_for(self, window: int, path: str) -> dict[int, tuple[set[FrameKey], int, dict]]:
+    def _carry_for(self, window: int, path: str) -> dict[int, Carry]:
         """The frames later windows (up to `decode_ahead` ahead) need from this video and no
         job made yet. With one keyframe per video a pass decodes from the start anyway:
         decoding them now and keeping them on disk saves each of those windows a pass. As many
@@ -678,8 +687,8 @@ class Scheduler:
         disk_room = self.store.room_below(CARRY_STORE_FRACTION)
         memory_room = self.memory_limit_bytes // 4
         carry, nbytes = {}, 0
-        later = sorted((w, p) for w, p in (*self.windows.items(), *self.future.items())
-                       if window < w <= window + self.decode_ahead)
+        later = sorted(((w, p) for w, p in (*self.windows.items(), *self.future.items())
+                        if window < w <= window + self.decode_ahead), key=lambda item: item[0])
         for index, plan in later:
             work, key = plan.videos.get(path), (index, path)
             if (work is None or key in self.frames_on_disk or key in self.running
@@ -691,8 +700,8 @@ class Scheduler:
             if nbytes + size > min(disk_room, memory_room):
                 break
             nbytes += size
-            carry[index] = (keys, min(pos for u in work.uses for _, pos in u.readers),
-                            first_ops(u.clip for u in work.uses))
+            carry[index] = Carry(keys, min(pos for u in work.uses for _, pos in u.readers),
+                                 first_ops(u.clip for u in work.uses))
         return carry
 
     def _admit_assembly(self, key: tuple, *, demanded: bool) -> Job | None:
@@ -748,19 +757,21 @@ class Scheduler:
             del self.running[job.key]
             self.state.jobs_done += 1
             if carried:  # written beside the workers: the next job need not wait for it
-                self.carry_bytes += sum(f.nbytes for fs in carried.values() for f in fs.values())
-                self._nursery.start_soon(self._keep_carried, job, carried)
+                nbytes = sum(f.nbytes for fs in carried.values() for f in fs.values())
+                self.carry_bytes += nbytes
+                self._nursery.start_soon(self._keep_carried, job, carried, nbytes)
             else:
                 self.carried -= {(later, job.key[1]) for later in job.carry}
             self.wake()
 
-    async def _keep_carried(self, job: Job, carried: dict[int, dict[FrameKey, np.ndarray]]):
+    async def _keep_carried(self, job: Job, carried: dict[int, dict[FrameKey, np.ndarray]],
+                            nbytes: int) -> None:
         try:
             saved = await trio.to_thread.run_sync(self._save_carried, job, carried,
                                                   limiter=self.carry_limiter)
             self._note_on_disk(saved)
         finally:
-            self.carry_bytes -= sum(f.nbytes for fs in carried.values() for f in fs.values())
+            self.carry_bytes -= nbytes
             self.carried -= {(later, job.key[1]) for later in job.carry}
             self.wake()
 
