@@ -1,7 +1,8 @@
-"""Fault points for crash and failure tests (TESTPLAN 0): SANDFS_FAULT=<point>:<nth>[:<action>].
+"""Fault points for crash and failure tests: SANDFS_FAULT=<point>:<nth>[:<action>].
 
 At the nth time (1-based) the named point is reached, the action runs: kill9 (SIGKILL this
 process), raise (RuntimeError), sleep (10 s), enospc (OSError ENOSPC). Unset: a no-op.
+Where each point sits and what crash tests assert: docs/testplan.md §5.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ the whole ObjectStore round trip on local disk, header and xxh3 checksum include
     16x256x340x3 uint8 clip: raw put 1.6 / get 0.7, lz4 4.0 / 1.3 (0.43), png 285 / 32 (0.29)
     340x256x3 float32 (normalized): lz4 1.69 / 0.35 (0.27), zstd 1.64 / 0.98 (0.21)
 
-(PERF-NOTES measured lz4 0.64, zstd 0.51, PNG 0.47 on its frames: real footage compresses less
-than these synthetic ones; the ranking is the same.)
+(Timed by hand on other frames, the ratios were lz4 0.64, zstd 0.51, PNG 0.47: real footage
+compresses less than these synthetic frames; the ranking is the same. docs/performance.md §7.)
 
 The default (`choose_format`), Liquid-style. On 2 cores the CPU is the bottleneck and local disk
 reads (~1.7 GB/s) are not, so compression buys capacity, never speed, and pays only while the
@@ -181,7 +181,7 @@ CODEC_COSTS: dict[str, dict[str, CodecCost]] = {
               "png": CodecCost(29.5, 0.29)},
     "float32": {"lz4": CodecCost(1.95, 0.27), "zstd": CodecCost(2.5, 0.21)},
 }
-# CPU to make an object again when it misses, ms per MB of it (PERF-NOTES figures)
+# CPU to make an object again when it misses, ms per MB of it (derived in the module docstring)
 RECOMPUTE_MS_PER_MB = {"frame": 8.4, "aug": 0.42, "clip": 0.42, "batch": 0.42}
 
 

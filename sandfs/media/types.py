@@ -16,7 +16,8 @@ _LIMIT_ENV = {  # variable -> (field, parser)
 
 @dataclass(frozen=True, slots=True)
 class MediaLimits:
-    """Knobs against hostile input (TESTPLAN 5, 6). Env overrides: SANDFS_MAX_PIXELS,
+    """Knobs against hostile input: size bombs and files that hang a decoder are rejected
+    before or during the scan (docs/testplan.md §4.2). Env overrides: SANDFS_MAX_PIXELS,
     SANDFS_MAX_FILE_BYTES, SANDFS_DECODE_TIMEOUT."""
 
     max_pixels: int = 4096 * 2304  # width * height of the coded picture
@@ -74,11 +75,12 @@ class VideoInfo:
 
 @dataclass(frozen=True, slots=True)
 class BadVideo:
-    """A file left out of every epoch, with a reason code (TESTPLAN 6) and a human detail."""
+    """A file left out of every epoch, with a reason code (docs/contract.md §11) and a human
+    detail."""
 
     rel_path: str
     reason: str  # open_invalid | no_video_stream | not_regular | outside_root | corrupt_frames |
-    #              too_large | too_small | name_collision | no_frames | decode_timeout | ...
+    #              too_large | name_collision | no_frames | decode_timeout | too_short (per task)
     detail: str = ""
 
 

@@ -1,4 +1,4 @@
-"""The built-in augmentation steps (SPEC section 2), on HWC numpy frames with 3 channels.
+"""The built-in augmentation steps of a task config, on HWC numpy frames with 3 channels.
 
 Parameters follow torchvision's transforms; sizes are [H, W] (an int means square).
 

@@ -2,9 +2,10 @@
 every view, as a pure function of (config, usable videos). Nothing here decodes.
 
 Randomness is derived from the task's *data key* (its dataset section and seed, not its name),
-so tasks with identical pipelines and seeds get identical views (SPEC §2). Clip starts lie on a
-frame grid with one random phase per (video, k-epoch window): the shared frame pool of SAND
-§5.2, which makes the clips of one window overlap so a video is decoded once per window.
+so tasks with identical pipelines and seeds get identical views (docs/contract.md §8). Clip
+starts lie on a frame grid with one random phase per (video, k-epoch window): the shared frame
+pool of SAND §5.2, which makes the clips of one window overlap so a video is decoded once per
+window.
 """
 
 from __future__ import annotations
