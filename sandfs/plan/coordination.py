@@ -28,8 +28,9 @@ from dataclasses import replace
 
 from sandfs import ops as oplib
 from sandfs.config.schema import TaskConfig
+from sandfs.media.types import VideoInfo
 from sandfs.plan.abstract import stream_paths
-from sandfs.plan.identity import DatasetIdentity, data_fingerprint
+from sandfs.plan.identity import DatasetIdentity, data_fingerprint, dataset_identity
 from sandfs.plan.pool import POOL_SPANS, FramePool
 from sandfs.plan.seeds import derive_seed
 
@@ -106,6 +107,7 @@ class Coordination:
         self.coordinate = coordinate
         self._configs = {c.task: c for c in configs}
         self._data: dict[str, DataKey] = {}  # task -> the identity of its dataset (`bind`)
+        self._identities: dict[tuple[int, str], tuple[Sequence, DatasetIdentity]] = {}
         self._pools: dict[tuple[DataKey, int], FramePool] = {}
         self._crops: dict[tuple[DataKey, int], dict[CropContext, tuple[int, int]]] = {}
         self._offsets: dict[str, int] = {}  # task -> epoch offset (tasks that joined late)
@@ -128,6 +130,16 @@ class Coordination:
             if cfg.task not in self._offsets and mount_epoch and self.coordinate:
                 self._offsets[cfg.task] = mount_epoch
                 self.changed = True
+
+    def identity(self, tag: str, videos: Sequence[VideoInfo]) -> DatasetIdentity:
+        """The identity of a scan's videos, computed once for all the tasks given the same
+        sequence (a mount passes each scan's tuple to every task reading it)."""
+        with self._lock:
+            seen = self._identities.get((id(videos), tag))
+            if seen is None or seen[0] is not videos:  # kept alive: its id is not reused
+                seen = (videos, dataset_identity(tag, videos))
+                self._identities[(id(videos), tag)] = seen
+            return seen[1]
 
     def bind(self, name: str, identity: DatasetIdentity) -> None:
         """Tell which data task `name` reads (its plan does, before planning any window)."""

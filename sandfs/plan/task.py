@@ -27,7 +27,7 @@ from sandfs.npy import npy_nbytes
 from sandfs.ops.base import FrameShape, OpInstance, Window
 from sandfs.plan.abstract import PathStep, StreamPath, stream_paths
 from sandfs.plan.coordination import Coordination
-from sandfs.plan.identity import DatasetIdentity, data_fingerprint, dataset_identity
+from sandfs.plan.identity import DatasetIdentity, data_fingerprint
 from sandfs.plan.seeds import derive_seed, rng_for
 from sandfs.plan.shard import shard_positions
 
@@ -105,18 +105,19 @@ class TaskPlan:
         coordination: Coordination | None = None,
         identity: DatasetIdentity | None = None,
     ) -> None:
-        """`videos`: the scan's usable videos; `identity`: theirs (computed here if None)."""
+        """`videos`: the scan's usable videos; `identity`: theirs (None: the coordination
+        computes it, once for all the tasks given the same sequence)."""
         self.cfg = cfg
         self.name = cfg.task
         self.sampling = cfg.dataset.sampling
         self.k_epochs = k_epochs
-        self.identity = identity or dataset_identity(cfg.dataset.tag, videos)
-        self.data_key = derive_seed("data", self.identity.key, data_fingerprint(cfg.dataset),
-                                    cfg.seed)
         self.paths = stream_paths(cfg)
         self.span_frames = (self.sampling.frames_per_video - 1) * self.sampling.frame_stride + 1
         # what this task shares with the others of the mount, per window (coordination.py)
         self.coordination = coordination or Coordination([cfg])
+        self.identity = identity or self.coordination.identity(cfg.dataset.tag, videos)
+        self.data_key = derive_seed("data", self.identity.key, data_fingerprint(cfg.dataset),
+                                    cfg.seed)
         self.coordination.bind(cfg.task, self.identity)
         self.epoch_offset = self.coordination.epoch_offset(cfg.task)
         self.videos, self.skipped = self._usable(videos)

@@ -57,6 +57,7 @@ def test_the_same_videos_anywhere_plan_byte_identical_views(tmp_path, dataset_di
         assert runs[name][0].coordination.state() == runs["orig"][0].coordination.state()
     # the two tasks do share a pool and crop windows (what keys them must be location-free)
     assert runs["orig"][0].coordination.crop_windows(runs["orig"][0].cfg, 0)
+    assert runs["orig"][0].identity is runs["orig"][1].identity  # computed once per scan
 
 
 def test_a_renamed_or_resized_file_is_another_dataset():
