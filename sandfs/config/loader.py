@@ -17,7 +17,7 @@ from typing import Any
 
 from sandfs.config import fields
 from sandfs.config.pipeline import parse_pipeline
-from sandfs.config.schema import DatasetConfig, EngineConfig, SamplingConfig, TaskConfig
+from sandfs.config.schema import DatasetConfig, EngineConfig, SamplingConfig, Shard, TaskConfig
 from sandfs.config.yamlsafe import ConfigError, Value, read_yaml
 
 __all__ = [
@@ -54,6 +54,7 @@ SAMPLING_KEYS = (
     "short_video",
     "layout",
     "decode_resize",
+    "shard",
 )
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "area")
 # The `engine:` keys as written in YAML, and the EngineConfig field each one sets.
@@ -303,7 +304,18 @@ def _sampling(value: Value) -> SamplingConfig:
             entries, "layout", partial(fields.choice, choices=("NTHWC", "NCTHW")), "NTHWC"
         ),
         decode_resize=_optional(entries, "decode_resize", _decode_resize, None),
+        shard=_optional(entries, "shard", _shard, None),
     )
+
+
+def _shard(value: Value) -> Shard:
+    """`shard: {world_size: W, rank: R}` with W >= 1 and 0 <= R < W."""
+    entries = fields.mapping(value, ("world_size", "rank"), required=("world_size", "rank"))
+    world_size = fields.integer(entries["world_size"], minimum=1)
+    rank = fields.integer(entries["rank"], minimum=0)
+    if rank >= world_size:
+        raise entries["rank"].error(f"must be less than world_size {world_size}, got {rank}")
+    return Shard(world_size, rank)
 
 
 def _decode_resize(value: Value) -> tuple[tuple[int, int], str]:

@@ -69,6 +69,14 @@ class AugStep:
 
 
 @dataclass(frozen=True, slots=True)
+class Shard:
+    """This task is rank `rank` of `world_size` data-parallel ranks (DistributedSampler)."""
+
+    world_size: int
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
 class SamplingConfig:
     videos_per_batch: int
     frames_per_video: int
@@ -80,6 +88,7 @@ class SamplingConfig:
     # ((H, W), interpolation): frames are scaled in the decoder's own colour conversion (fused,
     # AVION) before the augmentation steps; None: steps start from the full-size RGB frame
     decode_resize: tuple[tuple[int, int], str] | None = None
+    shard: Shard | None = None  # None: the task reads every video of each epoch
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,10 @@ planned yet. Windows count *mount* epochs: a task that joins a live mount gets a
 others are in, and its clips nest in theirs from its first epoch on. The frozen state and the
 offsets are checkpointed (`state()` / `load()`), so a restart plans every window it had planned
 exactly as before.
+
+Datasets are told apart by their identity (identity.py: tag, relative paths and sizes), never by
+their location: each task plan binds its task to the identity of its scan (`bind`), and tasks
+whose data have the same identity share pools and crop windows wherever each one reads it.
 """
 
 from __future__ import annotations
@@ -24,12 +28,15 @@ from dataclasses import replace
 
 from sandfs import ops as oplib
 from sandfs.config.schema import TaskConfig
+from sandfs.media.types import VideoInfo
 from sandfs.plan.abstract import stream_paths
+from sandfs.plan.identity import DatasetIdentity, data_fingerprint, dataset_identity
 from sandfs.plan.pool import POOL_SPANS, FramePool
-from sandfs.plan.seeds import derive_seed, fingerprint
+from sandfs.plan.seeds import derive_seed
 
-STATE_VERSION = 2  # of the checkpoint; 2: pool clips' spans (nested clips), epoch offsets
-CropContext = tuple  # (dataset root, static (H, W) of the crop's input, or None: the video's)
+STATE_VERSION = 3  # of the checkpoint; 3: windows keyed by dataset identity, not by root
+DataKey = tuple[str, str]  # DatasetIdentity.key
+CropContext = tuple  # (dataset identity key, static (H, W) of the crop's input, or None)
 
 
 def span_frames(cfg: TaskConfig) -> int:
@@ -41,7 +48,8 @@ def step_choices(ps) -> int | None:
     return 0 if ps.step.branch_type in ("random", "conditional") else None
 
 
-def random_crop_contexts(cfg: TaskConfig) -> list[tuple[CropContext, tuple[int, int]]]:
+def random_crop_contexts(cfg: TaskConfig,
+                         data: DataKey) -> list[tuple[CropContext, tuple[int, int]]]:
     """Every random_crop of the task with the static shape of its input and its size."""
     from sandfs.plan.task import source_shape, step_ops  # task.py imports this module
 
@@ -52,20 +60,22 @@ def random_crop_contexts(cfg: TaskConfig) -> list[tuple[CropContext, tuple[int, 
             for spec in step_ops(ps, step_choices(ps)):
                 if spec.name == "random_crop":
                     in_hw = (shape.height, shape.width) if shape.height else None
-                    found.append(((cfg.dataset.video_dataset_path, in_hw),
+                    found.append(((data, in_hw),
                                   tuple(spec.param_dict()["size"])))
                 shape = oplib.get_op(spec.name).output_shape(spec.param_dict(), shape)
     return found
 
 
-def shared_crop_windows(configs: Sequence[TaskConfig]) -> dict[CropContext, tuple[int, int]]:
-    """Crop contexts that tasks with different data share: context -> the window's (H, W)."""
+def shared_crop_windows(configs: Sequence[TaskConfig],
+                        data: DataKey) -> dict[CropContext, tuple[int, int]]:
+    """Crop contexts that tasks with different draws share: context -> the window's (H, W).
+    (Ranks of one task and trials with identical pipelines and seeds draw alike.)"""
     sizes: dict[CropContext, dict[object, tuple[int, int]]] = defaultdict(dict)
     for cfg in configs:
-        data = fingerprint((cfg.dataset, cfg.seed))
-        for context, size in random_crop_contexts(cfg):
-            old = sizes[context].get(data, (0, 0))
-            sizes[context][data] = (max(old[0], size[0]), max(old[1], size[1]))
+        draws = repr((data_fingerprint(cfg.dataset), cfg.seed))
+        for context, size in random_crop_contexts(cfg, data):
+            old = sizes[context].get(draws, (0, 0))
+            sizes[context][draws] = (max(old[0], size[0]), max(old[1], size[1]))
     return {
         context: (max(h for h, _ in by_data.values()), max(w for _, w in by_data.values()))
         for context, by_data in sizes.items()
@@ -73,31 +83,33 @@ def shared_crop_windows(configs: Sequence[TaskConfig]) -> dict[CropContext, tupl
     }
 
 
-def shared_pool(root: str, configs: Sequence[TaskConfig]) -> FramePool:
+def shared_pool(data: DataKey, configs: Sequence[TaskConfig]) -> FramePool:
     """Grid = GCD of the strides, width = POOL_SPANS longest spans; its randomness comes from
-    the dataset and the seeds of the tasks sharing it (another seed, another pool)."""
+    the dataset's identity and the seeds of the tasks sharing it (another seed, another pool)."""
     longest = max(span_frames(c) for c in configs)
     return FramePool(
-        key=derive_seed("pool", root, sorted({c.seed for c in configs})),
+        key=derive_seed("pool", data, sorted({c.seed for c in configs})),
         grid=math.gcd(*(c.dataset.sampling.frame_stride for c in configs)),
         width_frames=POOL_SPANS * longest,
         span_frames=longest,
     )
 
 
-def independent_pool(cfg: TaskConfig) -> FramePool:
+def independent_pool(cfg: TaskConfig, data: DataKey) -> FramePool:
     """No coordination (the baseline planning is measured against): every clip start uniform
     over the whole video (grid 1, a pool as wide as any video), drawn by its task alone."""
-    return FramePool(derive_seed("independent", fingerprint(cfg.dataset), cfg.seed), 1, 1 << 30,
-                     span_frames(cfg))
+    return FramePool(derive_seed("independent", data, data_fingerprint(cfg.dataset), cfg.seed),
+                     1, 1 << 30, span_frames(cfg))
 
 
 class Coordination:
     def __init__(self, configs: Sequence[TaskConfig], *, coordinate: bool = True) -> None:
         self.coordinate = coordinate
         self._configs = {c.task: c for c in configs}
-        self._pools: dict[tuple[str, int], FramePool] = {}
-        self._crops: dict[tuple[str, int], dict[CropContext, tuple[int, int]]] = {}
+        self._data: dict[str, DataKey] = {}  # task -> the identity of its dataset (`bind`)
+        self._identities: dict[tuple[int, str], tuple[Sequence, DatasetIdentity]] = {}
+        self._pools: dict[tuple[DataKey, int], FramePool] = {}
+        self._crops: dict[tuple[DataKey, int], dict[CropContext, tuple[int, int]]] = {}
         self._offsets: dict[str, int] = {}  # task -> epoch offset (tasks that joined late)
         self._lock = threading.Lock()
         self.changed = False  # frozen state not checkpointed yet
@@ -105,6 +117,7 @@ class Coordination:
     def remove(self, name: str) -> None:
         with self._lock:
             self._configs.pop(name, None)
+            self._data.pop(name, None)
             self._offsets.pop(name, None)
             self.changed = True
 
@@ -118,16 +131,32 @@ class Coordination:
                 self._offsets[cfg.task] = mount_epoch
                 self.changed = True
 
+    def identity(self, tag: str, videos: Sequence[VideoInfo]) -> DatasetIdentity:
+        """The identity of a scan's videos, computed once for all the tasks given the same
+        sequence (a mount passes each scan's tuple to every task reading it)."""
+        with self._lock:
+            seen = self._identities.get((id(videos), tag))
+            if seen is None or seen[0] is not videos:  # kept alive: its id is not reused
+                seen = (videos, dataset_identity(tag, videos))
+                self._identities[(id(videos), tag)] = seen
+            return seen[1]
+
+    def bind(self, name: str, identity: DatasetIdentity) -> None:
+        """Tell which data task `name` reads (its plan does, before planning any window)."""
+        with self._lock:
+            self._data[name] = identity.key
+
     def epoch_offset(self, name: str) -> int:
         """Mount epoch = task epoch + offset (0 for the tasks the mount started with)."""
         with self._lock:
             return self._offsets.get(name, 0)
 
     def pool(self, cfg: TaskConfig, window: int) -> FramePool:
+        data = self._data_of(cfg.task)
         if not self.coordinate:
-            return independent_pool(cfg)
-        self._freeze(cfg.dataset.video_dataset_path, window)
-        pool = self._pools[(cfg.dataset.video_dataset_path, window)]
+            return independent_pool(cfg, data)
+        self._freeze(data, window)
+        pool = self._pools[(data, window)]
         stride = cfg.dataset.sampling.frame_stride
         if stride % pool.grid:  # joined after the window froze: a finer grid for this task
             pool = replace(pool, grid=math.gcd(pool.grid, stride))
@@ -136,19 +165,23 @@ class Coordination:
     def crop_windows(self, cfg: TaskConfig, window: int) -> dict[CropContext, tuple[int, int]]:
         if not self.coordinate:
             return {}
-        self._freeze(cfg.dataset.video_dataset_path, window)
-        return self._crops[(cfg.dataset.video_dataset_path, window)]
+        data = self._data_of(cfg.task)
+        self._freeze(data, window)
+        return self._crops[(data, window)]
 
-    def _freeze(self, root: str, window: int) -> None:
+    def _data_of(self, name: str) -> DataKey:
         with self._lock:
-            if (root, window) in self._pools:
+            if name not in self._data:
+                raise KeyError(f"task {name!r} has no dataset identity bound (plan it first)")
+            return self._data[name]
+
+    def _freeze(self, data: DataKey, window: int) -> None:
+        with self._lock:
+            if (data, window) in self._pools:
                 return
-            sharing = [c for c in self._configs.values() if c.dataset.video_dataset_path == root]
-            self._pools[(root, window)] = shared_pool(root, sharing)
-            self._crops[(root, window)] = {
-                context: size for context, size in shared_crop_windows(sharing).items()
-                if context[0] == root
-            }
+            sharing = [c for name, c in self._configs.items() if self._data.get(name) == data]
+            self._pools[(data, window)] = shared_pool(data, sharing)
+            self._crops[(data, window)] = shared_crop_windows(sharing, data)
             self.changed = True
 
     # -- checkpoint --------------------------------------------------------------------------
@@ -158,12 +191,13 @@ class Coordination:
             self.changed = False
             return {"version": STATE_VERSION, "epoch_offsets": dict(sorted(self._offsets.items())),
                     "windows": [
-                {"root": root, "window": window, "pool_key": str(pool.key), "grid": pool.grid,
-                 "width_frames": pool.width_frames, "span_frames": pool.span_frames,
+                {"dataset": list(data), "window": window, "pool_key": str(pool.key),
+                 "grid": pool.grid, "width_frames": pool.width_frames,
+                 "span_frames": pool.span_frames,
                  "crops": [[list(ctx[1]) if ctx[1] else None, list(size)]
-                           for ctx, size in sorted(self._crops[(root, window)].items(),
+                           for ctx, size in sorted(self._crops[(data, window)].items(),
                                                    key=repr)]}
-                for (root, window), pool in sorted(self._pools.items())
+                for (data, window), pool in sorted(self._pools.items())
             ]}
 
     def load(self, state: dict) -> None:
@@ -173,11 +207,12 @@ class Coordination:
         with self._lock:
             self._offsets.update({str(k): int(v) for k, v in state["epoch_offsets"].items()})
             for entry in state["windows"]:
-                key = (entry["root"], int(entry["window"]))
+                data = (str(entry["dataset"][0]), str(entry["dataset"][1]))
+                key = (data, int(entry["window"]))
                 self._pools[key] = FramePool(int(entry["pool_key"]), int(entry["grid"]),
                                              int(entry["width_frames"]),
                                              int(entry["span_frames"]))
                 self._crops[key] = {
-                    (entry["root"], tuple(hw) if hw else None): (int(size[0]), int(size[1]))
+                    (data, tuple(hw) if hw else None): (int(size[0]), int(size[1]))
                     for hw, size in entry["crops"]
                 }

@@ -1,11 +1,13 @@
 """The concrete plan of one task: which videos, clips, frames and augmentation draws make up
 every view, as a pure function of (config, usable videos). Nothing here decodes.
 
-Randomness is derived from the task's *data key* (its dataset section and seed, not its name),
-so tasks with identical pipelines and seeds get identical views (docs/contract.md §8). Clip
-starts lie on a frame grid with one random phase per (video, k-epoch window): the shared frame
-pool of SAND §5.2, which makes the clips of one window overlap so a video is decoded once per
-window.
+Randomness is derived from the task's *data key*: the dataset's identity (identity.py: its tag,
+relative paths and sizes, never its location), the dataset section without the path, labels and
+shard, and the seed, not the task's name. Tasks with identical pipelines and seeds get identical
+views (docs/contract.md §8), wherever each reads the data from, and the ranks of a sharded task (shard.py) share one
+permutation per epoch and the clips of every video. Clip starts lie on a
+frame grid with one random phase per (video, k-epoch window): the shared frame pool of SAND
+§5.2, which makes the clips of one window overlap so a video is decoded once per window.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from sandfs.npy import npy_nbytes
 from sandfs.ops.base import FrameShape, OpInstance, Window
 from sandfs.plan.abstract import PathStep, StreamPath, stream_paths
 from sandfs.plan.coordination import Coordination
-from sandfs.plan.seeds import derive_seed, fingerprint, rng_for
+from sandfs.plan.identity import DatasetIdentity, data_fingerprint
+from sandfs.plan.seeds import derive_seed, rng_for
+from sandfs.plan.shard import shard_positions
 
-PLAN_VERSION = 2  # bump when the same configs plan other views: names of cached objects change
+PLAN_VERSION = 3  # bump when the same configs plan other views: names of cached objects change
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,19 +103,27 @@ class TaskPlan:
         k_epochs: int,
         all_rel_paths: Sequence[str] = (),
         coordination: Coordination | None = None,
+        identity: DatasetIdentity | None = None,
     ) -> None:
+        """`videos`: the scan's usable videos; `identity`: theirs (None: the coordination
+        computes it, once for all the tasks given the same sequence)."""
         self.cfg = cfg
         self.name = cfg.task
         self.sampling = cfg.dataset.sampling
         self.k_epochs = k_epochs
-        self.data_key = derive_seed("data", fingerprint(cfg.dataset), cfg.seed)
         self.paths = stream_paths(cfg)
         self.span_frames = (self.sampling.frames_per_video - 1) * self.sampling.frame_stride + 1
         # what this task shares with the others of the mount, per window (coordination.py)
         self.coordination = coordination or Coordination([cfg])
+        self.identity = identity or self.coordination.identity(cfg.dataset.tag, videos)
+        self.data_key = derive_seed("data", self.identity.key, data_fingerprint(cfg.dataset),
+                                    cfg.seed)
+        self.coordination.bind(cfg.task, self.identity)
         self.epoch_offset = self.coordination.epoch_offset(cfg.task)
         self.videos, self.skipped = self._usable(videos)
         self.video_index = {v.name: i for i, v in enumerate(self.videos)}
+        self.positions = shard_positions(len(self.videos), self.sampling.shard,
+                                         self.sampling.drop_last)
         self.labels, self.class_names = self._labels(all_rel_paths)
         self.source = self.sampling.decode_resize
         out_shape, self.out_frames = static_output(self.paths[0], self.sampling.frames_per_video,
@@ -125,11 +137,13 @@ class TaskPlan:
 
     def _plan_key(self, window: int) -> int:
         """What the views of a window depend on besides (epoch, iteration): the task's data and
-        seed, and what it shares with other tasks in that window. Names cached objects."""
+        seed, its shard, and what it shares with other tasks in that window. Names cached
+        objects."""
         pool = self.coordination.pool(self.cfg, window)
         crops = sorted(self.coordination.crop_windows(self.cfg, window).items(), key=repr)
-        return derive_seed("plan", PLAN_VERSION, self.data_key, self.epoch_offset, pool.key,
-                           pool.grid, pool.width_frames, pool.span_frames, crops)
+        return derive_seed("plan", PLAN_VERSION, self.data_key, self.sampling.shard,
+                           self.epoch_offset, pool.key, pool.grid, pool.width_frames,
+                           pool.span_frames, crops)
 
     def window_of(self, epoch: int) -> int:
         """The k-epoch window (counted in mount epochs) that plans this task's `epoch`."""
@@ -179,7 +193,8 @@ class TaskPlan:
 
     @property
     def iterations_per_epoch(self) -> int:
-        n, per_batch = len(self.videos), self.sampling.videos_per_batch
+        """The same on every rank of a sharded task (each reads as many videos)."""
+        n, per_batch = len(self.positions), self.sampling.videos_per_batch
         return n // per_batch if self.sampling.drop_last else math.ceil(n / per_batch)
 
     @property
@@ -187,7 +202,10 @@ class TaskPlan:
         return self.cfg.epochs
 
     def _epoch_order(self, epoch: int) -> np.ndarray:
-        return rng_for(self.data_key, "order", epoch).permutation(len(self.videos))
+        """The videos this task reads in `epoch`, in order: its shard's positions of the one
+        permutation every rank draws alike."""
+        permutation = rng_for(self.data_key, "order", epoch).permutation(len(self.videos))
+        return permutation[self.positions]
 
     def batch_videos(self, epoch: int, iteration: int) -> list[int]:
         per_batch = self.sampling.videos_per_batch
@@ -268,8 +286,7 @@ class TaskPlan:
         window's place is the pool's draw, the crop's place in it is this task's own."""
         if spec.name != "random_crop":
             return None
-        context = (self.cfg.dataset.video_dataset_path,
-                   (static.height, static.width) if static.height else None)
+        context = (self.identity.key, (static.height, static.width) if static.height else None)
         k_window = self.window_of(epoch)
         window = self.coordination.crop_windows(self.cfg, k_window).get(context)
         crop_h, crop_w = spec.param_dict()["size"]

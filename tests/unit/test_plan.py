@@ -28,7 +28,7 @@ def fake_videos(count: int, num_frames: int = 120, size=(64, 48)) -> list[VideoI
     ]
 
 
-FAKE_DATASET = Path("/nonexistent/sandfs-test-dataset")  # fixed: it seeds the plan's draws
+FAKE_DATASET = Path("/nonexistent/sandfs-test-dataset")  # never read: the plan opens no file
 
 
 def make_plan(tmp_path: Path, videos=None, k_epochs: int = 2, **overrides) -> TaskPlan:
@@ -178,12 +178,16 @@ def test_a_checkpoint_round_trip_plans_the_same_and_an_old_version_is_ignored(tm
     joined = load_task_config(write_config(tmp_path / "j.yaml", task_config(
         FAKE_DATASET, task="joined", sampling={"frames_per_video": 8, "frame_stride": 3})),
         check_paths=False)
-    fresh = TaskPlan(first.cfg, fake_videos(10), k_epochs=2,
-                     coordination=Coordination([first.cfg, joined]))
+
+    def replan(coordination: Coordination) -> TaskPlan:
+        TaskPlan(joined, fake_videos(10), k_epochs=2, coordination=coordination)  # its identity
+        return TaskPlan(first.cfg, fake_videos(10), k_epochs=2, coordination=coordination)
+
+    fresh = replan(Coordination([first.cfg, joined]))
     assert [fresh.view_plan(epoch, 0) for epoch in range(4)] != views
     restored = Coordination([first.cfg, joined])
     restored.load(load_plan_state(str(tmp_path)))
-    again = TaskPlan(first.cfg, fake_videos(10), k_epochs=2, coordination=restored)
+    again = replan(restored)
     assert [again.view_plan(epoch, 0) for epoch in range(4)] == views
 
     old = first.coordination.state() | {"version": 1}

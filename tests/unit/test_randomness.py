@@ -1,11 +1,12 @@
-"""Randomness under coordinated planning (TESTPLAN §2, SAND §5.2): a SlowFast-like and an
+"""Randomness under coordinated planning (docs/testplan.md, SAND §5.2): a SlowFast-like and an
 MAE-like task (different strides, clip counts and crop sizes) planned together on one dataset
 keep uniform clip starts and crops, fresh draws per epoch and seed, nested clips across tasks,
 exactly-once epochs
 and deterministic plans, while decoding less than the same tasks planned independently.
 
-Pure planning on fake videos: nothing is decoded. The dataset path is fixed because it seeds the
-shared frame pool, so every run draws the same numbers and the chi-square p-values are fixed.
+Pure planning on fake videos: nothing is decoded. The fake dataset's identity (its tag, relative
+paths and sizes) seeds every draw, so every run draws the same numbers and the chi-square p-values
+are fixed.
 """
 
 from __future__ import annotations
@@ -306,7 +307,7 @@ def test_equal_crops_of_nested_clips_are_cropped_once():
 
 @pytest.mark.parametrize("task_index", [0, 1], ids=[t[0] for t in TASKS])
 def test_epoch_orders_are_unrelated(task_index):
-    """No set_epoch bug (TESTPLAN §2): Kendall's tau between the video orders of any two of the
+    """No set_epoch bug (docs/testplan.md): Kendall's tau between the video orders of any two of the
     first 10 epochs stays below 0.2 in magnitude (400 videos)."""
     plan = planned()[task_index]
     orders = [plan.epoch_order(epoch) for epoch in range(10)]
@@ -314,3 +315,19 @@ def test_epoch_orders_are_unrelated(task_index):
         for second in range(first + 1, 10):
             tau = scistats.kendalltau(orders[first], orders[second]).statistic
             assert abs(tau) < 0.2, (first, second, tau)
+
+
+def test_a_rank_reads_other_videos_every_epoch():
+    """No DistributedSampler set_epoch bug: rank 0 of 4 does not read the same quarter of the
+    videos every epoch; its share of each epoch overlaps another epoch's by about a quarter."""
+    from sandfs.plan.shard import shard_configs
+
+    configs = shard_configs(task_cfg(SLOWFAST, 0), 4)
+    scans = {(FAKE_DATASET, configs[0].dataset.extensions):
+             DatasetScan(FAKE_DATASET, fake_videos(), ())}
+    rank0 = plan_tasks(configs, scans, k_epochs=K_EPOCHS)[0]
+    held = [set(rank0.epoch_order(epoch).tolist()) for epoch in range(10)]
+    assert all(len(videos) == NUM_VIDEOS // 4 for videos in held)
+    for first in range(10):
+        for second in range(first + 1, 10):
+            assert 10 < len(held[first] & held[second]) < 45, (first, second)
