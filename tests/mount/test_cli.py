@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -154,6 +155,11 @@ def test_plan_prints_the_merged_plan_without_mounting(tmp_path, dataset_dir):
     assert total["frames_decoded"] < total["frames_decoded_independent"]
     assert report["windows"][0]["frames_by_task_count"].get("2", 0) > 0  # shared frames
     assert report["savings"]["decode"] > 0
+    probe = ("import sys; from sandfs.cli import main; main(sys.argv[1:]); "
+             "print('sandfs.daemon' in sys.modules, 'pyfuse3' in sys.modules, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", probe, "plan", "--config", str(slow)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.stderr.strip().splitlines()[-1] == "False False"  # plan mounts nothing
 
 
 @pytest.mark.parametrize(("flag", "value", "fragment"), [
@@ -247,6 +253,12 @@ def test_status_and_unmount_of_a_stopped_daemon_return_within_their_timeout(tmp_
             start = time.monotonic()
             done = run_cli("status", str(m.mountpoint), "--timeout", "1", timeout=30)
             assert "did not answer within 1s" in one_line_error(done)
+            waiting = subprocess.Popen(sandfs_command("status", str(m.mountpoint), "--timeout",
+                                                      "60"), stderr=subprocess.PIPE)
+            time.sleep(1.5)
+            waiting.send_signal(signal.SIGINT)  # Ctrl-C
+            assert waiting.wait(timeout=10) == 130
+            assert b"Traceback" not in waiting.stderr.read()
             done = run_cli("unmount", str(m.mountpoint), "--timeout", "2", timeout=30)
             assert done.returncode == 0, done.stderr  # the kernel unmounts without the daemon
             assert not is_mounted(m.mountpoint)
