@@ -13,20 +13,18 @@ import sys
 import time
 from collections.abc import Sequence
 
-from sandfs.config.loader import (
-    BASE_DIR_MARK,
-    ConfigError,
-    load_task_configs,
-    merge_engines,
-    parse_size,
-)
+from sandfs import __version__
+from sandfs.config.loader import BASE_DIR_MARK, ConfigError, load_task_configs
+from sandfs.config.settings import cli_engine, default_workers, media_limits, mount_settings
 from sandfs.errors import UserError
+from sandfs.mountwatch import is_mounted
 
 log = logging.getLogger("sandfs")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sandfs", description=__doc__.split(".")[0])
+    parser.add_argument("--version", action="version", version=f"sandfs {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     mount = sub.add_parser("mount", help="mount the views of one or more tasks")
@@ -39,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="later windows a decode pass also prepares frames for (default 3)")
     mount.add_argument("--workers", metavar="N", help="worker threads, or auto")
     mount.add_argument("--foreground", action="store_true", help="stay attached (tests, systemd)")
-    mount.add_argument("--log-level", default="INFO",
+    mount.add_argument("--log-level", default="INFO", type=str.upper,
                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     mount.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
 
@@ -50,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="live figures of a mount")
     status.add_argument("mountpoint")
     status.add_argument("--json", action="store_true")
+    status.add_argument("--timeout", type=float, default=10.0,
+                        help="seconds to wait for the daemon's answer")
     task = sub.add_parser("task", help="register or end a task on a live mount")
     task_sub = task.add_subparsers(dest="task_command", required=True)
     add = task_sub.add_parser("add", help="register TASK.yaml (its views are planned at once)")
@@ -91,38 +91,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def engine_overrides(args: argparse.Namespace) -> dict:
-    workers = args.workers
-    if workers is not None and workers != "auto":
-        if not workers.isdigit() or int(workers) < 1:
-            raise UserError(f"--workers: expected a positive integer or auto, got {workers!r}")
-        workers = int(workers)
-    if args.k_epochs is not None and args.k_epochs < 1:
-        raise UserError(f"--k-epochs: expected an integer >= 1, got {args.k_epochs}")
-    decode_ahead = args.decode_ahead
-    if decode_ahead is not None and decode_ahead < 0:
-        raise UserError(f"--decode-ahead: expected an integer >= 0, got {decode_ahead}")
-    try:
-        budget = parse_size(args.budget) if args.budget else None
-    except ValueError as exc:
-        raise UserError(f"--budget: {exc}") from exc
+    """The command line's engine values, as typed (settings.py checks them)."""
     return {
-        "cache_dir": args.cache_dir and os.path.abspath(args.cache_dir),
-        "storage_budget_bytes": budget,
+        "cache_dir": args.cache_dir,
+        "storage_budget_bytes": args.budget,
         "k_epochs": args.k_epochs,
-        "decode_ahead": decode_ahead,
-        "workers": workers,  # "auto" given on the command line wins over a config's number
+        "decode_ahead": args.decode_ahead,
+        "workers": args.workers,  # "auto" given on the command line wins over a config's number
     }
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
-    from sandfs.daemon import settings_from  # imports pyfuse3: keep `status` light
-
     configs = load_task_configs(args.config)
-    engine, warnings = merge_engines(configs, engine_overrides(args))
-    settings = settings_from(engine, args.mountpoint)
+    settings, warnings = mount_settings(configs, engine_overrides(args), args.mountpoint)
     if args.foreground:
         return mount_foreground(configs, settings, args, warnings)
-    return mount_background(settings, args)
+    return mount_background(configs, settings, args)
 
 
 def mount_foreground(configs, settings, args, warnings) -> int:
@@ -147,15 +131,23 @@ def mount_foreground(configs, settings, args, warnings) -> int:
     return 0
 
 
-def mount_background(settings, args: argparse.Namespace) -> int:
+def mount_background(configs, settings, args: argparse.Namespace) -> int:
     """Start the daemon detached and return once it serves (or print why it could not)."""
-    os.makedirs(settings.cache_dir, mode=0o700, exist_ok=True)
-    log_path = os.path.join(settings.cache_dir, "sandfs.log")
+    from sandfs.cache.setup import LOG_NAME, check_cache_dir, open_log
+    from sandfs.fuse.mountpoint import check_layout
+
+    check_layout(settings.mountpoint, settings.cache_dir,
+                 [c.dataset.video_dataset_path for c in configs])
+    check_cache_dir(settings.cache_dir)  # before anything is written in it
+    log_path = os.path.join(settings.cache_dir, LOG_NAME)
+    log_fd = open_log(settings.cache_dir)
     read_fd, write_fd = os.pipe()
     argv = [sys.executable, "-m", "sandfs", *child_args(args), "--ready-fd", str(write_fd)]
-    with open(log_path, "ab") as log_file:
+    try:
         child = subprocess.Popen(argv, pass_fds=(write_fd,), start_new_session=True,
-                                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file)
+                                 stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd)
+    finally:
+        os.close(log_fd)
     os.close(write_fd)
     with os.fdopen(read_fd, "rb") as pipe:
         answer = pipe.read().decode(errors="replace").strip()
@@ -192,38 +184,63 @@ def setup_logging(level: str) -> None:
 # -- unmount and status ---------------------------------------------------------------------
 
 
-def read_status(mountpoint: str) -> dict:
+# The status file is read by a child process: a hung daemon leaves a read waiting forever, and
+# only a process can be killed out of that wait.
+STATUS_READER = """
+import sys
+try:
+    with open(sys.argv[1], "rb") as f:
+        sys.stdout.buffer.write(f.read())
+except OSError as exc:
+    sys.stderr.write(f"{exc.errno} {exc.strerror}")
+    sys.exit(3)
+"""
+
+
+def read_status(mountpoint: str, timeout: float = 10.0) -> dict:
     path = os.path.join(mountpoint, ".sand", "status.json")
     try:
-        with open(path, "rb") as f:
-            return json.loads(f.read())
-    except OSError as exc:
-        if exc.errno in (errno.ENOTCONN, errno.ECONNABORTED):
-            raise UserError(f"{mountpoint}: the sandfs daemon is gone (stale mount); "
-                            f"run: sandfs unmount {mountpoint}") from exc
-        raise UserError(f"{mountpoint} is not a sandfs mount ({exc.strerror})") from exc
+        done = subprocess.run([sys.executable, "-S", "-c", STATUS_READER, path],
+                              capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{mountpoint}: the sandfs daemon did not answer within {timeout:g}s "
+                        f"(hung or stopped?)") from None
+    if done.returncode == 0:
+        return json.loads(done.stdout)
+    number, _, reason = done.stderr.decode(errors="replace").partition(" ")
+    if number in (str(errno.ENOTCONN), str(errno.ECONNABORTED)):
+        raise UserError(f"{mountpoint}: the sandfs daemon is gone (stale mount); "
+                        f"run: sandfs unmount {mountpoint}")
+    raise UserError(f"{mountpoint} is not a sandfs mount ({reason or 'no status file'})")
 
 
 def cmd_unmount(args: argparse.Namespace) -> int:
     mountpoint = os.path.abspath(args.mountpoint)
-    try:
-        pid = read_status(mountpoint).get("pid")
+    if not is_mounted(mountpoint):
+        raise UserError(f"{mountpoint} is not mounted")
+    deadline = time.monotonic() + args.timeout
+    try:  # half the time at most: a hung daemon must leave time for fusermount3
+        pid = read_status(mountpoint, args.timeout / 2).get("pid")
     except UserError:
-        pid = None  # stale or foreign: fusermount3 still cleans it
-    done = subprocess.run(["fusermount3", "-u", mountpoint], capture_output=True, text=True)
+        pid = None  # stale, hung or foreign: fusermount3 still cleans it
+    try:
+        done = subprocess.run(["fusermount3", "-u", mountpoint], capture_output=True, text=True,
+                              timeout=max(deadline - time.monotonic(), 0.1))
+    except subprocess.TimeoutExpired:
+        raise UserError(f"cannot unmount {mountpoint}: no answer within {args.timeout:g}s; "
+                        f"detach it with: fusermount3 -uz {mountpoint}") from None
     if done.returncode != 0:
         reason = done.stderr.strip() or f"fusermount3 exited {done.returncode}"
         raise UserError(f"cannot unmount {mountpoint}: {reason} (if files are still open: "
                         f"fusermount3 -uz {mountpoint})")
-    if pid and not wait_for_exit(pid, args.timeout):
+    if pid and not wait_for_exit(pid, deadline):
         raise UserError(f"unmounted {mountpoint}, but daemon pid {pid} is still running after "
-                        f"{args.timeout:.0f}s")
+                        f"{args.timeout:g}s")
     print(f"sandfs: unmounted {mountpoint}")
     return 0
 
 
-def wait_for_exit(pid: int, timeout_seconds: float) -> bool:
-    deadline = time.monotonic() + timeout_seconds
+def wait_for_exit(pid: int, deadline: float) -> bool:
     while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
@@ -234,7 +251,7 @@ def wait_for_exit(pid: int, timeout_seconds: float) -> bool:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    status = read_status(os.path.abspath(args.mountpoint))
+    status = read_status(os.path.abspath(args.mountpoint), args.timeout)
     if args.json:
         print(json.dumps(status, indent=1))
         return 0
@@ -302,21 +319,22 @@ def task_remove(tasks_dir: str, name: str) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from sandfs.daemon import check_plan, scan_all
-    from sandfs.plan.mount import plan_tasks
+    from sandfs.cache.setup import check_cache_dir
+    from sandfs.media.datasets import scan_all
+    from sandfs.plan.build import build_plans
+    from sandfs.plan.mount import dataset_key
     from sandfs.plan.report import plan_report
 
     configs = load_task_configs(args.config)
-    engine, _ = merge_engines(configs, {"k_epochs": args.k_epochs})
+    engine, _ = cli_engine(configs, {"k_epochs": args.k_epochs})
     if args.epochs is not None and args.epochs < 1:
         raise UserError(f"--epochs: expected an integer >= 1, got {args.epochs}")
-    cache_dir = args.cache_dir or engine.cache_dir
+    cache_dir = (args.cache_dir and os.path.abspath(args.cache_dir)) or engine.cache_dir
     if cache_dir:
-        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-    scans = scan_all(configs, cache_dir, engine.workers or os.cpu_count() or 2)
-    plans = plan_tasks(configs, scans, k_epochs=engine.k_epochs)
-    for cfg, plan in zip(configs, plans, strict=True):
-        check_plan(cfg, plan)
+        check_cache_dir(cache_dir)
+    scans = scan_all([dataset_key(c) for c in configs], cache_dir, default_workers(engine),
+                     media_limits())
+    plans = build_plans(configs, scans, engine.k_epochs)
     report = plan_report(plans, args.epochs)
     print(json.dumps(report, indent=1) if args.json else format_plan(report))
     return 0

@@ -42,6 +42,7 @@ from sandfs.cache.formats import choose_format, codec_for
 from sandfs.cache.index import EVICTION_POLICIES, Entry, Index
 from sandfs.cache.keys import ObjectKey
 from sandfs.faults import fault_point
+from sandfs.fileio import atomic_write, remove_leftover_temps
 
 log = logging.getLogger(__name__)
 
@@ -455,6 +456,7 @@ class ObjectStore:
             log.info("cache index snapshot unreadable (%s): scanning headers", error)
             return None
         finally:
+            remove_leftover_temps(path)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         try:
@@ -474,13 +476,8 @@ class ObjectStore:
             name = os.path.relpath(self.disk.path_for(entry.key), self.disk.objects_dir)
             objects[name] = [entry.fmt, entry.file_nbytes]
         body = json.dumps({"version": _INDEX_VERSION, "objects": objects}).encode()
-        path = os.path.join(self.root, INDEX_FILE)
-        temp_path = f"{path}.tmp"
-        with open(os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as file:
-            file.write(f"{checksum(body):016x}\n".encode() + body)
-            if self.disk.fsync:
-                os.fsync(file.fileno())
-        os.rename(temp_path, path)
+        atomic_write(os.path.join(self.root, INDEX_FILE),
+                     f"{checksum(body):016x}\n".encode() + body, durable=self.disk.fsync)
 
     # -- check -------------------------------------------------------------------------------
 

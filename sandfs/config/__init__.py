@@ -1,13 +1,8 @@
-"""Task configuration: YAML loading and validation (see loader.py, schema.py)."""
+"""Task configuration: YAML loading and validation (loader.py, schema.py) and the settings of
+a mount (settings.py)."""
 
 from sandfs.config.condition import compile_condition, evaluate
-from sandfs.config.loader import (
-    ConfigError,
-    load_task_config,
-    load_task_configs,
-    merge_engines,
-    parse_size,
-)
+from sandfs.config.loader import ConfigError, load_task_config, load_task_configs
 from sandfs.config.schema import (
     AugStep,
     Branch,
@@ -18,6 +13,7 @@ from sandfs.config.schema import (
     SamplingConfig,
     TaskConfig,
 )
+from sandfs.config.settings import MountSettings, merge_engines, mount_settings, parse_size
 
 __all__ = [
     "AugStep",
@@ -26,6 +22,7 @@ __all__ = [
     "ConfigError",
     "DatasetConfig",
     "EngineConfig",
+    "MountSettings",
     "OpSpec",
     "SamplingConfig",
     "TaskConfig",
@@ -34,5 +31,6 @@ __all__ = [
     "load_task_config",
     "load_task_configs",
     "merge_engines",
+    "mount_settings",
     "parse_size",
 ]

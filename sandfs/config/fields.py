@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 from collections.abc import Collection, Iterable
 from typing import Any
@@ -150,3 +151,8 @@ def _listing(names: Iterable[str]) -> str:
 
 def _clip(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def resolve_path(text: str, base_dir: str) -> str:
+    """A path from a config: `~` expanded, relative ones anchored at `base_dir`."""
+    return os.path.normpath(os.path.join(base_dir, os.path.expanduser(text)))

@@ -13,7 +13,7 @@ import networkx as nx
 from sandfs import ops as op_registry
 from sandfs.config import fields
 from sandfs.config.condition import compile_condition
-from sandfs.config.schema import AugStep, Branch, Condition, OpSpec
+from sandfs.config.schema import AugStep, Branch, Condition, DatasetConfig, OpSpec
 from sandfs.config.yamlsafe import ConfigError, Value
 from sandfs.ops.base import FrameShape, OpParamError
 
@@ -74,6 +74,38 @@ def parse_pipeline(value: Value, frames_per_video: int,
     order, final = _check_graph(parsed)
     _check_shapes(parsed, order, final, frames_per_video, source_hw)
     return tuple(parsed[i].step for i in order)
+
+
+def view_shape(dataset: DatasetConfig) -> tuple[tuple[int, ...], str]:
+    """The array shape and dtype of a full batch's view: every clip of the batch once per path
+    from `frame` to the final output (the pipeline is validated, so the size is fixed)."""
+    sampling = dataset.sampling
+    source = sampling.decode_resize[0] if sampling.decode_resize else (None, None)
+    start = FrameShape(*source, "uint8")
+    shapes: dict[str, Shape] = {SOURCE_STREAM: (start, sampling.frames_per_video)}
+    paths = {SOURCE_STREAM: 1}
+    for step in dataset.augmentation:
+        given = shapes[step.inputs[0]]
+        if step.branch_type == "merge":
+            results = [given]
+        elif step.branch_type == "single":
+            results = [op_registry.chain_shape(_params(step.ops), *given)]
+        else:
+            results = [op_registry.chain_shape(_params(b.ops), *given) for b in step.branches]
+        for i, output in enumerate(step.outputs):
+            shapes[output] = results[i if step.branch_type == "multi" else 0]
+            paths[output] = sum(paths[s] for s in step.inputs)
+    consumed = {s for step in dataset.augmentation for s in step.inputs}
+    final = next(s for step in dataset.augmentation for s in step.outputs if s not in consumed)
+    (frame, frames), count = shapes[final], paths[final]
+    clips = sampling.videos_per_batch * sampling.samples_per_video * count
+    if sampling.layout == "NCTHW":
+        return (clips, 3, frames, frame.height, frame.width), frame.dtype
+    return (clips, frames, frame.height, frame.width, 3), frame.dtype
+
+
+def _params(ops: tuple[OpSpec, ...]) -> list[tuple[str, Any]]:
+    return [(spec.name, spec.params) for spec in ops]
 
 
 # --- steps -------------------------------------------------------------------------------------

@@ -211,9 +211,22 @@ def _short_tag(tag: str) -> str:
     return "!!" + tag.removeprefix(_TAG) if tag.startswith(_TAG) else tag
 
 
+# PyYAML's wording for the usual slips, and what they mean to someone editing a config.
+_PLAIN_MESSAGES = (
+    ("mapping values are not allowed here",
+     "unexpected ':' (a key indented deeper than the one above it, or a value with ': ' "
+     "that needs quotes)"),
+    ("expected <block end>, but found",
+     "bad indentation: this line is indented differently from the keys above it"),
+    ("found character '\\t' that cannot start any token",
+     "a tab: indent YAML with spaces only"),
+)
+
+
 def _yaml_message(e: yaml.MarkedYAMLError) -> str:
     parts = [p for p in (e.context, e.problem) if p]
-    return "; ".join(parts) or "invalid YAML"
+    raw = "; ".join(parts) or "invalid YAML"
+    return next((plain for fragment, plain in _PLAIN_MESSAGES if fragment in raw), raw)
 
 
 def _position(text: str, offset: int) -> tuple[int, int]:

@@ -11,6 +11,11 @@ from sandfs.plan.coordination import Coordination
 from sandfs.plan.task import TaskPlan
 
 
+def dataset_key(cfg: TaskConfig) -> tuple[str, tuple[str, ...]]:
+    """What a scan is keyed by: tasks with the same root and extensions share one scan."""
+    return cfg.dataset.video_dataset_path, cfg.dataset.extensions
+
+
 def plan_tasks(configs: Sequence[TaskConfig], scans: Mapping[tuple, DatasetScan], *,
                k_epochs: int, coordinate: bool = True,
                frozen_state: dict | None = None) -> list[TaskPlan]:
@@ -22,7 +27,7 @@ def plan_tasks(configs: Sequence[TaskConfig], scans: Mapping[tuple, DatasetScan]
         coordination.load(frozen_state)
     plans = []
     for cfg in configs:
-        found = scans[(cfg.dataset.video_dataset_path, cfg.dataset.extensions)]
+        found = scans[dataset_key(cfg)]
         plans.append(TaskPlan(cfg, found.videos, k_epochs=k_epochs,
                               all_rel_paths=[b.rel_path for b in found.bad],
                               coordination=coordination))

@@ -6,8 +6,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -153,6 +155,11 @@ def test_plan_prints_the_merged_plan_without_mounting(tmp_path, dataset_dir):
     assert total["frames_decoded"] < total["frames_decoded_independent"]
     assert report["windows"][0]["frames_by_task_count"].get("2", 0) > 0  # shared frames
     assert report["savings"]["decode"] > 0
+    probe = ("import sys; from sandfs.cli import main; main(sys.argv[1:]); "
+             "print('sandfs.daemon' in sys.modules, 'pyfuse3' in sys.modules, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", probe, "plan", "--config", str(slow)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.stderr.strip().splitlines()[-1] == "False False"  # plan mounts nothing
 
 
 @pytest.mark.parametrize(("flag", "value", "fragment"), [
@@ -165,3 +172,115 @@ def test_bad_engine_flags_are_clear_errors(tmp_path, config_path, flag, value, f
     assert done.returncode != 0 and fragment in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert not is_mounted(tmp_path / "m")
+
+
+def one_line_error(done: subprocess.CompletedProcess, code: int = 1) -> str:
+    assert done.returncode == code, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sandfs: "), done.stderr
+    return lines[0]
+
+
+def test_a_log_that_is_a_link_is_refused_not_followed(tmp_path, config_path):
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (cache / "sandfs.log").symlink_to(victim)
+    done = run_cli("mount", str(tmp_path / "m"), "--config", str(config_path),
+                   "--cache-dir", str(cache))
+    assert "cannot open the log" in one_line_error(done)
+    assert victim.read_text() == "precious\n"
+    assert not is_mounted(tmp_path / "m")
+
+
+def test_a_refused_cache_dir_gets_no_log(tmp_path, config_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    done = run_cli("mount", str(tmp_path / "m"), "--config", str(config_path),
+                   "--cache-dir", str(shared))
+    assert "writable by others" in one_line_error(done)
+    assert not (shared / "sandfs.log").exists()
+
+
+@pytest.mark.parametrize("layout", ["is-dataset", "in-dataset", "holds-dataset", "holds-cache",
+                                    "not-empty"])
+def test_layouts_that_would_deadlock_or_hide_files_are_refused(tmp_path, dataset_dir, layout):
+    require_fuse()
+    dataset = tmp_path / "data"
+    shutil.copytree(dataset_dir, dataset / "videos")
+    mountpoint, cache = tmp_path / "m", tmp_path / "cache"
+    if layout == "is-dataset":
+        dataset, mountpoint = dataset / "videos", dataset / "videos"
+    elif layout == "in-dataset":
+        dataset, mountpoint = dataset / "videos", dataset / "videos" / "archery"
+    elif layout == "holds-dataset":
+        mountpoint = dataset
+        dataset = dataset / "videos"
+    elif layout == "holds-cache":
+        dataset, cache = dataset / "videos", mountpoint / "cache"
+    else:
+        dataset = dataset / "videos"
+        mountpoint.mkdir()
+        (mountpoint / "notes.txt").write_text("mine\n")
+    config = write_config(tmp_path / "t.yaml", task_config(dataset))
+    done = run_cli("mount", str(mountpoint), "--config", str(config), "--cache-dir", str(cache))
+    fragment = {"is-dataset": "is the dataset directory", "in-dataset": "is the dataset directory",
+                "holds-dataset": "is inside the mountpoint", "holds-cache": "cache dir",
+                "not-empty": "is not empty"}[layout]
+    assert fragment in one_line_error(done)
+    assert not is_mounted(mountpoint)
+    if layout == "holds-cache":
+        assert not mountpoint.exists()  # nothing was written under it
+
+
+def test_a_mountpoint_inside_a_sandfs_mount_is_refused(tmp_path, config_path):
+    with mount_sandfs(tmp_path, [config_path]) as m:
+        inner = m.path("t0", "x")
+        done = run_cli("mount", str(inner), "--config", str(config_path), "--cache-dir",
+                       str(tmp_path / "c2"), "--foreground")
+        assert f"inside the sandfs mount {m.mountpoint}" in done.stderr.strip().splitlines()[-1]
+        assert done.returncode == 1
+
+
+def test_status_and_unmount_of_a_stopped_daemon_return_within_their_timeout(tmp_path,
+                                                                           config_path):
+    with mount_sandfs(tmp_path, [config_path]) as m:
+        os.kill(m.process.pid, signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            done = run_cli("status", str(m.mountpoint), "--timeout", "1", timeout=30)
+            assert "did not answer within 1s" in one_line_error(done)
+            waiting = subprocess.Popen(sandfs_command("status", str(m.mountpoint), "--timeout",
+                                                      "60"), stderr=subprocess.PIPE)
+            time.sleep(1.5)
+            waiting.send_signal(signal.SIGINT)  # Ctrl-C
+            assert waiting.wait(timeout=10) == 130
+            assert b"Traceback" not in waiting.stderr.read()
+            done = run_cli("unmount", str(m.mountpoint), "--timeout", "2", timeout=30)
+            assert done.returncode == 0, done.stderr  # the kernel unmounts without the daemon
+            assert not is_mounted(m.mountpoint)
+            assert time.monotonic() - start < 15
+        finally:
+            os.kill(m.process.pid, signal.SIGCONT)
+        assert m.process.wait(timeout=10) == 0  # once continued it sees the unmount and exits
+        # requests queued while it was stopped get their replies refused by the closed
+        # connection, which pyfuse3 logs as errors; nothing else may be one
+        errors = [line for line in m.log_text().splitlines() if " ERROR " in line]
+        assert all("fuse_reply_" in line for line in errors), errors
+        m.expected_log_errors = len(errors)
+
+
+def test_unmount_of_something_not_mounted_says_so(tmp_path):
+    (tmp_path / "plain").mkdir()
+    line = one_line_error(run_cli("unmount", str(tmp_path / "plain")))
+    assert line == f"sandfs: {tmp_path / 'plain'} is not mounted"
+
+
+def test_version_and_log_level_in_any_case(tmp_path, config_path):
+    done = run_cli("--version")
+    assert done.returncode == 0 and done.stdout.startswith("sandfs ")
+    with mount_sandfs(tmp_path, [config_path], extra_args=["--log-level", "debug"]) as m:
+        assert " DEBUG " in m.log_text()

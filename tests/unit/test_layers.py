@@ -12,6 +12,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "sandfs"
 RANK = {  # a module may import modules of the same or a lower rank only
     "ops": 0, "media": 0, "faults": 0, "errors": 0, "stats": 0, "npy": 0, "mountwatch": 0,
+    "fileio": 0,
     "config": 1,
     "plan": 2, "cache": 2,
     "engine": 3, "materialize": 3,
@@ -35,7 +36,8 @@ def imported(module_path: Path) -> list[str]:
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module == "sandfs":
-            names += [f"sandfs.{alias.name}" for alias in node.names]  # from sandfs import ops
+            names += [f"sandfs.{alias.name}" for alias in node.names  # from sandfs import ops
+                      if (PACKAGE / alias.name).is_dir() or (PACKAGE / f"{alias.name}.py").exists()]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.append(node.module)
     return names

@@ -168,7 +168,7 @@ def test_plan_report_counts_sharing(tmp_path):
 
 
 def test_a_checkpoint_round_trip_plans_the_same_and_an_old_version_is_ignored(tmp_path, caplog):
-    from sandfs.daemon import load_plan_state, save_plan_state
+    from sandfs.plan.checkpoint import load_plan_state, save_plan_state
     from sandfs.plan.coordination import Coordination
 
     first = make_plan(tmp_path, k_epochs=2)

@@ -1,0 +1,333 @@
+"""The settings of one mount, decided in one place: the `engine:` sections of the task configs,
+the command line's overrides, the defaults and the two benchmark ablations, validated once into
+a frozen `MountSettings` that the daemon passes to everything it builds.
+
+Per engine key the first config that sets it wins (a warning for each config that disagrees), a
+command line value wins over all, and what is still unset gets its default here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import partial
+from typing import Any
+
+from sandfs.config import fields
+from sandfs.config.pipeline import view_shape
+from sandfs.config.schema import EngineConfig, TaskConfig
+from sandfs.config.yamlsafe import Value
+from sandfs.errors import UserError
+from sandfs.media.types import MediaLimits
+from sandfs.npy import npy_nbytes
+
+# The `engine:` keys as written in YAML, and the EngineConfig field each one sets.
+ENGINE_FIELDS = {
+    "mountpoint": "mountpoint",
+    "cache_dir": "cache_dir",
+    "storage_budget": "storage_budget_bytes",
+    "k_epochs": "k_epochs",
+    "workers": "workers",
+    "memory_limit": "memory_limit_bytes",
+    "cache_format": "cache_format",
+    "decode_ahead": "decode_ahead",
+}
+# The command line flag that overrides each EngineConfig field (errors name what the user typed).
+CLI_FLAGS = {
+    "mountpoint": "MOUNTPOINT",
+    "cache_dir": "--cache-dir",
+    "storage_budget_bytes": "--budget",
+    "k_epochs": "--k-epochs",
+    "workers": "--workers",
+    "decode_ahead": "--decode-ahead",
+}
+INTEGER_MINIMUMS = {"k_epochs": 1, "workers": 1, "decode_ahead": 0}
+CACHE_FORMATS = ("auto", "raw", "lz4", "zstd", "png")
+MAX_SIZE_BYTES = 2**63 - 1
+
+# Benchmark ablation knobs, read from the environment here and nowhere else: SANDFS_SCHEDULING
+# picks the order batches are prepared in (fifo: the ablation of deadline priority),
+# SANDFS_PRUNE what the store keeps when it prunes (leaves: final clips only, the ablation of
+# pruning the object graph).
+SCHEDULING_ENV, SCHEDULING_POLICIES = "SANDFS_SCHEDULING", ("priority", "fifo")
+PRUNE_ENV, PRUNE_MODES = "SANDFS_PRUNE", ("algorithm1", "leaves")
+
+# memory_limit is split: objects the engine builds on demand (decoded frames, intermediates)
+# get this share, batches prepared ahead of the readers the rest.
+ON_DEMAND_MEMORY_SHARE = Fraction(1, 4)
+
+_SIZE_RE = re.compile(r"\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*(?:([kmgtpe])(?:i?b)?|b)?\s*", re.I)
+_SIZE_UNITS = "kmgtpe"  # binary multiples: k = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class MountSettings:
+    mountpoint: str  # absolute
+    cache_dir: str  # absolute
+    workers: int
+    k_epochs: int
+    decode_ahead: int
+    memory_limit_bytes: int
+    storage_budget_bytes: int
+    cache_format: str  # auto | raw | lz4 | zstd | png
+    scheduling: str  # SCHEDULING_POLICIES
+    prune_mode: str  # PRUNE_MODES
+    media_limits: MediaLimits
+
+    @property
+    def on_demand_memory_bytes(self) -> int:
+        return int(self.memory_limit_bytes * ON_DEMAND_MEMORY_SHARE)
+
+    @property
+    def batch_memory_bytes(self) -> int:
+        return int(self.memory_limit_bytes * (1 - ON_DEMAND_MEMORY_SHARE))
+
+
+def mount_settings(
+    configs: Sequence[TaskConfig], overrides: Mapping[str, Any], mountpoint: str | None,
+    environ: Mapping[str, str] = os.environ,
+) -> tuple[MountSettings, list[str]]:
+    """The settings of a mount of `configs` and the warnings about configs that disagree.
+    `overrides`: command line values by EngineConfig field (None: not given). Raises UserError
+    with one line naming the flag, variable or task at fault."""
+    engine, warnings = cli_engine(configs, overrides)
+    mountpoint = mountpoint or engine.mountpoint
+    if not mountpoint:
+        raise UserError("no mountpoint: give one on the command line or as engine.mountpoint")
+    mountpoint = os.path.abspath(mountpoint)
+    cache_dir = os.path.abspath(engine.cache_dir or default_cache_dir(mountpoint, environ))
+    scheduling, prune_mode = ablations(environ)
+    settings = MountSettings(
+        mountpoint=mountpoint,
+        cache_dir=cache_dir,
+        workers=default_workers(engine),
+        k_epochs=engine.k_epochs,
+        decode_ahead=engine.decode_ahead,
+        memory_limit_bytes=engine.memory_limit_bytes or default_memory_limit(),
+        storage_budget_bytes=engine.storage_budget_bytes or default_storage_budget(cache_dir),
+        cache_format=engine.cache_format,
+        scheduling=scheduling,
+        prune_mode=prune_mode,
+        media_limits=media_limits(environ),
+    )
+    for config in configs:
+        check_views_fit(config, settings)
+    return settings, warnings
+
+
+def cli_engine(configs: Sequence[TaskConfig], overrides: Mapping[str, Any]
+               ) -> tuple[EngineConfig, list[str]]:
+    """`merge_engines` with its errors in the command line's words."""
+    try:
+        return merge_engines(configs, overrides)
+    except ValueError as exc:
+        name, _, reason = str(exc).partition(": ")
+        raise UserError(f"{CLI_FLAGS.get(name, name)}: {reason}") from None
+
+
+def check_views_fit(config: TaskConfig, settings: MountSettings) -> None:
+    """A view must fit the memory kept for prepared batches, or the mount could never serve."""
+    shape, dtype = view_shape(config.dataset)
+    nbytes = npy_nbytes(shape, dtype)
+    if nbytes > settings.batch_memory_bytes:
+        raise UserError(
+            f"{config.source_path}: task {config.task}: a view of {nbytes} bytes "
+            f"({'x'.join(map(str, shape))} {dtype}) does not fit the "
+            f"{settings.batch_memory_bytes} bytes that memory_limit "
+            f"{settings.memory_limit_bytes} keeps for prepared batches; raise "
+            f"engine.memory_limit or make the views smaller")
+
+
+# --- defaults ----------------------------------------------------------------------------------
+
+
+def default_cache_dir(mountpoint: str, environ: Mapping[str, str] = os.environ) -> str:
+    tag = hashlib.sha1(mountpoint.encode()).hexdigest()[:12]
+    base = environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(base, "sandfs", tag)
+
+
+def default_workers(engine: EngineConfig) -> int:
+    return engine.workers or os.cpu_count() or 2
+
+
+def default_memory_limit() -> int:
+    """A quarter of RAM, at most 4 GiB."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return min(total // 4, 4 << 30)
+
+
+def default_storage_budget(cache_dir: str) -> int:
+    """A quarter of the free space where the cache lives (the nearest folder that exists), at
+    most 64 GiB."""
+    where = cache_dir
+    while not os.path.isdir(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    info = os.statvfs(where)
+    return max(1 << 20, min(info.f_bavail * info.f_frsize // 4, 64 << 30))
+
+
+def ablations(environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
+    """(scheduling policy, prune mode) from SANDFS_SCHEDULING and SANDFS_PRUNE."""
+    chosen = []
+    for variable, allowed in ((SCHEDULING_ENV, SCHEDULING_POLICIES), (PRUNE_ENV, PRUNE_MODES)):
+        value = environ.get(variable) or allowed[0]
+        if value not in allowed:
+            raise UserError(f"{variable}: expected {' or '.join(allowed)}, got {value!r}")
+        chosen.append(value)
+    return chosen[0], chosen[1]
+
+
+def media_limits(environ: Mapping[str, str] = os.environ) -> MediaLimits:
+    try:
+        return MediaLimits.from_env(environ=environ)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+# --- the engine: section -----------------------------------------------------------------------
+
+
+def read_engine_section(value: Value | None, base_dir: str
+                        ) -> tuple[EngineConfig, frozenset[str]]:
+    """The `engine:` section of one config and the EngineConfig fields it sets (a null value
+    sets nothing)."""
+    if value is None or value.data is None:
+        return EngineConfig(), frozenset()
+    path = partial(_path_setting, base_dir=base_dir)
+    readers: dict[str, Callable[[Value], Any]] = {
+        "mountpoint": path,
+        "cache_dir": path,
+        "storage_budget": _size_setting,
+        "k_epochs": partial(fields.integer, minimum=INTEGER_MINIMUMS["k_epochs"]),
+        "workers": _workers_setting,
+        "memory_limit": _size_setting,
+        "cache_format": partial(fields.choice, choices=CACHE_FORMATS),
+        "decode_ahead": partial(fields.integer, minimum=INTEGER_MINIMUMS["decode_ahead"]),
+    }
+    settings = {
+        ENGINE_FIELDS[key]: readers[key](item)
+        for key, item in fields.mapping(value, tuple(ENGINE_FIELDS)).items()
+        if item.data is not None
+    }
+    return EngineConfig(**settings), frozenset(settings)
+
+
+def _path_setting(value: Value, *, base_dir: str) -> str:
+    return fields.resolve_path(fields.string(value, what="a path"), base_dir)
+
+
+def _size_setting(value: Value) -> int:
+    if not isinstance(value.data, int | str) or isinstance(value.data, bool):
+        raise value.error(f"expected a size like 200G or 512M, got {fields.describe(value)}")
+    try:
+        return parse_size(value.data)
+    except ValueError as e:
+        raise value.error(str(e)) from None
+
+
+def _workers_setting(value: Value) -> int | None:
+    if value.data == "auto":
+        return None
+    if not isinstance(value.data, int) or isinstance(value.data, bool):
+        raise value.error(f"expected auto or an integer >= 1, got {fields.describe(value)}")
+    return fields.integer(value, minimum=INTEGER_MINIMUMS["workers"])
+
+
+# --- merging configs and overrides -------------------------------------------------------------
+
+
+def merge_engines(
+    configs: Sequence[TaskConfig], overrides: Mapping[str, Any]
+) -> tuple[EngineConfig, list[str]]:
+    """One engine for a mount: per key the first config that sets it wins (a warning for each
+    config that sets another value), then non-None `overrides` (EngineConfig field names; CLI
+    values: `workers` may be "auto" or digits, sizes size strings) win over all. A bad override
+    raises ValueError starting with its field name."""
+    overridden = {name: _override(name, v) for name, v in overrides.items() if v is not None}
+    settings: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    warnings = []
+    for config in configs:
+        for yaml_key, name in ENGINE_FIELDS.items():
+            if name not in config.engine_given or name in overridden:
+                continue  # a CLI value settles any disagreement silently
+            value = getattr(config.engine, name)
+            if name not in settings:
+                settings[name], origin[name] = value, config.source_path
+            elif value != settings[name]:
+                warnings.append(
+                    f"engine.{yaml_key}: {config.source_path} sets {_show(name, value)} but "
+                    f"{origin[name]} (given first) sets {_show(name, settings[name])}; "
+                    f"using {_show(name, settings[name])}"
+                )
+    return EngineConfig(**{**settings, **overridden}), warnings
+
+
+def _override(name: str, value: Any) -> Any:
+    """Check one CLI override; ValueError names the EngineConfig field."""
+    if name in ("mountpoint", "cache_dir"):
+        return os.path.abspath(os.path.expanduser(os.fspath(value)))
+    if name == "cache_format":
+        if value not in CACHE_FORMATS:
+            raise ValueError(f"{name}: expected one of {', '.join(CACHE_FORMATS)}, got {value!r}")
+        return value
+    if name in ("storage_budget_bytes", "memory_limit_bytes"):
+        try:
+            return parse_size(value)
+        except ValueError as e:
+            raise ValueError(f"{name}: {e}") from None
+    if name == "workers":
+        return _workers_override(value)
+    if name in INTEGER_MINIMUMS:
+        least = INTEGER_MINIMUMS[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{name}: expected an integer >= {least}, got {value!r}")
+        return value
+    raise ValueError(f"unknown engine setting {name!r}; known: {', '.join(ENGINE_FIELDS.values())}")
+
+
+def _workers_override(value: Any) -> int | None:
+    if value == "auto":
+        return None
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < INTEGER_MINIMUMS["workers"]:
+        raise ValueError(f"workers: expected a positive integer or auto, got {value!r}")
+    return value
+
+
+def _show(name: str, value: Any) -> str:
+    if name == "workers" and value is None:
+        return "auto"
+    return str(value)
+
+
+# --- sizes -------------------------------------------------------------------------------------
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from `4096`, `512M`, `200G`, `1.5T`, `10GiB` (K/M/G/T/P/E are powers of 1024;
+    a trailing B or iB is optional). Raises ValueError."""
+    is_int = isinstance(text, int) and not isinstance(text, bool)
+    size = text if is_int else _size_from_text(text)
+    if not 1 <= size <= MAX_SIZE_BYTES:
+        raise ValueError(f"a size must be between 1 byte and {MAX_SIZE_BYTES}, got {text!r}")
+    return size
+
+
+def _size_from_text(text: object) -> int:
+    match = _SIZE_RE.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(
+            f"expected a size like 200G, 512M, 1.5T, 10GiB or a number of bytes, got {text!r}"
+        )
+    number, unit = Fraction(match.group(1)), (match.group(2) or "").lower()
+    if not unit and number.denominator != 1:
+        raise ValueError(f"a number of bytes must be whole, got {text!r}")
+    scale = 1024 ** (_SIZE_UNITS.index(unit) + 1) if unit else 1
+    return int(number * scale)  # a fractional unit rounds down to whole bytes (0.3K -> 307)

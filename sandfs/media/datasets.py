@@ -1,0 +1,37 @@
+"""Scanning every dataset of a mount: one scan per (dataset root, extensions), however many
+tasks read it."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Iterable
+
+from sandfs.media.scan import scan_dataset
+from sandfs.media.types import BadVideo, DatasetScan, MediaLimits
+
+log = logging.getLogger(__name__)
+
+DatasetKey = tuple[str, tuple[str, ...]]  # (dataset root, extensions)
+
+
+def scan_all(datasets: Iterable[DatasetKey], cache_dir: str | None, workers: int,
+             limits: MediaLimits) -> dict[DatasetKey, DatasetScan]:
+    """Unchanged files come from the scan index kept in `cache_dir` (None: no index)."""
+    scans: dict[DatasetKey, DatasetScan] = {}
+    for key in datasets:
+        if key in scans:
+            continue
+        tag = hashlib.sha1(repr(key).encode()).hexdigest()[:12]
+        scans[key] = found = scan_dataset(
+            key[0], key[1], limits=limits, workers=workers,
+            index_path=os.path.join(cache_dir, f"scan-{tag}.json") if cache_dir else None,
+        )
+        log.info("dataset %s: %d usable videos, %d left out", key[0], len(found.videos),
+                 len(found.bad))
+    return scans
+
+
+def bad_videos(scans: dict[DatasetKey, DatasetScan]) -> list[BadVideo]:
+    return [b for found in scans.values() for b in found.bad]

@@ -1,0 +1,54 @@
+"""From scans to checked task plans: the plans a mount starts with, and a task that joins a live
+mount. A plan that could never serve a batch is a UserError naming the task."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sandfs.config.schema import TaskConfig
+from sandfs.config.settings import MountSettings
+from sandfs.errors import UserError
+from sandfs.media.datasets import DatasetKey, scan_all
+from sandfs.media.types import DatasetScan
+from sandfs.plan.mount import dataset_key, plan_tasks
+from sandfs.plan.task import TaskPlan
+
+
+def build_plans(configs: Sequence[TaskConfig], scans: dict[DatasetKey, DatasetScan],
+                k_epochs: int, frozen_state: dict | None = None) -> list[TaskPlan]:
+    plans = plan_tasks(configs, scans, k_epochs=k_epochs, frozen_state=frozen_state)
+    for cfg, plan in zip(configs, plans, strict=True):
+        check_plan(cfg, plan)
+    return plans
+
+
+def check_plan(cfg: TaskConfig, plan: TaskPlan) -> None:
+    if not plan.videos:
+        raise UserError(f"{cfg.source_path}: task {cfg.task}: no usable videos in "
+                        f"{cfg.dataset.video_dataset_path} (see the log for files left out)")
+    if plan.iterations_per_epoch == 0:
+        raise UserError(
+            f"{cfg.source_path}: task {cfg.task}: {len(plan.videos)} usable videos are fewer "
+            f"than videos_per_batch={cfg.dataset.sampling.videos_per_batch} with drop_last: "
+            f"an epoch would be empty")
+
+
+def plan_new_task(settings: MountSettings, scans: dict[DatasetKey, DatasetScan],
+                  plans: Sequence[TaskPlan], cfg: TaskConfig, mount_epoch: int) -> TaskPlan:
+    """In a worker thread: scan the task's dataset if it is new, and plan it with the others,
+    its epoch 0 at `mount_epoch` (where the leading task on its dataset stands)."""
+    key = dataset_key(cfg)
+    if key not in scans:
+        scans.update(scan_all([key], settings.cache_dir, settings.workers,
+                              settings.media_limits))
+    found = scans[key]
+    coordination = plans[0].coordination
+    coordination.join(cfg, mount_epoch)
+    plan = TaskPlan(cfg, found.videos, k_epochs=settings.k_epochs,
+                    all_rel_paths=[b.rel_path for b in found.bad], coordination=coordination)
+    try:
+        check_plan(cfg, plan)
+    except UserError:
+        coordination.remove(cfg.task)
+        raise
+    return plan

@@ -1,0 +1,206 @@
+"""The settings of a mount: engine sections merged (first wins, with warnings), command line
+overrides, sizes."""
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+from base_config import BASE, edited
+
+from sandfs.config import load_task_config, merge_engines, mount_settings, parse_size
+from sandfs.config.pipeline import view_shape
+from sandfs.errors import UserError
+
+# --- engines, sizes, several configs -----------------------------------------------------------
+
+
+def _with_engine(task: str, engine: str) -> str:
+    return edited(
+        ("task: demo", f"task: {task}"),
+        (
+            "engine:                          # 26\n  storage_budget: 1G             # 27\n",
+            "engine:\n" + engine,
+        ),
+    )
+
+
+def test_merge_engines_first_wins_with_warnings_and_cli_overrides():
+    first = load_task_config(
+        "a.yaml",
+        check_paths=False,
+        text=_with_engine("a", "  cache_dir: /c1\n  storage_budget: 1G\n"),
+    )
+    second = load_task_config(
+        "b.yaml",
+        check_paths=False,
+        text=_with_engine(
+            "b", "  cache_dir: /c2\n  storage_budget: 1024M\n  workers: 3\n  k_epochs: ~\n"
+            "  decode_ahead: 0\n"
+        ),
+    )
+    engine, warnings = merge_engines([first, second], {})
+    assert engine.cache_dir == "/c1"
+    assert engine.storage_budget_bytes == 2**30
+    assert engine.workers == 3
+    assert engine.k_epochs == 5
+    assert engine.decode_ahead == 0
+    assert len(warnings) == 1
+    assert "engine.cache_dir" in warnings[0]
+    assert "a.yaml" in warnings[0]
+    assert "b.yaml" in warnings[0]
+    overridden, warnings = merge_engines(
+        [first, second],
+        {
+            "cache_dir": "rel",
+            "storage_budget_bytes": "2G",
+            "workers": "auto",
+            "k_epochs": 2,
+            "decode_ahead": 5,
+            "mountpoint": None,
+        },
+    )
+    assert warnings == []  # the CLI settles the cache_dir disagreement
+    assert overridden.cache_dir == str(Path.cwd() / "rel")
+    assert overridden.storage_budget_bytes == 2 * 2**30
+    assert overridden.workers is None
+    assert overridden.k_epochs == 2
+    assert overridden.decode_ahead == 5
+    assert overridden.mountpoint is None
+    with pytest.raises(ValueError, match="workers"):
+        merge_engines([first], {"workers": 0})
+    with pytest.raises(ValueError, match="decode_ahead: expected an integer >= 0"):
+        merge_engines([first], {"decode_ahead": -1})
+    with pytest.raises(ValueError, match="unknown engine setting"):
+        merge_engines([first], {"budget": "1G"})
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("4096", 4096),
+        (4096, 4096),
+        ("512M", 512 * 2**20),
+        ("200G", 200 * 2**30),
+        ("1.5T", 3 * 2**39),
+        ("10GiB", 10 * 2**30),
+        ("10gb", 10 * 2**30),
+        ("2 k", 2048),
+        ("100B", 100),
+        ("0.3K", 307),
+        ("1E", 2**60),
+    ],
+)
+def test_parse_size(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "G",
+        "-1G",
+        "0",
+        0,
+        "1.5",
+        "1e3",
+        "1 GB extra",
+        "ten",
+        "8E",
+        "1Gi",
+        True,
+        1.5,
+        None,
+    ],
+)
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError, match=r"size|bytes"):
+        parse_size(text)
+
+
+# --- MountSettings ---------------------------------------------------------------------------
+
+
+def _settings(text: str = BASE, overrides: dict | None = None, environ: dict | None = None,
+              mountpoint: str | None = "/mnt/sand"):
+    config = load_task_config("/cfg/task.yaml", text=text, check_paths=False)
+    return mount_settings([config], overrides or {}, mountpoint, environ or {})
+
+
+def test_mount_settings_resolve_every_default_once(tmp_path):
+    settings, warnings = _settings(environ={"XDG_CACHE_HOME": str(tmp_path)})
+    assert warnings == []
+    assert settings.mountpoint == "/mnt/sand"
+    assert settings.cache_dir.startswith(f"{tmp_path}/sandfs/")  # named from the mountpoint
+    assert settings.cache_dir == _settings(environ={"XDG_CACHE_HOME": str(tmp_path)})[0].cache_dir
+    assert settings.workers >= 1
+    assert settings.storage_budget_bytes == 2**30  # the config's
+    assert settings.memory_limit_bytes > 0
+    assert (settings.scheduling, settings.prune_mode) == ("priority", "algorithm1")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.workers = 3
+
+
+def test_memory_is_split_between_on_demand_objects_and_prepared_batches():
+    settings = dataclasses.replace(_settings()[0], memory_limit_bytes=1000)
+    assert (settings.on_demand_memory_bytes, settings.batch_memory_bytes) == (250, 750)
+
+
+def test_the_cli_overrides_and_its_errors_name_the_flag():
+    settings, _ = _settings(overrides={"workers": "3", "k_epochs": 2, "cache_dir": "rel"})
+    assert (settings.workers, settings.k_epochs) == (3, 2)
+    assert settings.cache_dir == str(Path.cwd() / "rel")
+    for overrides, message in (
+        ({"workers": "none"}, "--workers: expected a positive integer or auto, got 'none'"),
+        ({"workers": "0"}, "--workers: expected a positive integer or auto, got 0"),
+        ({"k_epochs": 0}, "--k-epochs: expected an integer >= 1, got 0"),
+        ({"decode_ahead": -1}, "--decode-ahead: expected an integer >= 0, got -1"),
+        ({"storage_budget_bytes": "lots"}, "--budget: expected a size like 200G"),
+    ):
+        with pytest.raises(UserError, match=re.escape(message)):
+            _settings(overrides=overrides)
+    with pytest.raises(UserError, match="no mountpoint"):
+        _settings(mountpoint=None)
+
+
+def test_the_ablations_come_from_the_environment_and_are_checked():
+    settings, _ = _settings(environ={"SANDFS_SCHEDULING": "fifo", "SANDFS_PRUNE": "leaves"})
+    assert (settings.scheduling, settings.prune_mode) == ("fifo", "leaves")
+    with pytest.raises(UserError, match="SANDFS_SCHEDULING: expected priority or fifo"):
+        _settings(environ={"SANDFS_SCHEDULING": "lifo"})
+    with pytest.raises(UserError, match=r"SANDFS_PRUNE: expected algorithm1 or leaves"):
+        _settings(environ={"SANDFS_PRUNE": "all"})
+    with pytest.raises(UserError, match="SANDFS_MAX_PIXELS"):
+        _settings(environ={"SANDFS_MAX_PIXELS": "many"})
+
+
+def test_a_view_larger_than_the_batch_memory_is_refused_naming_task_size_and_limit():
+    huge = edited(("resize: {shape: [32, 48]}", "resize: {shape: [8192, 8192]}"),
+                  ("[{center_crop: {size: [16, 16]}}]", "[{center_crop: {size: [8192, 8192]}}]"),
+                  ("[{random_crop: {size: [16, 16]}}]", "[{random_crop: {size: [8192, 8192]}}]"),
+                  ("storage_budget: 1G", "memory_limit: 1G"))
+    with pytest.raises(UserError) as caught:
+        _settings(huge)
+    message = str(caught.value)
+    view_nbytes = 2 * 4 * 8192 * 8192 * 3 + 128  # 2 videos x 4 frames, RGB, .npy header
+    assert "task demo" in message and "/cfg/task.yaml" in message
+    assert f"a view of {view_nbytes} bytes (2x4x8192x8192x3 uint8)" in message
+    assert f"memory_limit {2**30}" in message and "\n" not in message
+    fits = edited(("storage_budget: 1G", "memory_limit: 9K"))  # 6912 bytes for batches
+    assert _settings(fits)[0].batch_memory_bytes == 6912
+    with pytest.raises(UserError, match=r"a view of 6272 bytes .* does not fit the 6144 bytes"):
+        _settings(edited(("storage_budget: 1G", "memory_limit: 8K")))
+
+
+def test_view_shape_counts_every_path_and_the_layout():
+    head = BASE[: BASE.index("  augmentation:")]
+    two_paths = head + """\
+    layout: NCTHW
+  augmentation:
+    - {name: views, branch_type: multi, inputs: [frame], outputs: [a, b],
+       branches: [{config: [{resize: {shape: [20, 30]}}]}, {config: [{resize: {shape: [20, 30]}}]}]}
+    - {name: join, branch_type: merge, inputs: [a, b], outputs: [out]}
+"""
+    config = load_task_config("t.yaml", text=two_paths, check_paths=False)
+    assert view_shape(config.dataset) == ((4, 3, 4, 20, 30), "uint8")  # 2 videos x 2 paths
