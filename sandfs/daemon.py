@@ -25,7 +25,6 @@ import trio
 
 from sandfs.cache import CacheDirError, ObjectStore, StoreBusyError
 from sandfs.config.schema import EngineConfig, TaskConfig
-from sandfs.engine import ObjectEngine
 from sandfs.errors import UserError
 from sandfs.fuse.operations import SandOperations
 from sandfs.media.scan import scan_dataset
@@ -33,6 +32,7 @@ from sandfs.media.types import BadVideo, DatasetScan, MediaLimits
 from sandfs.plan.coordination import STATE_VERSION
 from sandfs.plan.mount import plan_tasks
 from sandfs.plan.task import TaskPlan
+from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.service import ViewService
 from sandfs.stats import Stats
 
@@ -319,8 +319,8 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
 def serve_mount(configs, settings: MountSettings, plans, scans, store: ObjectStore,
                 on_ready: Callable[[], None]) -> None:
     # The engine's on-demand objects get a quarter of the memory, prepared batches the rest.
-    engine = ObjectEngine(workers=settings.workers,
-                          memory_budget_bytes=settings.memory_budget_bytes // 4)
+    engine = OnDemandObjects(workers=settings.workers,
+                            memory_budget_bytes=settings.memory_budget_bytes // 4)
     service = ViewService(plans, engine=engine, stats=Stats(), bad_videos=bad_videos(scans),
                           task_texts={c.task: c.source_text for c in configs},
                           memory_limit_bytes=settings.memory_budget_bytes * 3 // 4, store=store,

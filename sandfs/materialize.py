@@ -13,7 +13,8 @@ import numpy as np
 
 from sandfs import ops as oplib
 from sandfs.faults import fault_point
-from sandfs.media.decode import converter, decode_frames, frames_to_decode
+from sandfs.media.decode import converter, decode_frames
+from sandfs.media.gop import frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer, npy_bytes
 from sandfs.ops.base import OpInstance
