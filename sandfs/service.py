@@ -91,8 +91,8 @@ class ViewService:
     @property
     def positions(self) -> Mapping[str, tuple[int, int]]:
         """(epoch, iteration) of each task; `position` for one."""
-        return {name: (p.epoch, p.iteration) for name in self.tasks
-                if (p := self.position(name))}
+        positions = {name: self.position(name) for name in self.tasks}
+        return {name: (p.epoch, p.iteration) for name, p in positions.items()}
 
     def position(self, task: str) -> Position:
         return self.scheduler.position(task)

@@ -8,15 +8,21 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.sched.flights import Flights
-from sandfs.sched.jobs import VideoJobKey
-from sandfs.sched.objects import Spot
+from sandfs.sched.jobs import Job, JobResult, VideoJob, VideoJobKey
+from sandfs.sched.objects import DiskPlan, Spot
+
+if TYPE_CHECKING:
+    from sandfs.sched.windows import Merged, ViewOf
+    from sandfs.sched.work import PlannedWindow
 
 
 @dataclass(slots=True)
@@ -60,6 +66,7 @@ class BatchBoard:
         self.pending: dict[VideoJobKey, list[ClipUse]] = {}  # clips no job made yet
         self.demanded: set[ViewKey] = set()  # a reader is blocked on it
         self.flights = Flights()
+        self.disk_plans: dict[VideoJobKey, DiskPlan] = {}  # what pruning keeps on disk
         self.made: set[Spot] = set()  # made in this run: a second time is a recompute
         self.evicted_unread = 0
         self.demand_waiting = 0
@@ -119,6 +126,68 @@ class BatchBoard:
         for job, uses in self.pending.items():
             self.pending[job] = [u for u in uses if not gone(u.view)]
 
+    def add_window(self, planned: PlannedWindow) -> None:
+        """A window's batches (those not planned or ready already) and their pending clips."""
+        plan, window = planned.plan, planned.plan.window
+        for key, (task_plan, epoch, iteration) in plan.views.items():
+            if not self.is_planned(key):
+                self.plan(key, ViewState.planned(task_plan, epoch, iteration))
+        for path, video in plan.videos.items():
+            job = VideoJobKey(window, path)
+            disk = self.disk_plans[job] = planned.disk_plans.get(path, DiskPlan())
+            if path in planned.frames_on_disk:
+                disk.frames = True
+            pending = []
+            for use in video.uses:
+                state = self.views.get(use.view)
+                if state is None:
+                    continue  # ready already
+                if Spot.of(use) in planned.on_disk:
+                    state.on_disk.add(use.slot)
+                else:
+                    pending.append(use)
+            if pending:
+                self.pending[job] = pending
+
+    def add_part(self, window: int, merged: Merged, on_disk: frozenset[Spot]) -> None:
+        """A joining task's part of an active window (`WindowBook.merge`)."""
+        for key, readers in merged.more_readers.items():
+            if key in self.ready:
+                self.ready[key].readers_left |= readers
+        for key, view in merged.new_views.items():
+            self.plan(key, ViewState.planned(*view))
+        for path, uses in merged.uses.items():
+            job = VideoJobKey(window, path)
+            self.disk_plans.setdefault(job, DiskPlan())
+            for use in uses:
+                if Spot.of(use) in on_disk:
+                    self.views[use.view].on_disk.add(use.slot)
+                else:
+                    self.add_pending(job, use)
+
+    def drop_window(self, window: int, views: Iterable[ViewKey]) -> None:
+        for key in [k for k in self.pending if k.window == window]:
+            del self.pending[key]
+        for key in [k for k in self.disk_plans if k.window == window]:
+            del self.disk_plans[key]
+        for key in views:
+            self.drop(key)
+
+    def replan(self, key: ViewKey, window: int, view: ViewOf, readers: tuple,
+               stored: Callable[[ClipUse, VideoInfo], bool]) -> None:
+        """Plan a batch again (dropped from memory unread): clips `stored` are on disk, the
+        others pending for their video's job."""
+        plan, epoch, iteration = view
+        state = ViewState.planned(plan, epoch, iteration)
+        for slot, clip in enumerate(plan.view_plan(epoch, iteration).clips):
+            use = ClipUse(key, slot, clip, readers)
+            info = plan.videos[clip.video_index]
+            if stored(use, info):
+                state.on_disk.add(slot)
+            else:
+                self.add_pending(VideoJobKey(window, info.path), use)
+        self.plan(key, state)
+
     def buffer(self, key: ViewKey) -> np.ndarray:
         state = self.views[key]
         if state.buffer is None:
@@ -127,6 +196,29 @@ class BatchBoard:
         return state.buffer[1]
 
     # -- settling ---------------------------------------------------------------------------
+
+    def record(self, job: Job, result: JobResult) -> tuple[int, list[ViewKey]]:
+        """A job's clips into their batches (those it started with: a batch dropped and planned
+        again meanwhile takes nothing). Returns the clips made a second time in this run, and
+        the batches that may be complete now."""
+        video = isinstance(job, VideoJob)
+        recomputed = 0
+        for placed in result.placed:
+            use, spot = placed.use, Spot.of(placed.use)
+            if video:
+                recomputed += spot in self.made
+                self.made.add(spot)
+            state = self.views.get(use.view)
+            if state is None or state is not job.states.get(use.view):
+                continue
+            if placed.on_disk:
+                state.on_disk.add(use.slot)
+            if placed.in_memory:
+                state.in_memory.add(use.slot)
+            if video and not placed.in_memory and not placed.on_disk:
+                self.add_pending(job.key, use)  # could not be kept: later
+        touched = {placed.use.view for placed in result.placed}
+        return recomputed, [v for v in touched if self.views.get(v) is job.states.get(v)]
 
     def complete_if_full(self, key: ViewKey, readers: Callable[[], set[str]]) -> ViewState | None:
         """Move a batch with every slot in memory to the ready ones; the batch, or None."""

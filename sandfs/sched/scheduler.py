@@ -19,9 +19,9 @@ import trio
 from sandfs.cache import ObjectStore
 from sandfs.materialize import Materializer
 from sandfs.plan.task import TaskPlan
-from sandfs.plan.window import ClipUse, ViewKey, plan_window, view_key
+from sandfs.plan.window import ViewKey, plan_window, view_key
 from sandfs.sched import work
-from sandfs.sched.board import BatchBoard, ViewState
+from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import AssemblyJob, Job, JobResult, VideoJob, VideoJobKey
 from sandfs.sched.objects import PRUNE_MODES, DiskPlan, Spot, clip_object_key, frame_nbytes
@@ -66,7 +66,6 @@ class Scheduler:
         self.board = BatchBoard()
         self.carry = CarryBook(store, memory_limit_bytes=memory_limit_bytes,
                                decode_ahead=decode_ahead)
-        self.disk_plans: dict[VideoJobKey, DiskPlan] = {}
         self.running: dict[VideoJobKey | ViewKey, Job] = {}
         self.jobs_done = 0
         self.rebuilt_from_disk = 0
@@ -217,38 +216,15 @@ class Scheduler:
         self.book.windows[window] = plan
         self._window_added.set()
         self._window_added = trio.Event()
-        for key, (task_plan, epoch, iteration) in plan.views.items():
-            if not self.board.is_planned(key):
-                self.board.plan(key, ViewState.planned(task_plan, epoch, iteration))
-        for path, video in plan.videos.items():
-            job_key = VideoJobKey(window, path)
-            disk = self.disk_plans[job_key] = planned.disk_plans.get(path, DiskPlan())
-            if path in planned.frames_on_disk:
-                disk.frames = True
-            pending = []
-            for use in video.uses:
-                state = self.board.views.get(use.view)
-                if state is None:
-                    continue  # ready already
-                if Spot.of(use) in planned.on_disk:
-                    state.on_disk.add(use.slot)
-                else:
-                    pending.append(use)
-            if pending:
-                self.board.pending[job_key] = pending
+        self.board.add_window(planned)
         self.carry.frames_on_disk |= {VideoJobKey(window, p) for p in planned.frames_on_disk}
         log.debug("window %d planned: %d videos, %d views, %d clips on disk", window,
                   len(plan.videos), len(plan.views), len(planned.on_disk))
 
     def _drop_window(self, window: int) -> None:
         plan = self.book.windows.pop(window)
-        for key in [k for k in self.board.pending if k.window == window]:
-            del self.board.pending[key]
-        for key in [k for k in self.disk_plans if k.window == window]:
-            del self.disk_plans[key]
         self.carry.forget({window})
-        for key in plan.views:
-            self.board.drop(key)
+        self.board.drop_window(window, plan.views)
 
     # -- tasks joining and leaving ----------------------------------------------------------
 
@@ -259,20 +235,7 @@ class Scheduler:
         for window in sorted(self.book.windows):
             part, on_disk = await trio.to_thread.run_sync(work.plan_task_part, plan, window,
                                                           self.store)
-            merged = self.book.merge(window, part)
-            for key, readers in merged.more_readers.items():
-                if key in self.board.ready:
-                    self.board.ready[key].readers_left |= readers
-            for key in [k for k in part.views if k in merged.new_views]:
-                self.board.plan(key, ViewState.planned(*part.views[key]))
-            for path, uses in merged.uses.items():
-                job_key = VideoJobKey(window, path)
-                self.disk_plans.setdefault(job_key, DiskPlan())
-                for use in uses:
-                    if Spot.of(use) in on_disk:
-                        self.board.views[use.view].on_disk.add(use.slot)
-                    else:
-                        self.board.add_pending(job_key, use)
+            self.board.add_part(window, self.book.merge(window, part), on_disk)
         self.wake()
 
     async def remove_plan(self, name: str) -> None:
@@ -363,25 +326,18 @@ class Scheduler:
     def _replan_evicted(self, key: ViewKey) -> None:
         """An unread batch left memory: plan it again (its clips may still be on disk)."""
         found = self.book.view(key)
-        if found is None:
-            return
-        window_index, (plan, epoch, iteration) = found
-        readers = self.book.windows[window_index].readers[key]
-        state = ViewState.planned(plan, epoch, iteration)
-        for slot, clip in enumerate(plan.view_plan(epoch, iteration).clips):
-            use = ClipUse(key, slot, clip, readers)
-            info = plan.videos[clip.video_index]
-            if self.store is not None and clip_object_key(use, info) in self.store:
-                state.on_disk.add(slot)
-            else:
-                self.board.add_pending(VideoJobKey(window_index, info.path), use)
-        self.board.plan(key, state)
+        if found is not None:
+            window, view = found
+            store = self.store
+            self.board.replan(key, window, view, self.book.windows[window].readers[key],
+                              lambda use, info: store is not None
+                              and clip_object_key(use, info) in store)
 
     def _admit_video(self, job_key: VideoJobKey, *, demanded: bool) -> VideoJob | None:
         """The pending clips of this video that can go somewhere now: into a batch that fits in
         memory, or to disk when pruning keeps them there. Most urgent first."""
         video = self.book.windows[job_key.window].videos[job_key.path]
-        disk = self.disk_plans.get(job_key, DiskPlan())
+        disk = self.board.disk_plans.get(job_key, DiskPlan())
         frames_on_disk = job_key in self.carry.frames_on_disk
         carry = {} if frames_on_disk else self.carry.plan(
             job_key, self.book.later(job_key.window, self.carry.decode_ahead),
@@ -482,27 +438,13 @@ class Scheduler:
     # -- back in the trio loop --------------------------------------------------------------
 
     def _record(self, job: Job, result: JobResult) -> None:
-        video = isinstance(job, VideoJob)
-        for placed in result.placed:
-            use, spot = placed.use, Spot.of(placed.use)
-            if video:
-                if spot in self.board.made:
-                    self.stats.add("clips_recomputed")
-                self.board.made.add(spot)
-            state = self.board.views.get(use.view)
-            if state is None or state is not job.states.get(use.view):
-                continue
-            if placed.on_disk:
-                state.on_disk.add(use.slot)
-            if placed.in_memory:
-                state.in_memory.add(use.slot)
-            if video and not placed.in_memory and not placed.on_disk:
-                self.board.add_pending(job.key, use)  # could not be kept: later
-        if not video:
+        recomputed, touched = self.board.record(job, result)
+        if recomputed:
+            self.stats.add("clips_recomputed", recomputed)
+        if isinstance(job, AssemblyJob):
             self.rebuilt_from_disk += 1
-        for view in {placed.use.view for placed in result.placed}:
-            if self.board.views.get(view) is job.states.get(view):
-                self._complete_if_full(view)
+        for view in touched:
+            self._complete_if_full(view)
 
     def _complete_if_full(self, key: ViewKey) -> None:
         state = self.board.complete_if_full(key, partial(self.book.readers_of, key))

@@ -26,7 +26,7 @@ class Position:
 class Merged:
     """What a joining task adds to an active window."""
 
-    new_views: frozenset[ViewKey]  # batches no task planned before
+    new_views: dict[ViewKey, ViewOf]  # batches no task planned before, in plan order
     more_readers: dict[ViewKey, frozenset[str]]  # tasks that read batches planned already
     uses: dict[str, list[ClipUse]]  # the new views' clips, by video
 
@@ -140,14 +140,13 @@ class WindowBook:
         """Plan a joining task's part into an active window: a batch planned already (an
         identical pipeline) gets one more reader."""
         base = self.windows[window]
-        new_views, more_readers = set(), {}
+        new_views, more_readers = {}, {}
         for key, readers in part.readers.items():
             if key in base.views:
                 base.readers[key] = base.readers[key] + readers
                 more_readers[key] = frozenset(task for task, _ in readers)
                 continue
-            new_views.add(key)
-            base.views[key] = part.views[key]
+            new_views[key] = base.views[key] = part.views[key]
             base.readers[key] = readers
         uses = {}
         for path, work in part.videos.items():
@@ -155,7 +154,7 @@ class WindowBook:
             if mine:
                 base.videos.setdefault(path, VideoWork(work.info, work.plan, window)).uses += mine
                 uses[path] = mine
-        return Merged(frozenset(new_views), more_readers, uses)
+        return Merged(new_views, more_readers, uses)
 
     def remove_task(self, name: str) -> dict[ViewKey, ViewOf]:
         """Forget a task; the batches no other task reads, released from every window."""
