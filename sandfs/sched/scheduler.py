@@ -121,9 +121,6 @@ class Scheduler:
         """user.sand.state: ready means in memory or complete on disk."""
         return self.board.state_of(key)
 
-    def is_planned(self, key: ViewKey) -> bool:
-        return self.board.is_planned(key)
-
     async def wait_view(self, key: ViewKey, task: str) -> bytearray | None:
         """Demand-feed: raise the view's jobs to the top and wait. None: no job will make it."""
         flights = self.board.flights
