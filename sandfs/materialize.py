@@ -1,6 +1,7 @@
 """Turn a planned object into its bytes: decode the needed frames, apply the planned ops, pack.
 
-Blocking code: the engine runs it in worker threads (PyAV and OpenCV release the GIL).
+Blocking code: the scheduler and the on-demand objects run it in worker threads (PyAV and
+OpenCV release the GIL).
 """
 
 from __future__ import annotations

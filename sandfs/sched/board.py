@@ -19,6 +19,7 @@ from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.sched.flights import Flights
 from sandfs.sched.jobs import Job, JobResult, VideoJob, VideoJobKey
 from sandfs.sched.objects import DiskPlan, Spot
+from sandfs.sched.policy import JobState
 
 if TYPE_CHECKING:
     from sandfs.sched.windows import Merged, ViewOf
@@ -101,6 +102,24 @@ class BatchBoard:
 
     def pending_jobs(self) -> list[VideoJobKey]:
         return [key for key, uses in self.pending.items() if uses]
+
+    def job_states(self, busy: set, deadline_of: Callable[[ViewKey], int]):
+        """(JobState, job key) of every job that could run now; `busy`: job keys running, and
+        videos whose frames a running job decodes (it leaves them on disk: wait for them)."""
+        for job, uses in self.pending.items():
+            if job in busy or not uses:
+                continue
+            yield JobState(
+                key=f"v{job.window}:{job.path}",
+                demanded=any(u.view in self.demanded for u in uses),
+                deadline_iterations=min(deadline_of(u.view) for u in uses),
+                remaining_work=len({i for u in uses for i in u.clip.frame_indices}) + len(uses),
+            ), job
+        for key, state in self.views.items():
+            if key in busy or not state.to_assemble:
+                continue  # some slots still need a video job; it will bring them in
+            yield JobState(f"a{key.parts}", key in self.demanded, deadline_of(key),
+                           len(state.to_assemble)), key
 
     @property
     def memory_bytes(self) -> int:

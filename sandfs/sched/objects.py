@@ -12,7 +12,7 @@ import networkx as nx
 import numpy as np
 
 from sandfs import ops as oplib
-from sandfs.cache import ObjectKey, prune
+from sandfs.cache import ObjectKey, ObjectStore, prune
 from sandfs.materialize import FrameKey, clip_frame_keys
 from sandfs.media.gop import frames_to_decode
 from sandfs.media.types import VideoInfo
@@ -65,6 +65,14 @@ def kept_frame_key(info: VideoInfo, frame: FrameKey, first: OpInstance | None) -
     index, source = frame
     return ObjectKey.of("frame", info.path, info.size_bytes, info.mtime_ns, index, source,
                         (first.name, first.params, first.drawn))
+
+
+def mark_read(store: ObjectStore, key: ViewKey, plan: TaskPlan, epoch: int,
+              iteration: int) -> None:
+    """Every reader has the batch: its clips on disk are the first to evict."""
+    for slot, clip in enumerate(plan.view_plan(epoch, iteration).clips):
+        use = ClipUse(key, slot, clip, ())
+        store.mark_done(clip_object_key(use, plan.videos[clip.video_index]))
 
 
 def kept_frame(frame: np.ndarray, first: OpInstance | None) -> np.ndarray:

@@ -24,7 +24,14 @@ from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import AssemblyJob, Job, JobResult, VideoJob, VideoJobKey
-from sandfs.sched.objects import PRUNE_MODES, DiskPlan, Spot, clip_object_key, frame_nbytes
+from sandfs.sched.objects import (
+    PRUNE_MODES,
+    DiskPlan,
+    Spot,
+    clip_object_key,
+    frame_nbytes,
+    mark_read,
+)
 from sandfs.sched.policy import (
     AHEAD_TARGET,
     NOT_NEEDED,
@@ -114,7 +121,7 @@ class Scheduler:
         if not ready.readers_left and self.store is not None:
             found = self.book.view(key)
             if found is not None:
-                work.mark_read(self.store, key, *found[1])
+                mark_read(self.store, key, *found[1])
         return ready.data
 
     def view_state(self, key: ViewKey) -> str:
@@ -251,22 +258,7 @@ class Scheduler:
     # -- choosing and starting jobs ---------------------------------------------------------
 
     def _job_states(self):
-        """(JobState, job key) of every job that could run now."""
-        deadline_of = self.book.deadline_of
-        for job_key, uses in self.board.pending.items():
-            if job_key in self.running or job_key in self.carry.carried or not uses:
-                continue  # a job decoding for it now leaves its frames on disk: wait for them
-            yield JobState(
-                key=f"v{job_key.window}:{job_key.path}",
-                demanded=any(u.view in self.board.demanded for u in uses),
-                deadline_iterations=min(deadline_of(u.view) for u in uses),
-                remaining_work=len({i for u in uses for i in u.clip.frame_indices}) + len(uses),
-            ), job_key
-        for key, state in self.board.views.items():
-            if key in self.running or not state.to_assemble:
-                continue  # some slots still need a video job; it will bring them in
-            yield JobState(f"a{key.parts}", key in self.board.demanded, deadline_of(key),
-                           len(state.to_assemble)), key
+        return self.board.job_states(set(self.running) | self.carry.carried, self.book.deadline_of)
 
     def active_workers(self, states: Sequence[JobState] | None = None) -> int:
         """How many jobs may run now (`workers_to_run`: queue occupancy and deadlines);

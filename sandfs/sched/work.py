@@ -112,14 +112,6 @@ def release_clips(store: ObjectStore,
             store.discard(clip_object_key(use, plan.videos[clip.video_index]))
 
 
-def mark_read(store: ObjectStore, key: ViewKey, plan: TaskPlan, epoch: int,
-              iteration: int) -> None:
-    """Every reader has the batch: its clips on disk are the first to evict."""
-    for slot, clip in enumerate(plan.view_plan(epoch, iteration).clips):
-        use = ClipUse(key, slot, clip, ())
-        store.mark_done(clip_object_key(use, plan.videos[clip.video_index]))
-
-
 # -- jobs -----------------------------------------------------------------------------------
 
 
