@@ -62,3 +62,20 @@ async def test_memory_stays_within_budget():
         await engine.get(key, Counting(b"y" * 300, 0))
     assert engine.memory_bytes <= 1000
     assert engine.state(19) == "ready" and engine.state(0) == "planned"
+
+
+async def test_state_is_materializing_while_in_flight():
+    engine = OnDemandObjects(workers=1, memory_budget_bytes=1 << 20)
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> bytes:
+        started.set()
+        release.wait(5)
+        return b"z"
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(engine.get, "k", slow)
+        await trio.to_thread.run_sync(started.wait, 5)
+        assert engine.state("k") == "materializing" and engine.demand_waiting == 1
+        release.set()
+    assert engine.state("k") == "ready" and engine.demand_waiting == 0
