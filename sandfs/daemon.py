@@ -19,7 +19,6 @@ import trio
 from sandfs.cache.setup import open_store, prepare_cache_dir
 from sandfs.config.schema import TaskConfig
 from sandfs.config.settings import MountSettings
-from sandfs.engine import ObjectEngine
 from sandfs.errors import UserError
 from sandfs.fuse.mountpoint import (
     check_fuse_available,
@@ -33,6 +32,7 @@ from sandfs.plan.build import build_plans, plan_new_task
 from sandfs.plan.checkpoint import load_plan_state, save_plan_state
 from sandfs.plan.mount import dataset_key
 from sandfs.plan.task import TaskPlan
+from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.service import ViewService
 from sandfs.stats import Stats
 
@@ -52,14 +52,13 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
     store = open_store(settings, plans)
     try:
         service = ViewService(
-            plans, engine=ObjectEngine(workers=settings.workers,
-                                       memory_budget_bytes=settings.on_demand_memory_bytes),
+            plans, engine=OnDemandObjects(workers=settings.workers,
+                                          memory_budget_bytes=settings.on_demand_memory_bytes),
             stats=Stats(), bad_videos=bad_videos(scans),
             task_texts={c.task: c.source_text for c in configs},
             memory_limit_bytes=settings.batch_memory_bytes, store=store,
             decode_ahead=settings.decode_ahead,
-            # TODO(integration): policy=settings.scheduling, prune_mode=settings.prune_mode
-            # once ViewService hands them to the Scheduler (which still reads the environment).
+            policy=settings.scheduling, prune_mode=settings.prune_mode,
             checkpoint=partial(save_plan_state, settings.cache_dir),
             task_planner=partial(plan_new_task, settings, scans, plans),
             config_dir=os.path.dirname(configs[0].source_path) or "/")

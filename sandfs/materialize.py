@@ -1,6 +1,7 @@
 """Turn a planned object into its bytes: decode the needed frames, apply the planned ops, pack.
 
-Blocking code: the engine runs it in worker threads (PyAV and OpenCV release the GIL).
+Blocking code: the scheduler and the on-demand objects run it in worker threads (PyAV and
+OpenCV release the GIL).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import numpy as np
 
 from sandfs import ops as oplib
 from sandfs.faults import fault_point
-from sandfs.media.decode import converter, decode_frames, frames_to_decode
+from sandfs.media.decode import converter, decode_frames
+from sandfs.media.gop import frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer, npy_bytes
 from sandfs.ops.base import OpInstance

@@ -1,49 +1,34 @@
 """The view service: what the FUSE layer asks for, in plan terms (task, epoch, iteration, video,
-frame, depth). It owns the task plans, the object engine and the figures of status.json.
-"""
+frame, depth). It composes the task registry, the scheduler (batches prepared ahead), the
+on-demand objects (frames, aug{D} views, recomputed batches) and status.json."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 
 import trio
 
 from sandfs.cache import ObjectStore
-from sandfs.config.loader import load_task_config
 from sandfs.config.schema import TaskConfig
-from sandfs.engine import ObjectEngine
-from sandfs.errors import UserError
 from sandfs.materialize import Materializer
 from sandfs.media.types import BadVideo, VideoInfo
-from sandfs.npy import npy_nbytes
-from sandfs.ops import chain_shape
-from sandfs.ops.base import FrameShape, OpInstance
-from sandfs.plan.task import StreamClip, TaskPlan
+from sandfs.plan.frames import FramePlan, FramePlanner
+from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import view_key
+from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.sched.scheduler import Scheduler
+from sandfs.sched.windows import Position
 from sandfs.stats import Stats
-
-
-@dataclass(frozen=True, slots=True)
-class FramePlan:
-    """What aug{D} of one frame is: the planned ops up to depth D, and the result's shape."""
-
-    ops: tuple[OpInstance, ...]
-    shape: tuple[int, int, int]
-    dtype: str
-    source: tuple | None = None  # the frame the ops start from (decode_resize), None: full
-
-    @property
-    def nbytes(self) -> int:
-        return npy_nbytes(self.shape, self.dtype)
-
+from sandfs.status import COUNTERS, BadVideoStatus, MountStatus, TaskStatus
+from sandfs.tasks import TaskRegistry
 
 log = logging.getLogger(__name__)
+
+EMPTY_CACHE = {"bytes_used": 0, "budget_bytes": 0, "objects": 0, "hits": 0, "misses": 0,
+               "evictions": 0, "recomputed": 0, "corrupt_detected": 0}
 
 
 class ViewService:
@@ -51,7 +36,7 @@ class ViewService:
         self,
         plans: Sequence[TaskPlan],
         *,
-        engine: ObjectEngine,
+        engine: OnDemandObjects,
         stats: Stats,
         bad_videos: Sequence[BadVideo] = (),
         task_texts: dict[str, str] | None = None,
@@ -62,83 +47,74 @@ class ViewService:
         checkpoint: Callable[[dict], None] | None = None,
         task_planner: Callable[[TaskConfig, int], TaskPlan] | None = None,
         config_dir: str = "/",
+        policy: str = "priority",
+        prune_mode: str = "algorithm1",
     ) -> None:
-        self.tasks = {p.name: p for p in plans}
-        self.engine = engine
+        self.registry = TaskRegistry(plans, task_texts=task_texts, checkpoint=checkpoint,
+                                     task_planner=task_planner, config_dir=config_dir)
+        self.engine = engine  # objects made on demand
         self.stats = stats
         self.materializer = Materializer(stats)
         self.scheduler = Scheduler(plans, self.materializer, stats, workers=engine.workers,
                                    memory_limit_bytes=memory_limit_bytes, limiter=engine.limiter,
                                    store=store, decode_ahead=decode_ahead,
-                                   on_window_planned=self.window_planned)
+                                   on_window_planned=self.registry.window_planned,
+                                   policy=policy, prune_mode=prune_mode)
         self.store = store
-        self.checkpoint = checkpoint
-        self.task_planner = task_planner  # plans a task registered on the live mount
-        self.config_dir = config_dir  # where relative paths of such a task point from
-        self.task_errors: dict[str, str] = {}  # why a registration was refused, by task name
-        self.generations = dict.fromkeys(self.tasks, 0)  # registrations of each task name
         self.bad_videos = list(bad_videos)
-        self.task_texts = task_texts or {}
         self.read_ahead = read_ahead  # how far status.json's ready_ahead looks
-        self.positions: dict[str, tuple[int, int]] = {name: (0, 0) for name in self.tasks}
         self.started = time.monotonic()
-        self._frame_uses: dict[tuple[str, int], dict[tuple[int, int], StreamClip]] = {}
+        self.frames = FramePlanner()
+
+    # the registry's records, as the FUSE layer reads them
+    @property
+    def tasks(self) -> dict[str, TaskPlan]:
+        return self.registry.tasks
+
+    @property
+    def task_texts(self) -> dict[str, str]:
+        return self.registry.task_texts
+
+    @property
+    def task_errors(self) -> dict[str, str]:
+        return self.registry.task_errors
+
+    @property
+    def generations(self) -> dict[str, int]:
+        return self.registry.generations
+
+    @property
+    def positions(self) -> Mapping[str, tuple[int, int]]:
+        """(epoch, iteration) of each task; `position` for one."""
+        positions = {name: self.position(name) for name in self.tasks}
+        return {name: (p.epoch, p.iteration) for name, p in positions.items()}
+
+    def position(self, task: str) -> Position:
+        return self.scheduler.position(task)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Run the scheduler until cancelled; it starts preparing views at once."""
         await self.scheduler.run(task_status=task_status)
 
-    def window_planned(self) -> None:
-        """In a worker thread, after the scheduler planned a window: checkpoint what it froze."""
-        coordination = next(iter(self.tasks.values())).coordination if self.tasks else None
-        if self.checkpoint is not None and coordination is not None and coordination.changed:
-            self.checkpoint(coordination.state())
-
     # -- tasks joining and leaving -----------------------------------------------------------
 
     async def add_task_file(self, file_name: str, text: str) -> None:
-        """A YAML written to .sand/tasks/NAME.yaml. Relative paths in it are resolved against
-        the folder named by a first line `# sandfs-base-dir: DIR` (`sandfs task add` writes
-        it), else against the folder of the mount's first config."""
-        cfg = load_task_config(os.path.join(self.config_dir, file_name), text=text)
-        if f"{cfg.task}.yaml" != file_name:
-            raise UserError(f"{file_name}: the file must be named after its task: "
-                            f"{cfg.task}.yaml")
-        await self.add_task(cfg, text)
+        """A YAML written to .sand/tasks/NAME.yaml (see `TaskRegistry.load_file`)."""
+        await self.add_task(self.registry.load_file(file_name, text), text)
 
     async def add_task(self, cfg: TaskConfig, text: str) -> None:
         """Register a task on the live mount. Windows already planned keep what they share;
-        the task's views are planned into them as they are (SPEC §6), its epoch 0 into the
-        window the leading task on its dataset is in."""
-        if cfg.task in self.tasks:
-            raise UserError(f"task {cfg.task} is already registered on this mount")
-        if self.task_planner is None:
-            raise UserError("this mount does not take new tasks")
-        plan = await trio.to_thread.run_sync(self.task_planner, cfg, self.mount_epoch(cfg))
-        self.tasks[cfg.task] = plan
-        self.generations[cfg.task] = self.generations.get(cfg.task, -1) + 1
-        self.task_texts[cfg.task] = text
-        self.positions[cfg.task] = (0, 0)
-        self.task_errors.pop(cfg.task, None)
+        the task's views are planned into them as they are, its epoch 0 into the window the
+        leading task on its dataset is in."""
+        plan = await self.registry.register(cfg, text, self.scheduler.position)
         await self.scheduler.add_plan(plan)
         log.info("task %s registered: %d videos, %d iterations/epoch", cfg.task,
                  len(plan.videos), plan.iterations_per_epoch)
 
-    def mount_epoch(self, cfg: TaskConfig) -> int:
-        """Where the leading task on `cfg`'s dataset stands, in mount epochs (0: none): a
-        joining task starts its windows there, sharing the frames being decoded now."""
-        root = cfg.dataset.video_dataset_path
-        return max((plan.epoch_offset + self.positions[name][0]
-                    for name, plan in self.tasks.items()
-                    if plan.cfg.dataset.video_dataset_path == root), default=0)
-
     async def remove_task(self, name: str) -> None:
         """End a task: its views are no longer served and the objects only it needed are
         released (memory and disk)."""
-        plan = self.tasks.pop(name)
-        self.task_texts.pop(name, None)
-        self.positions.pop(name, None)
-        plan.coordination.remove(name)
+        self.registry.remove(name)
         await self.scheduler.remove_plan(name)
         log.info("task %s ended", name)
 
@@ -151,7 +127,6 @@ class ViewService:
 
     def opened_view(self, task: str, epoch: int, iteration: int) -> None:
         """A trainer opened this view: that is where the task stands (deadlines count from it)."""
-        self.positions[task] = (epoch, iteration)
         self.scheduler.opened(task, epoch, iteration)
 
     def released_view(self, task: str, epoch: int, iteration: int) -> None:
@@ -181,38 +156,14 @@ class ViewService:
 
     # -- frames and intermediate views -------------------------------------------------------
 
-    def frame_uses(self, task: str, epoch: int) -> dict[tuple[int, int], StreamClip]:
-        """(video, frame) -> the first clip of this epoch that uses that frame."""
-        key = (task, epoch)
-        if key not in self._frame_uses:
-            plan = self.tasks[task]
-            uses: dict[tuple[int, int], StreamClip] = {}
-            for iteration in range(plan.iterations_per_epoch):
-                for clip in plan.view_plan(epoch, iteration).clips:
-                    for index in clip.frame_indices:
-                        uses.setdefault((clip.video_index, index), clip)
-            self._frame_uses = {key: uses}  # keep one epoch: it is what aug{D} shows
-        return self._frame_uses[key]
-
     def frame_plan(self, task: str, video_index: int, frame: int, depth: int) -> FramePlan | None:
         """aug{depth} of this frame in the task's current epoch, or None if not planned."""
-        plan = self.tasks[task]
-        info = plan.videos[video_index]
-        if not 0 <= frame < info.num_frames:
-            return None
-        if depth == 0:
-            return FramePlan((), (info.height, info.width, 3), "uint8")
-        clip = self.frame_uses(task, self.positions[task][0]).get((video_index, frame))
-        if clip is None or depth > len(clip.step_depths):
-            return None
-        ops = clip.ops[: clip.step_depths[depth - 1]]
-        start = FrameShape(*plan.source_hw(info), "uint8")
-        shape, _ = chain_shape([(o.name, o.params) for o in ops], start, 1)
-        return FramePlan(ops, (shape.height, shape.width, 3), shape.dtype, clip.source)
+        return self.frames.frame_plan(self.tasks[task], self.position(task).epoch, video_index,
+                                      frame, depth)
 
     def max_depth(self, task: str, video_index: int, frame: int) -> int:
-        clip = self.frame_uses(task, self.positions[task][0]).get((video_index, frame))
-        return 0 if clip is None else len(clip.step_depths)
+        return self.frames.max_depth(self.tasks[task], self.position(task).epoch, video_index,
+                                     frame)
 
     async def read_frame(self, task: str, video_index: int, frame: int, fplan: FramePlan):
         info: VideoInfo = self.tasks[task].videos[video_index]
@@ -223,66 +174,31 @@ class ViewService:
 
     # -- status ------------------------------------------------------------------------------
 
-    def status(self) -> dict:
+    def status_record(self) -> MountStatus:
         stats = self.stats
-        sched = self.scheduler.state
         tasks = {}
         for name, plan in self.tasks.items():
-            epoch, iteration = self.positions[name]
-            ahead = self.scheduler.ready_ahead(name, self.read_ahead)
-            counts = stats.task_counts(name)
-            tasks[name] = {
-                "epoch": epoch,
-                "iteration": iteration,
-                "ready_ahead": ahead,
-                "views_served": counts.get("views_served", 0),
-                "stall_seconds": round(stats.stall_seconds(name), 3),
-                "epochs": plan.epochs,
-                "iterations_per_epoch": plan.iterations_per_epoch,
-                "videos": len(plan.videos),
-            }
-        bad = [{"path": b.rel_path, "reason": b.reason, "detail": b.detail}
-               for b in self.bad_videos]
+            position = self.position(name)
+            tasks[name] = TaskStatus(
+                epoch=position.epoch, iteration=position.iteration,
+                ready_ahead=self.scheduler.ready_ahead(name, self.read_ahead),
+                views_served=stats.task_counts(name).get("views_served", 0),
+                stall_seconds=round(stats.stall_seconds(name), 3), epochs=plan.epochs,
+                iterations_per_epoch=plan.iterations_per_epoch, videos=len(plan.videos))
+        bad = [BadVideoStatus(b.rel_path, b.reason, b.detail) for b in self.bad_videos]
         for plan in self.tasks.values():
-            bad += [{"path": b.rel_path, "reason": b.reason, "detail": b.detail, "task": plan.name}
+            bad += [BadVideoStatus(b.rel_path, b.reason, b.detail, plan.name)
                     for b in plan.skipped]
-        return {
-            "version": 1,
-            "uptime_seconds": round(time.monotonic() - self.started, 3),
-            "pid": os.getpid(),
-            "workers": self.engine.workers,
-            "memory_bytes": self.engine.memory_bytes + self.scheduler.memory_bytes,
-            "memory_limit_bytes": self.scheduler.memory_limit_bytes,
-            "tasks": tasks,
-            "frames_decoded": stats.get("frames_decoded"),
-            "frames_decoded_independent": stats.get("frames_decoded_independent"),
-            "views_materialized": stats.get("views_materialized"),
-            "cache": self.cache_status(),
-            "views_recomputed": stats.get("views_recomputed"),
-            "aug_ops": stats.get("aug_ops"),
-            "aug_ops_independent": stats.get("aug_ops_independent"),
-            "crop_ops": stats.get("crop_ops"),
-            "crop_ops_independent": stats.get("crop_ops_independent"),
-            "scheduler": {"jobs_done": sched.jobs_done, "jobs_running": len(self.scheduler.running),
-                          "workers_active": self.scheduler.active_workers(),
-                          "views_ready": len(self.scheduler.ready),
-                          "views_planned": len(self.scheduler.views),
-                          "evicted_unread": sched.evicted_unread,
-                          "rebuilt_from_disk": sched.rebuilt_from_disk,
-                          "clips_recomputed": stats.get("clips_recomputed")},
-            "frames_from_disk": stats.get("frames_from_disk"),
-            "frames_carried": stats.get("frames_carried"),
-            "queues": {"demand": self.engine.demand_waiting + sched.demand_waiting,
-                       "prematerialize": len(self.scheduler.pending_jobs())},
-            "bad_videos": bad,
-            "task_errors": dict(self.task_errors),
-        }
+        return MountStatus(
+            uptime_seconds=time.monotonic() - self.started, pid=os.getpid(),
+            workers=self.engine.workers, ondemand_memory_bytes=self.engine.memory_bytes,
+            ondemand_waiting=self.engine.demand_waiting, scheduler=self.scheduler.status(),
+            tasks=tasks, counters={key: stats.get(key) for key in COUNTERS},
+            cache=EMPTY_CACHE if self.store is None else self.store.stats(),
+            bad_videos=tuple(bad), task_errors=dict(self.task_errors))
 
-    def cache_status(self) -> dict:
-        if self.store is None:
-            return {"bytes_used": 0, "budget_bytes": 0, "objects": 0, "hits": 0, "misses": 0,
-                    "evictions": 0, "recomputed": 0, "corrupt_detected": 0}
-        return self.store.stats()
+    def status(self) -> dict:
+        return self.status_record().to_json()
 
     def status_bytes(self) -> bytes:
-        return (json.dumps(self.status(), indent=1, sort_keys=False) + "\n").encode()
+        return self.status_record().to_bytes()

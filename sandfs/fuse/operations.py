@@ -23,10 +23,10 @@ import pyfuse3
 import trio
 
 from sandfs.config.loader import ConfigError
-from sandfs.engine import ObjectFailed
 from sandfs.errors import UserError
 from sandfs.faults import fault_point
 from sandfs.fuse.namespace import ROOT, Namespace, Node
+from sandfs.sched.flights import ObjectFailed
 from sandfs.service import ViewService
 
 log = logging.getLogger(__name__)

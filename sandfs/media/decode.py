@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -24,6 +24,8 @@ from av.container import InputContainer
 from av.video.frame import VideoFrame
 from av.video.stream import VideoStream
 
+from sandfs.media.gop import checked_indices as _checked_indices
+from sandfs.media.gop import frames_to_decode, plan_runs  # noqa: F401 (importers of decode)
 from sandfs.media.types import VideoInfo
 
 log = logging.getLogger(__name__)
@@ -128,35 +130,6 @@ def converter(conversions: Iterable[Conversion]) -> Callable[[VideoFrame], dict]
     return lambda frame: {c: convert(frame, c) for c in wanted}
 
 
-def plan_runs(info: VideoInfo, indices: list[int]) -> list[tuple[int, list[int]]]:
-    """Groups sorted unique `indices` into runs (start index, needed indices): each run starts
-    at the keyframe at or before its first needed frame; a needed frame that lies beyond a later
-    keyframe starts a new run (seek there instead of decoding through frames nobody needs)."""
-    if not info.seekable:
-        return [(0, indices)] if indices else []
-    runs: list[tuple[int, list[int]]] = []
-    for index in indices:
-        start = _keyframe_at_or_before(info.keyframe_indices, index)
-        if runs and start <= runs[-1][1][-1] + 1:
-            runs[-1][1].append(index)
-        else:
-            runs.append((start, [index]))
-    return runs
-
-
-def _keyframe_at_or_before(keyframe_indices: tuple[int, ...], index: int) -> int:
-    position = bisect_right(keyframe_indices, index)
-    return keyframe_indices[position - 1] if position else 0
-
-
-def frames_to_decode(info: VideoInfo, indices: Iterable[int]) -> int:
-    """How many frames `decode_frames(info, indices)` decodes when every seek lands as planned
-    and the decoder skips nothing: an upper bound, as it skips non-reference frames nobody needs
-    (`skips_nonref`)."""
-    runs = plan_runs(info, _checked_indices(info, indices))
-    return sum(needed[-1] - start + 1 for start, needed in runs)
-
-
 def decode_frames(info: VideoInfo, indices: Iterable[int],
                   convert_frame: Callable[[VideoFrame], object] = to_rgb) -> DecodeResult:
     """Decodes frames `indices` of a scanned video (ValueError if one is out of range,
@@ -184,14 +157,6 @@ def describe_error(error: BaseException) -> str:
     (a file object's name is its descriptor number)."""
     strerror = getattr(error, "strerror", None)  # FFmpegError is no OSError but has one
     return f"{type(error).__name__}: {strerror or error}"
-
-
-def _checked_indices(info: VideoInfo, indices: Iterable[int]) -> list[int]:
-    wanted = sorted(set(indices))
-    if wanted and (wanted[0] < 0 or wanted[-1] >= info.num_frames):
-        bad = wanted[0] if wanted[0] < 0 else wanted[-1]
-        raise ValueError(f"frame index {bad} out of range [0, {info.num_frames}) of {info.name!r}")
-    return wanted
 
 
 @contextmanager

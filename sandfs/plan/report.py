@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from sandfs import ops as oplib
-from sandfs.media.decode import frames_to_decode
+from sandfs.media.gop import frames_to_decode
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import WindowPlan, plan_window
 

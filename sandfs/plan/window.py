@@ -10,21 +10,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from sandfs.media.types import VideoInfo
 from sandfs.plan.task import StreamClip, TaskPlan
 
 
-def view_key(plan: TaskPlan, epoch: int, iteration: int) -> tuple:
-    """Tasks with the same plan key (data, seed and what they share) have the same views:
-    they share one object."""
-    return ("view", plan.plan_key(plan.window_of(epoch)), epoch, iteration)
+@dataclass(frozen=True, slots=True)
+class ViewKey:
+    """One batch object: tasks with the same plan key (data, seed and what they share) have the
+    same views and share it."""
+
+    plan_key: object
+    epoch: int
+    iteration: int
+
+    @property
+    def parts(self) -> tuple:
+        """The canonical description that on-disk object keys are digests of."""
+        return ("view", self.plan_key, self.epoch, self.iteration)
+
+
+def view_key(plan: TaskPlan, epoch: int, iteration: int) -> ViewKey:
+    return ViewKey(plan.plan_key(plan.window_of(epoch)), epoch, iteration)
 
 
 @dataclass(frozen=True, slots=True)
 class ClipUse:
-    view: tuple  # view_key of the batch
+    view: ViewKey  # the batch
     slot: int  # position in the batch
     clip: StreamClip
     readers: tuple[tuple[str, int], ...]  # (task, position in its read order) per task
@@ -52,14 +63,14 @@ class VideoWork:
 class WindowPlan:
     window: int
     videos: dict[str, VideoWork]  # by video path
-    views: dict[tuple, tuple[TaskPlan, int, int]]  # view key -> (plan, epoch, iteration)
-    readers: dict[tuple, tuple[tuple[str, int], ...]]  # view key -> (task, position) pairs
+    views: dict[ViewKey, tuple[TaskPlan, int, int]]  # (plan, epoch, iteration)
+    readers: dict[ViewKey, tuple[tuple[str, int], ...]]  # (task, position) pairs
 
 
 def plan_window(plans: Sequence[TaskPlan], window: int) -> WindowPlan:
     videos: dict[str, VideoWork] = {}
-    views: dict[tuple, tuple[TaskPlan, int, int]] = {}
-    readers: dict[tuple, list[tuple[str, int]]] = {}
+    views: dict[ViewKey, tuple[TaskPlan, int, int]] = {}
+    readers: dict[ViewKey, list[tuple[str, int]]] = {}
     for plan in plans:
         for epoch in plan.window_epochs(window):
             for iteration in range(plan.iterations_per_epoch):
@@ -75,23 +86,3 @@ def plan_window(plans: Sequence[TaskPlan], window: int) -> WindowPlan:
             work = videos.setdefault(info.path, VideoWork(info, plan, window))
             work.uses.append(ClipUse(key, slot, clip, frozen[key]))
     return WindowPlan(window, videos, views, frozen)
-
-
-def object_graph(window_plan: WindowPlan) -> nx.DiGraph:
-    """The concrete object graph of the window: video -> frame -> clip -> view, edges labelled
-    with the op that makes the child (for pruning, statistics and `sandfs plan`)."""
-    graph = nx.DiGraph(window=window_plan.window)
-    for path, work in window_plan.videos.items():
-        graph.add_node(("video", path), kind="video")
-        for use in work.uses:
-            clip_node = ("clip", use.view, use.slot)
-            graph.add_node(clip_node, kind="clip")
-            graph.add_edge(clip_node, use.view, op="batch")
-            graph.nodes[use.view]["kind"] = "view"
-            for index in set(use.clip.frame_indices):
-                frame_node = ("frame", path, index)
-                graph.add_edge(("video", path), frame_node, op="decode")
-                graph.nodes[frame_node]["kind"] = "frame"
-                graph.add_edge(frame_node, clip_node, op="augment",
-                               ops=tuple(o.name for o in use.clip.ops))
-    return graph

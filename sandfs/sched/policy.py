@@ -35,7 +35,7 @@ def priority(job: JobState, *, memory_pressure: bool) -> tuple:
 
 
 def fifo_priority(job: JobState, *, memory_pressure: bool) -> tuple:
-    """The ablation (SANDFS_SCHEDULING=fifo): plan order — window, then video — blind to
+    """The ablation (policy "fifo"): plan order — window, then video — blind to
     readers, deadlines and memory."""
     return (job.key,)
 

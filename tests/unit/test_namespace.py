@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_plan import fake_videos, make_plan
 
-from sandfs.engine import ObjectEngine
 from sandfs.fuse.namespace import ROOT, Namespace, Node, parse_number
+from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.service import ViewService
 from sandfs.stats import Stats
 
@@ -19,7 +19,7 @@ from sandfs.stats import Stats
 @pytest.fixture(scope="module")
 def namespace(tmp_path_factory) -> Namespace:
     plan = make_plan(tmp_path_factory.mktemp("ns"), videos=fake_videos(10))
-    service = ViewService([plan], engine=ObjectEngine(workers=1, memory_budget_bytes=1 << 20),
+    service = ViewService([plan], engine=OnDemandObjects(workers=1, memory_budget_bytes=1 << 20),
                           stats=Stats(), task_texts={"t0": "task: t0\n"})
     return Namespace(service)
 

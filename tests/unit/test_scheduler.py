@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -15,9 +16,12 @@ from test_plan import fake_videos, make_plan
 from sandfs import ops as ops_lib
 from sandfs.cache import ObjectStore
 from sandfs.materialize import Materializer, Prefixed, clip_frame_keys, first_ops
-from sandfs.plan.window import object_graph, plan_window, view_key
+from sandfs.plan.window import plan_window, view_key
+from sandfs.sched.objects import clip_nbytes, object_graph
 from sandfs.sched.policy import JobState, pick_next, under_pressure, workers_to_run
-from sandfs.sched.scheduler import BACKGROUND_NICE, Scheduler
+from sandfs.sched.scheduler import Scheduler
+from sandfs.sched.windows import Position
+from sandfs.sched.work import BACKGROUND_NICE
 from sandfs.stats import Stats
 
 
@@ -114,8 +118,11 @@ async def run_until_settled(scheduler: Scheduler) -> None:
         nursery.cancel_scope.cancel()
 
 
-async def settle(scheduler: Scheduler) -> None:
-    for _ in range(200):
+async def settle(scheduler: Scheduler, *, wall_seconds: float = 10) -> None:
+    """Until no job runs or waits (bounded in wall time: under the autojump clock sleeping
+    costs no time while worker threads run)."""
+    give_up = time.monotonic() + wall_seconds
+    while time.monotonic() < give_up:
         await trio.sleep(0.01)
         if not scheduler.running and not scheduler.pending_jobs():
             return
@@ -130,7 +137,7 @@ async def test_jobs_run_in_read_order_and_fill_whole_windows(tmp_path):
     assert sorted(materializer.decoded) == sorted([v.name for v in plan.videos] * 2)
     for epoch in range(4):
         for iteration in range(plan.iterations_per_epoch):
-            assert view_key(plan, epoch, iteration) in scheduler.ready
+            assert view_key(plan, epoch, iteration) in scheduler.board.ready
 
 
 async def read_all(plan, scheduler, after_read=None) -> dict:
@@ -207,7 +214,7 @@ async def test_jobs_run_at_a_lower_cpu_priority_than_the_fuse_loop(tmp_path):
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == loop_nice
 
 
-async def test_a_demand_read_preempts_prematerialization(tmp_path):
+async def test_a_demand_read_preempts_prematerialization(tmp_path, autojump_clock):
     gate = threading.Event()
     plan, scheduler, materializer = scheduler_for(tmp_path, gate=gate)
     wanted = view_key(plan, 3, 1)  # in the next window: last in line without demand
@@ -241,16 +248,16 @@ async def test_readers_far_apart_keep_their_windows_and_a_re_read_does_not_drag_
         scheduler.opened(plan.name, 0, 0)
         scheduler.opened(plan.name, 5, 0)
         await settle(scheduler)
-        assert {0, 2} <= set(scheduler.windows)
+        assert {0, 2} <= set(scheduler.book.windows)
         with trio.fail_after(10):
             assert await scheduler.wait_view(view_key(plan, 0, 1), plan.name) is not None
             assert await scheduler.wait_view(view_key(plan, 5, 1), plan.name) is not None
         scheduler.released(plan.name, 0, 0)
         scheduler.opened(plan.name, 0, 0)  # a probe re-reads a ready view
         scheduler.released(plan.name, 0, 0)
-        assert scheduler.positions[plan.name] == 5 * plan.iterations_per_epoch
+        assert scheduler.position(plan.name) == Position(5, 0)
         await settle(scheduler)
-        assert 0 not in scheduler.windows  # nobody reads there any more
+        assert 0 not in scheduler.book.windows  # nobody reads there any more
         nursery.cancel_scope.cancel()
 
 
@@ -262,14 +269,14 @@ async def test_a_read_right_after_a_jump_waits_for_the_window_being_planned(tmp_
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         await settle(scheduler)
-        assert 2 not in scheduler.windows
+        assert 2 not in scheduler.book.windows
         scheduler.opened(plan.name, 5, 0)
         with trio.fail_after(10):
             assert await scheduler.wait_view(view_key(plan, 5, 0), plan.name) is not None
         nursery.cancel_scope.cancel()
 
 
-async def test_a_reader_waiting_in_a_dropped_window_is_released(tmp_path):
+async def test_a_reader_waiting_in_a_dropped_window_is_released(tmp_path, autojump_clock):
     """Its view is no longer planned: wait_view returns None (the service then computes it on
     demand) instead of waiting forever, and the job that was filling it cannot complete it."""
     gate = threading.Event()
@@ -288,13 +295,12 @@ async def test_a_reader_waiting_in_a_dropped_window_is_released(tmp_path):
         await trio.sleep(0.05)
         scheduler.opened(plan.name, 5, 0)  # the task moved on: windows 0 and 1 go
         scheduler.released(plan.name, 5, 0)
-        with trio.fail_after(10):
-            await answered.wait()
+        await answered.wait()
         gate.set()
         await settle(scheduler)
         nursery.cancel_scope.cancel()
     assert got["data"] is None
-    assert key not in scheduler.ready
+    assert key not in scheduler.board.ready
 
 
 async def test_memory_limit_is_never_exceeded(tmp_path):
@@ -316,9 +322,12 @@ def test_window_plan_groups_clips_by_video(tmp_path):
     assert len(window.views) == 2 * plan.iterations_per_epoch  # k_epochs=2
     for work in window.videos.values():
         assert len(work.uses) == 2  # one clip per epoch of the window
-    graph = object_graph(window)
-    kinds = {graph.nodes[n]["kind"] for n in graph}
-    assert kinds == {"video", "frame", "clip", "view"}
+    for work in window.videos.values():
+        graph = object_graph(work, window)
+        kinds = {node[0] for node in graph}
+        assert kinds == {"video", "frame", "clip"}
+        assert {graph.nodes[n]["nbytes"] for n in graph if n[0] == "clip"} == {
+            clip_nbytes(plan, work.uses[0])}
 
 
 @pytest.mark.parametrize("tasks", [2, 4])
@@ -337,7 +346,7 @@ async def test_workers_adapt_to_how_far_ahead_the_tasks_are(tmp_path):
         await settle(scheduler)
         assert scheduler.ready_ahead(plan.name, 8) >= 7  # the whole plan is ahead
         assert scheduler.active_workers() == 1  # far ahead: leave a core to the trainer
-        scheduler.demanded.add(view_key(plan, 3, 0))
+        scheduler.board.demanded.add(view_key(plan, 3, 0))
         assert scheduler.active_workers() == 2  # a reader waits: everything it has
         nursery.cancel_scope.cancel()
 
@@ -347,15 +356,15 @@ async def test_memory_eviction_never_trades_a_sooner_batch_for_a_later_one(tmp_p
     await run_until_settled(scheduler)
     keys = [view_key(plan, e, i) for e in range(plan.epochs)
             for i in range(plan.iterations_per_epoch)]
-    assert all(k in scheduler.ready for k in keys)
-    one = len(scheduler.ready[keys[0]].data)
+    assert all(k in scheduler.board.ready for k in keys)
+    one = len(scheduler.board.ready[keys[0]].data)
     # room for a batch needed at position 3: only batches needed after it may go, latest first
     freed = scheduler._evict(2 * one, keep=keys[3], deadline=3)
     assert freed == 2 * one
-    assert keys[-1] not in scheduler.ready and keys[-2] not in scheduler.ready
-    assert all(k in scheduler.ready for k in keys[:-2])
+    assert keys[-1] not in scheduler.board.ready and keys[-2] not in scheduler.board.ready
+    assert all(k in scheduler.board.ready for k in keys[:-2])
     assert scheduler._evict(100 * one, keep=keys[5], deadline=5) == len(keys[6:-2]) * one
-    assert all(k in scheduler.ready for k in keys[:6])  # nothing needed sooner was dropped
+    assert all(k in scheduler.board.ready for k in keys[:6])  # nothing needed sooner was dropped
 
 
 def test_the_fifo_ablation_ignores_demand_and_deadlines():

@@ -1,4 +1,4 @@
-"""The object engine in-process (pytest-trio): single flight, remembered failures, the memory
+"""On-demand objects in-process (pytest-trio): single flight, remembered failures, the memory
 bound."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import time
 import pytest
 import trio
 
-from sandfs.engine import ObjectEngine, ObjectFailed
+from sandfs.sched.flights import ObjectFailed
+from sandfs.sched.ondemand import OnDemandObjects
 
 
 class Counting:
@@ -27,7 +28,7 @@ class Counting:
 
 
 async def test_concurrent_readers_materialize_once():
-    engine = ObjectEngine(workers=2, memory_budget_bytes=1 << 20)
+    engine = OnDemandObjects(workers=2, memory_budget_bytes=1 << 20)
     compute = Counting()
     results = []
 
@@ -42,7 +43,7 @@ async def test_concurrent_readers_materialize_once():
 
 
 async def test_failure_is_remembered_not_retried():
-    engine = ObjectEngine(workers=1, memory_budget_bytes=1 << 20)
+    engine = OnDemandObjects(workers=1, memory_budget_bytes=1 << 20)
     calls = []
 
     def broken() -> bytes:
@@ -56,8 +57,25 @@ async def test_failure_is_remembered_not_retried():
 
 
 async def test_memory_stays_within_budget():
-    engine = ObjectEngine(workers=1, memory_budget_bytes=1000)
+    engine = OnDemandObjects(workers=1, memory_budget_bytes=1000)
     for key in range(20):
         await engine.get(key, Counting(b"y" * 300, 0))
     assert engine.memory_bytes <= 1000
     assert engine.state(19) == "ready" and engine.state(0) == "planned"
+
+
+async def test_state_is_materializing_while_in_flight():
+    engine = OnDemandObjects(workers=1, memory_budget_bytes=1 << 20)
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> bytes:
+        started.set()
+        release.wait(5)
+        return b"z"
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(engine.get, "k", slow)
+        await trio.to_thread.run_sync(started.wait, 5)
+        assert engine.state("k") == "materializing" and engine.demand_waiting == 1
+        release.set()
+    assert engine.state("k") == "ready" and engine.demand_waiting == 0

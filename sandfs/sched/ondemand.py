@@ -1,10 +1,6 @@
-"""The object engine: single-flight, on-demand materialization in worker threads, an in-memory
-store of finished objects bounded in bytes, and remembered failures. It serves what the
-scheduler did not prepare ahead: single frames, intermediate views, recomputed batches.
-
-The trio loop never blocks: every materialization runs in `trio.to_thread.run_sync` under the
-limiter of `workers` threads that the scheduler's jobs share.
-"""
+"""Objects made on demand, not prepared ahead by the scheduler: single frames, intermediate
+(aug{D}) views, recomputed batches. Single flight in worker threads (under the limiter the
+scheduler's jobs share), an in-memory LRU bounded in bytes, remembered failures."""
 
 from __future__ import annotations
 
@@ -15,32 +11,27 @@ from collections.abc import Callable, Hashable
 
 import trio
 
+from sandfs.sched.flights import Flights, ObjectFailed
+
 log = logging.getLogger(__name__)
 
 
-class ObjectFailed(Exception):
-    """Materializing an object failed; the reason is remembered and re-raised on every read."""
-
-
-class ObjectEngine:
+class OnDemandObjects:
     def __init__(self, *, workers: int, memory_budget_bytes: int) -> None:
         self.workers = max(1, workers)
         self.memory_budget_bytes = memory_budget_bytes
         self.limiter = trio.CapacityLimiter(self.workers)
         self._ready: OrderedDict[Hashable, bytes] = OrderedDict()
         self._ready_bytes = 0
-        self._inflight: dict[Hashable, trio.Event] = {}
-        self._failed: dict[Hashable, str] = {}
+        self._flights = Flights()
         self.demand_waiting = 0
 
-    # -- state -------------------------------------------------------------------------------
-
     def state(self, key: Hashable) -> str:
-        if key in self._failed:
+        if self._flights.failed(key):
             return "failed"
         if key in self._ready:
             return "ready"
-        if key in self._inflight:
+        if self._flights.in_flight(key):
             return "materializing"
         return "planned"
 
@@ -48,43 +39,38 @@ class ObjectEngine:
     def memory_bytes(self) -> int:
         return self._ready_bytes
 
-    # -- reads -------------------------------------------------------------------------------
-
     async def get(self, key: Hashable, compute: Callable[[], bytes]) -> bytes:
         """The object's bytes, materializing it (once, whoever asks) if needed."""
         while True:
-            if key in self._failed:
-                raise ObjectFailed(self._failed[key])
+            self._flights.check(key)
             data = self._ready.get(key)
             if data is not None:
                 self._ready.move_to_end(key)
                 return data
-            event = self._inflight.get(key)
-            if event is None:
+            if not self._flights.in_flight(key):
                 self.demand_waiting += 1
                 try:
                     return await self._materialize(key, compute)
                 finally:
                     self.demand_waiting -= 1
-            await event.wait()
+            await self._flights.event(key).wait()
 
     async def _materialize(self, key: Hashable, compute: Callable[[], bytes]) -> bytes:
-        event = self._inflight.setdefault(key, trio.Event())
+        self._flights.event(key)
         try:
             started = time.monotonic()
             data = await trio.to_thread.run_sync(compute, limiter=self.limiter)
             log.debug("materialized %s in %.3fs", key, time.monotonic() - started)
         except Exception as exc:  # a domain failure: remember it, answer EIO, never retry-loop
             reason = f"{type(exc).__name__}: {exc}"
-            self._failed[key] = reason
             log.error("object %s failed: %s", key, reason)
+            self._flights.fail(key, reason)
             raise ObjectFailed(reason) from exc
         else:
             self._store(key, data)
             return data
         finally:
-            del self._inflight[key]
-            event.set()
+            self._flights.settle(key)
 
     def _store(self, key: Hashable, data: bytes) -> None:
         self._ready[key] = data

@@ -1,0 +1,285 @@
+"""The batch board: every batch of the active windows, from planned to ready, and the memory
+they hold. A batch with every slot filled in memory is ready; memory past the limit drops ready
+batches — those every reader has read first, then those needed last — to be rebuilt from disk,
+or recomputed."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sandfs.media.types import VideoInfo
+from sandfs.npy import npy_buffer
+from sandfs.plan.task import TaskPlan
+from sandfs.plan.window import ClipUse, ViewKey
+from sandfs.sched.flights import Flights
+from sandfs.sched.jobs import Job, JobResult, VideoJob, VideoJobKey
+from sandfs.sched.objects import DiskPlan, Spot
+from sandfs.sched.policy import JobState
+
+if TYPE_CHECKING:
+    from sandfs.sched.windows import Merged, ViewOf
+    from sandfs.sched.work import PlannedWindow
+
+
+@dataclass(slots=True)
+class ViewState:
+    """A batch of an active window: which slots are filled, in memory and on disk."""
+
+    plan: TaskPlan
+    epoch: int
+    iteration: int
+    slots: int
+    on_disk: set[int] = field(default_factory=set)
+    buffer: tuple[bytearray, np.ndarray] | None = None
+    in_memory: set[int] = field(default_factory=set)
+
+    @classmethod
+    def planned(cls, plan: TaskPlan, epoch: int, iteration: int) -> ViewState:
+        return cls(plan, epoch, iteration, len(plan.view_plan(epoch, iteration).clips))
+
+    @property
+    def nbytes(self) -> int:
+        return self.plan.view_nbytes(self.epoch, self.iteration)
+
+    @property
+    def to_assemble(self) -> set[int]:
+        """Slots on disk and not in memory yet, when no slot still needs a video job."""
+        if self.on_disk | self.in_memory != set(range(self.slots)):
+            return set()
+        return self.on_disk - self.in_memory
+
+
+@dataclass(slots=True)
+class ReadyView:
+    data: bytearray
+    readers_left: set[str]  # tasks that will read it and have not yet
+
+
+class BatchBoard:
+    def __init__(self) -> None:
+        self.views: dict[ViewKey, ViewState] = {}  # batches of active windows, not ready yet
+        self.ready: OrderedDict[ViewKey, ReadyView] = OrderedDict()
+        self.pending: dict[VideoJobKey, list[ClipUse]] = {}  # clips no job made yet
+        self.demanded: set[ViewKey] = set()  # a reader is blocked on it
+        self.flights = Flights()
+        self.disk_plans: dict[VideoJobKey, DiskPlan] = {}  # what pruning keeps on disk
+        self.made: set[Spot] = set()  # made in this run: a second time is a recompute
+        self.evicted_unread = 0
+        self.demand_waiting = 0
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def state_of(self, key: ViewKey) -> str:
+        """Ready means in memory or complete on disk."""
+        if self.flights.failed(key):
+            return "failed"
+        if key in self.ready:
+            return "ready"
+        state = self.views.get(key)
+        if state is None:
+            return "planned"
+        if len(state.on_disk) == state.slots:
+            return "ready"
+        return "materializing" if state.on_disk or state.in_memory else "planned"
+
+    def is_planned(self, key: ViewKey) -> bool:
+        """True when the view is ready or a job is making (or will make) it."""
+        return key in self.ready or key in self.views
+
+    def take(self, key: ViewKey, task: str) -> ReadyView | None:
+        """A ready batch, read by `task` now."""
+        ready = self.ready.get(key)
+        if ready is None:
+            return None
+        ready.readers_left.discard(task)
+        self.ready.move_to_end(key)
+        return ready
+
+    def pending_jobs(self) -> list[VideoJobKey]:
+        return [key for key, uses in self.pending.items() if uses]
+
+    def job_states(self, busy: set, deadline_of: Callable[[ViewKey], int]):
+        """(JobState, job key) of every job that could run now; `busy`: job keys running, and
+        videos whose frames a running job decodes (it leaves them on disk: wait for them)."""
+        for job, uses in self.pending.items():
+            if job in busy or not uses:
+                continue
+            yield JobState(
+                key=f"v{job.window}:{job.path}",
+                demanded=any(u.view in self.demanded for u in uses),
+                deadline_iterations=min(deadline_of(u.view) for u in uses),
+                remaining_work=len({i for u in uses for i in u.clip.frame_indices}) + len(uses),
+            ), job
+        for key, state in self.views.items():
+            if key in busy or not state.to_assemble:
+                continue  # some slots still need a video job; it will bring them in
+            yield JobState(f"a{key.parts}", key in self.demanded, deadline_of(key),
+                           len(state.to_assemble)), key
+
+    @property
+    def memory_bytes(self) -> int:
+        """Ready batches and the buffers being filled."""
+        ready = sum(len(r.data) for r in self.ready.values())
+        return ready + sum(len(v.buffer[0]) for v in self.views.values() if v.buffer is not None)
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def plan(self, key: ViewKey, state: ViewState, on_disk: Iterable[int] = ()) -> None:
+        state.on_disk |= set(on_disk)
+        self.views[key] = state
+
+    def add_pending(self, job: VideoJobKey, use: ClipUse) -> None:
+        self.pending.setdefault(job, []).append(use)
+
+    def take_pending(self, job: VideoJobKey, uses: Iterable[ClipUse]) -> None:
+        taken = {Spot.of(u) for u in uses}
+        self.pending[job] = [u for u in self.pending[job] if Spot.of(u) not in taken]
+
+    def forget_pending(self, views: set[ViewKey] | Callable[[ViewKey], bool]) -> None:
+        gone = views if callable(views) else views.__contains__
+        for job, uses in self.pending.items():
+            self.pending[job] = [u for u in uses if not gone(u.view)]
+
+    def add_window(self, planned: PlannedWindow) -> None:
+        """A window's batches (those not planned or ready already) and their pending clips."""
+        plan, window = planned.plan, planned.plan.window
+        for key, (task_plan, epoch, iteration) in plan.views.items():
+            if not self.is_planned(key):
+                self.plan(key, ViewState.planned(task_plan, epoch, iteration))
+        for path, video in plan.videos.items():
+            job = VideoJobKey(window, path)
+            disk = self.disk_plans[job] = planned.disk_plans.get(path, DiskPlan())
+            if path in planned.frames_on_disk:
+                disk.frames = True
+            pending = []
+            for use in video.uses:
+                state = self.views.get(use.view)
+                if state is None:
+                    continue  # ready already
+                if Spot.of(use) in planned.on_disk:
+                    state.on_disk.add(use.slot)
+                else:
+                    pending.append(use)
+            if pending:
+                self.pending[job] = pending
+
+    def add_part(self, window: int, merged: Merged, on_disk: frozenset[Spot]) -> None:
+        """A joining task's part of an active window (`WindowBook.merge`)."""
+        for key, readers in merged.more_readers.items():
+            if key in self.ready:
+                self.ready[key].readers_left |= readers
+        for key, view in merged.new_views.items():
+            self.plan(key, ViewState.planned(*view))
+        for path, uses in merged.uses.items():
+            job = VideoJobKey(window, path)
+            self.disk_plans.setdefault(job, DiskPlan())
+            for use in uses:
+                if Spot.of(use) in on_disk:
+                    self.views[use.view].on_disk.add(use.slot)
+                else:
+                    self.add_pending(job, use)
+
+    def drop_window(self, window: int, views: Iterable[ViewKey]) -> None:
+        for key in [k for k in self.pending if k.window == window]:
+            del self.pending[key]
+        for key in [k for k in self.disk_plans if k.window == window]:
+            del self.disk_plans[key]
+        for key in views:
+            self.drop(key)
+
+    def replan(self, key: ViewKey, window: int, view: ViewOf, readers: tuple,
+               stored: Callable[[ClipUse, VideoInfo], bool]) -> None:
+        """Plan a batch again (dropped from memory unread): clips `stored` are on disk, the
+        others pending for their video's job."""
+        plan, epoch, iteration = view
+        state = ViewState.planned(plan, epoch, iteration)
+        for slot, clip in enumerate(plan.view_plan(epoch, iteration).clips):
+            use = ClipUse(key, slot, clip, readers)
+            info = plan.videos[clip.video_index]
+            if stored(use, info):
+                state.on_disk.add(slot)
+            else:
+                self.add_pending(VideoJobKey(window, info.path), use)
+        self.plan(key, state)
+
+    def buffer(self, key: ViewKey) -> np.ndarray:
+        state = self.views[key]
+        if state.buffer is None:
+            view = state.plan.view_plan(state.epoch, state.iteration)
+            state.buffer = npy_buffer(view.shape, view.dtype)
+        return state.buffer[1]
+
+    # -- settling ---------------------------------------------------------------------------
+
+    def record(self, job: Job, result: JobResult) -> tuple[int, list[ViewKey]]:
+        """A job's clips into their batches (those it started with: a batch dropped and planned
+        again meanwhile takes nothing). Returns the clips made a second time in this run, and
+        the batches that may be complete now."""
+        video = isinstance(job, VideoJob)
+        recomputed = 0
+        for placed in result.placed:
+            use, spot = placed.use, Spot.of(placed.use)
+            if video:
+                recomputed += spot in self.made
+                self.made.add(spot)
+            state = self.views.get(use.view)
+            if state is None or state is not job.states.get(use.view):
+                continue
+            if placed.on_disk:
+                state.on_disk.add(use.slot)
+            if placed.in_memory:
+                state.in_memory.add(use.slot)
+            if video and not placed.in_memory and not placed.on_disk:
+                self.add_pending(job.key, use)  # could not be kept: later
+        touched = {placed.use.view for placed in result.placed}
+        return recomputed, [v for v in touched if self.views.get(v) is job.states.get(v)]
+
+    def complete_if_full(self, key: ViewKey, readers: Callable[[], set[str]]) -> ViewState | None:
+        """Move a batch with every slot in memory to the ready ones; the batch, or None."""
+        state = self.views.get(key)
+        if state is None or state.buffer is None or len(state.in_memory) < state.slots:
+            return None
+        del self.views[key]
+        self.ready[key] = ReadyView(state.buffer[0], readers())
+        self.demanded.discard(key)
+        self.flights.settle(key)
+        return state
+
+    def fail(self, key: ViewKey, reason: str) -> None:
+        self.views.pop(key, None)
+        self.forget_pending({key})
+        self.flights.fail(key, reason)
+
+    def drop(self, key: ViewKey, *, ready_too: bool = False) -> None:
+        """No longer planned: a reader still waiting computes the view on demand."""
+        self.views.pop(key, None)
+        if ready_too:
+            self.ready.pop(key, None)
+        self.demanded.discard(key)
+        self.flights.settle(key)
+
+    def evict(self, needed_bytes: int, *, keep: ViewKey, deadline: int,
+              deadline_of: Callable[[ViewKey], int]) -> tuple[int, list[ViewKey]]:
+        """Drop ready batches from memory to make room for one needed at `deadline`: fully read
+        ones (oldest first), then unread ones needed later than it, the latest first (they are
+        rebuilt from disk or recomputed) — never one needed sooner, which would only trade
+        places with it. Returns the bytes freed and the unread batches dropped."""
+        freed = 0
+        for key in [k for k, r in self.ready.items() if not r.readers_left and k != keep]:
+            if freed >= needed_bytes:
+                return freed, []
+            freed += len(self.ready.pop(key).data)
+        later = [(d, k) for k in self.ready if k != keep and (d := deadline_of(k)) > deadline]
+        unread = []
+        for _, key in sorted(later, key=lambda item: item[0], reverse=True):
+            if freed >= needed_bytes:
+                break
+            freed += len(self.ready.pop(key).data)
+            self.evicted_unread += 1
+            unread.append(key)
+        return freed, unread

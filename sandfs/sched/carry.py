@@ -1,0 +1,79 @@
+"""The carry book: frames a decode pass makes for later windows of its video (decode ahead),
+and which (window, video)s have all their frames on disk. With one keyframe per video a pass
+decodes from the start anyway: decoding a later window's frames too and keeping them on disk
+saves that window a pass."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import trio
+
+from sandfs.cache import ObjectStore
+from sandfs.materialize import first_ops
+from sandfs.plan.window import ClipUse, WindowPlan
+from sandfs.sched.jobs import Carry, VideoJob, VideoJobKey
+from sandfs.sched.objects import frame_nbytes
+
+CARRY_STORE_FRACTION = 0.5  # frames carried for later windows: while the store is below this
+CARRY_MEMORY_SHARE = 4  # and within this fraction (1/N) of the memory limit
+
+
+class CarryBook:
+    def __init__(self, store: ObjectStore | None, *, memory_limit_bytes: int,
+                 decode_ahead: int) -> None:
+        self.store = store
+        self.memory_limit_bytes = memory_limit_bytes
+        self.decode_ahead = decode_ahead  # later windows a decode pass prepares frames for
+        self.carried: set[VideoJobKey] = set()  # a running job decodes their frames
+        self.nbytes = 0  # frames decoded for later windows, waiting to be written
+        self.frames_on_disk: set[VideoJobKey] = set()  # frames all on disk
+        self.limiter = trio.CapacityLimiter(1)  # writes beside the workers, one at a time
+
+    def plan(self, key: VideoJobKey, later: list[tuple[int, WindowPlan]], *,
+             busy: set[VideoJobKey], pending: dict[VideoJobKey, list[ClipUse]],
+             active: Iterable[int]) -> dict[int, Carry]:
+        """The frames `later` windows need from this video that no job made yet, for as many
+        windows as fit in half the storage budget and a quarter of the memory limit. `busy`:
+        running jobs; `pending`: clips not made yet, of the `active` windows."""
+        if self.store is None:
+            return {}
+        active = set(active)
+        room = min(self.store.room_below(CARRY_STORE_FRACTION),
+                   self.memory_limit_bytes // CARRY_MEMORY_SHARE)
+        carry, nbytes = {}, 0
+        for index, plan in later:
+            work, other = plan.videos.get(key.path), VideoJobKey(index, key.path)
+            if (work is None or other in self.frames_on_disk or other in busy
+                    or other in self.carried or (index in active and not pending.get(other))):
+                continue
+            keys = work.frame_keys
+            size = sum(frame_nbytes(work.info, k) for k in keys)
+            if nbytes + size > room:
+                break
+            nbytes += size
+            deadline = min(pos for u in work.uses for _, pos in u.readers)
+            carry[index] = Carry(frozenset(keys), deadline, first_ops(u.clip for u in work.uses))
+        return carry
+
+    def claim(self, job: VideoJob) -> None:
+        self.carried |= self._carried_by(job)
+
+    def release(self, job: VideoJob) -> None:
+        self.carried -= self._carried_by(job)
+
+    @staticmethod
+    def _carried_by(job: VideoJob) -> set[VideoJobKey]:
+        return {VideoJobKey(later, job.key.path) for later in job.carry}
+
+    def note_on_disk(self, saved: Iterable[VideoJobKey], planned: Iterable[int]) -> None:
+        """Videos whose frames are all on disk now, in the `planned` windows (a window dropped
+        meanwhile checks the store again when it is planned)."""
+        planned = set(planned)
+        self.frames_on_disk |= {key for key in saved if key.window in planned}
+
+    def forget(self, windows: Iterable[int]) -> None:
+        """Windows no longer planned (or to be planned again)."""
+        gone = set(windows)
+        if gone:
+            self.frames_on_disk = {k for k in self.frames_on_disk if k.window not in gone}

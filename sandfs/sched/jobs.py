@@ -1,0 +1,110 @@
+"""Job records: what a worker thread is given (frozen when it starts) and what it hands back.
+
+- a *video job*: one video, one window: its frames come from ONE selective decode pass (or from
+  frames kept on disk), and every clip it takes is augmented once and written into its batch's
+  slot in memory and/or to disk.
+- an *assembly job*: one batch whose clips are on disk, read back into memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sandfs.materialize import FrameKey, clip_frame_keys
+from sandfs.ops.base import OpInstance
+from sandfs.plan.task import TaskPlan, ViewPlan
+from sandfs.plan.window import ClipUse, VideoWork, ViewKey
+
+if TYPE_CHECKING:
+    from sandfs.sched.board import ViewState
+    from sandfs.sched.objects import Spot
+
+
+@dataclass(frozen=True, slots=True)
+class VideoJobKey:
+    """One video in one window: the unit of a decode pass."""
+
+    window: int
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class Carry:
+    """Frames a decode pass makes for a later window of its video."""
+
+    keys: frozenset[FrameKey]
+    deadline: int  # the window's first reader position
+    firsts: Mapping[FrameKey, OpInstance]  # `first_ops` of its clips: frames are kept after them
+
+
+@dataclass(frozen=True, slots=True)
+class VideoJob:
+    key: VideoJobKey
+    work: VideoWork
+    uses: tuple[ClipUse, ...]
+    to_memory: frozenset[Spot]  # written into batch buffers
+    to_disk: frozenset[Spot]  # persisted
+    save_frames: bool  # keep this window's frames on disk
+    frames_on_disk: bool  # read them from disk instead of decoding
+    frame_bytes: int  # decoded frames held while it runs
+    carry: Mapping[int, Carry]  # frames later windows need, by window: decoded in this pass
+    deadlines: Mapping[ViewKey, int]  # view -> first reader position
+    layouts: Mapping[ViewKey, str]  # view -> its task's layout
+    # the batches it fills, as they were when it started: a batch dropped with its window (and
+    # maybe planned again since, with a fresh buffer) no longer takes this job's results
+    states: Mapping[ViewKey, ViewState] = field(repr=False)
+
+    @property
+    def frames(self) -> set[FrameKey]:
+        """What to decode: every frame of the window when they are to be kept on disk (later
+        jobs of this video then read them instead of decoding), else what the clips need."""
+        if self.save_frames and not self.frames_on_disk:
+            return self.work.frame_keys
+        return {key for use in self.uses for key in clip_frame_keys(use.clip)}
+
+    @property
+    def decode_keys(self) -> set[FrameKey]:
+        """What the decode pass produces: this window's frames and those it carries."""
+        return self.frames.union(*(c.keys for c in self.carry.values()))
+
+    @property
+    def views(self) -> set[ViewKey]:
+        return {use.view for use in self.uses}
+
+
+@dataclass(frozen=True, slots=True)
+class AssemblyJob:
+    key: ViewKey
+    plan: TaskPlan
+    view: ViewPlan
+    slots: tuple[int, ...]  # on disk, not in memory yet
+    states: Mapping[ViewKey, ViewState] = field(repr=False)
+    frame_bytes: int = 0
+
+    @property
+    def views(self) -> set[ViewKey]:
+        return {self.key}
+
+
+Job = VideoJob | AssemblyJob
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A clip a job made: in its batch's buffer, on disk, or (neither) to be made later."""
+
+    use: ClipUse
+    in_memory: bool
+    on_disk: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    placed: tuple[Placed, ...]
+    saved: tuple[VideoJobKey, ...] = ()  # (window, video)s whose frames are all on disk now
+    # frames decoded for later windows, by window: written once the batches are handed over
+    carried: Mapping[int, Mapping[FrameKey, np.ndarray]] = field(default_factory=dict)

@@ -1,0 +1,145 @@
+"""The objects a window makes and keeps: their store keys, their sizes, and what pruning keeps
+on disk. A *clip* is one slot of one batch (leaf); its parents are decoded *frames*; their root is
+the video. Pruning (Algorithm 1, `sandfs.cache.prune`) picks the clips and frames to keep."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+
+from sandfs import ops as oplib
+from sandfs.cache import ObjectKey, ObjectStore, prune
+from sandfs.materialize import FrameKey, clip_frame_keys
+from sandfs.media.gop import frames_to_decode
+from sandfs.media.types import VideoInfo
+from sandfs.ops.base import OpInstance
+from sandfs.plan.task import TaskPlan
+from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
+
+log = logging.getLogger(__name__)
+
+PRUNE_TARGET_FRACTION = 0.7  # plan below the store's 75% eviction mark
+DECODE_SECONDS_PER_MPIXEL = 0.006  # cost model seeds (docs/performance.md)
+AUGMENT_SECONDS_PER_MPIXEL = 0.0015
+PRUNE_MODES = ("algorithm1", "leaves")  # leaves: the ablation that keeps final clips only
+
+
+@dataclass(frozen=True, slots=True)
+class Spot:
+    """One slot of one batch: where a clip goes."""
+
+    view: ViewKey
+    slot: int
+
+    @classmethod
+    def of(cls, use: ClipUse) -> Spot:
+        return cls(use.view, use.slot)
+
+
+@dataclass(slots=True)
+class DiskPlan:
+    """What pruning keeps on disk for one video in one window."""
+
+    clips: set[Spot] = field(default_factory=set)
+    frames: bool = False
+
+
+def clip_object_key(use: ClipUse, info: VideoInfo) -> ObjectKey:
+    return ObjectKey.of("clip", use.view.parts, use.slot, info.path, info.size_bytes,
+                        info.mtime_ns)
+
+
+def frame_object_key(info: VideoInfo, frame: FrameKey) -> ObjectKey:
+    index, source = frame
+    return ObjectKey.of("frame", info.path, info.size_bytes, info.mtime_ns, index, source)
+
+
+def kept_frame_key(info: VideoInfo, frame: FrameKey, first: OpInstance | None) -> ObjectKey:
+    """A frame kept for a later window: after `first`, the first op of all its clips there."""
+    if first is None:
+        return frame_object_key(info, frame)
+    index, source = frame
+    return ObjectKey.of("frame", info.path, info.size_bytes, info.mtime_ns, index, source,
+                        (first.name, first.params, first.drawn))
+
+
+def mark_read(store: ObjectStore, key: ViewKey, plan: TaskPlan, epoch: int,
+              iteration: int) -> None:
+    """Every reader has the batch: its clips on disk are the first to evict."""
+    for slot, clip in enumerate(plan.view_plan(epoch, iteration).clips):
+        use = ClipUse(key, slot, clip, ())
+        store.mark_done(clip_object_key(use, plan.videos[clip.video_index]))
+
+
+def kept_frame(frame: np.ndarray, first: OpInstance | None) -> np.ndarray:
+    return frame if first is None else oplib.apply_instance(first, [frame])[0]
+
+
+def frame_nbytes(info: VideoInfo, frame: FrameKey) -> int:
+    """RGB bytes of a decoded frame: full size, or its decode_resize."""
+    height, width = frame[1][0] if frame[1] else (info.height, info.width)
+    return height * width * 3
+
+
+def clip_nbytes(plan: TaskPlan, use: ClipUse) -> int:
+    h, w = plan.out_hw
+    itemsize = np.dtype(plan.out_dtype).itemsize
+    return len(use.clip.frame_indices) * h * w * 3 * itemsize
+
+
+def object_graph(work: VideoWork, window: WindowPlan) -> nx.DiGraph:
+    """One video's objects in a window for pruning: video -> frames -> clips, with sizes and
+    the cost (seconds) of the op that makes each from its parents."""
+    info = work.info
+    mpixels = info.width * info.height / 1e6
+    frames = sorted(work.frames)
+    decode_per_frame = (DECODE_SECONDS_PER_MPIXEL * mpixels
+                        * frames_to_decode(info, frames) / max(1, len(frames)))
+    graph = nx.DiGraph()
+    graph.add_node(("video",), nbytes=0)
+    for key in sorted(work.frame_keys, key=repr):
+        graph.add_node(("frame", key), nbytes=frame_nbytes(info, key))
+        graph.add_edge(("video",), ("frame", key), cost_seconds=decode_per_frame)
+    for use in work.uses:
+        node = ("clip", use.view, use.slot)
+        graph.add_node(node, nbytes=clip_nbytes(window.views[use.view][0], use))
+        share = AUGMENT_SECONDS_PER_MPIXEL * mpixels
+        for key in clip_frame_keys(use.clip):
+            graph.add_edge(("frame", key), node, cost_seconds=share)
+    return graph
+
+
+def disk_plans(plan: WindowPlan, budget_bytes: int, mode: str) -> dict[str, DiskPlan]:
+    """What to keep on disk for each video of the window, within `budget_bytes`."""
+    room = int(budget_bytes * PRUNE_TARGET_FRACTION)
+    if mode == "leaves":
+        return _leaves_only(plan, room)
+    paths = list(plan.videos)
+    graphs = [object_graph(plan.videos[p], plan) for p in paths]
+    started = time.monotonic()
+    chosen = prune(graphs, room)
+    log.info("window %d: keeping %d bytes on disk (%d collapses, %d drops, +%.1fs "
+             "recompute) in %.2fs", plan.window, chosen.total_nbytes, chosen.collapses,
+             chosen.drops, chosen.added_recompute_seconds, time.monotonic() - started)
+    return {path: DiskPlan(clips={Spot(node[1], node[2]) for node in cached if node[0] == "clip"},
+                           frames=any(node[0] == "frame" for node in cached))
+            for path, cached in zip(paths, chosen.cached, strict=True)}
+
+
+def _leaves_only(plan: WindowPlan, room: int) -> dict[str, DiskPlan]:
+    """Final clips only, the soonest needed first, as long as they fit."""
+    uses = sorted(((min(pos for _, pos in u.readers), path, u)
+                   for path, work in plan.videos.items() for u in work.uses),
+                  key=lambda item: (item[0], item[1], item[2].slot))
+    plans = {path: DiskPlan() for path in plan.videos}
+    for _, path, use in uses:
+        nbytes = clip_nbytes(plan.views[use.view][0], use)
+        if nbytes > room:
+            break
+        room -= nbytes
+        plans[path].clips.add(Spot.of(use))
+    return plans

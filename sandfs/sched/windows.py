@@ -1,0 +1,176 @@
+"""The window book: the tasks, where each stands, the k-epoch windows planned for them (active,
+and further ahead only to carry frames), and who reads which batch when."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sandfs.plan.task import TaskPlan
+from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
+from sandfs.sched.policy import NOT_NEEDED
+
+ViewOf = tuple[TaskPlan, int, int]  # (plan, epoch, iteration) of a batch
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a task stands: the view its trainer opened last (a re-read behind it aside)."""
+
+    epoch: int
+    iteration: int
+
+
+@dataclass(frozen=True, slots=True)
+class Merged:
+    """What a joining task adds to an active window."""
+
+    new_views: dict[ViewKey, ViewOf]  # batches no task planned before, in plan order
+    more_readers: dict[ViewKey, frozenset[str]]  # tasks that read batches planned already
+    uses: dict[str, list[ClipUse]]  # the new views' clips, by video
+
+
+class WindowBook:
+    def __init__(self, plans: list[TaskPlan]) -> None:
+        self.plans = {p.name: p for p in plans}
+        self.positions = {name: 0 for name in self.plans}  # global iteration index per task
+        # views open right now, per task (position -> count): readers behind the latest open
+        # (a second trainer, a prefetching loader, a re-read) keep their windows planned
+        self.open_positions: dict[str, Counter[int]] = {name: Counter() for name in self.plans}
+        self.windows: dict[int, WindowPlan] = {}
+        self.future: dict[int, WindowPlan] = {}  # windows further ahead: only to carry frames
+
+    # -- positions --------------------------------------------------------------------------
+
+    def index(self, task: str, epoch: int, iteration: int) -> int:
+        return epoch * self.plans[task].iterations_per_epoch + iteration
+
+    def position(self, task: str) -> Position:
+        return Position(*divmod(self.positions[task], self.plans[task].iterations_per_epoch))
+
+    def opened(self, task: str, epoch: int, iteration: int, *, moves: bool) -> None:
+        """A view opened; `moves`: the task stands there now."""
+        index = self.index(task, epoch, iteration)
+        if moves:
+            self.positions[task] = index
+        self.open_positions[task][index] += 1
+
+    def released(self, task: str, epoch: int, iteration: int) -> None:
+        opened = self.open_positions.get(task)
+        if opened is None:  # the task has ended
+            return
+        index = self.index(task, epoch, iteration)
+        opened[index] -= 1
+        if opened[index] <= 0:
+            del opened[index]
+
+    def ahead(self, task: str, count: int) -> Iterator[tuple[int, int]]:
+        """(epoch, iteration) of the task's next `count` views, within its plan."""
+        plan = self.plans[task]
+        for step in range(1, count + 1):
+            epoch, iteration = divmod(self.positions[task] + step, plan.iterations_per_epoch)
+            if epoch >= plan.epochs:
+                return
+            yield epoch, iteration
+
+    def left(self, task: str) -> int:
+        plan = self.plans[task]
+        return plan.epochs * plan.iterations_per_epoch - self.positions[task] - 1
+
+    def deadline_of(self, key: ViewKey) -> int:
+        """Iterations until a reader gets to this view: from the task's position, or from a
+        view open behind it (a second reader of the task)."""
+        ahead = [pos - at
+                 for window in self.windows.values()
+                 for task, pos in window.readers.get(key, ())
+                 for at in (self.positions[task], *self.open_positions[task])
+                 if pos >= at]
+        return min(ahead, default=NOT_NEEDED)
+
+    # -- windows ----------------------------------------------------------------------------
+
+    def wanted(self) -> set[int]:
+        """Each task's current and next window, and the windows of the views open now."""
+        wanted = set()
+        for name, plan in self.plans.items():
+            per_epoch = plan.iterations_per_epoch
+            current = plan.window_of(self.positions[name] // per_epoch)
+            wanted |= {w for w in (current, current + 1) if plan.window_epochs(w)}
+            wanted |= {plan.window_of(p // per_epoch) for p in self.open_positions[name]}
+        return wanted
+
+    def horizon(self, decode_ahead: int) -> set[int]:
+        """The `decode_ahead` windows after each active one that are not active themselves."""
+        horizon = {w + ahead for w in self.windows for ahead in range(1, decode_ahead + 1)
+                   if any(p.window_epochs(w + ahead) for p in self.plans.values())}
+        return horizon - set(self.windows)
+
+    def window_of_task(self, task: str, epoch: int) -> int | None:
+        plan = self.plans.get(task)
+        return plan.window_of(epoch) if plan else None
+
+    def view(self, key: ViewKey) -> tuple[int, ViewOf] | None:
+        """The active window a batch is planned in, and what it is."""
+        for index, window in self.windows.items():
+            if key in window.views:
+                return index, window.views[key]
+        return None
+
+    def readers_of(self, key: ViewKey) -> set[str]:
+        for window in self.windows.values():
+            if key in window.readers:
+                return {task for task, _ in window.readers[key]}
+        return set()
+
+    def later(self, window: int, ahead: int) -> list[tuple[int, WindowPlan]]:
+        """Active and future windows after `window`, up to `ahead` of it, in order."""
+        return sorted(((w, p) for w, p in (*self.windows.items(), *self.future.items())
+                       if window < w <= window + ahead), key=lambda item: item[0])
+
+    # -- tasks joining and leaving ----------------------------------------------------------
+
+    def add_task(self, plan: TaskPlan) -> None:
+        self.plans[plan.name] = plan
+        self.positions[plan.name] = 0
+        self.open_positions[plan.name] = Counter()
+        self.future.clear()  # planned again with the new task
+
+    def merge(self, window: int, part: WindowPlan) -> Merged:
+        """Plan a joining task's part into an active window: a batch planned already (an
+        identical pipeline) gets one more reader."""
+        base = self.windows[window]
+        new_views, more_readers = {}, {}
+        for key, readers in part.readers.items():
+            if key in base.views:
+                base.readers[key] = base.readers[key] + readers
+                more_readers[key] = frozenset(task for task, _ in readers)
+                continue
+            new_views[key] = base.views[key] = part.views[key]
+            base.readers[key] = readers
+        uses = {}
+        for path, work in part.videos.items():
+            mine = [u for u in work.uses if u.view in new_views]
+            if mine:
+                base.videos.setdefault(path, VideoWork(work.info, work.plan, window)).uses += mine
+                uses[path] = mine
+        return Merged(new_views, more_readers, uses)
+
+    def remove_task(self, name: str) -> dict[ViewKey, ViewOf]:
+        """Forget a task; the batches no other task reads, released from every window."""
+        self.plans.pop(name, None)
+        self.positions.pop(name, None)
+        self.open_positions.pop(name, None)
+        self.future.clear()
+        released: dict[ViewKey, ViewOf] = {}
+        for window in self.windows.values():
+            for key in list(window.readers):
+                readers = tuple(r for r in window.readers[key] if r[0] != name)
+                if readers:
+                    window.readers[key] = readers
+                    continue
+                del window.readers[key]
+                released[key] = window.views.pop(key)
+            for work in window.videos.values():
+                work.uses = [u for u in work.uses if u.view not in released]
+        return released

@@ -1,0 +1,214 @@
+"""What worker threads do: pure functions of a frozen job record (and the shared materializer,
+store and stats) that return a frozen result. Nothing here touches the scheduler's state."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from sandfs.cache import ObjectStore
+from sandfs.materialize import (
+    FrameKey,
+    Materializer,
+    Prefixed,
+    clip_frame_keys,
+    first_ops,
+    to_layout,
+)
+from sandfs.plan.task import TaskPlan
+from sandfs.plan.window import ClipUse, ViewKey, WindowPlan, plan_window
+from sandfs.sched.jobs import AssemblyJob, JobResult, Placed, VideoJob, VideoJobKey
+from sandfs.sched.objects import (
+    DiskPlan,
+    Spot,
+    clip_object_key,
+    disk_plans,
+    frame_object_key,
+    kept_frame,
+    kept_frame_key,
+)
+from sandfs.stats import Stats
+
+log = logging.getLogger(__name__)
+
+BACKGROUND_NICE = 5  # added to worker threads' nice: they yield to FUSE and trainers on a busy CPU
+
+_thread_state = threading.local()
+
+
+@dataclass(frozen=True, slots=True)
+class Tools:
+    """What every job uses: shared, thread-safe."""
+
+    materializer: Materializer
+    store: ObjectStore | None
+    stats: Stats
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedWindow:
+    plan: WindowPlan
+    on_disk: frozenset[Spot]  # clips on disk already
+    frames_on_disk: frozenset[str]  # videos whose frames are all on disk already
+    disk_plans: Mapping[str, DiskPlan]  # what to keep on disk, by video
+
+
+def yield_to_readers() -> None:
+    """Run this worker thread at a lower CPU priority than the thread serving FUSE and than
+    the trainers: a ready batch is handed over at once even while jobs run. Linux keeps a nice
+    value per thread; where it cannot be set, nothing changes."""
+    if getattr(_thread_state, "niced", False):
+        return
+    _thread_state.niced = True
+    thread = threading.get_native_id()
+    with contextlib.suppress(OSError):
+        nice = os.getpriority(os.PRIO_PROCESS, thread)
+        os.setpriority(os.PRIO_PROCESS, thread, min(19, nice + BACKGROUND_NICE))
+
+
+# -- planning -------------------------------------------------------------------------------
+
+
+def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | None,
+                       prune_mode: str) -> PlannedWindow:
+    """The window's plan, what is on disk already, and what to keep there."""
+    plan = plan_window(plans, window)
+    on_disk, frames_on_disk = set(), set()
+    if store is not None:
+        for path, work in plan.videos.items():
+            on_disk |= {Spot.of(u) for u in work.uses if clip_object_key(u, work.info) in store}
+            firsts = first_ops(u.clip for u in work.uses)
+            if all(frame_object_key(work.info, k) in store
+                   or (k in firsts and kept_frame_key(work.info, k, firsts[k]) in store)
+                   for k in work.frame_keys):
+                frames_on_disk.add(path)
+    kept = {} if store is None else disk_plans(plan, store.budget_bytes, prune_mode)
+    return PlannedWindow(plan, frozenset(on_disk), frozenset(frames_on_disk), kept)
+
+
+def plan_task_part(plan: TaskPlan, window: int,
+                   store: ObjectStore | None) -> tuple[WindowPlan, frozenset[Spot]]:
+    """A joining task's part of an active window, and which of its clips are on disk."""
+    part = plan_window([plan], window)
+    on_disk = frozenset()
+    if store is not None:
+        on_disk = frozenset(Spot.of(u) for work in part.videos.values() for u in work.uses
+                            if clip_object_key(u, work.info) in store)
+    return part, on_disk
+
+
+def release_clips(store: ObjectStore,
+                  released: Mapping[ViewKey, tuple[TaskPlan, int, int]]) -> None:
+    """Delete the clips of released views from disk."""
+    for key, (plan, epoch, iteration) in released.items():
+        for slot, clip in enumerate(plan.view_plan(epoch, iteration).clips):
+            use = ClipUse(key, slot, clip, ())
+            store.discard(clip_object_key(use, plan.videos[clip.video_index]))
+
+
+# -- jobs -----------------------------------------------------------------------------------
+
+
+def make_video(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray]) -> JobResult:
+    """One decode pass (or frames from disk), every clip once, into memory and to disk."""
+    yield_to_readers()
+    info = job.work.info
+    frames = _frames_from_disk(tools, job) if job.frames_on_disk else None
+    saved, carried = [], {}
+    if frames is None:
+        frames = tools.materializer.decode(info, job.decode_keys)
+        own = {k: frames[k] for k in job.frames}
+        if job.save_frames and _save_frames(tools.store, info, own):
+            saved.append(job.key)
+        carried = {later: {k: frames[k] for k in c.keys} for later, c in job.carry.items()}
+    clips = tools.materializer.augment_clips(
+        [u.clip for u in job.uses], frames, [len(u.readers) for u in job.uses])
+    placed = []
+    for use, clip in zip(job.uses, clips, strict=True):
+        array = to_layout(clip, job.layouts[use.view])
+        spot = Spot.of(use)
+        if spot in job.to_memory:
+            targets[use.view][use.slot] = array
+        stored = spot in job.to_disk and tools.store.put(
+            clip_object_key(use, info), array, deadline=job.deadlines[use.view])
+        placed.append(Placed(use, spot in job.to_memory, bool(stored)))
+    return JobResult(tuple(placed), tuple(saved), carried)
+
+
+def save_carried(tools: Tools, job: VideoJob,
+                 carried: Mapping[int, Mapping[FrameKey, np.ndarray]]) -> list[VideoJobKey]:
+    """Keep frames decoded for later windows on disk; a failure only means that those windows
+    decode for themselves (the batches of this job are out already)."""
+    yield_to_readers()
+    saved = []
+    info = job.work.info
+    for later, frames in carried.items():
+        carry = job.carry[later]
+        try:
+            ok = all([tools.store.put(kept_frame_key(info, k, carry.firsts.get(k)),
+                                      kept_frame(frame, carry.firsts.get(k)),
+                                      deadline=carry.deadline)
+                      for k, frame in frames.items()])
+        except Exception as exc:
+            log.warning("keeping frames of %s for window %d failed: %s: %s",
+                        info.rel_path, later, type(exc).__name__, exc)
+            ok = False
+        if ok:
+            saved.append(VideoJobKey(later, info.path))
+            tools.stats.add("frames_carried", len(frames))
+    return saved
+
+
+def _frames_from_disk(tools: Tools, job: VideoJob) -> dict[FrameKey, object] | None:
+    """The job's frames from disk: as kept for this window (after the first op of all its
+    clips that use them: `Prefixed`), or as decoded; None when one is missing."""
+    info, frames, store = job.work.info, {}, tools.store
+    firsts = first_ops(u.clip for u in job.uses)
+    for key in job.frames:
+        op = firsts.get(key)
+        array = None if op is None else store.get(kept_frame_key(info, key, op))
+        if array is not None:
+            frames[key] = Prefixed(op, array)
+            continue
+        array = store.get(frame_object_key(info, key))
+        if array is None:
+            store.note_recomputed()
+            return None
+        frames[key] = array
+    tools.stats.add("frames_from_disk", len(frames))
+    return frames
+
+
+def _save_frames(store: ObjectStore, info, frames: Mapping[FrameKey, np.ndarray]) -> bool:
+    """True when every frame is on disk afterwards."""
+    return all([store.put(frame_object_key(info, k), f) for k, f in frames.items()])
+
+
+def assemble(tools: Tools, job: AssemblyJob, targets: Mapping[ViewKey, np.ndarray]) -> JobResult:
+    """Read a batch's clips back from disk; a missing or corrupt one is recomputed."""
+    array = targets[job.key]
+    placed = []
+    for slot in job.slots:
+        clip = job.view.clips[slot]
+        use = ClipUse(job.key, slot, clip, ())
+        stored = tools.store.get(clip_object_key(use, job.plan.videos[clip.video_index]))
+        if stored is None:
+            tools.store.note_recomputed()
+            stored = _recompute_clip(tools, job.plan, clip)
+        array[slot] = stored
+        placed.append(Placed(use, True, True))
+    return JobResult(tuple(placed))
+
+
+def _recompute_clip(tools: Tools, plan: TaskPlan, clip) -> np.ndarray:
+    info = plan.videos[clip.video_index]
+    frames = tools.materializer.decode(info, clip_frame_keys(clip))
+    out = next(iter(tools.materializer.augment_clips([clip], frames)))
+    tools.stats.add("clips_recomputed")
+    return to_layout(out, plan.sampling.layout)

@@ -1,0 +1,97 @@
+"""status.json: typed records of the mount's state, turned into JSON in one place."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+STATUS_VERSION = 1
+COUNTERS = ("frames_decoded", "frames_decoded_independent", "views_materialized",
+            "views_recomputed", "aug_ops", "aug_ops_independent", "crop_ops",
+            "crop_ops_independent", "clips_recomputed", "frames_from_disk", "frames_carried")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatus:
+    epoch: int
+    iteration: int
+    ready_ahead: int
+    views_served: int
+    stall_seconds: float
+    epochs: int
+    iterations_per_epoch: int
+    videos: int
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStatus:
+    jobs_done: int
+    jobs_running: int
+    workers_active: int
+    views_ready: int
+    views_planned: int
+    evicted_unread: int
+    rebuilt_from_disk: int
+    demand_waiting: int  # readers blocked on a batch
+    pending_jobs: int  # video jobs with clips not made yet
+    memory_bytes: int
+    memory_limit_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class BadVideoStatus:
+    path: str
+    reason: str
+    detail: str
+    task: str | None = None  # None: skipped by every task (the scan refused it)
+
+    def to_json(self) -> dict:
+        out = {"path": self.path, "reason": self.reason, "detail": self.detail}
+        return out if self.task is None else {**out, "task": self.task}
+
+
+@dataclass(frozen=True, slots=True)
+class MountStatus:
+    uptime_seconds: float
+    pid: int
+    workers: int
+    ondemand_memory_bytes: int
+    ondemand_waiting: int
+    scheduler: SchedulerStatus
+    tasks: Mapping[str, TaskStatus]
+    counters: Mapping[str, int]  # the COUNTERS, from the mount's stats
+    cache: Mapping[str, int]
+    bad_videos: tuple[BadVideoStatus, ...]
+    task_errors: Mapping[str, str]
+
+    def to_json(self) -> dict:
+        sched, counters = self.scheduler, self.counters
+        return {
+            "version": STATUS_VERSION,
+            "uptime_seconds": round(self.uptime_seconds, 3),
+            "pid": self.pid,
+            "workers": self.workers,
+            "memory_bytes": self.ondemand_memory_bytes + sched.memory_bytes,
+            "memory_limit_bytes": sched.memory_limit_bytes,
+            "tasks": {name: asdict(task) for name, task in self.tasks.items()},
+            **{key: counters[key] for key in COUNTERS[:3]},
+            "cache": dict(self.cache),
+            **{key: counters[key] for key in COUNTERS[3:8]},
+            "scheduler": {"jobs_done": sched.jobs_done, "jobs_running": sched.jobs_running,
+                          "workers_active": sched.workers_active,
+                          "views_ready": sched.views_ready,
+                          "views_planned": sched.views_planned,
+                          "evicted_unread": sched.evicted_unread,
+                          "rebuilt_from_disk": sched.rebuilt_from_disk,
+                          "clips_recomputed": counters["clips_recomputed"]},
+            "frames_from_disk": counters["frames_from_disk"],
+            "frames_carried": counters["frames_carried"],
+            "queues": {"demand": self.ondemand_waiting + sched.demand_waiting,
+                       "prematerialize": sched.pending_jobs},
+            "bad_videos": [bad.to_json() for bad in self.bad_videos],
+            "task_errors": dict(self.task_errors),
+        }
+
+    def to_bytes(self) -> bytes:
+        return (json.dumps(self.to_json(), indent=1, sort_keys=False) + "\n").encode()

@@ -1,0 +1,204 @@
+"""The scheduler's rooms on their own: the batch board (states, eviction order), the carry book
+(accounting), the window book (positions), single flight, frozen job records, settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+import trio
+from test_plan import fake_videos, make_plan
+
+from sandfs.plan.frames import FramePlanner
+from sandfs.plan.window import ClipUse, ViewKey, plan_window, view_key
+from sandfs.sched.board import BatchBoard, ReadyView, ViewState
+from sandfs.sched.carry import CarryBook
+from sandfs.sched.flights import Flights, ObjectFailed
+from sandfs.sched.jobs import AssemblyJob, JobResult, Placed, VideoJob, VideoJobKey
+from sandfs.sched.objects import Spot
+from sandfs.sched.scheduler import Scheduler
+from sandfs.sched.windows import Position, WindowBook
+from sandfs.stats import Stats
+
+
+def key(i: int) -> ViewKey:
+    return ViewKey("plan", 0, i)
+
+
+def board_with_ready(count: int, *, read: set[int] = frozenset(), nbytes: int = 10) -> BatchBoard:
+    board = BatchBoard()
+    for i in range(count):
+        board.ready[key(i)] = ReadyView(bytearray(nbytes), set() if i in read else {"t"})
+    return board
+
+
+def test_eviction_drops_read_batches_oldest_first_before_any_unread():
+    board = board_with_ready(6, read={1, 4})
+    freed, unread = board.evict(15, keep=key(0), deadline=0, deadline_of=lambda k: k.iteration)
+    assert (freed, unread) == (20, [])  # both read ones, never an unread one
+    assert list(board.ready) == [key(0), key(2), key(3), key(5)]
+    assert board.evicted_unread == 0
+
+
+def test_eviction_of_unread_batches_goes_latest_needed_first_and_never_sooner():
+    board = board_with_ready(6)
+    freed, unread = board.evict(25, keep=key(2), deadline=2, deadline_of=lambda k: k.iteration)
+    assert (freed, unread) == (30, [key(5), key(4), key(3)])
+    freed, unread = board.evict(100, keep=key(0), deadline=0, deadline_of=lambda k: k.iteration)
+    assert unread == [key(2), key(1)]  # batch 0 is the one that needs the room
+    assert list(board.ready) == [key(0)] and board.evicted_unread == 5
+
+
+def test_board_states_and_failures_wake_waiters(tmp_path):
+    plan = make_plan(tmp_path, videos=fake_videos(8), epochs=2)
+    board = BatchBoard()
+    k = view_key(plan, 0, 0)
+    assert board.state_of(k) == "planned" and not board.is_planned(k)
+    state = ViewState.planned(plan, 0, 0)
+    board.plan(k, state)
+    assert board.is_planned(k) and board.state_of(k) == "planned"
+    state.on_disk.add(0)
+    assert board.state_of(k) == "materializing"
+    state.on_disk |= set(range(state.slots))
+    assert board.state_of(k) == "ready"  # complete on disk
+    event = board.flights.event(k)
+    board.fail(k, "DecodeError: broken")
+    assert event.is_set() and board.state_of(k) == "failed" and not board.is_planned(k)
+    with pytest.raises(ObjectFailed, match="broken"):
+        board.flights.check(k)
+
+
+async def test_flights_settle_every_waiter_once():
+    flights = Flights()
+    woke = []
+
+    async def waiter(name):
+        await flights.event("k").wait()
+        woke.append(name)
+
+    async with trio.open_nursery() as nursery:
+        for name in "ab":
+            nursery.start_soon(waiter, name)
+        await trio.testing.wait_all_tasks_blocked()
+        assert flights.in_flight("k")
+        flights.settle("k")
+    assert sorted(woke) == ["a", "b"] and not flights.in_flight("k")
+    flights.settle("k")  # nobody waits: nothing happens
+
+
+class Room:
+    """A store stand-in that answers how much room carrying may use."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+
+    def room_below(self, fraction: float) -> int:
+        return self.nbytes
+
+
+def carry_setup(tmp_path, room: int):
+    plan = make_plan(tmp_path, videos=fake_videos(4), epochs=8)
+    windows = [(w, plan_window([plan], w)) for w in range(1, 4)]
+    path = next(iter(windows[0][1].videos))
+    frames = 64 * 48 * 3 * len(windows[0][1].videos[path].frame_keys)
+    return CarryBook(Room(room), memory_limit_bytes=1 << 40, decode_ahead=3), windows, path, frames
+
+
+def test_carry_book_plans_what_fits_and_skips_windows_served_already(tmp_path):
+    book, later, path, one_window = carry_setup(tmp_path, 1 << 30)
+    job_key = VideoJobKey(0, path)
+    carry = book.plan(job_key, later, busy=set(), pending={}, active=())
+    assert sorted(carry) == [1, 2, 3]
+    assert carry[1].keys == frozenset(later[0][1].videos[path].frame_keys)
+    book.frames_on_disk.add(VideoJobKey(2, path))
+    carry = book.plan(job_key, later, busy={VideoJobKey(3, path)}, pending={}, active=())
+    assert sorted(carry) == [1]  # 2 is on disk already, 3 has a job of its own running
+    assert book.plan(job_key, later, busy=set(), pending={}, active={1}).keys() == {3}
+    book, later, path, one_window = carry_setup(tmp_path, one_window)
+    assert sorted(book.plan(job_key, later, busy=set(), pending={}, active=())) == [1]
+
+
+def test_carry_book_accounts_claims_and_frames_on_disk(tmp_path):
+    book, later, path, _ = carry_setup(tmp_path, 1 << 30)
+    job_key = VideoJobKey(0, path)
+    carry = book.plan(job_key, later, busy=set(), pending={}, active=())
+    job = VideoJob(job_key, later[0][1].videos[path], (), frozenset(), frozenset(), False, False,
+                   0, carry, {}, {}, {})
+    book.claim(job)
+    assert book.carried == {VideoJobKey(w, path) for w in (1, 2, 3)}
+    assert book.plan(job_key, later, busy=set(), pending={}, active=()) == {}
+    book.release(job)
+    assert book.carried == set()
+    book.note_on_disk([VideoJobKey(1, path), VideoJobKey(9, path)], planned={1, 2})
+    assert book.frames_on_disk == {VideoJobKey(1, path)}  # window 9 is planned no more
+    book.forget({1})
+    assert book.frames_on_disk == set()
+    assert CarryBook(None, memory_limit_bytes=1, decode_ahead=3).plan(
+        job_key, later, busy=set(), pending={}, active=()) == {}
+
+
+def test_job_records_and_keys_are_frozen(tmp_path):
+    plan = make_plan(tmp_path, videos=fake_videos(4), epochs=2)
+    window = plan_window([plan], 0)
+    work = next(iter(window.videos.values()))
+    use = work.uses[0]
+    video = VideoJob(VideoJobKey(0, work.info.path), work, tuple(work.uses),
+                     frozenset({Spot.of(use)}), frozenset(), False, False, 0, {}, {}, {}, {})
+    assembly = AssemblyJob(use.view, plan, plan.view_plan(0, 0), (0,), {})
+    result = JobResult((Placed(use, True, False),))
+    for record, field in [(video, "uses"), (assembly, "slots"), (result, "placed"),
+                          (result.placed[0], "on_disk"), (video.key, "window"),
+                          (Spot.of(use), "slot"), (use.view, "epoch")]:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(record, field, None)
+    assert video.views == {u.view for u in work.uses} and assembly.views == {use.view}
+
+
+def test_window_book_position_is_where_the_task_stands(tmp_path):
+    plan = make_plan(tmp_path, videos=fake_videos(8), epochs=4)
+    book = WindowBook([plan])
+    assert book.position(plan.name) == Position(0, 0)
+    book.opened(plan.name, 2, 1, moves=True)
+    assert book.position(plan.name) == Position(2, 1)
+    book.opened(plan.name, 0, 0, moves=False)  # a re-read behind it
+    assert book.position(plan.name) == Position(2, 1)
+    assert set(book.open_positions[plan.name]) == {2 * plan.iterations_per_epoch + 1, 0}
+    book.released(plan.name, 0, 0)
+    assert set(book.open_positions[plan.name]) == {2 * plan.iterations_per_epoch + 1}
+
+
+@pytest.mark.parametrize(("setting", "value"), [("policy", "lifo"), ("prune_mode", "all")])
+def test_scheduler_rejects_unknown_settings(tmp_path, setting, value):
+    plan = make_plan(tmp_path, videos=fake_videos(4), epochs=2)
+    with pytest.raises(ValueError, match=f"got '{value}'"):
+        Scheduler([plan], object(), Stats(), workers=1, memory_limit_bytes=1 << 20,
+                  limiter=trio.CapacityLimiter(1), **{setting: value})
+
+
+def test_frame_planner_keeps_one_epoch_and_plans_depth_zero_as_decoded(tmp_path):
+    plan = make_plan(tmp_path, videos=fake_videos(4), epochs=2)
+    planner = FramePlanner()
+    full = planner.frame_plan(plan, 0, 0, 0, 0)
+    assert full.ops == () and full.shape == (48, 64, 3) and full.nbytes > 48 * 64 * 3
+    assert planner.frame_plan(plan, 0, 0, 10_000, 0) is None  # past the video's end
+    uses = planner.frame_uses(plan, 0)
+    assert all(isinstance(clip, type(next(iter(uses.values())))) for clip in uses.values())
+    planner.frame_uses(plan, 1)
+    assert list(planner._uses) == [(plan.name, 1)]
+    video, frame = next(iter(uses))
+    assert planner.max_depth(plan, 0, video, frame) == len(
+        planner.frame_uses(plan, 0)[(video, frame)].step_depths)
+
+
+def test_the_index_planner_does_not_import_the_decoder():
+    code = "import sys, sandfs.media.gop, sandfs.plan.report; print('av' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_a_spot_is_a_clip_use_s_batch_and_slot():
+    use = ClipUse(key(3), 5, None, ())
+    assert Spot.of(use) == Spot(key(3), 5)
+    assert key(3).parts == ("view", "plan", 0, 3)  # what on-disk clip keys digest

@@ -1,0 +1,42 @@
+"""status.json: the keys and values users and tools read, from the typed records."""
+
+from __future__ import annotations
+
+import json
+
+from test_plan import fake_videos, make_plan
+
+from sandfs.media.types import BadVideo
+from sandfs.sched.ondemand import OnDemandObjects
+from sandfs.service import ViewService
+from sandfs.stats import Stats
+
+ZERO_CACHE = {"bytes_used": 0, "budget_bytes": 0, "objects": 0, "hits": 0, "misses": 0,
+              "evictions": 0, "recomputed": 0, "corrupt_detected": 0}
+
+
+def test_status_json_of_a_fresh_mount(tmp_path):
+    plan = make_plan(tmp_path, videos=fake_videos(8), epochs=3)
+    service = ViewService([plan], engine=OnDemandObjects(workers=2, memory_budget_bytes=1 << 20),
+                          stats=Stats(), bad_videos=[BadVideo("x.mp4", "corrupt", "bad header")])
+    service.opened_view(plan.name, 1, 1)
+    status = json.loads(service.status_bytes())
+    assert status.pop("uptime_seconds") >= 0 and status.pop("pid") > 0
+    assert status == {
+        "version": 1, "workers": 2, "memory_bytes": 0, "memory_limit_bytes": 1 << 30,
+        "tasks": {plan.name: {"epoch": 1, "iteration": 1, "ready_ahead": 0, "views_served": 0,
+                              "stall_seconds": 0.0, "epochs": 3,
+                              "iterations_per_epoch": plan.iterations_per_epoch,
+                              "videos": 8}},
+        "frames_decoded": 0, "frames_decoded_independent": 0, "views_materialized": 0,
+        "cache": ZERO_CACHE, "views_recomputed": 0, "aug_ops": 0, "aug_ops_independent": 0,
+        "crop_ops": 0, "crop_ops_independent": 0,
+        "scheduler": {"jobs_done": 0, "jobs_running": 0, "workers_active": 2, "views_ready": 0,
+                      "views_planned": 0, "evicted_unread": 0, "rebuilt_from_disk": 0,
+                      "clips_recomputed": 0},
+        "frames_from_disk": 0, "frames_carried": 0,
+        "queues": {"demand": 0, "prematerialize": 0},
+        "bad_videos": [{"path": "x.mp4", "reason": "corrupt", "detail": "bad header"}],
+        "task_errors": {},
+    }
+    assert service.positions == {plan.name: (1, 1)}
