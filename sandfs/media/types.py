@@ -16,7 +16,7 @@ _LIMIT_ENV = {  # variable -> (field, parser)
 
 @dataclass(frozen=True, slots=True)
 class MediaLimits:
-    """Knobs against hostile input (TESTPLAN 5, 6). Env overrides: SANDFS_MAX_PIXELS,
+    """Knobs against hostile input. Env overrides: SANDFS_MAX_PIXELS,
     SANDFS_MAX_FILE_BYTES, SANDFS_DECODE_TIMEOUT."""
 
     max_pixels: int = 4096 * 2304  # width * height of the coded picture
@@ -55,7 +55,7 @@ class VideoInfo:
     mtime_ns: int
     width: int  # decoded frame size (rotation not applied)
     height: int
-    num_frames: int  # counted by decoding
+    num_frames: int  # frames the decoder returns (counted from packets where trusted)
     frame_pts: tuple[int, ...] = field(repr=False)  # pts of frame i (empty when frames lack pts)
     time_base: Fraction | None = None
     keyframe_indices: tuple[int, ...] = field(default=(), repr=False)
@@ -74,7 +74,7 @@ class VideoInfo:
 
 @dataclass(frozen=True, slots=True)
 class BadVideo:
-    """A file left out of every epoch, with a reason code (TESTPLAN 6) and a human detail."""
+    """A file left out of every epoch, with a reason code and a human detail."""
 
     rel_path: str
     reason: str  # open_invalid | no_video_stream | not_regular | outside_root | corrupt_frames |
@@ -87,4 +87,21 @@ class DatasetScan:
     root: str
     videos: tuple[VideoInfo, ...]  # sorted by name
     bad: tuple[BadVideo, ...]  # sorted by rel_path
-    num_probed: int = 0  # files opened and decoded by this scan (0: all came from the index)
+    num_probed: int = 0  # files opened and probed by this scan (0: all came from the index)
+
+
+@dataclass(frozen=True, slots=True)
+class ScanProgress:
+    """How far a dataset scan is: what a progress bar or a status file shows."""
+
+    videos_scanned: int  # probed or found in the scan index (bad ones included)
+    videos_total: int  # files that passed the name and stat checks
+    seconds: float  # since the scan started
+
+    @property
+    def seconds_left(self) -> float | None:
+        """A linear estimate (None until something was scanned)."""
+        if not self.videos_scanned or self.seconds <= 0:
+            return None
+        remaining = self.videos_total - self.videos_scanned
+        return self.seconds * remaining / self.videos_scanned
