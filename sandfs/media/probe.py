@@ -99,13 +99,18 @@ def probe_video(
     try:
         with _open_checked(path, identity) as container:
             order = _stream_order(container)
-        if isinstance(order, ProbeFailure):
-            return order
-        result = _probe_stream(path, identity, order[0], limits)
+            if isinstance(order, ProbeFailure):
+                return order
+            result = _probe_stream(container, order[0], limits)  # one open when trusted
+        if isinstance(result, str):
+            result = _decode_stream(path, identity, order[0], limits, result)
         if isinstance(result, ProbeFailure) or result.num_frames > 1:
             return result
         for stream_index in order[1:]:  # the best stream is a still image: find a moving one
-            other = _probe_stream(path, identity, stream_index, limits)
+            with _open_checked(path, identity) as container:
+                other = _probe_stream(container, stream_index, limits)
+            if isinstance(other, str):
+                other = _decode_stream(path, identity, stream_index, limits, other)
             if isinstance(other, ProbeFacts) and other.num_frames > 1:
                 return other
         return result
@@ -125,7 +130,9 @@ def _open_checked(path: str, identity: tuple[int, int] | None) -> Iterator[Input
         file_stat = os.fstat(file.fileno())
         if identity and (file_stat.st_dev, file_stat.st_ino) != identity:
             raise _FileReplacedError(path)
-        with av.open(file) as container:
+        # FFmpeg reading the checked descriptor's file itself: no Python read callbacks
+        by_descriptor = f"/proc/self/fd/{file.fileno()}"
+        with av.open(by_descriptor if os.path.exists(by_descriptor) else file) as container:
             yield container
 
 
@@ -141,20 +148,21 @@ def _stream_order(container: InputContainer) -> list[int] | ProbeFailure:
 
 
 def _probe_stream(
-    path: str, identity: tuple[int, int] | None, stream_index: int, limits: MediaLimits
+    container: InputContainer, stream_index: int, limits: MediaLimits
+) -> ProbeResult | str:
+    """Facts from packets of a freshly opened container; a str says why they cannot be
+    trusted (then `_decode_stream`)."""
+    stream = open_stream(container, stream_index)
+    failure = _check_coded_size(stream, limits)
+    if failure:
+        return failure
+    return _untrusted_kind(container, stream) or _count_packets(container, stream, limits)
+
+
+def _decode_stream(
+    path: str, identity: tuple[int, int] | None, stream_index: int, limits: MediaLimits,
+    distrust: str,
 ) -> ProbeResult:
-    """Counts packets; where they cannot be trusted, opens the file again and decodes it."""
-    with _open_checked(path, identity) as container:
-        stream = open_stream(container, stream_index)
-        failure = _check_coded_size(stream, limits)
-        if failure:
-            return failure
-        distrust = _untrusted_kind(container, stream)
-        if distrust is None:
-            counted = _count_packets(container, stream, limits)
-            if not isinstance(counted, str):
-                return counted
-            distrust = counted
     with _open_checked(path, identity) as container:
         return _count_frames(container, stream_index, limits, f"decoding: {distrust}")
 
@@ -196,6 +204,20 @@ class _PacketTally:
     last_dts: int | None = None
     dts_backwards: bool = False
     first_frame: av.VideoFrame | None = None
+    decoder_done: bool = False  # drained: it takes no more packets
+
+
+def _first_frame(
+    tally: _PacketTally, packet: av.Packet, stream: VideoStream
+) -> av.VideoFrame | None:
+    """The decoder is fed until it returns one frame, no further. A first packet that is a
+    visible keyframe is drained out at once (not held back for reordering: half the cost)."""
+    codec_context = stream.codec_context
+    frames = codec_context.decode(packet)
+    if not frames and not tally.num_packets and packet.is_keyframe and not packet.is_discard:
+        frames = codec_context.decode(None)
+        tally.decoder_done = True
+    return frames[0] if frames else None
 
 
 def _count_packets(
@@ -221,9 +243,9 @@ def _count_packets(
 
 def _add_packet(tally: _PacketTally, packet: av.Packet, stream: VideoStream) -> str | None:
     """Tallies one packet; a str says why the packets cannot be trusted."""
-    if tally.first_frame is None:  # the decoder is fed until it returns one frame, no further
+    if tally.first_frame is None and not tally.decoder_done:
         try:
-            tally.first_frame = next(iter(stream.codec_context.decode(packet)), None)
+            tally.first_frame = _first_frame(tally, packet, stream)
         except av.FFmpegError as error:
             return f"first frame does not decode: {describe_error(error)}"
     if not packet.size:  # the empty packet that ends demuxing (it drained the decoder above)
