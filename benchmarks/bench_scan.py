@@ -3,9 +3,9 @@ decoding probe it replaced (every frame decoded; still the fallback for untruste
 
 1. Per video, in this process, one after the other: wall and CPU seconds of each probe on a
    mixed dataset (H.264 with B-frames in mp4/mkv/ts, HEVC, VP9 webm, MPEG-4 avi, MPEG-2 ps).
-2. Cold scan: `scan_dataset` (worker processes, no index) of many short videos, wall seconds
-   and CPU seconds of this process and its workers; the decoding probe over the same files
-   in this process for comparison.
+2. Cold scan: `scan_dataset` (worker processes, no index) of many short videos (3 s, 160x120),
+   wall seconds and CPU seconds of this process and its workers (their start included); the
+   decoding probe over the same files in this process (no worker overhead) for comparison.
 One JSON object per line.
 
     .venv/bin/python benchmarks/bench_scan.py --quick
@@ -43,7 +43,7 @@ KINDS = (  # (extension, encoder, extra options)
 )
 DEFAULTS = {
     "quick": {"videos": 8, "frames": 100, "size": "160x120", "short_videos": 100},
-    "full": {"videos": 40, "frames": 250, "size": "320x240", "short_videos": 1000},
+    "full": {"videos": 40, "frames": 300, "size": "340x256", "short_videos": 1000},
 }
 LIMITS = MediaLimits()
 
@@ -60,9 +60,15 @@ def make_mixed(root: Path, videos: int, frames: int, width: int, height: int) ->
 
 
 def make_short(root: Path, videos: int) -> list[Path]:
+    """3 s clips at 160x120, H.264 with B-frames, 100 to a folder."""
+    paths = []
     for i in range(videos):
-        write_test_video(root / f"short_{i:04d}.mp4", num_frames=30, width=64, height=48, seed=i)
-    return sorted(root.glob("*.mp4"))
+        path = root / f"class{i // 100:03d}" / f"short_{i:05d}.mp4"
+        path.parent.mkdir(exist_ok=True)
+        write_test_video(path, num_frames=75, width=160, height=120, noise=True, seed=i,
+                         bframes=3, b_adapt=False)
+        paths.append(path)
+    return paths
 
 
 def decoding_probe(path: Path) -> probe.ProbeResult:
@@ -131,7 +137,7 @@ def main() -> None:
     parser.add_argument("--videos", type=int, help="mixed-kind videos for the per-video figures")
     parser.add_argument("--frames", type=int, help="frames per mixed-kind video")
     parser.add_argument("--size", help="WxH of the mixed-kind videos")
-    parser.add_argument("--short-videos", type=int, help="30-frame 64x48 videos, cold scan")
+    parser.add_argument("--short-videos", type=int, help="3 s 160x120 videos, cold scan")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     fill_defaults(parser, args, DEFAULTS, ["videos", "frames", "short_videos", "workers"])

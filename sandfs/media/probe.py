@@ -6,20 +6,22 @@ pixel format and rotation, and a check that the decoder starts where the packets
 INDEX stays what it always was, the i-th frame the decoder returns: presentation order, which is
 the packets' pts sorted. Measured against full decodes (tests/media/test_scan_demux.py keeps the
 measurement as a test), frame counts, every pts and every keyframe position agree for:
-  codecs h264 (B-frames, b-pyramid), hevc, vp9, av1, mpeg4, mpeg1/2video, mjpeg;
-  containers mp4/mov (edit lists: packets marked discard are not frames; negative pts),
-  mkv/webm (no frame count in the header; negative pts), MPEG-TS/PS (never seekable, see
-  scan), AVI without B-frames; variable frame rate; truncated mkv/webm/ts tails (the demuxer
-  drops the partial packet, exactly the frames the decoder returns).
-Decoded instead (the packets cannot be trusted, measured or unmeasured):
-  raw elementary streams (.h264: packets have no pts), AVI with B-frames (its pts are decode
-  order: the decoder's pts come out permuted), packets without pts or with repeated pts, a
-  packet flagged corrupt (a truncated mp4 tail), a first packet that is no keyframe or a first
-  decoded frame that is not the earliest pts (the decoder drops leading frames), MPEG-TS/PS
-  whose dts go backwards (a discontinuity: sorting pts would mix segments), and any codec or
-  container not listed above.
-What packets cannot show: bit errors inside a frame. Such a file scans as usable; its first
-decode of a damaged frame fails and that view gets EIO (decode.ScanMismatch).
+  codecs h264 (B-frames, b-pyramid), hevc (B-frames), vp9, av1, mpeg4, mpeg1/2video, mjpeg;
+  containers mp4/mov (edit lists: packets marked discard are no frames), mkv/webm (which
+  store no frame count), MPEG-TS/PS (never seekable, see `ProbeFacts.seekable`), AVI without
+  frame reordering; variable frame rate; truncated mkv/webm/ts tails (the demuxer drops the
+  partial packet: exactly the frames the decoder returns).
+Decoded in full instead (the packets cannot be trusted, or nobody measured them):
+  raw elementary streams (.h264: no pts); AVI whose codec reorders frames (its pts are in
+  decode order, the decoder's come out permuted: measured for H.264, so left out for all);
+  a packet without pts (matroska gives negative timestamps none) or repeated pts; a packet
+  flagged corrupt (a truncated mp4 tail); a first packet that is no keyframe or a first frame
+  that is not the earliest pts (the decoder would drop leading frames); MPEG-TS/PS whose dts
+  go backwards (concatenated or wrapped: sorting pts would mix the parts); and any codec or
+  container not listed above (vp8, theora, flv, ogg, ...).
+Both ways reject an mp4 whose index lists more packets than the file holds (truncated).
+What packets cannot show is damage inside a frame: such a file scans as usable, and the first
+decode that meets the damage raises decode.ScanMismatch (EIO for the views that need it).
 """
 
 from __future__ import annotations
@@ -130,9 +132,12 @@ def _open_checked(path: str, identity: tuple[int, int] | None) -> Iterator[Input
         file_stat = os.fstat(file.fileno())
         if identity and (file_stat.st_dev, file_stat.st_ino) != identity:
             raise _FileReplacedError(path)
-        # FFmpeg reading the checked descriptor's file itself: no Python read callbacks
+        # FFmpeg reading the checked descriptor's file itself: no Python read callbacks. (The
+        # opening's own decoding is left alone: options that make avformat_find_stream_info
+        # skip frames were measured to lose the display matrix, i.e. the rotation.)
         by_descriptor = f"/proc/self/fd/{file.fileno()}"
-        with av.open(by_descriptor if os.path.exists(by_descriptor) else file) as container:
+        source = by_descriptor if os.path.exists(by_descriptor) else file
+        with av.open(source) as container:
             yield container
 
 
