@@ -81,15 +81,7 @@ def scan_dataset(
     real_root = os.path.realpath(root)
     if not os.path.isdir(real_root):
         raise NotADirectoryError(f"dataset root is not a directory: {os.fspath(root)!r}")
-    candidates = _list_candidates(real_root, extensions)
-    named, bad = _claim_names(candidates)
-    targets: list[_Target] = []
-    for candidate in named:
-        checked = _check_file(real_root, candidate, limits)
-        if isinstance(checked, BadVideo):
-            bad.append(checked)
-        else:
-            targets.append(checked)
+    targets, bad = _vetted_targets(real_root, extensions, limits)
     known = load_index(index_path, limits) if index_path else {}
     results = {t.rel_path: known[t.rel_path][1] for t in targets if _index_hit(known, t)}
     to_probe = [t for t in targets if t.rel_path not in results]
@@ -110,13 +102,29 @@ def scan_dataset(
     scan = _finish(real_root, videos, bad, num_probed=len(to_probe))
     if progress:
         progress(ScanProgress(len(targets), len(targets), time.monotonic() - started))
-    decoded = sum(isinstance(r, ProbeFacts) and r.counted_by != PACKETS for r in results.values())
+    probed = (results[t.rel_path] for t in to_probe)
+    decoded = sum(isinstance(r, ProbeFacts) and r.counted_by != PACKETS for r in probed)
     log.info(
         "scanned %s: %d usable, %d bad, %d probed (%d decoded in full), %d from the index, "
         "%.2f s", ascii(real_root), len(scan.videos), len(scan.bad), len(to_probe), decoded,
         len(targets) - len(to_probe), time.monotonic() - started,
     )  # fmt: skip
     return scan
+
+
+def _vetted_targets(
+    real_root: str, extensions: Iterable[str], limits: MediaLimits
+) -> tuple[list[_Target], list[BadVideo]]:
+    """The files to probe, and those refused by name or by stat alone."""
+    named, bad = _claim_names(_list_candidates(real_root, extensions))
+    targets: list[_Target] = []
+    for candidate in named:
+        checked = _check_file(real_root, candidate, limits)
+        if isinstance(checked, BadVideo):
+            bad.append(checked)
+        else:
+            targets.append(checked)
+    return targets, bad
 
 
 def _index_hit(known: dict[str, tuple[IndexKey, ProbeResult]], target: _Target) -> bool:
