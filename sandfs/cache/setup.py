@@ -3,7 +3,6 @@ others can write), its log opened without following links, and its object store 
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import stat
@@ -41,9 +40,9 @@ def check_cache_dir(path: str) -> None:
 def prepare_cache_dir(path: str) -> None:
     """Check it, and remove the temp files of writes a kill interrupted."""
     check_cache_dir(path)
-    for leftover in glob.glob(os.path.join(glob.escape(path), "scan-*.tmp")):
-        os.unlink(leftover)
-    remove_leftover_temps(os.path.join(path, PLAN_STATE))
+    for name in [PLAN_STATE, *os.listdir(path)]:
+        if name == PLAN_STATE or name.startswith("scan-"):
+            remove_leftover_temps(os.path.join(path, name))
 
 
 def open_log(cache_dir: str) -> int:

@@ -5,6 +5,13 @@ decoded in runs: seek to the keyframe at or before a run's first needed frame, d
 identify frames by pts, stop after the run's last needed frame. Within a run the decoder skips
 non-reference frames nobody needs (`skips_nonref`). Anything unexpected after a seek falls back
 to a sequential decode from the start, which skips nothing: it is the definition of an index.
+
+The scan counts most videos from their packets without decoding them, so a decode also checks
+what the scan said. Policy: a requested frame that does not exist (the stream ends early), or
+any frame up to the last requested one that fails to decode, is decoded with errors, or has
+another size than scanned, raises ScanMismatch for the whole request; no frame of it is
+returned, so no wrong bytes are ever served (the caller fails the views that need it, EIO).
+A seek run that meets such a frame falls back to the sequential decode, which decides.
 """
 
 from __future__ import annotations
@@ -38,6 +45,19 @@ class DecodeError(Exception):
         super().__init__(f"video {video!r}: {detail}")
         self.video = video
         self.detail = detail
+
+
+class ScanMismatch(DecodeError):
+    """The file does not hold what its scan said: `expected` what the scan promised, `found`
+    what decoding met instead."""
+
+    def __init__(self, video: str, path: str, expected: str, found: str) -> None:
+        detail = (f"the scan promised {expected}, decoding {path!r} found {found}; the file "
+                  f"is damaged or was counted wrongly")
+        super().__init__(video, detail)
+        self.path = path
+        self.expected = expected
+        self.found = found
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +153,9 @@ def converter(conversions: Iterable[Conversion]) -> Callable[[VideoFrame], dict]
 def decode_frames(info: VideoInfo, indices: Iterable[int],
                   convert_frame: Callable[[VideoFrame], object] = to_rgb) -> DecodeResult:
     """Decodes frames `indices` of a scanned video (ValueError if one is out of range,
-    DecodeError if the file fails to decode or changed since the scan); each needed frame goes
-    through `convert_frame` (default: full-size RGB; see `converter`)."""
+    DecodeError if the file fails to open or changed since the scan, ScanMismatch if it holds
+    fewer or broken frames than scanned); each needed frame goes through `convert_frame`
+    (default: full-size RGB; see `converter`)."""
     wanted = _checked_indices(info, indices)
     if not wanted:
         return DecodeResult({}, 0)
@@ -196,26 +217,38 @@ def _decode_run(
 ) -> tuple[bool, int]:
     """Decodes forward until needed[-1]; False when the frames are not the expected sequence
     (first frame past needed[0], a pts the scan never saw, a frame missing that the decoder was
-    not allowed to skip, one out of order, or a corrupt needed frame)."""
+    not allowed to skip, one out of order), or one is broken (`_broken`, a decoder error)."""
     needed_set = set(needed)
     skippable: set[int] = set()
     previous = None
     frames_decoded = 0
     decoded = _decode_skipping(container, stream, info.frame_pts, needed_set, skippable)
     with closing(decoded):
-        for frame in decoded:
-            frames_decoded += 1
-            index = _index_of_pts(info.frame_pts, frame.pts)
-            if index is None or not _on_plan(index, previous, needed[0], skippable):
-                return False, frames_decoded
-            previous = index
-            if index in needed_set:
-                if frame.is_corrupt:
+        try:
+            for frame in decoded:
+                frames_decoded += 1
+                index = _index_of_pts(info.frame_pts, frame.pts)
+                if index is None or not _on_plan(index, previous, needed[0], skippable):
                     return False, frames_decoded
-                frames[index] = convert_frame(frame)
-            if index == needed[-1]:
-                return True, frames_decoded
+                if _broken(info, frame):
+                    return False, frames_decoded
+                previous = index
+                if index in needed_set:
+                    frames[index] = convert_frame(frame)
+                if index == needed[-1]:
+                    return True, frames_decoded
+        except av.FFmpegError:
+            return False, frames_decoded
     return False, frames_decoded
+
+
+def _broken(info: VideoInfo, frame: VideoFrame) -> str | None:
+    """What is wrong with a decoded frame (None: nothing the decoder or the scan can tell)."""
+    if frame.is_corrupt:
+        return "a frame decoded with errors"
+    if (frame.width, frame.height) != (info.width, info.height):
+        return f"a {frame.width}x{frame.height} frame"
+    return None
 
 
 def _decode_skipping(
@@ -263,15 +296,25 @@ def _index_of_pts(frame_pts: tuple[int, ...], pts: int | None) -> int | None:
 
 def _decode_sequential(info: VideoInfo, wanted: list[int],
                        convert_frame: Callable) -> tuple[dict[int, np.ndarray], int]:
+    """Frame i is the i-th frame decoded; every one up to wanted[-1] must exist and be whole."""
     frames: dict[int, np.ndarray] = {}
     needed_set = set(wanted)
+    expected = f"frame {wanted[-1]} of {info.num_frames} ({info.width}x{info.height})"
+    index = -1
     with _open_scanned(info) as (container, stream):
-        for index, frame in enumerate(container.decode(stream)):
-            if index in needed_set:
-                frames[index] = convert_frame(frame)
-            if index == wanted[-1]:
-                return frames, index + 1
-    raise DecodeError(info.name, f"stream ended before frame {wanted[-1]} (scan counted more)")
+        try:
+            for index, frame in enumerate(container.decode(stream)):
+                broken = _broken(info, frame)
+                if broken:
+                    raise ScanMismatch(info.name, info.path, expected, f"{broken} at {index}")
+                if index in needed_set:
+                    frames[index] = convert_frame(frame)
+                if index == wanted[-1]:
+                    return frames, index + 1
+        except av.FFmpegError as error:
+            found = f"a decoder error after {index + 1} frames ({describe_error(error)})"
+            raise ScanMismatch(info.name, info.path, expected, found) from error
+    raise ScanMismatch(info.name, info.path, expected, f"only {index + 1} frames")
 
 
 def decode_all_reference(path: str, stream_index: int | None = None,

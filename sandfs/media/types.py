@@ -56,7 +56,7 @@ class VideoInfo:
     mtime_ns: int
     width: int  # decoded frame size (rotation not applied)
     height: int
-    num_frames: int  # counted by decoding
+    num_frames: int  # frames the decoder returns (counted from packets where trusted)
     frame_pts: tuple[int, ...] = field(repr=False)  # pts of frame i (empty when frames lack pts)
     time_base: Fraction | None = None
     keyframe_indices: tuple[int, ...] = field(default=(), repr=False)
@@ -89,4 +89,21 @@ class DatasetScan:
     root: str
     videos: tuple[VideoInfo, ...]  # sorted by name
     bad: tuple[BadVideo, ...]  # sorted by rel_path
-    num_probed: int = 0  # files opened and decoded by this scan (0: all came from the index)
+    num_probed: int = 0  # files opened and probed by this scan (0: all came from the index)
+
+
+@dataclass(frozen=True, slots=True)
+class ScanProgress:
+    """How far a dataset scan is: what a progress bar or a status file shows."""
+
+    videos_scanned: int  # probed or found in the scan index (bad ones included)
+    videos_total: int  # files that passed the name and stat checks
+    seconds: float  # since the scan started
+
+    @property
+    def seconds_left(self) -> float | None:
+        """A linear estimate (None until something was scanned)."""
+        if not self.videos_scanned or self.seconds <= 0:
+            return None
+        remaining = self.videos_total - self.videos_scanned
+        return self.seconds * remaining / self.videos_scanned

@@ -1,4 +1,5 @@
-"""The dataset scan: every corpus file classified as TESTPLAN 6 expects, fast, and remembered."""
+"""The dataset scan: every corpus file classified as the bad-input table expects, fast, and
+remembered."""
 
 from __future__ import annotations
 
@@ -167,16 +168,17 @@ def test_changed_limits_invalidate_the_index(small_dataset: Path, tmp_path: Path
 def test_decode_timeout_is_enforced_and_not_remembered(tmp_path: Path):
     root = tmp_path / "data"
     root.mkdir()
-    write_test_video(root / "long.mp4", num_frames=1500, width=160, height=120, noise=True)
-    shutil.copy(root / "long.mp4", root / "other.mp4")
+    # raw H.264 has no timestamps: counted by decoding, slow enough to time out
+    write_test_video(root / "long.h264", num_frames=1500, width=160, height=120, noise=True)
+    shutil.copy(root / "long.h264", root / "other.h264")
     index_path = tmp_path / "index.json"
     limits = MediaLimits(decode_timeout_seconds=0.01)
-    scan = scan_dataset(root, ["mp4"], limits=limits, workers=1, index_path=index_path)
+    scan = scan_dataset(root, ["h264"], limits=limits, workers=1, index_path=index_path)
     assert [(b.rel_path, b.reason) for b in scan.bad] == [
-        ("long.mp4", "decode_timeout"),
-        ("other.mp4", "decode_timeout"),  # the killed worker was replaced
+        ("long.h264", "decode_timeout"),
+        ("other.h264", "decode_timeout"),  # the killed worker was replaced
     ]
-    again = scan_dataset(root, ["mp4"], index_path=index_path)
+    again = scan_dataset(root, ["h264"], index_path=index_path)
     assert again.num_probed == 2 and [v.num_frames for v in again.videos] == [1500, 1500]
 
 

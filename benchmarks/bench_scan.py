@@ -1,0 +1,155 @@
+"""Dataset scan cost: the demuxing probe (packets counted, one frame decoded) against the
+decoding probe it replaced (every frame decoded; still the fallback for untrusted kinds).
+
+1. Per video, in this process, one after the other: wall and CPU seconds of each probe on a
+   mixed dataset (H.264 with B-frames in mp4/mkv/ts, HEVC, VP9 webm, MPEG-4 avi, MPEG-2 ps).
+2. Cold scan: `scan_dataset` (worker processes, no index) of many short videos (3 s, 160x120),
+   wall seconds and CPU seconds of this process and its workers (their start included); the
+   decoding probe over the same files in this process (no worker overhead) for comparison.
+One JSON object per line.
+
+    .venv/bin/python benchmarks/bench_scan.py --quick
+    .venv/bin/python benchmarks/bench_scan.py --videos 40 --short-videos 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import emit, fill_defaults, machine_info, summary
+
+from sandfs.media import probe
+from sandfs.media.scan import scan_dataset
+from sandfs.media.synth import write_test_video
+from sandfs.media.types import MediaLimits
+
+KINDS = (  # (extension, encoder, extra options)
+    ("mp4", "libx264", {"bframes": 3, "b_adapt": False}),
+    ("mkv", "libx264", {"bframes": 3, "b_adapt": False}),
+    ("ts", "libx264", {"bframes": 3, "b_adapt": False}),
+    ("mp4", "libx265", {"bframes": 3, "b_adapt": False}),
+    ("webm", "libvpx-vp9", {}),
+    ("avi", "mpeg4", {}),
+    ("mpg", "mpeg2video", {"bframes": 2}),
+    ("mp4", "libx264", {}),
+)
+DEFAULTS = {
+    "quick": {"videos": 8, "frames": 100, "size": "160x120", "short_videos": 100},
+    "full": {"videos": 40, "frames": 300, "size": "340x256", "short_videos": 1000},
+}
+LIMITS = MediaLimits()
+
+
+def make_mixed(root: Path, videos: int, frames: int, width: int, height: int) -> list[Path]:
+    paths = []
+    for i in range(videos):
+        ext, codec, options = KINDS[i % len(KINDS)]
+        path = root / f"{i:03d}_{codec}.{ext}"
+        write_test_video(path, num_frames=frames, width=width, height=height, codec=codec,
+                         gop=250, noise=True, seed=i, **options)
+        paths.append(path)
+    return paths
+
+
+def make_short(root: Path, videos: int) -> list[Path]:
+    """3 s clips at 160x120, H.264 with B-frames, 100 to a folder."""
+    paths = []
+    for i in range(videos):
+        path = root / f"class{i // 100:03d}" / f"short_{i:05d}.mp4"
+        path.parent.mkdir(exist_ok=True)
+        write_test_video(path, num_frames=75, width=160, height=120, noise=True, seed=i,
+                         bframes=3, b_adapt=False)
+        paths.append(path)
+    return paths
+
+
+def decoding_probe(path: Path) -> probe.ProbeResult:
+    """The scan before packets were counted: decode every frame of the best stream."""
+    with probe._open_checked(str(path), None) as container:
+        stream_index = container.streams.best("video").index
+        return probe._count_frames(container, stream_index, LIMITS, "decoding")
+
+
+def timed(function, path: Path) -> tuple[float, float, probe.ProbeResult]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = function(path)
+    return time.perf_counter() - wall, time.process_time() - cpu, result
+
+
+def per_video(paths: list[Path]) -> None:
+    rows = []
+    for path in paths:
+        old_wall, old_cpu, old = timed(decoding_probe, path)
+        new_wall, new_cpu, new = timed(lambda p: probe.probe_video(str(p), LIMITS), path)
+        assert isinstance(new, probe.ProbeFacts) and isinstance(old, probe.ProbeFacts), path
+        assert new.num_frames == old.num_frames, path
+        rows.append({"video": path.name, "frames": new.num_frames,
+                     "counted_by": new.counted_by, "decode_ms": round(old_wall * 1e3, 2),
+                     "decode_cpu_ms": round(old_cpu * 1e3, 2),
+                     "demux_ms": round(new_wall * 1e3, 2),
+                     "demux_cpu_ms": round(new_cpu * 1e3, 2)})
+        emit({"per_video": rows[-1]})
+    ratio = [r["decode_cpu_ms"] / max(r["demux_cpu_ms"], 1e-3) for r in rows]
+    emit({"per_video_summary": {
+        "decode_ms": summary([r["decode_ms"] for r in rows]),
+        "decode_cpu_ms": summary([r["decode_cpu_ms"] for r in rows]),
+        "demux_ms": summary([r["demux_ms"] for r in rows]),
+        "demux_cpu_ms": summary([r["demux_cpu_ms"] for r in rows]),
+        "cpu_speedup_median": round(statistics.median(ratio), 1),
+        "cpu_speedup_total": round(sum(r["decode_cpu_ms"] for r in rows)
+                                   / sum(r["demux_cpu_ms"] for r in rows), 1),
+        "decoded_in_full": sum(r["counted_by"] != probe.PACKETS for r in rows)}})
+
+
+def cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def cold_scan(root: Path, paths: list[Path], workers: int) -> None:
+    wall, cpu = time.perf_counter(), cpu_seconds()
+    scan = scan_dataset(root, ["mp4"], limits=LIMITS, workers=workers)
+    wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+    assert len(scan.videos) == len(paths) and not scan.bad
+    old_wall, old_cpu = time.perf_counter(), time.process_time()
+    for path in paths:
+        decoding_probe(path)
+    old_wall, old_cpu = time.perf_counter() - old_wall, time.process_time() - old_cpu
+    emit({"cold_scan": {
+        "videos": len(paths), "workers": workers, "scan_s": round(wall, 2),
+        "scan_cpu_s": round(cpu, 2), "scan_ms_per_video": round(wall / len(paths) * 1e3, 2),
+        "decoding_probe_one_process_s": round(old_wall, 2),
+        "decoding_probe_cpu_s": round(old_cpu, 2)}})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--videos", type=int, help="mixed-kind videos for the per-video figures")
+    parser.add_argument("--frames", type=int, help="frames per mixed-kind video")
+    parser.add_argument("--size", help="WxH of the mixed-kind videos")
+    parser.add_argument("--short-videos", type=int, help="3 s 160x120 videos, cold scan")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    fill_defaults(parser, args, DEFAULTS, ["videos", "frames", "short_videos", "workers"])
+    width, height = (int(n) for n in args.size.split("x"))
+    emit({"bench": "scan", "params": vars(args), "machine": machine_info()})
+    with tempfile.TemporaryDirectory(prefix="bench-scan-") as temp:
+        mixed_root, short_root = Path(temp, "mixed"), Path(temp, "short")
+        mixed_root.mkdir()
+        short_root.mkdir()
+        per_video(make_mixed(mixed_root, args.videos, args.frames, width, height))
+        cold_scan(short_root, make_short(short_root, args.short_videos), args.workers)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""The scan index: probe results of a previous scan, as JSON, keyed by (rel_path, path, size,
+mtime), so a remount of an unchanged dataset probes nothing. A file of another format or scan
+version, or scanned under other limits, is ignored (and rewritten)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from typing import Any
+
+from sandfs.fileio import atomic_write
+from sandfs.media.probe import ProbeFacts, ProbeFailure, ProbeResult
+from sandfs.media.types import MediaLimits
+
+log = logging.getLogger("sandfs.media.scan")  # one logger for the whole scan
+
+# bump when probe results change meaning: older index files are then ignored
+# (2: MPEG-TS/PS are not seekable; 3: frames counted from packets, counted_by recorded)
+SCAN_VERSION = 3
+INDEX_FORMAT = "sandfs-scan-index"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexKey:
+    """What identifies a file's content between scans."""
+
+    path: str
+    size_bytes: int
+    mtime_ns: int
+
+
+Entries = dict[str, tuple[IndexKey, ProbeResult]]  # rel_path -> (key, result)
+
+
+def _index_limits(limits: MediaLimits) -> dict[str, int]:
+    """The limits that decide a probe's outcome (a changed one invalidates the index)."""
+    return {"max_pixels": limits.max_pixels, "max_frames": limits.max_frames}
+
+
+def load_index(index_path: str | os.PathLike[str], limits: MediaLimits) -> Entries:
+    """rel_path -> (key, result) from a previous scan; {} when missing, foreign or corrupt."""
+    try:
+        with open(index_path, encoding="utf-8") as file:
+            document = json.load(file)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as error:
+        log.warning(
+            "ignoring the scan index %s: %s", ascii(os.fspath(index_path)), ascii(str(error))
+        )
+        return {}
+    try:
+        if document["format"] != INDEX_FORMAT or document["scan_version"] != SCAN_VERSION:
+            raise ValueError("another format or scan version")
+        if document["limits"] != _index_limits(limits):
+            log.info("limits changed since the last scan: probing every file again")
+            return {}
+        return {
+            rel_path: _entry_from_json(entry) for rel_path, entry in document["entries"].items()
+        }
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
+        log.warning(
+            "ignoring the scan index %s: %s", ascii(os.fspath(index_path)), ascii(repr(error))
+        )
+        return {}
+
+
+def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries: Entries) -> None:
+    """Writes `entries` atomically, leaving out results that depend on the machine's load."""
+    document_entries = {
+        rel_path: _entry_to_json(key, result)
+        for rel_path, (key, result) in entries.items()
+        if _is_lasting(result)
+    }
+    document = {
+        "format": INDEX_FORMAT,
+        "scan_version": SCAN_VERSION,
+        "limits": _index_limits(limits),
+        "entries": document_entries,
+    }
+    try:
+        atomic_write(os.fspath(index_path), json.dumps(document, separators=(",", ":")).encode())
+    except OSError as error:
+        log.warning(
+            "cannot write the scan index %s: %s", ascii(os.fspath(index_path)), ascii(str(error))
+        )
+
+
+def _is_lasting(result: ProbeResult) -> bool:
+    return isinstance(result, ProbeFacts) or result.lasting
+
+
+def _entry_to_json(key: IndexKey, result: ProbeResult) -> dict[str, Any]:
+    if isinstance(result, ProbeFailure):
+        return {**asdict(key), "bad": asdict(result)}
+    facts = asdict(result)
+    facts["frame_pts"] = _encode_runs(result.frame_pts)
+    facts["keyframe_indices"] = _encode_runs(result.keyframe_indices)
+    facts["time_base"] = None if result.time_base is None else str(result.time_base)
+    return {**asdict(key), "video": facts}
+
+
+def _entry_from_json(entry: dict[str, Any]) -> tuple[IndexKey, ProbeResult]:
+    key = IndexKey(str(entry["path"]), int(entry["size_bytes"]), int(entry["mtime_ns"]))
+    if "bad" in entry:
+        return key, ProbeFailure(str(entry["bad"]["reason"]), str(entry["bad"]["detail"]))
+    facts = dict(entry["video"])
+    time_base = facts["time_base"]
+    probe = ProbeFacts(
+        width=int(facts["width"]),
+        height=int(facts["height"]),
+        num_frames=int(facts["num_frames"]),
+        frame_pts=_decode_runs(facts["frame_pts"]),
+        time_base=None if time_base is None else Fraction(str(time_base)),
+        keyframe_indices=_decode_runs(facts["keyframe_indices"]),
+        seekable=bool(facts["seekable"]),
+        rotation=int(facts["rotation"]),
+        codec=str(facts["codec"]),
+        pix_fmt=str(facts["pix_fmt"]),
+        stream_index=int(facts["stream_index"]),
+        counted_by=str(facts["counted_by"]),
+    )
+    if not _consistent(probe):
+        raise ValueError(f"inconsistent entry: {probe}")
+    return key, probe
+
+
+def _consistent(facts: ProbeFacts) -> bool:
+    """What decoding relies on: one pts per frame (or none), keyframes within range."""
+    pts_ok = len(facts.frame_pts) in (0, facts.num_frames) and (
+        facts.frame_pts or not facts.seekable
+    )
+    keyframes = facts.keyframe_indices
+    return facts.num_frames > 0 and pts_ok and all(0 <= k < facts.num_frames for k in keyframes)
+
+
+def _encode_runs(values: tuple[int, ...]) -> list[int]:
+    """[first, step, count, step, count, ...]: a constant-rate video's pts fit in 3 numbers."""
+    if not values:
+        return []
+    encoded = [values[0]]
+    for step in _steps(values):
+        if len(encoded) > 1 and encoded[-2] == step:
+            encoded[-1] += 1
+        else:
+            encoded += [step, 1]
+    return encoded
+
+
+def _steps(values: tuple[int, ...]) -> Iterator[int]:
+    return (b - a for a, b in itertools.pairwise(values))
+
+
+def _decode_runs(encoded: list[int]) -> tuple[int, ...]:
+    if not encoded:
+        return ()
+    values = [int(encoded[0])]
+    for position in range(1, len(encoded), 2):
+        step, count, last = int(encoded[position]), int(encoded[position + 1]), values[-1]
+        values.extend(last + step * k for k in range(1, count + 1))
+    return tuple(values)

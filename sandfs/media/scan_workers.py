@@ -1,0 +1,191 @@
+"""Probe worker processes: each file is probed in a fresh interpreter that is killed when it
+exceeds the decode timeout (a hung decoder cannot be interrupted) and replaced when it dies (a
+crashing demuxer or decoder takes only its own process down)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+
+from sandfs.media.decode import describe_error
+from sandfs.media.probe import ProbeFailure, ProbeResult, probe_video
+from sandfs.media.types import MediaLimits
+
+_WORKER_READY = "ready"
+_WORKER_START_TIMEOUT_SECONDS = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeJob:
+    """One file to probe: `key` names its result, `identity` (st_dev, st_ino) must still match."""
+
+    key: str
+    path: str
+    identity: tuple[int, int]
+
+
+@dataclass(slots=True)
+class _Worker:
+    process: subprocess.Popen[bytes]
+    jobs: Connection  # parent -> worker
+    replies: Connection  # worker -> parent
+    started: float
+    ready: bool = False
+    target: ProbeJob | None = None
+    deadline: float = 0.0
+    timeout_seconds: float = 0.0
+
+
+def probe_files(
+    jobs: list[ProbeJob],
+    limits: MediaLimits,
+    workers: int,
+    on_result: Callable[[str, ProbeResult], None] | None = None,
+) -> dict[str, ProbeResult]:
+    """Probes `jobs`, up to `workers` at once, each in a worker process that is killed when a
+    probe exceeds limits.decode_timeout_seconds; key -> result. `on_result(key, result)` is
+    called in this process as each result arrives (in completion order)."""
+    if not jobs:
+        return {}
+    pending = deque(jobs)
+    results: dict[str, ProbeResult] = {}
+    pool = [_start_worker() for _ in range(max(1, min(workers, len(jobs))))]
+    try:
+        while pending or any(w.target for w in pool):
+            for worker in pool:
+                if worker.ready and worker.target is None and pending:
+                    _assign(worker, pending.popleft(), limits)
+            wait([w.replies for w in pool], _wait_seconds(pool))
+            for position, worker in enumerate(pool):
+                job = worker.target
+                alive = _poll_worker(worker, results)
+                if on_result and job and job.key in results:  # answered, timed out or died
+                    on_result(job.key, results[job.key])
+                if not alive:
+                    _stop_worker(worker)
+                    pool[position] = _start_worker()
+    finally:
+        for worker in pool:
+            _stop_worker(worker)
+    return results
+
+
+def _start_worker() -> _Worker:
+    """A fresh interpreter (not multiprocessing: spawn re-runs an unguarded __main__ script,
+    fork copies the parent's threads and descriptors). It inherits only its two pipe ends."""
+    job_read, job_write = os.pipe()
+    reply_read, reply_write = os.pipe()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-c", _WORKER_CODE, str(job_read), str(reply_write)],
+            stdin=subprocess.DEVNULL,
+            pass_fds=(job_read, reply_write),
+            env=_worker_env(),
+            start_new_session=True,  # Ctrl-C reaches the parent, which stops its workers
+        )
+    except BaseException:
+        os.close(job_write)
+        os.close(reply_read)
+        raise
+    finally:
+        os.close(job_read)
+        os.close(reply_write)
+    jobs, replies = Connection(job_write, readable=False), Connection(reply_read, writable=False)
+    return _Worker(process, jobs, replies, started=time.monotonic())
+
+
+def _worker_env() -> dict[str, str]:
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    python_path = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": python_path}
+
+
+def _assign(worker: _Worker, job: ProbeJob, limits: MediaLimits) -> None:
+    worker.target = job
+    worker.timeout_seconds = limits.decode_timeout_seconds
+    worker.deadline = time.monotonic() + worker.timeout_seconds
+    worker.jobs.send((job.path, limits, job.identity))
+
+
+def _wait_seconds(pool: list[_Worker]) -> float:
+    deadlines = [w.deadline for w in pool if w.target]
+    deadlines += [w.started + _WORKER_START_TIMEOUT_SECONDS for w in pool if not w.ready]
+    return max(0.0, min(deadlines) - time.monotonic())
+
+
+def _poll_worker(worker: _Worker, results: dict[str, ProbeResult]) -> bool:
+    """Takes a reply if one came; False when the worker died or timed out (replace it)."""
+    try:
+        if worker.replies.poll():
+            message = worker.replies.recv()
+            if message == _WORKER_READY:
+                worker.ready = True
+            elif worker.target:
+                results[worker.target.key] = message
+                worker.target = None
+            return True
+    except (EOFError, OSError):
+        return _worker_died(worker, results)
+    now = time.monotonic()
+    if worker.target and now >= worker.deadline:
+        detail = f"no result within decode_timeout_seconds ({worker.timeout_seconds} s)"
+        results[worker.target.key] = ProbeFailure("decode_timeout", detail, lasting=False)
+        return False
+    if not worker.ready and now >= worker.started + _WORKER_START_TIMEOUT_SECONDS:
+        raise RuntimeError("a probe worker process did not start")
+    return True
+
+
+def _worker_died(worker: _Worker, results: dict[str, ProbeResult]) -> bool:
+    exit_code = worker.process.wait()
+    if not worker.ready:
+        raise RuntimeError(f"a probe worker process failed to start (exit code {exit_code})")
+    if worker.target:
+        detail = f"the decoder process died (exit code {exit_code})"
+        results[worker.target.key] = ProbeFailure("open_invalid", detail, lasting=False)
+    return False
+
+
+def _stop_worker(worker: _Worker) -> None:
+    if worker.process.poll() is None and worker.ready and worker.target is None:
+        with contextlib.suppress(OSError):
+            worker.jobs.send(None)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            worker.process.wait(timeout=2.0)
+    if worker.process.poll() is None:
+        worker.process.kill()
+    worker.process.wait()
+    worker.jobs.close()
+    worker.replies.close()
+
+
+_WORKER_CODE = (
+    "import sys; from sandfs.media.scan_workers import worker_main; "
+    "worker_main(int(sys.argv[1]), int(sys.argv[2]))"
+)
+
+
+def worker_main(job_fd: int, reply_fd: int) -> None:
+    """The worker process's loop: (path, limits, identity) in, ProbeResult out; None or a
+    closed pipe (the parent is gone) ends it."""
+    jobs, replies = Connection(job_fd, writable=False), Connection(reply_fd, readable=False)
+    replies.send(_WORKER_READY)
+    while True:
+        try:
+            job = jobs.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        try:
+            result = probe_video(*job)
+        except Exception as error:  # a reply must always come back
+            result = ProbeFailure("open_invalid", f"probe failed: {describe_error(error)}")
+        replies.send(result)
