@@ -78,8 +78,8 @@ MODES = ("raw", "gpu")
 CLASSES = 4
 # Videos in multiples of 16 make an even number of batches per epoch, a multiple of the 2
 # DataLoader workers, so no peer loses worker time to a lone last batch per epoch.
-DEFAULTS = {"full": {"videos": 16, "epochs": 10, "repeats": 3},
-            "quick": {"videos": 16, "epochs": 6, "repeats": 1}}
+DEFAULTS = {"full": {"videos": 16, "epochs": 10, "repeats": 3, "modes": list(MODES)},
+            "quick": {"videos": 16, "epochs": 6, "repeats": 1, "modes": ["raw"]}}
 CHECK_BATCHES = 2  # batches of epoch 0 and of the last epoch each peer is checked on
 BUSY_MACHINE_CORES = 0.2  # others' load above which the figures are flagged as noisy
 SETUP_TIMEOUT_S = 300.0
@@ -89,7 +89,7 @@ RUN_TIMEOUT_S = 3600.0
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="6 epochs and 1 repeat instead of 10 and 3")
+                        help="6 epochs, 1 repeat, raw mode only (instead of 10, 3, both)")
     parser.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="all")
     parser.add_argument("--videos", type=int, help=f"dataset size, a multiple of {CLASSES} "
                         "classes (default 16)")
@@ -97,7 +97,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="runs per measurement (default 3, quick 1)")
     parser.add_argument("--gpu-ms", type=float, default=40.0,
                         help="simulated GPU step per batch, ms (default 40)")
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--modes", nargs="+", choices=MODES,
+                        help="default: both (quick: raw)")
     parser.add_argument("--peers", nargs="+", choices=list(PEERS), default=list(PEERS),
                         help="peer loaders to measure (default: all; those not installed are "
                              "skipped with the reason)")
@@ -113,7 +114,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/sandfs-bench"),
                         help="mounts, cache dirs and daemon logs go in a temp folder here")
     args = parser.parse_args()
-    fill_defaults(parser, args, DEFAULTS, positive=list(DEFAULTS["full"]))
+    fill_defaults(parser, args, DEFAULTS, positive=["videos", "epochs", "repeats"])
     if args.videos % CLASSES:
         parser.error(f"--videos must be a multiple of {CLASSES}")
     if args.epochs <= args.k_epochs:

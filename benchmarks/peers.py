@@ -62,41 +62,17 @@ EXACT = Tolerance(max_abs=2, mean_abs=0.05)
 SCALED = Tolerance(max_abs=255, mean_abs=16.0)
 
 
+Size = tuple[int, int] | None  # (H, W) the decoder scales to; None: the video's size
+Decode = Callable[[VideoInfo, list[int], Size], dict[int, np.ndarray]]  # index -> RGB frame
+
+
 @dataclass(frozen=True, slots=True)
 class Peer:
     name: str
     module: str  # what it imports; not installed: the peer is skipped
+    decode: Decode
     decoder_resize: bool  # the decoder does the task's first op (a resize)
     tolerance: Tolerance
-
-
-PEERS = {peer.name: peer for peer in (
-    Peer("pyav", "av", False, EXACT),
-    Peer("decord", "decord", False, EXACT),
-    Peer("torchcodec", "torchcodec.decoders", False, EXACT),
-    Peer("torchcodec-resize", "torchcodec.decoders", True, SCALED),
-    Peer("spdl", "spdl.io", False, EXACT),
-    Peer("spdl-resize", "spdl.io", True, SCALED),
-)}
-
-
-def peer_unavailable(name: str) -> str | None:
-    """Why peer `name` cannot run here (its import fails, with the error), or None."""
-    try:
-        importlib.import_module(PEERS[name].module)
-    except Exception as exc:  # a broken native library raises OSError, RuntimeError, ...
-        return f"import {PEERS[name].module} failed: {type(exc).__name__}: {exc}"
-    return None
-
-
-def peer_version(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    package = PEERS[name].module.split(".")[0]
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None
 
 
 def task_plans(config_paths: Sequence[Path], k_epochs: int, workers: int) -> dict[str, TaskPlan]:
@@ -108,8 +84,6 @@ def task_plans(config_paths: Sequence[Path], k_epochs: int, workers: int) -> dic
 
 
 # -- decoding: frame index -> RGB (H, W, 3) uint8 ---------------------------------------------
-
-Size = tuple[int, int] | None  # (H, W) the decoder scales to; None: the video's size
 
 
 def decode_pyav(info: VideoInfo, indices: list[int], size: Size) -> dict[int, np.ndarray]:
@@ -165,9 +139,33 @@ def decode_spdl(info: VideoInfo, indices: list[int], size: Size) -> dict[int, np
     return dict(zip(indices, spdl.io.to_numpy(spdl.io.convert_frames(frames)), strict=True))
 
 
-DECODERS: dict[str, Callable[[VideoInfo, list[int], Size], dict[int, np.ndarray]]] = {
-    "pyav": decode_pyav, "decord": decode_decord, "torchcodec": decode_torchcodec,
-    "torchcodec-resize": decode_torchcodec, "spdl": decode_spdl, "spdl-resize": decode_spdl}
+PEERS = {peer.name: peer for peer in (
+    Peer("pyav", "av", decode_pyav, False, EXACT),
+    Peer("decord", "decord", decode_decord, False, EXACT),
+    Peer("torchcodec", "torchcodec.decoders", decode_torchcodec, False, EXACT),
+    Peer("torchcodec-resize", "torchcodec.decoders", decode_torchcodec, True, SCALED),
+    Peer("spdl", "spdl.io", decode_spdl, False, EXACT),
+    Peer("spdl-resize", "spdl.io", decode_spdl, True, SCALED),
+)}
+
+
+def peer_unavailable(name: str) -> str | None:
+    """Why peer `name` cannot run here (its import fails, with the error), or None."""
+    try:
+        importlib.import_module(PEERS[name].module)
+    except Exception as exc:  # a broken native library raises OSError, RuntimeError, ...
+        return f"import {PEERS[name].module} failed: {type(exc).__name__}: {exc}"
+    return None
+
+
+def peer_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    package = PEERS[name].module.split(".")[0]
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
 
 
 # -- the Dataset ------------------------------------------------------------------------------
@@ -193,7 +191,7 @@ class PlannedClips(Dataset):
         if plan.source is not None:
             raise ValueError(f"task {plan.name}: decode_resize configs are not supported by the "
                              "peers (their decoders scale differently)")
-        self.plan, self.peer, self.decode = plan, peer, DECODERS[peer.name]
+        self.plan, self.peer = plan, peer
         self.streams, self.samples = len(plan.paths), plan.sampling.samples_per_video
 
     def __len__(self) -> int:
@@ -214,7 +212,7 @@ class PlannedClips(Dataset):
             size, _ = decoder_resize(clips[0], info)
             chains = [decoder_resize(clip, info)[1] for clip in clips]
         indices = sorted({i for clip in clips for i in clip.frame_indices})
-        frames = self.decode(info, indices, size)
+        frames = self.peer.decode(info, indices, size)
         if len(frames) != len(indices):
             raise RuntimeError(f"{self.peer.name}: {info.rel_path}: decoded {len(frames)} of "
                                f"{len(indices)} frames")

@@ -4,6 +4,7 @@ the codecs the benchmark uses. A peer that is not installed is skipped with the 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,16 @@ import pytest
 import yaml
 from common import MixedDatasetSpec, VideoKind
 from harness import mount_sandfs
-from peers import PEERS, PeerFeed, check_peer, peer_unavailable, task_plans
+from peers import (
+    EXACT,
+    PEERS,
+    SCALED,
+    PeerFeed,
+    check_peer,
+    decode_pyav,
+    peer_unavailable,
+    task_plans,
+)
 
 from sandfs.reference import reference_array
 
@@ -101,15 +111,22 @@ def test_decord_is_exact_on_the_other_codecs(plan):
     assert check.ok, "\n".join(check.problems)
 
 
-def test_the_check_sees_a_wrong_frame(plan):
-    """A batch made of other frames (the next clip start) is far off any tolerance."""
-    require("pyav")
-    def shifted(epoch, iteration):
-        return reference_array(plan, epoch + 1, iteration)
+def next_frames(info, indices, size):
+    """PyAV's frames one later than asked (the video's last frame stays itself)."""
+    frames = decode_pyav(info, sorted({*indices, *(min(i + 1, info.num_frames - 1)
+                                                   for i in indices)}), size)
+    return {i: frames[min(i + 1, info.num_frames - 1)] for i in indices}
 
-    check = check_peer(PEERS["pyav"], plan, shifted, [(0, 0)])
+
+@pytest.mark.parametrize("tolerance", [EXACT, SCALED])
+def test_the_check_sees_frames_off_by_one(plan, tolerance):
+    """Even the decoder-resize tolerance fails a peer that returns the next frames."""
+    require("pyav")
+    off = replace(PEERS["pyav"], name="off-by-one", decode=next_frames, tolerance=tolerance)
+    check = check_peer(off, plan, lambda e, i: reference_array(plan, e, i), [(0, 0), (0, 1)])
     assert not check.ok
-    assert check.mean_abs_diff > PEERS["spdl-resize"].tolerance.mean_abs
+    assert len(check.problems) == 2
+    assert check.mean_abs_diff > SCALED.mean_abs
 
 
 def test_pyav_feed_equals_the_mounted_views(tmp_path, config_path, plan):
