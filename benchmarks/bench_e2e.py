@@ -473,17 +473,22 @@ def run_scenario(scenario: str, dataset: Dataset, workdir: Path, args, peers: li
     plans = task_plans([t.config_path for t in tasks], args.k_epochs, args.workers)
     runs: dict[str, list[dict]] = {mode: [] for mode in args.modes}
     checks_ok: dict[str, bool] = {}
+    peers = list(peers)  # a peer that fails leaves the rest of the scenario
     for repeat in range(args.repeats):
         for mode in args.modes:
             gpu_s = args.gpu_ms / 1e3 if mode == "gpu" else 0.0
             keep = check_batches(plans, args.epochs) if not checks_ok and peers else []
-            measured, views = measure_repeat(tasks, plans, peers, workdir, args, gpu_s,
-                                             reverse=bool(repeat % 2), keep_views=keep)
-            for system, figures in measured.items():
+            done = measure_repeat(tasks, plans, peers, workdir, args, gpu_s,
+                                  reverse=bool(repeat % 2), keep_views=keep)
+            for system, figures in done.measured.items():
                 emit({"record": "run", "scenario": scenario, "mode": mode, "repeat": repeat,
                       "system": system, **figures})
-            runs[mode].append(measured)
-            for check in check_in_child(plans, peers, views, keep) if keep else ():
+            for peer, error in done.failed.items():
+                emit({"record": "error", "scenario": scenario, "mode": mode, "repeat": repeat,
+                      "peer": peer, "error": error})
+                peers.remove(peer)
+            runs[mode].append(done.measured)
+            for check in check_in_child(plans, peers, done.views, keep) if keep else ():
                 emit({"record": "check", "scenario": scenario, **check})
                 checks_ok[check["peer"]] = checks_ok.get(check["peer"], True) and check["ok"]
     for mode, measured in runs.items():
@@ -491,18 +496,30 @@ def run_scenario(scenario: str, dataset: Dataset, workdir: Path, args, peers: li
                             {**params, "dataset": dataset.name}))
 
 
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    measured: dict[str, dict]  # system -> figures
+    views: dict  # the views kept for the check (SandfsPass.views)
+    failed: dict[str, str]  # peer -> why its pass failed
+
+
 def measure_repeat(tasks, plans, peers, workdir, args, gpu_s, *, reverse: bool,
-                   keep_views: list[tuple[int, int]]) -> tuple[dict, dict]:
-    """Every peer and sandfs (+ ideal) back to back, in reversed order in odd repeats."""
-    measured, views = {}, {}
+                   keep_views: list[tuple[int, int]]) -> Repeat:
+    """Every peer and sandfs (+ ideal) back to back, in reversed order in odd repeats. A peer
+    whose pass fails (its decoder on some file) is reported, not measured; sandfs failing
+    stops the run."""
+    measured, views, failed = {}, {}, {}
     steps = [*peers, "sandfs"]
     for step in reversed(steps) if reverse else steps:
         if step == "sandfs":
             done = measure_sandfs(tasks, workdir, args, gpu_s, keep_views)
             measured["sandfs"], measured["ideal"], views = done.sandfs, done.ideal, done.views
-        else:
+            continue
+        try:
             measured[step] = measure_peer(step, tasks, plans, args, gpu_s)
-    return measured, views
+        except RuntimeError as exc:
+            failed[step] = str(exc)
+    return Repeat(measured, views, failed)
 
 
 def check_batches(plans: dict, epochs: int) -> list[tuple[int, int]]:
@@ -517,9 +534,13 @@ def check_in_child(plans: dict, peers: list[str], views: dict,
     """Every peer's batches `keys` against the views the mount served, decoded in a forked
     child, so that this process never starts a decoder's threads before forking trainers."""
     def check_all() -> None:
-        checks = [check_peer(PEERS[peer], plan, lambda e, i, task=task: views[task][(e, i)],
-                             keys)
-                  for peer in peers for task, plan in plans.items()]
+        try:
+            checks = [check_peer(PEERS[peer], plan,
+                                 lambda e, i, task=task: views[task][(e, i)], keys)
+                      for peer in peers for task, plan in plans.items()]
+        except BaseException:
+            results.put(traceback.format_exc())
+            return
         results.put([{"peer": c.peer, "task": c.task, "ok": c.ok, "batches": c.batches,
                       "max_abs_diff": c.max_abs_diff, "mean_abs_diff": c.mean_abs_diff,
                       "tolerance": {"max_abs": c.tolerance.max_abs,
@@ -531,7 +552,10 @@ def check_in_child(plans: dict, peers: list[str], views: dict,
     child = context.Process(target=check_all, name="peer-check")
     child.start()
     try:
-        return results.get(timeout=RUN_TIMEOUT_S)
+        checks = results.get(timeout=RUN_TIMEOUT_S)
+        if isinstance(checks, str):
+            raise RuntimeError(f"the peers' check failed:\n{checks}")
+        return checks
     finally:
         child.join(timeout=60)
         if child.is_alive():
@@ -553,6 +577,7 @@ def summary_record(scenario: str, mode: str, measured: list[dict], tasks, peers:
     """Medians over the repeats; each ratio is taken within one repeat, then the median. The
     best peer is the one with the most batches/s in that repeat (by the cold figure for the
     `_cold` ratio)."""
+    peers = [peer for peer in peers if all(peer in m for m in measured)]
     record = {"record": "summary", "scenario": scenario, "mode": mode,
               "tasks": [t.name for t in tasks], "repeats": len(measured),
               "peer_check_ok": checks_ok}

@@ -294,7 +294,11 @@ def check_peer(peer: Peer, plan: TaskPlan, expected: Callable[[int, int], np.nda
     dataset, worst, means, problems = PlannedClips(plan, peer), 0, [], []
     for epoch, iteration in batches:
         keys = [(epoch, iteration, p) for p in range(len(plan.batch_videos(epoch, iteration)))]
-        got = collate([dataset[key] for key in keys])[0].numpy()
+        try:
+            got = collate([dataset[key] for key in keys])[0].numpy()
+        except Exception as exc:  # the peer's library failing on a file is a finding too
+            problems.append(f"epoch {epoch} iteration {iteration}: {type(exc).__name__}: {exc}")
+            continue
         want = expected(epoch, iteration)
         if got.shape != want.shape or got.dtype != want.dtype:
             problems.append(f"epoch {epoch} iteration {iteration}: {got.dtype}{got.shape}, "

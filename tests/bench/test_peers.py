@@ -129,6 +129,16 @@ def test_the_check_sees_frames_off_by_one(plan, tolerance):
     assert check.mean_abs_diff > SCALED.mean_abs
 
 
+def test_a_decoder_error_is_a_failed_check(plan):
+    def broken(info, indices, size):
+        raise RuntimeError(f"cannot decode {info.rel_path}")
+
+    peer = replace(PEERS["pyav"], name="broken", decode=broken)
+    check = check_peer(peer, plan, lambda e, i: reference_array(plan, e, i), [(0, 0)])
+    assert not check.ok
+    assert "RuntimeError: cannot decode" in check.problems[0]
+
+
 def test_pyav_feed_equals_the_mounted_views(tmp_path, config_path, plan):
     """Through its DataLoader (2 workers), the PyAV peer yields exactly the views and labels
     a real mount serves, epoch after epoch."""
