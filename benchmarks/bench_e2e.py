@@ -1,23 +1,29 @@
-"""End-to-end training input: the on-demand CPU baseline vs sandfs vs an ideal feed.
+"""End-to-end training input: the loaders users pick (PyAV, decord, torchcodec, SPDL) vs sandfs
+vs an ideal feed, all making the same batches.
 
 Scenarios: `single` (one task), `search4` (a 4-task hyperparameter search: four copies of one
 task with the same seed and pipeline), `hetero` (a SlowFast-like and a VideoMAE-like task on one
-dataset). Each runs in two modes: `raw` (read batches as fast as possible) and `gpu` (every batch
-is followed by --gpu-ms of sleep, a GPU step that leaves the CPU free).
+dataset), all on Kinetics-like 340x256 H.264; `slowfast224` (SlowFast's real input: 4 clips x 32
+frames x 224x224x3, 19 MB batches) on a dataset mixing H.264 with B-frames, VP9, MPEG-4 and HEVC
+at 256x144 to 640x360. Each runs in two modes: `raw` (read batches as fast as possible) and `gpu`
+(every batch is followed by --gpu-ms of sleep, a GPU step that leaves the CPU free).
 
-- baseline: per task, a torch DataLoader (2 workers) whose Dataset seeks with PyAV to the keyframe
-  before a random clip, decodes single-threaded to the last needed frame and applies the task's
-  ops (sandfs.ops) — every task and epoch decodes its own clips.
+- peers (peers.py): per task and peer, a torch DataLoader (--workers workers) that decodes the
+  clips of sandfs's own plan with the peer's library and applies the same ops (sandfs.ops):
+  the same frames, crops, flips and batch shapes as the mount serves (checked: `check` lines).
 - sandfs: one fresh mount (empty cache dir) serving all tasks of the scenario, one reader
   process per task reading MNT/TASK/EPOCH/ITERATION/view and its labels xattr in order.
 - ideal: right after the sandfs pass, a second timed pass over the same mount, when every view
   is already materialized in the daemon (checked with status.json's views_materialized).
 
-One JSON object per line: a `params` line, a `run` line per measurement and a `summary` line per
+Every throughput twice: from the first read to the last batch, and `_cold`: from launching the
+feed (`sandfs mount` on an empty cache dir: scan, plan, mount; a peer's trainer process and its
+DataLoader) to the last batch. One JSON object per line: a `params` line, a `skip` line per peer
+that cannot run here, `check` lines, a `run` line per measurement and a `summary` line per
 scenario and mode (medians over --repeats, ratios taken within one repeat).
 
     .venv/bin/python benchmarks/bench_e2e.py --quick
-    .venv/bin/python benchmarks/bench_e2e.py --scenario search4 --repeats 5
+    .venv/bin/python benchmarks/bench_e2e.py --scenario slowfast224 --peers pyav torchcodec
 """
 
 from __future__ import annotations
@@ -37,13 +43,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import av
-import cv2
 import numpy as np
-import torch
 import yaml
 from common import (
     DatasetSpec,
+    MixedDatasetSpec,
+    PeakMemory,
     emit,
     ensure_dataset,
     fill_defaults,
@@ -52,27 +57,30 @@ from common import (
     machine_cpu_seconds,
     machine_info,
     median_or_none,
+    peak_rss_mb,
     sandfs_mount,
     summary,
     tree_cpu_seconds,
 )
-from torch.utils.data import DataLoader, Dataset, Sampler
+from peers import PEERS, PeerFeed, check_peer, peer_unavailable, peer_version, task_plans
 
 from sandfs.mountwatch import mounts_under
-from sandfs.ops import apply_chain, draw_chain, validate_op
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 SCENARIOS = {
     "single": [("single", "single.yaml")],
     "search4": [(f"search{i}", "single.yaml") for i in range(4)],
     "hetero": [("slowfast", "slowfast.yaml"), ("mae", "mae.yaml")],
+    "slowfast224": [("slowfast224", "slowfast224.yaml")],
 }
+MIXED_SCENARIOS = {"slowfast224"}  # on the mixed-codec dataset; the others on H.264 340x256
 MODES = ("raw", "gpu")
 CLASSES = 4
-# Videos in multiples of 16 make an even number of batches of 8 per epoch, a multiple of the 2
-# DataLoader workers, so the baseline loses no worker time to a lone last batch per epoch.
-DEFAULTS = {"full": {"videos": 16, "epochs": 10, "repeats": 3},
-            "quick": {"videos": 16, "epochs": 6, "repeats": 1}}
+# Videos in multiples of 16 make an even number of batches per epoch, a multiple of the 2
+# DataLoader workers, so no peer loses worker time to a lone last batch per epoch.
+DEFAULTS = {"full": {"videos": 16, "epochs": 10, "repeats": 3, "modes": list(MODES)},
+            "quick": {"videos": 16, "epochs": 6, "repeats": 1, "modes": ["raw"]}}
+CHECK_BATCHES = 2  # batches of epoch 0 and of the last epoch each peer is checked on
 BUSY_MACHINE_CORES = 0.2  # others' load above which the figures are flagged as noisy
 SETUP_TIMEOUT_S = 300.0
 RUN_TIMEOUT_S = 3600.0
@@ -81,7 +89,7 @@ RUN_TIMEOUT_S = 3600.0
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="6 epochs and 1 repeat (~2-3 min) instead of 10 and 3 (~9-12 min)")
+                        help="6 epochs, 1 repeat, raw mode only (instead of 10, 3, both)")
     parser.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="all")
     parser.add_argument("--videos", type=int, help=f"dataset size, a multiple of {CLASSES} "
                         "classes (default 16)")
@@ -89,7 +97,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="runs per measurement (default 3, quick 1)")
     parser.add_argument("--gpu-ms", type=float, default=40.0,
                         help="simulated GPU step per batch, ms (default 40)")
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--modes", nargs="+", choices=MODES,
+                        help="default: both (quick: raw)")
+    parser.add_argument("--peers", nargs="+", choices=list(PEERS), default=list(PEERS),
+                        help="peer loaders to measure (default: all; those not installed are "
+                             "skipped with the reason)")
     parser.add_argument("--k-epochs", type=int, default=5, help="sandfs --k-epochs")
     parser.add_argument("--decode-ahead", type=int, default=3,
                         help="sandfs --decode-ahead (default 3, sandfs's default; 0: off)")
@@ -102,7 +114,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/sandfs-bench"),
                         help="mounts, cache dirs and daemon logs go in a temp folder here")
     args = parser.parse_args()
-    fill_defaults(parser, args, DEFAULTS, positive=list(DEFAULTS["full"]))
+    fill_defaults(parser, args, DEFAULTS, positive=["videos", "epochs", "repeats"])
     if args.videos % CLASSES:
         parser.error(f"--videos must be a multiple of {CLASSES}")
     if args.epochs <= args.k_epochs:
@@ -117,149 +129,25 @@ def parse_args() -> argparse.Namespace:
 @dataclass(frozen=True, slots=True)
 class TaskSpec:
     name: str
-    config_path: Path  # the filled-in config, for sandfs
-    config: dict  # the same config, for the baseline
-
-    @property
-    def sampling(self) -> dict:
-        return self.config["dataset"]["sampling"]
-
-    @property
-    def clips_per_batch(self) -> int:
-        return self.sampling["videos_per_batch"] * self.sampling.get("samples_per_video", 1)
+    config_path: Path  # the filled-in config, for sandfs and the peers' plans
+    frames_per_clip: int
+    clips_per_batch: int
 
 
-def write_task_configs(scenario: str, dataset_root: Path, epochs: int,
+def write_task_configs(scenario: str, dataset_root: Path, extensions: list[str], epochs: int,
                        out_dir: Path) -> list[TaskSpec]:
     specs = []
     for task, template in SCENARIOS[scenario]:
         config = yaml.safe_load((CONFIG_DIR / template).read_text())
         config["task"], config["epochs"] = task, epochs
         config["dataset"]["video_dataset_path"] = str(dataset_root)
+        config["dataset"]["extensions"] = extensions
         path = out_dir / f"{task}.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
-        specs.append(TaskSpec(task, path, config))
-    return specs
-
-
-# -- the on-demand baseline -------------------------------------------------------------------
-
-
-def chain_ops(config: dict) -> list[tuple[str, tuple]]:
-    """The config's ops in order, validated by sandfs.ops (single-branch steps only)."""
-    ops = []
-    for step in config["dataset"]["augmentation"]:
-        if step["branch_type"] != "single":
-            raise ValueError(f"the baseline runs single-branch steps only, not {step['name']!r}")
-        for op in step["config"]:
-            ((name, params),) = op.items()
-            ops.append((name, validate_op(name, params)))
-    return ops
-
-
-def labelled_videos(dataset_root: Path) -> list[tuple[str, int]]:
-    """(path, label index) with labels from the class folder names, sorted (as sandfs's
-    `labels: dirname`)."""
-    classes = sorted(p.name for p in dataset_root.iterdir() if p.is_dir())
-    return [(str(path), label) for label, name in enumerate(classes)
-            for path in sorted((dataset_root / name).glob("*.mp4"))]
-
-
-def decode_needed(container: av.container.InputContainer, first_index: int,
-                  needed: set[int]) -> tuple[dict[int, np.ndarray], int]:
-    """Seek to the keyframe at or before frame `first_index`, decode single-threaded up to the
-    last needed frame; RGB for the needed ones. Returns (frames by index, frames decoded)."""
-    stream = container.streams.video[0]
-    fps, time_base, start_pts = stream.average_rate, stream.time_base, stream.start_time or 0
-    container.seek(start_pts + int(first_index / (fps * time_base)), backward=True,
-                   stream=stream)
-    frames, decoded, last = {}, 0, max(needed)
-    for frame in container.decode(stream):
-        decoded += 1
-        index = round((frame.pts - start_pts) * time_base * fps)
-        if index in needed:
-            frames[index] = frame.reformat(format="rgb24", threads=1).to_ndarray()
-        if index >= last:
-            break
-    if len(frames) != len(needed):
-        raise RuntimeError(f"{container.name}: decoded {len(frames)} of {len(needed)} frames")
-    return frames, decoded
-
-
-class OnDemandClips(Dataset):
-    """Item (epoch, index): `samples_per_video` random clips of video `index` (uniform over the
-    valid starts, seeded by epoch and index), decoded in one seek + forward pass, augmented."""
-
-    def __init__(self, videos: list[tuple[str, int]], config: dict) -> None:
         sampling = config["dataset"]["sampling"]
-        self.videos, self.seed = videos, config["seed"]
-        self.frames_per_clip, self.stride = sampling["frames_per_video"], sampling["frame_stride"]
-        self.samples = sampling.get("samples_per_video", 1)
-        self.span_frames = (self.frames_per_clip - 1) * self.stride + 1
-        self.ops = chain_ops(config)
-
-    def __len__(self) -> int:
-        return len(self.videos)
-
-    def __getitem__(self, key: tuple[int, int]):
-        epoch, index = key
-        path, label = self.videos[index]
-        rng = np.random.default_rng([self.seed, epoch, index])
-        with av.open(path) as container:
-            stream = container.streams.video[0]
-            stream.thread_type, stream.codec_context.thread_count = "SLICE", 1
-            max_start = stream.frames - self.span_frames
-            starts = [int(rng.integers(0, max_start + 1)) for _ in range(self.samples)]
-            clip_indices = [range(s, s + self.span_frames, self.stride) for s in starts]
-            frames, decoded = decode_needed(container, min(starts),
-                                            {i for clip in clip_indices for i in clip})
-        clips = []
-        for indices in clip_indices:
-            height, width = frames[indices[0]].shape[:2]
-            ops = draw_chain(self.ops, rng, (height, width))
-            clips.append(np.stack(apply_chain(ops, [frames[i] for i in indices])))
-        return torch.from_numpy(np.stack(clips)), label, decoded
-
-
-class EpochShuffle(Sampler):
-    """shuffle=True with a per-epoch seed (DistributedSampler's set_epoch idiom); yields
-    (epoch, index) so the Dataset's randomness is seeded by both."""
-
-    def __init__(self, size: int, seed: int) -> None:
-        self.size, self.seed, self.epoch = size, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.size)
-        return ((self.epoch, int(i)) for i in order)
-
-
-def single_threaded_worker(worker_id: int) -> None:
-    cv2.setNumThreads(1)  # 2 workers on 2 cores: no oversubscription inside OpenCV
-
-
-class BaselineFeed:
-    """One task's batches from its own DataLoader, epoch by epoch."""
-
-    def __init__(self, task: TaskSpec, dataset_root: Path, workers: int) -> None:
-        dataset = OnDemandClips(labelled_videos(dataset_root), task.config)
-        self.sampler = EpochShuffle(len(dataset), task.config["seed"])
-        self.loader = DataLoader(dataset, batch_size=task.sampling["videos_per_batch"],
-                                 sampler=self.sampler, num_workers=workers,
-                                 persistent_workers=True, worker_init_fn=single_threaded_worker)
-        self.frames_decoded = 0
-
-    def epoch(self, epoch: int) -> Iterator[tuple[np.ndarray, list[int]]]:
-        self.sampler.set_epoch(epoch)
-        for clips, labels, decoded in self.loader:
-            self.frames_decoded += int(decoded.sum())
-            samples = clips.shape[1]
-            yield clips.flatten(0, 1).numpy(), labels.repeat_interleave(samples).tolist()
+        specs.append(TaskSpec(task, path, sampling["frames_per_video"],
+                              sampling["videos_per_batch"] * sampling.get("samples_per_video", 1)))
+    return specs
 
 
 # -- the sandfs reader ------------------------------------------------------------------------
@@ -290,10 +178,10 @@ class TrainerJob:
     task: TaskSpec
     epochs: int
     gpu_s: float
-    make_feed: Callable[[], BaselineFeed | SandfsFeed]
+    make_feed: Callable[[], PeerFeed | SandfsFeed]
 
 
-def train(job: TrainerJob, feed: BaselineFeed | SandfsFeed) -> dict:
+def train(job: TrainerJob, feed: PeerFeed | SandfsFeed) -> dict:
     """Read every batch of every epoch; after each, sleep `gpu_s` (the simulated GPU step)."""
     waits_s, epoch_starts, clips = [], [], 0
     cpu_start_s = tree_cpu_seconds(os.getpid())
@@ -328,8 +216,7 @@ def timed(batches: Iterator) -> Iterator[tuple[object, float]]:
 
 
 def check_batch(task: TaskSpec, clips: np.ndarray, labels: list[int]) -> None:
-    sampling = task.sampling
-    if (clips.dtype != np.uint8 or clips.shape[1] != sampling["frames_per_video"]
+    if (clips.dtype != np.uint8 or clips.shape[1] != task.frames_per_clip
             or clips.shape[0] != len(labels) or clips.shape[0] > task.clips_per_batch
             or None in labels):
         raise RuntimeError(f"task {task.name}: bad batch {clips.shape} {clips.dtype}, "
@@ -349,23 +236,28 @@ def trainer_main(job: TrainerJob, barrier, results) -> None:
 
 def run_trainers(jobs: list[TrainerJob], tree_pid: int | None = None) -> dict:
     """One process per job, started together. With `tree_pid`, also the CPU seconds of that
-    process tree when they start and when they have all finished."""
+    process tree when they start and when they have all finished. The peak RSS is that of the
+    trainers (with their DataLoader workers) and `tree_pid`'s tree together."""
     context = multiprocessing.get_context("fork")
     barrier, results = context.Barrier(len(jobs) + 1), context.Queue()
     processes = [context.Process(target=trainer_main, args=(job, barrier, results),
                                  name=f"trainer-{job.task.name}") for job in jobs]
+    launched_at = time.monotonic()
     try:
         for process in processes:
             process.start()
-        try:
-            barrier.wait(timeout=SETUP_TIMEOUT_S)
-        except threading.BrokenBarrierError:
-            raise RuntimeError(f"a trainer failed to start:\n{results.get(timeout=10)}") from None
-        cpu_at_start_s = tree_cpu_seconds(tree_pid) if tree_pid else None
-        machine_at_start_s = machine_cpu_seconds()
-        trainer_results = [results.get(timeout=RUN_TIMEOUT_S) for _ in jobs]
-        busy_s, steal_s = np.subtract(machine_cpu_seconds(), machine_at_start_s)
-        cpu_at_end_s = tree_cpu_seconds(tree_pid) if tree_pid else None
+        roots = [p.pid for p in processes] + ([tree_pid] if tree_pid else [])
+        with PeakMemory(lambda: roots) as memory:
+            try:
+                barrier.wait(timeout=SETUP_TIMEOUT_S)
+            except threading.BrokenBarrierError:
+                raise RuntimeError("a trainer failed to start:\n"
+                                   f"{results.get(timeout=10)}") from None
+            cpu_at_start_s = tree_cpu_seconds(tree_pid) if tree_pid else None
+            machine_at_start_s = machine_cpu_seconds()
+            trainer_results = [results.get(timeout=RUN_TIMEOUT_S) for _ in jobs]
+            busy_s, steal_s = np.subtract(machine_cpu_seconds(), machine_at_start_s)
+            cpu_at_end_s = tree_cpu_seconds(tree_pid) if tree_pid else None
         for result in trainer_results:
             if "error" in result:
                 raise RuntimeError(f"trainer {result['task']} failed:\n{result['error']}")
@@ -376,32 +268,44 @@ def run_trainers(jobs: list[TrainerJob], tree_pid: int | None = None) -> dict:
             if process.is_alive():  # unreaped, so its pid is still its own
                 kill_tree(process.pid)
             process.join()
-    return {"trainers": trainer_results, "cpu_at_start_s": cpu_at_start_s,
-            "cpu_at_end_s": cpu_at_end_s, "machine_busy_s": float(busy_s),
-            "machine_steal_s": float(steal_s)}
+    return {"trainers": trainer_results, "launched_at": launched_at,
+            "cpu_at_start_s": cpu_at_start_s, "cpu_at_end_s": cpu_at_end_s,
+            "machine_busy_s": float(busy_s), "machine_steal_s": float(steal_s),
+            "peak_rss_mb": memory.peak_mb}
 
 
 # -- measurements -----------------------------------------------------------------------------
 
 
-def measure_baseline(tasks: list[TaskSpec], dataset_root: Path, args, gpu_s: float) -> dict:
+def measure_peer(name: str, tasks: list[TaskSpec], plans: dict, args, gpu_s: float) -> dict:
+    """Each task's batches from the peer's DataLoader over sandfs's plan of it; the cold clock
+    starts when the trainer processes are launched."""
     jobs = [TrainerJob(task, args.epochs, gpu_s,
-                       lambda task=task: BaselineFeed(task, dataset_root, args.workers))
+                       lambda task=task: PeerFeed(plans[task.name], PEERS[name], args.workers))
             for task in tasks]
     run = run_trainers(jobs)
     trainers = run["trainers"]
     cpu_s = sum(t["cpu_tree_s"] for t in trainers)
-    figures = feed_figures(run, gpu_s)
-    return {**figures, **cpu_figures(cpu_s, figures["wall_s"]),
+    figures = feed_figures(run, gpu_s, launched_at=run["launched_at"])
+    return {**figures, **cpu_figures(cpu_s, figures),
             "cpu_loader_workers_s": round(cpu_s - sum(t["cpu_main_s"] for t in trainers), 2),
-            "frames_decoded": sum(t["frames_decoded"] for t in trainers),
-            **noise_figures(run, own_cpu_s=cpu_s)}
+            "peak_rss_mb": run["peak_rss_mb"], **noise_figures(run, own_cpu_s=cpu_s)}
 
 
-def measure_sandfs(tasks: list[TaskSpec], workdir: Path, args, gpu_s: float) -> tuple[dict, dict]:
-    """The sandfs pass on a fresh mount, then the ideal pass on the same (now warm) mount. The
-    sandfs pass is charged the daemon's CPU from the moment it served (a scheduler may start
-    before the first read: `head_start_s` says how long the readers took to start)."""
+@dataclass(frozen=True, slots=True)
+class SandfsPass:
+    sandfs: dict  # the figures of the first (cold) pass
+    ideal: dict  # the figures of the second pass over the same mount
+    views: dict[str, dict[tuple[int, int], np.ndarray]]  # task -> (epoch, iteration) -> view
+
+
+def measure_sandfs(tasks: list[TaskSpec], workdir: Path, args, gpu_s: float,
+                   keep_views: list[tuple[int, int]] = ()) -> SandfsPass:
+    """The sandfs pass on a fresh mount, then the ideal pass on the same (now warm) mount; then
+    the views `keep_views` of every task are read for the peers' check. The sandfs pass is
+    charged the daemon's CPU from the moment it served (a scheduler may start before the first
+    read: `head_start_s` says how long the readers took to start); `_cold` figures count from
+    the launch of `sandfs mount`, its CPU included."""
     with sandfs_mount(workdir, [t.config_path for t in tasks], k_epochs=args.k_epochs,
                       workers=args.workers,
                       extra_args=["--decode-ahead", str(args.decode_ahead)]) as mount:
@@ -411,18 +315,29 @@ def measure_sandfs(tasks: list[TaskSpec], workdir: Path, args, gpu_s: float) -> 
         status_ready = mount.status()
         cold = run_trainers(jobs, tree_pid=mount.pid)
         status_cold = mount.status()
+        daemon_peak_mb = peak_rss_mb(mount.pid)
         dropped = drop_page_cache()
         warm = run_trainers(jobs, tree_pid=mount.pid)
         status_warm = mount.status()
+        views = {task.name: {key: read_view(mount.mountpoint, task.name, *key)
+                             for key in keep_views} for task in tasks}
     sandfs = sandfs_record(cold, cold["cpu_at_end_s"] - mount.ready_cpu_s,
-                           daemon_figures(status_ready, status_cold), gpu_s)
+                           daemon_figures(status_ready, status_cold), gpu_s, mount.launched_at)
+    readers_cpu_s = sandfs["cpu_readers_s"]
+    sandfs["cpu_s_cold"] = round(cold["cpu_at_end_s"] + readers_cpu_s, 2)
+    sandfs["cpu_s_per_batch_cold"] = round(sandfs["cpu_s_cold"] / sandfs["batches"], 4)
+    sandfs["daemon_peak_rss_mb"] = daemon_peak_mb
     sandfs["mount_s"] = round(mount.mount_s, 2)
     sandfs["head_start_s"] = round(min(t["started"] for t in cold["trainers"]) - mount.ready_at, 3)
     sandfs["cpu_daemon_head_start_s"] = round(cold["cpu_at_start_s"] - mount.ready_cpu_s, 2)
     ideal = sandfs_record(warm, warm["cpu_at_end_s"] - warm["cpu_at_start_s"],
                           daemon_figures(status_cold, status_warm), gpu_s)
     ideal["ideal_page_cache_dropped"] = dropped
-    return sandfs, ideal | ideal_verdict(ideal["views_materialized"])
+    return SandfsPass(sandfs, ideal | ideal_verdict(ideal["views_materialized"]), views)
+
+
+def read_view(mountpoint: Path, task: str, epoch: int, iteration: int) -> np.ndarray:
+    return np.load(mountpoint / task / str(epoch) / str(iteration) / "view")
 
 
 def drop_page_cache() -> bool:
@@ -453,13 +368,15 @@ def daemon_figures(status_before: dict, status_after: dict) -> dict:
             "daemon_memory_bytes": status_after["memory_bytes"]}
 
 
-def sandfs_record(run: dict, daemon_cpu_s: float, daemon: dict, gpu_s: float) -> dict:
+def sandfs_record(run: dict, daemon_cpu_s: float, daemon: dict, gpu_s: float,
+                  launched_at: float | None = None) -> dict:
     readers_cpu_s = sum(t["cpu_tree_s"] for t in run["trainers"])
     daemon_cpu_while_reading_s = run["cpu_at_end_s"] - run["cpu_at_start_s"]
-    figures = feed_figures(run, gpu_s)
-    return {**figures, **cpu_figures(daemon_cpu_s + readers_cpu_s, figures["wall_s"]),
+    figures = feed_figures(run, gpu_s, launched_at)
+    return {**figures, **cpu_figures(daemon_cpu_s + readers_cpu_s, figures),
             "cpu_daemon_s": round(daemon_cpu_s, 2),
-            "cpu_readers_s": round(readers_cpu_s, 2), **daemon,
+            "cpu_readers_s": round(readers_cpu_s, 2), "peak_rss_mb": run["peak_rss_mb"],
+            **daemon,
             **noise_figures(run, own_cpu_s=daemon_cpu_while_reading_s + readers_cpu_s)}
 
 
@@ -472,9 +389,11 @@ def ideal_verdict(views_materialized: int) -> dict:
     return {"ideal_held_all_views": held, "ideal_note": note}
 
 
-def cpu_figures(cpu_s: float, wall_s: float) -> dict:
-    """The feed's CPU seconds and the cores it kept busy on average (of os.cpu_count())."""
-    return {"cpu_s": round(cpu_s, 2), "cores_used": round(cpu_s / wall_s, 2)}
+def cpu_figures(cpu_s: float, figures: dict) -> dict:
+    """The feed's CPU seconds, per batch, and the cores it kept busy on average (of
+    os.cpu_count()) from the first read on."""
+    return {"cpu_s": round(cpu_s, 2), "cpu_s_per_batch": round(cpu_s / figures["batches"], 4),
+            "cores_used": round(cpu_s / figures["wall_s"], 2)}
 
 
 def noise_figures(run: dict, own_cpu_s: float) -> dict:
@@ -484,16 +403,21 @@ def noise_figures(run: dict, own_cpu_s: float) -> dict:
             "cpu_steal_s": round(run["machine_steal_s"], 2)}
 
 
-def feed_figures(run: dict, gpu_s: float) -> dict:
-    """Throughput over all tasks (batches / wall, wall from the first start to the last end),
-    the per-batch data wait, waits at epoch starts and, with a GPU step, the GPU-busy share."""
+def feed_figures(run: dict, gpu_s: float, launched_at: float | None = None) -> dict:
+    """Throughput over all tasks (batches / wall, wall from the first read to the last batch;
+    with `launched_at`, also from then: `_cold`), the per-batch data wait, waits at epoch
+    starts and, with a GPU step, the GPU-busy share."""
     trainers = run["trainers"]
-    wall_s = max(t["finished"] for t in trainers) - min(t["started"] for t in trainers)
+    finished = max(t["finished"] for t in trainers)
+    wall_s = finished - min(t["started"] for t in trainers)
     batches = sum(len(t["waits_s"]) for t in trainers)
     clips = sum(t["clips"] for t in trainers)
     waits_ms = [w * 1e3 for t in trainers for w in t["waits_s"]]
+    cold = {} if launched_at is None else {
+        "wall_cold_s": round(finished - launched_at, 3),
+        "batches_per_s_cold": round(batches / (finished - launched_at), 3)}
     figures = {"wall_s": round(wall_s, 3), "batches": batches,
-               "batches_per_s": round(batches / wall_s, 3),
+               "batches_per_s": round(batches / wall_s, 3), **cold,
                "clips_per_s": round(clips / wall_s, 2),
                "wait_ms": summary(waits_ms, 1),
                **epoch_start_waits(trainers),
@@ -533,66 +457,175 @@ def epoch_start_waits(trainers: list[dict]) -> dict:
 # -- the run ----------------------------------------------------------------------------------
 
 
-def run_scenario(scenario: str, dataset_root: Path, workdir: Path, args, params: dict) -> None:
+@dataclass(frozen=True, slots=True)
+class Dataset:
+    root: Path
+    name: str
+    extensions: list[str]
+
+
+def run_scenario(scenario: str, dataset: Dataset, workdir: Path, args, peers: list[str],
+                 params: dict) -> None:
     config_dir = workdir / f"configs-{scenario}"
     config_dir.mkdir()
-    tasks = write_task_configs(scenario, dataset_root, args.epochs, config_dir)
+    tasks = write_task_configs(scenario, dataset.root, dataset.extensions, args.epochs,
+                               config_dir)
+    plans = task_plans([t.config_path for t in tasks], args.k_epochs, args.workers)
     runs: dict[str, list[dict]] = {mode: [] for mode in args.modes}
+    checks_ok: dict[str, bool] = {}
+    peers = list(peers)  # a peer that fails leaves the rest of the scenario
     for repeat in range(args.repeats):
         for mode in args.modes:
             gpu_s = args.gpu_ms / 1e3 if mode == "gpu" else 0.0
-            measured = measure_pair(tasks, dataset_root, workdir, args, gpu_s,
-                                    sandfs_first=bool(repeat % 2))
-            for system, figures in measured.items():
+            keep = check_batches(plans, args.epochs) if not checks_ok and peers else []
+            done = measure_repeat(tasks, plans, peers, workdir, args, gpu_s,
+                                  reverse=bool(repeat % 2), keep_views=keep)
+            for system, figures in done.measured.items():
                 emit({"record": "run", "scenario": scenario, "mode": mode, "repeat": repeat,
                       "system": system, **figures})
-            runs[mode].append(measured)
+            for peer, error in done.failed.items():
+                emit({"record": "error", "scenario": scenario, "mode": mode, "repeat": repeat,
+                      "peer": peer, "error": error})
+                peers.remove(peer)
+            runs[mode].append(done.measured)
+            for check in check_in_child(plans, peers, done.views, keep) if keep else ():
+                emit({"record": "check", "scenario": scenario, **check})
+                checks_ok[check["peer"]] = checks_ok.get(check["peer"], True) and check["ok"]
     for mode, measured in runs.items():
-        emit(summary_record(scenario, mode, measured, tasks, params))
+        emit(summary_record(scenario, mode, measured, tasks, peers, checks_ok,
+                            {**params, "dataset": dataset.name}))
 
 
-def measure_pair(tasks, dataset_root, workdir, args, gpu_s, *, sandfs_first: bool) -> dict:
-    """Baseline and sandfs (+ ideal) back to back, in alternating order across repeats."""
-    measured = {}
-    steps = ["baseline", "sandfs"]
-    for step in reversed(steps) if sandfs_first else steps:
-        if step == "baseline":
-            measured["baseline"] = measure_baseline(tasks, dataset_root, args, gpu_s)
-        else:
-            measured["sandfs"], measured["ideal"] = measure_sandfs(tasks, workdir, args, gpu_s)
-    return measured
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    measured: dict[str, dict]  # system -> figures
+    views: dict  # the views kept for the check (SandfsPass.views)
+    failed: dict[str, str]  # peer -> why its pass failed
+
+
+def measure_repeat(tasks, plans, peers, workdir, args, gpu_s, *, reverse: bool,
+                   keep_views: list[tuple[int, int]]) -> Repeat:
+    """Every peer and sandfs (+ ideal) back to back, in reversed order in odd repeats. A peer
+    whose pass fails (its decoder on some file) is reported, not measured; sandfs failing
+    stops the run."""
+    measured, views, failed = {}, {}, {}
+    steps = [*peers, "sandfs"]
+    for step in reversed(steps) if reverse else steps:
+        if step == "sandfs":
+            done = measure_sandfs(tasks, workdir, args, gpu_s, keep_views)
+            measured["sandfs"], measured["ideal"], views = done.sandfs, done.ideal, done.views
+            continue
+        try:
+            measured[step] = measure_peer(step, tasks, plans, args, gpu_s)
+        except RuntimeError as exc:
+            failed[step] = str(exc)
+    return Repeat(measured, views, failed)
+
+
+def check_batches(plans: dict, epochs: int) -> list[tuple[int, int]]:
+    """The first batches of epoch 0 and of the last epoch (another window when epochs > k)."""
+    iterations = min(plan.iterations_per_epoch for plan in plans.values())
+    keys = [(epoch, i) for epoch in (0, epochs - 1) for i in range(min(CHECK_BATCHES, iterations))]
+    return list(dict.fromkeys(keys))
+
+
+def check_in_child(plans: dict, peers: list[str], views: dict,
+                   keys: list[tuple[int, int]]) -> list[dict]:
+    """Every peer's batches `keys` against the views the mount served, decoded in a forked
+    child, so that this process never starts a decoder's threads before forking trainers."""
+    def check_all() -> None:
+        try:
+            checks = [check_peer(PEERS[peer], plan,
+                                 lambda e, i, task=task: views[task][(e, i)], keys)
+                      for peer in peers for task, plan in plans.items()]
+        except BaseException:
+            results.put(traceback.format_exc())
+            return
+        results.put([{"peer": c.peer, "task": c.task, "ok": c.ok, "batches": c.batches,
+                      "max_abs_diff": c.max_abs_diff, "mean_abs_diff": c.mean_abs_diff,
+                      "tolerance": {"max_abs": c.tolerance.max_abs,
+                                    "mean_abs": c.tolerance.mean_abs},
+                      "problems": list(c.problems)} for c in checks])
+
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    child = context.Process(target=check_all, name="peer-check")
+    child.start()
+    try:
+        checks = results.get(timeout=RUN_TIMEOUT_S)
+        if isinstance(checks, str):
+            raise RuntimeError(f"the peers' check failed:\n{checks}")
+        return checks
+    finally:
+        child.join(timeout=60)
+        if child.is_alive():
+            kill_tree(child.pid)
+            child.join()
 
 
 COMMON_KEYS = ("batches_per_s", "clips_per_s", "wall_s", "gpu_busy", "gpu_busy_steady", "cpu_s",
-               "cores_used", "cpu_others_s", "cpu_steal_s")
-SUMMARY_KEYS = {
-    "baseline": (*COMMON_KEYS, "cpu_loader_workers_s", "frames_decoded"),
-    "sandfs": (*COMMON_KEYS, "cpu_daemon_s", "stall_s_total", "frames_decoded",
-               "frames_decoded_independent", "views_materialized", "mount_s", "head_start_s"),
-    "ideal": COMMON_KEYS,
-}
+               "cpu_s_per_batch", "cores_used", "peak_rss_mb", "cpu_others_s", "cpu_steal_s")
+COLD_KEYS = ("batches_per_s_cold", "wall_cold_s")
+PEER_KEYS = (*COMMON_KEYS, *COLD_KEYS, "cpu_loader_workers_s")
+SANDFS_KEYS = (*COMMON_KEYS, *COLD_KEYS, "cpu_s_cold", "cpu_s_per_batch_cold",
+               "daemon_peak_rss_mb", "cpu_daemon_s", "stall_s_total", "frames_decoded",
+               "frames_decoded_independent", "views_materialized", "mount_s", "head_start_s")
 
 
-def summary_record(scenario: str, mode: str, measured: list[dict], tasks, params) -> dict:
-    """Medians over the repeats; each ratio is taken within one repeat, then the median."""
+def summary_record(scenario: str, mode: str, measured: list[dict], tasks, peers: list[str],
+                   checks_ok: dict[str, bool], params: dict) -> dict:
+    """Medians over the repeats; each ratio is taken within one repeat, then the median. The
+    best peer is the one with the most batches/s in that repeat (by the cold figure for the
+    `_cold` ratio)."""
+    peers = [peer for peer in peers if all(peer in m for m in measured)]
     record = {"record": "summary", "scenario": scenario, "mode": mode,
-              "tasks": [t.name for t in tasks], "repeats": len(measured)}
-    for system, keys in SUMMARY_KEYS.items():
+              "tasks": [t.name for t in tasks], "repeats": len(measured),
+              "peer_check_ok": checks_ok}
+    keys = {**dict.fromkeys(peers, PEER_KEYS), "sandfs": SANDFS_KEYS, "ideal": COMMON_KEYS}
+    for system, wanted in keys.items():
         runs = [m[system] for m in measured]
-        record[system] = {key: median_or_none([run.get(key) for run in runs]) for key in keys}
+        record[system] = {key: median_or_none([run.get(key) for run in runs]) for key in wanted}
         record[system]["wait_ms_p90"] = median_or_none([run["wait_ms"]["p90"] for run in runs], 1)
         record[system]["epoch_start_wait_ms"] = [
             median_or_none(waits, 1) for waits in zip(*(run["epoch_start_wait_ms"] for run in runs),
                                                       strict=True)]
     record["ideal"]["held_all_views"] = all(m["ideal"]["ideal_held_all_views"] for m in measured)
-    for numerator, denominator in (("sandfs", "baseline"), ("sandfs", "ideal"),
-                                   ("ideal", "baseline")):
-        record[f"ratio_{numerator}_over_{denominator}"] = median_or_none(
-            [m[numerator]["batches_per_s"] / m[denominator]["batches_per_s"] for m in measured])
+    if peers:
+        record |= best_peer_ratios(measured, peers)
+    record["ratio_sandfs_over_ideal"] = median_or_none(
+        [m["sandfs"]["batches_per_s"] / m["ideal"]["batches_per_s"] for m in measured])
     if mode == "gpu":  # the "within 15% of ideal in steady state" target
         record["ratio_sandfs_over_ideal_steady"] = median_or_none(
             [m["sandfs"]["gpu_busy_steady"] / m["ideal"]["gpu_busy_steady"] for m in measured])
     return {**record, "params": params}
+
+
+def best_peer_ratios(measured: list[dict], peers: list[str]) -> dict:
+    record = {}
+    for suffix in ("", "_cold"):
+        key = f"batches_per_s{suffix}"
+        best = [max(peers, key=lambda peer, m=m: m[peer][key]) for m in measured]
+        record[f"best_peer{suffix}"] = best
+        record[f"ratio_sandfs_over_best_peer{suffix}"] = median_or_none(
+            [m["sandfs"][key] / m[peer][key] for m, peer in zip(measured, best, strict=True)])
+    record["ratio_sandfs_over_peer"] = {
+        peer: median_or_none([m["sandfs"]["batches_per_s"] / m[peer]["batches_per_s"]
+                              for m in measured]) for peer in peers}
+    return record
+
+
+def make_datasets(args, scenarios: list[str]) -> dict[str, Dataset]:
+    """Each scenario's dataset, generated on first use: the mixed-codec set, or the
+    Kinetics-like H.264 one (`--bframes`)."""
+    made: dict[str, Dataset] = {}
+    for scenario in scenarios:
+        spec = (MixedDatasetSpec(CLASSES, args.videos // CLASSES) if scenario in MIXED_SCENARIOS
+                else DatasetSpec(CLASSES, args.videos // CLASSES, bframes=args.bframes))
+        if spec.name not in made:
+            made[spec.name] = Dataset(ensure_dataset(args.data_dir, spec), spec.name,
+                                      spec.extensions)
+        made[scenario] = made[spec.name]
+    return {scenario: made[scenario] for scenario in scenarios}
 
 
 def raise_keyboard_interrupt(signum, frame) -> None:
@@ -605,26 +638,37 @@ def main() -> int:
     # KeyboardInterrupt, so the finally blocks unmount and stop every process.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
-    spec = DatasetSpec(classes=CLASSES, videos_per_class=args.videos // CLASSES,
-                       bframes=args.bframes)
     args.data_dir.mkdir(parents=True, exist_ok=True)
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    dataset_root = ensure_dataset(args.data_dir, spec)
+    scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    datasets = make_datasets(args, scenarios)
+    peers, skipped = [], {}
+    for name in args.peers:
+        reason = peer_unavailable(name)
+        if reason:
+            skipped[name] = reason
+        else:
+            peers.append(name)
     params = {"quick": args.quick, "videos": args.videos, "epochs": args.epochs,
               "repeats": args.repeats, "gpu_ms": args.gpu_ms, "k_epochs": args.k_epochs,
               "decode_ahead": args.decode_ahead, "workers": args.workers,
-              "dataset": spec.name, "modes": args.modes}
+              "modes": args.modes, "peers": peers}
     busy_cores = machine_busy_cores()
     if busy_cores > BUSY_MACHINE_CORES:
         print(f"warning: other processes keep {busy_cores} cores busy: expect noisy figures "
               "(see cpu_others_s)", file=sys.stderr)
-    emit({"record": "params", "bench": "e2e", **params, "dataset_root": str(dataset_root),
+    emit({"record": "params", "bench": "e2e", **params,
+          "datasets": {s: str(d.root) for s, d in datasets.items()},
+          "peer_versions": {name: peer_version(name) for name in peers},
           "machine": machine_info(), "busy_cores_before_start": busy_cores})
+    for name, reason in skipped.items():
+        print(f"warning: peer {name} skipped: {reason}", file=sys.stderr)
+        emit({"record": "skip", "peer": name, "reason": reason})
     scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     workdir = Path(tempfile.mkdtemp(prefix="run-", dir=args.work_dir))
     try:
         for scenario in scenarios:
-            run_scenario(scenario, dataset_root, workdir, args, params)
+            run_scenario(scenario, datasets[scenario], workdir, args, peers, params)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

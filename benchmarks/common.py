@@ -13,8 +13,9 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,6 +114,78 @@ class DatasetSpec:
                 f"-{self.fps}fps-{self.seconds[0]}to{self.seconds[1]}s-gop{self.gop_frames}"
                 + (f"-b{self.bframes}" if self.bframes else ""))
 
+    @property
+    def extensions(self) -> list[str]:
+        return [".mp4"]
+
+    def write(self, root: Path) -> None:
+        from sandfs.media.synth import make_dataset
+
+        make_dataset(root, classes=self.classes, videos_per_class=self.videos_per_class,
+                     num_frames=(self.seconds[0] * self.fps, self.seconds[1] * self.fps),
+                     size=(self.width, self.height), fps=self.fps, gop=self.gop_frames,
+                     noise=True, bframes=self.bframes, b_adapt=not self.bframes)
+
+
+@dataclass(frozen=True, slots=True)
+class VideoKind:
+    """One codec and frame size of a mixed dataset; B-frames in a fixed pattern."""
+
+    codec: str
+    ext: str
+    width: int
+    height: int
+    bframes: int = 0
+
+
+# What real training sets mix: H.264 with B-frames (the common case), VP9 (web video, no
+# B-frames), MPEG-4 part 2 (old uploads), HEVC with B-frames; 256x144 to 640x360.
+MIXED_KINDS = (VideoKind("libx264", ".mp4", 640, 360, bframes=3),
+               VideoKind("libvpx-vp9", ".webm", 256, 144),
+               VideoKind("mpeg4", ".mp4", 480, 270, bframes=2),
+               VideoKind("libx265", ".mp4", 426, 240, bframes=3))
+
+
+@dataclass(frozen=True, slots=True)
+class MixedDatasetSpec:
+    """Like DatasetSpec, video i of every class of kind `kinds[i % len(kinds)]`."""
+
+    classes: int
+    videos_per_class: int
+    kinds: tuple[VideoKind, ...] = MIXED_KINDS
+    fps: int = 25
+    seconds: tuple[int, int] = (8, 10)
+    gop_frames: int = 250
+
+    @property
+    def name(self) -> str:
+        codecs = "+".join(kind.codec.removeprefix("lib") for kind in self.kinds)
+        return (f"{self.classes}x{self.videos_per_class}-mixed-{codecs}-{self.fps}fps"
+                f"-{self.seconds[0]}to{self.seconds[1]}s-gop{self.gop_frames}")
+
+    @property
+    def extensions(self) -> list[str]:
+        return sorted({kind.ext for kind in self.kinds})
+
+    def write(self, root: Path) -> None:
+        import random
+
+        from sandfs.media.synth import write_test_video
+
+        rng = random.Random(0)
+        for label in range(self.classes):
+            folder = root / f"class{label:02d}"
+            folder.mkdir(parents=True)
+            for i in range(self.videos_per_class):
+                kind = self.kinds[(label + i) % len(self.kinds)]
+                write_test_video(folder / f"class{label:02d}_{i:03d}{kind.ext}",
+                                 num_frames=rng.randint(self.seconds[0] * self.fps,
+                                                        self.seconds[1] * self.fps),
+                                 width=kind.width, height=kind.height, fps=self.fps,
+                                 codec=kind.codec, gop=self.gop_frames, bframes=kind.bframes,
+                                 b_adapt=not kind.bframes, noise=True,
+                                 seed=rng.randrange(1 << 30))
+
 
 def start_bench(name: str, args) -> Path:
     """The common start of a benchmark: its dataset (`args.videos`, `args.data_dir`) and a
@@ -123,20 +196,15 @@ def start_bench(name: str, args) -> Path:
     return dataset
 
 
-def ensure_dataset(data_dir: Path, spec: DatasetSpec) -> Path:
+def ensure_dataset(data_dir: Path, spec: DatasetSpec | MixedDatasetSpec) -> Path:
     """ROOT/CLASS/*.mp4 for `spec`, generated once (into a temp folder, then renamed)."""
-    from sandfs.media.synth import make_dataset
-
     root = data_dir / spec.name
     if (root / "DONE").exists():
         return root
     partial = data_dir / f"{spec.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     started = time.monotonic()
-    make_dataset(partial, classes=spec.classes, videos_per_class=spec.videos_per_class,
-                 num_frames=(spec.seconds[0] * spec.fps, spec.seconds[1] * spec.fps),
-                 size=(spec.width, spec.height), fps=spec.fps, gop=spec.gop_frames, noise=True,
-                 bframes=spec.bframes, b_adapt=not spec.bframes)
+    spec.write(partial)
     (partial / "DONE").write_text(json.dumps({"seconds_to_generate": time.monotonic() - started}))
     shutil.rmtree(root, ignore_errors=True)
     partial.rename(root)
@@ -185,6 +253,60 @@ def tree_cpu_seconds(root_pid: int) -> float:
     return sum(table[pid][1] for pid in _tree(root_pid, table) if pid in table)
 
 
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * PAGE_BYTES
+    except (OSError, IndexError, ValueError):
+        return 0  # gone meanwhile
+
+
+class PeakMemory:
+    """The peak, over time, of the summed RSS of some process trees (a loader and its workers,
+    a daemon and its readers), sampled every `interval_s` in a thread while the `with` block
+    runs. Pages that forked workers share are counted once per process, as `ps` and most
+    monitors count them."""
+
+    def __init__(self, roots: Callable[[], Sequence[int]], interval_s: float = 0.25) -> None:
+        self.roots, self.interval_s, self.peak_bytes = roots, interval_s, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="peak-memory", daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def sample(self) -> None:
+        table = _process_table()
+        pids = set().union(*(_tree(root, table) for root in self.roots()))
+        self.peak_bytes = max(self.peak_bytes, sum(_rss_bytes(pid) for pid in pids))
+
+    @property
+    def peak_mb(self) -> float:
+        return round(self.peak_bytes / 2**20, 1)
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """A live process's own peak RSS over its life (VmHWM), MiB."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return None
+
+
 def kill_tree(root_pid: int) -> None:
     """SIGKILL a process and all its descendants (e.g. a trainer and its DataLoader workers)."""
     for pid in _tree(root_pid, _process_table()):
@@ -219,6 +341,11 @@ class Mount:
     mount_s: float  # from starting `sandfs mount` to serving (dataset scan, plan, mount)
     ready_at: float  # time.monotonic() when it first served status.json
     ready_cpu_s: float  # the daemon tree's CPU seconds then (scan and start-up)
+
+    @property
+    def launched_at(self) -> float:
+        """time.monotonic() when `sandfs mount` was started."""
+        return self.ready_at - self.mount_s
 
     def status(self) -> dict:
         return json.loads((self.mountpoint / ".sand" / "status.json").read_bytes())
