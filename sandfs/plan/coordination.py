@@ -33,6 +33,7 @@ from sandfs.plan.abstract import stream_paths
 from sandfs.plan.identity import DatasetIdentity, data_fingerprint, dataset_identity
 from sandfs.plan.pool import POOL_SPANS, FramePool
 from sandfs.plan.seeds import derive_seed
+from sandfs.plan.steps import source_shape, step_ops
 
 STATE_VERSION = 3  # of the checkpoint; 3: windows keyed by dataset identity, not by root
 DataKey = tuple[str, str]  # DatasetIdentity.key
@@ -51,8 +52,6 @@ def step_choices(ps) -> int | None:
 def random_crop_contexts(cfg: TaskConfig,
                          data: DataKey) -> list[tuple[CropContext, tuple[int, int]]]:
     """Every random_crop of the task with the static shape of its input and its size."""
-    from sandfs.plan.task import source_shape, step_ops  # task.py imports this module
-
     found = []
     for path in stream_paths(cfg):
         shape = source_shape(cfg)

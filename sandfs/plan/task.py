@@ -30,6 +30,7 @@ from sandfs.plan.coordination import Coordination
 from sandfs.plan.identity import DatasetIdentity, data_fingerprint
 from sandfs.plan.seeds import derive_seed, rng_for
 from sandfs.plan.shard import shard_positions
+from sandfs.plan.steps import source_shape, step_ops
 
 PLAN_VERSION = 3  # bump when the same configs plan other views: names of cached objects change
 
@@ -61,23 +62,6 @@ class ViewPlan:
     @property
     def nbytes(self) -> int:
         return npy_nbytes(self.shape, self.dtype)
-
-
-def step_ops(step_path: PathStep, choice: int | None) -> tuple[OpSpec, ...]:
-    """The ops one DAG entry applies on a path, given the branch taken (None: no branch)."""
-    step = step_path.step
-    if step.branch_type == "multi" and step.branches:
-        return step.branches[step_path.output_index].ops
-    if step.branch_type in ("random", "conditional"):
-        return () if choice is None else step.branches[choice].ops
-    return step.ops
-
-
-def source_shape(cfg: TaskConfig) -> FrameShape:
-    """The frame the steps start from, as far as the config knows: the decode_resize size, or
-    unknown (the video's)."""
-    decode = cfg.dataset.sampling.decode_resize
-    return FrameShape(*decode[0], "uint8") if decode else FrameShape(None, None, "uint8")
 
 
 def static_output(path: StreamPath, num_frames: int,

@@ -1,12 +1,14 @@
-"""Imports flow one way (STYLE.md): config -> plan -> cache/sched -> materialize -> fuse ->
-daemon -> cli, with media, ops and the small shared modules as leaves; only media imports av and
-only the FUSE layer and the daemon import pyfuse3."""
+"""Imports flow one way, as README's "Architecture" draws it: leaves (media, ops, status and the
+small shared modules) -> config -> plan and cache -> materialize -> sched -> service and tasks ->
+fuse -> daemon -> cli. Only media imports av; only the FUSE layer and the daemon import pyfuse3;
+no two modules import each other, even through a function-level import."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import networkx as nx
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sandfs"
@@ -63,3 +65,42 @@ def test_imports_flow_one_way(module):
 
 def test_every_module_has_a_layer():
     assert {layer(m) for m in MODULES} <= set(RANK)
+
+
+def module_name(module_path: Path) -> str:
+    parts = module_path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULE_NAMES = {module_name(m) for m in MODULES}
+
+
+def runtime_imports(module_path: Path) -> set[str]:
+    """The sandfs modules a module imports when it runs (`if TYPE_CHECKING:` blocks left
+    out), a `from package import submodule` counted as the submodule."""
+    tree = ast.parse(module_path.read_text())
+    typing_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and ast.unparse(block.test).endswith("TYPE_CHECKING")
+                   for node in ast.walk(block)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in MODULE_NAMES else node.module)
+    return found & MODULE_NAMES
+
+
+def test_no_import_cycles():
+    """Between modules, imports inside functions included: a cycle means two rooms that
+    should be one, or a record that belongs in a third."""
+    graph = nx.DiGraph()
+    for module in MODULES:
+        own = module_name(module)
+        graph.add_edges_from((own, target) for target in runtime_imports(module)
+                             if target != own and not own.startswith(f"{target}."))
+    assert list(nx.simple_cycles(graph)) == []
