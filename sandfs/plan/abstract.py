@@ -1,5 +1,6 @@
-"""The abstract view dependency graph of one task (SAND §5.2): view types and the operations
-between them, as the config's augmentation DAG describes — no videos, no randomness yet.
+"""The streams of one task's augmentation DAG (SAND §5.2's abstract graph, which
+config/pipeline.py has already checked as a graph: acyclic, one final output): no videos, no
+randomness yet.
 
 A batch is the concatenation of *streams*: one per path from `frame` to the final output (a
 `multi` step forks paths, a `merge` joins them, in input order).
@@ -8,8 +9,6 @@ A batch is the concatenation of *streams*: one per path from `frame` to the fina
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import networkx as nx
 
 from sandfs.config.schema import AugStep, TaskConfig
 
@@ -28,20 +27,6 @@ class StreamPath:
     """The DAG entries one stream passes through, from `frame` to the final output."""
 
     steps: tuple[PathStep, ...]
-
-
-def build_abstract_graph(cfg: TaskConfig) -> nx.DiGraph:
-    """Nodes are view types (the dataset root, `frame`, each named stream); edges are ops."""
-    graph = nx.DiGraph(task=cfg.task)
-    graph.add_node(ROOT, kind="video", path=cfg.dataset.video_dataset_path)
-    graph.add_node(SOURCE, kind="frame")
-    graph.add_edge(ROOT, SOURCE, op="decode")
-    for step in cfg.dataset.augmentation:
-        for out in step.outputs:
-            graph.add_node(out, kind="aug_frame")
-            for src in step.inputs:
-                graph.add_edge(src, out, op=step.name, branch_type=step.branch_type)
-    return graph
 
 
 def final_output(cfg: TaskConfig) -> str:
