@@ -1,0 +1,39 @@
+"""Datasets on remote storage (s3://, http(s)://): listed, fetched once into the cache dir, then
+scanned, planned and served as a local folder.
+
+    copy = prepare_remote_dataset(url, storage_options=..., manifest=None, cache_dir=...,
+                                  extensions=(".mp4",), budget_bytes=...)
+    scan_dataset(copy.root, ...)
+
+fsspec, s3fs and aiohttp (the `remote` extra) are imported only when a URL is prepared.
+"""
+
+from sandfs.remote.connect import RemoteError
+from sandfs.remote.copy import FetchProgress, LocalCopy, dataset_digest, prepare_remote_dataset
+from sandfs.remote.fetch import RemoteStats, RetryPolicy
+from sandfs.remote.options import (
+    STREAMING_REFUSAL,
+    RemoteConfigError,
+    check_dataset_url,
+    check_manifest,
+    check_storage_options,
+    is_remote_url,
+)
+from sandfs.remote.source import RemoteEntry
+
+__all__ = [
+    "STREAMING_REFUSAL",
+    "FetchProgress",
+    "LocalCopy",
+    "RemoteConfigError",
+    "RemoteEntry",
+    "RemoteError",
+    "RemoteStats",
+    "RetryPolicy",
+    "check_dataset_url",
+    "check_manifest",
+    "check_storage_options",
+    "dataset_digest",
+    "is_remote_url",
+    "prepare_remote_dataset",
+]
