@@ -9,7 +9,13 @@ fsspec, s3fs and aiohttp (the `remote` extra) are imported only when a URL is pr
 """
 
 from sandfs.remote.connect import RemoteError
-from sandfs.remote.copy import FetchProgress, LocalCopy, dataset_digest, prepare_remote_dataset
+from sandfs.remote.copy import (
+    FetchProgress,
+    LocalCopy,
+    dataset_digest,
+    log_progress,
+    prepare_remote_dataset,
+)
 from sandfs.remote.fetch import RemoteStats, RetryPolicy
 from sandfs.remote.options import (
     STREAMING_REFUSAL,
@@ -35,5 +41,6 @@ __all__ = [
     "check_storage_options",
     "dataset_digest",
     "is_remote_url",
+    "log_progress",
     "prepare_remote_dataset",
 ]

@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,9 @@ from sandfs.remote.fetch import Fetcher, RemoteStats, RetryPolicy, parallel_map
 from sandfs.remote.options import check_dataset_url, check_storage_options
 from sandfs.remote.source import RemoteEntry, list_dataset, manifest_entries, read_manifest
 
-__all__ = ["FetchProgress", "LocalCopy", "dataset_digest", "prepare_remote_dataset"]
+__all__ = [
+    "FetchProgress", "LocalCopy", "dataset_digest", "log_progress", "prepare_remote_dataset",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,20 @@ class LocalCopy:
     bytes_on_disk: int  # the videos' bytes: they count against the storage budget
     changed: tuple[str, ...]  # relative paths the store changed since an earlier fetch
     stats: RemoteStats
+
+
+def log_progress(url: str, every_s: float = 10.0) -> Callable[[FetchProgress], None]:
+    """A `progress` callback that logs how far a long fetch is, at most every `every_s`."""
+    last = [time.monotonic()]
+
+    def report(state: FetchProgress) -> None:
+        now = time.monotonic()
+        if now - last[0] >= every_s or state.files_done == state.files_total:
+            last[0] = now
+            log.info("remote dataset %s: fetched %d of %d files (%d of %d bytes)", url,
+                     state.files_done, state.files_total, state.bytes_done, state.bytes_total)
+
+    return report
 
 
 def dataset_digest(url: str, storage_options: Mapping[str, Any], manifest: str | None,

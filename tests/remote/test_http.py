@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 from conftest import EXTENSIONS, TREE, VIDEOS, http_store
 
 from sandfs.media.scan import scan_dataset
-from sandfs.remote import prepare_remote_dataset
+from sandfs.remote import log_progress, prepare_remote_dataset
 
 
 def prepare(url, cache_dir, **kwargs):
@@ -108,3 +109,18 @@ def test_a_copy_scans_as_the_original_with_labels_by_folder(dataset_dir, cache_d
         [(v.num_frames, v.size_bytes) for v in local.videos]
     assert {v.rel_path.split("/")[0] for v in fetched.videos} == {"archery", "bowling",
                                                                   "juggling"}
+
+
+def test_progress_is_reported_per_fetched_file(http, cache_dir, caplog):
+    seen = []
+    logged = log_progress(http.url, every_s=3600)
+
+    def progress(state):
+        seen.append(state)
+        logged(state)
+
+    with caplog.at_level(logging.INFO, logger="sandfs.remote"):
+        copy = prepare(http.url, cache_dir, progress=progress)
+    assert [s.files_done for s in seen] == list(range(1, len(VIDEOS) + 1))
+    assert seen[-1].bytes_done == seen[-1].bytes_total == copy.bytes_on_disk
+    assert f"fetched {len(VIDEOS)} of {len(VIDEOS)} files" in caplog.text
