@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
+import pytest
 from conftest import EXTENSIONS, TREE, VIDEOS, http_store
 
 from sandfs.media.scan import scan_dataset
-from sandfs.remote import log_progress, prepare_remote_dataset
+from sandfs.remote import RemoteError, log_progress, prepare_remote_dataset
 
 
 def prepare(url, cache_dir, **kwargs):
@@ -124,3 +126,26 @@ def test_progress_is_reported_per_fetched_file(http, cache_dir, caplog):
     assert [s.files_done for s in seen] == list(range(1, len(VIDEOS) + 1))
     assert seen[-1].bytes_done == seen[-1].bytes_total == copy.bytes_on_disk
     assert f"fetched {len(VIDEOS)} of {len(VIDEOS)} files" in caplog.text
+
+
+@pytest.mark.parametrize(("line", "problem"), [
+    ("../escape.mp4", "not a plain relative path"),
+    ("a/../../escape.mp4", "not a plain relative path"),
+    ("/etc/passwd.mp4", "not a plain relative path"),
+    ("a//b.mp4", "not a plain relative path"),
+])
+def test_a_manifest_line_that_escapes_the_dataset_is_an_error(http, tmp_path, cache_dir, line,
+                                                              problem):
+    manifest = tmp_path / "list.txt"
+    manifest.write_text(f"archery/a1.mp4\n{line}\n")
+    with pytest.raises(RemoteError, match=f"list.txt:2: .*{problem}"):
+        prepare(http.url, cache_dir, manifest=str(manifest))
+    assert not (tmp_path / "escape.mp4").exists()
+
+
+def test_a_manifest_listing_a_path_twice_is_an_error(http, tmp_path, cache_dir):
+    manifest = tmp_path / "list.txt"
+    manifest.write_text("archery/a1.mp4\n# again\narchery/a1.mp4\n")
+    message = "list.txt:3: 'archery/a1.mp4' is listed already on line 1"
+    with pytest.raises(RemoteError, match=re.escape(message)):
+        prepare(http.url, cache_dir, manifest=str(manifest))

@@ -67,3 +67,17 @@ def test_a_missing_bucket_is_a_clear_error(s3, cache_dir):
 def test_an_empty_prefix_is_a_clear_error(s3, cache_dir):
     with pytest.raises(RemoteError, match=r"no files with the extensions \.mp4"):
         prepare(s3, cache_dir, url=f"s3://{s3.bucket}/nothing-here")
+
+
+def test_keys_that_cannot_be_local_files_are_left_out(s3, cache_dir, caplog):
+    """A key with an empty part, or one that is also a folder of other keys, cannot be a
+    file of the copy: logged and left out, the rest is fetched. (Keys with '..' are left out
+    by the same check, tested through a manifest: moto normalises them.)"""
+    s3.put("data/twice//empty-part.mp4", b"odd")
+    s3.put("data/clip.mp4", b"file")
+    s3.put("data/clip.mp4/inner.mp4", b"inner")
+    copy = prepare(s3, cache_dir)
+    assert [e.rel_path for e in copy.entries] == sorted([*VIDEOS, "clip.mp4/inner.mp4"])
+    assert "leaving out 'twice//empty-part.mp4': not a plain relative path" in caplog.text
+    assert "leaving out 'clip.mp4': also the name of a folder" in caplog.text
+    assert Path(copy.root, "clip.mp4/inner.mp4").read_bytes() == b"inner"
