@@ -1,9 +1,9 @@
 """Datasets on remote storage (s3://, http(s)://): listed, fetched once into the cache dir, then
 scanned, planned and served as a local folder.
 
-    copy = prepare_remote_dataset(url, storage_options=..., manifest=None, cache_dir=...,
-                                  extensions=(".mp4",), budget_bytes=...)
-    scan_dataset(copy.root, ...)
+    copies = prepare_remote_datasets([RemoteSpec.of(url, options, manifest, extensions)],
+                                     cache_dir=..., budget_bytes=...)
+    scan_dataset(copies.root(spec), ...)   # and the store gets budget - copies.bytes_on_disk
 
 fsspec, s3fs and aiohttp (the `remote` extra) are imported only when a URL is prepared.
 """
@@ -16,6 +16,7 @@ from sandfs.remote.copy import (
     log_progress,
     prepare_remote_dataset,
 )
+from sandfs.remote.datasets import RemoteCopies, RemoteSpec, prepare_remote_datasets
 from sandfs.remote.fetch import RemoteStats, RetryPolicy
 from sandfs.remote.options import (
     STREAMING_REFUSAL,
@@ -32,8 +33,10 @@ __all__ = [
     "FetchProgress",
     "LocalCopy",
     "RemoteConfigError",
+    "RemoteCopies",
     "RemoteEntry",
     "RemoteError",
+    "RemoteSpec",
     "RemoteStats",
     "RetryPolicy",
     "check_dataset_url",
@@ -43,4 +46,5 @@ __all__ = [
     "is_remote_url",
     "log_progress",
     "prepare_remote_dataset",
+    "prepare_remote_datasets",
 ]
