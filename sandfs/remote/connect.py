@@ -4,7 +4,6 @@ that sandfs without the `remote` extra still serves local datasets."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -98,7 +97,7 @@ def is_retryable(exc: BaseException) -> bool:
     status = _http_status(exc)
     if status is not None:
         return status >= 500 or status in (408, 429)
-    return isinstance(exc, OSError | asyncio.TimeoutError | ConnectionError) or _is_backend(exc)
+    return isinstance(exc, OSError) or _is_backend(exc)  # timeouts and resets are OSErrors
 
 
 def _http_status(exc: BaseException) -> int | None:
@@ -136,6 +135,6 @@ def describe_error(exc: BaseException) -> str:
         return f"not found ({text})" if text else "not found"
     if isinstance(exc, PermissionError):
         return f"access denied ({text})" if text else "access denied"
-    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+    if isinstance(exc, TimeoutError):
         return "timed out"
     return f"{name}: {text[:200]}" if text else name
