@@ -52,7 +52,8 @@ class LocalCopy:
     root: str  # the local folder to scan as the dataset
     entries: tuple[RemoteEntry, ...]  # sorted by relative path, as fetched
     bytes_on_disk: int  # the videos' bytes: they count against the storage budget
-    changed: tuple[str, ...]  # relative paths the store changed since an earlier fetch
+    changed: tuple[str, ...]  # relative paths the store changed since an earlier fetch or
+    # between the listing and the fetch
     stats: RemoteStats
 
 

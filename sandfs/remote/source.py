@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_HTTP_DEPTH = 32  # folders below the dataset URL that a listing follows
+MAX_HTTP_FOLDERS = 100_000  # listing pages, so that linked loops end
 NAME_MAX = 255
 
 
@@ -88,6 +89,9 @@ def _list_http(fetcher: Fetcher, extensions: Sequence[str], workers: int) -> lis
         folder, depth = pending.pop()
         if folder in seen:
             continue
+        if len(seen) == MAX_HTTP_FOLDERS:
+            raise RemoteError(f"{store.root}: more than {MAX_HTTP_FOLDERS} folders listed; "
+                              f"give a manifest")
         seen.add(folder)
         for item in fetcher.call(f"cannot list {folder}", store.fs.ls, folder, detail=True):
             url = item["name"]

@@ -15,9 +15,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fsspec")
-pytest.importorskip("aiohttp")
-
 HERE = Path(__file__).parent
 # relative path -> size; hidden and non-video files are listed by the store but not fetched
 TREE = {

@@ -9,6 +9,9 @@ from conftest import EXTENSIONS, TREE, VIDEOS, http_store, write_tree
 
 from sandfs.remote import RemoteError, RemoteSpec, prepare_remote_datasets
 
+pytest.importorskip("fsspec")  # the remote extra
+pytest.importorskip("aiohttp")
+
 
 @pytest.fixture
 def two_stores(tree, tmp_path):

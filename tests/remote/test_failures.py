@@ -17,6 +17,9 @@ from sandfs.remote import RemoteError, RetryPolicy, prepare_remote_dataset
 from sandfs.remote.connect import open_store
 from sandfs.remote.fetch import Fetcher
 
+pytest.importorskip("fsspec")  # the remote extra
+pytest.importorskip("aiohttp")
+
 FAST = RetryPolicy(attempts=3, base_delay_s=0.05, max_delay_s=0.2)
 
 

@@ -13,6 +13,9 @@ from conftest import EXTENSIONS, TREE, VIDEOS, http_store
 from sandfs.media.scan import scan_dataset
 from sandfs.remote import RemoteError, log_progress, prepare_remote_dataset
 
+pytest.importorskip("fsspec")  # the remote extra
+pytest.importorskip("aiohttp")
+
 
 def prepare(url, cache_dir, **kwargs):
     kwargs.setdefault("storage_options", None)

@@ -10,6 +10,9 @@ from conftest import EXTENSIONS, TREE, VIDEOS, _bytes
 
 from sandfs.remote import RemoteError, prepare_remote_dataset
 
+pytest.importorskip("s3fs")  # the remote extra
+pytest.importorskip("moto.server")
+
 
 def prepare(s3, cache_dir, url=None, **kwargs):
     kwargs.setdefault("manifest", None)

@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 from conftest import http_store
 from harness import mount_sandfs, task_config, write_config
 
 from sandfs.remote import RemoteSpec, prepare_remote_datasets
+
+pytest.importorskip("fsspec")  # the remote extra
+pytest.importorskip("aiohttp")
 
 
 def test_a_fetched_dataset_is_served_like_the_local_one(dataset_dir, tmp_path):
