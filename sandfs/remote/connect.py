@@ -135,6 +135,6 @@ def describe_error(exc: BaseException) -> str:
         return f"not found ({text})" if text else "not found"
     if isinstance(exc, PermissionError):
         return f"access denied ({text})" if text else "access denied"
-    if isinstance(exc, TimeoutError):
+    if isinstance(exc, TimeoutError) or "Timeout" in name:  # botocore's are not TimeoutErrors
         return "timed out"
     return f"{name}: {text[:200]}" if text else name

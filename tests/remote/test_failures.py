@@ -57,15 +57,20 @@ def test_an_unreachable_s3_endpoint_fails_with_one_line(cache_dir):
     assert time.monotonic() - started < 15
 
 
-def test_a_store_that_never_answers_times_out(cache_dir):
+@pytest.mark.parametrize("protocol", ["http", "s3"])
+def test_a_store_that_never_answers_times_out(cache_dir, protocol):
     """A port that accepts connections and says nothing: each try waits `timeout_s`."""
+    if protocol == "s3":
+        pytest.importorskip("s3fs")
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
-        url = f"http://127.0.0.1:{silent.getsockname()[1]}/"
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        url, options = ((f"{endpoint}/", None) if protocol == "http" else
+                        ("s3://bucket/x", {"endpoint_url": endpoint, "key": "k", "secret": "s"}))
         started = time.monotonic()
         with pytest.raises(RemoteError, match=r"timed out \(after 3 attempts\)"):
-            prepare(url, cache_dir, timeout_s=1)
+            prepare(url, cache_dir, timeout_s=1, storage_options=options)
         elapsed = time.monotonic() - started
     assert 3 <= elapsed < 3 * 1 + 10
 
