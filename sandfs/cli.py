@@ -324,8 +324,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from sandfs.plan.build import build_plans
     from sandfs.plan.mount import dataset_key
     from sandfs.plan.report import plan_report
+    from sandfs.remote.options import is_remote_url
 
     configs = load_task_configs(args.config)
+    remote = [c.dataset.video_dataset_path for c in configs
+              if is_remote_url(c.dataset.video_dataset_path)]
+    if remote:
+        raise UserError(f"sandfs plan reads local datasets only; {remote[0]} is fetched by "
+                        f"sandfs mount (then plan its copy under CACHE_DIR/remote/)")
     engine, _ = cli_engine(configs, {"k_epochs": args.k_epochs})
     if args.epochs is not None and args.epochs < 1:
         raise UserError(f"--epochs: expected an integer >= 1, got {args.epochs}")

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 
 import pyfuse3
@@ -32,6 +33,7 @@ from sandfs.plan.build import build_plans, plan_new_task
 from sandfs.plan.checkpoint import load_plan_state, save_plan_state
 from sandfs.plan.mount import dataset_key
 from sandfs.plan.task import TaskPlan
+from sandfs.remote import RemoteSpec, RemoteStats, is_remote_url, prepare_remote_datasets
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.service import ViewService
 from sandfs.stats import Stats
@@ -46,6 +48,7 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
                  [c.dataset.video_dataset_path for c in configs])
     prepare_mountpoint(settings.mountpoint)  # fail fast, before a long scan
     prepare_cache_dir(settings.cache_dir)
+    configs, settings, remote = fetch_remote(configs, settings)
     scans = scan_all([dataset_key(c) for c in configs], settings.cache_dir, settings.workers,
                      settings.media_limits)
     plans = build_plans(configs, scans, settings.k_epochs, load_plan_state(settings.cache_dir))
@@ -61,10 +64,29 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
             policy=settings.scheduling, prune_mode=settings.prune_mode,
             checkpoint=partial(save_plan_state, settings.cache_dir),
             task_planner=partial(plan_new_task, settings, scans, plans),
-            config_dir=os.path.dirname(configs[0].source_path) or "/")
+            config_dir=os.path.dirname(configs[0].source_path) or "/",
+            remote=remote.as_status())
         serve_mount(service, plans, settings.mountpoint, on_ready)
     finally:
         store.close()
+
+
+def fetch_remote(configs: Sequence[TaskConfig], settings: MountSettings
+                 ) -> tuple[list[TaskConfig], MountSettings, RemoteStats]:
+    """Fetch the remote datasets (s3://, http(s)://) into the cache dir, once; their tasks then
+    read the local copies. The copies take their bytes out of the storage budget, so the
+    object store never evicts them: fetching again costs network, recomputing only CPU."""
+    specs = {c.task: RemoteSpec.of(c.dataset.video_dataset_path, dict(c.dataset.storage_options),
+                                   c.dataset.manifest, c.dataset.extensions)
+             for c in configs if is_remote_url(c.dataset.video_dataset_path)}
+    if not specs:
+        return list(configs), settings, RemoteStats()
+    copies = prepare_remote_datasets(specs.values(), cache_dir=settings.cache_dir,
+                                     budget_bytes=settings.storage_budget_bytes)
+    local = [replace(c, dataset=replace(c.dataset, video_dataset_path=copies.root(specs[c.task])))
+             if c.task in specs else c for c in configs]
+    left = settings.storage_budget_bytes - copies.bytes_on_disk
+    return local, replace(settings, storage_budget_bytes=left), copies.stats
 
 
 def serve_mount(service: ViewService, plans: Sequence[TaskPlan], mountpoint: str,

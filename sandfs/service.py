@@ -18,6 +18,7 @@ from sandfs.media.types import BadVideo, VideoInfo
 from sandfs.plan.frames import FramePlan, FramePlanner
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import view_key
+from sandfs.remote import RemoteStats
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.sched.scheduler import Scheduler
 from sandfs.sched.windows import Position
@@ -49,6 +50,7 @@ class ViewService:
         config_dir: str = "/",
         policy: str = "priority",
         prune_mode: str = "algorithm1",
+        remote: Mapping[str, int] | None = None,
     ) -> None:
         self.registry = TaskRegistry(plans, task_texts=task_texts, checkpoint=checkpoint,
                                      task_planner=task_planner, config_dir=config_dir)
@@ -64,6 +66,8 @@ class ViewService:
         self.bad_videos = list(bad_videos)
         self.read_ahead = read_ahead  # how far status.json's ready_ahead looks
         self.started = time.monotonic()
+        # what fetching remote datasets at mount took (zeros for local ones)
+        self.remote = dict(remote or RemoteStats().as_status())
         self.frames = FramePlanner()
 
     # the registry's records, as the FUSE layer reads them
@@ -195,7 +199,7 @@ class ViewService:
             ondemand_waiting=self.engine.demand_waiting, scheduler=self.scheduler.status(),
             tasks=tasks, counters={key: stats.get(key) for key in COUNTERS},
             cache=EMPTY_CACHE if self.store is None else self.store.stats(),
-            bad_videos=tuple(bad), task_errors=dict(self.task_errors))
+            bad_videos=tuple(bad), task_errors=dict(self.task_errors), remote=self.remote)
 
     def status(self) -> dict:
         return self.status_record().to_json()

@@ -64,6 +64,7 @@ class MountStatus:
     cache: Mapping[str, int]
     bad_videos: tuple[BadVideoStatus, ...]
     task_errors: Mapping[str, str]
+    remote: Mapping[str, int]  # fetching remote datasets: bytes_fetched, requests, errors, ...
 
     def to_json(self) -> dict:
         sched, counters = self.scheduler, self.counters
@@ -91,6 +92,7 @@ class MountStatus:
                        "prematerialize": sched.pending_jobs},
             "bad_videos": [bad.to_json() for bad in self.bad_videos],
             "task_errors": dict(self.task_errors),
+            "remote": dict(self.remote),
         }
 
     def to_bytes(self) -> bytes:

@@ -19,6 +19,14 @@ from sandfs.config.pipeline import parse_pipeline
 from sandfs.config.schema import DatasetConfig, SamplingConfig, Shard, TaskConfig
 from sandfs.config.settings import read_engine_section
 from sandfs.config.yamlsafe import ConfigError, Value, read_yaml
+from sandfs.remote.options import (
+    STREAMING_REFUSAL,
+    RemoteConfigError,
+    check_dataset_url,
+    check_manifest,
+    check_storage_options,
+    is_remote_url,
+)
 
 __all__ = ["ConfigError", "load_task_config", "load_task_configs"]
 
@@ -38,6 +46,8 @@ DATASET_KEYS = (
     "labels",
     "sampling",
     "augmentation",
+    "storage_options",
+    "manifest",
 )
 SAMPLING_KEYS = (
     "videos_per_batch",
@@ -55,7 +65,6 @@ BASE_DIR_MARK = "# sandfs-base-dir:"  # a first line that anchors relative paths
 
 _TASK_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 _EXTENSION_RE = re.compile(r"\.[^./\\\s]+")
-_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def load_task_config(
@@ -167,21 +176,21 @@ def _dataset(value: Value, base_dir: str, check_paths: bool) -> DatasetConfig:
         labels=labels,
         sampling=sampling,
         augmentation=augmentation,
+        storage_options=_optional(entries, "storage_options", _storage_options, ()),
+        manifest=_optional(entries, "manifest", partial(_manifest, base_dir=base_dir), None),
     )
 
 
 def _input_source(value: Value) -> str:
     if fields.choice(value, ("file", "streaming")) == "streaming":
-        raise value.error("streaming is not supported by this build; use file")
+        raise value.error(STREAMING_REFUSAL)
     return "file"
 
 
 def _dataset_path(value: Value, base_dir: str, check_paths: bool) -> str:
-    text = fields.string(value, what="a directory of videos")
-    if _URL_RE.match(text):
-        raise value.error(
-            "URLs are not supported by this build; give a local directory (input_source: file)"
-        )
+    text = fields.string(value, what="a directory of videos, or an s3:// or http(s):// URL")
+    if is_remote_url(text):
+        return _remote(value, check_dataset_url, text)
     # the real directory: the same data reached through a symlink is the same dataset (the
     # path seeds the draws and decides which tasks share frames)
     path = os.path.realpath(fields.resolve_path(text, base_dir))
@@ -189,6 +198,25 @@ def _dataset_path(value: Value, base_dir: str, check_paths: bool) -> str:
         problem = "is not a directory" if os.path.exists(path) else "does not exist"
         raise value.error(f"the dataset directory {path} {problem}")
     return path
+
+
+def _remote(value: Value, check: Callable[..., Any], *args: Any) -> Any:
+    """A remote-dataset check, its complaint as the usual FILE:LINE:COL error."""
+    try:
+        return check(*args)
+    except RemoteConfigError as exc:
+        raise value.error(str(exc)) from None
+
+
+def _storage_options(value: Value) -> tuple[tuple[str, str | bool | int | float], ...]:
+    if not isinstance(value.data, dict):
+        raise value.error("storage_options must be a mapping of option names to values")
+    raw = {key: item.data for key, item in value.data.items()}
+    return tuple(sorted(_remote(value, check_storage_options, raw).items()))
+
+
+def _manifest(value: Value, *, base_dir: str) -> str:
+    return _remote(value, check_manifest, fields.string(value, what="a path or URL"), base_dir)
 
 
 def _extensions(value: Value) -> tuple[str, ...]:

@@ -95,11 +95,14 @@ class SamplingConfig:
 class DatasetConfig:
     tag: str
     input_source: Literal["file", "streaming"]
-    video_dataset_path: str  # absolute, resolved against the config file's folder
+    video_dataset_path: str  # absolute, resolved against the config file's folder; or a URL
     extensions: tuple[str, ...]  # lower case, with the dot
     labels: str  # "dirname" | "none" | absolute path of a CSV (video,label)
     sampling: SamplingConfig
     augmentation: tuple[AugStep, ...]
+    # a remote dataset: options handed to fsspec (sorted items), and a file listing its videos
+    storage_options: tuple[tuple[str, str | bool | int | float], ...] = ()
+    manifest: str | None = None  # absolute path or URL
 
 
 @dataclass(frozen=True, slots=True)

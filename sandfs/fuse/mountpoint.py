@@ -13,6 +13,7 @@ import pyfuse3
 
 from sandfs.errors import UserError
 from sandfs.mountwatch import SANDFS_FSTYPE, mountpoints
+from sandfs.remote.options import is_remote_url
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def check_layout(mountpoint: str, cache_dir: str, dataset_dirs: Iterable[str]) -
         raise UserError(f"mountpoint {mountpoint} is inside the sandfs mount {outer}: "
                         f"reads would wait on the daemon that serves them")
     real_mountpoint = real_path(mountpoint)
-    for dataset in dataset_dirs:
+    for dataset in (d for d in dataset_dirs if not is_remote_url(d)):  # URLs: fetched copies
         if inside(real_mountpoint, dataset):
             raise UserError(f"mountpoint {mountpoint} is the dataset directory {dataset} or "
                             f"inside it: the mount would hide the videos it reads")

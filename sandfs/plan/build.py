@@ -12,6 +12,7 @@ from sandfs.media.datasets import DatasetKey, scan_all
 from sandfs.media.types import DatasetScan
 from sandfs.plan.mount import dataset_key, plan_tasks
 from sandfs.plan.task import TaskPlan
+from sandfs.remote.options import is_remote_url
 
 
 def build_plans(configs: Sequence[TaskConfig], scans: dict[DatasetKey, DatasetScan],
@@ -37,6 +38,9 @@ def plan_new_task(settings: MountSettings, scans: dict[DatasetKey, DatasetScan],
                   plans: Sequence[TaskPlan], cfg: TaskConfig, mount_epoch: int) -> TaskPlan:
     """In a worker thread: scan the task's dataset if it is new, and plan it with the others,
     its epoch 0 at `mount_epoch` (where the leading task on its dataset stands)."""
+    if is_remote_url(cfg.dataset.video_dataset_path):
+        raise UserError(f"task {cfg.task}: a task added to a live mount reads a local dataset; "
+                        f"give remote datasets ({cfg.dataset.video_dataset_path}) to sandfs mount")
     key = dataset_key(cfg)
     if key not in scans:
         scans.update(scan_all([key], settings.cache_dir, settings.workers,

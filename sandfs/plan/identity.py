@@ -45,8 +45,9 @@ def dataset_identity(tag: str, videos: Iterable[VideoInfo]) -> DatasetIdentity:
 
 
 def data_fingerprint(dataset: DatasetConfig) -> object:
-    """The dataset section as far as it decides draws: without the path (the identity stands
-    for it), the labels (they never change a clip) and the shard (every rank draws the same
-    permutation and clips)."""
+    """The dataset section as far as it decides draws: without the path, storage options and
+    manifest (the identity stands for them), the labels (they never change a clip) and the
+    shard (every rank draws the same permutation and clips)."""
     sampling = replace(dataset.sampling, shard=None)
-    return fingerprint(replace(dataset, video_dataset_path="", labels="", sampling=sampling))
+    return fingerprint(replace(dataset, video_dataset_path="", labels="", sampling=sampling,
+                               storage_options=(), manifest=None))

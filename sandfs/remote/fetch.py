@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from sandfs.remote.connect import RemoteError, Store, describe_error, is_retryable
-from sandfs.remote.source import RemoteEntry, entry_from_info
+from sandfs.remote.entries import RemoteEntry, entry_from_info
 
 __all__ = ["Fetcher", "RemoteStats", "RetryPolicy", "parallel_map"]
 

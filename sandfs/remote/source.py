@@ -6,15 +6,13 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 from urllib.parse import unquote
 
 from sandfs.remote.connect import RemoteError
-
-if TYPE_CHECKING:
-    from sandfs.remote.fetch import Fetcher
+from sandfs.remote.entries import RemoteEntry, entry_from_info
+from sandfs.remote.fetch import Fetcher, parallel_map
 
 __all__ = ["RemoteEntry", "entry_from_info", "list_dataset", "parse_manifest"]
 
@@ -24,22 +22,6 @@ MAX_MANIFEST_BYTES = 64 << 20
 MAX_HTTP_DEPTH = 32  # folders below the dataset URL that a listing follows
 MAX_HTTP_FOLDERS = 100_000  # listing pages, so that linked loops end
 NAME_MAX = 255
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteEntry:
-    rel_path: str  # POSIX, relative to the dataset URL, folders kept (labels by dirname)
-    size_bytes: int
-    etag: str  # ETag, else Last-Modified; "" where the store gives neither (size decides)
-    path: str  # where the store has it (an fsspec path; URL-quoted for HTTP)
-
-
-def entry_from_info(rel_path: str, path: str, info: Mapping[str, Any]) -> RemoteEntry:
-    size = info.get("size")
-    if not isinstance(size, int) or size < 0:
-        raise RemoteError(f"{path}: the store gives no size for it")
-    tag = info.get("ETag") or info.get("Last-Modified") or info.get("LastModified") or ""
-    return RemoteEntry(rel_path=rel_path, size_bytes=size, etag=str(tag), path=path)
 
 
 def rel_path_problem(rel_path: str) -> str | None:
@@ -80,7 +62,6 @@ def list_dataset(fetcher: Fetcher, extensions: Sequence[str], workers: int
 def _list_http(fetcher: Fetcher, extensions: Sequence[str], workers: int) -> list[RemoteEntry]:
     """Walk the HTML listings (nginx autoindex, Python's http.server), then HEAD each file for
     its size and tag (a listing page gives neither)."""
-    from sandfs.remote.fetch import parallel_map
 
     store = fetcher.store
     files: list[tuple[str, str]] = []  # (rel_path, url)
@@ -155,7 +136,6 @@ def read_manifest(manifest: str, fetcher_for: Any, extensions: Sequence[str]) ->
 def manifest_entries(fetcher: Fetcher, rel_paths: Sequence[str], workers: int
                      ) -> tuple[RemoteEntry, ...]:
     """Look up each listed file (one HEAD each): no listing of the store is needed."""
-    from sandfs.remote.fetch import parallel_map
 
     store = fetcher.store
     found = parallel_map(fetcher, lambda rel: fetcher.info(store.path_of(rel), rel),

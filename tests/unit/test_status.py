@@ -38,5 +38,7 @@ def test_status_json_of_a_fresh_mount(tmp_path):
         "queues": {"demand": 0, "prematerialize": 0},
         "bad_videos": [{"path": "x.mp4", "reason": "corrupt", "detail": "bad header"}],
         "task_errors": {},
+        "remote": {"bytes_fetched": 0, "requests": 0, "errors": 0, "retries": 0,
+                   "files_fetched": 0, "files_reused": 0, "files_changed": 0},
     }
     assert service.positions == {plan.name: (1, 1)}

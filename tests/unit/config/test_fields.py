@@ -60,7 +60,7 @@ BAD_CONFIGS = [
         [("tag: train ", "tag: train\n  input_source: streaming")],
         "dataset.input_source",
         6,
-        "streaming is not supported by this build; use file",
+        "streaming is not supported; a remote video_dataset_path",
     ),
     (
         "input-source-typo",
@@ -70,11 +70,25 @@ BAD_CONFIGS = [
         "did you mean 'file'?",
     ),
     (
-        "dataset-url",
-        [("path: videos", "path: s3://bucket/train")],
+        "dataset-url-scheme",
+        [("path: videos", "path: ftp://host/train")],
         "dataset.video_dataset_path",
         6,
-        "URLs are not supported",
+        "URL scheme ftp:// is not supported; use s3://, http://, https://",
+    ),
+    (
+        "dataset-url-no-bucket",
+        [("path: videos", "path: s3:///train")],
+        "dataset.video_dataset_path",
+        6,
+        "names no bucket",
+    ),
+    (
+        "storage-options-nested",
+        [("tag: train ", "tag: train\n  storage_options: {client: {region: x}}")],
+        "dataset.storage_options",
+        6,
+        "storage_options client: expected a string, boolean or number, got dict",
     ),
     (
         "extension-no-dot",
