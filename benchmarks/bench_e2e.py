@@ -58,8 +58,8 @@ from common import (
 )
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from sandfs.mountwatch import mounts_under
 from sandfs.ops import apply_chain, draw_chain, validate_op
+from tests.helpers.mountwatch import mounts_under
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 SCENARIOS = {

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from corpus import CORPUS, Corpus, CorpusScan
 
 from sandfs.media.decode import (
     DecodeError,
@@ -22,6 +21,7 @@ from sandfs.media.decode import (
 from sandfs.media.scan import scan_dataset
 from sandfs.media.synth import make_dataset, paint_index, read_painted_index, write_test_video
 from sandfs.media.types import VideoInfo
+from tests.helpers.corpus import CORPUS, Corpus, CorpusScan
 
 VALID = [c for c in CORPUS if c.reason is None]
 

@@ -12,19 +12,19 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import (
+
+from tests.helpers.harness import (
     forgiving_teardown,
     mount_sandfs,
     require_fuse,
+    run_cli,
     start_daemon,
     task_config,
     wait_mounted,
     write_config,
 )
-from test_cli import run_cli
-from test_views import build_plan
-
-from sandfs.reference import reference_view
+from tests.helpers.plans import build_plan
+from tests.helpers.reference import reference_view
 
 
 def status(m) -> dict:

@@ -11,21 +11,18 @@ import subprocess
 import time
 
 import pytest
-from harness import (
+
+from tests.helpers.harness import (
     forgiving_teardown,
     is_mounted,
     mount_sandfs,
     require_fuse,
-    sandfs_command,
+    run_cli,
     start_daemon,
     task_config,
     wait_mounted,
     write_config,
 )
-
-
-def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(sandfs_command(*args), capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ import errno
 import os
 
 import pytest
-from harness import is_mounted, mount_sandfs, task_config, write_config
+
+from tests.helpers.harness import is_mounted, mount_sandfs, task_config, write_config
 
 
 def test_a_daemon_that_cannot_start_leaves_nothing(tmp_path, dataset_dir):

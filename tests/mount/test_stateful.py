@@ -10,7 +10,6 @@ import json
 import os
 
 import pytest
-from harness import mount_sandfs, task_config, write_config
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -20,9 +19,10 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from test_views import build_plan
 
-from sandfs.reference import reference_view
+from tests.helpers.harness import mount_sandfs, task_config, write_config
+from tests.helpers.plans import build_plan
+from tests.helpers.reference import reference_view
 
 EPOCHS = 2
 BAD_NUMBERS = ["01", "+1", " 1", "1_0", "\u0661", "\uff11", "-1", "2", "999999999", "1e3"]

@@ -1079,7 +1079,7 @@ def test_duplicate_task_names_point_at_the_second_file(tmp_path):
 
 
 def test_decode_resize_fixes_the_source_size(tmp_path):
-    from harness import task_config, write_config
+    from tests.helpers.harness import task_config, write_config
 
     flip_only = [{"name": "flip", "branch_type": "single", "inputs": ["frame"],
                   "outputs": ["f"], "config": [{"flip": {"direction": "horizontal"}}]}]

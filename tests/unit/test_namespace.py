@@ -8,12 +8,12 @@ import os
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_plan import fake_videos, make_plan
 
 from sandfs.engine import ObjectEngine
 from sandfs.fuse.namespace import ROOT, Namespace, Node, parse_number
 from sandfs.service import ViewService
 from sandfs.stats import Stats
+from tests.helpers.plans import fake_videos, make_plan
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from functools import cache
 import numpy as np
 import pytest
 import yaml
-from harness import task_config
 from scipy import stats as scistats
 
 from sandfs.config.loader import load_task_config
@@ -26,6 +25,7 @@ from sandfs.media.types import DatasetScan, VideoInfo
 from sandfs.plan.mount import plan_tasks
 from sandfs.plan.report import plan_report
 from sandfs.plan.task import StreamClip, TaskPlan
+from tests.helpers.harness import task_config
 
 FAKE_DATASET = "/nonexistent/sandfs-randomness-dataset"
 NUM_VIDEOS = 400

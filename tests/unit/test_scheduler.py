@@ -10,7 +10,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import trio
-from test_plan import fake_videos, make_plan
 
 from sandfs import ops as ops_lib
 from sandfs.cache import ObjectStore
@@ -19,6 +18,7 @@ from sandfs.plan.window import object_graph, plan_window, view_key
 from sandfs.sched.policy import JobState, pick_next, under_pressure, workers_to_run
 from sandfs.sched.scheduler import BACKGROUND_NICE, Scheduler
 from sandfs.stats import Stats
+from tests.helpers.plans import fake_videos, make_plan
 
 
 def job(key, *, demanded=False, deadline=10, remaining=10) -> JobState:
