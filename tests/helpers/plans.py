@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sandfs.config.loader import load_task_config, load_task_configs
 from sandfs.media.scan import scan_dataset
-from sandfs.media.types import VideoInfo
+from sandfs.media.types import DatasetScan, VideoInfo
 from sandfs.plan.mount import plan_tasks
 from sandfs.plan.task import TaskPlan
 from tests.helpers.harness import task_config, write_config
@@ -37,10 +37,11 @@ def make_plan(tmp_path: Path, videos=None, k_epochs: int = 2, **overrides) -> Ta
     return TaskPlan(cfg, videos if videos is not None else fake_videos(10), k_epochs=k_epochs)
 
 
-def build_plan(config_path: Path) -> TaskPlan:
-    """The plan a mount of this one config serves."""
+def build_plan(config_path: Path, found: DatasetScan | None = None) -> TaskPlan:
+    """The plan a mount of this one config serves (`found`: its dataset's scan, if made)."""
     cfg = load_task_config(config_path)
-    found = scan_dataset(cfg.dataset.video_dataset_path, cfg.dataset.extensions)
+    if found is None:
+        found = scan_dataset(cfg.dataset.video_dataset_path, cfg.dataset.extensions)
     return TaskPlan(cfg, found.videos, k_epochs=cfg.engine.k_epochs,
                     all_rel_paths=[b.rel_path for b in found.bad])
 
