@@ -1,4 +1,4 @@
-"""The mount harness (TESTPLAN 0): start a real sandfs daemon, wait until it serves, and always
+"""The mount harness: start a real sandfs daemon, wait until it serves, and always
 take it down again — strictly when the test passed, forgivingly when it failed — then check
 that no mount and no process is left and that the daemon's log holds no unexpected errors.
 """

@@ -176,7 +176,7 @@ def rss_kib() -> int:
 
 
 def test_a_thousand_decodes_do_not_grow_memory(corpus_scan: CorpusScan):
-    """TESTPLAN §5: every container is closed (300 decodes without close grew RSS 63 -> 151 MB
+    """Every container is closed (300 decodes without close grew RSS 63 -> 151 MB
     here). After a warm-up, 1000 more ranged decodes of the corpus's valid videos (and of the
     broken ones, which raise) leave RSS within 5%."""
     videos = [v for v in corpus_scan.scan.videos if v.num_frames]

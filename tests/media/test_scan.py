@@ -1,4 +1,4 @@
-"""The dataset scan: every corpus file classified as TESTPLAN 6 expects, fast, and remembered."""
+"""The dataset scan: every corpus file classified as the corpus expects, fast, and remembered."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Resources through a real mount (TESTPLAN §1, §3, §5): the event loop keeps answering while
+"""Resources through a real mount: the event loop keeps answering while
 batches decode, the daemon's memory high-water mark follows `memory_limit`, and a hung daemon
 aborted through fusectl leaves readers with an error, never a hang."""
 

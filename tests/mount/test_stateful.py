@@ -1,4 +1,4 @@
-"""A Hypothesis state machine against a real mount (TESTPLAN §1, JuiceFS's hypo style): random
+"""A Hypothesis state machine against a real mount (in the style of JuiceFS's tests): random
 sequences of stat, listdir, open, read (any offset and size, re-reads), getxattr, listxattr and
 close, over valid, non-canonical and junk names, checked step by step against a model built
 from the plan and the independent reference — never from the mount."""
@@ -181,7 +181,7 @@ class MountMachine(RuleBasedStateMachine):
 
 
 @pytest.mark.parametrize(("examples", "steps"), [
-    (200, 50),  # CI tier (TESTPLAN §1)
+    (200, 50),  # the default tier; the stress tier runs ten times as many
     pytest.param(2000, 200, marks=pytest.mark.stress),
 ])
 def test_random_operation_sequences_match_the_model(tmp_path, dataset_dir, examples, steps):

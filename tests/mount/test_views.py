@@ -210,7 +210,7 @@ def test_drop_last_and_samples_per_video(tmp_path, dataset_dir):
 
 
 def test_no_fd_or_thread_leak_over_epochs(mounted, config_path):
-    """TESTPLAN 5: the daemon's open files and threads stay flat while views are read."""
+    """The daemon's open files and threads stay flat while views are read."""
     plan = build_plan(config_path)
     pid = mounted.process.pid
 

@@ -1,4 +1,4 @@
-"""Corrupt objects are detected, logged once, deleted and counted; never served (TESTPLAN §4)."""
+"""Corrupt objects are detected, logged once, deleted and counted; never served."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Disk full, injected faults and kill -9 (TESTPLAN §3, §5): nothing partial is ever visible,
+"""Disk full, injected faults and kill -9: nothing partial is ever visible,
 put never raises ENOSPC, and the store recovers on reopen."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Restart: objects found again, the index rebuilt from headers, leftovers swept (TESTPLAN §3)."""
+"""Restart: objects found again, the index rebuilt from headers, leftovers swept."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Imports flow one way (STYLE.md): config -> plan -> cache/sched -> materialize -> fuse ->
-daemon -> cli, with media, ops and the small shared modules as leaves; only media imports av and
-only the FUSE layer and the daemon import pyfuse3."""
+"""Imports flow one way, so each layer can be read and tested without the ones above it:
+config -> plan -> cache/sched -> materialize -> fuse -> daemon -> cli, with media, ops and the
+small shared modules as leaves; only media imports av and only the FUSE layer and the daemon
+import pyfuse3."""
 
 from __future__ import annotations
 

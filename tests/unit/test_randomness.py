@@ -1,4 +1,4 @@
-"""Randomness under coordinated planning (TESTPLAN §2, SAND §5.2): a SlowFast-like and an
+"""Randomness under coordinated planning (the SAND paper, §5.2): a SlowFast-like and an
 MAE-like task (different strides, clip counts and crop sizes) planned together on one dataset
 keep uniform clip starts and crops, fresh draws per epoch and seed, nested clips across tasks,
 exactly-once epochs
@@ -306,8 +306,8 @@ def test_equal_crops_of_nested_clips_are_cropped_once():
 
 @pytest.mark.parametrize("task_index", [0, 1], ids=[t[0] for t in TASKS])
 def test_epoch_orders_are_unrelated(task_index):
-    """No set_epoch bug (TESTPLAN §2): Kendall's tau between the video orders of any two of the
-    first 10 epochs stays below 0.2 in magnitude (400 videos)."""
+    """No set_epoch bug (the same order every epoch): Kendall's tau between the video orders of
+    any two of the first 10 epochs stays below 0.2 in magnitude (400 videos)."""
     plan = planned()[task_index]
     orders = [plan.epoch_order(epoch) for epoch in range(10)]
     for first in range(10):
