@@ -64,7 +64,7 @@ from common import (
 )
 from peers import PEERS, PeerFeed, check_peer, peer_unavailable, peer_version, task_plans
 
-from sandfs.mountwatch import mounts_under
+from tests.helpers.mountwatch import mounts_under
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 SCENARIOS = {

@@ -18,10 +18,10 @@ coordinate=False.
   plan_window), medians over --repeats, per 1000 videos.
 - loss (Figure 20): a 4-class synthetic dataset of moving bars (class = bar orientation and a
   jittered hue) is written with PyAV; the tiny variants of the two tasks
-  (configs/planning/*-tiny.yaml) build their batches with sandfs.reference.reference_array, and
-  TinyVideoNet (scripts/train_demo.py) trains from the same init on the planned and on the
-  independent batches; `independent_seed1` (another data seed) shows the run-to-run variation
-  a gap should be compared with. loss.png.
+  (configs/planning/*-tiny.yaml) build their batches with
+  tests.helpers.reference.reference_array, and TinyVideoNet (scripts/train_demo.py) trains from
+  the same init on the planned and on the independent batches; `independent_seed1` (another
+  data seed) shows the run-to-run variation a gap should be compared with. loss.png.
 
 One JSON object per line on stdout (a params record, then one per figure and a summary); a
 readable summary on stderr.
@@ -47,7 +47,6 @@ import numpy as np
 import yaml
 from common import emit, fill_defaults, machine_info, summary
 
-from sandfs import reference
 from sandfs.config.loader import load_task_config
 from sandfs.config.schema import TaskConfig
 from sandfs.media.scan import scan_dataset
@@ -56,6 +55,7 @@ from sandfs.plan.mount import plan_tasks
 from sandfs.plan.report import plan_report
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import plan_window
+from tests.helpers import reference
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = Path(__file__).resolve().parent / "configs" / "planning"

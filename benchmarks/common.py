@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandfs.mountwatch import is_mounted, wait_served
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.helpers
+from tests.helpers.mountwatch import is_mounted, wait_served
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MOUNT_TIMEOUT_S = 120.0

@@ -37,10 +37,10 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from sandfs import ops as oplib
 from sandfs.config.loader import load_task_configs
-from sandfs.daemon import scan_all
-from sandfs.media.types import VideoInfo
+from sandfs.media.datasets import scan_all
+from sandfs.media.types import MediaLimits, VideoInfo
 from sandfs.ops.base import OpInstance
-from sandfs.plan.mount import plan_tasks
+from sandfs.plan.mount import dataset_key, plan_tasks
 from sandfs.plan.task import StreamClip, TaskPlan
 
 
@@ -79,7 +79,8 @@ def task_plans(config_paths: Sequence[Path], k_epochs: int, workers: int) -> dic
     """The plans a fresh `sandfs mount --k-epochs K` of these configs serves (same scan, same
     coordination of the tasks), by task name."""
     configs = load_task_configs([str(p) for p in config_paths])
-    plans = plan_tasks(configs, scan_all(configs, None, workers), k_epochs=k_epochs)
+    plans = plan_tasks(configs, scan_all([dataset_key(c) for c in configs], None, workers,
+                                          MediaLimits()), k_epochs=k_epochs)
     return {plan.name: plan for plan in plans}
 
 

@@ -17,7 +17,7 @@ from sandfs import __version__
 from sandfs.config.loader import BASE_DIR_MARK, ConfigError, load_task_configs
 from sandfs.config.settings import cli_engine, default_workers, media_limits, mount_settings
 from sandfs.errors import UserError
-from sandfs.mountwatch import is_mounted
+from sandfs.fuse.mounttable import is_mounted
 
 log = logging.getLogger("sandfs")
 

@@ -1,18 +1,14 @@
 """Shared fixtures: a small painted-video dataset (made once per session), task configs, and a
-real loopback mount (see harness.py)."""
+real loopback mount (see helpers/harness.py)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from harness import Mounted, mount_sandfs, task_config, write_config
-
 from sandfs.media.synth import make_dataset
+from tests.helpers.harness import Mounted, mount_sandfs, task_config, write_config
 
 DATASET_CLASSES = ["archery", "bowling", "juggling"]
 DATASET_VIDEOS_PER_CLASS = 4

@@ -12,10 +12,11 @@ from collections.abc import Iterable
 import pyfuse3
 
 from sandfs.errors import UserError
-from sandfs.mountwatch import SANDFS_FSTYPE, mountpoints
+from sandfs.fuse.mounttable import SANDFS_FSTYPE, mountpoints
 from sandfs.remote.options import is_remote_url
 
 log = logging.getLogger(__name__)
+
 
 
 

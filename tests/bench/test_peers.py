@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import yaml
 from common import MixedDatasetSpec, VideoKind
-from harness import mount_sandfs
 from peers import (
     EXACT,
     PEERS,
@@ -23,7 +22,8 @@ from peers import (
     task_plans,
 )
 
-from sandfs.reference import reference_array
+from tests.helpers.harness import mount_sandfs
+from tests.helpers.reference import reference_array
 
 SMALL_KINDS = (VideoKind("libx264", ".mp4", 160, 90, bframes=3),
                VideoKind("libvpx-vp9", ".webm", 96, 64),

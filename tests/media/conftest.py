@@ -7,10 +7,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from corpus import EXTENSIONS, Corpus, CorpusScan, build_corpus, remove_corpus
 
 from sandfs.media.scan import scan_dataset
 from sandfs.media.types import MediaLimits
+from tests.helpers.corpus import EXTENSIONS, Corpus, CorpusScan, build_corpus, remove_corpus
 
 
 class _ListHandler(logging.Handler):

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from corpus import CORPUS, Corpus, CorpusScan
 
 from sandfs.media.decode import (
     DecodeError,
@@ -22,6 +21,7 @@ from sandfs.media.decode import (
 from sandfs.media.scan import scan_dataset
 from sandfs.media.synth import make_dataset, paint_index, read_painted_index, write_test_video
 from sandfs.media.types import VideoInfo
+from tests.helpers.corpus import CORPUS, Corpus, CorpusScan
 
 VALID = [c for c in CORPUS if c.reason is None]
 
@@ -176,7 +176,7 @@ def rss_kib() -> int:
 
 
 def test_a_thousand_decodes_do_not_grow_memory(corpus_scan: CorpusScan):
-    """TESTPLAN §5: every container is closed (300 decodes without close grew RSS 63 -> 151 MB
+    """Every container is closed (300 decodes without close grew RSS 63 -> 151 MB
     here). After a warm-up, 1000 more ranged decodes of the corpus's valid videos (and of the
     broken ones, which raise) leave RSS within 5%."""
     videos = [v for v in corpus_scan.scan.videos if v.num_frames]

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import av
 import pytest
-from corpus import CORPUS, EXTENSIONS, IGNORED, Corpus, CorpusScan
 
 from sandfs.media.scan import scan_dataset
 from sandfs.media.synth import make_dataset, write_test_video
 from sandfs.media.types import DatasetScan, MediaLimits
+from tests.helpers.corpus import CORPUS, EXTENSIONS, IGNORED, Corpus, CorpusScan
 
 BAD_REASONS = {
     "open_invalid", "no_video_stream", "not_regular", "outside_root", "corrupt_frames",

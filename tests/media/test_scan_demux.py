@@ -14,7 +14,6 @@ from pathlib import Path
 
 import av
 import pytest
-from corpus import AV1_ENCODER, write_bitflipped
 
 from sandfs.media import probe
 from sandfs.media.decode import ScanMismatch, decode_all_reference, decode_frames
@@ -22,6 +21,7 @@ from sandfs.media.scan import StderrProgress, format_progress, scan_dataset
 from sandfs.media.scan_index import SCAN_VERSION
 from sandfs.media.synth import make_dataset, read_painted_index, write_test_video
 from sandfs.media.types import MediaLimits, ScanProgress, VideoInfo
+from tests.helpers.corpus import AV1_ENCODER, write_bitflipped
 
 B3 = {"bframes": 3, "b_adapt": False}  # every B slot used, with b-pyramid
 

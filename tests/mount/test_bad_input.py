@@ -6,9 +6,8 @@ import json
 import os
 import shutil
 
-from harness import mount_sandfs, task_config, write_config
-
 from sandfs.media.synth import write_test_video
+from tests.helpers.harness import mount_sandfs, task_config, write_config
 
 
 def make_hostile_dataset(root, good_dir) -> dict[str, str]:

@@ -12,19 +12,19 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import (
+
+from tests.helpers.harness import (
     forgiving_teardown,
     mount_sandfs,
     require_fuse,
+    run_cli,
     start_daemon,
     task_config,
     wait_mounted,
     write_config,
 )
-from test_cli import run_cli
-from test_views import build_plan
-
-from sandfs.reference import reference_view
+from tests.helpers.plans import build_plan
+from tests.helpers.reference import reference_view
 
 
 def status(m) -> dict:
@@ -167,7 +167,7 @@ def test_a_budget_smaller_than_a_batch_is_a_clear_error(tmp_path, dataset_dir):
 
 @pytest.mark.parametrize("kills", [3, pytest.param(50, marks=pytest.mark.stress)])
 def test_random_kills_while_reading_lose_no_bytes(tmp_path, config_path, kills):
-    """TESTPLAN 3: kill -9 the daemon at random moments while a trainer reads (it retries on
+    """kill -9 the daemon at random moments while a trainer reads (it retries on
     ENOTCONN and waits for the remount), epoch after epoch until the kills are over; every view
     it gets equals the reference."""
     require_fuse()

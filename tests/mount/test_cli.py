@@ -13,21 +13,19 @@ import sys
 import time
 
 import pytest
-from harness import (
+
+from tests.helpers.harness import (
     forgiving_teardown,
     is_mounted,
     mount_sandfs,
     require_fuse,
+    run_cli,
     sandfs_command,
     start_daemon,
     task_config,
     wait_mounted,
     write_config,
 )
-
-
-def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(sandfs_command(*args), capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture
@@ -253,12 +251,12 @@ def test_status_and_unmount_of_a_stopped_daemon_return_within_their_timeout(tmp_
             start = time.monotonic()
             done = run_cli("status", str(m.mountpoint), "--timeout", "1", timeout=30)
             assert "did not answer within 1s" in one_line_error(done)
-            waiting = subprocess.Popen(sandfs_command("status", str(m.mountpoint), "--timeout",
-                                                      "60"), stderr=subprocess.PIPE)
-            time.sleep(1.5)
-            waiting.send_signal(signal.SIGINT)  # Ctrl-C
-            assert waiting.wait(timeout=10) == 130
-            assert b"Traceback" not in waiting.stderr.read()
+            with subprocess.Popen(sandfs_command("status", str(m.mountpoint), "--timeout", "60"),
+                                  stderr=subprocess.PIPE) as waiting:
+                time.sleep(1.5)
+                waiting.send_signal(signal.SIGINT)  # Ctrl-C
+                assert waiting.wait(timeout=10) == 130
+                assert b"Traceback" not in waiting.stderr.read()
             done = run_cli("unmount", str(m.mountpoint), "--timeout", "2", timeout=30)
             assert done.returncode == 0, done.stderr  # the kernel unmounts without the daemon
             assert not is_mounted(m.mountpoint)

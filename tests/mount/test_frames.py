@@ -12,6 +12,9 @@ import pytest
 
 from sandfs.media.decode import decode_all_reference
 from sandfs.media.synth import read_painted_index
+from tests.helpers.harness import mount_sandfs, task_config, write_config
+from tests.helpers.plans import build_plans
+from tests.helpers.reference import reference_view
 
 
 def load(path) -> np.ndarray:
@@ -78,11 +81,6 @@ def test_decode_resize_scales_in_the_decoder(tmp_path, dataset_dir):
     """sampling.decode_resize: frames come out of the decoder's colour conversion already at
     [H, W] (fused, no full-size RGB); the steps start from them. A task without it on the same
     mount is decoded in the same pass at full size."""
-    from harness import mount_sandfs, task_config, write_config
-    from test_multitask import build_plans
-
-    from sandfs.reference import reference_view
-
     augmentation = [
         {"name": "maybe_flip", "branch_type": "random", "inputs": ["frame"], "outputs": ["f"],
          "branches": [{"prob": 0.5, "config": [{"flip": {"direction": "horizontal"}}]},

@@ -9,7 +9,8 @@ import errno
 import os
 
 import pytest
-from harness import is_mounted, mount_sandfs, task_config, write_config
+
+from tests.helpers.harness import is_mounted, mount_sandfs, task_config, write_config
 
 
 def test_a_daemon_that_cannot_start_leaves_nothing(tmp_path, dataset_dir):
@@ -25,10 +26,12 @@ def test_a_failing_test_body_is_torn_down(tmp_path, config_path):
     holder = {}
     with pytest.raises(ZeroDivisionError), mount_sandfs(tmp_path, [config_path]) as m:
         holder["m"] = m
-        _ = open(m.path("t0", "0", "0", "view"), "rb")  # noqa: SIM115 - left open on purpose
+        holder["busy"] = open(m.path("t0", "0", "0", "view"), "rb")  # noqa: SIM115 - open on purpose
         1 / 0  # noqa: B018
     assert not is_mounted(holder["m"].mountpoint)
     assert holder["m"].process.poll() is not None
+    with contextlib.suppress(OSError):  # its mount is gone; closed only so nothing leaks
+        holder["busy"].close()
 
 
 def test_a_decode_failure_is_eio_and_caught_by_the_log_gate(tmp_path, config_path):

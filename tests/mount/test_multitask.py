@@ -8,23 +8,13 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from harness import mount_sandfs, task_config, write_config
-from test_cli import run_cli
 
 from sandfs.config.loader import load_task_configs
 from sandfs.media.scan import scan_dataset
-from sandfs.plan.mount import plan_tasks
 from sandfs.plan.task import TaskPlan
-from sandfs.reference import reference_view
-
-
-def build_plans(paths):
-    configs = load_task_configs(paths)
-    scans = {}
-    for cfg in configs:
-        key = (cfg.dataset.video_dataset_path, cfg.dataset.extensions)
-        scans.setdefault(key, scan_dataset(*key))
-    return {p.name: p for p in plan_tasks(configs, scans, k_epochs=configs[0].engine.k_epochs)}
+from tests.helpers.harness import mount_sandfs, run_cli, task_config, write_config
+from tests.helpers.plans import build_plans
+from tests.helpers.reference import reference_view
 
 
 def plan_joined(first_path, joining_path, mount_epoch: int):

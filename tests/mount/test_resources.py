@@ -1,4 +1,4 @@
-"""Resources through a real mount (TESTPLAN §1, §3, §5): the event loop keeps answering while
+"""Resources through a real mount: the event loop keeps answering while
 batches decode, the daemon's memory high-water mark follows `memory_limit`, and a hung daemon
 aborted through fusectl leaves readers with an error, never a hang."""
 
@@ -17,7 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from harness import (
+
+from sandfs.media.synth import make_dataset
+from tests.helpers.harness import (
     forgiving_teardown,
     is_mounted,
     mount_sandfs,
@@ -26,8 +28,6 @@ from harness import (
     wait_mounted,
     write_config,
 )
-
-from sandfs.media.synth import make_dataset
 
 FUSECTL = Path("/sys/fs/fuse/connections")
 

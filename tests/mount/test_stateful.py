@@ -1,4 +1,4 @@
-"""A Hypothesis state machine against a real mount (TESTPLAN §1, JuiceFS's hypo style): random
+"""A Hypothesis state machine against a real mount (in the style of JuiceFS's tests): random
 sequences of stat, listdir, open, read (any offset and size, re-reads), getxattr, listxattr and
 close, over valid, non-canonical and junk names, checked step by step against a model built
 from the plan and the independent reference — never from the mount."""
@@ -10,7 +10,6 @@ import json
 import os
 
 import pytest
-from harness import mount_sandfs, task_config, write_config
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -20,9 +19,10 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from test_views import build_plan
 
-from sandfs.reference import reference_view
+from tests.helpers.harness import mount_sandfs, task_config, write_config
+from tests.helpers.plans import build_plan
+from tests.helpers.reference import reference_view
 
 EPOCHS = 2
 BAD_NUMBERS = ["01", "+1", " 1", "1_0", "\u0661", "\uff11", "-1", "2", "999999999", "1e3"]
@@ -181,7 +181,7 @@ class MountMachine(RuleBasedStateMachine):
 
 
 @pytest.mark.parametrize(("examples", "steps"), [
-    (200, 50),  # CI tier (TESTPLAN §1)
+    (200, 50),  # the default tier; the stress tier runs ten times as many
     pytest.param(2000, 200, marks=pytest.mark.stress),
 ])
 def test_random_operation_sequences_match_the_model(tmp_path, dataset_dir, examples, steps):

@@ -18,19 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from harness import mount_sandfs, task_config, write_config
 
-from sandfs.config.loader import load_task_config
-from sandfs.media.scan import scan_dataset
-from sandfs.plan.task import TaskPlan
-from sandfs.reference import reference_view
-
-
-def build_plan(config_path) -> TaskPlan:
-    cfg = load_task_config(config_path)
-    found = scan_dataset(cfg.dataset.video_dataset_path, cfg.dataset.extensions)
-    return TaskPlan(cfg, found.videos, k_epochs=cfg.engine.k_epochs,
-                    all_rel_paths=[b.rel_path for b in found.bad])
+from tests.helpers.harness import mount_sandfs, task_config, write_config
+from tests.helpers.plans import build_plan
+from tests.helpers.reference import reference_view
 
 
 def read(path) -> bytes:
@@ -219,7 +210,7 @@ def test_drop_last_and_samples_per_video(tmp_path, dataset_dir):
 
 
 def test_no_fd_or_thread_leak_over_epochs(mounted, config_path):
-    """TESTPLAN 5: the daemon's open files and threads stay flat while views are read."""
+    """The daemon's open files and threads stay flat while views are read."""
     plan = build_plan(config_path)
     pid = mounted.process.pid
 

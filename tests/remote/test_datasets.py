@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import EXTENSIONS, TREE, VIDEOS, http_store, write_tree
 
 from sandfs.remote import RemoteError, RemoteSpec, prepare_remote_datasets
+from tests.helpers.stores import EXTENSIONS, TREE, VIDEOS, http_store, write_tree
 
 pytest.importorskip("fsspec")  # the remote extra
 pytest.importorskip("aiohttp")

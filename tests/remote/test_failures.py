@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EXTENSIONS, TREE, VIDEOS, free_port, http_store
 
 from sandfs.remote import RemoteError, RetryPolicy, prepare_remote_dataset
 from sandfs.remote.connect import open_store
 from sandfs.remote.fetch import Fetcher
+from tests.helpers.stores import EXTENSIONS, TREE, VIDEOS, free_port, http_store
 
 pytest.importorskip("fsspec")  # the remote extra
 pytest.importorskip("aiohttp")

@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import EXTENSIONS, TREE, VIDEOS, http_store
 
 from sandfs.media.scan import scan_dataset
 from sandfs.remote import RemoteError, log_progress, prepare_remote_dataset
+from tests.helpers.stores import EXTENSIONS, TREE, VIDEOS, http_store
 
 pytest.importorskip("fsspec")  # the remote extra
 pytest.importorskip("aiohttp")

@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import http_store
-from harness import mount_sandfs, task_config, write_config
+
+from tests.helpers.harness import mount_sandfs, task_config, write_config
+from tests.helpers.stores import http_store
 
 pytest.importorskip("fsspec")  # the remote extra
 pytest.importorskip("aiohttp")
@@ -73,7 +74,7 @@ def test_an_unreachable_store_is_one_line_and_exit_1(tmp_path, dataset_dir):
     import sys
     import time
 
-    from conftest import free_port
+    from tests.helpers.stores import free_port
 
     config = task_config(dataset_dir)
     config["dataset"]["video_dataset_path"] = f"http://127.0.0.1:{free_port()}/videos/"

@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import EXTENSIONS, TREE, VIDEOS, _bytes
 
 from sandfs.remote import RemoteError, prepare_remote_dataset
+from tests.helpers.stores import EXTENSIONS, TREE, VIDEOS, file_bytes
 
 pytest.importorskip("s3fs")  # the remote extra
 pytest.importorskip("moto.server")
@@ -25,7 +25,7 @@ def test_listing_a_prefix_with_sub_folders(s3, cache_dir):
     copy = prepare(s3, cache_dir)
     assert [e.rel_path for e in copy.entries] == VIDEOS  # not data2/, hidden or .txt
     for rel in VIDEOS:
-        assert Path(copy.root, rel).read_bytes() == _bytes(rel, TREE[rel], 0)
+        assert Path(copy.root, rel).read_bytes() == file_bytes(rel, TREE[rel], 0)
     assert all(e.etag for e in copy.entries)
     assert copy.stats.bytes_fetched == sum(TREE[rel] for rel in VIDEOS)
 

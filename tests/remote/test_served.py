@@ -7,10 +7,10 @@ import json
 import os
 
 import pytest
-from conftest import http_store
-from harness import mount_sandfs, task_config, write_config
 
 from sandfs.remote import RemoteSpec, prepare_remote_datasets
+from tests.helpers.harness import mount_sandfs, task_config, write_config
+from tests.helpers.stores import http_store
 
 pytest.importorskip("fsspec")  # the remote extra
 pytest.importorskip("aiohttp")

@@ -9,10 +9,10 @@ import threading
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from store_helpers import BLOCK, disk_usage, key, make_array, object_files
 
 from sandfs.cache import ObjectStore
 from sandfs.cache.disk import HEADER_NBYTES
+from tests.helpers.store import BLOCK, disk_usage, key, make_array, object_files
 
 ONE_BLOCK = BLOCK - HEADER_NBYTES  # raw uint8 bytes that fill exactly one block with the header
 

@@ -1,4 +1,4 @@
-"""Corrupt objects are detected, logged once, deleted and counted; never served (TESTPLAN §4)."""
+"""Corrupt objects are detected, logged once, deleted and counted; never served."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from store_helpers import SHAPES, key, make_array
 
 from sandfs.cache import ObjectStore
 from sandfs.cache.disk import _FIELDS, HEADER_NBYTES, MAGIC, checksum
+from tests.helpers.store import SHAPES, key, make_array
 
 _LENGTH_OFFSET = _FIELDS.size - 16  # payload length, then payload checksum, then header checksum
 

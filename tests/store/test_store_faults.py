@@ -1,4 +1,4 @@
-"""Disk full, injected faults and kill -9 (TESTPLAN §3, §5): nothing partial is ever visible,
+"""Disk full, injected faults and kill -9: nothing partial is ever visible,
 put never raises ENOSPC, and the store recovers on reopen."""
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from store_helpers import BLOCK, SHAPES, key, make_array, object_files
 
 from sandfs.cache import ObjectStore
 from sandfs.cache.disk import FAKE_FREE_ENV, HEADER_NBYTES
+from tests.helpers.store import BLOCK, SHAPES, key, make_array, object_files
+
+REPO_ROOT = Path(__file__).resolve().parents[2]  # where `python -m tests.helpers...` runs
 
 WRITE_POINTS = ["cache_write_mid", "after_write_before_rename", "after_rename_before_index"]
 
@@ -105,10 +107,10 @@ CRASHES = [  # (fault spec, objects persisted, temp files left)
 def test_kill9_then_reopen(tmp_path, spec, persisted, temps):
     root = str(tmp_path / "cache")
     budget_bytes = 6 * BLOCK  # frames are one block: evictions from the 5th put on
-    script = Path(__file__).with_name("crash_writer.py")
     env = {**os.environ, "SANDFS_FAULT": spec}
-    result = subprocess.run([sys.executable, str(script), root, str(budget_bytes), "8"], env=env,
-                            capture_output=True, check=False, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.crash_writer", root, str(budget_bytes), "8"],
+        env=env, cwd=REPO_ROOT, capture_output=True, check=False, timeout=60)
     assert result.returncode == -signal.SIGKILL, result.stderr.decode()
     assert sum(path.endswith(".tmp") for path in object_files(root)) == temps
     with ObjectStore(root, budget_bytes) as store:

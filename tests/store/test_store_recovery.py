@@ -1,4 +1,4 @@
-"""Restart: objects found again, the index rebuilt from headers, leftovers swept (TESTPLAN §3)."""
+"""Restart: objects found again, the index rebuilt from headers, leftovers swept."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import time
 
 import numpy as np
 import pytest
-from store_helpers import BLOCK, key, make_array, object_files
 
 from sandfs.cache import CacheDirError, ObjectStore, StoreBusyError
 from sandfs.cache.disk import MAGIC
 from sandfs.cache.store import INDEX_FILE
+from tests.helpers.store import BLOCK, key, make_array, object_files
 
 
 def fill(store: ObjectStore, count: int, kind: str = "frame") -> dict:

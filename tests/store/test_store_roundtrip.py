@@ -7,10 +7,10 @@ import stat
 
 import numpy as np
 import pytest
-from store_helpers import SHAPES, key, make_array, object_files
 
 from sandfs.cache import CODECS, ObjectKey, choose_format
 from sandfs.cache.disk import HEADER_NBYTES
+from tests.helpers.store import SHAPES, key, make_array, object_files
 
 STATS_KEYS = {"bytes_used", "budget_bytes", "objects", "hits", "misses", "evictions",
               "recomputed", "corrupt_detected", "objects_by_kind", "bytes_by_format", "enospc",

@@ -5,14 +5,13 @@ from __future__ import annotations
 import shutil
 from dataclasses import replace
 
-from harness import task_config, write_config
-from test_plan import fake_videos, make_plan
-
 from sandfs.config.loader import load_task_config
 from sandfs.media.scan import scan_dataset
 from sandfs.plan.identity import dataset_identity
 from sandfs.plan.mount import plan_tasks
 from sandfs.plan.task import TaskPlan
+from tests.helpers.harness import task_config, write_config
+from tests.helpers.plans import fake_videos, make_plan
 
 EPOCHS = 4
 

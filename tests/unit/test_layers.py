@@ -13,13 +13,13 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sandfs"
 RANK = {  # a module may import modules of the same or a lower rank only
-    "ops": 0, "media": 0, "faults": 0, "errors": 0, "stats": 0, "npy": 0, "mountwatch": 0,
+    "ops": 0, "media": 0, "faults": 0, "errors": 0, "stats": 0, "npy": 0,
     "fileio": 0, "status": 0, "remote": 0,
     "config": 1,
     "plan": 2, "cache": 2,
     "materialize": 3,
     "sched": 4,
-    "service": 5, "reference": 5, "tasks": 5,
+    "service": 5, "tasks": 5,
     "fuse": 6,
     "daemon": 7,
     "cli": 8, "__main__": 8, "__init__": 8,

@@ -8,20 +8,16 @@ import os
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_plan import fake_videos, make_plan
 
 from sandfs.fuse.namespace import ROOT, Namespace, Node, parse_number
-from sandfs.sched.ondemand import OnDemandObjects
-from sandfs.service import ViewService
-from sandfs.stats import Stats
+from tests.helpers.operations import make_service
+from tests.helpers.plans import fake_videos, make_plan
 
 
 @pytest.fixture(scope="module")
 def namespace(tmp_path_factory) -> Namespace:
     plan = make_plan(tmp_path_factory.mktemp("ns"), videos=fake_videos(10))
-    service = ViewService([plan], engine=OnDemandObjects(workers=1, memory_budget_bytes=1 << 20),
-                          stats=Stats(), task_texts={"t0": "task: t0\n"})
-    return Namespace(service)
+    return Namespace(make_service([plan], task_texts={"t0": "task: t0\n"}))
 
 
 @pytest.mark.parametrize("text", ["0", "7", "17", "123456789"])

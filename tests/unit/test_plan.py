@@ -2,39 +2,15 @@
 
 from __future__ import annotations
 
-from fractions import Fraction
-from pathlib import Path
-
 import numpy as np
 import pytest
-from harness import task_config, write_config
 from scipy import stats as scistats
 
 from sandfs.config.loader import load_task_config
-from sandfs.media.types import VideoInfo
 from sandfs.plan.abstract import stream_paths
 from sandfs.plan.task import TaskPlan
-
-
-def fake_videos(count: int, num_frames: int = 120, size=(64, 48)) -> list[VideoInfo]:
-    width, height = size
-    return [
-        VideoInfo(name=f"c{i % 3}/v{i:03d}", rel_path=f"c{i % 3}/v{i:03d}.mp4",
-                  path=f"/nowhere/c{i % 3}/v{i:03d}.mp4", size_bytes=1000, mtime_ns=0,
-                  width=width, height=height, num_frames=num_frames,
-                  frame_pts=tuple(range(num_frames)), time_base=Fraction(1, 25),
-                  keyframe_indices=tuple(range(0, num_frames, 12)), seekable=True)
-        for i in range(count)
-    ]
-
-
-FAKE_DATASET = Path("/nonexistent/sandfs-test-dataset")  # never read: the plan opens no file
-
-
-def make_plan(tmp_path: Path, videos=None, k_epochs: int = 2, **overrides) -> TaskPlan:
-    path = write_config(tmp_path / "t.yaml", task_config(FAKE_DATASET, **overrides))
-    cfg = load_task_config(path, check_paths=False)
-    return TaskPlan(cfg, videos if videos is not None else fake_videos(10), k_epochs=k_epochs)
+from tests.helpers.harness import task_config, write_config
+from tests.helpers.plans import FAKE_DATASET, fake_videos, make_plan
 
 
 def test_each_video_once_per_epoch_and_epochs_differ(tmp_path):

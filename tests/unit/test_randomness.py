@@ -1,4 +1,4 @@
-"""Randomness under coordinated planning (docs/testplan.md, SAND §5.2): a SlowFast-like and an
+"""Randomness under coordinated planning (the SAND paper, §5.2): a SlowFast-like and an
 MAE-like task (different strides, clip counts and crop sizes) planned together on one dataset
 keep uniform clip starts and crops, fresh draws per epoch and seed, nested clips across tasks,
 exactly-once epochs
@@ -18,7 +18,6 @@ from functools import cache
 import numpy as np
 import pytest
 import yaml
-from harness import task_config
 from scipy import stats as scistats
 
 from sandfs.config.loader import load_task_config
@@ -27,6 +26,7 @@ from sandfs.media.types import DatasetScan, VideoInfo
 from sandfs.plan.mount import plan_tasks
 from sandfs.plan.report import plan_report
 from sandfs.plan.task import StreamClip, TaskPlan
+from tests.helpers.harness import task_config
 
 FAKE_DATASET = "/nonexistent/sandfs-randomness-dataset"
 NUM_VIDEOS = 400
@@ -307,8 +307,8 @@ def test_equal_crops_of_nested_clips_are_cropped_once():
 
 @pytest.mark.parametrize("task_index", [0, 1], ids=[t[0] for t in TASKS])
 def test_epoch_orders_are_unrelated(task_index):
-    """No set_epoch bug (docs/testplan.md): Kendall's tau between the video orders of any two of the
-    first 10 epochs stays below 0.2 in magnitude (400 videos)."""
+    """No set_epoch bug (the same order every epoch): Kendall's tau between the video orders of
+    any two of the first 10 epochs stays below 0.2 in magnitude (400 videos)."""
     plan = planned()[task_index]
     orders = [plan.epoch_order(epoch) for epoch in range(10)]
     for first in range(10):

@@ -9,7 +9,6 @@ import sys
 
 import pytest
 import trio
-from test_plan import fake_videos, make_plan
 
 from sandfs.plan.frames import FramePlanner
 from sandfs.plan.window import ClipUse, ViewKey, plan_window, view_key
@@ -21,6 +20,7 @@ from sandfs.sched.objects import Spot
 from sandfs.sched.scheduler import Scheduler
 from sandfs.sched.windows import Position, WindowBook
 from sandfs.stats import Stats
+from tests.helpers.plans import fake_videos, make_plan
 
 
 def key(i: int) -> ViewKey:

@@ -11,7 +11,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import trio
-from test_plan import fake_videos, make_plan
 
 from sandfs import ops as ops_lib
 from sandfs.cache import ObjectStore
@@ -23,6 +22,7 @@ from sandfs.sched.scheduler import Scheduler
 from sandfs.sched.windows import Position
 from sandfs.sched.work import BACKGROUND_NICE
 from sandfs.stats import Stats
+from tests.helpers.plans import fake_videos, make_plan
 
 
 def job(key, *, demanded=False, deadline=10, remaining=10) -> JobState:

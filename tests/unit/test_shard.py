@@ -6,8 +6,6 @@ import math
 from collections import Counter
 
 import pytest
-from harness import task_config, write_config
-from test_plan import fake_videos
 
 from sandfs.config.loader import load_task_config
 from sandfs.config.schema import Shard
@@ -16,6 +14,8 @@ from sandfs.plan import shard_from_env
 from sandfs.plan.coordination import Coordination
 from sandfs.plan.shard import rank_task_name, shard_configs, shard_positions
 from sandfs.plan.task import TaskPlan
+from tests.helpers.harness import task_config, write_config
+from tests.helpers.plans import fake_videos
 
 CASES = [(n, w, drop) for n in (1, 3, 7, 8, 10, 13) for w in (1, 2, 3, 4, 8, 16)
          for drop in (False, True)]

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 
-from test_plan import fake_videos, make_plan
-
 from sandfs.media.types import BadVideo
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.service import ViewService
 from sandfs.stats import Stats
+from tests.helpers.plans import fake_videos, make_plan
 
 ZERO_CACHE = {"bytes_used": 0, "budget_bytes": 0, "objects": 0, "hits": 0, "misses": 0,
               "evictions": 0, "recomputed": 0, "corrupt_detected": 0}

@@ -4,7 +4,17 @@ and saying what is allowed."""
 import re
 
 import pytest
-from base_config import BRANCHES, CONDITIONAL, FILE, PROB22, PROB24, STEP1, edited, error_of
+
+from tests.helpers.config_texts import (
+    BRANCHES,
+    CONDITIONAL,
+    FILE,
+    PROB22,
+    PROB24,
+    STEP1,
+    edited,
+    error_of,
+)
 
 # (case id, edits of BASE, expected key path, expected line, a fragment of the message)
 BAD_CONFIGS = [

@@ -2,9 +2,9 @@
 several configs at once, the decode_resize section, a full example config."""
 
 import pytest
-from base_config import BASE, edited, load
 
 from sandfs.config import ConfigError, load_task_config, load_task_configs
+from tests.helpers.config_texts import BASE, edited, load
 
 FULL_EXAMPLE = """\
 task: slowfast_k400
@@ -132,7 +132,7 @@ def test_duplicate_task_names_point_at_the_second_file(tmp_path):
 
 
 def test_decode_resize_fixes_the_source_size(tmp_path):
-    from harness import task_config, write_config
+    from tests.helpers.harness import task_config, write_config
 
     flip_only = [{"name": "flip", "branch_type": "single", "inputs": ["frame"],
                   "outputs": ["f"], "config": [{"flip": {"direction": "horizontal"}}]}]

@@ -3,9 +3,18 @@ steps in any order."""
 
 from pathlib import Path
 
-from base_config import BASE, CONDITIONAL, PROB22, PROB24, REPO, STEP1, edited, error_of, load
-
 from sandfs.config import EngineConfig, load_task_config
+from tests.helpers.config_texts import (
+    BASE,
+    CONDITIONAL,
+    PROB22,
+    PROB24,
+    REPO,
+    STEP1,
+    edited,
+    error_of,
+    load,
+)
 
 FIGURE_9 = """\
 task: fig9

@@ -6,11 +6,11 @@ import re
 from pathlib import Path
 
 import pytest
-from base_config import BASE, edited
 
 from sandfs.config import load_task_config, merge_engines, mount_settings, parse_size
 from sandfs.config.pipeline import view_shape
 from sandfs.errors import UserError
+from tests.helpers.config_texts import BASE, edited
 
 # --- engines, sizes, several configs -----------------------------------------------------------
 

@@ -5,10 +5,10 @@ import math
 import pickle
 
 import pytest
-from base_config import FILE, PROB22, edited, error_of, load
 
 from sandfs.config import ConfigError, load_task_config
 from sandfs.config.yamlsafe import read_yaml
+from tests.helpers.config_texts import FILE, PROB22, edited, error_of, load
 
 
 def test_config_error_is_one_line_and_picklable():

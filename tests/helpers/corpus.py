@@ -1,4 +1,5 @@
-"""The bad-input corpus of TESTPLAN 6, generated at test time (each builder says how).
+"""The bad-input corpus: one file per class of broken, odd or hostile video, generated at test
+time (each builder says how).
 
 `CORPUS` lists every file with the classification the scan must give it: a reason code for a
 bad file, None for a usable one (then with the facts the scan must report). Builders that need

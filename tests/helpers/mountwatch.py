@@ -5,29 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import time
 from pathlib import Path
 
-SANDFS_FSTYPE = "fuse.sandfs"  # how the kernel lists sandfs mounts (fsname and subtype sandfs)
-_ESCAPE = re.compile(r"\\([0-7]{3})")  # mountinfo writes a space in a path as \040
+from sandfs.fuse.mounttable import SANDFS_FSTYPE, is_mounted, mountpoints
 
-
-def mountpoints(fstype: str | None = None) -> list[str]:
-    """Every mountpoint this process sees, or those of one filesystem type."""
-    found = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields, _, rest = line.partition(" - ")
-            if fstype is None or rest.split(" ", 1)[0] == fstype:
-                found.append(_ESCAPE.sub(lambda m: chr(int(m[1], 8)), fields.split()[4]))
-    return found
-
-
-def is_mounted(path: str | Path) -> bool:
-    return os.path.abspath(path) in mountpoints()
-
+__all__ = ["SANDFS_FSTYPE", "is_mounted", "mounts_under", "served_by", "wait_served"]
 
 def mounts_under(prefix: str | Path) -> list[str]:
     base = os.path.abspath(prefix) + os.sep

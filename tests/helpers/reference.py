@@ -1,4 +1,4 @@
-"""The reference path (docs/testplan.md §1): a view computed the plain way — the pure plan, a full
+"""The reference oracle: a view computed the plain way — the pure plan, a full
 sequential decode of each video (`decode_all_reference`), the ops, `np.save` — with no engine,
 no cache, no selective decoding and no scheduler. Tests compare every served view against it.
 """

@@ -1,4 +1,4 @@
-"""The mount harness (TESTPLAN 0): start a real sandfs daemon, wait until it serves, and always
+"""The mount harness: start a real sandfs daemon, wait until it serves, and always
 take it down again — strictly when the test passed, forgivingly when it failed — then check
 that no mount and no process is left and that the daemon's log holds no unexpected errors.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandfs.mountwatch import is_mounted, wait_served
+from tests.helpers.mountwatch import is_mounted, wait_served
 
 MOUNT_TIMEOUT_SECONDS = 60.0
 LOG_ERROR = re.compile(r" (ERROR|CRITICAL) |Traceback \(most recent call last\)")
@@ -64,6 +64,11 @@ class Mounted:
 
 def sandfs_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "sandfs", *args]
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`sandfs ARGS...` in a child process, its output captured as text."""
+    return subprocess.run(sandfs_command(*args), capture_output=True, text=True, timeout=timeout)
 
 
 def start_daemon(mountpoint: Path, configs: Sequence[Path], cache_dir: Path, log_path: Path,

@@ -9,7 +9,7 @@ import pytest
 
 from sandfs.config import ConfigError, load_task_config
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 FILE = "task.yaml"
 
 # The line numbers in the comments are what the error table below refers to.

@@ -1,0 +1,110 @@
+"""Tasks joining and leaving through .sand/tasks, in-process: create, write and flush a YAML
+registers it (a refused one answers EINVAL at close, the reason in status.json), unlink ends
+it, and a task registered again gets new inodes."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from types import SimpleNamespace
+
+import pyfuse3
+import pytest
+import yaml
+
+from sandfs.fuse.operations import MAX_TASK_FILE_BYTES
+from tests.helpers.harness import task_config
+from tests.helpers.operations import CTX, errno_of
+from tests.helpers.reference import reference_view
+
+
+def task_yaml(dataset_dir, **overrides) -> bytes:
+    return yaml.safe_dump(task_config(dataset_dir, **overrides), sort_keys=False).encode()
+
+
+async def status(fs) -> dict:
+    return json.loads(await fs.read(".sand/status.json"))
+
+
+async def test_a_task_file_written_to_sand_tasks_is_served(fs, dataset_dir):
+    text = task_yaml(dataset_dir, task="t1", seed=3)
+    await fs.write_new(".sand/tasks/t1.yaml", text)
+    assert await fs.listdir("") == [".sand", "t0", "t1"]
+    assert await fs.listdir(".sand/tasks") == ["t0.yaml", "t1.yaml"]
+    assert await fs.read(".sand/tasks/t1.yaml") == text
+    joined = fs.ops.service.tasks["t1"]  # its views are planned into the mount's windows
+    for iteration in range(joined.iterations_per_epoch):
+        path = f"t1/0/{iteration}/view"
+        size = (await fs.stat(path)).st_size
+        got = await fs.read(path)
+        assert got == reference_view(joined, 0, iteration) and size == len(got), path
+    assert set((await status(fs))["tasks"]) == {"t0", "t1"}
+
+
+@pytest.mark.parametrize(("file_name", "text", "reason"), [
+    ("bad.yaml", b"task: bad\nseed: x\n", "bad.yaml:1:1: epochs: required key is missing"),
+    ("t2.yaml", None, "the file must be named after its task: t1.yaml"),
+    ("t3.yaml", b"task: t3\n\xff\xfe\n", "can't decode byte 0xff"),
+])
+async def test_a_refused_task_file_is_einval_at_close_with_the_reason_in_status(
+        fs, dataset_dir, file_name, text, reason):
+    text = text or task_yaml(dataset_dir, task="t1")
+    assert await errno_of(fs.write_new(f".sand/tasks/{file_name}", text)) == errno.EINVAL
+    task = file_name.removesuffix(".yaml")
+    assert reason in (await status(fs))["task_errors"][task]
+    assert await fs.listdir("") == [".sand", "t0"]
+    assert await fs.listdir(".sand/tasks") == ["t0.yaml"]
+
+
+@pytest.mark.parametrize(("name", "code"), [
+    (b"t1.yml", errno.EINVAL), (b".yaml", errno.EINVAL), (b"a b.yaml", errno.EINVAL),
+    (b"t0.yaml", errno.EEXIST),
+])
+async def test_task_file_names(fs, name, code):
+    tasks = await fs.inode(".sand/tasks")
+    assert await errno_of(fs.ops.create(tasks, name, 0o644, os.O_WRONLY, CTX)) == code
+
+
+async def test_an_upload_takes_sparse_writes_and_truncation_up_to_a_limit(fs):
+    tasks = await fs.inode(".sand/tasks")
+    info, attr = await fs.ops.create(tasks, b"t1.yaml", 0o644, os.O_WRONLY | os.O_CREAT, CTX)
+    assert attr.st_mode & 0o777 == 0o600 and attr.st_size == 0 and info.direct_io
+    assert await fs.ops.write(info.fh, 4, b"task") == 4
+    assert fs.ops.uploads[fs.ops.files[info.fh].node] == b"\0\0\0\0task"
+    size = pyfuse3.EntryAttributes()
+    size.st_size = 2
+    fields = SimpleNamespace(update_size=True)  # `>` and cp truncate what they write
+    assert (await fs.ops.setattr(attr.st_ino, size, fields, info.fh, CTX)).st_size == 2
+    assert await errno_of(fs.ops.write(info.fh, MAX_TASK_FILE_BYTES, b"x")) == errno.EFBIG
+    await fs.ops.release(info.fh)  # closed without a flush: nothing is registered
+    assert fs.ops.uploads == {}
+    assert await fs.listdir(".sand/tasks") == ["t0.yaml"]
+
+
+async def test_a_registered_upload_takes_no_more_writes(fs, dataset_dir):
+    tasks = await fs.inode(".sand/tasks")
+    info, _ = await fs.ops.create(tasks, b"t1.yaml", 0o644, os.O_WRONLY | os.O_CREAT, CTX)
+    await fs.ops.write(info.fh, 0, task_yaml(dataset_dir, task="t1"))
+    await fs.ops.flush(info.fh)
+    await fs.ops.flush(info.fh)  # a second close of a dup()ed fd registers nothing more
+    assert await errno_of(fs.ops.write(info.fh, 0, b"x")) == errno.EROFS
+    await fs.ops.release(info.fh)
+    assert await fs.listdir(".sand/tasks") == ["t0.yaml", "t1.yaml"]
+
+
+async def test_unlinking_a_task_file_ends_the_task_and_a_new_registration_has_new_inodes(
+        fs, dataset_dir):
+    text = task_yaml(dataset_dir, task="t1")
+    await fs.write_new(".sand/tasks/t1.yaml", text)
+    old_view = await fs.inode("t1/0/0/view")
+    tasks = await fs.inode(".sand/tasks")
+    await fs.ops.unlink(tasks, b"t1.yaml", CTX)
+    assert await fs.listdir("") == [".sand", "t0"]
+    assert await errno_of(fs.ops.lookup(pyfuse3.ROOT_INODE, b"t1", CTX)) == errno.ENOENT
+    assert await errno_of(fs.ops.getattr(old_view, CTX)) == errno.ENOENT
+    for name in (b"t1.yaml", b"t1", b"nope.yaml"):
+        assert await errno_of(fs.ops.unlink(tasks, name, CTX)) == errno.ENOENT, name
+    await fs.write_new(".sand/tasks/t1.yaml", text)
+    assert await fs.inode("t1/0/0/view") != old_view
+    assert await errno_of(fs.ops.getattr(old_view, CTX)) == errno.ENOENT

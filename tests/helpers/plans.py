@@ -1,0 +1,56 @@
+"""Task plans built the way the daemon builds them, for tests that compare against a plan: from
+a real scan of a dataset, or from made-up videos that need no files at all."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from pathlib import Path
+
+from sandfs.config.loader import load_task_config, load_task_configs
+from sandfs.media.scan import scan_dataset
+from sandfs.media.types import DatasetScan, VideoInfo
+from sandfs.plan.mount import plan_tasks
+from sandfs.plan.task import TaskPlan
+from tests.helpers.harness import task_config, write_config
+
+FAKE_DATASET = Path("/nonexistent/sandfs-test-dataset")  # fixed: it seeds the plan's draws
+
+
+def fake_videos(count: int, num_frames: int = 120, size=(64, 48)) -> list[VideoInfo]:
+    """`count` videos in folders c0..c2 that exist only as metadata (nothing can decode them)."""
+    width, height = size
+    return [
+        VideoInfo(name=f"c{i % 3}/v{i:03d}", rel_path=f"c{i % 3}/v{i:03d}.mp4",
+                  path=f"/nowhere/c{i % 3}/v{i:03d}.mp4", size_bytes=1000, mtime_ns=0,
+                  width=width, height=height, num_frames=num_frames,
+                  frame_pts=tuple(range(num_frames)), time_base=Fraction(1, 25),
+                  keyframe_indices=tuple(range(0, num_frames, 12)), seekable=True)
+        for i in range(count)
+    ]
+
+
+def make_plan(tmp_path: Path, videos=None, k_epochs: int = 2, **overrides) -> TaskPlan:
+    """A plan of `task_config` (with `overrides`) over made-up videos (default: 10)."""
+    path = write_config(tmp_path / "t.yaml", task_config(FAKE_DATASET, **overrides))
+    cfg = load_task_config(path, check_paths=False)
+    return TaskPlan(cfg, videos if videos is not None else fake_videos(10), k_epochs=k_epochs)
+
+
+def build_plan(config_path: Path, found: DatasetScan | None = None) -> TaskPlan:
+    """The plan a mount of this one config serves (`found`: its dataset's scan, if made)."""
+    cfg = load_task_config(config_path)
+    if found is None:
+        found = scan_dataset(cfg.dataset.video_dataset_path, cfg.dataset.extensions)
+    return TaskPlan(cfg, found.videos, k_epochs=cfg.engine.k_epochs,
+                    all_rel_paths=[b.rel_path for b in found.bad])
+
+
+def build_plans(paths: Sequence[Path]) -> dict[str, TaskPlan]:
+    """The plans a mount of these configs serves, by task name (planned together)."""
+    configs = load_task_configs(paths)
+    scans = {}
+    for cfg in configs:
+        key = (cfg.dataset.video_dataset_path, cfg.dataset.extensions)
+        scans.setdefault(key, scan_dataset(*key))
+    return {p.name: p for p in plan_tasks(configs, scans, k_epochs=configs[0].engine.k_epochs)}
