@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 IMMUTABLE_TIMEOUT = 3600.0  # views never change once planned: let the kernel cache them
 XATTR_PREFIX = b"user.sand."
 XATTRS = (b"user.sand.meta", b"user.sand.labels", b"user.sand.state")
+TASK_XATTRS = (b"user.sand.classes",)  # on a task's directory: its sorted class names
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC
 MAX_TASK_FILE_BYTES = 1 << 20
 TASK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
@@ -325,11 +326,15 @@ class SandOperations(pyfuse3.Operations):
     @handler
     async def listxattr(self, inode, ctx):
         node = self.inodes.node(inode)
+        if node.kind == "task":
+            return list(TASK_XATTRS)
         return list(XATTRS) if node.kind in ("view", "aug", "video_file") else []
 
     @handler
     async def getxattr(self, inode, name, ctx):
         node = self.inodes.node(inode)
+        if node.kind == "task" and name in TASK_XATTRS and self.namespace.exists(node):
+            return json.dumps(self.service.tasks[node.task].class_names).encode()
         if name not in XATTRS or node.kind not in ("view", "aug", "video_file"):
             raise fuse_error(pyfuse3.ENOATTR)
         value = self.xattr_value(node, name.removeprefix(XATTR_PREFIX).decode())
