@@ -328,7 +328,7 @@ def serve_mount(configs, settings: MountSettings, plans, scans, store: ObjectSto
                           checkpoint=partial(save_plan_state, settings.cache_dir),
                           task_planner=partial(plan_new_task, settings, scans, plans),
                           config_dir=os.path.dirname(configs[0].source_path) or "/")
-    operations = SandOperations(service)
+    operations = SandOperations(service, settings.mountpoint)
     try:
         pyfuse3.init(operations, settings.mountpoint, fuse_options())
     except RuntimeError as exc:

@@ -81,6 +81,17 @@ class Namespace:
             self._video_trees[task] = built
         return built[1]
 
+    def identity(self, node: Node) -> object:
+        """What one object is: its node, except for views. Tasks with the same data key
+        (dataset section and seed), epoch offset and window size have the same `view_key` for
+        each (epoch, iteration), hence the same batches: such views are one object, reached
+        through each task's path."""
+        if node.kind != "view":
+            return node
+        plan = self.service.tasks[node.task]
+        return ("view", plan.data_key, plan.epoch_offset, plan.k_epochs, node.epoch,
+                node.iteration)
+
     def exists(self, node: Node) -> bool:
         """False for the nodes of a task that has ended (or was registered anew since)."""
         if not node.task or node.kind == "task_upload":
