@@ -51,3 +51,14 @@ def test_identical_tasks_share_inodes_and_keep_their_own_metadata(tmp_path, data
             assert (figures["tasks"][task]["epoch"], figures["tasks"][task]["iteration"]) \
                 == (2, 2)
         assert figures["views_materialized"] <= 2 * len(views)  # trials once, other once
+
+
+def test_the_mount_reads_in_large_requests(mounted):
+    """As root the daemon widens the mount's readahead window to 1 MiB (FUSE's largest read
+    request); the kernel's default is 128 KiB."""
+    if os.getuid() != 0:
+        return  # only root may set it; the mount works the same with the default
+    device = os.stat(mounted.mountpoint).st_dev
+    setting = f"/sys/class/bdi/{os.major(device)}:{os.minor(device)}/read_ahead_kb"
+    with open(setting) as f:
+        assert int(f.read()) == 1024
