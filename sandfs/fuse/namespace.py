@@ -1,4 +1,5 @@
-"""The mounted tree (SPEC §3) as pure code: nodes, strict name parsing, children, sizes.
+"""The mounted tree (its paths: docs/contract.md) as pure code: nodes, strict name parsing,
+children, sizes, and which nodes are one object.
 
 Every path has exactly one node: numbers parse strictly (`0`, `17`; never `01`, `+1`, ` 1`,
 `1_0` or non-ASCII digits), so no two names alias one object. Names outside the plan resolve
