@@ -2,8 +2,8 @@
 children, sizes, and which nodes are one object.
 
 Every path has exactly one node: numbers parse strictly (`0`, `17`; never `01`, `+1`, ` 1`,
-`1_0` or non-ASCII digits), so no two names alias one object. Names outside the plan resolve
-to None (ENOENT) without planning or materializing anything.
+`1_0` or non-ASCII digits), so no two spellings of a path reach one node. Names outside the
+plan resolve to None (ENOENT) without planning or materializing anything.
 """
 
 from __future__ import annotations
