@@ -92,7 +92,7 @@ def fetch_remote(configs: Sequence[TaskConfig], settings: MountSettings
 def serve_mount(service: ViewService, plans: Sequence[TaskPlan], mountpoint: str,
                 on_ready: Callable[[], None]) -> None:
     try:
-        pyfuse3.init(SandOperations(service), mountpoint, fuse_options())
+        pyfuse3.init(SandOperations(service, mountpoint), mountpoint, fuse_options())
     except RuntimeError as exc:
         raise UserError(f"mounting {mountpoint} failed ({exc}); is fuse3 installed "
                         f"and the mountpoint an empty directory you own?") from exc

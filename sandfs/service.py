@@ -151,6 +151,13 @@ class ViewService:
         self.stats.add_task(task, "views_served")
         return data
 
+    def view_read_from_page_cache(self, task: str, epoch: int, iteration: int) -> None:
+        """A view was opened and closed with no read reaching us: the kernel's page cache had
+        it (read through another task's path to the same object). Count it as read."""
+        key = view_key(self.tasks[task], epoch, iteration)
+        if self.scheduler.ready_view(key, task) is not None:
+            self.stats.add_task(task, "views_served")
+
     def _view_compute(self, plan: TaskPlan, epoch: int, iteration: int):
         return lambda: self.materializer.view_bytes(plan, plan.view_plan(epoch, iteration))
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Train a tiny 3D CNN for a few iterations by reading sandfs views — the whole data pipeline is
-`open`, `read` and `getxattr` on the mount.
+a `sandfs.torch.ViewDataset` over the mount (`open`, `read` and `getxattr` underneath).
 
 Usage: scripts/train_demo.py MOUNT TASK [--epochs 2] [--iterations N]
 """
@@ -8,22 +8,13 @@ Usage: scripts/train_demo.py MOUNT TASK [--epochs 2] [--iterations N]
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 
-import numpy as np
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
-
-def read_view(mount: str, task: str, epoch: int, iteration: int):
-    path = f"{mount}/{task}/{epoch}/{iteration}/view"
-    with open(path, "rb") as f:
-        batch = torch.from_numpy(np.load(f))  # (N, T, H, W, C) uint8
-    meta = json.loads(os.getxattr(path, "user.sand.meta"))
-    labels = [s["label_index"] for s in meta["samples"]]
-    return batch, torch.tensor(labels)
+from sandfs.torch import ViewDataset
 
 
 class TinyVideoNet(nn.Module):
@@ -46,20 +37,23 @@ def main() -> None:
     parser.add_argument("task")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=0, help="per epoch; 0 = all")
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
     args = parser.parse_args()
     torch.manual_seed(0)
-    task_dir = f"{args.mount}/{args.task}"
-    num_classes = len(os.listdir(f"{task_dir}/videos"))  # labels: dirname -> class folders
-    model = TinyVideoNet(num_classes)
+    dataset = ViewDataset(args.mount, args.task)
+    model = TinyVideoNet(len(dataset.classes))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    for epoch in range(args.epochs):
-        iterations = len(os.listdir(f"{task_dir}/{epoch}"))
-        if args.iterations:
-            iterations = min(iterations, args.iterations)
-        started = time.monotonic()
-        for iteration in range(iterations):
-            clips, labels = read_view(args.mount, args.task, epoch, iteration)
-            loss = nn.functional.cross_entropy(model(clips), labels)
+    # batch_size=None: every view is a whole batch already
+    loader = DataLoader(dataset, batch_size=None, num_workers=args.workers)
+    for epoch in dataset.epochs():
+        if epoch >= args.epochs:
+            break
+        started, iterations = time.monotonic(), 0
+        for iteration, (clips, labels, _meta) in enumerate(loader):
+            if args.iterations and iteration >= args.iterations:
+                break
+            iterations += 1
+            loss = nn.functional.cross_entropy(model(clips), labels, ignore_index=-1)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -1,8 +1,9 @@
-"""The mounted tree (SPEC §3) as pure code: nodes, strict name parsing, children, sizes.
+"""The mounted tree (its paths: docs/contract.md) as pure code: nodes, strict name parsing,
+children, sizes, and which nodes are one object.
 
 Every path has exactly one node: numbers parse strictly (`0`, `17`; never `01`, `+1`, ` 1`,
-`1_0` or non-ASCII digits), so no two names alias one object. Names outside the plan resolve
-to None (ENOENT) without planning or materializing anything.
+`1_0` or non-ASCII digits), so no two spellings of a path reach one node. Names outside the
+plan resolve to None (ENOENT) without planning or materializing anything.
 """
 
 from __future__ import annotations
@@ -80,6 +81,17 @@ class Namespace:
             built = (plan, VideoTree([(v.name, ext_of(v.rel_path)) for v in plan.videos]))
             self._video_trees[task] = built
         return built[1]
+
+    def identity(self, node: Node) -> object:
+        """What one object is: its node, except for views. Tasks with the same data key
+        (dataset section and seed), epoch offset and window size have the same `view_key` for
+        each (epoch, iteration), hence the same batches: such views are one object, reached
+        through each task's path."""
+        if node.kind != "view":
+            return node
+        plan = self.service.tasks[node.task]
+        return ("view", plan.data_key, plan.epoch_offset, plan.k_epochs, node.epoch,
+                node.iteration)
 
     def exists(self, node: Node) -> bool:
         """False for the nodes of a task that has ended (or was registered anew since)."""

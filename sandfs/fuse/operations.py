@@ -26,6 +26,7 @@ from sandfs.config.loader import ConfigError
 from sandfs.errors import UserError
 from sandfs.faults import fault_point
 from sandfs.fuse.namespace import ROOT, Namespace, Node
+from sandfs.fuse.readahead import set_readahead
 from sandfs.sched.flights import ObjectFailed
 from sandfs.service import ViewService
 
@@ -34,8 +35,10 @@ log = logging.getLogger(__name__)
 IMMUTABLE_TIMEOUT = 3600.0  # views never change once planned: let the kernel cache them
 XATTR_PREFIX = b"user.sand."
 XATTRS = (b"user.sand.meta", b"user.sand.labels", b"user.sand.state")
+TASK_XATTRS = (b"user.sand.classes",)  # on a task's directory: its sorted class names
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC
 MAX_TASK_FILE_BYTES = 1 << 20
+MAX_LOOKUPS_KEPT = 4096  # threads whose last view lookup is remembered
 TASK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
 
 
@@ -82,25 +85,37 @@ class OpenFile:
 
 
 class Inodes:
-    """A stable bijection between nodes and inode numbers for the life of the mount."""
+    """Stable inode numbers for the life of the mount: one per object (`identity`). An object
+    reached by several paths (a view that several tasks share) is one inode with one node per
+    path, its aliases: the kernel then keeps one copy of it in its page cache."""
 
-    def __init__(self) -> None:
+    def __init__(self, identity: Callable[[Node], object]) -> None:
+        self.identity = identity
         self._by_node: dict[Node, int] = {ROOT: pyfuse3.ROOT_INODE}
-        self._by_inode: dict[int, Node] = {pyfuse3.ROOT_INODE: ROOT}
+        self._by_identity: dict[object, int] = {ROOT: pyfuse3.ROOT_INODE}
+        self._aliases: dict[int, list[Node]] = {pyfuse3.ROOT_INODE: [ROOT]}
 
     def inode(self, node: Node) -> int:
         found = self._by_node.get(node)
         if found is None:
-            found = len(self._by_inode) + pyfuse3.ROOT_INODE
+            key = self.identity(node)
+            found = self._by_identity.get(key)
+            if found is None:
+                found = len(self._aliases) + pyfuse3.ROOT_INODE
+                self._by_identity[key] = found
+                self._aliases[found] = []
             self._by_node[node] = found
-            self._by_inode[found] = node
+            self._aliases[found].append(node)
         return found
 
-    def node(self, inode: int) -> Node:
-        node = self._by_inode.get(inode)
-        if node is None:
+    def aliases(self, inode: int) -> list[Node]:
+        nodes = self._aliases.get(inode)
+        if nodes is None:
             raise fuse_error(errno.ENOENT)
-        return node
+        return nodes
+
+    def node(self, inode: int) -> Node:
+        return self.aliases(inode)[0]
 
 
 class SandOperations(pyfuse3.Operations):
@@ -108,11 +123,13 @@ class SandOperations(pyfuse3.Operations):
     enable_writeback_cache = False
     enable_acl = False
 
-    def __init__(self, service: ViewService) -> None:
+    def __init__(self, service: ViewService, mountpoint: str | None = None) -> None:
         super().__init__()
         self.service = service
         self.namespace = Namespace(service)
-        self.inodes = Inodes()
+        self.inodes = Inodes(self.namespace.identity)
+        self.mountpoint = mountpoint  # to set its readahead once it serves; None: leave it
+        self.looked_up: dict[int, Node] = {}  # thread id -> the view path it looked up last
         self.files: dict[int, OpenFile] = {}
         self.uploads: dict[Node, bytearray] = {}  # task YAMLs being written to .sand/tasks
         self._next_fh = 1
@@ -141,8 +158,32 @@ class SandOperations(pyfuse3.Operations):
         attr.st_blocks = (attr.st_size + 511) // 512
         attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = self.mounted_ns
         timeout = IMMUTABLE_TIMEOUT if self.is_immutable(node) else 0.0
-        attr.attr_timeout = attr.entry_timeout = timeout
+        attr.attr_timeout = timeout
+        # a view's name is looked up on every open: that is how a shared inode knows which
+        # task's path was opened (see `node_for`)
+        attr.entry_timeout = 0.0 if node.kind == "view" else timeout
         return attr
+
+    def node_for(self, inode: int, ctx=None) -> Node:
+        """The node an inode stands for in this request. For a view that several tasks share,
+        the path the calling thread looked up last (open and getxattr walk the path, and views'
+        names are never cached, so the kernel looks the name up right before), else any of its
+        paths whose task is still registered."""
+        aliases = self.inodes.aliases(inode)
+        if len(aliases) == 1:
+            return aliases[0]
+        looked_up = self.looked_up.get(ctx.pid) if ctx is not None else None
+        if looked_up in aliases and self.namespace.exists(looked_up):
+            return looked_up
+        return next((n for n in aliases if self.namespace.exists(n)), aliases[0])
+
+    def remember_lookup(self, node: Node, ctx) -> None:
+        if node.kind != "view" or ctx is None:
+            return
+        self.looked_up.pop(ctx.pid, None)
+        self.looked_up[ctx.pid] = node
+        if len(self.looked_up) > MAX_LOOKUPS_KEPT:
+            del self.looked_up[next(iter(self.looked_up))]
 
     @staticmethod
     def is_immutable(node: Node) -> bool:
@@ -153,14 +194,18 @@ class SandOperations(pyfuse3.Operations):
 
     @handler
     async def lookup(self, parent_inode, name, ctx=None):
+        if self.mountpoint is not None:  # the first request after FUSE init: tune once
+            set_readahead(self.mountpoint)
+            self.mountpoint = None
         node = self.namespace.child(self.inodes.node(parent_inode), os.fsdecode(name))
         if node is None:
             raise fuse_error(errno.ENOENT)
+        self.remember_lookup(node, ctx)
         return self.attributes(node)
 
     @handler
     async def getattr(self, inode, ctx=None):
-        node = self.inodes.node(inode)
+        node = self.node_for(inode, ctx)
         if not self.namespace.exists(node):
             raise fuse_error(errno.ENOENT)
         return self.attributes(node)
@@ -191,7 +236,7 @@ class SandOperations(pyfuse3.Operations):
 
     @handler
     async def open(self, inode, flags, ctx):
-        node = self.inodes.node(inode)
+        node = self.node_for(inode, ctx)
         if node.is_dir:
             raise fuse_error(errno.EISDIR)
         if flags & WRITE_FLAGS:
@@ -252,6 +297,8 @@ class SandOperations(pyfuse3.Operations):
             os.close(handle.fd)
         node = handle.node
         if node.kind == "view" and self.namespace.exists(node):
+            if handle.data is None:  # nothing came through this handle: the page cache served it
+                self.service.view_read_from_page_cache(node.task, node.epoch, node.iteration)
             self.service.released_view(node.task, node.epoch, node.iteration)
         if node.kind == "task_upload":
             self.uploads.pop(handle.node, None)
@@ -324,12 +371,16 @@ class SandOperations(pyfuse3.Operations):
 
     @handler
     async def listxattr(self, inode, ctx):
-        node = self.inodes.node(inode)
+        node = self.node_for(inode, ctx)
+        if node.kind == "task":
+            return list(TASK_XATTRS)
         return list(XATTRS) if node.kind in ("view", "aug", "video_file") else []
 
     @handler
     async def getxattr(self, inode, name, ctx):
-        node = self.inodes.node(inode)
+        node = self.node_for(inode, ctx)
+        if node.kind == "task" and name in TASK_XATTRS and self.namespace.exists(node):
+            return json.dumps(self.service.tasks[node.task].class_names).encode()
         if name not in XATTRS or node.kind not in ("view", "aug", "video_file"):
             raise fuse_error(pyfuse3.ENOATTR)
         value = self.xattr_value(node, name.removeprefix(XATTR_PREFIX).decode())

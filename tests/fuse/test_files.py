@@ -175,8 +175,9 @@ async def test_absent_xattrs_are_enodata(fs, path, name):
     assert await errno_of(call) == errno.ENODATA
 
 
-async def test_only_views_videos_and_frames_list_xattrs(fs):
-    for path in ("", "t0", "t0/0", ".sand/status.json", ".sand/tasks/t0.yaml"):
+async def test_only_views_videos_frames_and_tasks_list_xattrs(fs):
+    for path in ("", "t0/0", ".sand/status.json", ".sand/tasks/t0.yaml"):
         assert await fs.ops.listxattr(await fs.inode(path), CTX) == [], path
+    assert await fs.ops.listxattr(await fs.inode("t0"), CTX) == [b"user.sand.classes"]
     aug0 = await fs.inode("t0/videos/archery/archery_000/frame0/aug0")
     assert set(await fs.ops.listxattr(aug0, CTX)) == XATTRS

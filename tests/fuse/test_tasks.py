@@ -95,7 +95,7 @@ async def test_a_registered_upload_takes_no_more_writes(fs, dataset_dir):
 
 async def test_unlinking_a_task_file_ends_the_task_and_a_new_registration_has_new_inodes(
         fs, dataset_dir):
-    text = task_yaml(dataset_dir, task="t1")
+    text = task_yaml(dataset_dir, task="t1", seed=7)  # not t0's views (those share inodes)
     await fs.write_new(".sand/tasks/t1.yaml", text)
     old_view = await fs.inode("t1/0/0/view")
     tasks = await fs.inode(".sand/tasks")
@@ -105,6 +105,17 @@ async def test_unlinking_a_task_file_ends_the_task_and_a_new_registration_has_ne
     assert await errno_of(fs.ops.getattr(old_view, CTX)) == errno.ENOENT
     for name in (b"t1.yaml", b"t1", b"nope.yaml"):
         assert await errno_of(fs.ops.unlink(tasks, name, CTX)) == errno.ENOENT, name
-    await fs.write_new(".sand/tasks/t1.yaml", text)
+    await fs.write_new(".sand/tasks/t1.yaml", task_yaml(dataset_dir, task="t1", seed=8))
     assert await fs.inode("t1/0/0/view") != old_view
     assert await errno_of(fs.ops.getattr(old_view, CTX)) == errno.ENOENT
+
+
+async def test_a_trial_identical_to_another_shares_its_view_inodes(fs, dataset_dir):
+    """A search's trials read one object per view (the page cache serves the later readers);
+    ending one trial leaves the other's views as they are."""
+    await fs.write_new(".sand/tasks/t1.yaml", task_yaml(dataset_dir, task="t1"))
+    shared = await fs.inode("t1/0/0/view")
+    assert shared == await fs.inode("t0/0/0/view")
+    await fs.ops.unlink(await fs.inode(".sand/tasks"), b"t1.yaml", CTX)
+    assert await errno_of(fs.ops.lookup(pyfuse3.ROOT_INODE, b"t1", CTX)) == errno.ENOENT
+    assert (await fs.ops.getattr(shared, CTX)).st_size > 0  # still t0's view

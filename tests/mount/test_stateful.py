@@ -172,6 +172,8 @@ class MountMachine(RuleBasedStateMachine):
         if expected[0] == "view":
             assert set(os.listxattr(self.path(parts))) == {
                 "user.sand.meta", "user.sand.labels", "user.sand.state"}
+        elif parts == ("t0",):  # a task's directory: its class names
+            assert os.listxattr(self.path(parts)) == ["user.sand.classes"]
         else:
             assert os.listxattr(self.path(parts)) == []
 

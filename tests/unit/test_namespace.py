@@ -4,14 +4,20 @@ byte string resolves to a node or to nothing (ENOENT) — never to an exception.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sandfs.config.loader import load_task_config
 from sandfs.fuse.namespace import ROOT, Namespace, Node, parse_number
+from sandfs.plan.coordination import Coordination
+from sandfs.plan.task import TaskPlan
+from sandfs.plan.window import view_key
+from tests.helpers.harness import task_config, write_config
 from tests.helpers.operations import make_service
-from tests.helpers.plans import fake_videos, make_plan
+from tests.helpers.plans import FAKE_DATASET, fake_videos, make_plan
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +75,36 @@ def walk(namespace: Namespace, names: list[bytes]) -> None:
 ), min_size=1, max_size=6))
 def test_any_name_resolves_or_is_enoent(namespace, names):
     walk(namespace, names)
+
+
+def plans_on_one_mount(tmp_path, **seeds: int) -> dict[str, TaskPlan]:
+    configs = []
+    for task, seed in seeds.items():
+        path = write_config(tmp_path / f"{task}.yaml",
+                            task_config(FAKE_DATASET, task=task, seed=seed))
+        configs.append(load_task_config(path, check_paths=False))
+    coordination = Coordination(configs)
+    return {c.task: TaskPlan(c, fake_videos(10), k_epochs=2, coordination=coordination)
+            for c in configs}
+
+
+def test_views_of_identical_tasks_are_one_object(tmp_path):
+    """Same data and seed: one identity per (epoch, iteration), exactly where the scheduler's
+    view_key is one; another seed or position is another object."""
+    plans = plans_on_one_mount(tmp_path, a=0, b=0, c=1)
+    namespace = Namespace(make_service(list(plans.values())))
+    identities, keys = {}, {}
+    for task, plan in plans.items():
+        for epoch in range(plan.epochs):
+            for iteration in range(plan.iterations_per_epoch):
+                node = Node("view", task=task, epoch=epoch, iteration=iteration)
+                identities[(task, epoch, iteration)] = namespace.identity(node)
+                keys[(task, epoch, iteration)] = view_key(plan, epoch, iteration)
+    for left in identities:
+        for right in identities:
+            same_object = identities[left] == identities[right]
+            assert same_object == (keys[left] == keys[right]), (left, right)
+            same_data = left[0] == right[0] or {left[0], right[0]} == {"a", "b"}
+            assert same_object == (same_data and left[1:] == right[1:]), (left, right)
+    folder = Node("videos", task="a")
+    assert namespace.identity(folder) == folder != namespace.identity(replace(folder, task="b"))

@@ -1,0 +1,66 @@
+"""Views that several tasks share (identical pipelines: the same objects) are one inode: the
+kernel's page cache serves the second task, and each task still sees its own metadata and
+counts."""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.helpers.harness import mount_sandfs, task_config, write_config
+
+TRIALS = ("trial0", "trial1", "trial2")
+
+
+def read(path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def status(mounted) -> dict:
+    return json.loads(read(mounted.path(".sand", "status.json")))
+
+
+def test_identical_tasks_share_inodes_and_keep_their_own_metadata(tmp_path, dataset_dir):
+    paths = [write_config(tmp_path / f"{t}.yaml", task_config(dataset_dir, task=t))
+             for t in TRIALS]
+    other = write_config(tmp_path / "other.yaml", task_config(dataset_dir, task="other", seed=7))
+    with mount_sandfs(tmp_path, [*paths, other]) as m:
+        views = [(e, i) for e in range(3) for i in range(3)]
+        for epoch, iteration in views:
+            inodes = {os.stat(m.path(t, str(epoch), str(iteration), "view")).st_ino
+                      for t in TRIALS}
+            assert len(inodes) == 1, "one object, one inode"
+            assert os.stat(m.path("other", str(epoch), str(iteration), "view")).st_ino \
+                not in inodes
+        # the trials read in step from threads of one process, as DataLoader workers would
+        with ThreadPoolExecutor(len(TRIALS)) as pool:
+            results = list(pool.map(
+                lambda t: [read(m.path(t, str(e), str(i), "view")) for e, i in views], TRIALS))
+        assert results[0] == results[1] == results[2]
+        for task in TRIALS:
+            for epoch, iteration in views:
+                path = m.path(task, str(epoch), str(iteration), "view")
+                meta = json.loads(os.getxattr(path, "user.sand.meta"))
+                assert (meta["task"], meta["epoch"], meta["iteration"]) == (task, epoch,
+                                                                            iteration)
+        figures = status(m)
+        for task in TRIALS:  # page-cache reads count as served, and move the task along
+            assert figures["tasks"][task]["views_served"] == len(views)
+            assert (figures["tasks"][task]["epoch"], figures["tasks"][task]["iteration"]) \
+                == (2, 2)
+        assert figures["views_materialized"] <= 2 * len(views)  # trials once, other once
+
+
+def test_the_mount_reads_in_large_requests(mounted):
+    """As root the daemon widens the mount's readahead window to 1 MiB (FUSE's largest read
+    request); the kernel's default is 128 KiB."""
+    if os.getuid() != 0:
+        pytest.skip("only root may set a mount's readahead (the mount works the same without)")
+    device = os.stat(mounted.mountpoint).st_dev
+    setting = f"/sys/class/bdi/{os.major(device)}:{os.minor(device)}/read_ahead_kb"
+    with open(setting) as f:
+        assert int(f.read()) == 1024
