@@ -10,12 +10,12 @@ import sys
 
 import numpy as np
 import pytest
-from sandfs.reference import reference_view
 
 from sandfs.config.loader import load_task_config
 from sandfs.media.scan import scan_dataset
 from sandfs.plan.task import TaskPlan
 from tests.helpers.harness import mount_sandfs, task_config, write_config
+from tests.helpers.reference import reference_view
 
 torch = pytest.importorskip("torch")
 from sandfs.torch import ViewDataset  # noqa: E402  (after the skip when torch is missing)
