@@ -87,6 +87,10 @@ class OpType:
         """Resolve this op's randomness for one clip whose frames are `in_hw` = (H, W)."""
         return ()
 
+    def draws(self, params: Mapping[str, Any]) -> bool:
+        """Whether these parameters draw anything per clip (flip with p 1.0 does not)."""
+        return self.random
+
     def apply(self, params: Mapping[str, Any], drawn: Mapping[str, Any], frame: np.ndarray):
         """Apply to one HWC frame (uint8 or float32); must not modify `frame` in place."""
         raise NotImplementedError
