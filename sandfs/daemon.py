@@ -40,7 +40,10 @@ log = logging.getLogger(__name__)
 
 
 def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
-               on_ready: Callable[[], None]) -> None:
+               on_ready: Callable[[], None], on_stopping: Callable[[], None] = lambda: None,
+               ) -> None:
+    """Serve until unmounted or signalled; `on_ready` once the mount serves, `on_stopping` once
+    it stops serving (before the unmount)."""
     check_fuse_available()
     check_layout(settings.mountpoint, settings.cache_dir,
                  [c.dataset.video_dataset_path for c in configs])
@@ -63,13 +66,13 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
             checkpoint=partial(save_plan_state, settings.cache_dir),
             task_planner=partial(plan_new_task, settings, scans, plans),
             config_dir=os.path.dirname(configs[0].source_path) or "/")
-        serve_mount(service, plans, settings.mountpoint, on_ready)
+        serve_mount(service, plans, settings.mountpoint, on_ready, on_stopping)
     finally:
         store.close()
 
 
 def serve_mount(service: ViewService, plans: Sequence[TaskPlan], mountpoint: str,
-                on_ready: Callable[[], None]) -> None:
+                on_ready: Callable[[], None], on_stopping: Callable[[], None]) -> None:
     try:
         pyfuse3.init(SandOperations(service), mountpoint, fuse_options())
     except RuntimeError as exc:
@@ -79,18 +82,20 @@ def serve_mount(service: ViewService, plans: Sequence[TaskPlan], mountpoint: str
              ", ".join(f"{p.name} ({len(p.videos)} videos, {p.iterations_per_epoch} "
                        f"iterations/epoch)" for p in plans))
     try:
-        trio.run(serve, service, on_ready)
+        trio.run(serve, service, on_ready, on_stopping)
     finally:
         pyfuse3.close(unmount=True)
         log.info("unmounted %s", mountpoint)
 
 
-async def serve(service: ViewService, on_ready: Callable[[], None]) -> None:
+async def serve(service: ViewService, on_ready: Callable[[], None],
+                on_stopping: Callable[[], None]) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(service.run)
         nursery.start_soon(stop_on_signals, name="signals")
         on_ready()
         await pyfuse3.main()
+        on_stopping()
         nursery.cancel_scope.cancel()
 
 
