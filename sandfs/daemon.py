@@ -29,6 +29,7 @@ from sandfs.fuse.mountpoint import (
 )
 from sandfs.fuse.operations import SandOperations
 from sandfs.media.datasets import bad_videos, scan_all
+from sandfs.ops import isolated
 from sandfs.plan.build import build_plans, plan_new_task
 from sandfs.plan.checkpoint import load_plan_state, save_plan_state
 from sandfs.plan.mount import dataset_key
@@ -68,6 +69,7 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
             config_dir=os.path.dirname(configs[0].source_path) or "/")
         serve_mount(service, plans, settings.mountpoint, on_ready, on_stopping)
     finally:
+        isolated.shutdown()  # the worker processes of out-of-process custom steps
         store.close()
 
 

@@ -21,7 +21,7 @@ from sandfs.errors import UserError
 from sandfs.materialize import Materializer
 from sandfs.media.types import BadVideo, VideoInfo
 from sandfs.npy import npy_nbytes
-from sandfs.ops import chain_shape
+from sandfs.ops import chain_shape, isolated
 from sandfs.ops.base import FrameShape, OpInstance
 from sandfs.plan.task import StreamClip, TaskPlan
 from sandfs.plan.window import view_key
@@ -276,6 +276,7 @@ class ViewService:
                        "prematerialize": len(self.scheduler.pending_jobs())},
             "bad_videos": bad,
             "task_errors": dict(self.task_errors),
+            "isolated_ops": isolated.status(),  # custom steps run out of process
         }
 
     def cache_status(self) -> dict:

@@ -19,7 +19,6 @@ import logging
 import os
 import stat
 import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -40,6 +39,7 @@ from sandfs.media.decode import (
     open_stream,
 )
 from sandfs.media.types import BadVideo, DatasetScan, MediaLimits, VideoInfo
+from sandfs.workerproc import start_worker_process
 
 log = logging.getLogger(__name__)
 
@@ -466,27 +466,8 @@ def _probe_files(
 
 
 def _start_worker() -> _Worker:
-    """A fresh interpreter (not multiprocessing: spawn re-runs an unguarded __main__ script,
-    fork copies the parent's threads and descriptors). It inherits only its two pipe ends."""
-    job_read, job_write = os.pipe()
-    reply_read, reply_write = os.pipe()
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-c", _WORKER_CODE, str(job_read), str(reply_write)],
-            stdin=subprocess.DEVNULL,
-            pass_fds=(job_read, reply_write),
-            env=_worker_env(),
-            start_new_session=True,  # Ctrl-C reaches the parent, which stops its workers
-        )
-    except BaseException:
-        os.close(job_write)
-        os.close(reply_read)
-        raise
-    finally:
-        os.close(job_read)
-        os.close(reply_write)
-    jobs, replies = Connection(job_write, readable=False), Connection(reply_read, writable=False)
-    return _Worker(process, jobs, replies, started=time.monotonic())
+    started = start_worker_process(_WORKER_CODE, _worker_env())
+    return _Worker(started.process, started.jobs, started.replies, started=time.monotonic())
 
 
 def _worker_env() -> dict[str, str]:
