@@ -1,5 +1,5 @@
 """Custom steps for the out-of-process tests: importable by module and name, as the worker
-processes import them. Importing this module registers them (in any process)."""
+processes import them. `register()` adds them to this process's registry."""
 
 from __future__ import annotations
 
@@ -56,8 +56,9 @@ class Misbehave(OpType):
         return frame
 
 
-for _op in (Gamma, Misbehave):
-    try:
-        get_op(_op.name)
-    except KeyError:
-        register_op(_op)
+def register() -> None:
+    for op_type in (Gamma, Misbehave):
+        try:
+            get_op(op_type.name)
+        except KeyError:
+            register_op(op_type)

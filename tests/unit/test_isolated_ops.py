@@ -16,6 +16,8 @@ from sandfs import ops as oplib
 from sandfs.ops import isolated
 from sandfs.ops.base import OpInstance, OpType
 
+custom_ops.register()
+
 
 def shm_segments() -> set[str]:
     return {name for name in os.listdir("/dev/shm") if name.startswith("psm_")}
