@@ -45,8 +45,9 @@ def test_test_views_equal_the_oracle_and_cover_every_video(tmp_path, dataset_dir
     ]
     sampling = {"frames_per_video": FRAMES, "frame_stride": STRIDE, "samples_per_video": None,
                 "videos_per_batch": 5, "test_views": {"clips": CLIPS, "crops": CROPS}}
-    config = task_config(dataset_dir, task="eval", epochs=2, sampling=sampling,
-                         augmentation=pipeline)
+    # one epoch per window: three windows, the later ones from frames decoded ahead
+    config = task_config(dataset_dir, task="eval", epochs=3, sampling=sampling,
+                         augmentation=pipeline, engine={"k_epochs": 1, "workers": 2})
     path = write_config(tmp_path / "eval.yaml", config)
     cfg = load_task_config(path)
     found = scan_dataset(cfg.dataset.video_dataset_path, cfg.dataset.extensions)
@@ -55,7 +56,7 @@ def test_test_views_equal_the_oracle_and_cover_every_video(tmp_path, dataset_dir
     expected = [view for v in videos for view in oracle_views(v.path)]
     with mount_sandfs(tmp_path, [path]) as mounted:
         assert sorted(os.listdir(mounted.path("eval", "0")), key=int) == ["0", "1", "2"]
-        for epoch in range(2):
+        for epoch in range(3):
             served, seen = [], []
             for iteration in range(3):
                 view = mounted.path("eval", str(epoch), str(iteration), "view")
