@@ -150,3 +150,16 @@ def test_a_random_crop_is_placed_and_one_crop_needs_no_crop_step(tmp_path):
     resize_only = [step("resize", ["frame"], ["o"], {"resize": {"shape": [32, 32]}})]
     plan = make_plan(tmp_path, augmentation=resize_only, views={"clips": 2}, name="r")
     assert plan.view_plan(0, 0).shape == (8, 4, 32, 32, 3)
+
+
+def test_deterministic_settings_of_random_ops_are_allowed(tmp_path):
+    pipeline = [step("steps", ["frame"], ["o"], {"grayscale": {"p": 1.0}},
+                     {"gaussian_blur": {"kernel_size": 3, "sigma": 1.0}},
+                     {"flip": {"direction": "vertical", "p": 0.0}},
+                     {"center_crop": {"size": 32}})]
+    plan = make_plan(tmp_path, augmentation=pipeline)
+    assert [op.drawn for op in plan.view_plan(0, 0).clips[0].ops[:3]] == [(), (), ()]
+    blur = [step("blur", ["frame"], ["o"], {"gaussian_blur": {"kernel_size": 3}},
+                 {"center_crop": {"size": 32}})]
+    with pytest.raises(ConfigError, match="step 'blur': gaussian_blur is random"):
+        config(tmp_path, augmentation=blur)
