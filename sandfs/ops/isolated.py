@@ -124,10 +124,16 @@ class ProcessPool:
         return list(result)
 
     def _call(self, op: OpType, request: Request) -> None:
-        worker = self._acquire()
+        try:
+            worker = self._acquire()
+        except IsolatedOpError as exc:
+            raise self._fail(op, str(exc)) from None
         healthy = False
         try:
-            worker.jobs.send(request)
+            try:
+                worker.jobs.send(request)
+            except OSError:  # it died while idle
+                raise self._fail(op, f"its worker process died ({_exit(worker)})") from None
             if not worker.replies.poll(op.timeout_s):
                 raise self._fail(op, f"no result within timeout_s ({op.timeout_s:g} s)")
             try:
@@ -149,12 +155,19 @@ class ProcessPool:
 
     def _acquire(self) -> WorkerProcess:
         with self._cond:
-            while not self._idle and self._started >= self.size and not self._closed:
-                self._cond.wait()
-            if self._closed:
-                raise IsolatedOpError("the isolated-op pool is shut down")
-            if self._idle:
-                return self._idle.pop()
+            while True:
+                while not self._idle and self._started >= self.size and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    raise IsolatedOpError("the isolated-op pool is shut down")
+                if not self._idle:
+                    break
+                worker = self._idle.pop()
+                if worker.process.poll() is None:
+                    return worker
+                _stop_worker(worker)  # it died while idle (killed from outside): replace it
+                self._started -= 1
+                self.replaced += 1
             self._started += 1
         try:
             return _start_worker()
@@ -166,7 +179,7 @@ class ProcessPool:
 
     def _release_worker(self, worker: WorkerProcess, healthy: bool) -> None:
         if not healthy:
-            _stop_worker(worker)
+            _stop_worker(worker, grace_s=0.0)  # dead, or hung in the op
         with self._cond:
             self.calls += 1
             if healthy and not self._closed:
@@ -219,14 +232,14 @@ def _start_worker() -> WorkerProcess:
     raise IsolatedOpError(f"an isolated-op worker process {problem}")
 
 
-def _stop_worker(worker: WorkerProcess) -> None:
+def _stop_worker(worker: WorkerProcess, grace_s: float = 1.0) -> None:
     for connection in (worker.jobs, worker.replies):
         connection.close()  # an idle worker reads EOF and exits
     if worker.process.poll() is None:
         try:
-            worker.process.wait(timeout=1.0)
+            worker.process.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            worker.process.kill()  # hung in an op
+            worker.process.kill()
             worker.process.wait()
 
 

@@ -5,6 +5,7 @@ worker process or shared memory segment left behind."""
 from __future__ import annotations
 
 import os
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -96,6 +97,19 @@ def test_a_failing_op_fails_only_its_calls(clean_pool, how, reason):
     status = isolated.status()
     assert status["failed"] == 1 and reason in status["failures"][0]
     assert status["workers_replaced"] == (0 if how == "raise" else 1)
+
+
+def test_a_worker_killed_while_idle_is_replaced_before_the_next_call(clean_pool):
+    frames = clip()
+    oplib.apply_instance(misbehave("ok"), frames)
+    (pid,) = worker_pids()
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
+    assert [f.tobytes() for f in oplib.apply_instance(misbehave("ok"), frames)] == [
+        f.tobytes() for f in frames]
+    status = isolated.status()
+    assert status["failed"] == 0 and status["workers_replaced"] == 1
+    assert worker_pids() != {pid}
 
 
 def test_concurrent_calls_share_the_pool(clean_pool):
