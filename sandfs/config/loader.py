@@ -18,6 +18,7 @@ from sandfs import ops as op_registry
 from sandfs.config import fields
 from sandfs.config.pipeline import parse_pipeline
 from sandfs.config.schema import (
+    TEST_VIEW_CROP_STEPS,
     AugStep,
     DatasetConfig,
     SamplingConfig,
@@ -61,7 +62,6 @@ SAMPLING_KEYS = (
 )
 TEST_VIEW_CROPS = (1, 3)
 MAX_TEST_CLIPS = 1000
-CROP_STEPS = ("random_crop", "center_crop")  # test_views places these crops itself
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "area")
 BASE_DIR_MARK = "# sandfs-base-dir:"  # a first line that anchors relative paths elsewhere
 
@@ -286,14 +286,14 @@ def _check_test_views(value: Value, steps: tuple[AugStep, ...], views: TestViews
                 "are deterministic); use single or conditional")
         key = "config" if step.ops else "branches"
         for ops in [step.ops, *(branch.ops for branch in step.branches)]:
-            crops = [spec.name for spec in ops if spec.name in CROP_STEPS]
+            crops = [spec.name for spec in ops if spec.name in TEST_VIEW_CROP_STEPS]
             if len(crops) > 1:
                 raise item.key_error(key, f"step {step.name!r}: test_views places one crop per "
                                      f"op list, got {', '.join(crops)}")
             crops_found += len(crops)
             for spec in ops:
                 op = op_registry.get_op(spec.name)
-                if spec.name not in CROP_STEPS and op.draws(spec.param_dict()):
+                if spec.name not in TEST_VIEW_CROP_STEPS and op.draws(spec.param_dict()):
                     raise item.key_error(
                         key, f"step {step.name!r}: {spec.name} is random; test_views allows "
                         "only deterministic ops besides the crop (a flip needs p: 1.0)")

@@ -76,6 +76,9 @@ class Shard:
     rank: int
 
 
+TEST_VIEW_CROP_STEPS = ("random_crop", "center_crop")  # test_views places these crops itself
+
+
 @dataclass(frozen=True, slots=True)
 class TestViews:
     """Evaluation sampling: `clips` uniformly spaced clips x `crops` fixed crops per video, every

@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from sandfs import ops as oplib
-from sandfs.config.schema import OpSpec, TaskConfig
+from sandfs.config.schema import TEST_VIEW_CROP_STEPS, OpSpec, TaskConfig
 from sandfs.media.types import BadVideo, VideoInfo
 from sandfs.npy import npy_nbytes
 from sandfs.ops.base import FrameShape, OpInstance, Window
@@ -30,8 +30,8 @@ from sandfs.plan.coordination import Coordination
 from sandfs.plan.identity import DatasetIdentity, data_fingerprint
 from sandfs.plan.seeds import derive_seed, rng_for
 from sandfs.plan.shard import shard_positions
-from sandfs.plan.testviews import CROP_STEPS, fixed_crop, view_index
 from sandfs.plan.testviews import clip_start as test_clip_start
+from sandfs.plan.testviews import fixed_crop, view_index
 
 PLAN_VERSION = 3  # bump when the same configs plan other views: names of cached objects change
 
@@ -280,7 +280,7 @@ class TaskPlan:
                 # only random ops draw; a generator costs ~10 us, made per clip and op
                 rng = rng_for(*clip_key, "op", prefix, pos) if op.random else None
                 in_hw = (shape.height, shape.width)
-                if self.test_views and spec.name in CROP_STEPS:
+                if self.test_views and spec.name in TEST_VIEW_CROP_STEPS:
                     crop = view_index(self.test_views, sample).crop
                     inst = fixed_crop(spec.params, crop, self.test_views.crops, in_hw)
                 else:

@@ -19,8 +19,6 @@ from sandfs.config.schema import TestViews
 from sandfs.ops.base import OpInstance
 from sandfs.ops.builtin import cover_hw
 
-CROP_STEPS = ("random_crop", "center_crop")
-
 
 @dataclass(frozen=True, slots=True)
 class ViewIndex:
