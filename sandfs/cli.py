@@ -18,6 +18,7 @@ from sandfs.config.loader import BASE_DIR_MARK, ConfigError, load_task_configs
 from sandfs.config.settings import cli_engine, default_workers, media_limits, mount_settings
 from sandfs.errors import UserError
 from sandfs.fuse.mounttable import is_mounted
+from sandfs.readiness import Readiness
 
 log = logging.getLogger("sandfs")
 
@@ -36,10 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     mount.add_argument("--decode-ahead", type=int, metavar="N",
                        help="later windows a decode pass also prepares frames for (default 3)")
     mount.add_argument("--workers", metavar="N", help="worker threads, or auto")
-    mount.add_argument("--foreground", action="store_true", help="stay attached (tests, systemd)")
+    mount.add_argument("--foreground", action="store_true",
+                       help="stay attached (tests, systemd: READY=1 to $NOTIFY_SOCKET)")
     mount.add_argument("--log-level", default="INFO", type=str.upper,
                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    mount.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    mount.add_argument("--ready-fd", type=int, metavar="N",
+                       help="write 'ready\\n' to fd N once the mount serves, "
+                            "or 'error: ...\\n'")
 
     unmount = sub.add_parser("unmount", help="unmount cleanly and wait for the daemon")
     unmount.add_argument("mountpoint")
@@ -115,18 +119,12 @@ def mount_foreground(configs, settings, args, warnings) -> int:
     setup_logging(args.log_level)
     for warning in warnings:
         log.warning("%s", warning)
-    ready_fd = args.ready_fd
-
-    def on_ready() -> None:
-        if ready_fd is not None:
-            os.write(ready_fd, b"ready\n")
-            os.close(ready_fd)
-
+    readiness = Readiness(os.environ.get("NOTIFY_SOCKET"), args.ready_fd)
+    status = f"serving {settings.mountpoint}: {', '.join(c.task for c in configs)}"
     try:
-        run_daemon(configs, settings, on_ready)
+        run_daemon(configs, settings, lambda: readiness.ready(status), readiness.stopping)
     except UserError as exc:
-        if ready_fd is not None:
-            os.write(ready_fd, f"error: {exc}\n".encode())
+        readiness.failed(str(exc))
         raise
     return 0
 
@@ -144,18 +142,23 @@ def mount_background(configs, settings, args: argparse.Namespace) -> int:
     read_fd, write_fd = os.pipe()
     argv = [sys.executable, "-m", "sandfs", *child_args(args), "--ready-fd", str(write_fd)]
     try:
-        child = subprocess.Popen(argv, pass_fds=(write_fd,), start_new_session=True,
+        # the detached daemon is not the service's main process: it answers on the fd only
+        env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
+        child = subprocess.Popen(argv, pass_fds=(write_fd,), start_new_session=True, env=env,
                                  stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd)
     finally:
         os.close(log_fd)
     os.close(write_fd)
     with os.fdopen(read_fd, "rb") as pipe:
         answer = pipe.read().decode(errors="replace").strip()
+    forward = Readiness(None, args.ready_fd)  # the caller's own --ready-fd, if any
     if answer == "ready":
         print(f"sandfs: mounted {settings.mountpoint} (pid {child.pid}, log {log_path})")
+        forward.ready("")
         return 0
     code = child.wait()
     message = answer.removeprefix("error: ") or f"the daemon exited with status {code}"
+    forward.failed(message)
     raise UserError(f"{message} (log: {log_path})")
 
 

@@ -29,6 +29,7 @@ from sandfs.fuse.mountpoint import (
 )
 from sandfs.fuse.operations import SandOperations
 from sandfs.media.datasets import bad_videos, scan_all
+from sandfs.ops import isolated
 from sandfs.plan.build import build_plans, plan_new_task
 from sandfs.plan.checkpoint import load_plan_state, save_plan_state
 from sandfs.plan.mount import dataset_key
@@ -42,7 +43,10 @@ log = logging.getLogger(__name__)
 
 
 def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
-               on_ready: Callable[[], None]) -> None:
+               on_ready: Callable[[], None], on_stopping: Callable[[], None] = lambda: None,
+               ) -> None:
+    """Serve until unmounted or signalled; `on_ready` once the mount serves, `on_stopping` once
+    it stops serving (before the unmount)."""
     check_fuse_available()
     check_layout(settings.mountpoint, settings.cache_dir,
                  [c.dataset.video_dataset_path for c in configs])
@@ -66,8 +70,9 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
             task_planner=partial(plan_new_task, settings, scans, plans),
             config_dir=os.path.dirname(configs[0].source_path) or "/",
             remote=remote.as_status())
-        serve_mount(service, plans, settings.mountpoint, on_ready)
+        serve_mount(service, plans, settings.mountpoint, on_ready, on_stopping)
     finally:
+        isolated.shutdown()  # the worker processes of out-of-process custom steps
         store.close()
 
 
@@ -90,7 +95,7 @@ def fetch_remote(configs: Sequence[TaskConfig], settings: MountSettings
 
 
 def serve_mount(service: ViewService, plans: Sequence[TaskPlan], mountpoint: str,
-                on_ready: Callable[[], None]) -> None:
+                on_ready: Callable[[], None], on_stopping: Callable[[], None]) -> None:
     try:
         pyfuse3.init(SandOperations(service, mountpoint), mountpoint, fuse_options())
     except RuntimeError as exc:
@@ -100,18 +105,20 @@ def serve_mount(service: ViewService, plans: Sequence[TaskPlan], mountpoint: str
              ", ".join(f"{p.name} ({len(p.videos)} videos, {p.iterations_per_epoch} "
                        f"iterations/epoch)" for p in plans))
     try:
-        trio.run(serve, service, on_ready)
+        trio.run(serve, service, on_ready, on_stopping)
     finally:
         pyfuse3.close(unmount=True)
         log.info("unmounted %s", mountpoint)
 
 
-async def serve(service: ViewService, on_ready: Callable[[], None]) -> None:
+async def serve(service: ViewService, on_ready: Callable[[], None],
+                on_stopping: Callable[[], None]) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(service.run)
         nursery.start_soon(stop_on_signals, name="signals")
         on_ready()
         await pyfuse3.main()
+        on_stopping()
         nursery.cancel_scope.cancel()
 
 

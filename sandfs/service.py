@@ -15,6 +15,7 @@ from sandfs.cache import ObjectStore
 from sandfs.config.schema import TaskConfig
 from sandfs.materialize import Materializer
 from sandfs.media.types import BadVideo, VideoInfo
+from sandfs.ops import isolated
 from sandfs.plan.frames import FramePlan, FramePlanner
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import view_key
@@ -206,7 +207,8 @@ class ViewService:
             ondemand_waiting=self.engine.demand_waiting, scheduler=self.scheduler.status(),
             tasks=tasks, counters={key: stats.get(key) for key in COUNTERS},
             cache=EMPTY_CACHE if self.store is None else self.store.stats(),
-            bad_videos=tuple(bad), task_errors=dict(self.task_errors), remote=self.remote)
+            bad_videos=tuple(bad), task_errors=dict(self.task_errors), remote=self.remote,
+            isolated_ops=isolated.status())
 
     def status(self) -> dict:
         return self.status_record().to_json()

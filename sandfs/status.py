@@ -65,6 +65,7 @@ class MountStatus:
     bad_videos: tuple[BadVideoStatus, ...]
     task_errors: Mapping[str, str]
     remote: Mapping[str, int]  # fetching remote datasets: bytes_fetched, requests, errors, ...
+    isolated_ops: Mapping[str, object]  # custom steps run out of process: workers, failures
 
     def to_json(self) -> dict:
         sched, counters = self.scheduler, self.counters
@@ -93,6 +94,7 @@ class MountStatus:
             "bad_videos": [bad.to_json() for bad in self.bad_videos],
             "task_errors": dict(self.task_errors),
             "remote": dict(self.remote),
+            "isolated_ops": dict(self.isolated_ops),
         }
 
     def to_bytes(self) -> bytes:

@@ -14,9 +14,18 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
+from sandfs import ops as op_registry
 from sandfs.config import fields
 from sandfs.config.pipeline import parse_pipeline
-from sandfs.config.schema import DatasetConfig, SamplingConfig, Shard, TaskConfig
+from sandfs.config.schema import (
+    TEST_VIEW_CROP_STEPS,
+    AugStep,
+    DatasetConfig,
+    SamplingConfig,
+    Shard,
+    TaskConfig,
+    TestViews,
+)
 from sandfs.config.settings import read_engine_section
 from sandfs.config.yamlsafe import ConfigError, Value, read_yaml
 from sandfs.remote.options import (
@@ -59,7 +68,10 @@ SAMPLING_KEYS = (
     "layout",
     "decode_resize",
     "shard",
+    "test_views",
 )
+TEST_VIEW_CROPS = (1, 3)
+MAX_TEST_CLIPS = 1000
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "area")
 BASE_DIR_MARK = "# sandfs-base-dir:"  # a first line that anchors relative paths elsewhere
 
@@ -168,6 +180,9 @@ def _dataset(value: Value, base_dir: str, check_paths: bool) -> DatasetConfig:
     sampling = _sampling(entries["sampling"])
     source_hw = sampling.decode_resize[0] if sampling.decode_resize else None
     augmentation = parse_pipeline(entries["augmentation"], sampling.frames_per_video, source_hw)
+    if sampling.test_views:
+        _check_test_views(entries["augmentation"], augmentation, sampling.test_views,
+                          entries["sampling"])
     return DatasetConfig(
         tag=tag,
         input_source=input_source,
@@ -247,11 +262,17 @@ def _sampling(value: Value) -> SamplingConfig:
     required = ("videos_per_batch", "frames_per_video")
     entries = fields.mapping(value, SAMPLING_KEYS, required=required)
     positive = partial(fields.integer, minimum=1)
+    test_views = _optional(entries, "test_views", _test_views, None)
+    given = entries.get("samples_per_video")
+    if test_views and given is not None and given.data is not None:
+        raise entries["samples_per_video"].error(
+            "test_views sets the clips of a video (clips x crops); drop samples_per_video")
+    per_video = test_views.clips * test_views.crops if test_views else 1
     return SamplingConfig(
         videos_per_batch=positive(entries["videos_per_batch"]),
         frames_per_video=positive(entries["frames_per_video"]),
         frame_stride=_optional(entries, "frame_stride", positive, 1),
-        samples_per_video=_optional(entries, "samples_per_video", positive, 1),
+        samples_per_video=_optional(entries, "samples_per_video", positive, per_video),
         drop_last=_optional(entries, "drop_last", fields.boolean, False),
         short_video=_optional(
             entries,
@@ -264,7 +285,50 @@ def _sampling(value: Value) -> SamplingConfig:
         ),
         decode_resize=_optional(entries, "decode_resize", _decode_resize, None),
         shard=_optional(entries, "shard", _shard, None),
+        test_views=test_views,
     )
+
+
+def _test_views(value: Value) -> TestViews:
+    """`test_views: {clips: T, crops: S}`: T uniformly spaced clips, S in (1, 3) fixed crops."""
+    entries = fields.mapping(value, ("clips", "crops"), required=("clips",))
+    clips = fields.integer(entries["clips"], minimum=1, maximum=MAX_TEST_CLIPS)
+    crops = _optional(entries, "crops", partial(fields.integer, minimum=1), 1)
+    if crops not in TEST_VIEW_CROPS:
+        raise entries["crops"].error(
+            f"expected 1 (center) or 3 (both ends and center of the long side), got {crops}")
+    return TestViews(clips, crops)
+
+
+def _check_test_views(value: Value, steps: tuple[AugStep, ...], views: TestViews,
+                      sampling: Value) -> None:
+    """A test_views task's views are deterministic: no random branch, no random op but the crop
+    (which test_views places), at most one crop per op list, and a crop when crops > 1."""
+    by_name = {step.name: step for step in steps}
+    crops_found = 0
+    for item in fields.sequence(value, "augmentation steps"):
+        step = by_name[item.data["name"].data]
+        if step.branch_type == "random":
+            raise item.data["branch_type"].error(
+                f"step {step.name!r}: a random branch is not allowed with test_views (its views "
+                "are deterministic); use single or conditional")
+        key = "config" if step.ops else "branches"
+        for ops in [step.ops, *(branch.ops for branch in step.branches)]:
+            crops = [spec.name for spec in ops if spec.name in TEST_VIEW_CROP_STEPS]
+            if len(crops) > 1:
+                raise item.key_error(key, f"step {step.name!r}: test_views places one crop per "
+                                     f"op list, got {', '.join(crops)}")
+            crops_found += len(crops)
+            for spec in ops:
+                op = op_registry.get_op(spec.name)
+                if spec.name not in TEST_VIEW_CROP_STEPS and op.draws(spec.param_dict()):
+                    raise item.key_error(
+                        key, f"step {step.name!r}: {spec.name} is random; test_views allows "
+                        "only deterministic ops besides the crop (a flip needs p: 1.0)")
+    if views.crops > 1 and not crops_found:
+        raise sampling.key_error(
+            "test_views", f"crops: {views.crops} needs a center_crop or random_crop step (its "
+            "size is the size of the crops)")
 
 
 def _shard(value: Value) -> Shard:

@@ -76,6 +76,18 @@ class Shard:
     rank: int
 
 
+TEST_VIEW_CROP_STEPS = ("random_crop", "center_crop")  # test_views places these crops itself
+
+
+@dataclass(frozen=True, slots=True)
+class TestViews:
+    """Evaluation sampling: `clips` uniformly spaced clips x `crops` fixed crops per video, every
+    video once per epoch in sorted order (samples_per_video = clips * crops)."""
+
+    clips: int
+    crops: int  # 1: center; 3: both ends and the center along the long side
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingConfig:
     videos_per_batch: int
@@ -89,6 +101,7 @@ class SamplingConfig:
     # AVION) before the augmentation steps; None: steps start from the full-size RGB frame
     decode_resize: tuple[tuple[int, int], str] | None = None
     shard: Shard | None = None  # None: the task reads every video of each epoch
+    test_views: TestViews | None = None  # None: training sampling (random, shuffled)
 
 
 @dataclass(frozen=True, slots=True)

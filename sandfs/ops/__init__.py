@@ -30,6 +30,12 @@ Subclass `sandfs.ops.base.OpType`, set `name` (the key used in a config) and ove
 - `track(params, drawn, window, in_hw)` if the step moves pixels (a crop, a flip), so the crop
   box reported in metadata stays in source pixels.
 
+Out of process: set `isolation = "process"` (and `timeout_s`, default 30 s per call) on the
+class to run it in a small pool of worker processes (`isolated.py`), so its dependencies never
+load into the daemon and a crash, `os._exit` or hang fails only the views that use it (EIO, the
+reason in status.json's `isolated_ops.failures`). The class must be importable by module and
+name (not defined in `__main__` or inside a function); frames reach it through shared memory.
+
 Register it with `register_op` (a class decorator) in code that runs before the config is
 loaded, or publish it from an installed package as an entry point, loaded on first lookup:
 
@@ -48,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from sandfs.ops import isolated
 from sandfs.ops.base import FrameShape, OpInstance, OpParamError, OpType, Params, Window
 from sandfs.ops.builtin import BUILTIN_OPS
 
@@ -89,6 +96,7 @@ def register_op(op_type: type[OpType]) -> type[OpType]:
     name = getattr(op_type, "name", None)
     if not isinstance(name, str) or not name:
         raise ValueError(f"{op_type.__qualname__} needs a class attribute `name` (a string)")
+    isolated.check_isolation(op_type)
     if name in _OPS:
         raise ValueError(f"op {name!r} is already registered by {type(_OPS[name]).__qualname__}")
     _OPS[name] = op_type()
@@ -171,7 +179,10 @@ def draw_chain(
 
 
 def apply_instance(inst: OpInstance, clip: list[np.ndarray]) -> list[np.ndarray]:
-    return get_op(inst.name).apply_clip(dict(inst.params), dict(inst.drawn), clip)
+    op = get_op(inst.name)
+    if op.isolation == "process":
+        return isolated.apply_isolated(op, dict(inst.params), dict(inst.drawn), clip)
+    return op.apply_clip(dict(inst.params), dict(inst.drawn), clip)
 
 
 def apply_chain(instances: Iterable[OpInstance], clip: list[np.ndarray]) -> list[np.ndarray]:

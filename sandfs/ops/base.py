@@ -62,6 +62,10 @@ class OpType:
     name: ClassVar[str]
     random: ClassVar[bool] = False  # draws something per clip
     temporal: ClassVar[bool] = False  # acts on the clip's time axis, not on pixels
+    # "process": applied in a pool of worker processes (isolated.py), failing only its views
+    # when it crashes or runs past `timeout_s` seconds per call; "thread": in the daemon
+    isolation: ClassVar[str] = "thread"
+    timeout_s: ClassVar[float] = 30.0
 
     def validate(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         """Check and normalize the config's parameters; raise OpParamError(key, message)."""
@@ -86,6 +90,10 @@ class OpType:
     ) -> Params:
         """Resolve this op's randomness for one clip whose frames are `in_hw` = (H, W)."""
         return ()
+
+    def draws(self, params: Mapping[str, Any]) -> bool:
+        """Whether these parameters draw anything per clip (flip with p 1.0 does not)."""
+        return self.random
 
     def apply(self, params: Mapping[str, Any], drawn: Mapping[str, Any], frame: np.ndarray):
         """Apply to one HWC frame (uint8 or float32); must not modify `frame` in place."""

@@ -147,7 +147,7 @@ def _uniform(rng: np.random.Generator, bounds: tuple[float, float]) -> float:
 # --- geometry shared by the crops ---
 
 
-def _cover_hw(in_hw: HW, crop_hw: HW) -> HW:
+def cover_hw(in_hw: HW, crop_hw: HW) -> HW:
     """The frame size after the small-input upscale: aspect kept, covering the crop."""
     (in_h, in_w), (crop_h, crop_w) = in_hw, crop_hw
     if in_h >= crop_h and in_w >= crop_w:
@@ -194,7 +194,7 @@ class _FixedCrop(OpType):
 
     def apply(self, params: Mapping[str, Any], drawn: Mapping[str, Any], frame: np.ndarray):
         crop_h, crop_w = params["size"]
-        cover_h, cover_w = _cover_hw(_frame_hw(frame), params["size"])
+        cover_h, cover_w = cover_hw(_frame_hw(frame), params["size"])
         if (cover_h, cover_w) != _frame_hw(frame):
             frame = cv2.resize(frame, (cover_w, cover_h), interpolation=cv2.INTER_LINEAR)
         y, x = self.origin_yx(params, drawn, (cover_h, cover_w))
@@ -206,10 +206,10 @@ class _FixedCrop(OpType):
         return np.ascontiguousarray(frame[y : y + crop_h, x : x + crop_w])
 
     def track(self, params, drawn, window: Window, in_hw: HW) -> Window:
-        cover_hw = _cover_hw(in_hw, params["size"])
-        y, x = self.origin_yx(params, drawn, cover_hw)
+        cover = cover_hw(in_hw, params["size"])
+        y, x = self.origin_yx(params, drawn, cover)
         crop_h, crop_w = params["size"]
-        return _crop_window(window, cover_hw, (x, y, crop_w, crop_h))
+        return _crop_window(window, cover, (x, y, crop_w, crop_h))
 
 
 class RandomCrop(_FixedCrop):
@@ -217,7 +217,7 @@ class RandomCrop(_FixedCrop):
     random = True
 
     def draw(self, params, rng: np.random.Generator, in_hw: HW) -> Params:
-        (cover_h, cover_w), (crop_h, crop_w) = _cover_hw(in_hw, params["size"]), params["size"]
+        (cover_h, cover_w), (crop_h, crop_w) = cover_hw(in_hw, params["size"]), params["size"]
         y = int(rng.integers(0, cover_h - crop_h + 1))
         x = int(rng.integers(0, cover_w - crop_w + 1))
         return (("x", x), ("y", y))
@@ -343,13 +343,24 @@ def _draw_coin(params, rng: np.random.Generator) -> Params:
     return ()
 
 
+class _CoinOp(OpType):
+    """An op applied to a clip with probability `p`: random only when 0 < p < 1."""
+
+    random = True
+
+    def draws(self, params: Mapping[str, Any]) -> bool:
+        return 0.0 < params["p"] < 1.0
+
+    def draw(self, params, rng: np.random.Generator, in_hw: HW) -> Params:
+        return _draw_coin(params, rng)
+
+
 def _coin(params, drawn) -> bool:
     return drawn.get("apply", params["p"] >= 1.0)
 
 
-class Flip(OpType):
+class Flip(_CoinOp):
     name = "flip"
-    random = True
 
     def validate(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         _check_keys(self.name, raw, ("direction", "p"))
@@ -357,9 +368,6 @@ class Flip(OpType):
             "direction", raw.get("direction", "horizontal"), ("horizontal", "vertical")
         )
         return {"direction": direction, "p": _probability(raw)}
-
-    def draw(self, params, rng: np.random.Generator, in_hw: HW) -> Params:
-        return _draw_coin(params, rng)
 
     def apply(self, params, drawn, frame: np.ndarray):
         if not _coin(params, drawn):
@@ -506,18 +514,14 @@ class ColorJitter(OpType):
         return np.ascontiguousarray(out)
 
 
-class Grayscale(OpType):
+class Grayscale(_CoinOp):
     """torchvision RandomGrayscale (Grayscale when p = 1), always 3 output channels."""
 
     name = "grayscale"
-    random = True
 
     def validate(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         _check_keys(self.name, raw, ("p",))
         return {"p": _probability(raw)}
-
-    def draw(self, params, rng: np.random.Generator, in_hw: HW) -> Params:
-        return _draw_coin(params, rng)
 
     def apply(self, params, drawn, frame: np.ndarray):
         if not _coin(params, drawn):
@@ -541,6 +545,10 @@ class GaussianBlur(OpType):
             "kernel_size": _size_hw("kernel_size", raw["kernel_size"], odd=True),
             "sigma": bounds,
         }
+
+    def draws(self, params: Mapping[str, Any]) -> bool:
+        low, high = params["sigma"]
+        return low < high
 
     def draw(self, params, rng: np.random.Generator, in_hw: HW) -> Params:
         low, high = params["sigma"]

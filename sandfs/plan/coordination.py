@@ -179,6 +179,8 @@ class Coordination:
             if (data, window) in self._pools:
                 return
             sharing = [c for name, c in self._configs.items() if self._data.get(name) == data]
+            # evaluation tasks (test_views) draw nothing: they must not widen others' pools
+            sharing = [c for c in sharing if not c.dataset.sampling.test_views] or sharing
             self._pools[(data, window)] = shared_pool(data, sharing)
             self._crops[(data, window)] = shared_crop_windows(sharing, data)
             self.changed = True

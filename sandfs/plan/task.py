@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from sandfs import ops as oplib
-from sandfs.config.schema import OpSpec, TaskConfig
+from sandfs.config.schema import TEST_VIEW_CROP_STEPS, OpSpec, TaskConfig
 from sandfs.media.types import BadVideo, VideoInfo
 from sandfs.npy import npy_nbytes
 from sandfs.ops.base import FrameShape, OpInstance, Window
@@ -31,6 +31,8 @@ from sandfs.plan.identity import DatasetIdentity, data_fingerprint
 from sandfs.plan.seeds import derive_seed, rng_for
 from sandfs.plan.shard import shard_positions
 from sandfs.plan.steps import source_shape, step_ops
+from sandfs.plan.testviews import clip_start as test_clip_start
+from sandfs.plan.testviews import fixed_crop, view_index
 
 PLAN_VERSION = 3  # bump when the same configs plan other views: names of cached objects change
 
@@ -94,6 +96,7 @@ class TaskPlan:
         self.cfg = cfg
         self.name = cfg.task
         self.sampling = cfg.dataset.sampling
+        self.test_views = self.sampling.test_views  # None: training draws (testviews.py)
         self.k_epochs = k_epochs
         self.paths = stream_paths(cfg)
         self.span_frames = (self.sampling.frames_per_video - 1) * self.sampling.frame_stride + 1
@@ -123,6 +126,9 @@ class TaskPlan:
         """What the views of a window depend on besides (epoch, iteration): the task's data and
         seed, its shard, and what it shares with other tasks in that window. Names cached
         objects."""
+        if self.test_views:  # evaluation views depend on neither the window nor other tasks
+            return derive_seed("plan", PLAN_VERSION, self.data_key, self.sampling.shard,
+                               "test_views")
         pool = self.coordination.pool(self.cfg, window)
         crops = sorted(self.coordination.crop_windows(self.cfg, window).items(), key=repr)
         return derive_seed("plan", PLAN_VERSION, self.data_key, self.sampling.shard,
@@ -188,6 +194,10 @@ class TaskPlan:
     def _epoch_order(self, epoch: int) -> np.ndarray:
         """The videos this task reads in `epoch`, in order: its shard's positions of the one
         permutation every rank draws alike."""
+        if self.test_views:  # evaluation: every epoch reads the videos in sorted order
+            order = np.array(sorted(range(len(self.videos)), key=lambda i: self.videos[i].name),
+                             dtype=np.int64)
+            return order[self.positions]
         permutation = rng_for(self.data_key, "order", epoch).permutation(len(self.videos))
         return permutation[self.positions]
 
@@ -221,6 +231,9 @@ class TaskPlan:
         return tuple(start + j * stride for j in range(count))
 
     def clip_start(self, epoch: int, info: VideoInfo, sample: int) -> int:
+        if self.test_views:
+            return test_clip_start(view_index(self.test_views, sample).clip,
+                                   self.test_views.clips, info.num_frames, self.span_frames)
         window = self.window_of(epoch)
         pool = self.coordination.pool(self.cfg, window)
         return pool.start(window, info.name, epoch + self.epoch_offset, sample, info.num_frames,
@@ -251,7 +264,11 @@ class TaskPlan:
                 # only random ops draw; a generator costs ~10 us, made per clip and op
                 rng = rng_for(*clip_key, "op", prefix, pos) if op.random else None
                 in_hw = (shape.height, shape.width)
-                inst = self._shared_crop(spec, in_hw, static, epoch, info, clip_key[3], rng)
+                if self.test_views and spec.name in TEST_VIEW_CROP_STEPS:
+                    crop = view_index(self.test_views, sample).crop
+                    inst = fixed_crop(spec.params, crop, self.test_views.crops, in_hw)
+                else:
+                    inst = self._shared_crop(spec, in_hw, static, epoch, info, sample, rng)
                 inst = inst or oplib.draw_instance(spec.name, spec.params, rng, in_hw)
                 if op.temporal:
                     frames = list(oplib.track_frames([inst], frames))
@@ -325,6 +342,10 @@ class TaskPlan:
             clip.ops, Window(0.0, 0.0, float(info.width), float(info.height)),
             self.source_hw(info),
         )
+        test = {}
+        if self.test_views:  # so that scores can be averaged per video
+            index = view_index(self.test_views, clip.sample)
+            test = {"test_clip": index.clip, "test_crop": index.crop}
         return {
             "video": info.name,
             "label": label,
@@ -337,6 +358,7 @@ class TaskPlan:
             "flip": window.flipped,
             "rotation": info.rotation,
             "branches": dict(clip.branches),
+            **test,
         }
 
     def view_meta(self, view: ViewPlan) -> dict:

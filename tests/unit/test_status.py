@@ -39,5 +39,7 @@ def test_status_json_of_a_fresh_mount(tmp_path):
         "task_errors": {},
         "remote": {"bytes_fetched": 0, "requests": 0, "errors": 0, "retries": 0,
                    "files_fetched": 0, "files_reused": 0, "files_changed": 0},
+        "isolated_ops": {"processes": 0, "calls": 0, "failed": 0, "workers_replaced": 0,
+                         "failures": []},
     }
     assert service.positions == {plan.name: (1, 1)}

@@ -1,0 +1,108 @@
+"""Custom steps out of process through a real mount: a plug-in found by its entry point (the
+example package in examples/plugin) serves the reference bytes, and a step that segfaults or
+hangs fails only its own task's views (EIO, the reason in status.json) while the daemon and the
+other task go on; nothing is left in /dev/shm or the process table."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from sandfs import ops as oplib
+from sandfs.config.loader import load_task_config
+from sandfs.media.scan import scan_dataset
+from sandfs.ops import isolated
+from sandfs.plan.task import TaskPlan
+from tests.helpers.harness import LOG_ERROR, mount_sandfs, task_config, write_config
+from tests.helpers.reference import reference_view
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGIN_SRC = REPO / "examples" / "plugin" / "src"
+TESTS = REPO / "tests"
+
+
+def plugin_site(root: Path) -> Path:
+    """A folder that makes the example plug-in and the test ops look installed: a dist-info
+    with their `sandfs.ops` entry points (put on the daemon's PYTHONPATH)."""
+    info = root / "site" / "sandfs_test_plugins-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sandfs-test-plugins\n"
+                                   "Version: 0\n")
+    (info / "entry_points.txt").write_text("[sandfs.ops]\nbox_blur = sandfs_box_blur:BoxBlur\n"
+                                           "test_misbehave = custom_ops:Misbehave\n")
+    return info.parent
+
+
+def single(name, inputs, outputs, *ops):
+    return {"name": name, "branch_type": "single", "inputs": inputs, "outputs": outputs,
+            "config": list(ops)}
+
+
+def shm_segments() -> set[str]:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
+
+
+def processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("how", ["segfault", "hang"])
+def test_a_failing_custom_step_fails_only_its_views(tmp_path, dataset_dir, how, monkeypatch):
+    monkeypatch.syspath_prepend(str(PLUGIN_SRC))
+    from sandfs_box_blur import BoxBlur
+    if "box_blur" not in oplib.op_names():
+        oplib.register_op(BoxBlur)
+    other = tmp_path / "other" / "videos"
+    shutil.copytree(dataset_dir / "archery", other / "archery")
+    blur = write_config(tmp_path / "blur.yaml", task_config(dataset_dir, task="blur", augmentation=[
+        single("resize", ["frame"], ["r"], {"resize": {"shape": [36, 48]}}),
+        single("blur", ["r"], ["b"], {"box_blur": {"size": 3}}, {"center_crop": {"size": 32}})]))
+    bad = write_config(tmp_path / "bad.yaml", task_config(other, task="bad", augmentation=[
+        single("resize", ["frame"], ["r"], {"resize": {"shape": [32, 32]}}),
+        single("misbehave", ["r"], ["o"], {"test_misbehave": {"how": how}})]))
+    site = plugin_site(tmp_path)
+    path = os.pathsep.join([str(REPO), str(TESTS), str(PLUGIN_SRC), str(site)])
+    before = shm_segments()
+    with mount_sandfs(tmp_path, [blur, bad], env={"PYTHONPATH": path}) as mounted:
+        started = time.monotonic()
+        with pytest.raises(OSError) as caught, open(mounted.path("bad", "0", "0", "view"),
+                                                    "rb") as f:
+            f.read()
+        assert caught.value.errno == errno.EIO
+        assert time.monotonic() - started < 30  # within the op's 1.5 s timeout, and a spawn
+        cfg = load_task_config(blur)
+        plan = TaskPlan(cfg, scan_dataset(cfg.dataset.video_dataset_path,
+                                          cfg.dataset.extensions).videos, k_epochs=2)
+        for iteration in range(plan.iterations_per_epoch):
+            with open(mounted.path("blur", "0", str(iteration), "view"), "rb") as f:
+                assert f.read() == reference_view(plan, 0, iteration)
+        assert mounted.process.poll() is None  # the daemon serves on
+        status = json.loads(mounted.path(".sand", "status.json").read_text())
+        reason = "signal SIGSEGV" if how == "segfault" else "no result within timeout_s"
+        assert any(reason in r for r in status["isolated_ops"]["failures"])
+        assert status["isolated_ops"]["calls"] > 0
+        subprocess.run(["fusermount3", "-u", str(mounted.mountpoint)], check=True)
+        assert mounted.process.wait(timeout=30) == 0
+        # each failed job is logged once, as many as the scheduler had started: only those
+        errors = [line for line in mounted.log_text().splitlines() if LOG_ERROR.search(line)]
+        assert errors and all("failed: IsolatedOpError: isolated op test_misbehave" in line
+                              and "video job for archery/" in line for line in errors)
+        mounted.expected_log_errors = len(errors)
+    isolated.shutdown()
+    assert processes_with(str(site)) == []
+    assert shm_segments() - before == set()
