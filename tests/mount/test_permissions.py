@@ -202,9 +202,16 @@ def test_a_source_changed_while_mounted_fails_visibly(base):
             with pytest.raises(OSError) as raised:
                 read(source)
             assert raised.value.errno == errno.EIO
+        m.expected_log_errors = 1  # the frame's failed decode
+        with pytest.raises(OSError) as raised:  # its frames are decoded from the old file
+            read(m.path("t0", "videos", "a", "a_000", "frame0", "aug0"))
+        assert raised.value.errno == errno.EIO
         record = status(m.path(".sand", "status.json"))
         assert [(f["task"], f["path"]) for f in record["failures"]] == [
-            ("t0", "videos/a/a_000.mp4")]
-        assert record["failures"][0]["reason"].startswith("source_changed")
-        assert record["failures"][0]["count"] == record["failures_total"] == 2
+            ("t0", "videos/a/a_000.mp4"), ("t0", "videos/a/a_000/frame0/aug0")]
+        source_failure, frame_failure = record["failures"]
+        assert source_failure["reason"].startswith("source_changed")
+        assert source_failure["count"] == 2
+        assert "changed since the dataset scan" in frame_failure["reason"]
+        assert record["failures_total"] == 2 + frame_failure["count"]  # the kernel may retry
         assert nobody(status, m.path(".sand", "status.json"))[1]["failures"] == []
