@@ -152,3 +152,16 @@ def test_a_refused_open_is_probed_again_next_time():
     assert not _is_lasting(ProbeFailure("open_invalid", "PermissionError: Permission denied"))
     assert not _is_lasting(ProbeFailure("open_invalid", "x", lasting=False))
     assert _is_lasting(ProbeFailure("no_video_stream", "no video stream"))
+
+
+def test_a_daemon_that_is_not_root_serves_only_its_own_users_tasks(tmp_path, tree, monkeypatch):
+    monkeypatch.setattr("sandfs.access.daemon_uid", lambda: 1000)
+    cfg = task_cfg(tmp_path, dataset=str(tree))
+    assert owner_of(cfg).uid == 1000
+    with pytest.raises(UserError, match="only root may give a task another owner"):
+        owner_of(task_cfg(tmp_path, {"owner": 0}))
+    with pytest.raises(UserError, match="the daemon runs as uid 1000, not root"):
+        owner_of(by(cfg, 0, 0))  # root wrote it, but this daemon cannot serve root's tasks
+    videos = [VideoInfo("a/closed", "a/closed.mp4", str(tree / "a/closed.mp4"), 1, 0, 8, 8, 1,
+                        ())]
+    assert owner_videos(cfg, owner_of(cfg), videos) == (videos, ())  # the OS checked the scan
