@@ -108,6 +108,15 @@ class Namespace:
             return NodeAccess(uid, gid, 0o1777 if uid == 0 else 0o755)
         return NodeAccess(uid, gid, 0o555 if node.is_dir else 0o444)
 
+    def task_path(self, node: Node) -> str:
+        """Where a view, frame or source file is in its task's tree (for status.json)."""
+        if node.kind == "view":
+            return f"{node.epoch}/{node.iteration}/view"
+        video = self.service.tasks[node.task].videos[node.video]
+        if node.kind == "video_file":
+            return f"videos/{video.rel_path}"
+        return f"videos/{video.name}/frame{node.frame}/aug{node.depth}"
+
     # -- lookup ------------------------------------------------------------------------------
 
     def child(self, parent: Node, name: str) -> Node | None:

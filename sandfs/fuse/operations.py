@@ -243,12 +243,7 @@ class SandOperations(pyfuse3.Operations):
             raise fuse_error(errno.EIO)
 
     def failed(self, node: Node, reason: str) -> None:
-        if node.kind == "view":
-            where = f"{node.epoch}/{node.iteration}/view"
-        else:
-            video = self.service.tasks[node.task].videos[node.video]
-            where = (f"videos/{video.rel_path}" if node.kind == "video_file"
-                     else f"videos/{video.name}/frame{node.frame}/aug{node.depth}")
+        where = self.namespace.task_path(node)
         log.warning("task %s: %s failed: %s", node.task, where, reason)
         self.service.failures.record(node.task, where, reason)
 
