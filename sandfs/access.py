@@ -146,19 +146,23 @@ class AccessCheck:
                                           _has_acl(path))
         return self._seen[key]
 
+    def reachable(self, path: str, want: int) -> bool:
+        """May the owner search every folder above `path` and get `want` on it?"""
+        parents = os.path.dirname(path).split("/")
+        return all(self.may("/".join(parents[:i]) or "/", SEARCH)
+                   for i in range(1, len(parents) + 1)) and self.may(path, want)
+
     def blocked_at(self, root: str, path: str) -> str | None:
         """None when the owner may read `path` (a file under `root`) and list every folder from
         `root` down to it; else the dataset-relative name to report: the file, or the first
         folder it cannot list ("." for the root itself)."""
-        parents = os.path.dirname(root).split("/")
-        if not all(self.may("/".join(parents[:i]) or "/", SEARCH)
-                   for i in range(1, len(parents) + 1)):
+        if not self.reachable(root, LIST):
             return "."
         rel_parts = os.path.relpath(path, root).split("/")
-        for depth in range(len(rel_parts)):
+        for depth in range(1, len(rel_parts)):
             folder = os.path.join(root, *rel_parts[:depth])
             if not self.may(folder, LIST):
-                return "/".join(rel_parts[:depth]) or "."
+                return "/".join(rel_parts[:depth])
         return None if self.may(path, READ) else "/".join(rel_parts)
 
 
@@ -168,6 +172,22 @@ def _has_acl(path: str) -> bool:
     except OSError:  # ENODATA: none; ENOTSUP: the filesystem has no ACLs
         return False
     return True
+
+
+def check_owner_paths(cfg: TaskConfig, owner: Owner) -> None:
+    """Refuse a task whose owner may not list its dataset folder or read its labels file, in
+    words that do not tell whether the path exists: the daemon reads them as root."""
+    if owner.uid == 0 or daemon_uid() != 0:
+        return
+    check = AccessCheck(owner)
+    labels = cfg.dataset.labels
+    wanted = [(cfg.dataset.video_dataset_path, LIST)]
+    if labels not in ("dirname", "none"):
+        wanted += [(labels, READ), (os.path.realpath(labels), READ)]
+    for path, want in wanted:
+        if not check.reachable(path, want):
+            raise UserError(f"{cfg.source_path}: task {cfg.task}: its owner (uid {owner.uid}) "
+                            f"may not {'list' if want == LIST else 'read'} {path}")
 
 
 def owner_videos(cfg: TaskConfig, owner: Owner, videos: Sequence[VideoInfo]
@@ -185,7 +205,7 @@ def owner_videos(cfg: TaskConfig, owner: Owner, videos: Sequence[VideoInfo]
         return videos, ()
     if not kept:
         raise UserError(f"{cfg.source_path}: task {cfg.task}: its owner (uid {owner.uid}) may "
-                        f"read none of the {len(videos)} videos in {root}")
+                        f"read none of the videos in {root}")
     return tuple(kept), refusals(blocked, owner.uid)
 
 

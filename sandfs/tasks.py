@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import trio
 
-from sandfs.access import Owner, owner_of, privileged, stamped
+from sandfs.access import Owner, check_owner_paths, owner_of, privileged, stamped
 from sandfs.config.loader import load_task_config
 from sandfs.config.schema import TaskConfig
 from sandfs.errors import UserError
@@ -44,11 +44,15 @@ class TaskRegistry:
         whom the task belongs to unless its `access:` says otherwise. Relative paths in it are
         resolved against the folder named by a first line `# sandfs-base-dir: DIR` (`sandfs
         task add` writes it), else against the folder of the mount's first config."""
-        cfg = load_task_config(os.path.join(self.config_dir, file_name), text=text)
+        path = os.path.join(self.config_dir, file_name)
+        cfg = load_task_config(path, text=text, check_paths=False)
         if f"{cfg.task}.yaml" != file_name:
             raise UserError(f"{file_name}: the file must be named after its task: "
                             f"{cfg.task}.yaml")
-        return replace(cfg, access=stamped(cfg.access, *writer))
+        access = stamped(cfg.access, *writer)
+        # before the daemon looks at its paths: whether they exist is the owner's to know only
+        check_owner_paths(cfg, owner_of(replace(cfg, access=access)))
+        return replace(load_task_config(path, text=text), access=access)
 
     def refused(self, name: str, reason: str, writer_uid: int) -> None:
         """A task file written by `writer_uid` was refused: status.json tells them why."""

@@ -82,13 +82,15 @@ def listdir(path) -> list[str]:
 @pytest.fixture(scope="module")
 def base() -> Path:
     """A folder anyone may traverse (pytest's own tmp folders are root-only), holding:
-    data/pub/pub_00[0-3].mp4 with pub_000 mode 0600, data/vault/ (0700) with 4 videos, and
+    data/pub/pub_00[0-3].mp4 with pub_000 mode 0600, data/vault/ (0700) with 4 videos and a
+    labels.csv, and
     open/{a,b}/ with 3 world-readable videos each."""
     folder = Path(tempfile.mkdtemp(prefix="sandfs-perm-", dir="/tmp"))
     folder.chmod(0o755)
     make_dataset(folder / "data", classes=["pub", "vault"], videos_per_class=4,
                  num_frames=(24, 32), size=(64, 48), seed=3, gop=12)
     (folder / "data" / "pub" / "pub_000.mp4").chmod(0o600)
+    (folder / "data" / "vault" / "labels.csv").write_text("vault/vault_000,secret\n")
     (folder / "data" / "vault").chmod(0o700)
     make_dataset(folder / "open", classes=["a", "b"], videos_per_class=3,
                  num_frames=(24, 32), size=(64, 48), seed=4, gop=12)
@@ -167,9 +169,19 @@ def test_a_task_registered_by_another_user_is_theirs_and_holds_what_they_may_rea
         assert nobody(write_task, tasks / "theirs.yaml", given) == ("errno", errno.EINVAL)
         hidden = task_text(base, "hidden", "data/vault")
         assert nobody(write_task, tasks / "hidden.yaml", hidden) == ("errno", errno.EINVAL)
+        # root reads the labels file: one nobody may not read is refused, in the same words
+        # whether it exists or not
+        vault = base / "data" / "vault"
+        for name, labels in (("there", vault / "labels.csv"), ("ghost", vault / "no.csv")):
+            labelled = task_config(base / "data", task=name)
+            labelled["dataset"]["labels"] = str(labels)
+            assert nobody(write_task, tasks / f"{name}.yaml", yaml.safe_dump(labelled)) == (
+                "errno", errno.EINVAL)
         errors = nobody(status, m.path(".sand", "status.json"))[1]["task_errors"]
         assert "only root may give a task another owner" in errors["theirs"]
-        assert "may read none of the 4 videos" in errors["hidden"]
+        assert f"may not list {vault}" in errors["hidden"]
+        assert errors["there"].endswith(f"may not read {vault / 'labels.csv'}")
+        assert errors["ghost"].endswith(f"may not read {vault / 'no.csv'}")
         assert "theirs" in status(m.path(".sand", "status.json"))["task_errors"]
 
         assert nobody(os.unlink, tasks / "t0.yaml")[1] in DENIED

@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandfs.access import AccessCheck, Owner, allowed, owner_of, owner_videos, stamped
+from sandfs.access import (
+    AccessCheck,
+    Owner,
+    allowed,
+    check_owner_paths,
+    owner_of,
+    owner_videos,
+    stamped,
+)
 from sandfs.config.loader import load_task_config
 from sandfs.config.yamlsafe import ConfigError
 from sandfs.errors import UserError
@@ -130,7 +138,7 @@ def test_unreadable_videos_are_left_out_by_name_or_by_folder(tmp_path, tree):
          "2 videos in a folder the task's owner (uid 65534) cannot list")]
     assert owner_videos(task_cfg(tmp_path, dataset=str(tree)), owner_of(task_cfg(tmp_path)),
                         videos)[0] is videos  # root's task: all, the same sequence
-    with pytest.raises(UserError, match=r"may read none of the 2 videos"):
+    with pytest.raises(UserError, match=r"may read none of the videos in"):
         owner_videos(cfg, owner_of(cfg), videos[2:4])
 
 
@@ -165,3 +173,18 @@ def test_a_daemon_that_is_not_root_serves_only_its_own_users_tasks(tmp_path, tre
     videos = [VideoInfo("a/closed", "a/closed.mp4", str(tree / "a/closed.mp4"), 1, 0, 8, 8, 1,
                         ())]
     assert owner_videos(cfg, owner_of(cfg), videos) == (videos, ())  # the OS checked the scan
+
+
+@ROOT_ONLY
+def test_a_task_of_another_owner_names_only_paths_they_may_read(tmp_path, tree):
+    cfg = by(task_cfg(tmp_path, dataset=str(tree / "hidden")), NOBODY, NOBODY)
+    with pytest.raises(UserError, match=f"may not list {tree / 'hidden'}$"):
+        check_owner_paths(cfg, owner_of(cfg))
+    check_owner_paths(replace(cfg, dataset=replace(cfg.dataset, video_dataset_path=str(tree))),
+                      owner_of(cfg))
+    (tree / "hidden" / "x.csv").write_text("a,b\n")
+    for missing in ("x.csv", "no-such.csv"):  # the same words whether it exists or not
+        labelled = replace(cfg, dataset=replace(cfg.dataset, video_dataset_path=str(tree),
+                                                labels=str(tree / "hidden" / missing)))
+        with pytest.raises(UserError, match=f"may not read {tree / 'hidden' / missing}$"):
+            check_owner_paths(labelled, owner_of(cfg))
