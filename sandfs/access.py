@@ -209,6 +209,14 @@ def owner_videos(cfg: TaskConfig, owner: Owner, videos: Sequence[VideoInfo]
     return tuple(kept), refusals(blocked, owner.uid)
 
 
+def owner_may_read(cfg: TaskConfig, owner: Owner, path: str) -> bool:
+    """Is the video at `path` still the owner's to read (checked again at each open of its
+    bytes or frames: a chmod after the task was planned takes effect there)?"""
+    if owner.uid == 0 or daemon_uid() != 0:
+        return True
+    return AccessCheck(owner).blocked_at(cfg.dataset.video_dataset_path, path) is None
+
+
 def refusals(blocked: dict[str, str | None], uid: int) -> tuple[BadVideo, ...]:
     """One entry per unreadable file, one per folder that hides several (its own name only)."""
     counts: dict[str, int] = {}

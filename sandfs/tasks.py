@@ -10,7 +10,14 @@ from dataclasses import replace
 
 import trio
 
-from sandfs.access import Owner, check_owner_paths, owner_of, privileged, stamped
+from sandfs.access import (
+    Owner,
+    check_owner_paths,
+    owner_may_read,
+    owner_of,
+    privileged,
+    stamped,
+)
 from sandfs.config.loader import load_task_config
 from sandfs.config.schema import TaskConfig
 from sandfs.errors import UserError
@@ -58,6 +65,11 @@ class TaskRegistry:
         """A task file written by `writer_uid` was refused: status.json tells them why."""
         self.task_errors[name] = reason
         self.error_writers[name] = writer_uid
+
+    def may_read(self, name: str, video: int) -> bool:
+        """May the task's owner still read this video of it directly?"""
+        plan = self.tasks[name]
+        return owner_may_read(plan.cfg, self.owners[name], plan.videos[video].path)
 
     def visible(self, uid: int) -> tuple[set[str], set[str]]:
         """(tasks, task errors) that `uid` may see in status.json: its own, or all for root and

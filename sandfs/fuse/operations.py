@@ -207,6 +207,9 @@ class SandOperations(pyfuse3.Operations):
             raise fuse_error(errno.EISDIR)
         if flags & WRITE_FLAGS:
             raise fuse_error(errno.EROFS)
+        if node.kind in ("video_file", "aug") and \
+                not self.service.registry.may_read(node.task, node.video):
+            raise fuse_error(errno.EACCES)  # its owner lost access to the video since
         handle = OpenFile(node)
         info = pyfuse3.FileInfo()
         info.keep_cache = self.is_immutable(node)

@@ -156,6 +156,16 @@ def test_a_task_registered_by_another_user_is_theirs_and_holds_what_they_may_rea
         assert read(view) == got[1]  # root reads every task
         assert (os.stat(view).st_uid, os.stat(view).st_gid) == (NOBODY, NOBODY)
 
+        # a video its owner loses access to after the task was planned is refused at open
+        revoked = base / "data" / "pub" / "pub_001.mp4"
+        revoked.chmod(0o600)
+        try:
+            for leaf in ("pub_001.mp4", "pub_001/frame0/aug0"):
+                assert nobody(read, m.path("mine", "videos", "pub", leaf))[1] in DENIED
+        finally:
+            revoked.chmod(0o644)
+        assert nobody(read, m.path("mine", "videos", "pub", "pub_001.mp4"))[0] == "ok"
+
         seen = nobody(status, m.path(".sand", "status.json"))[1]
         assert list(seen["tasks"]) == ["mine"] and seen["tasks"]["mine"]["videos"] == 3
         assert [(b["path"], b["reason"], b["task"]) for b in seen["bad_videos"]] == [
