@@ -24,7 +24,7 @@ from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.sched.scheduler import Scheduler
 from sandfs.sched.windows import Position
 from sandfs.stats import Stats
-from sandfs.status import COUNTERS, BadVideoStatus, MountStatus, TaskStatus
+from sandfs.status import COUNTERS, BadVideoStatus, FailureLog, MountStatus, TaskStatus
 from sandfs.tasks import TaskRegistry
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ class ViewService:
         # what fetching remote datasets at mount took (zeros for local ones)
         self.remote = dict(remote or RemoteStats().as_status())
         self.frames = FramePlanner()
+        self.failures = FailureLog()  # reads answered with EIO, for status.json
 
     # the registry's records, as the FUSE layer reads them
     @property
@@ -103,9 +104,9 @@ class ViewService:
 
     # -- tasks joining and leaving -----------------------------------------------------------
 
-    async def add_task_file(self, file_name: str, text: str) -> None:
+    async def add_task_file(self, file_name: str, text: str, writer: tuple[int, int]) -> None:
         """A YAML written to .sand/tasks/NAME.yaml (see `TaskRegistry.load_file`)."""
-        await self.add_task(self.registry.load_file(file_name, text), text)
+        await self.add_task(self.registry.load_file(file_name, text, writer), text)
 
     async def add_task(self, cfg: TaskConfig, text: str) -> None:
         """Register a task on the live mount. Windows already planned keep what they share;
@@ -208,10 +209,15 @@ class ViewService:
             tasks=tasks, counters={key: stats.get(key) for key in COUNTERS},
             cache=EMPTY_CACHE if self.store is None else self.store.stats(),
             bad_videos=tuple(bad), task_errors=dict(self.task_errors), remote=self.remote,
-            isolated_ops=isolated.status())
+            isolated_ops=isolated.status(), failures=self.failures.entries(),
+            failures_total=self.failures.total)
 
     def status(self) -> dict:
         return self.status_record().to_json()
 
-    def status_bytes(self) -> bytes:
-        return self.status_record().to_bytes()
+    def status_bytes(self, viewer: int | None = None) -> bytes:
+        """status.json as user `viewer` may see it (None: all of it)."""
+        record = self.status_record()
+        if viewer is not None:
+            record = record.seen_by(*self.registry.visible(viewer))
+        return record.to_bytes()

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 STATUS_VERSION = 1
 COUNTERS = ("frames_decoded", "frames_decoded_independent", "views_materialized",
@@ -52,6 +53,39 @@ class BadVideoStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class Failure:
+    """A read the mount answered with EIO: a view, a frame or a source file of a task."""
+
+    task: str
+    path: str  # in the task's tree: "3/0/view", "videos/a/b.mp4", "videos/a/b/frame4/aug1"
+    reason: str
+    count: int = 1  # reads that failed this way
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class FailureLog:
+    """The latest `limit` distinct failures, and how many reads failed in all."""
+
+    def __init__(self, limit: int = 32) -> None:
+        self.limit = limit
+        self.total = 0
+        self._entries: OrderedDict[tuple[str, str], Failure] = OrderedDict()
+
+    def record(self, task: str, path: str, reason: str) -> None:
+        self.total += 1
+        seen = self._entries.pop((task, path), None)
+        count = 1 if seen is None else seen.count + 1
+        self._entries[(task, path)] = Failure(task, path, reason, count)
+        while len(self._entries) > self.limit:
+            self._entries.popitem(last=False)
+
+    def entries(self) -> tuple[Failure, ...]:
+        return tuple(self._entries.values())
+
+
+@dataclass(frozen=True, slots=True)
 class MountStatus:
     uptime_seconds: float
     pid: int
@@ -66,6 +100,19 @@ class MountStatus:
     task_errors: Mapping[str, str]
     remote: Mapping[str, int]  # fetching remote datasets: bytes_fetched, requests, errors, ...
     isolated_ops: Mapping[str, object]  # custom steps run out of process: workers, failures
+    failures: tuple[Failure, ...] = ()
+    failures_total: int = 0
+
+    def seen_by(self, tasks: set[str], task_errors: set[str]) -> MountStatus:
+        """What a user who owns `tasks` (and wrote the files of `task_errors`) may see: those
+        tasks, their bad videos and failures; nothing that names another user's files (the
+        scan's own bad videos included)."""
+        return replace(
+            self, tasks={n: t for n, t in self.tasks.items() if n in tasks},
+            bad_videos=tuple(b for b in self.bad_videos if b.task in tasks),
+            task_errors={n: e for n, e in self.task_errors.items() if n in task_errors},
+            failures=tuple(f for f in self.failures if f.task in tasks),
+            failures_total=sum(f.count for f in self.failures if f.task in tasks))
 
     def to_json(self) -> dict:
         sched, counters = self.scheduler, self.counters
@@ -95,6 +142,8 @@ class MountStatus:
             "task_errors": dict(self.task_errors),
             "remote": dict(self.remote),
             "isolated_ops": dict(self.isolated_ops),
+            "failures": [failure.to_json() for failure in self.failures],
+            "failures_total": self.failures_total,
         }
 
     def to_bytes(self) -> bytes:

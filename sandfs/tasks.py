@@ -1,13 +1,23 @@
-"""The task registry: the tasks of a mount, their YAML texts, why a registration was refused,
-how often each name was registered, and the checkpoint of what their coordination froze."""
+"""The task registry: the tasks of a mount, their owners and YAML texts, why a registration was
+refused, how often each name was registered, and the checkpoint of what their coordination
+froze."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import trio
 
+from sandfs.access import (
+    Owner,
+    check_owner_paths,
+    owner_may_read,
+    owner_of,
+    privileged,
+    stamped,
+)
 from sandfs.config.loader import load_task_config
 from sandfs.config.schema import TaskConfig
 from sandfs.errors import UserError
@@ -23,6 +33,8 @@ class TaskRegistry:
         self.tasks = {p.name: p for p in plans}
         self.task_texts = task_texts or {}
         self.task_errors: dict[str, str] = {}  # why a registration was refused, by task name
+        self.error_writers: dict[str, int] = {}  # uid whose task file each error answers
+        self.owners: dict[str, Owner] = {p.name: owner_of(p.cfg) for p in plans}
         self.generations = dict.fromkeys(self.tasks, 0)  # registrations of each task name
         self.checkpoint = checkpoint
         self.task_planner = task_planner  # plans a task registered on the live mount
@@ -34,15 +46,38 @@ class TaskRegistry:
         if self.checkpoint is not None and coordination is not None and coordination.changed:
             self.checkpoint(coordination.state())
 
-    def load_file(self, file_name: str, text: str) -> TaskConfig:
-        """A YAML written to .sand/tasks/NAME.yaml. Relative paths in it are resolved against
-        the folder named by a first line `# sandfs-base-dir: DIR` (`sandfs task add` writes
-        it), else against the folder of the mount's first config."""
-        cfg = load_task_config(os.path.join(self.config_dir, file_name), text=text)
+    def load_file(self, file_name: str, text: str, writer: tuple[int, int]) -> TaskConfig:
+        """A YAML written to .sand/tasks/NAME.yaml by the FUSE request of `writer` (uid, gid),
+        whom the task belongs to unless its `access:` says otherwise. Relative paths in it are
+        resolved against the folder named by a first line `# sandfs-base-dir: DIR` (`sandfs
+        task add` writes it), else against the folder of the mount's first config."""
+        path = os.path.join(self.config_dir, file_name)
+        cfg = load_task_config(path, text=text, check_paths=False)
         if f"{cfg.task}.yaml" != file_name:
             raise UserError(f"{file_name}: the file must be named after its task: "
                             f"{cfg.task}.yaml")
-        return cfg
+        access = stamped(cfg.access, *writer)
+        # before the daemon looks at its paths: whether they exist is the owner's to know only
+        check_owner_paths(cfg, owner_of(replace(cfg, access=access)))
+        return replace(load_task_config(path, text=text), access=access)
+
+    def refused(self, name: str, reason: str, writer_uid: int) -> None:
+        """A task file written by `writer_uid` was refused: status.json tells them why."""
+        self.task_errors[name] = reason
+        self.error_writers[name] = writer_uid
+
+    def may_read(self, name: str, video: int) -> bool:
+        """May the task's owner still read this video of it directly?"""
+        plan = self.tasks[name]
+        return owner_may_read(plan.cfg, self.owners[name], plan.videos[video].path)
+
+    def visible(self, uid: int) -> tuple[set[str], set[str]]:
+        """(tasks, task errors) that `uid` may see in status.json: its own, or all for root and
+        the daemon's user."""
+        if privileged(uid):
+            return set(self.tasks), set(self.task_errors)
+        return ({name for name, owner in self.owners.items() if owner.uid == uid},
+                {name for name, by in self.error_writers.items() if by == uid})
 
     async def register(self, cfg: TaskConfig, text: str,
                        position: Callable[[str], Position]) -> TaskPlan:
@@ -52,12 +87,15 @@ class TaskRegistry:
             raise UserError(f"task {cfg.task} is already registered on this mount")
         if self.task_planner is None:
             raise UserError("this mount does not take new tasks")
+        owner = owner_of(cfg)
         epoch = self.mount_epoch(cfg, position)
         plan = await trio.to_thread.run_sync(self.task_planner, cfg, epoch)
         self.tasks[cfg.task] = plan
+        self.owners[cfg.task] = owner
         self.generations[cfg.task] = self.generations.get(cfg.task, -1) + 1
         self.task_texts[cfg.task] = text
         self.task_errors.pop(cfg.task, None)
+        self.error_writers.pop(cfg.task, None)
         return plan
 
     def mount_epoch(self, cfg: TaskConfig, position: Callable[[str], Position]) -> int:
@@ -71,5 +109,6 @@ class TaskRegistry:
     def remove(self, name: str) -> TaskPlan:
         plan = self.tasks.pop(name)
         self.task_texts.pop(name, None)
+        self.owners.pop(name, None)
         plan.coordination.remove(name)
         return plan

@@ -16,6 +16,7 @@ from typing import Any
 
 from sandfs import ops as op_registry
 from sandfs.config import fields
+from sandfs.config.ownership import read_access_section
 from sandfs.config.pipeline import parse_pipeline
 from sandfs.config.schema import (
     TEST_VIEW_CROP_STEPS,
@@ -46,7 +47,7 @@ MAX_TASK_NAME_CHARS = 255  # a task is a directory name on the mount
 DEFAULT_EXTENSIONS = (".mp4", ".webm", ".mkv", ".avi", ".mov")
 LABEL_KINDS = ("dirname", "none")
 
-TOP_KEYS = ("task", "seed", "epochs", "dataset", "engine")
+TOP_KEYS = ("task", "seed", "epochs", "dataset", "engine", "access")
 DATASET_KEYS = (
     "tag",
     "input_source",
@@ -112,6 +113,7 @@ def load_task_config(
         engine_given=engine_given,
         source_path=os.path.abspath(file),
         source_text=text,
+        access=read_access_section(entries.get("access")),
     )
 
 

@@ -131,6 +131,18 @@ class EngineConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AccessConfig:
+    """The `access:` section: who owns the task's tree and with which mode (None: not given;
+    see `sandfs.access.owner_of`), and who registered the task (None: `sandfs mount`)."""
+
+    owner: int | None = None  # uid
+    group: int | None = None  # gid
+    mode: int | None = None  # of the task's files: read bits only, the owner's included
+    registrar: int | None = None  # uid of the FUSE request that wrote .sand/tasks/NAME.yaml
+    registrar_gid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TaskConfig:
     task: str
     seed: int
@@ -140,3 +152,4 @@ class TaskConfig:
     engine_given: frozenset[str] = field(default=frozenset(), compare=False)  # keys the file set
     source_path: str = field(default="", compare=False)
     source_text: str = field(default="", compare=False, repr=False)
+    access: AccessConfig = field(default=AccessConfig(), compare=False)

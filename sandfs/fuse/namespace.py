@@ -1,5 +1,5 @@
-"""The mounted tree (its paths: docs/contract.md) as pure code: nodes, strict name parsing,
-children, sizes, and which nodes are one object.
+"""The mounted tree (docs/contract.md) as pure code: nodes, strict name parsing, children, sizes,
+owners and modes, and which nodes are one object.
 
 Every path has exactly one node: numbers parse strictly (`0`, `17`; never `01`, `+1`, ` 1`,
 `1_0` or non-ASCII digits), so no two spellings of a path reach one node. Names outside the
@@ -8,9 +8,11 @@ plan resolve to None (ENOENT) without planning or materializing anything.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, replace
 
+from sandfs.access import NodeAccess
 from sandfs.service import ViewService
 
 _NUMBER = re.compile(r"(0|[1-9][0-9]{0,8})\Z", re.ASCII)
@@ -73,6 +75,7 @@ class Namespace:
     def __init__(self, service: ViewService) -> None:
         self.service = service
         self._video_trees: dict[str, tuple[object, VideoTree]] = {}  # task -> (plan, tree)
+        self.daemon = (os.geteuid(), os.getegid())
 
     def video_tree(self, task: str) -> VideoTree:
         plan = self.service.tasks[task]
@@ -99,6 +102,31 @@ class Namespace:
             return True
         service = self.service
         return node.task in service.tasks and service.generations[node.task] == node.generation
+
+    def access(self, node: Node) -> NodeAccess:
+        """Owner and permission bits. A task's tree (its YAML included) is its owner's, with
+        the task's modes: the kernel's default_permissions check keeps everyone else out of
+        it, whatever inode serves it. Anyone may register a task in the sticky `.sand/tasks/`
+        of a root daemon, and remove only their own."""
+        uid, gid = self.daemon
+        if node.task and node.kind != "task_upload":
+            owner = self.service.registry.owners.get(node.task)
+            if owner is None or not self.exists(node):
+                return NodeAccess(uid, gid, 0)
+            mode = owner.dir_mode if node.is_dir else owner.file_mode
+            return NodeAccess(owner.uid, owner.gid, 0o600 if node.kind == "task_yaml" else mode)
+        if node.kind == "tasks":
+            return NodeAccess(uid, gid, 0o1777 if uid == 0 else 0o755)
+        return NodeAccess(uid, gid, 0o555 if node.is_dir else 0o444)
+
+    def task_path(self, node: Node) -> str:
+        """Where a view, frame or source file is in its task's tree (for status.json)."""
+        if node.kind == "view":
+            return f"{node.epoch}/{node.iteration}/view"
+        video = self.service.tasks[node.task].videos[node.video]
+        if node.kind == "video_file":
+            return f"videos/{video.rel_path}"
+        return f"videos/{video.name}/frame{node.frame}/aug{node.depth}"
 
     # -- lookup ------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from functools import wraps
 import pyfuse3
 import trio
 
+from sandfs.access import NodeAccess, privileged
 from sandfs.config.loader import ConfigError
 from sandfs.errors import UserError
 from sandfs.faults import fault_point
@@ -73,6 +74,14 @@ def handler(method: Callable) -> Callable:
 async def read_only(self, *args, **kwargs):
     """Every write-like request: the tree is read-only."""
     raise fuse_error(errno.EROFS)
+
+
+@dataclass
+class Upload:
+    """A task YAML being written to .sand/tasks: its bytes, and its writer's (uid, gid)."""
+
+    writer: tuple[int, int]
+    data: bytearray = field(default_factory=bytearray)
 
 
 @dataclass
@@ -131,10 +140,9 @@ class SandOperations(pyfuse3.Operations):
         self.mountpoint = mountpoint  # to set its readahead once it serves; None: leave it
         self.looked_up: dict[int, Node] = {}  # thread id -> the view path it looked up last
         self.files: dict[int, OpenFile] = {}
-        self.uploads: dict[Node, bytearray] = {}  # task YAMLs being written to .sand/tasks
+        self.uploads: dict[Node, Upload] = {}  # task YAMLs being written to .sand/tasks
         self._next_fh = 1
         self._next_upload = 1
-        self.uid, self.gid = os.getuid(), os.getgid()
         self.mounted_ns = time.time_ns()
 
     # -- attributes --------------------------------------------------------------------------
@@ -142,18 +150,21 @@ class SandOperations(pyfuse3.Operations):
     def attributes(self, node: Node) -> pyfuse3.EntryAttributes:
         attr = pyfuse3.EntryAttributes()
         attr.st_ino = self.inodes.inode(node)
+        access = self.namespace.access(node)
         if node.is_dir:
-            attr.st_mode = stat.S_IFDIR | (0o755 if node.kind == "tasks" else 0o555)
+            attr.st_mode = stat.S_IFDIR | access.mode
             attr.st_nlink = 2
         elif node.kind == "task_upload":
+            upload = self.uploads.get(node, Upload(self.namespace.daemon))
             attr.st_mode = stat.S_IFREG | 0o600
             attr.st_nlink = 1
-            attr.st_size = len(self.uploads.get(node, b""))
+            attr.st_size = len(upload.data)
+            access = NodeAccess(*upload.writer, 0o600)
         else:
-            attr.st_mode = stat.S_IFREG | 0o444
+            attr.st_mode = stat.S_IFREG | access.mode
             attr.st_nlink = 1
             attr.st_size = self.namespace.file_size(node)
-        attr.st_uid, attr.st_gid = self.uid, self.gid
+        attr.st_uid, attr.st_gid = access.uid, access.gid
         attr.st_blksize = 1 << 20
         attr.st_blocks = (attr.st_size + 511) // 512
         attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = self.mounted_ns
@@ -241,6 +252,9 @@ class SandOperations(pyfuse3.Operations):
             raise fuse_error(errno.EISDIR)
         if flags & WRITE_FLAGS:
             raise fuse_error(errno.EROFS)
+        if node.kind in ("video_file", "aug") and \
+                not self.service.registry.may_read(node.task, node.video):
+            raise fuse_error(errno.EACCES)  # its owner lost access to the video since
         handle = OpenFile(node)
         info = pyfuse3.FileInfo()
         info.keep_cache = self.is_immutable(node)
@@ -249,7 +263,7 @@ class SandOperations(pyfuse3.Operations):
         elif node.kind == "video_file":
             handle.fd = self.open_source(node)
         elif node.kind in ("status", "task_yaml"):
-            handle.data = self.small_file(node)
+            handle.data = self.small_file(node, ctx.uid)
             info.direct_io = node.kind == "status"  # its size changes between getattr and read
         fh = self._next_fh
         self._next_fh += 1
@@ -259,11 +273,31 @@ class SandOperations(pyfuse3.Operations):
 
     def open_source(self, node: Node) -> int:
         path = self.service.tasks[node.task].videos[node.video].path
-        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            self.check_source(node, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
-    def small_file(self, node: Node) -> bytes:
-        if node.kind == "status":
-            return self.service.status_bytes()
+    def check_source(self, node: Node, fd: int) -> None:
+        """EIO (and a status.json failure) for a source changed since the scan: its size and
+        frames were planned from the file as scanned, and passing it through would cut it."""
+        info = self.service.tasks[node.task].videos[node.video]
+        st = os.fstat(fd)
+        if (st.st_size, st.st_mtime_ns) != (info.size_bytes, info.mtime_ns):
+            self.failed(node, "source_changed: the file changed since the dataset scan")
+            raise fuse_error(errno.EIO)
+
+    def failed(self, node: Node, reason: str) -> None:
+        where = self.namespace.task_path(node)
+        log.warning("task %s: %s failed: %s", node.task, where, reason)
+        self.service.failures.record(node.task, where, reason)
+
+    def small_file(self, node: Node, viewer: int) -> bytes:
+        if node.kind == "status":  # each user sees their own tasks only
+            return self.service.status_bytes(None if privileged(viewer) else viewer)
         return self.service.task_texts[node.task].encode()
 
     @handler
@@ -273,11 +307,16 @@ class SandOperations(pyfuse3.Operations):
             raise fuse_error(errno.EBADF)
         fault_point("serving_read")
         if handle.fd >= 0:
+            self.check_source(handle.node, handle.fd)  # replaced in place since the open?
             return await trio.to_thread.run_sync(os.pread, handle.fd, size, off)
         if handle.data is None:
             async with handle.lock:
                 if handle.data is None:
-                    handle.data = await self.materialize(handle.node)
+                    try:
+                        handle.data = await self.materialize(handle.node)
+                    except ObjectFailed as exc:
+                        self.failed(handle.node, str(exc))
+                        raise
         return memoryview(handle.data)[off : off + size]
 
     async def materialize(self, node: Node) -> bytes:
@@ -318,7 +357,7 @@ class SandOperations(pyfuse3.Operations):
             raise fuse_error(errno.EEXIST)
         node = Node("task_upload", task=task, generation=self._next_upload)
         self._next_upload += 1
-        self.uploads[node] = bytearray()
+        self.uploads[node] = Upload((ctx.uid, ctx.gid))
         handle = OpenFile(node)
         fh = self._next_fh
         self._next_fh += 1
@@ -333,7 +372,7 @@ class SandOperations(pyfuse3.Operations):
         handle = self.files.get(fh)
         if handle is None or handle.node.kind != "task_upload" or handle.registered:
             raise fuse_error(errno.EROFS)
-        data = self.uploads[handle.node]
+        data = self.uploads[handle.node].data
         if off + len(buf) > MAX_TASK_FILE_BYTES:
             raise fuse_error(errno.EFBIG)
         data[len(data):] = bytes(max(0, off - len(data)))
@@ -349,11 +388,12 @@ class SandOperations(pyfuse3.Operations):
             return
         handle.registered = True
         file_name = f"{handle.node.task}.yaml"
+        upload = self.uploads[handle.node]
         try:
-            text = bytes(self.uploads[handle.node]).decode("utf-8")
-            await self.service.add_task_file(file_name, text)
+            text = bytes(upload.data).decode("utf-8")
+            await self.service.add_task_file(file_name, text, upload.writer)
         except (ConfigError, UserError, UnicodeDecodeError) as exc:
-            self.service.task_errors[handle.node.task] = str(exc)
+            self.service.registry.refused(handle.node.task, str(exc), upload.writer[0])
             log.warning("task file %s refused: %s", file_name, exc)
             raise fuse_error(errno.EINVAL) from exc
 
@@ -365,6 +405,8 @@ class SandOperations(pyfuse3.Operations):
         task = os.fsdecode(name).removesuffix(".yaml")
         if not os.fsdecode(name).endswith(".yaml") or task not in self.service.tasks:
             raise fuse_error(errno.ENOENT)
+        if not privileged(ctx.uid) and self.service.registry.owners[task].uid != ctx.uid:
+            raise fuse_error(errno.EPERM)  # the sticky bit's rule, kept by the daemon too
         await self.service.remove_task(task)
 
     # -- extended attributes -----------------------------------------------------------------
@@ -431,7 +473,7 @@ class SandOperations(pyfuse3.Operations):
         if node.kind != "task_upload":  # cp and shells may set times on the file they wrote
             raise fuse_error(errno.EROFS)
         if fields.update_size:
-            del self.uploads[node][attr.st_size :]
+            del self.uploads[node].data[attr.st_size :]
         return self.attributes(node)
 
     async def statfs(self, ctx):

@@ -4,6 +4,7 @@ version, or scanned under other limits, is ignored (and rewritten)."""
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import logging
@@ -91,8 +92,16 @@ def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries:
         )
 
 
+_ACCESS_ERRORS = tuple(os.strerror(code) for code in (errno.EACCES, errno.EPERM))
+
+
 def _is_lasting(result: ProbeResult) -> bool:
-    return isinstance(result, ProbeFacts) or result.lasting
+    """Facts and failures of the file's content last until it changes; a timeout or a crash
+    depends on the load, and a refused open on permissions, which change without touching the
+    file's size or mtime (a chmod of its folder): those are probed again next time."""
+    if isinstance(result, ProbeFacts):
+        return True
+    return result.lasting and not any(text in result.detail for text in _ACCESS_ERRORS)
 
 
 def _entry_to_json(key: IndexKey, result: ProbeResult) -> dict[str, Any]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sandfs.access import owner_of, owner_videos
 from sandfs.config.schema import TaskConfig
 from sandfs.config.settings import MountSettings
 from sandfs.errors import UserError
 from sandfs.media.datasets import DatasetKey, scan_all
 from sandfs.media.types import DatasetScan
-from sandfs.plan.mount import dataset_key, plan_tasks
+from sandfs.plan.mount import dataset_key, known_paths, plan_tasks
 from sandfs.plan.task import TaskPlan
 from sandfs.remote.options import is_remote_url
 
@@ -48,9 +49,11 @@ def plan_new_task(settings: MountSettings, scans: dict[DatasetKey, DatasetScan],
     found = scans[key]
     coordination = plans[0].coordination
     coordination.join(cfg, mount_epoch)
-    plan = TaskPlan(cfg, found.videos, k_epochs=settings.k_epochs,
-                    all_rel_paths=[b.rel_path for b in found.bad], coordination=coordination)
     try:
+        videos, refused = owner_videos(cfg, owner_of(cfg), found.videos)
+        plan = TaskPlan(cfg, videos, k_epochs=settings.k_epochs,
+                        all_rel_paths=known_paths(found), coordination=coordination,
+                        refused=refused)
         check_plan(cfg, plan)
     except UserError:
         coordination.remove(cfg.task)

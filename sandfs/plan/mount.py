@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from sandfs.access import owner_of, owner_videos
 from sandfs.config.schema import TaskConfig
 from sandfs.media.types import DatasetScan
 from sandfs.plan.coordination import Coordination
@@ -14,6 +15,12 @@ from sandfs.plan.task import TaskPlan
 def dataset_key(cfg: TaskConfig) -> tuple[str, tuple[str, ...]]:
     """What a scan is keyed by: tasks with the same root and extensions share one scan."""
     return cfg.dataset.video_dataset_path, cfg.dataset.extensions
+
+
+def known_paths(found: DatasetScan) -> list[str]:
+    """Every file of the scan: the class names come from all of them, so a task that may read
+    only some videos still numbers its labels like the others."""
+    return [*(b.rel_path for b in found.bad), *(v.rel_path for v in found.videos)]
 
 
 def plan_tasks(configs: Sequence[TaskConfig], scans: Mapping[tuple, DatasetScan], *,
@@ -28,7 +35,7 @@ def plan_tasks(configs: Sequence[TaskConfig], scans: Mapping[tuple, DatasetScan]
     plans = []
     for cfg in configs:
         found = scans[dataset_key(cfg)]
-        plans.append(TaskPlan(cfg, found.videos, k_epochs=k_epochs,
-                              all_rel_paths=[b.rel_path for b in found.bad],
-                              coordination=coordination))
+        videos, refused = owner_videos(cfg, owner_of(cfg), found.videos)
+        plans.append(TaskPlan(cfg, videos, k_epochs=k_epochs, all_rel_paths=known_paths(found),
+                              coordination=coordination, refused=refused))
     return plans

@@ -90,9 +90,11 @@ class TaskPlan:
         all_rel_paths: Sequence[str] = (),
         coordination: Coordination | None = None,
         identity: DatasetIdentity | None = None,
+        refused: Sequence[BadVideo] = (),
     ) -> None:
         """`videos`: the scan's usable videos; `identity`: theirs (None: the coordination
-        computes it, once for all the tasks given the same sequence)."""
+        computes it, once for all the tasks given the same sequence); `refused`: the scan's
+        videos left out because the task's owner may not read them."""
         self.cfg = cfg
         self.name = cfg.task
         self.sampling = cfg.dataset.sampling
@@ -107,7 +109,8 @@ class TaskPlan:
                                     cfg.seed)
         self.coordination.bind(cfg.task, self.identity)
         self.epoch_offset = self.coordination.epoch_offset(cfg.task)
-        self.videos, self.skipped = self._usable(videos)
+        self.videos, skipped = self._usable(videos)
+        self.skipped = (*refused, *skipped)
         self.video_index = {v.name: i for i, v in enumerate(self.videos)}
         self.positions = shard_positions(len(self.videos), self.sampling.shard,
                                          self.sampling.drop_last)

@@ -71,7 +71,7 @@ async def test_an_upload_takes_sparse_writes_and_truncation_up_to_a_limit(fs):
     info, attr = await fs.ops.create(tasks, b"t1.yaml", 0o644, os.O_WRONLY | os.O_CREAT, CTX)
     assert attr.st_mode & 0o777 == 0o600 and attr.st_size == 0 and info.direct_io
     assert await fs.ops.write(info.fh, 4, b"task") == 4
-    assert fs.ops.uploads[fs.ops.files[info.fh].node] == b"\0\0\0\0task"
+    assert fs.ops.uploads[fs.ops.files[info.fh].node].data == b"\0\0\0\0task"
     size = pyfuse3.EntryAttributes()
     size.st_size = 2
     fields = SimpleNamespace(update_size=True)  # `>` and cp truncate what they write

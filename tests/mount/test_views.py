@@ -230,15 +230,17 @@ def test_no_fd_or_thread_leak_over_epochs(mounted, config_path):
     assert abs(later_fds - fds) <= 5 and abs(later_threads - threads) <= 5
 
 
-def test_trainers_running_as_another_user_can_read(config_path):
-    """allow_other + default_permissions: files 0444, directories 0555, any user reads views."""
+def test_trainers_running_as_another_user_can_read(dataset_dir):
+    """allow_other + default_permissions: a task shared with `access: {mode: '0444'}` (files
+    0444, directories 0555) is read by any user."""
     system_python = "/usr/bin/python3"  # the venv's interpreter may live under /root (0700)
     if os.getuid() != 0 or not os.path.exists(system_python):
         pytest.skip("needs root (to switch users) and a system python3")
     workdir = Path(tempfile.mkdtemp(prefix="sandfs-users-", dir="/tmp"))
     workdir.chmod(0o755)  # pytest's tmp dirs are 0700: another user could not reach the mount
     try:
-        with mount_sandfs(workdir, [config_path]) as m:
+        shared = task_config(dataset_dir, access={"mode": "0444"})
+        with mount_sandfs(workdir, [write_config(workdir / "shared.yaml", shared)]) as m:
             view = m.path("t0", "0", "0", "view")
             as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                          system_python, "-c"]

@@ -8,6 +8,7 @@ from sandfs.media.types import BadVideo
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.service import ViewService
 from sandfs.stats import Stats
+from sandfs.status import FailureLog
 from tests.helpers.plans import fake_videos, make_plan
 
 ZERO_CACHE = {"bytes_used": 0, "budget_bytes": 0, "objects": 0, "hits": 0, "misses": 0,
@@ -41,5 +42,33 @@ def test_status_json_of_a_fresh_mount(tmp_path):
                    "files_fetched": 0, "files_reused": 0, "files_changed": 0},
         "isolated_ops": {"processes": 0, "calls": 0, "failed": 0, "workers_replaced": 0,
                          "failures": []},
+        "failures": [], "failures_total": 0,
     }
     assert service.positions == {plan.name: (1, 1)}
+
+
+def test_a_user_sees_only_their_own_tasks_and_failures(tmp_path):
+    mine = make_plan(tmp_path, videos=fake_videos(8), epochs=1)
+    service = ViewService([mine], engine=OnDemandObjects(workers=1, memory_budget_bytes=1 << 20),
+                          stats=Stats(), bad_videos=[BadVideo("secret.mp4", "corrupt", "x")])
+    for _ in range(3):
+        service.failures.record(mine.name, "0/0/view", "decode failed")
+    service.failures.record("other", "videos/hidden.mp4", "source_changed")
+    full = service.status_record()
+    assert full.failures_total == 4 and [f.count for f in full.failures] == [3, 1]
+    seen = json.loads(full.seen_by({mine.name}, set()).to_bytes())
+    assert list(seen["tasks"]) == [mine.name]
+    assert seen["bad_videos"] == []  # the scan's own entries name files of any user
+    assert seen["failures"] == [{"task": mine.name, "path": "0/0/view",
+                                 "reason": "decode failed", "count": 3}]
+    assert seen["failures_total"] == 3
+    nobody = json.loads(full.seen_by(set(), set()).to_bytes())
+    assert nobody["tasks"] == {} and "hidden" not in json.dumps(nobody)
+
+
+def test_the_failure_log_keeps_the_latest_distinct_failures():
+    log = FailureLog(limit=2)
+    for path in ("a", "b", "a", "c"):
+        log.record("t", path, "why")
+    assert [(f.path, f.count) for f in log.entries()] == [("a", 2), ("c", 1)]
+    assert log.total == 4
