@@ -21,16 +21,23 @@ def fs(idle_fs):
 
 
 async def test_directories_and_files_have_read_only_modes(fs):
-    for path in ("", "t0", "t0/0", "t0/0/1", "t0/videos", "t0/videos/archery", ".sand"):
+    """The mount's own folders and status are readable by all; a task's tree belongs to its
+    owner (here the daemon's user) and is readable by the owner only."""
+    for path in ("", ".sand"):
         attr = await fs.stat(path)
         assert attr.st_mode == stat.S_IFDIR | 0o555, path
-        assert attr.st_nlink == 2
-    tasks = await fs.stat(".sand/tasks")
-    assert tasks.st_mode == stat.S_IFDIR | 0o755  # task YAMLs are written here
-    for path in ("t0/0/1/view", "t0/videos/archery/archery_000.mp4", ".sand/status.json",
-                 ".sand/tasks/t0.yaml", "t0/videos/archery/archery_000/frame0/aug0"):
+    for path in ("t0", "t0/0", "t0/0/1", "t0/videos", "t0/videos/archery"):
         attr = await fs.stat(path)
-        assert attr.st_mode == stat.S_IFREG | 0o444, path
+        assert attr.st_mode == stat.S_IFDIR | 0o500, path
+        assert attr.st_nlink == 2
+    tasks = await fs.stat(".sand/tasks")  # task YAMLs are written here, by any user
+    assert tasks.st_mode & 0o7777 == (0o1777 if os.getuid() == 0 else 0o755)
+    assert (await fs.stat(".sand/status.json")).st_mode == stat.S_IFREG | 0o444
+    assert (await fs.stat(".sand/tasks/t0.yaml")).st_mode == stat.S_IFREG | 0o600
+    for path in ("t0/0/1/view", "t0/videos/archery/archery_000.mp4",
+                 "t0/videos/archery/archery_000/frame0/aug0"):
+        attr = await fs.stat(path)
+        assert attr.st_mode == stat.S_IFREG | 0o400, path
         assert (attr.st_uid, attr.st_gid) == (os.getuid(), os.getgid())
 
 
