@@ -27,6 +27,7 @@ from sandfs.errors import UserError
 from sandfs.faults import fault_point
 from sandfs.fuse.namespace import ROOT, Namespace, Node
 from sandfs.fuse.readahead import set_readahead
+from sandfs.metrics import render_metrics
 from sandfs.sched.flights import ObjectFailed
 from sandfs.service import ViewService
 
@@ -187,10 +188,11 @@ class SandOperations(pyfuse3.Operations):
 
     @staticmethod
     def is_immutable(node: Node) -> bool:
-        # status.json changes all the time; which aug{D} exist follows the task's epoch; tasks
-        # come and go. A task registered again gets new inodes, so its views stay immutable.
-        return node.kind not in ("status", "frame", "aug", "sand", "tasks", "task_yaml", "root",
-                                 "task", "task_upload")
+        # status.json and metrics change all the time; which aug{D} exist follows the task's
+        # epoch; tasks come and go. A task registered again gets new inodes, so its views stay
+        # immutable.
+        return node.kind not in ("status", "metrics", "frame", "aug", "sand", "tasks",
+                                 "task_yaml", "root", "task", "task_upload")
 
     @handler
     async def lookup(self, parent_inode, name, ctx=None):
@@ -248,9 +250,9 @@ class SandOperations(pyfuse3.Operations):
             self.service.opened_view(node.task, node.epoch, node.iteration)
         elif node.kind == "video_file":
             handle.fd = self.open_source(node)
-        elif node.kind in ("status", "task_yaml"):
+        elif node.kind in ("status", "metrics", "task_yaml"):
             handle.data = self.small_file(node)
-            info.direct_io = node.kind == "status"  # its size changes between getattr and read
+            info.direct_io = node.kind != "task_yaml"  # its size changes between getattr and read
         fh = self._next_fh
         self._next_fh += 1
         self.files[fh] = handle
@@ -264,6 +266,8 @@ class SandOperations(pyfuse3.Operations):
     def small_file(self, node: Node) -> bytes:
         if node.kind == "status":
             return self.service.status_bytes()
+        if node.kind == "metrics":
+            return render_metrics(self.service.status_record())
         return self.service.task_texts[node.task].encode()
 
     @handler
