@@ -40,6 +40,16 @@ _REMOTE_COUNTERS = {"bytes_fetched": "Video bytes received from the remote store
                     "files_fetched": "Remote files copied in.",
                     "files_reused": "Remote files reused from an earlier fetch.",
                     "files_changed": "Remote files found changed on the store."}
+# (metric name, TaskStatus field, type, help): one sample per task
+_TASK_FIGURES = (
+    ("views_served", "views_served", "counter", "View reads answered, per task."),
+    ("stall_seconds", "stall_seconds", "counter", "Seconds readers waited for a view."),
+    ("ready_ahead", "ready_ahead", "gauge", "Views ready beyond the task's position."),
+    ("task_epochs", "epochs", "gauge", "Epochs the task's plan has."),
+    ("task_iterations_per_epoch", "iterations_per_epoch", "gauge",
+     "Iterations in each of the task's epochs."),
+    ("task_videos", "videos", "gauge", "Videos the task reads."),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,23 +93,13 @@ def collect(status: MountStatus) -> list[Metric]:
     ]
     out += [metric(key, "counter", text, status.counters.get(key, 0))
             for key, text in _WORK_COUNTERS.items()]
+    out += [metric(name, kind, text, samples=per_task(status, field))
+            for name, field, kind, text in _TASK_FIGURES]
     out += [
-        metric("views_served", "counter", "View reads answered, per task.",
-               samples=per_task(status, "views_served")),
-        metric("stall_seconds", "counter", "Seconds readers waited for a view, per task.",
-               samples=per_task(status, "stall_seconds")),
-        metric("ready_ahead", "gauge", "Views ready beyond the task's position.",
-               samples=per_task(status, "ready_ahead")),
         metric("task_position", "gauge", "The task's reading position.",
                samples=[Sample((("task", name), ("what", what)), getattr(task, what))
                         for name, task in sorted(status.tasks.items())
                         for what in ("epoch", "iteration")]),
-        metric("task_epochs", "gauge", "Epochs the task's plan has.",
-               samples=per_task(status, "epochs")),
-        metric("task_iterations_per_epoch", "gauge", "Iterations in each of the task's epochs.",
-               samples=per_task(status, "iterations_per_epoch")),
-        metric("task_videos", "gauge", "Videos the task reads.",
-               samples=per_task(status, "videos")),
         metric("jobs_done", "counter", "Prematerialization jobs finished.", sched.jobs_done),
         metric("jobs_running", "gauge", "Prematerialization jobs running.", sched.jobs_running),
         metric("workers_active", "gauge", "Workers busy now.", sched.workers_active),
