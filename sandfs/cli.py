@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     status.add_argument("--timeout", type=float, default=10.0,
                         help="seconds to wait for the daemon's answer")
+    status.add_argument("--watch", action="store_true",
+                        help="a live table, redrawn every --interval seconds (Ctrl-C ends it)")
+    status.add_argument("--interval", type=float, default=1.0, metavar="SECONDS")
+    status.add_argument("--iterations", type=int, metavar="N",
+                        help="with --watch: stop after N refreshes")
     task = sub.add_parser("task", help="register or end a task on a live mount")
     task_sub = task.add_subparsers(dest="task_command", required=True)
     add = task_sub.add_parser("add", help="register TASK.yaml (its views are planned at once)")
@@ -251,12 +256,27 @@ def wait_for_exit(pid: int, deadline: float) -> bool:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    status = read_status(os.path.abspath(args.mountpoint), args.timeout)
+    mountpoint = os.path.abspath(args.mountpoint)
+    if args.watch:
+        return watch_status(mountpoint, args)
+    status = read_status(mountpoint, args.timeout)
     if args.json:
         print(json.dumps(status, indent=1))
         return 0
     print(format_status(status))
     return 0
+
+
+def watch_status(mountpoint: str, args: argparse.Namespace) -> int:
+    from sandfs.watch import watch
+
+    if args.interval <= 0 or (args.iterations is not None and args.iterations < 1):
+        raise UserError("--interval must be > 0 and --iterations >= 1")
+    # a hung daemon must not freeze the screen for long: it shows as "not answering"
+    timeout = min(args.timeout, max(2.0, 2 * args.interval))
+    read_status(mountpoint, timeout)  # a clear error first when it is not a live sandfs mount
+    return watch(mountpoint, lambda: read_status(mountpoint, timeout), args.interval,
+                 args.iterations)
 
 
 def format_status(status: dict) -> str:
