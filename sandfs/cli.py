@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     mount.add_argument("--decode-ahead", type=int, metavar="N",
                        help="later windows a decode pass also prepares frames for (default 3)")
     mount.add_argument("--workers", metavar="N", help="worker threads, or auto")
+    mount.add_argument("--metrics-port", type=int, metavar="PORT",
+                       help="also serve GET /metrics on 127.0.0.1:PORT (Prometheus)")
     mount.add_argument("--foreground", action="store_true", help="stay attached (tests, systemd)")
     mount.add_argument("--log-level", default="INFO", type=str.upper,
                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -103,6 +105,7 @@ def engine_overrides(args: argparse.Namespace) -> dict:
         "k_epochs": args.k_epochs,
         "decode_ahead": args.decode_ahead,
         "workers": args.workers,  # "auto" given on the command line wins over a config's number
+        "metrics_port": args.metrics_port,
     }
 
 
@@ -172,7 +175,7 @@ def child_args(args: argparse.Namespace) -> list[str]:
         out += ["--config", os.path.abspath(path)]
     for flag, value in (("--cache-dir", args.cache_dir), ("--budget", args.budget),
                         ("--k-epochs", args.k_epochs), ("--decode-ahead", args.decode_ahead),
-                        ("--workers", args.workers)):
+                        ("--workers", args.workers), ("--metrics-port", args.metrics_port)):
         if value is not None:
             out += [flag, os.path.abspath(value) if flag == "--cache-dir" else str(value)]
     return [*out, "--log-level", args.log_level, "--foreground"]

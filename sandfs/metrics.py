@@ -3,14 +3,28 @@
 Built from the same typed record as status.json, so the two never disagree: every counter here
 is a status.json figure under a `sandfs_*` name (counters end in `_total`, count since the
 daemon started, or since the cache store was created for the cache's own counters).
+
+`serve_metrics` answers GET /metrics on a loopback port (`--metrics-port`) from the daemon's
+trio loop: each request costs one status record, as an open of .sand/metrics does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
+import trio
+
+from sandfs.errors import UserError
 from sandfs.status import MountStatus
+
+log = logging.getLogger(__name__)
+LOOPBACK = "127.0.0.1"  # never another interface: the figures name the user's tasks
+CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+MAX_REQUEST_BYTES = 8192
+REQUEST_SECONDS = 5.0  # a client that sends no full request in time is dropped
 
 # status.counters keys -> help text; each becomes sandfs_<key>_total
 _WORK_COUNTERS = {
@@ -157,3 +171,61 @@ def render_metrics(status: MountStatus) -> bytes:
     """The whole exposition: HELP and TYPE for each metric, one line per sample."""
     lines = [line for m in collect(status) for line in format_metric(m)]
     return ("\n".join(lines) + "\n").encode()
+
+
+# -- GET /metrics on a loopback port -------------------------------------------------------
+
+
+async def open_metrics_port(port: int) -> list[trio.SocketListener]:
+    """Bound before the mount is announced ready, so a port in use fails the mount."""
+    try:
+        return await trio.open_tcp_listeners(port, host=LOOPBACK)
+    except OSError as exc:
+        raise UserError(f"--metrics-port {port}: cannot listen on {LOOPBACK}:{port} "
+                        f"({exc.strerror or exc})") from None
+
+
+async def serve_metrics(status: Callable[[], MountStatus],
+                        listeners: list[trio.SocketListener]) -> None:
+    await trio.serve_listeners(partial(answer, status), listeners)
+
+
+async def answer(status: Callable[[], MountStatus], stream: trio.SocketStream) -> None:
+    """One request, one response, then close; a client's failure never reaches the mount."""
+    try:
+        async with stream:
+            with trio.move_on_after(REQUEST_SECONDS):
+                head = await read_head(stream)
+                await stream.send_all(response(head, status))
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        log.debug("metrics client gone: %s", exc)
+
+
+async def read_head(stream: trio.SocketStream) -> bytes:
+    """The request line and headers (b"" when the client sent none or too much)."""
+    data = b""
+    while b"\r\n\r\n" not in data and len(data) <= MAX_REQUEST_BYTES:
+        chunk = await stream.receive_some(4096)
+        if not chunk:
+            return b""
+        data += chunk
+    return data if b"\r\n\r\n" in data else b""
+
+
+def response(head: bytes, status: Callable[[], MountStatus]) -> bytes:
+    parts = head.split(b"\r\n", 1)[0].split()
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
+        return http(400, b"Bad Request", b"a request line: GET /metrics HTTP/1.1\n")
+    method, target = parts[0], parts[1].split(b"?", 1)[0]
+    if method != b"GET":
+        return http(405, b"Method Not Allowed", b"only GET\n", b"Allow: GET\r\n")
+    if target != b"/metrics":
+        return http(404, b"Not Found", b"the metrics are at /metrics\n")
+    return http(200, b"OK", render_metrics(status()), content_type=CONTENT_TYPE)
+
+
+def http(code: int, reason: bytes, body: bytes, extra: bytes = b"",
+         content_type: bytes = b"text/plain; charset=utf-8") -> bytes:
+    head = (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n%s\r\n" % (code, reason, content_type, len(body), extra))
+    return head + body

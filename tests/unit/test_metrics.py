@@ -1,15 +1,24 @@
 """`render_metrics`: the Prometheus text format of a status record, parsed by the official
-client's parser, with labels escaped and nothing left out."""
+client's parser, with labels escaped and nothing left out; the answers of GET /metrics and
+the `metrics_port` setting."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
-from sandfs.metrics import render_metrics
+import pytest
+
+from sandfs.config import load_task_config, merge_engines
+from sandfs.config.loader import ConfigError
+from sandfs.config.settings import cli_engine
+from sandfs.errors import UserError
+from sandfs.metrics import render_metrics, response
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.service import ViewService
 from sandfs.stats import Stats
 from sandfs.status import TaskStatus
+from tests.helpers.config_texts import BASE, edited
 from tests.helpers.metrics import assert_between, parse_metrics
 from tests.helpers.plans import fake_videos, make_plan
 
@@ -55,3 +64,50 @@ def test_label_values_are_escaped(tmp_path):
     samples = parse_metrics(render_metrics(status).decode())
     assert samples[("sandfs_views_served_total", (("task", odd),))] == 7
     assert samples[("sandfs_ready_ahead", (("task", odd),))] == 3
+
+
+# -- GET /metrics: answers, and the port setting -------------------------------------------
+
+
+@pytest.mark.parametrize(("head", "code"), [
+    (b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", b"200 OK"),
+    (b"GET /metrics?x=1 HTTP/1.0\r\n\r\n", b"200 OK"),
+    (b"GET / HTTP/1.1\r\n\r\n", b"404 Not Found"),
+    (b"POST /metrics HTTP/1.1\r\n\r\n", b"405 Method Not Allowed"),
+    (b"", b"400 Bad Request"),
+    (b"hello\r\n\r\n", b"400 Bad Request"),
+])
+def test_http_answers(tmp_path, head, code):
+    service, task = fresh_status(tmp_path)
+    reply = response(head, service.status_record)
+    status_line, _, rest = reply.partition(b"\r\n")
+    assert status_line == b"HTTP/1.1 " + code
+    headers, _, body = rest.partition(b"\r\n\r\n")
+    assert f"Content-Length: {len(body)}".encode() in headers.split(b"\r\n")
+    if code == b"200 OK":
+        assert b"Content-Type: text/plain; version=0.0.4; charset=utf-8" in headers
+        assert ("sandfs_views_served_total", (("task", task),)) in parse_metrics(body.decode())
+
+
+def engine_text(lines: str) -> str:
+    return edited(("engine:                          # 26\n  storage_budget: 1G             # 27\n",
+                   "engine:\n" + lines))
+
+
+def test_the_port_comes_from_the_engine_section_or_the_command_line():
+    config = load_task_config("a.yaml", check_paths=False,
+                              text=engine_text("  metrics_port: 9464\n"))
+    assert merge_engines([config], {})[0].metrics_port == 9464
+    assert merge_engines([config], {"metrics_port": 9100})[0].metrics_port == 9100
+    assert merge_engines([load_task_config("b.yaml", check_paths=False, text=BASE)],
+                         {})[0].metrics_port is None
+
+
+@pytest.mark.parametrize("port", [0, 65536, "9464", True])
+def test_a_bad_port_is_a_clear_error(port):
+    with pytest.raises(ConfigError, match=r"engine\.metrics_port"):
+        load_task_config("a.yaml", check_paths=False,
+                         text=engine_text(f"  metrics_port: {json.dumps(port)}\n"))
+    base = load_task_config("b.yaml", check_paths=False, text=BASE)
+    with pytest.raises(UserError, match=r"--metrics-port: expected a port number 1\.\.65535"):
+        cli_engine([base], {"metrics_port": port})
