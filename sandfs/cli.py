@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import logging
@@ -205,13 +206,17 @@ except OSError as exc:
 """
 
 
+class NotAnswering(UserError):
+    """The daemon is there but did not answer in time (hung, stopped or very busy)."""
+
+
 def read_status(mountpoint: str, timeout: float = 10.0) -> dict:
     path = os.path.join(mountpoint, ".sand", "status.json")
     try:
         done = subprocess.run([sys.executable, "-S", "-c", STATUS_READER, path],
                               capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise UserError(f"{mountpoint}: the sandfs daemon did not answer within {timeout:g}s "
+        raise NotAnswering(f"{mountpoint}: the sandfs daemon did not answer within {timeout:g}s "
                         f"(hung or stopped?)") from None
     if done.returncode == 0:
         return json.loads(done.stdout)
@@ -277,7 +282,10 @@ def watch_status(mountpoint: str, args: argparse.Namespace) -> int:
         raise UserError("--interval must be > 0 and --iterations >= 1")
     # a hung daemon must not freeze the screen for long: it shows as "not answering"
     timeout = min(args.timeout, max(2.0, 2 * args.interval))
-    read_status(mountpoint, timeout)  # a clear error first when it is not a live sandfs mount
+    # a clear error first when it is not a sandfs mount or its daemon is gone; a daemon that
+    # does not answer is shown in the table until it does
+    with contextlib.suppress(NotAnswering):
+        read_status(mountpoint, timeout)
     return watch(mountpoint, lambda: read_status(mountpoint, timeout), args.interval,
                  args.iterations)
 

@@ -91,7 +91,7 @@ def daemon_table(status: dict) -> Table:
 def render_watch(mountpoint: str, now: Reading, before: Reading | None) -> Group:
     """The whole screen for one refresh."""
     if now.status is None:
-        return Group(Text(f"{mountpoint}: not answering ({now.error})", style="bold red"))
+        return Group(Text(f"not answering: {now.error}", style="bold red"))
     return Group(Text(mountpoint, style="bold"), task_table(now, before),
                  daemon_table(now.status))
 
@@ -105,14 +105,21 @@ def take_reading(read: Callable[[], dict]) -> Reading:
 
 def watch(mountpoint: str, read: Callable[[], dict], interval: float,
           iterations: int | None = None, console: Console | None = None) -> int:
-    """Redraw until Ctrl-C (exit status 0) or after `iterations` refreshes."""
+    """Redraw until Ctrl-C (exit status 0) or after `iterations` refreshes. On a terminal the
+    table is redrawn in place; into a pipe or file each refresh is appended (a log)."""
+    console = console or Console()
     before: Reading | None = None
     done = 0
     try:
-        with Live(console=console, auto_refresh=False) as live:
+        with Live(console=console, auto_refresh=False, transient=not console.is_terminal) as live:
             while iterations is None or done < iterations:
                 now = take_reading(read)
-                live.update(render_watch(mountpoint, now, before), refresh=True)
+                screen = render_watch(mountpoint, now, before)
+                if console.is_terminal:
+                    live.update(screen, refresh=True)
+                else:
+                    console.print(screen)
+                    console.file.flush()
                 before = now if now.status is not None else before
                 done += 1
                 if iterations is None or done < iterations:

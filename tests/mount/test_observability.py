@@ -5,13 +5,23 @@ status.json after views were read, GET /metrics on the loopback port, and `sandf
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import subprocess
+import time
 import urllib.error
 import urllib.request
 
 import pytest
 
-from tests.helpers.harness import is_mounted, mount_sandfs, require_fuse, run_cli
+from tests.helpers.harness import (
+    is_mounted,
+    mount_sandfs,
+    require_fuse,
+    run_cli,
+    sandfs_command,
+)
 from tests.helpers.metrics import assert_between, parse_metrics
 
 
@@ -95,3 +105,29 @@ def test_a_metrics_port_in_use_fails_the_mount(tmp_path, config_path):
     assert done.returncode == 1
     assert f"--metrics-port {port}: cannot listen on 127.0.0.1:{port}" in done.stderr
     assert not is_mounted(tmp_path / "m")
+
+
+def test_status_watch_shows_a_stopped_daemon_as_not_answering(mounted):
+    os.kill(mounted.process.pid, signal.SIGSTOP)
+    try:
+        done = run_cli("status", str(mounted.mountpoint), "--watch", "--iterations", "2",
+                       "--interval", "0.2", "--timeout", "1", timeout=60)
+    finally:
+        os.kill(mounted.process.pid, signal.SIGCONT)
+    assert done.returncode == 0, done.stderr
+    shown = " ".join(done.stdout.split())
+    assert shown.count("not answering:") == 2 and "did not answer within 1s" in shown
+
+
+def test_ctrl_c_leaves_status_watch_with_status_zero(mounted):
+    watcher = subprocess.Popen(sandfs_command("status", str(mounted.mountpoint), "--watch",
+                                              "--interval", "0.2"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = ""
+    deadline = time.monotonic() + 60
+    while " t0 " not in first and time.monotonic() < deadline:  # watching, not starting up
+        first = watcher.stdout.readline()
+    watcher.send_signal(signal.SIGINT)
+    _, err = watcher.communicate(timeout=30)
+    assert " t0 " in first
+    assert watcher.returncode == 0 and "Traceback" not in err, err

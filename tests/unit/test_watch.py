@@ -59,7 +59,7 @@ def test_batches_per_second_come_from_two_readings():
 
 def test_a_daemon_that_does_not_answer_is_shown_not_waited_for():
     text = text_of(render_watch("/m", Reading(1.0, None, "no answer within 2s"), None))
-    assert "/m: not answering (no answer within 2s)" in text
+    assert "not answering: no answer within 2s" in text
 
 
 def test_watch_stops_after_its_iterations_and_survives_a_hang():
@@ -74,7 +74,8 @@ def test_watch_stops_after_its_iterations_and_survives_a_hang():
     out = io.StringIO()
     console = Console(file=out, width=160, color_system=None)
     assert watch("/m", read, 0.01, iterations=3, console=console) == 0
-    assert "t0" in out.getvalue()
+    text = out.getvalue()  # not a terminal: each refresh is appended
+    assert text.count(" t0 ") == 2 and text.count("not answering: did not answer") == 1
 
 
 def test_ctrl_c_ends_the_watch_with_status_zero():
