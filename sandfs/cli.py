@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import logging
@@ -37,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     mount.add_argument("--decode-ahead", type=int, metavar="N",
                        help="later windows a decode pass also prepares frames for (default 3)")
     mount.add_argument("--workers", metavar="N", help="worker threads, or auto")
+    mount.add_argument("--metrics-port", type=int, metavar="PORT",
+                       help="also serve GET /metrics on 127.0.0.1:PORT (Prometheus)")
     mount.add_argument("--foreground", action="store_true",
                        help="stay attached (tests, systemd: READY=1 to $NOTIFY_SOCKET)")
     mount.add_argument("--log-level", default="INFO", type=str.upper,
@@ -54,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     status.add_argument("--timeout", type=float, default=10.0,
                         help="seconds to wait for the daemon's answer")
+    status.add_argument("--watch", action="store_true",
+                        help="a live table, redrawn every --interval seconds (Ctrl-C ends it)")
+    status.add_argument("--interval", type=float, default=1.0, metavar="SECONDS")
+    status.add_argument("--iterations", type=int, metavar="N",
+                        help="with --watch: stop after N refreshes")
     task = sub.add_parser("task", help="register or end a task on a live mount")
     task_sub = task.add_subparsers(dest="task_command", required=True)
     add = task_sub.add_parser("add", help="register TASK.yaml (its views are planned at once)")
@@ -102,6 +110,7 @@ def engine_overrides(args: argparse.Namespace) -> dict:
         "k_epochs": args.k_epochs,
         "decode_ahead": args.decode_ahead,
         "workers": args.workers,  # "auto" given on the command line wins over a config's number
+        "metrics_port": args.metrics_port,
     }
 
 
@@ -170,7 +179,7 @@ def child_args(args: argparse.Namespace) -> list[str]:
         out += ["--config", os.path.abspath(path)]
     for flag, value in (("--cache-dir", args.cache_dir), ("--budget", args.budget),
                         ("--k-epochs", args.k_epochs), ("--decode-ahead", args.decode_ahead),
-                        ("--workers", args.workers)):
+                        ("--workers", args.workers), ("--metrics-port", args.metrics_port)):
         if value is not None:
             out += [flag, os.path.abspath(value) if flag == "--cache-dir" else str(value)]
     return [*out, "--log-level", args.log_level, "--foreground"]
@@ -200,13 +209,17 @@ except OSError as exc:
 """
 
 
+class NotAnswering(UserError):
+    """The daemon is there but did not answer in time (hung, stopped or very busy)."""
+
+
 def read_status(mountpoint: str, timeout: float = 10.0) -> dict:
     path = os.path.join(mountpoint, ".sand", "status.json")
     try:
         done = subprocess.run([sys.executable, "-S", "-c", STATUS_READER, path],
                               capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise UserError(f"{mountpoint}: the sandfs daemon did not answer within {timeout:g}s "
+        raise NotAnswering(f"{mountpoint}: the sandfs daemon did not answer within {timeout:g}s "
                         f"(hung or stopped?)") from None
     if done.returncode == 0:
         return json.loads(done.stdout)
@@ -254,12 +267,30 @@ def wait_for_exit(pid: int, deadline: float) -> bool:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    status = read_status(os.path.abspath(args.mountpoint), args.timeout)
+    mountpoint = os.path.abspath(args.mountpoint)
+    if args.watch:
+        return watch_status(mountpoint, args)
+    status = read_status(mountpoint, args.timeout)
     if args.json:
         print(json.dumps(status, indent=1))
         return 0
     print(format_status(status))
     return 0
+
+
+def watch_status(mountpoint: str, args: argparse.Namespace) -> int:
+    from sandfs.watch import watch
+
+    if args.interval <= 0 or (args.iterations is not None and args.iterations < 1):
+        raise UserError("--interval must be > 0 and --iterations >= 1")
+    # a hung daemon must not freeze the screen for long: it shows as "not answering"
+    timeout = min(args.timeout, max(2.0, 2 * args.interval))
+    # a clear error first when it is not a sandfs mount or its daemon is gone; a daemon that
+    # does not answer is shown in the table until it does
+    with contextlib.suppress(NotAnswering):
+        read_status(mountpoint, timeout)
+    return watch(mountpoint, lambda: read_status(mountpoint, timeout), args.interval,
+                 args.iterations)
 
 
 def format_status(status: dict) -> str:

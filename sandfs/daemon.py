@@ -29,6 +29,7 @@ from sandfs.fuse.mountpoint import (
 )
 from sandfs.fuse.operations import SandOperations
 from sandfs.media.datasets import bad_videos, scan_all
+from sandfs.metrics import open_metrics_port, serve_metrics
 from sandfs.ops import isolated
 from sandfs.plan.build import build_plans, plan_new_task
 from sandfs.plan.checkpoint import load_plan_state, save_plan_state
@@ -70,7 +71,8 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
             task_planner=partial(plan_new_task, settings, scans, plans),
             config_dir=os.path.dirname(configs[0].source_path) or "/",
             remote=remote.as_status())
-        serve_mount(service, plans, settings.mountpoint, on_ready, on_stopping)
+        serve_mount(service, plans, settings.mountpoint, on_ready, on_stopping,
+                    settings.metrics_port)
     finally:
         isolated.shutdown()  # the worker processes of out-of-process custom steps
         store.close()
@@ -95,7 +97,8 @@ def fetch_remote(configs: Sequence[TaskConfig], settings: MountSettings
 
 
 def serve_mount(service: ViewService, plans: Sequence[TaskPlan], mountpoint: str,
-                on_ready: Callable[[], None], on_stopping: Callable[[], None]) -> None:
+                on_ready: Callable[[], None], on_stopping: Callable[[], None],
+                metrics_port: int | None = None) -> None:
     try:
         pyfuse3.init(SandOperations(service, mountpoint), mountpoint, fuse_options())
     except RuntimeError as exc:
@@ -105,16 +108,20 @@ def serve_mount(service: ViewService, plans: Sequence[TaskPlan], mountpoint: str
              ", ".join(f"{p.name} ({len(p.videos)} videos, {p.iterations_per_epoch} "
                        f"iterations/epoch)" for p in plans))
     try:
-        trio.run(serve, service, on_ready, on_stopping)
+        trio.run(serve, service, on_ready, on_stopping, metrics_port)
     finally:
         pyfuse3.close(unmount=True)
         log.info("unmounted %s", mountpoint)
 
 
 async def serve(service: ViewService, on_ready: Callable[[], None],
-                on_stopping: Callable[[], None]) -> None:
+                on_stopping: Callable[[], None], metrics_port: int | None = None) -> None:
+    # bound before on_ready: a port in use fails the mount
+    listeners = [] if metrics_port is None else await open_metrics_port(metrics_port)
     async with trio.open_nursery() as nursery:
         await nursery.start(service.run)
+        if listeners:
+            nursery.start_soon(serve_metrics, service.status_record, listeners)
         nursery.start_soon(stop_on_signals, name="signals")
         on_ready()
         await pyfuse3.main()

@@ -215,9 +215,12 @@ class ViewService:
     def status(self) -> dict:
         return self.status_record().to_json()
 
-    def status_bytes(self, viewer: int | None = None) -> bytes:
-        """status.json as user `viewer` may see it (None: all of it)."""
+    def status_for(self, viewer: int | None = None) -> MountStatus:
+        """The mount's state as user `viewer` may see it (None: all of it)."""
         record = self.status_record()
         if viewer is not None:
             record = record.seen_by(*self.registry.visible(viewer))
-        return record.to_bytes()
+        return record
+
+    def status_bytes(self, viewer: int | None = None) -> bytes:
+        return self.status_for(viewer).to_bytes()

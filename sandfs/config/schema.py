@@ -128,6 +128,7 @@ class EngineConfig:
     memory_limit_bytes: int | None = None  # None: a quarter of RAM, at most 4 GiB
     cache_format: str = "auto"  # auto | raw | lz4 | zstd | png (all lossless)
     decode_ahead: int = 3  # later windows whose frames a decode pass keeps on disk for them
+    metrics_port: int | None = None  # serve GET /metrics on 127.0.0.1:PORT (None: no server)
 
 
 @dataclass(frozen=True, slots=True)

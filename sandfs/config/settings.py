@@ -35,6 +35,7 @@ ENGINE_FIELDS = {
     "memory_limit": "memory_limit_bytes",
     "cache_format": "cache_format",
     "decode_ahead": "decode_ahead",
+    "metrics_port": "metrics_port",
 }
 # The command line flag that overrides each EngineConfig field (errors name what the user typed).
 CLI_FLAGS = {
@@ -44,8 +45,10 @@ CLI_FLAGS = {
     "k_epochs": "--k-epochs",
     "workers": "--workers",
     "decode_ahead": "--decode-ahead",
+    "metrics_port": "--metrics-port",
 }
 INTEGER_MINIMUMS = {"k_epochs": 1, "workers": 1, "decode_ahead": 0}
+PORTS = (1, 65535)
 CACHE_FORMATS = ("auto", "raw", "lz4", "zstd", "png")
 MAX_SIZE_BYTES = 2**63 - 1
 
@@ -77,6 +80,7 @@ class MountSettings:
     scheduling: str  # SCHEDULING_POLICIES
     prune_mode: str  # PRUNE_MODES
     media_limits: MediaLimits
+    metrics_port: int | None = None  # the loopback port of GET /metrics (None: none)
 
     @property
     def on_demand_memory_bytes(self) -> int:
@@ -113,6 +117,7 @@ def mount_settings(
         scheduling=scheduling,
         prune_mode=prune_mode,
         media_limits=media_limits(environ),
+        metrics_port=engine.metrics_port,
     )
     for config in configs:
         check_views_fit(config, settings)
@@ -208,6 +213,7 @@ def read_engine_section(value: Value | None, base_dir: str
         "memory_limit": _size_setting,
         "cache_format": partial(fields.choice, choices=CACHE_FORMATS),
         "decode_ahead": partial(fields.integer, minimum=INTEGER_MINIMUMS["decode_ahead"]),
+        "metrics_port": partial(fields.integer, minimum=PORTS[0], maximum=PORTS[1]),
     }
     settings = {
         ENGINE_FIELDS[key]: readers[key](item)
@@ -283,6 +289,12 @@ def _override(name: str, value: Any) -> Any:
             raise ValueError(f"{name}: {e}") from None
     if name == "workers":
         return _workers_override(value)
+    if name == "metrics_port":
+        if not isinstance(value, int) or isinstance(value, bool) \
+                or not PORTS[0] <= value <= PORTS[1]:
+            raise ValueError(f"{name}: expected a port number {PORTS[0]}..{PORTS[1]}, "
+                             f"got {value!r}")
+        return value
     if name in INTEGER_MINIMUMS:
         least = INTEGER_MINIMUMS[name]
         if not isinstance(value, int) or isinstance(value, bool) or value < least:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, replace
 
 from sandfs.access import NodeAccess
+from sandfs.metrics import render_metrics
 from sandfs.service import ViewService
 
 _NUMBER = re.compile(r"(0|[1-9][0-9]{0,8})\Z", re.ASCII)
@@ -48,6 +49,7 @@ DIR_KINDS = {"root", "sand", "tasks", "task", "epoch", "iteration", "videos", "f
 ROOT = Node("root")
 SAND_DIR = ".sand"
 STATUS = "status.json"
+METRICS = "metrics"  # the status in the Prometheus text format
 
 
 class VideoTree:
@@ -144,7 +146,8 @@ class Namespace:
         return Node("task", task=name, generation=self.service.generations[name])
 
     def _child_sand(self, _: Node, name: str) -> Node | None:
-        return {STATUS: Node("status"), "tasks": Node("tasks")}.get(name)
+        return {STATUS: Node("status"), METRICS: Node("metrics"),
+                "tasks": Node("tasks")}.get(name)
 
     def _child_tasks(self, _: Node, name: str) -> Node | None:
         task = name.removesuffix(".yaml")
@@ -213,7 +216,7 @@ class Namespace:
             case "root":
                 return [SAND_DIR, *sorted(service.tasks)]
             case "sand":
-                return [STATUS, "tasks"]
+                return [STATUS, METRICS, "tasks"]
             case "tasks":
                 return [f"{t}.yaml" for t in sorted(service.task_texts)]
             case "task":
@@ -250,6 +253,8 @@ class Namespace:
                 return len(service.task_texts[node.task].encode())
             case "status":
                 return len(service.status_bytes())
+            case "metrics":
+                return len(render_metrics(service.status_record()))
         return 0
 
 

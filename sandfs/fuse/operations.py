@@ -28,6 +28,7 @@ from sandfs.errors import UserError
 from sandfs.faults import fault_point
 from sandfs.fuse.namespace import ROOT, Namespace, Node
 from sandfs.fuse.readahead import set_readahead
+from sandfs.metrics import render_metrics
 from sandfs.sched.flights import ObjectFailed
 from sandfs.service import ViewService
 
@@ -198,10 +199,11 @@ class SandOperations(pyfuse3.Operations):
 
     @staticmethod
     def is_immutable(node: Node) -> bool:
-        # status.json changes all the time; which aug{D} exist follows the task's epoch; tasks
-        # come and go. A task registered again gets new inodes, so its views stay immutable.
-        return node.kind not in ("status", "frame", "aug", "sand", "tasks", "task_yaml", "root",
-                                 "task", "task_upload")
+        # status.json and metrics change all the time; which aug{D} exist follows the task's
+        # epoch; tasks come and go. A task registered again gets new inodes, so its views stay
+        # immutable.
+        return node.kind not in ("status", "metrics", "frame", "aug", "sand", "tasks",
+                                 "task_yaml", "root", "task", "task_upload")
 
     @handler
     async def lookup(self, parent_inode, name, ctx=None):
@@ -262,9 +264,9 @@ class SandOperations(pyfuse3.Operations):
             self.service.opened_view(node.task, node.epoch, node.iteration)
         elif node.kind == "video_file":
             handle.fd = self.open_source(node)
-        elif node.kind in ("status", "task_yaml"):
+        elif node.kind in ("status", "metrics", "task_yaml"):
             handle.data = self.small_file(node, ctx.uid)
-            info.direct_io = node.kind == "status"  # its size changes between getattr and read
+            info.direct_io = node.kind != "task_yaml"  # its size changes between getattr and read
         fh = self._next_fh
         self._next_fh += 1
         self.files[fh] = handle
@@ -296,8 +298,9 @@ class SandOperations(pyfuse3.Operations):
         self.service.failures.record(node.task, where, reason)
 
     def small_file(self, node: Node, viewer: int) -> bytes:
-        if node.kind == "status":  # each user sees their own tasks only
-            return self.service.status_bytes(None if privileged(viewer) else viewer)
+        if node.kind in ("status", "metrics"):  # each user sees their own tasks only
+            record = self.service.status_for(None if privileged(viewer) else viewer)
+            return record.to_bytes() if node.kind == "status" else render_metrics(record)
         return self.service.task_texts[node.task].encode()
 
     @handler

@@ -76,7 +76,7 @@ async def test_views_are_cached_by_the_kernel_but_status_is_not(fs):
 
 async def test_listings(fs):
     assert await fs.listdir("") == [".sand", "t0"]
-    assert await fs.listdir(".sand") == ["status.json", "tasks"]
+    assert await fs.listdir(".sand") == ["status.json", "metrics", "tasks"]
     assert await fs.listdir(".sand/tasks") == ["t0.yaml"]
     assert await fs.listdir("t0") == ["videos", "0", "1", "2"]
     assert await fs.listdir("t0/2") == ["0", "1", "2"]  # 12 videos, 4 per batch

@@ -1,0 +1,231 @@
+""".sand/metrics: the mount's status in the Prometheus text exposition format (version 0.0.4).
+
+Built from the same typed record as status.json, so the two never disagree: every counter here
+is a status.json figure under a `sandfs_*` name (counters end in `_total`, count since the
+daemon started, or since the cache store was created for the cache's own counters).
+
+`serve_metrics` answers GET /metrics on a loopback port (`--metrics-port`) from the daemon's
+trio loop: each request costs one status record, as an open of .sand/metrics does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
+
+import trio
+
+from sandfs.errors import UserError
+from sandfs.status import MountStatus
+
+log = logging.getLogger(__name__)
+LOOPBACK = "127.0.0.1"  # never another interface: the figures name the user's tasks
+CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+MAX_REQUEST_BYTES = 8192
+REQUEST_SECONDS = 5.0  # a client that sends no full request in time is dropped
+
+# status.counters keys -> help text; each becomes sandfs_<key>_total
+_WORK_COUNTERS = {
+    "frames_decoded": "Frames decoded by the merged plan.",
+    "frames_decoded_independent": "Frames the tasks would have decoded, each loading alone.",
+    "views_materialized": "Views (batches) built.",
+    "views_recomputed": "Views built again after their bytes were dropped.",
+    "aug_ops": "Augmentation operations run.",
+    "aug_ops_independent": "Augmentation operations the tasks would have run alone.",
+    "crop_ops": "Crop operations run.",
+    "crop_ops_independent": "Crop operations the tasks would have run alone.",
+    "clips_recomputed": "Clips built again after their frames were evicted.",
+    "frames_from_disk": "Frames read back from the cache store instead of decoded.",
+    "frames_carried": "Frames kept in memory from one decode window to the next.",
+}
+_CACHE_GAUGES = {"bytes_used": "Bytes the cache store holds on disk.",
+                 "budget_bytes": "The cache store's storage budget in bytes.",
+                 "objects": "Objects in the cache store."}
+_CACHE_COUNTERS = {"hits": "Cache store reads that found their object.",
+                   "misses": "Cache store reads that did not.",
+                   "evictions": "Objects evicted from the cache store.",
+                   "recomputed": "Cache objects built again after eviction or corruption."}
+_CACHE_FAILURES = ("corrupt_detected", "enospc", "write_failures", "no_room")
+_REMOTE_COUNTERS = {"bytes_fetched": "Video bytes received from the remote store.",
+                    "requests": "Requests made to the remote store.",
+                    "retries": "Remote requests retried.",
+                    "files_fetched": "Remote files copied in.",
+                    "files_reused": "Remote files reused from an earlier fetch.",
+                    "files_changed": "Remote files found changed on the store."}
+# (metric name, TaskStatus field, type, help): one sample per task
+_TASK_FIGURES = (
+    ("views_served", "views_served", "counter", "View reads answered, per task."),
+    ("stall_seconds", "stall_seconds", "counter", "Seconds readers waited for a view."),
+    ("ready_ahead", "ready_ahead", "gauge", "Views ready beyond the task's position."),
+    ("task_epochs", "epochs", "gauge", "Epochs the task's plan has."),
+    ("task_iterations_per_epoch", "iterations_per_epoch", "gauge",
+     "Iterations in each of the task's epochs."),
+    ("task_videos", "videos", "gauge", "Videos the task reads."),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    name: str  # with `_total` for counters, as exposed
+    kind: str  # "counter" or "gauge"
+    help: str
+    samples: tuple[Sample, ...]
+
+
+def metric(name: str, kind: str, help_text: str, value: float | None = None,
+           samples: Iterable[Sample] = ()) -> Metric:
+    """One metric; `value` gives it a single unlabelled sample."""
+    full = f"sandfs_{name}_total" if kind == "counter" else f"sandfs_{name}"
+    found = (Sample((), value),) if value is not None else tuple(samples)
+    return Metric(full, kind, help_text, found)
+
+
+def per_task(status: MountStatus, field: str) -> list[Sample]:
+    return [Sample((("task", name),), getattr(task, field))
+            for name, task in sorted(status.tasks.items())]
+
+
+def collect(status: MountStatus) -> list[Metric]:
+    """Every metric of one status record, in a stable order."""
+    sched, cache, remote = status.scheduler, status.cache, status.remote
+    out = [
+        metric("uptime_seconds", "gauge", "Seconds since the daemon started.",
+               status.uptime_seconds),
+        metric("workers", "gauge", "Worker threads.", status.workers),
+        metric("memory_bytes", "gauge", "Bytes of views and clips held in memory.",
+               status.ondemand_memory_bytes + sched.memory_bytes),
+        metric("memory_limit_bytes", "gauge", "The memory budget for views and clips.",
+               sched.memory_limit_bytes),
+    ]
+    out += [metric(key, "counter", text, status.counters.get(key, 0))
+            for key, text in _WORK_COUNTERS.items()]
+    out += [metric(name, kind, text, samples=per_task(status, field))
+            for name, field, kind, text in _TASK_FIGURES]
+    out += [
+        metric("task_position", "gauge", "The task's reading position.",
+               samples=[Sample((("task", name), ("what", what)), getattr(task, what))
+                        for name, task in sorted(status.tasks.items())
+                        for what in ("epoch", "iteration")]),
+        metric("jobs_done", "counter", "Prematerialization jobs finished.", sched.jobs_done),
+        metric("jobs_running", "gauge", "Prematerialization jobs running.", sched.jobs_running),
+        metric("workers_active", "gauge", "Workers busy now.", sched.workers_active),
+        metric("views_ready", "gauge", "Views built and waiting to be read.", sched.views_ready),
+        metric("views_planned", "gauge", "Views planned in the current window.",
+               sched.views_planned),
+        metric("evicted_unread", "counter", "Views dropped before anyone read them.",
+               sched.evicted_unread),
+        metric("rebuilt_from_disk", "counter", "Views rebuilt from frames on disk.",
+               sched.rebuilt_from_disk),
+        metric("queue_demand", "gauge", "Readers blocked waiting for a view.",
+               status.ondemand_waiting + sched.demand_waiting),
+        metric("queue_prematerialize", "gauge", "Video jobs with clips not made yet.",
+               sched.pending_jobs),
+    ]
+    out += [metric(f"cache_{key}", "gauge", text, cache.get(key, 0))
+            for key, text in _CACHE_GAUGES.items()]
+    out += [metric(f"cache_{key}", "counter", text, cache.get(key, 0))
+            for key, text in _CACHE_COUNTERS.items()]
+    out += [metric(f"remote_{key}", "counter", text, remote.get(key, 0))
+            for key, text in _REMOTE_COUNTERS.items()]
+    failures = [Sample((("kind", f"cache_{key}"),), cache.get(key, 0)) for key in _CACHE_FAILURES]
+    failures.append(Sample((("kind", "remote_errors"),), remote.get("errors", 0)))
+    out += [
+        metric("failures", "counter", "Failures the daemon survived, by kind.",
+               samples=failures),
+        metric("bad_videos", "gauge", "Videos left out (unreadable or refused).",
+               len(status.bad_videos)),
+        metric("task_errors", "gauge", "Task registrations the daemon refused.",
+               len(status.task_errors)),
+    ]
+    return out
+
+
+def escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def format_value(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return repr(float(value))
+
+
+def format_metric(m: Metric) -> list[str]:
+    lines = [f"# HELP {m.name} {m.help}", f"# TYPE {m.name} {m.kind}"]
+    for sample in m.samples:
+        labels = ",".join(f'{key}="{escape(val)}"' for key, val in sample.labels)
+        lines.append(f"{m.name}{{{labels}}} {format_value(sample.value)}" if labels
+                     else f"{m.name} {format_value(sample.value)}")
+    return lines
+
+
+def render_metrics(status: MountStatus) -> bytes:
+    """The whole exposition: HELP and TYPE for each metric, one line per sample."""
+    lines = [line for m in collect(status) for line in format_metric(m)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+# -- GET /metrics on a loopback port -------------------------------------------------------
+
+
+async def open_metrics_port(port: int) -> list[trio.SocketListener]:
+    """Bound before the mount is announced ready, so a port in use fails the mount."""
+    try:
+        return await trio.open_tcp_listeners(port, host=LOOPBACK)
+    except OSError as exc:
+        raise UserError(f"--metrics-port {port}: cannot listen on {LOOPBACK}:{port} "
+                        f"({exc.strerror or exc})") from None
+
+
+async def serve_metrics(status: Callable[[], MountStatus],
+                        listeners: list[trio.SocketListener]) -> None:
+    await trio.serve_listeners(partial(answer, status), listeners)
+
+
+async def answer(status: Callable[[], MountStatus], stream: trio.SocketStream) -> None:
+    """One request, one response, then close; a client's failure never reaches the mount."""
+    try:
+        async with stream:
+            with trio.move_on_after(REQUEST_SECONDS):
+                head = await read_head(stream)
+                await stream.send_all(response(head, status))
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        log.debug("metrics client gone: %s", exc)
+
+
+async def read_head(stream: trio.SocketStream) -> bytes:
+    """The request line and headers (b"" when the client sent none or too much)."""
+    data = b""
+    while b"\r\n\r\n" not in data and len(data) <= MAX_REQUEST_BYTES:
+        chunk = await stream.receive_some(4096)
+        if not chunk:
+            return b""
+        data += chunk
+    return data if b"\r\n\r\n" in data else b""
+
+
+def response(head: bytes, status: Callable[[], MountStatus]) -> bytes:
+    parts = head.split(b"\r\n", 1)[0].split()
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
+        return http(400, b"Bad Request", b"a request line: GET /metrics HTTP/1.1\n")
+    method, target = parts[0], parts[1].split(b"?", 1)[0]
+    if method != b"GET":
+        return http(405, b"Method Not Allowed", b"only GET\n", b"Allow: GET\r\n")
+    if target != b"/metrics":
+        return http(404, b"Not Found", b"the metrics are at /metrics\n")
+    return http(200, b"OK", render_metrics(status()), content_type=CONTENT_TYPE)
+
+
+def http(code: int, reason: bytes, body: bytes, extra: bytes = b"",
+         content_type: bytes = b"text/plain; charset=utf-8") -> bytes:
+    head = (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n%s\r\n" % (code, reason, content_type, len(body), extra))
+    return head + body

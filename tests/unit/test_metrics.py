@@ -1,0 +1,113 @@
+"""`render_metrics`: the Prometheus text format of a status record, parsed by the official
+client's parser, with labels escaped and nothing left out; the answers of GET /metrics and
+the `metrics_port` setting."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from sandfs.config import load_task_config, merge_engines
+from sandfs.config.loader import ConfigError
+from sandfs.config.settings import cli_engine
+from sandfs.errors import UserError
+from sandfs.metrics import render_metrics, response
+from sandfs.sched.ondemand import OnDemandObjects
+from sandfs.service import ViewService
+from sandfs.stats import Stats
+from sandfs.status import TaskStatus
+from tests.helpers.config_texts import BASE, edited
+from tests.helpers.metrics import assert_between, parse_metrics
+from tests.helpers.plans import fake_videos, make_plan
+
+
+def fresh_status(tmp_path):
+    plan = make_plan(tmp_path, videos=fake_videos(8), epochs=3)
+    service = ViewService([plan], engine=OnDemandObjects(workers=2, memory_budget_bytes=1 << 20),
+                          stats=Stats())
+    service.opened_view(plan.name, 1, 1)
+    return service, plan.name
+
+
+def test_every_family_parses_with_help_and_type(tmp_path):
+    service, task = fresh_status(tmp_path)
+    text = render_metrics(service.status_record()).decode()
+    samples = parse_metrics(text)
+    assert text.endswith("\n")
+    assert samples[("sandfs_task_position", (("task", task), ("what", "epoch")))] == 1
+    assert samples[("sandfs_task_position", (("task", task), ("what", "iteration")))] == 1
+    assert samples[("sandfs_workers", ())] == 2
+    assert samples[("sandfs_failures_total", (("kind", "remote_errors"),))] == 0
+    assert_between(samples, service.status(), service.status())
+
+
+def test_counters_follow_the_stats(tmp_path):
+    service, task = fresh_status(tmp_path)
+    service.stats.add("frames_decoded", 30)
+    service.stats.add("frames_decoded_independent", 90)
+    service.stats.add_task(task, "views_served", 4)
+    service.stats.add_stall(task, 1.25)
+    samples = parse_metrics(render_metrics(service.status_record()).decode())
+    assert samples[("sandfs_frames_decoded_total", ())] == 30
+    assert samples[("sandfs_frames_decoded_independent_total", ())] == 90
+    assert samples[("sandfs_views_served_total", (("task", task),))] == 4
+    assert samples[("sandfs_stall_seconds_total", (("task", task),))] == 1.25
+
+
+def test_label_values_are_escaped(tmp_path):
+    service, _ = fresh_status(tmp_path)
+    status = service.status_record()
+    odd = 'a"b\\c\nd'
+    status = replace(status, tasks={odd: TaskStatus(0, 0, 3, 7, 0.5, 1, 4, 2)})
+    samples = parse_metrics(render_metrics(status).decode())
+    assert samples[("sandfs_views_served_total", (("task", odd),))] == 7
+    assert samples[("sandfs_ready_ahead", (("task", odd),))] == 3
+
+
+# -- GET /metrics: answers, and the port setting -------------------------------------------
+
+
+@pytest.mark.parametrize(("head", "code"), [
+    (b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", b"200 OK"),
+    (b"GET /metrics?x=1 HTTP/1.0\r\n\r\n", b"200 OK"),
+    (b"GET / HTTP/1.1\r\n\r\n", b"404 Not Found"),
+    (b"POST /metrics HTTP/1.1\r\n\r\n", b"405 Method Not Allowed"),
+    (b"", b"400 Bad Request"),
+    (b"hello\r\n\r\n", b"400 Bad Request"),
+])
+def test_http_answers(tmp_path, head, code):
+    service, task = fresh_status(tmp_path)
+    reply = response(head, service.status_record)
+    status_line, _, rest = reply.partition(b"\r\n")
+    assert status_line == b"HTTP/1.1 " + code
+    headers, _, body = rest.partition(b"\r\n\r\n")
+    assert f"Content-Length: {len(body)}".encode() in headers.split(b"\r\n")
+    if code == b"200 OK":
+        assert b"Content-Type: text/plain; version=0.0.4; charset=utf-8" in headers
+        assert ("sandfs_views_served_total", (("task", task),)) in parse_metrics(body.decode())
+
+
+def engine_text(lines: str) -> str:
+    return edited(("engine:                          # 26\n  storage_budget: 1G             # 27\n",
+                   "engine:\n" + lines))
+
+
+def test_the_port_comes_from_the_engine_section_or_the_command_line():
+    config = load_task_config("a.yaml", check_paths=False,
+                              text=engine_text("  metrics_port: 9464\n"))
+    assert merge_engines([config], {})[0].metrics_port == 9464
+    assert merge_engines([config], {"metrics_port": 9100})[0].metrics_port == 9100
+    assert merge_engines([load_task_config("b.yaml", check_paths=False, text=BASE)],
+                         {})[0].metrics_port is None
+
+
+@pytest.mark.parametrize("port", [0, 65536, "9464", True])
+def test_a_bad_port_is_a_clear_error(port):
+    with pytest.raises(ConfigError, match=r"engine\.metrics_port"):
+        load_task_config("a.yaml", check_paths=False,
+                         text=engine_text(f"  metrics_port: {json.dumps(port)}\n"))
+    base = load_task_config("b.yaml", check_paths=False, text=BASE)
+    with pytest.raises(UserError, match=r"--metrics-port: expected a port number 1\.\.65535"):
+        cli_engine([base], {"metrics_port": port})
