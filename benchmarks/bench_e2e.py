@@ -72,8 +72,11 @@ SCENARIOS = {
     "search4": [(f"search{i}", "single.yaml") for i in range(4)],
     "hetero": [("slowfast", "slowfast.yaml"), ("mae", "mae.yaml")],
     "slowfast224": [("slowfast224", "slowfast224.yaml")],
+    # a 4-trial search with SlowFast-size batches: identical pipelines, one object per view
+    "slowfast224x4": [(f"slowfast224s{i}", "slowfast224.yaml") for i in range(4)],
 }
-MIXED_SCENARIOS = {"slowfast224"}  # on the mixed-codec dataset; the others on H.264 340x256
+# on the mixed-codec dataset; the others on H.264 340x256
+MIXED_SCENARIOS = {"slowfast224", "slowfast224x4"}
 MODES = ("raw", "gpu")
 CLASSES = 4
 # Videos in multiples of 16 make an even number of batches per epoch, a multiple of the 2
