@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from harness import mount_sandfs, task_config, write_config
+from tests.helpers.harness import mount_sandfs, task_config, write_config
 
 from sandfs.media.synth import make_dataset
 
