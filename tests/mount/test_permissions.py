@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.helpers.harness import mount_sandfs, task_config, write_config
 
 from sandfs.media.synth import make_dataset
+from tests.helpers.harness import mount_sandfs, task_config, write_config
 
 NOBODY = 65534
 DENIED = (errno.EACCES, errno.EPERM)
