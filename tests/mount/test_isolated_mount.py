@@ -101,7 +101,7 @@ def test_a_failing_custom_step_fails_only_its_views(tmp_path, dataset_dir, how, 
         # each failed job is logged once, as many as the scheduler had started: only those
         errors = [line for line in mounted.log_text().splitlines() if LOG_ERROR.search(line)]
         assert errors and all("failed: IsolatedOpError: isolated op test_misbehave" in line
-                              and "video job for archery/" in line for line in errors)
+                              and "job for archery/" in line for line in errors)
         mounted.expected_log_errors = len(errors)
     isolated.shutdown()
     assert processes_with(str(site)) == []
