@@ -13,8 +13,9 @@ all end the task. In a Ray Train worker the task is rank `world_rank` of `world_
 
 The daemon of a node is a named, detached actor (`num_cpus=0`, pinned to its node) that runs
 `sandfs mount --foreground` as a child process and stays. `sandfs mount` needs a first task, so
-the mount starts with the first task that reaches the node. `stop_daemons()` unmounts and
-removes them all.
+the mount starts with the first task that reaches the node. An actor that finds its node's
+mount served by a daemon it did not start (its predecessor was killed) stops that daemon and
+mounts afresh. `stop_daemons()` unmounts and removes them all.
 """
 
 from __future__ import annotations
@@ -38,13 +39,6 @@ from sandfs.client import PreparedTask, TaskView, attach, prepare_task, register
 from sandfs.config.schema import Shard
 
 ACTOR_PREFIX = "sandfs-daemon-"
-# The mount's child sets this on itself and then becomes `sandfs`: it gets SIGTERM (a clean
-# unmount) when the actor that started it dies, so a killed actor leaves no mount behind.
-_PDEATHSIG_EXEC = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
-                   "os.getppid() == int(sys.argv[1]) or sys.exit(1); "
-                   "os.execv(sys.executable, [sys.executable, '-m', 'sandfs', *sys.argv[2:]])")
-
-
 @dataclass(frozen=True, slots=True)
 class DaemonSettings:
     """Where each node's daemon mounts. `{node}` in the paths becomes the start of the node's
@@ -85,6 +79,7 @@ class NodeDaemon:
         if self.serving():
             return MountInfo(self.mountpoint, None)
         self.stop()
+        _end_orphan(self.mountpoint)
         first = os.path.join(f"{self.cache_dir}.tasks", f"{task}.yaml")
         os.makedirs(os.path.dirname(first), exist_ok=True)
         with open(first, "w", encoding="utf-8") as f:
@@ -94,7 +89,7 @@ class NodeDaemon:
                 "--config", first, *self.settings.mount_args]
         with open(f"{self.cache_dir}.log", "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", _PDEATHSIG_EXEC, str(os.getpid()), *argv],
+                [sys.executable, "-m", "sandfs", *argv],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
         self._wait_served()
@@ -195,7 +190,7 @@ def train_shard() -> Shard | None:
 
 @contextlib.contextmanager
 def task(config: str | os.PathLike[str] | Mapping[str, Any], *, name: str | None = None,
-         shard: Shard | None | str = "auto",
+         shard: Shard | str | None = "auto",
          settings: DaemonSettings = DaemonSettings()) -> Iterator[TaskView]:
     """Register `config` (a YAML path, YAML text or a mapping; `name` replaces its `task:`) on
     the mount of the node this process runs on, held by a lease; yields its view paths and ends
@@ -215,6 +210,19 @@ def _hold(mount: MountInfo, prepared: PreparedTask):
     if mount.started_with == prepared.config.task:  # the mount's first task: registered
         return attach(mount.mountpoint, prepared.config, hold=True)
     return register_task(mount.mountpoint, prepared, hold=True)
+
+
+def _end_orphan(mountpoint: str, timeout_s: float = 20.0) -> None:
+    """A mount left by a daemon actor that was killed: its sandfs daemon still serves it. Ask it
+    to unmount (SIGTERM is a clean stop) so that this actor can mount afresh."""
+    pid = _status(mountpoint).get("pid")
+    if not pid:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while _is_mounted(mountpoint) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _status(mountpoint: str) -> dict:

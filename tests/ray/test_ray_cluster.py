@@ -15,18 +15,18 @@ import time
 from pathlib import Path
 
 import pytest
+import ray
+import ray.cloudpickle
+from harness import require_fuse, task_config
+from ray.cluster_utils import Cluster
 
-ray = pytest.importorskip("ray")
-import ray.cloudpickle  # noqa: E402
-from harness import require_fuse, task_config  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
-
-import sandfs.ray as sandray  # noqa: E402
-from sandfs.config.schema import Shard  # noqa: E402
+import sandfs.ray as sandray
+from sandfs.config.schema import Shard
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 WORLD_SIZE = 4
 KILLED_TASK_GONE_SECONDS = 10.0
+STATUS = ".sand/status.json"
 
 
 def mounts_under(root: Path) -> list[str]:
@@ -169,18 +169,21 @@ def test_daemons_are_one_per_node_and_a_killed_trial_ends_its_task(cluster, data
             os.kill(daemon_pid, 0)
 
 
-def test_a_killed_daemon_actor_takes_its_mount_down(cluster, dataset_dir):
+def test_a_new_daemon_actor_takes_over_a_killed_ones_mount(cluster, dataset_dir):
     settings = settings_in(cluster, "actor")
 
     @ray.remote(num_cpus=0)
-    def register_once(config: dict) -> str:
+    def register_once(config: dict) -> tuple[str, int]:
         with sandray.task(config, name="once", settings=settings) as view:
-            return view.mountpoint
+            return view.mountpoint, json.loads(Path(view.mountpoint, STATUS).read_bytes())["pid"]
 
-    mountpoint = ray.get(register_once.remote(task_config(dataset_dir, task="x", epochs=1)))
+    config = task_config(dataset_dir, task="x", epochs=1)
+    mountpoint, first_pid = ray.get(register_once.remote(config))
     for daemon in sandray.daemons().values():
-        ray.kill(daemon, no_restart=True)  # the child gets SIGTERM: a clean unmount
-    deadline = time.monotonic() + 20
-    while mountpoint in mounts_under(cluster) and time.monotonic() < deadline:
-        time.sleep(0.1)
+        ray.kill(daemon, no_restart=True)  # its sandfs child lives on, serving the mount
+    again, second_pid = ray.get(register_once.remote(config))
+    assert (again, second_pid != first_pid) == (mountpoint, True)
+    with pytest.raises(ProcessLookupError):
+        os.kill(first_pid, 0)
+    assert sandray.stop_daemons() >= 1
     assert mounts_under(cluster / "actor") == []
