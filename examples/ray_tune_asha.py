@@ -100,13 +100,15 @@ def search(data: dict, trials: int, settings: sandray.DaemonSettings, storage: s
         run_config=tune.RunConfig(storage_path=storage, name=name, verbose=0))
     results = tuner.fit()
     epochs_run = [r.metrics.get("epoch", 0) for r in results]
-    status = next(s for s in sandray.node_status().values() if s)
+    statuses = {node[:8]: s for node, s in sandray.node_status().items() if s}
     sandray.stop_daemons()
     return {"trials": len(epochs_run),
             "stopped_early": sum(e < data["epochs"] for e in epochs_run),
             "errors": sum(r.error is not None for r in results),
-            "tasks_left": sorted(status["tasks"]), "frames_decoded": status["frames_decoded"],
-            "views_materialized": status["views_materialized"]}
+            "tasks_left": sorted(t for s in statuses.values() for t in s["tasks"]),
+            "frames_decoded_per_node": {n: s["frames_decoded"] for n, s in statuses.items()},
+            "frames_decoded": sum(s["frames_decoded"] for s in statuses.values()),
+            "views_materialized": sum(s["views_materialized"] for s in statuses.values())}
 
 
 def main() -> None:

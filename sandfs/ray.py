@@ -148,13 +148,18 @@ def ensure_daemons(settings: DaemonSettings = DaemonSettings()) -> dict[str, Any
     return daemons
 
 
+def daemon_names(namespace: str = "sandfs") -> list[str]:
+    """The names of the daemon actors alive now."""
+    return sorted(entry["name"] for entry in ray.util.list_named_actors(all_namespaces=True)
+                  if entry["namespace"] == namespace and entry["name"].startswith(ACTOR_PREFIX))
+
+
 def daemons(namespace: str = "sandfs") -> dict[str, Any]:
     """The daemon actors running now, by node id."""
     found = {}
-    for entry in ray.util.list_named_actors(all_namespaces=True):
-        if entry["namespace"] == namespace and entry["name"].startswith(ACTOR_PREFIX):
-            node_id = entry["name"].removeprefix(ACTOR_PREFIX)
-            found[node_id] = ray.get_actor(entry["name"], namespace=namespace)
+    for name in daemon_names(namespace):
+        with contextlib.suppress(ValueError):  # it died since it was listed
+            found[name.removeprefix(ACTOR_PREFIX)] = ray.get_actor(name, namespace=namespace)
     return found
 
 
@@ -173,7 +178,7 @@ def stop_daemons(namespace: str = "sandfs") -> int:
         for daemon in found.values():
             ray.kill(daemon, no_restart=True)
     deadline = time.monotonic() + 30
-    while daemons(namespace) and time.monotonic() < deadline:  # a kill is asynchronous
+    while daemon_names(namespace) and time.monotonic() < deadline:  # a kill is asynchronous
         time.sleep(0.1)
     return len(found)
 
