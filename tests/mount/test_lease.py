@@ -1,5 +1,6 @@
 """Leases: a task registered with hold=True ends when its registrar lets go, however it ends
-(close, exit, SIGKILL); a task registered without one (the CLI) outlives its registrar."""
+(close, exit, SIGKILL); a task registered without one (hold=False, the CLI) outlives its
+registrar."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 import time
 
 import pytest
-from harness import mount_sandfs, task_config, write_config
+from harness import mount_sandfs, sandfs_command, task_config, write_config
 
 from sandfs.client import prepare_task, register_task
 from sandfs.config.loader import ConfigError
@@ -66,6 +67,11 @@ def test_a_killed_holder_ends_its_task_and_an_unheld_task_stays(tmp_path, datase
             time.sleep(0.5)
             assert tasks_on(m.mountpoint) == {"base", "free"}  # no lease: it outlives its writer
             assert not m.path("held").exists()
+            cli = subprocess.run(sandfs_command("task", "add", str(m.mountpoint), str(held)),
+                                 capture_output=True, text=True)
+            assert cli.returncode == 0, cli.stderr
+            time.sleep(0.5)
+            assert tasks_on(m.mountpoint) == {"base", "free", "held"}  # the CLI has exited
         finally:
             for process in (holder, loose):
                 if process.poll() is None:
