@@ -117,7 +117,8 @@ def main() -> None:
     dataset = os.path.join(work, "videos")
     videos = 16  # a multiple of the world size: no padding repeats
     if not os.path.isdir(dataset):
-        make_dataset(dataset, classes=2, videos_per_class=videos // 2, num_frames=(32, 48),
+        # videos several clip spans long: a rank's clips in two epochs overlap little
+        make_dataset(dataset, classes=2, videos_per_class=videos // 2, num_frames=(96, 160),
                      size=(64, 48), seed=0, gop=16, noise=True)
     data = data_config(dataset, args.epochs)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
