@@ -100,7 +100,11 @@ class TaskRegistry:
 
     def mount_epoch(self, cfg: TaskConfig, position: Callable[[str], Position]) -> int:
         """Where the leading task on `cfg`'s dataset stands, in mount epochs (0: none): a
-        joining task starts its windows there, sharing the frames being decoded now."""
+        joining task starts its windows there, sharing the frames being decoded now. A rank of a
+        data-parallel job (`sampling.shard`) always starts at 0: its clips must not depend on
+        when it joined, or the ranks of one job would draw from different windows."""
+        if cfg.dataset.sampling.shard is not None:
+            return 0
         root = cfg.dataset.video_dataset_path
         return max((plan.epoch_offset + position(name).epoch
                     for name, plan in self.tasks.items()

@@ -50,6 +50,7 @@ ROOT = Node("root")
 SAND_DIR = ".sand"
 STATUS = "status.json"
 METRICS = "metrics"  # the status in the Prometheus text format
+LEASE_SUFFIX = ".lease"  # .sand/tasks/NAME.lease: open while the task must live (not listed)
 
 
 class VideoTree:
@@ -154,6 +155,9 @@ class Namespace:
         task = name.removesuffix(".yaml")
         if name.endswith(".yaml") and task in self.service.task_texts:
             return Node("task_yaml", task=task, generation=self.service.generations[task])
+        lease = name.removesuffix(LEASE_SUFFIX)
+        if name.endswith(LEASE_SUFFIX) and lease in self.service.tasks:
+            return Node("task_lease", task=lease, generation=self.service.generations[lease])
         return None
 
     def _child_task(self, parent: Node, name: str) -> Node | None:

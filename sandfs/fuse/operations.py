@@ -142,6 +142,7 @@ class SandOperations(pyfuse3.Operations):
         self.looked_up: dict[int, Node] = {}  # thread id -> the view path it looked up last
         self.files: dict[int, OpenFile] = {}
         self.uploads: dict[Node, Upload] = {}  # task YAMLs being written to .sand/tasks
+        self.leases: dict[Node, int] = {}  # open handles on .sand/tasks/NAME.lease
         self._next_fh = 1
         self._next_upload = 1
         self.mounted_ns = time.time_ns()
@@ -200,10 +201,10 @@ class SandOperations(pyfuse3.Operations):
     @staticmethod
     def is_immutable(node: Node) -> bool:
         # status.json and metrics change all the time; which aug{D} exist follows the task's
-        # epoch; tasks come and go. A task registered again gets new inodes, so its views stay
-        # immutable.
+        # epoch; tasks come and go. Views stay immutable (a task registered again with the same
+        # config gets the same bytes).
         return node.kind not in ("status", "metrics", "frame", "aug", "sand", "tasks",
-                                 "task_yaml", "root", "task", "task_upload")
+                                 "task_yaml", "root", "task", "task_upload", "task_lease")
 
     @handler
     async def lookup(self, parent_inode, name, ctx=None):
@@ -264,6 +265,8 @@ class SandOperations(pyfuse3.Operations):
             self.service.opened_view(node.task, node.epoch, node.iteration)
         elif node.kind == "video_file":
             handle.fd = self.open_source(node)
+        elif node.kind == "task_lease":
+            self.take_lease(node)
         elif node.kind in ("status", "metrics", "task_yaml"):
             handle.data = self.small_file(node, ctx.uid)
             info.direct_io = node.kind != "task_yaml"  # its size changes between getattr and read
@@ -344,6 +347,29 @@ class SandOperations(pyfuse3.Operations):
             self.service.released_view(node.task, node.epoch, node.iteration)
         if node.kind == "task_upload":
             self.uploads.pop(handle.node, None)
+        if node.kind == "task_lease":
+            await self.drop_lease(node)
+
+    # -- leases: a task held open by its registrar ends when the last handle closes ----------
+
+    def take_lease(self, node: Node) -> None:
+        if not self.namespace.exists(node):  # a stale inode of an ended task
+            raise fuse_error(errno.ENOENT)
+        self.leases[node] = self.leases.get(node, 0) + 1
+
+    async def drop_lease(self, node: Node) -> None:
+        """The kernel sends RELEASE once the last descriptor sharing a handle is closed, also
+        when its process exits or is killed: the task ends with the registrar that held it."""
+        held = self.leases.pop(node) - 1
+        if held:
+            self.leases[node] = held
+            return
+        if not self.namespace.exists(node):  # ended (or registered anew) meanwhile
+            return
+        try:
+            await self.service.remove_task(node.task)
+        except Exception:  # release has nobody to answer: log, never raise
+            log.exception("ending task %s when its lease was released", node.task)
 
     # -- registering and ending tasks through .sand/tasks/ -----------------------------------
 

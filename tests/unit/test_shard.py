@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -15,7 +16,7 @@ from sandfs.plan.coordination import Coordination
 from sandfs.plan.shard import rank_task_name, shard_configs, shard_positions
 from sandfs.plan.task import TaskPlan
 from tests.helpers.harness import task_config, write_config
-from tests.helpers.plans import fake_videos
+from tests.helpers.plans import fake_videos, make_plan
 
 CASES = [(n, w, drop) for n in (1, 3, 7, 8, 10, 13) for w in (1, 2, 3, 4, 8, 16)
          for drop in (False, True)]
@@ -150,3 +151,20 @@ def test_shard_from_env_reads_torchrun_variables():
                              ({"WORLD_SIZE": "two", "RANK": "0"}, "not an integer")):
         with pytest.raises(ValueError, match=message):
             shard_from_env(environ)
+
+
+def test_a_rank_joining_a_live_mount_starts_at_epoch_0(tmp_path):
+    """A plain task joining while another task on its dataset reads epoch 2 starts its
+    windows there (it shares the frames being decoded); a rank never does: its clips must not
+    depend on when it joined, or two runs of one job would differ."""
+    from sandfs.sched.windows import Position
+    from sandfs.tasks import TaskRegistry
+
+    leader = make_plan(tmp_path, videos=fake_videos(12), epochs=5)
+    registry = TaskRegistry([leader])
+    at_epoch_2 = lambda name: Position(2, 0)  # noqa: E731
+    joining = make_plan(tmp_path, videos=fake_videos(12), task="late", epochs=5).cfg
+    assert registry.mount_epoch(joining, at_epoch_2) == 2
+    sampling = replace(joining.dataset.sampling, shard=Shard(4, 1))
+    rank = replace(joining, dataset=replace(joining.dataset, sampling=sampling))
+    assert registry.mount_epoch(rank, at_epoch_2) == 0
