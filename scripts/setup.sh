@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything sandfs needs on a fresh Debian machine: system packages and a venv in .venv.
-# Idempotent: a second run only checks. Usage: scripts/setup.sh
+# Idempotent: a second run only checks. Usage: [TORCH_INDEX_URL=URL] scripts/setup.sh
+# sandfs's daemon needs no torch; the demo, tests, benchmarks and sandfs.torch do. Where the
+# default index resolves torch to a CUDA build (PyPI on Linux x86_64), pass PyTorch's CPU index:
+#   TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu scripts/setup.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,11 +23,21 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
+# The stamp holds a hash of pyproject.toml, not a time: a fresh checkout or worktree has a newer
+# pyproject.toml without any change in what it asks for.
 stamp=.venv/.sandfs-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    # torch first, pinned: a plain "torch" would pull a multi-GB CUDA build.
-    .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    # torch first, pinned, so the package install finds the pin satisfied and keeps this build.
+    torch_index=()
+    [ -n "${TORCH_INDEX_URL:-}" ] && torch_index=(--index-url "$TORCH_INDEX_URL")
+    .venv/bin/pip install -q --disable-pip-version-check "${torch_index[@]}" torch==2.13.0
     .venv/bin/pip install -q --disable-pip-version-check -e ".[test]"
-    touch "$stamp"
+    echo "$want" > "$stamp"
+fi
+# A CUDA build on a machine without an NVIDIA GPU is several GB that can never be used.
+torch_cuda=$(.venv/bin/python -c 'import torch; print(torch.version.cuda)' 2>/dev/null || echo None)
+if [ "$torch_cuda" != "None" ] && [ ! -e /dev/nvidia0 ] && ! command -v nvidia-smi >/dev/null; then
+    echo "setup: hint: torch is a CUDA $torch_cuda build and this machine has no GPU; for the CPU build: rm -rf .venv && TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu scripts/setup.sh" >&2
 fi
 echo "setup: ready (.venv)" >&2
