@@ -12,13 +12,15 @@ from collections.abc import Callable, Mapping, Sequence
 import trio
 
 from sandfs.cache import ObjectStore
+from sandfs.config.condition import ConditionError
 from sandfs.config.schema import TaskConfig
 from sandfs.materialize import Materializer
 from sandfs.media.types import BadVideo, VideoInfo
 from sandfs.plan.frames import FramePlan, FramePlanner
-from sandfs.plan.task import TaskPlan
+from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.window import view_key
 from sandfs.remote import RemoteStats
+from sandfs.sched.flights import ObjectFailed
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.sched.scheduler import Scheduler
 from sandfs.sched.windows import Position
@@ -68,7 +70,7 @@ class ViewService:
         self.started = time.monotonic()
         # what fetching remote datasets at mount took (zeros for local ones)
         self.remote = dict(remote or RemoteStats().as_status())
-        self.frames = FramePlanner()
+        self.frames = FramePlanner(self.scheduler.failures)
 
     # the registry's records, as the FUSE layer reads them
     @property
@@ -159,11 +161,20 @@ class ViewService:
             self.stats.add_task(task, "views_served")
 
     def _view_compute(self, plan: TaskPlan, epoch: int, iteration: int):
-        return lambda: self.materializer.view_bytes(plan, plan.view_plan(epoch, iteration))
+        return lambda: self.materializer.view_bytes(plan, self.view_plan(plan, epoch, iteration))
+
+    def view_plan(self, plan: TaskPlan, epoch: int, iteration: int) -> ViewPlan:
+        """The plan of one view; a view that cannot be planned (a condition failed) is
+        recorded for status.json and raises ObjectFailed (EIO), for this view alone."""
+        try:
+            return plan.view_plan(epoch, iteration)
+        except ConditionError as exc:
+            self.scheduler.failures.record(plan.name, epoch, iteration, str(exc))
+            raise ObjectFailed(str(exc)) from None
 
     def view_meta(self, task: str, epoch: int, iteration: int) -> dict:
         plan = self.tasks[task]
-        return plan.view_meta(plan.view_plan(epoch, iteration))
+        return plan.view_meta(self.view_plan(plan, epoch, iteration))
 
     # -- frames and intermediate views -------------------------------------------------------
 
@@ -190,12 +201,14 @@ class ViewService:
         tasks = {}
         for name, plan in self.tasks.items():
             position = self.position(name)
+            failures = self.scheduler.failures.of(name)
             tasks[name] = TaskStatus(
                 epoch=position.epoch, iteration=position.iteration,
                 ready_ahead=self.scheduler.ready_ahead(name, self.read_ahead),
                 views_served=stats.task_counts(name).get("views_served", 0),
                 stall_seconds=round(stats.stall_seconds(name), 3), epochs=plan.epochs,
-                iterations_per_epoch=plan.iterations_per_epoch, videos=len(plan.videos))
+                iterations_per_epoch=plan.iterations_per_epoch, videos=len(plan.videos),
+                failed_views=failures.failed_views, view_error=failures.first_reason)
         bad = [BadVideoStatus(b.rel_path, b.reason, b.detail) for b in self.bad_videos]
         for plan in self.tasks.values():
             bad += [BadVideoStatus(b.rel_path, b.reason, b.detail, plan.name)

@@ -22,6 +22,8 @@ class TaskStatus:
     epochs: int
     iterations_per_epoch: int
     videos: int
+    failed_views: int = 0  # views that could not be planned: they answer EIO
+    view_error: str | None = None  # why the first of them failed
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from sandfs import ops as oplib
+from sandfs.config.condition import ConditionError
 from sandfs.config.schema import OpSpec, TaskConfig
 from sandfs.media.types import BadVideo, VideoInfo
 from sandfs.npy import npy_nbytes
@@ -294,12 +295,20 @@ class TaskPlan:
             return int(min(np.searchsorted(np.cumsum(probs), draw, side="right"), len(probs) - 1))
         if step.branch_type == "conditional":
             for i, branch in enumerate(step.branches):
-                if branch.condition is None or branch.condition.holds(
-                    epoch=epoch, iteration=iteration, task=self.name
-                ):
+                if branch.condition is None or self._holds(step.name, branch.condition, epoch,
+                                                           iteration):
                     return i
             return None
         return None
+
+    def _holds(self, step: str, condition, epoch: int, iteration: int) -> bool:
+        """A branch's condition; ConditionError names the task, step, expression and view."""
+        try:
+            return condition.holds(epoch=epoch, iteration=iteration, task=self.name)
+        except ConditionError as exc:
+            raise ConditionError(f"task {self.name} step {step}: condition "
+                                 f"'{condition.source}' at epoch {epoch} iteration "
+                                 f"{iteration}: {exc}") from None
 
     def _view_plan(self, epoch: int, iteration: int) -> ViewPlan:
         videos = self.batch_videos(epoch, iteration)
