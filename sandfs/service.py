@@ -26,7 +26,7 @@ from sandfs.sched.scheduler import Scheduler
 from sandfs.sched.windows import Position
 from sandfs.stats import Stats
 from sandfs.status import COUNTERS, BadVideoStatus, MountStatus, TaskStatus
-from sandfs.tasks import TaskRegistry
+from sandfs.tasks import TaskRegistry, refusal
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,14 @@ class ViewService:
         the task's views are planned into them as they are, its epoch 0 into the window the
         leading task on its dataset is in."""
         plan = await self.registry.register(cfg, text, self.scheduler.position)
-        await self.scheduler.add_plan(plan)
+        try:
+            await self.scheduler.add_plan(plan)
+        except Exception as exc:  # all or nothing: a refused task leaves no trace
+            log.exception("task %s: planning it into the scheduler failed", cfg.task)
+            # its generation stays counted: inodes handed out meanwhile are never reused
+            self.registry.remove(cfg.task)
+            await self.scheduler.remove_plan(cfg.task)
+            raise refusal(cfg.task, exc) from exc
         log.info("task %s registered: %d videos, %d iterations/epoch", cfg.task,
                  len(plan.videos), plan.iterations_per_epoch)
 

@@ -53,7 +53,12 @@ class TaskRegistry:
         if self.task_planner is None:
             raise UserError("this mount does not take new tasks")
         epoch = self.mount_epoch(cfg, position)
-        plan = await trio.to_thread.run_sync(self.task_planner, cfg, epoch)
+        try:
+            plan = await trio.to_thread.run_sync(self.task_planner, cfg, epoch)
+        except UserError:
+            raise
+        except Exception as exc:  # e.g. an unreadable labels file: refused, with the reason
+            raise refusal(cfg.task, exc) from exc
         self.tasks[cfg.task] = plan
         self.generations[cfg.task] = self.generations.get(cfg.task, -1) + 1
         self.task_texts[cfg.task] = text
@@ -73,3 +78,8 @@ class TaskRegistry:
         self.task_texts.pop(name, None)
         plan.coordination.remove(name)
         return plan
+
+
+def refusal(task: str, exc: Exception) -> UserError:
+    """A registration that failed for a reason other than the task's config."""
+    return UserError(f"task {task} could not be planned: {type(exc).__name__}: {exc}")

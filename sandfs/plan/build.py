@@ -48,11 +48,11 @@ def plan_new_task(settings: MountSettings, scans: dict[DatasetKey, DatasetScan],
     found = scans[key]
     coordination = plans[0].coordination
     coordination.join(cfg, mount_epoch)
-    plan = TaskPlan(cfg, found.videos, k_epochs=settings.k_epochs,
-                    all_rel_paths=[b.rel_path for b in found.bad], coordination=coordination)
     try:
+        plan = TaskPlan(cfg, found.videos, k_epochs=settings.k_epochs,
+                        all_rel_paths=[b.rel_path for b in found.bad], coordination=coordination)
         check_plan(cfg, plan)
-    except UserError:
+    except Exception:  # a refused task leaves nothing in the coordination
         coordination.remove(cfg.task)
         raise
     return plan
