@@ -15,7 +15,7 @@ import yaml
 
 from sandfs.fuse.operations import MAX_TASK_FILE_BYTES
 from tests.helpers.harness import task_config
-from tests.helpers.operations import CTX, errno_of
+from tests.helpers.operations import CTX, Listing, errno_of
 from tests.helpers.reference import reference_view
 
 
@@ -161,3 +161,25 @@ async def test_a_task_whose_labels_cannot_be_read_is_refused_with_the_reason(fs,
     assert "/nonexistent/labels.csv" in (await status(fs))["task_errors"]["t1"]
     assert await fs.listdir("") == [".sand", "t0"]
     assert "t1" not in fs.ops.service.tasks["t0"].coordination._configs
+
+
+async def test_listing_a_task_of_a_million_epochs_pages_from_any_offset(fs, dataset_dir):
+    """readdir makes the entries of the page asked for, not the whole listing each call: the
+    first page, a page near the end and a whole epoch directory come back at once."""
+    await fs.write_new(".sand/tasks/long.yaml",
+                       task_yaml(dataset_dir, task="long", epochs=1_000_000))
+    task = await fs.ops.opendir(await fs.inode("long"), CTX)
+    first = Listing(100)
+    await fs.ops.readdir(task, 0, first)
+    assert [name for name, _, _ in first.entries] == ["videos", *map(str, range(99))]
+    assert [offset for _, _, offset in first.entries] == list(range(1, 101))
+    last = Listing(100)
+    await fs.ops.readdir(task, 999_990, last)
+    assert [name for name, _, _ in last.entries] == list(map(str, range(999_989, 1_000_000)))
+    assert last.entries[-1][2] == 1_000_001
+    end = Listing(100)
+    await fs.ops.readdir(task, 1_000_001, end)
+    assert end.entries == []
+    plan = fs.ops.service.tasks["long"]
+    assert await fs.listdir("long/999999", room=2) == list(
+        map(str, range(plan.iterations_per_epoch)))

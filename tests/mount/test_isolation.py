@@ -7,6 +7,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -89,3 +91,25 @@ def test_a_task_added_live_with_a_failing_condition_fails_only_its_views(tmp_pat
         check_served(m, plans, exact=False)
         check_status(m, plans)
         m.expected_log_errors = plans["bad"].iterations_per_epoch
+
+
+def test_listing_a_long_task_leaves_another_tasks_reads_going(tmp_path, dataset_dir):
+    """`ls` of a task with 100,000 epochs completes while another task is read: each page of
+    the listing is made on its own, so the reads between pages are served."""
+    paths = [write_config(tmp_path / "good.yaml", task_config(dataset_dir, task="good")),
+             write_config(tmp_path / "long.yaml",
+                          task_config(dataset_dir, task="long", seed=2, epochs=100_000))]
+    plans = build_plans(paths)
+    good = plans["good"]
+    with mount_sandfs(tmp_path, paths) as m, ThreadPoolExecutor(1) as pool:
+        listing = pool.submit(os.listdir, m.path("long"))
+        slowest = 0.0
+        while not listing.done():
+            for epoch in range(good.epochs):
+                started = time.monotonic()
+                data = m.path("good", str(epoch), "0", "view").read_bytes()
+                slowest = max(slowest, time.monotonic() - started)
+                assert data == reference_view(good, epoch, 0)
+        names = listing.result(timeout=120)
+        assert len(names) == 100_001 and names[:2] == ["videos", "0"] and "99999" in names
+        assert slowest < 30, f"a read of another task waited {slowest:.1f} s"
