@@ -14,6 +14,7 @@ import trio
 from sandfs.cache import ObjectStore
 from sandfs.config.condition import ConditionError
 from sandfs.config.schema import TaskConfig
+from sandfs.fileio import DAMAGED
 from sandfs.materialize import Materializer
 from sandfs.media.types import BadVideo, VideoInfo
 from sandfs.plan.frames import FramePlan, FramePlanner
@@ -226,7 +227,8 @@ class ViewService:
             ondemand_waiting=self.engine.demand_waiting, scheduler=self.scheduler.status(),
             tasks=tasks, counters={key: stats.get(key) for key in COUNTERS},
             cache=EMPTY_CACHE if self.store is None else self.store.stats(),
-            bad_videos=tuple(bad), task_errors=dict(self.task_errors), remote=self.remote)
+            bad_videos=tuple(bad), task_errors=dict(self.task_errors), remote=self.remote,
+            state_files_rebuilt=DAMAGED.count)
 
     def status(self) -> dict:
         return self.status_record().to_json()

@@ -67,6 +67,7 @@ class MountStatus:
     bad_videos: tuple[BadVideoStatus, ...]
     task_errors: Mapping[str, str]
     remote: Mapping[str, int]  # fetching remote datasets: bytes_fetched, requests, errors, ...
+    state_files_rebuilt: int = 0  # plan checkpoint or scan index found damaged, rebuilt
 
     def to_json(self) -> dict:
         sched, counters = self.scheduler, self.counters
@@ -95,6 +96,7 @@ class MountStatus:
             "bad_videos": [bad.to_json() for bad in self.bad_videos],
             "task_errors": dict(self.task_errors),
             "remote": dict(self.remote),
+            "state_files_rebuilt": self.state_files_rebuilt,
         }
 
     def to_bytes(self) -> bytes:

@@ -5,6 +5,7 @@ checksum, discarded, rebuilt and counted."""
 from __future__ import annotations
 
 import json
+import os
 
 from tests.helpers.harness import mount_sandfs, task_config, write_config
 
@@ -38,3 +39,35 @@ def test_an_edited_task_remounted_on_its_cache_dir_gives_the_fresh_views(tmp_pat
 
 def status(m) -> dict:
     return json.loads(m.path(".sand", "status.json").read_bytes())
+
+
+def flip_digit(path, after: bytes) -> None:
+    """Change the digit after `after`: the JSON stays valid, only the checksum tells."""
+    raw = path.read_bytes()
+    at = raw.index(after) + len(after)
+    digit = b"1" if raw[at:at + 1] != b"1" else b"2"
+    path.write_bytes(raw[:at] + digit + raw[at + 1:])
+
+
+def test_damaged_state_files_are_discarded_rebuilt_and_counted(tmp_path, dataset_dir):
+    """A flipped byte in the plan checkpoint or the scan index is found by its checksum: the
+    mount serves what an undamaged restart serves and says so in status.json."""
+    paths = configs(tmp_path, dataset_dir)
+    with mount_sandfs(tmp_path, paths) as m:
+        before = every_view(m)
+        metas = m.path("a", "0", "0", "view")
+        meta = json.loads(os.getxattr(metas, "user.sand.meta"))
+        assert status(m)["state_files_rebuilt"] == 0
+    cache = tmp_path / "mnt-cache"
+    flip_digit(cache / "plan-state.json", b'"pool_key":"')
+    (index,) = cache.glob("scan-*.json")
+    flip_digit(index, b'"width":')  # sound JSON, sound entry: only the checksum tells
+    with mount_sandfs(tmp_path, paths) as m:
+        assert status(m)["state_files_rebuilt"] == 2
+        assert json.loads(os.getxattr(metas, "user.sand.meta")) == meta
+        assert every_view(m) == before
+        log = m.log_text()
+    assert log.count("is damaged (checksum mismatch)") == 2
+    with mount_sandfs(tmp_path, paths) as m:  # both were rebuilt
+        assert status(m)["state_files_rebuilt"] == 0
+        assert every_view(m) == before
