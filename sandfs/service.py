@@ -216,7 +216,8 @@ class ViewService:
                 views_served=stats.task_counts(name).get("views_served", 0),
                 stall_seconds=round(stats.stall_seconds(name), 3), epochs=plan.epochs,
                 iterations_per_epoch=plan.iterations_per_epoch, videos=len(plan.videos),
-                failed_views=failures.failed_views, view_error=failures.first_reason)
+                failed_views=failures.failed_views, view_error=failures.first_reason,
+                **label_counts(plan))
         bad = [BadVideoStatus(b.rel_path, b.reason, b.detail) for b in self.bad_videos]
         for plan in self.tasks.values():
             bad += [BadVideoStatus(b.rel_path, b.reason, b.detail, plan.name)
@@ -235,3 +236,12 @@ class ViewService:
 
     def status_bytes(self) -> bytes:
         return self.status_record().to_bytes()
+
+
+def label_counts(plan: TaskPlan) -> dict[str, int]:
+    """What status.json says of a task's labels CSV (zeros without one)."""
+    found = plan.label_match
+    if found is None:
+        return {}
+    return {"videos_without_label": found.videos_without_label,
+            "label_rows_without_video": found.rows_without_video}

@@ -24,6 +24,8 @@ class TaskStatus:
     videos: int
     failed_views: int = 0  # views that could not be planned: they answer EIO
     view_error: str | None = None  # why the first of them failed
+    videos_without_label: int = 0  # a labels CSV named none of these videos
+    label_rows_without_video: int = 0  # rows of the labels CSV that name no video
 
 
 @dataclass(frozen=True, slots=True)
