@@ -77,7 +77,7 @@ def _kinetics_rows(rows, header: list[str]) -> list[LabelRow]:
     out = []
     for n, row in rows:
         try:
-            start, end = int(row[at["time_start"]]), int(row[at["time_end"]])
+            start, end = (int(float(row[at[name]])) for name in ("time_start", "time_end"))
             stem = f"{row[at['youtube_id']].strip()}_{start:06d}_{end:06d}"
             out.append(LabelRow(n, stem, row[at["label"]].strip()))
         except (IndexError, ValueError):

@@ -21,7 +21,7 @@ import numpy as np
 
 from sandfs import ops as oplib
 from sandfs.config.condition import ConditionError
-from sandfs.config.schema import OpSpec, TaskConfig
+from sandfs.config.schema import Condition, OpSpec, TaskConfig
 from sandfs.media.types import BadVideo, VideoInfo
 from sandfs.npy import npy_nbytes
 from sandfs.ops.base import FrameShape, OpInstance, Window
@@ -299,7 +299,7 @@ class TaskPlan:
             return None
         return None
 
-    def _holds(self, step: str, condition, epoch: int, iteration: int) -> bool:
+    def _holds(self, step: str, condition: Condition, epoch: int, iteration: int) -> bool:
         """A branch's condition; ConditionError names the task, step, expression and view."""
         try:
             return condition.holds(epoch=epoch, iteration=iteration, task=self.name)
