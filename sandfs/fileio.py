@@ -1,11 +1,81 @@
-"""Crash-safe file replacement: a reader sees the old file or the new one, never a torn one."""
+"""Crash-safe file replacement: a reader sees the old file or the new one, never a torn one.
+State files (JSON documents kept between runs) also carry a checksum, so that a damaged one is
+found, discarded and rebuilt instead of silently changing what the mount serves."""
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import json
+import logging
 import os
 import secrets
+import threading
+
+import xxhash
+
+log = logging.getLogger(__name__)
+
+# the last key of a checked JSON document: the xxh3-64 of the document's bytes without it
+CHECKSUM_KEY = "xxh3_64"
+_CHECKSUM_MARK = f',"{CHECKSUM_KEY}":"'.encode()
+
+
+class DamagedFile(ValueError):
+    """A state file whose checksum does not match (or that has none)."""
+
+
+class _DamagedCount:
+    """State files found damaged in this process: status.json's `state_files_rebuilt`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+
+    def add(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+
+DAMAGED = _DamagedCount()
+
+
+def write_checked_json(path: str, document: dict, *, durable: bool = True) -> None:
+    """`atomic_write` a JSON object with its checksum as the last key (still plain JSON)."""
+    body = json.dumps(document, separators=(",", ":")).encode()
+    digest = xxhash.xxh3_64_hexdigest(body).encode()
+    sealed = body[:-1] + (_CHECKSUM_MARK if body != b"{}" else _CHECKSUM_MARK[1:])
+    atomic_write(path, sealed + digest + b'"}', durable=durable)
+
+
+def read_checked_json(path: str) -> dict:
+    """A document written by `write_checked_json`. FileNotFoundError when missing; DamagedFile
+    (logged and counted) when its bytes are not what was written."""
+    with open(path, "rb") as f:
+        body = _unseal(f.read())
+    if body is None:
+        DAMAGED.add()
+        log.warning("state file %s is damaged (checksum mismatch): discarded, it is rebuilt",
+                    ascii(path))
+        raise DamagedFile(f"{path}: checksum mismatch")
+    return json.loads(body)
+
+
+def _unseal(raw: bytes) -> bytes | None:
+    """The document without its checksum, or None when the checksum is missing or wrong."""
+    mark = raw.rfind(_CHECKSUM_MARK)
+    if mark >= 0:
+        body, digest = raw[:mark] + b"}", raw[mark + len(_CHECKSUM_MARK):-2]
+    elif raw.startswith(b"{" + _CHECKSUM_MARK[1:]):
+        body, digest = b"{}", raw[len(_CHECKSUM_MARK):-2]
+    else:
+        return None
+    ok = raw.endswith(b'"}') and xxhash.xxh3_64_hexdigest(body).encode() == digest
+    return body if ok else None
 
 
 def atomic_write(path: str, data: bytes, *, durable: bool = True, mode: int = 0o600) -> None:

@@ -12,20 +12,23 @@ from collections.abc import Callable, Mapping, Sequence
 import trio
 
 from sandfs.cache import ObjectStore
+from sandfs.config.condition import ConditionError
 from sandfs.config.schema import TaskConfig
+from sandfs.fileio import DAMAGED
 from sandfs.materialize import Materializer
 from sandfs.media.types import BadVideo, VideoInfo
 from sandfs.ops import isolated
 from sandfs.plan.frames import FramePlan, FramePlanner
-from sandfs.plan.task import TaskPlan
+from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.window import view_key
 from sandfs.remote import RemoteStats
+from sandfs.sched.flights import ObjectFailed
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.sched.scheduler import Scheduler
 from sandfs.sched.windows import Position
 from sandfs.stats import Stats
 from sandfs.status import COUNTERS, BadVideoStatus, FailureLog, MountStatus, TaskStatus
-from sandfs.tasks import TaskRegistry
+from sandfs.tasks import TaskRegistry, refusal
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +72,7 @@ class ViewService:
         self.started = time.monotonic()
         # what fetching remote datasets at mount took (zeros for local ones)
         self.remote = dict(remote or RemoteStats().as_status())
-        self.frames = FramePlanner()
+        self.frames = FramePlanner(self.scheduler.failures)
         self.failures = FailureLog()  # reads answered with EIO, for status.json
 
     # the registry's records, as the FUSE layer reads them
@@ -113,7 +116,14 @@ class ViewService:
         the task's views are planned into them as they are, its epoch 0 into the window the
         leading task on its dataset is in."""
         plan = await self.registry.register(cfg, text, self.scheduler.position)
-        await self.scheduler.add_plan(plan)
+        try:
+            await self.scheduler.add_plan(plan)
+        except Exception as exc:  # all or nothing: a refused task leaves no trace
+            log.exception("task %s: planning it into the scheduler failed", cfg.task)
+            # its generation stays counted: inodes handed out meanwhile are never reused
+            self.registry.remove(cfg.task)
+            await self.scheduler.remove_plan(cfg.task)
+            raise refusal(cfg.task, exc) from exc
         log.info("task %s registered: %d videos, %d iterations/epoch", cfg.task,
                  len(plan.videos), plan.iterations_per_epoch)
 
@@ -161,11 +171,20 @@ class ViewService:
             self.stats.add_task(task, "views_served")
 
     def _view_compute(self, plan: TaskPlan, epoch: int, iteration: int):
-        return lambda: self.materializer.view_bytes(plan, plan.view_plan(epoch, iteration))
+        return lambda: self.materializer.view_bytes(plan, self.view_plan(plan, epoch, iteration))
+
+    def view_plan(self, plan: TaskPlan, epoch: int, iteration: int) -> ViewPlan:
+        """The plan of one view; a view that cannot be planned (a condition failed) is
+        recorded for status.json and raises ObjectFailed (EIO), for this view alone."""
+        try:
+            return plan.view_plan(epoch, iteration)
+        except ConditionError as exc:
+            self.scheduler.failures.record(plan.name, epoch, iteration, str(exc))
+            raise ObjectFailed(str(exc)) from None
 
     def view_meta(self, task: str, epoch: int, iteration: int) -> dict:
         plan = self.tasks[task]
-        return plan.view_meta(plan.view_plan(epoch, iteration))
+        return plan.view_meta(self.view_plan(plan, epoch, iteration))
 
     # -- frames and intermediate views -------------------------------------------------------
 
@@ -192,12 +211,15 @@ class ViewService:
         tasks = {}
         for name, plan in self.tasks.items():
             position = self.position(name)
+            failures = self.scheduler.failures.of(name)
             tasks[name] = TaskStatus(
                 epoch=position.epoch, iteration=position.iteration,
                 ready_ahead=self.scheduler.ready_ahead(name, self.read_ahead),
                 views_served=stats.task_counts(name).get("views_served", 0),
                 stall_seconds=round(stats.stall_seconds(name), 3), epochs=plan.epochs,
-                iterations_per_epoch=plan.iterations_per_epoch, videos=len(plan.videos))
+                iterations_per_epoch=plan.iterations_per_epoch, videos=len(plan.videos),
+                failed_views=failures.failed_views, view_error=failures.first_reason,
+                **label_counts(plan))
         bad = [BadVideoStatus(b.rel_path, b.reason, b.detail) for b in self.bad_videos]
         for plan in self.tasks.values():
             bad += [BadVideoStatus(b.rel_path, b.reason, b.detail, plan.name)
@@ -210,7 +232,7 @@ class ViewService:
             cache=EMPTY_CACHE if self.store is None else self.store.stats(),
             bad_videos=tuple(bad), task_errors=dict(self.task_errors), remote=self.remote,
             isolated_ops=isolated.status(), failures=self.failures.entries(),
-            failures_total=self.failures.total)
+            failures_total=self.failures.total, state_files_rebuilt=DAMAGED.count)
 
     def status(self) -> dict:
         return self.status_record().to_json()
@@ -224,3 +246,12 @@ class ViewService:
 
     def status_bytes(self, viewer: int | None = None) -> bytes:
         return self.status_for(viewer).to_bytes()
+
+
+def label_counts(plan: TaskPlan) -> dict[str, int]:
+    """What status.json says of a task's labels CSV (zeros without one)."""
+    found = plan.label_match
+    if found is None:
+        return {}
+    return {"videos_without_label": found.videos_without_label,
+            "label_rows_without_video": found.rows_without_video}

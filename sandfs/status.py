@@ -23,6 +23,10 @@ class TaskStatus:
     epochs: int
     iterations_per_epoch: int
     videos: int
+    failed_views: int = 0  # views that could not be planned: they answer EIO
+    view_error: str | None = None  # why the first of them failed
+    videos_without_label: int = 0  # a labels CSV named none of these videos
+    label_rows_without_video: int = 0  # rows of the labels CSV that name no video
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,7 @@ class MountStatus:
     isolated_ops: Mapping[str, object]  # custom steps run out of process: workers, failures
     failures: tuple[Failure, ...] = ()
     failures_total: int = 0
+    state_files_rebuilt: int = 0  # plan checkpoint or scan index found damaged, rebuilt
 
     def seen_by(self, tasks: set[str], task_errors: set[str]) -> MountStatus:
         """What a user who owns `tasks` (and wrote the files of `task_errors`) may see: those
@@ -144,6 +149,7 @@ class MountStatus:
             "isolated_ops": dict(self.isolated_ops),
             "failures": [failure.to_json() for failure in self.failures],
             "failures_total": self.failures_total,
+            "state_files_rebuilt": self.state_files_rebuilt,
         }
 
     def to_bytes(self) -> bytes:

@@ -89,7 +89,12 @@ class TaskRegistry:
             raise UserError("this mount does not take new tasks")
         owner = owner_of(cfg)
         epoch = self.mount_epoch(cfg, position)
-        plan = await trio.to_thread.run_sync(self.task_planner, cfg, epoch)
+        try:
+            plan = await trio.to_thread.run_sync(self.task_planner, cfg, epoch)
+        except UserError:
+            raise
+        except Exception as exc:  # e.g. an unreadable labels file: refused, with the reason
+            raise refusal(cfg.task, exc) from exc
         self.tasks[cfg.task] = plan
         self.owners[cfg.task] = owner
         self.generations[cfg.task] = self.generations.get(cfg.task, -1) + 1
@@ -116,3 +121,8 @@ class TaskRegistry:
         self.owners.pop(name, None)
         plan.coordination.remove(name)
         return plan
+
+
+def refusal(task: str, exc: Exception) -> UserError:
+    """A registration that failed for a reason other than the task's config."""
+    return UserError(f"task {task} could not be planned: {type(exc).__name__}: {exc}")

@@ -19,6 +19,11 @@ MAX_DEPTH = 50  # the checker and evaluator recurse: `- - - ... epoch` must not 
 MAX_LITERAL = 10**18
 MAX_RESULT_BITS = 1024  # belt and braces: results stay far below this without `**`
 
+
+class ConditionError(ValueError):
+    """A condition that passed validation could not be evaluated (e.g. `% (epoch - 3)` at
+    epoch 3): the views that needed it fail, nothing else does."""
+
 NAME_TYPES: dict[str, type] = {"epoch": int, "iteration": int, "task": str}
 
 _ARITHMETIC: dict[type, tuple[str, Callable[[int, int], int]]] = {
@@ -106,10 +111,12 @@ def compile_condition(text: str) -> ast.expr:
 
 
 def evaluate(tree: ast.expr, names: Mapping[str, object]) -> object:
-    """Evaluate a tree from `compile_condition`. Raises ValueError (e.g. division by zero)."""
+    """Evaluate a tree from `compile_condition`. Raises ConditionError (e.g. division by
+    zero)."""
     for name, kind in NAME_TYPES.items():
         if not isinstance(names.get(name), kind):
-            raise ValueError(f"condition needs {name} as {kind.__name__}, got {names.get(name)!r}")
+            raise ConditionError(
+                f"condition needs {name} as {kind.__name__}, got {names.get(name)!r}")
     return _eval(tree, names)
 
 
@@ -226,10 +233,10 @@ def _eval_binary(node: ast.BinOp, names: Mapping[str, object]) -> int:
     left, right = _eval(node.left, names), _eval(node.right, names)
     symbol, apply = _ARITHMETIC[type(node.op)]
     if right == 0 and symbol in ("//", "%"):
-        raise ValueError(f"division by zero ('{symbol}') in condition")
+        raise ConditionError("integer division by zero")
     result = apply(left, right)
     if result.bit_length() > MAX_RESULT_BITS:
-        raise ValueError("integer result too large in condition")
+        raise ConditionError("integer result too large")
     return result
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
+from itertools import chain
 
 from sandfs.access import NodeAccess
 from sandfs.metrics import render_metrics
@@ -208,15 +210,33 @@ class Namespace:
 
     # -- listing -----------------------------------------------------------------------------
 
-    def children(self, node: Node) -> list[tuple[str, Node]]:
-        """The entries of a directory, in a stable order."""
-        names = self.child_names(node)
-        return [(n, c) for n in names if (c := self.child(node, n)) is not None]
+    def children(self, node: Node, start: int = 0) -> Iterator[tuple[int, str, Node]]:
+        """The entries of a directory from offset `start`, in a stable order: (offset of the
+        next entry, name, node). Made as the kernel pages through the directory, so a page
+        costs what it returns, however many epochs a task has."""
+        for position, name in enumerate(self.child_names(node, start), start + 1):
+            child = self.child(node, name)
+            if child is not None:
+                yield position, name, child
 
-    def child_names(self, node: Node) -> list[str]:
+    def child_names(self, node: Node, start: int = 0) -> Iterable[str]:
+        """The names of a directory's entries from offset `start`."""
         service = self.service
         if not self.exists(node):
-            return []
+            return ()
+        match node.kind:
+            case "task":  # `videos`, then one entry per epoch
+                epochs = range(max(start - 1, 0), service.tasks[node.task].epochs)
+                return chain(["videos"][start:], map(str, epochs))
+            case "epoch":
+                return map(str, range(start, service.tasks[node.task].iterations_per_epoch))
+            case "frames":
+                info = service.tasks[node.task].videos[node.video]
+                return (f"frame{i}" for i in range(start, info.num_frames))
+        return self._small_listing(node)[start:]
+
+    def _small_listing(self, node: Node) -> list[str]:
+        service = self.service
         match node.kind:
             case "root":
                 return [SAND_DIR, *sorted(service.tasks)]
@@ -224,17 +244,10 @@ class Namespace:
                 return [STATUS, METRICS, "tasks"]
             case "tasks":
                 return [f"{t}.yaml" for t in sorted(service.task_texts)]
-            case "task":
-                return ["videos", *map(str, range(service.tasks[node.task].epochs))]
-            case "epoch":
-                return list(map(str, range(service.tasks[node.task].iterations_per_epoch)))
             case "iteration":
                 return ["view"]
             case "videos":
                 return list(self.video_tree(node.task).entries.get(node.folder, {}))
-            case "frames":
-                info = service.tasks[node.task].videos[node.video]
-                return [f"frame{i}" for i in range(info.num_frames)]
             case "frame":
                 deepest = service.max_depth(node.task, node.video, node.frame)
                 return [f"aug{d}" for d in range(deepest + 1)]

@@ -235,12 +235,9 @@ class SandOperations(pyfuse3.Operations):
 
     @handler
     async def readdir(self, fh, start_id, token):
-        entries = self.namespace.children(self.inodes.node(fh))
-        for position in range(start_id, len(entries)):
-            name, child = entries[position]
-            if not pyfuse3.readdir_reply(
-                token, os.fsencode(name), self.attributes(child), position + 1
-            ):
+        for position, name, child in self.namespace.children(self.inodes.node(fh), start_id):
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), self.attributes(child),
+                                         position):
                 break
 
     async def releasedir(self, fh):

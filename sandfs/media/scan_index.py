@@ -1,12 +1,12 @@
 """The scan index: probe results of a previous scan, as JSON, keyed by (rel_path, path, size,
 mtime), so a remount of an unchanged dataset probes nothing. A file of another format or scan
-version, or scanned under other limits, is ignored (and rewritten)."""
+version, or scanned under other limits, or whose checksum does not match (a damaged file), is
+ignored (and rewritten)."""
 
 from __future__ import annotations
 
 import errno
 import itertools
-import json
 import logging
 import os
 from collections.abc import Iterator
@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
 
-from sandfs.fileio import atomic_write
+from sandfs.fileio import read_checked_json, write_checked_json
 from sandfs.media.probe import ProbeFacts, ProbeFailure, ProbeResult
 from sandfs.media.types import MediaLimits
 
@@ -46,8 +46,7 @@ def _index_limits(limits: MediaLimits) -> dict[str, int]:
 def load_index(index_path: str | os.PathLike[str], limits: MediaLimits) -> Entries:
     """rel_path -> (key, result) from a previous scan; {} when missing, foreign or corrupt."""
     try:
-        with open(index_path, encoding="utf-8") as file:
-            document = json.load(file)
+        document = read_checked_json(os.fspath(index_path))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as error:
@@ -85,7 +84,7 @@ def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries:
         "entries": document_entries,
     }
     try:
-        atomic_write(os.fspath(index_path), json.dumps(document, separators=(",", ":")).encode())
+        write_checked_json(os.fspath(index_path), document)
     except OSError as error:
         log.warning(
             "cannot write the scan index %s: %s", ascii(os.fspath(index_path)), ascii(str(error))

@@ -55,7 +55,7 @@ def plan_new_task(settings: MountSettings, scans: dict[DatasetKey, DatasetScan],
                         all_rel_paths=known_paths(found), coordination=coordination,
                         refused=refused)
         check_plan(cfg, plan)
-    except UserError:
+    except Exception:  # a refused task leaves nothing in the coordination
         coordination.remove(cfg.task)
         raise
     return plan

@@ -3,11 +3,10 @@ kept in the cache dir so that a restarted daemon plans the same views for them."
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 
-from sandfs.fileio import atomic_write
+from sandfs.fileio import read_checked_json, write_checked_json
 from sandfs.plan.coordination import STATE_VERSION
 
 log = logging.getLogger(__name__)
@@ -16,11 +15,11 @@ PLAN_STATE = "plan-state.json"
 
 
 def load_plan_state(cache_dir: str) -> dict | None:
-    """The checkpoint of the last run, if any (a broken one is ignored)."""
+    """The checkpoint of the last run, if any (a damaged or foreign one is ignored: the
+    windows are planned afresh and checkpointed again)."""
     path = os.path.join(cache_dir, PLAN_STATE)
     try:
-        with open(path, encoding="utf-8") as f:
-            state = json.load(f)
+        state = read_checked_json(path)
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"version {state.get('version')!r}, this sandfs plans with "
                              f"version {STATE_VERSION}")
@@ -33,4 +32,4 @@ def load_plan_state(cache_dir: str) -> dict | None:
 
 
 def save_plan_state(cache_dir: str, state: dict) -> None:
-    atomic_write(os.path.join(cache_dir, PLAN_STATE), json.dumps(state).encode())
+    write_checked_json(os.path.join(cache_dir, PLAN_STATE), state)

@@ -20,6 +20,7 @@ whose data have the same identity share pools and crop windows wherever each one
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections import defaultdict
@@ -35,9 +36,19 @@ from sandfs.plan.pool import POOL_SPANS, FramePool
 from sandfs.plan.seeds import derive_seed
 from sandfs.plan.steps import source_shape, step_ops
 
-STATE_VERSION = 3  # of the checkpoint; 3: windows keyed by dataset identity, not by root
+# of the checkpoint; 3: windows keyed by dataset identity, not by root; 4: each entry carries
+# the fingerprints of the task configs that shaped it
+STATE_VERSION = 4
 DataKey = tuple[str, str]  # DatasetIdentity.key
 CropContext = tuple  # (dataset identity key, static (H, W) of the crop's input, or None)
+
+log = logging.getLogger(__name__)
+
+
+def config_fingerprint(cfg: TaskConfig) -> str:
+    """What of a task's config shapes the windows it shares: its draws (dataset section
+    without the path, and seed). A checkpointed window applies only while this is unchanged."""
+    return f"{derive_seed('shapes', data_fingerprint(cfg.dataset), cfg.seed):032x}"
 
 
 def span_frames(cfg: TaskConfig) -> int:
@@ -110,6 +121,10 @@ class Coordination:
         self._pools: dict[tuple[DataKey, int], FramePool] = {}
         self._crops: dict[tuple[DataKey, int], dict[CropContext, tuple[int, int]]] = {}
         self._offsets: dict[str, int] = {}  # task -> epoch offset (tasks that joined late)
+        # the config fingerprints of the tasks that shaped each frozen window, and of the tasks
+        # whose offset was checkpointed: what a checkpoint entry applies to
+        self._shapers: dict[tuple[DataKey, int], dict[str, str]] = {}
+        self._offset_configs: dict[str, str] = {}
         self._lock = threading.Lock()
         self.changed = False  # frozen state not checkpointed yet
 
@@ -126,6 +141,9 @@ class Coordination:
         restart plans it as before."""
         with self._lock:
             self._configs[cfg.task] = cfg
+            checkpointed = self._offset_configs.pop(cfg.task, None)
+            if checkpointed is not None and not _offset_applies(cfg, checkpointed):
+                self._offsets.pop(cfg.task, None)
             if cfg.task not in self._offsets and mount_epoch and self.coordinate:
                 self._offsets[cfg.task] = mount_epoch
                 self.changed = True
@@ -181,6 +199,7 @@ class Coordination:
             sharing = [c for name, c in self._configs.items() if self._data.get(name) == data]
             # evaluation tasks (test_views) draw nothing: they must not widen others' pools
             sharing = [c for c in sharing if not c.dataset.sampling.test_views] or sharing
+            self._shapers[(data, window)] = {c.task: config_fingerprint(c) for c in sharing}
             self._pools[(data, window)] = shared_pool(data, sharing)
             self._crops[(data, window)] = shared_crop_windows(sharing, data)
             self.changed = True
@@ -190,26 +209,45 @@ class Coordination:
     def state(self) -> dict:
         with self._lock:
             self.changed = False
-            return {"version": STATE_VERSION, "epoch_offsets": dict(sorted(self._offsets.items())),
-                    "windows": [
+            offsets = {name: {"epoch": epoch, "config": self._offset_config(name)}
+                       for name, epoch in sorted(self._offsets.items())}
+            return {"version": STATE_VERSION, "epoch_offsets": offsets, "windows": [
                 {"dataset": list(data), "window": window, "pool_key": str(pool.key),
                  "grid": pool.grid, "width_frames": pool.width_frames,
                  "span_frames": pool.span_frames,
+                 "configs": dict(sorted(self._shapers.get((data, window), {}).items())),
                  "crops": [[list(ctx[1]) if ctx[1] else None, list(size)]
                            for ctx, size in sorted(self._crops[(data, window)].items(),
                                                    key=repr)]}
                 for (data, window), pool in sorted(self._pools.items())
             ]}
 
+    def _offset_config(self, name: str) -> str | None:
+        cfg = self._configs.get(name)
+        return config_fingerprint(cfg) if cfg else self._offset_configs.get(name)
+
     def load(self, state: dict) -> None:
-        """Take the frozen windows of an earlier run (a checkpoint written by `state`)."""
+        """Take the frozen windows of an earlier run (a checkpoint written by `state`): those
+        that no task configured differently now shaped. The others are discarded, loudly: a
+        task that was edited is planned as with a fresh cache dir."""
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"unknown plan state version {state.get('version')!r}")
         with self._lock:
-            self._offsets.update({str(k): int(v) for k, v in state["epoch_offsets"].items()})
+            for name, entry in state["epoch_offsets"].items():
+                self._take_offset(str(name), int(entry["epoch"]), entry["config"])
             for entry in state["windows"]:
                 data = (str(entry["dataset"][0]), str(entry["dataset"][1]))
                 key = (data, int(entry["window"]))
+                shapers = {str(k): str(v) for k, v in entry["configs"].items()}
+                edited = sorted(name for name, fp in shapers.items()
+                                if name in self._configs
+                                and config_fingerprint(self._configs[name]) != fp)
+                if edited:
+                    log.warning("plan checkpoint: window %d of dataset %s was planned for "
+                                "another config of task %s: planned again", key[1], data[0],
+                                ", ".join(edited))
+                    continue
+                self._shapers[key] = shapers
                 self._pools[key] = FramePool(int(entry["pool_key"]), int(entry["grid"]),
                                              int(entry["width_frames"]),
                                              int(entry["span_frames"]))
@@ -217,3 +255,21 @@ class Coordination:
                     (data, tuple(hw) if hw else None): (int(size[0]), int(size[1]))
                     for hw, size in entry["crops"]
                 }
+
+    def _take_offset(self, name: str, epoch: int, config: str | None) -> None:
+        """A checkpointed epoch offset; a task configured now is checked here, one that joins
+        later when it joins (`join`)."""
+        cfg = self._configs.get(name)
+        if cfg is not None and not _offset_applies(cfg, config):
+            return
+        self._offsets[name] = epoch
+        if cfg is None and config is not None:
+            self._offset_configs[name] = config
+
+
+def _offset_applies(cfg: TaskConfig, config: str | None) -> bool:
+    if config == config_fingerprint(cfg):
+        return True
+    log.warning("plan checkpoint: task %s was edited since its epoch offset was checkpointed: "
+                "the offset is discarded", cfg.task)
+    return False

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sandfs.config.condition import ConditionError
 from sandfs.npy import npy_nbytes
 from sandfs.ops import chain_shape
 from sandfs.ops.base import FrameShape, OpInstance
+from sandfs.plan.failures import ViewFailures
 from sandfs.plan.task import StreamClip, TaskPlan
 
 FrameUses = dict[tuple[int, int], StreamClip]  # (video, frame) -> the first clip using it
@@ -30,15 +32,21 @@ class FramePlan:
 class FramePlanner:
     """Plans aug{D} frames; keeps the frame uses of the one epoch asked for last."""
 
-    def __init__(self) -> None:
+    def __init__(self, failures: ViewFailures | None = None) -> None:
         self._uses: dict[tuple[str, int], FrameUses] = {}
+        self.failures = failures or ViewFailures()  # views that cannot be planned
 
     def frame_uses(self, plan: TaskPlan, epoch: int) -> FrameUses:
         key = (plan.name, epoch)
         if key not in self._uses:
             uses: FrameUses = {}
             for iteration in range(plan.iterations_per_epoch):
-                for clip in plan.view_plan(epoch, iteration).clips:
+                try:
+                    view = plan.view_plan(epoch, iteration)
+                except ConditionError as exc:  # its frames have no aug{D}; the others do
+                    self.failures.record(plan.name, epoch, iteration, str(exc))
+                    continue
+                for clip in view.clips:
                     for index in clip.frame_indices:
                         uses.setdefault((clip.video_index, index), clip)
             self._uses = {key: uses}  # keep one epoch: it is what aug{D} shows

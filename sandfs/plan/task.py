@@ -12,7 +12,6 @@ frame grid with one random phase per (video, k-epoch window): the shared frame p
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,13 +20,15 @@ from functools import lru_cache
 import numpy as np
 
 from sandfs import ops as oplib
-from sandfs.config.schema import TEST_VIEW_CROP_STEPS, OpSpec, TaskConfig
+from sandfs.config.condition import ConditionError
+from sandfs.config.schema import TEST_VIEW_CROP_STEPS, Condition, OpSpec, TaskConfig
 from sandfs.media.types import BadVideo, VideoInfo
 from sandfs.npy import npy_nbytes
 from sandfs.ops.base import FrameShape, OpInstance, Window
 from sandfs.plan.abstract import PathStep, StreamPath, stream_paths
 from sandfs.plan.coordination import Coordination
 from sandfs.plan.identity import DatasetIdentity, data_fingerprint
+from sandfs.plan.labels import Labels, match_labels, read_label_csv
 from sandfs.plan.seeds import derive_seed, rng_for
 from sandfs.plan.shard import shard_positions
 from sandfs.plan.steps import source_shape, step_ops
@@ -114,6 +115,7 @@ class TaskPlan:
         self.video_index = {v.name: i for i, v in enumerate(self.videos)}
         self.positions = shard_positions(len(self.videos), self.sampling.shard,
                                          self.sampling.drop_last)
+        self.label_match: Labels | None = None  # a labels CSV: what matched (`_labels`)
         self.labels, self.class_names = self._labels(all_rel_paths)
         self.source = self.sampling.decode_resize
         out_shape, self.out_frames = static_output(self.paths[0], self.sampling.frames_per_video,
@@ -171,11 +173,8 @@ class TaskPlan:
             labels = [top(v.rel_path) for v in self.videos]
             every = {top(r) for r in (*all_rel_paths, *(v.rel_path for v in self.videos))}
             return labels, sorted(c for c in every if c is not None)
-        table = read_label_csv(mode)
-        labels = [
-            table.get(v.name, table.get(v.rel_path)) for v in self.videos
-        ]
-        return labels, sorted(set(table.values()))
+        self.label_match = match_labels(self.name, read_label_csv(mode), self.videos)
+        return list(self.label_match.labels), list(self.label_match.classes)
 
     def label_index(self, label: str | None) -> int | None:
         if label is None:
@@ -314,12 +313,20 @@ class TaskPlan:
             return int(min(np.searchsorted(np.cumsum(probs), draw, side="right"), len(probs) - 1))
         if step.branch_type == "conditional":
             for i, branch in enumerate(step.branches):
-                if branch.condition is None or branch.condition.holds(
-                    epoch=epoch, iteration=iteration, task=self.name
-                ):
+                if branch.condition is None or self._holds(step.name, branch.condition, epoch,
+                                                           iteration):
                     return i
             return None
         return None
+
+    def _holds(self, step: str, condition: Condition, epoch: int, iteration: int) -> bool:
+        """A branch's condition; ConditionError names the task, step, expression and view."""
+        try:
+            return condition.holds(epoch=epoch, iteration=iteration, task=self.name)
+        except ConditionError as exc:
+            raise ConditionError(f"task {self.name} step {step}: condition "
+                                 f"'{condition.source}' at epoch {epoch} iteration "
+                                 f"{iteration}: {exc}") from None
 
     def _view_plan(self, epoch: int, iteration: int) -> ViewPlan:
         videos = self.batch_videos(epoch, iteration)
@@ -388,17 +395,3 @@ def _branch_label(ps: PathStep, choice: int | None) -> str:
     if step.branch_type == "multi":
         return step.outputs[ps.output_index]
     return step.branch_type
-
-
-def read_label_csv(path: str) -> dict[str, str]:
-    """`video,label` rows (a header row naming those columns is skipped)."""
-    table: dict[str, str] = {}
-    with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.reader(f):
-            if len(row) < 2 or row[:2] == ["video", "label"]:
-                continue
-            video = row[0].strip()
-            table[video] = row[1].strip()
-            stem = video.rsplit(".", 1)[0] if "." in video.rsplit("/", 1)[-1] else video
-            table.setdefault(stem, row[1].strip())
-    return table

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sandfs.config.condition import ConditionError
 from sandfs.media.types import VideoInfo
 from sandfs.plan.task import StreamClip, TaskPlan
 
@@ -59,12 +60,21 @@ class VideoWork:
         return {(i, use.clip.source) for use in self.uses for i in use.clip.frame_indices}
 
 
+@dataclass(frozen=True, slots=True)
+class FailedView:
+    reason: str
+    readers: tuple[tuple[str, int], ...]  # (task, position) pairs
+
+
 @dataclass(slots=True)
 class WindowPlan:
     window: int
     videos: dict[str, VideoWork]  # by video path
     views: dict[ViewKey, tuple[TaskPlan, int, int]]  # (plan, epoch, iteration)
     readers: dict[ViewKey, tuple[tuple[str, int], ...]]  # (task, position) pairs
+    # views that could not be planned (a condition failed): why, and their readers; they are
+    # in neither `views` nor `readers`, and fail (EIO) instead of being made
+    failed: dict[ViewKey, FailedView] = field(default_factory=dict)
 
 
 def plan_window(plans: Sequence[TaskPlan], window: int) -> WindowPlan:
@@ -80,9 +90,17 @@ def plan_window(plans: Sequence[TaskPlan], window: int) -> WindowPlan:
                 if key not in views:
                     views[key] = (plan, epoch, iteration)
     frozen = {key: tuple(r) for key, r in readers.items()}
+    failed: dict[ViewKey, FailedView] = {}
     for key, (plan, epoch, iteration) in views.items():
-        for slot, clip in enumerate(plan.view_plan(epoch, iteration).clips):
+        try:
+            view = plan.view_plan(epoch, iteration)
+        except ConditionError as exc:  # this view fails; the window and other tasks go on
+            failed[key] = FailedView(str(exc), frozen.pop(key))
+            continue
+        for slot, clip in enumerate(view.clips):
             info = plan.videos[clip.video_index]
             work = videos.setdefault(info.path, VideoWork(info, plan, window))
             work.uses.append(ClipUse(key, slot, clip, frozen[key]))
-    return WindowPlan(window, videos, views, frozen)
+    for key in failed:
+        del views[key]
+    return WindowPlan(window, videos, views, frozen, failed)

@@ -18,8 +18,9 @@ import trio
 
 from sandfs.cache import ObjectStore
 from sandfs.materialize import Materializer
+from sandfs.plan.failures import ViewFailures
 from sandfs.plan.task import TaskPlan
-from sandfs.plan.window import ViewKey, plan_window, view_key
+from sandfs.plan.window import ViewKey, WindowPlan, plan_window, view_key
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
@@ -71,6 +72,7 @@ class Scheduler:
         self.on_window_planned = on_window_planned
         self.book = WindowBook(list(plans))
         self.board = BatchBoard()
+        self.failures = ViewFailures()
         self.carry = CarryBook(store, memory_limit_bytes=memory_limit_bytes,
                                decode_ahead=decode_ahead)
         self.running: dict[VideoJobKey | ViewKey, Job] = {}
@@ -221,9 +223,17 @@ class Scheduler:
         self._window_added.set()
         self._window_added = trio.Event()
         self.board.add_window(planned)
+        self._fail_views(plan)
         self.carry.frames_on_disk |= {VideoJobKey(window, p) for p in planned.frames_on_disk}
         log.debug("window %d planned: %d videos, %d views, %d clips on disk", window,
                   len(plan.videos), len(plan.views), len(planned.on_disk))
+
+    def _fail_views(self, plan: WindowPlan) -> None:
+        """Views that could not be planned fail for their readers: EIO, reported per task."""
+        for key, failed in plan.failed.items():
+            self.board.fail(key, failed.reason)
+            for task, _ in failed.readers:
+                self.failures.record(task, key.epoch, key.iteration, failed.reason)
 
     def _drop_window(self, window: int) -> None:
         plan = self.book.windows.pop(window)
@@ -240,12 +250,14 @@ class Scheduler:
             part, on_disk = await trio.to_thread.run_sync(work.plan_task_part, plan, window,
                                                           self.store)
             self.board.add_part(window, self.book.merge(window, part), on_disk)
+            self._fail_views(part)
         self.wake()
 
     async def remove_plan(self, name: str) -> None:
         """Forget a task: views no other task reads are released, in memory and on disk."""
         self.carry.forget(self.book.future)
         released = self.book.remove_task(name)
+        self.failures.forget(name)
         self.board.forget_pending(set(released))
         for key in released:
             self.board.drop(key, ready_too=True)

@@ -15,7 +15,7 @@ import yaml
 
 from sandfs.fuse.operations import MAX_TASK_FILE_BYTES
 from tests.helpers.harness import task_config
-from tests.helpers.operations import CTX, errno_of
+from tests.helpers.operations import CTX, Listing, errno_of
 from tests.helpers.reference import reference_view
 
 
@@ -119,3 +119,67 @@ async def test_a_trial_identical_to_another_shares_its_view_inodes(fs, dataset_d
     await fs.ops.unlink(await fs.inode(".sand/tasks"), b"t1.yaml", CTX)
     assert await errno_of(fs.ops.lookup(pyfuse3.ROOT_INODE, b"t1", CTX)) == errno.ENOENT
     assert (await fs.ops.getattr(shared, CTX)).st_size > 0  # still t0's view
+
+
+async def test_a_task_refused_after_registering_leaves_no_trace(fs, dataset_dir, monkeypatch):
+    """A failure while planning a joining task into the scheduler's windows refuses it as a
+    whole: EINVAL at close, the reason in task_errors, and no trace in the tree, status, the
+    scheduler or the coordination; the same file registers once the cause is gone."""
+    from sandfs.sched import work
+
+    planned = work.plan_task_part
+
+    def broken(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(work, "plan_task_part", broken)
+    text = task_yaml(dataset_dir, task="t1", seed=3)
+    assert await errno_of(fs.write_new(".sand/tasks/t1.yaml", text)) == errno.EINVAL
+    figures = await status(fs)
+    assert figures["task_errors"]["t1"] == ("task t1 could not be planned: OSError: [Errno 28] "
+                                            "No space left on device")
+    assert set(figures["tasks"]) == {"t0"}
+    assert await fs.listdir("") == [".sand", "t0"]
+    assert await fs.listdir(".sand/tasks") == ["t0.yaml"]
+    service = fs.ops.service
+    assert set(service.scheduler.book.plans) == {"t0"}
+    assert "t1" not in service.tasks["t0"].coordination._configs
+    assert all(task == "t0" for window in service.scheduler.book.windows.values()
+               for readers in window.readers.values() for task, _ in readers)
+    monkeypatch.setattr(work, "plan_task_part", planned)
+    await fs.write_new(".sand/tasks/t1.yaml", text)
+    joined = service.tasks["t1"]
+    assert await fs.read("t1/0/0/view") == reference_view(joined, 0, 0)
+    assert "t1" not in (await status(fs))["task_errors"]
+
+
+async def test_a_task_whose_labels_cannot_be_read_is_refused_with_the_reason(fs, dataset_dir):
+    cfg = task_config(dataset_dir, task="t1")
+    cfg["dataset"]["labels"] = "/nonexistent/labels.csv"
+    text = yaml.safe_dump(cfg, sort_keys=False).encode()
+    assert await errno_of(fs.write_new(".sand/tasks/t1.yaml", text)) == errno.EINVAL
+    assert "/nonexistent/labels.csv" in (await status(fs))["task_errors"]["t1"]
+    assert await fs.listdir("") == [".sand", "t0"]
+    assert "t1" not in fs.ops.service.tasks["t0"].coordination._configs
+
+
+async def test_listing_a_task_of_a_million_epochs_pages_from_any_offset(fs, dataset_dir):
+    """readdir makes the entries of the page asked for, not the whole listing each call: the
+    first page, a page near the end and a whole epoch directory come back at once."""
+    await fs.write_new(".sand/tasks/long.yaml",
+                       task_yaml(dataset_dir, task="long", epochs=1_000_000))
+    task = await fs.ops.opendir(await fs.inode("long"), CTX)
+    first = Listing(100)
+    await fs.ops.readdir(task, 0, first)
+    assert [name for name, _, _ in first.entries] == ["videos", *map(str, range(99))]
+    assert [offset for _, _, offset in first.entries] == list(range(1, 101))
+    last = Listing(100)
+    await fs.ops.readdir(task, 999_990, last)
+    assert [name for name, _, _ in last.entries] == list(map(str, range(999_989, 1_000_000)))
+    assert last.entries[-1][2] == 1_000_001
+    end = Listing(100)
+    await fs.ops.readdir(task, 1_000_001, end)
+    assert end.entries == []
+    plan = fs.ops.service.tasks["long"]
+    assert await fs.listdir("long/999999", room=2) == list(
+        map(str, range(plan.iterations_per_epoch)))

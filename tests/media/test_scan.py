@@ -13,6 +13,7 @@ from pathlib import Path
 import av
 import pytest
 
+from sandfs.fileio import DAMAGED, write_checked_json
 from sandfs.media.scan import scan_dataset
 from sandfs.media.synth import make_dataset, write_test_video
 from sandfs.media.types import DatasetScan, MediaLimits
@@ -144,7 +145,7 @@ def test_inconsistent_index_entry_is_ignored(small_dataset: Path, tmp_path: Path
     document = json.loads(index_path.read_text())
     entry = document["entries"]["class00/class00_000.mp4"]
     entry["video"]["num_frames"] += 1  # one pts short of the frame count
-    index_path.write_text(json.dumps(document))
+    write_checked_json(str(index_path), document)  # a sound file with a wrong entry
     with caplog.at_level(logging.WARNING, logger="sandfs.media.scan"):
         second = scan_dataset(small_dataset, ["mp4"], index_path=index_path)
     assert "inconsistent entry" in caplog.text
@@ -212,3 +213,21 @@ def test_missing_root_is_an_error(tmp_path: Path):
 
 def test_empty_dataset_starts_no_worker(tmp_path: Path):
     assert scan_dataset(tmp_path, ["mp4"]) == DatasetScan(str(tmp_path), (), (), 0)
+
+
+def test_a_flipped_byte_in_the_index_is_found_and_the_index_rebuilt(small_dataset: Path,
+                                                                   tmp_path: Path, caplog):
+    """A bit flip that keeps the JSON and the entry valid (a width 64 -> 65) would silently
+    change user.sand.meta: the checksum finds it, the index is discarded, counted and rebuilt."""
+    index_path = tmp_path / "index.json"
+    first = scan_dataset(small_dataset, ["mp4"], index_path=index_path)
+    raw = index_path.read_bytes()
+    at = raw.index(b'"width":64') + len(b'"width":6')
+    index_path.write_bytes(raw[:at] + b"5" + raw[at + 1:])
+    damaged = DAMAGED.count
+    with caplog.at_level(logging.WARNING):
+        second = scan_dataset(small_dataset, ["mp4"], index_path=index_path)
+    assert DAMAGED.count == damaged + 1
+    assert "is damaged" in caplog.text
+    assert (second.num_probed, second.videos) == (4, first.videos)
+    assert index_path.read_bytes() == raw  # rebuilt

@@ -15,6 +15,7 @@ from pathlib import Path
 import av
 import pytest
 
+from sandfs.fileio import write_checked_json
 from sandfs.media import probe
 from sandfs.media.decode import ScanMismatch, decode_all_reference, decode_frames
 from sandfs.media.scan import StderrProgress, format_progress, scan_dataset
@@ -180,7 +181,7 @@ def test_an_index_entry_promising_more_frames_fails_the_decode(tmp_path: Path):
     entry = document["entries"]["class00/class00_000.mp4"]["video"]
     entry["num_frames"] += 5
     entry["frame_pts"][-1] += 5  # [first, step, count]: 5 more pts at the same step
-    index_path.write_text(json.dumps(document))
+    write_checked_json(str(index_path), document)  # sound file, lying entry
     scan = scan_dataset(root, ["mp4"], index_path=index_path)
     assert scan.num_probed == 0
     lying = scan.videos[0]
@@ -235,5 +236,5 @@ def test_an_index_of_the_decoding_scan_is_rebuilt(tmp_path: Path):
     root, index_path, document = _scanned_with_index(tmp_path, 6)
     assert document["scan_version"] == SCAN_VERSION
     document["scan_version"] = SCAN_VERSION - 1
-    index_path.write_text(json.dumps(document))
+    write_checked_json(str(index_path), document)  # sound file, lying entry
     assert scan_dataset(root, ["mp4"], index_path=index_path).num_probed == 2

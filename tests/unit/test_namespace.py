@@ -47,7 +47,7 @@ def test_walk_and_sizes(namespace):
     assert namespace.child(task, "3") is None  # epochs: 3
     assert namespace.child(epoch, "3") is None  # 10 videos / 4 -> 3 iterations
     videos = namespace.child(task, "videos")
-    assert [n for n, _ in namespace.children(videos)] == ["c0", "c1", "c2"]
+    assert [n for _, n, _ in namespace.children(videos)] == ["c0", "c1", "c2"]
     folder = namespace.child(videos, "c0")
     frames = namespace.child(folder, "v000")
     assert namespace.child(folder, "v000.mp4").kind == "video_file"

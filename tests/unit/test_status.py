@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from sandfs.fileio import DAMAGED
 from sandfs.media.types import BadVideo
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.service import ViewService
@@ -27,7 +28,9 @@ def test_status_json_of_a_fresh_mount(tmp_path):
         "tasks": {plan.name: {"epoch": 1, "iteration": 1, "ready_ahead": 0, "views_served": 0,
                               "stall_seconds": 0.0, "epochs": 3,
                               "iterations_per_epoch": plan.iterations_per_epoch,
-                              "videos": 8}},
+                              "videos": 8, "failed_views": 0,
+                              "view_error": None, "videos_without_label": 0,
+                              "label_rows_without_video": 0}},
         "frames_decoded": 0, "frames_decoded_independent": 0, "views_materialized": 0,
         "cache": ZERO_CACHE, "views_recomputed": 0, "aug_ops": 0, "aug_ops_independent": 0,
         "crop_ops": 0, "crop_ops_independent": 0,
@@ -43,6 +46,7 @@ def test_status_json_of_a_fresh_mount(tmp_path):
         "isolated_ops": {"processes": 0, "calls": 0, "failed": 0, "workers_replaced": 0,
                          "failures": []},
         "failures": [], "failures_total": 0,
+        "state_files_rebuilt": DAMAGED.count,  # process-wide: other tests damage files too
     }
     assert service.positions == {plan.name: (1, 1)}
 

@@ -5,6 +5,7 @@ import re
 import pytest
 
 from sandfs.config import compile_condition, evaluate
+from sandfs.config.condition import ConditionError
 
 # --- conditions --------------------------------------------------------------------------------
 
@@ -77,9 +78,9 @@ def test_deep_but_reasonable_conditions_compile():
     assert compile_condition("(" * 190 + "epoch" + ")" * 190 + " == 1")
 
 
-def test_runtime_division_by_zero_is_a_value_error():
+def test_runtime_division_by_zero_is_a_condition_error():
     tree = compile_condition("iteration // (epoch - epoch) == 0")
-    with pytest.raises(ValueError, match="division by zero"):
+    with pytest.raises(ConditionError, match=r"^integer division by zero$"):
         evaluate(tree, {"epoch": 1, "iteration": 2, "task": "t"})
-    with pytest.raises(ValueError, match="needs epoch as int"):
+    with pytest.raises(ConditionError, match="needs epoch as int"):
         evaluate(tree, {"epoch": "1", "iteration": 2, "task": "t"})

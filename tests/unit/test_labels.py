@@ -1,0 +1,99 @@
+"""Labels from a CSV file: headers recognized by name, Kinetics files, relative paths with or
+without extension and unique file names; what matches nothing is counted, never shifted."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import pytest
+
+from sandfs.config.loader import load_task_config
+from sandfs.errors import UserError
+from sandfs.plan.labels import match_labels, read_label_csv
+from sandfs.plan.task import TaskPlan
+from tests.helpers.harness import task_config, write_config
+from tests.helpers.operations import make_service
+from tests.helpers.plans import FAKE_DATASET, fake_videos
+
+VIDEOS = fake_videos(6)  # c0/v000, c1/v001, c2/v002, c0/v003, c1/v004, c2/v005
+
+
+def labels_of(tmp_path, text: str, videos=VIDEOS):
+    path = tmp_path / "labels.csv"
+    path.write_text(text)
+    return match_labels("t0", read_label_csv(str(path)), videos)
+
+
+@pytest.mark.parametrize("header", ["video,label", "Video,Label", "VIDEO, label", "path,class",
+                                    "file,Class", "id,file,extra,label"])
+def test_a_header_is_recognized_by_its_names(tmp_path, header):
+    extra = "x," if header.startswith("id") else ""
+    tail = ",y,dog" if header.startswith("id") else ",dog"
+    text = f"{header}\n{extra}c0/v000.mp4{tail}\n{extra}c1/v001{tail.replace('dog', 'cat')}\n"
+    found = labels_of(tmp_path, text)
+    assert found.classes == ("cat", "dog")  # never the header's names
+    assert found.labels[:2] == ("dog", "cat")
+
+
+def test_columns_in_another_order(tmp_path):
+    found = labels_of(tmp_path, "class,path\ndog,c0/v000\n")
+    assert found.labels[0] == "dog" and found.classes == ("dog",)
+
+
+def test_without_a_header_the_first_two_columns_are_video_and_label(tmp_path):
+    found = labels_of(tmp_path, "c0/v000.mp4,dog\nc1/v001,cat\n")
+    assert found.labels[:2] == ("dog", "cat") and found.classes == ("cat", "dog")
+
+
+def test_paths_with_or_without_extension_and_unique_file_names(tmp_path):
+    found = labels_of(tmp_path, "video,label\nc0/v000.mp4,a\nc1/v001,b\nv002.mp4,c\nv003,d\n")
+    assert found.labels == ("a", "b", "c", "d", None, None)
+    assert (found.videos_without_label, found.rows_without_video) == (2, 0)
+
+
+def test_a_file_name_two_videos_share_names_neither(tmp_path, caplog):
+    videos = [*VIDEOS[:2], replace(VIDEOS[0], name="c9/v000", rel_path="c9/v000.mp4")]
+    with caplog.at_level(logging.WARNING):
+        found = labels_of(tmp_path, "video,label\nv000,a\nc9/v000,b\nnope.mp4,c\n", videos)
+    assert found.labels == (None, None, "b")
+    assert (found.videos_without_label, found.rows_without_video) == (2, 2)
+    assert "task t0: labels: 2 of 3 videos have no label, 2 of 3 rows match no video" in (
+        caplog.text)
+
+
+def test_a_kinetics_csv_names_videos_by_youtube_id_and_times(tmp_path):
+    videos = [replace(VIDEOS[0], name="abseiling/-3B32lodo2M_000059_000069",
+                      rel_path="abseiling/-3B32lodo2M_000059_000069.mp4"),
+              replace(VIDEOS[1], name="zumba/zz_000001_000011",
+                      rel_path="zumba/zz_000001_000011.mkv")]
+    text = ("label,youtube_id,time_start,time_end,split\n"
+            "abseiling,-3B32lodo2M,59,69,train\n"
+            "zumba,zz,1,11,train\n"
+            "air drumming,gone,0,10,train\n")
+    found = labels_of(tmp_path, text, videos)
+    assert found.labels == ("abseiling", "zumba")
+    assert found.classes == ("abseiling", "air drumming", "zumba")
+    assert found.rows_without_video == 1
+
+
+def test_an_unreadable_labels_file_is_a_clear_error(tmp_path):
+    with pytest.raises(UserError, match=r"labels file .*missing\.csv"):
+        read_label_csv(str(tmp_path / "missing.csv"))
+    (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00video")
+    with pytest.raises(UserError, match=r"bin\.csv"):
+        read_label_csv(str(tmp_path / "bin.csv"))
+
+
+def test_a_plan_reports_its_label_counts(tmp_path):
+    (tmp_path / "labels.csv").write_text("Video,Label\nc0/v000,a\nc1/v001.mp4,b\nghost,c\n")
+    cfg = task_config(FAKE_DATASET)
+    cfg["dataset"]["labels"] = str(tmp_path / "labels.csv")
+    plan = TaskPlan(load_task_config(write_config(tmp_path / "t.yaml", cfg), check_paths=False),
+                    fake_videos(4), k_epochs=2)
+    assert plan.class_names == ["a", "b", "c"]
+    assert [plan.label_index(label) for label in plan.labels] == [0, 1, None, None]
+    assert plan.label_match.videos_without_label == 2
+    assert plan.label_match.rows_without_video == 1
+    figures = make_service([plan]).status()["tasks"]["t0"]
+    assert (figures["videos_without_label"], figures["label_rows_without_video"]) == (2, 1)
