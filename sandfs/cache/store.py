@@ -51,7 +51,7 @@ INDEX_FILE = "index.json"
 LOCK_FILE = "lock"
 _INDEX_VERSION = 1
 _COUNTERS = ("hits", "misses", "evictions", "recomputed", "corrupt_detected", "enospc",
-             "write_failures", "no_room")
+             "write_failures", "no_room", "puts", "bytes_written", "bytes_read")
 
 
 class StoreBusyError(RuntimeError):
@@ -197,6 +197,7 @@ class ObjectStore:
             return None
         with self._lock:
             self._counts["hits"] += 1
+            self._counts["bytes_read"] += array.nbytes
         return array
 
     def __contains__(self, key: ObjectKey) -> bool:
@@ -240,7 +241,9 @@ class ObjectStore:
 
     def stats(self) -> dict[str, object]:
         """The status.json `cache` figures, plus objects_by_kind, bytes_by_format, enospc,
-        write_failures and no_room. Counters count since this store was created."""
+        write_failures, no_room, and puts, bytes_written and bytes_read (objects created and
+        the bytes of their files; payload bytes read back). Counters count since this store
+        was created."""
         with self._lock:
             return {
                 "bytes_used": self._index.disk_nbytes, "budget_bytes": self.budget_bytes,
@@ -337,6 +340,8 @@ class ObjectStore:
             except BaseException:
                 self.disk.unlink(final_path)  # unindexed bytes would escape the budget
                 raise
+            self._counts["puts"] += 1
+            self._counts["bytes_written"] += entry.file_nbytes
         self.disk.sync_dir(final_path)
         return True
 

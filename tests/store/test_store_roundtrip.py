@@ -14,7 +14,7 @@ from sandfs.cache.disk import HEADER_NBYTES
 
 STATS_KEYS = {"bytes_used", "budget_bytes", "objects", "hits", "misses", "evictions",
               "recomputed", "corrupt_detected", "objects_by_kind", "bytes_by_format", "enospc",
-              "write_failures", "no_room"}
+              "write_failures", "no_room", "puts", "bytes_written", "bytes_read"}
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "float32"])
@@ -32,6 +32,19 @@ def test_round_trip(make_store, fmt, kind, dtype):
     assert got.dtype == array.dtype and got.shape == array.shape
     assert np.array_equal(got, array) and got.flags.writeable and got.flags.c_contiguous
     assert store.stats()["bytes_by_format"] == {fmt: store.stats()["bytes_used"]}
+
+
+def test_stats_count_the_bytes_written_and_read(make_store):
+    """What a long run's CPU goes to: objects created, bytes written and read back."""
+    store = make_store()
+    array = make_array(1, (16, 16, 3))
+    assert store.put(key("frame", 0), array, fmt="raw")
+    assert store.put(key("frame", 0), array, fmt="raw")  # stored already: nothing written
+    store.get(key("frame", 0))
+    store.get(key("frame", 1))  # a miss reads nothing
+    stats = store.stats()
+    assert stats["puts"] == 1 and stats["bytes_written"] == HEADER_NBYTES + array.nbytes
+    assert stats["bytes_read"] == array.nbytes
 
 
 def test_default_format_is_raw_until_the_budget_binds(make_store):

@@ -181,6 +181,22 @@ async def test_one_decode_pass_serves_the_windows_ahead(tmp_path, decode_ahead, 
                 assert every in materializer.decoded_keys
 
 
+async def test_a_window_s_carried_frames_are_one_store_object_per_video(tmp_path):
+    """Carrying writes a few packs per (window, video), not an object per frame: creating a
+    file costs about as much CPU as decoding the frame. Here every clip starts with the same
+    center crop, so each later window's frames of a video are one pack, kept cropped."""
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        plan, scheduler, materializer = scheduler_for(tmp_path, epochs=8, store=store,
+                                                      decode_ahead=3)
+        stats = scheduler.stats
+        await read_all(plan, scheduler)
+        frame_objects = [k for k in store.keys() if k.kind == "frame"]
+        assert len(materializer.decoded) == len(plan.videos)  # one pass serves 4 windows
+        assert len(frame_objects) == 3 * len(plan.videos)
+        assert stats.get("frames_carried") > 3 * len(frame_objects)
+        assert stats.get("frames_from_disk") == stats.get("frames_carried")
+
+
 async def test_carried_frames_lost_from_disk_are_decoded_again(tmp_path, monkeypatch):
     """Frames kept for a later window that are gone when it comes (evicted, or found corrupt:
     the store then answers a miss) only mean that window decodes for itself."""
