@@ -64,8 +64,9 @@ def frame_object_key(info: VideoInfo, frame: FrameKey) -> ObjectKey:
 class FramePack:
     """Frames of one video carried for a later window, kept as ONE store object: the frames of
     one source that all leave the same first op (or none), stacked in index order. Creating a
-    file costs about as much CPU as decoding a frame (docs/performance.md §4): one object per
-    frame made carrying cost more than the decoding it saved."""
+    store file costs ~0.5 ms of CPU on ext4 (a put of a 340x256 frame: 0.5-0.8 ms, of which
+    the write itself ~0.1 ms), as much as decoding the frame: with one object per frame,
+    carrying cost more than the decoding it saved."""
 
     source: tuple | None
     first: OpInstance | None  # applied before keeping: `Prefixed` frames
