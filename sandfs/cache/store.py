@@ -205,9 +205,13 @@ class ObjectStore:
             return key in self._index
 
     def room_below(self, fraction: float) -> int:
-        """Bytes that may still be stored before the store holds `fraction` of its budget."""
+        """Bytes that may still be stored before the objects still needed (all but those
+        `mark_done`, the first to evict) fill `fraction` of the budget. Done objects count as
+        room: counted as used, a long run's read clips stopped decoding ahead for good once
+        they filled half of the budget."""
         with self._lock:
-            return max(0, int(self.budget_bytes * fraction) - self._used_nbytes())
+            needed = self._used_nbytes() - self._index.done_nbytes
+            return max(0, int(self.budget_bytes * fraction) - needed)
 
     def keys(self) -> list[ObjectKey]:
         with self._lock:
@@ -511,6 +515,9 @@ class ObjectStore:
         charged = sum(entry.disk_nbytes for entry in self._index)
         if charged != self._index.disk_nbytes:
             problems.append(f"bytes_used {self._index.disk_nbytes} != sum of objects {charged}")
+        done = sum(entry.disk_nbytes for entry in self._index if entry.done)
+        if done != self._index.done_nbytes:
+            problems.append(f"done bytes {self._index.done_nbytes} != sum of done objects {done}")
         if self._used_nbytes() > self.budget_bytes:
             problems.append(f"usage {self._used_nbytes()} exceeds budget {self.budget_bytes}")
         if sum(self._index.count_by_kind().values()) != len(self._index):

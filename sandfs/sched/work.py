@@ -182,16 +182,24 @@ def _frames_from_disk(tools: Tools, job: VideoJob) -> dict[FrameKey, object] | N
 
 
 def _frames_from_packs(store: ObjectStore, job: VideoJob) -> dict[FrameKey, object] | None:
-    wanted, frames = job.frames, {}
+    """Read packs are marked done: carried for one window, they are the first to evict once
+    it has them (left with their past deadlines, they were the last)."""
+    wanted, frames, read = job.frames, {}, []
     for pack in window_packs(job.work):
         if wanted.isdisjoint(pack.frame_keys):
             continue
-        array = store.get(pack.object_key(job.work.info))
+        key = pack.object_key(job.work.info)
+        array = store.get(key)
         found = None if array is None else pack.unstack(array)
         if found is None:
             return None
         frames.update((k, f) for k, f in found.items() if k in wanted)
-    return frames if len(frames) == len(wanted) else None
+        read.append(key)
+    if len(frames) < len(wanted):
+        return None
+    for key in read:
+        store.mark_done(key)
+    return frames
 
 
 def _frames_kept_one_by_one(store: ObjectStore, job: VideoJob) -> dict[FrameKey, object] | None:
