@@ -153,7 +153,7 @@ class ObjectStore:
                 return True
             if key in self._writing:
                 return False
-            capacity_bound = self._used_nbytes() + array.nbytes > self.evict_at_bytes
+            capacity_bound = self._needed_nbytes() + array.nbytes > self.evict_at_bytes
         fmt = fmt or self.default_fmt or choose_format(key.kind, array,
                                                        capacity_bound=capacity_bound)
         codec = codec_for(fmt, array)
@@ -210,8 +210,7 @@ class ObjectStore:
         room: counted as used, a long run's read clips stopped decoding ahead for good once
         they filled half of the budget."""
         with self._lock:
-            needed = self._used_nbytes() - self._index.done_nbytes
-            return max(0, int(self.budget_bytes * fraction) - needed)
+            return max(0, int(self.budget_bytes * fraction) - self._needed_nbytes())
 
     def keys(self) -> list[ObjectKey]:
         with self._lock:
@@ -282,6 +281,12 @@ class ObjectStore:
 
     def _used_nbytes(self) -> int:
         return self._index.disk_nbytes + self._reserved_nbytes
+
+    def _needed_nbytes(self) -> int:
+        """Usage without the done objects: they go first and cost nothing to lose, so they
+        neither make objects compressed (lz4 only pays against re-decoding) nor take room
+        from frames carried ahead."""
+        return self._used_nbytes() - self._index.done_nbytes
 
     def _disk_nbytes(self, file_nbytes: int) -> int:
         return -(-file_nbytes // self._block_bytes) * self._block_bytes

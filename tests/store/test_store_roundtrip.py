@@ -58,6 +58,18 @@ def test_default_format_is_raw_until_the_budget_binds(make_store):
     assert choose_format("frame", frame, capacity_bound=False) == "raw"
 
 
+def test_done_objects_do_not_make_the_budget_bind(make_store):
+    """Objects every reader is done with are the first to evict: a store full of them still
+    stores frames raw (lz4 costs CPU and pays only against decoding again)."""
+    store = make_store(budget_bytes=64 * 4096)
+    frame = make_array(1, (64, 64, 3))
+    for i in range(14):
+        assert store.put(key("clip", i), frame)
+        store.mark_done(key("clip", i))
+    assert store.put(key("frame", 0), frame)
+    assert store.stats()["bytes_by_format"].get("lz4", 0) == 0
+
+
 def test_default_format_override(make_store):
     store = make_store(default_fmt="zstd")
     assert store.put(key("aug", 0), make_array(0, (8, 8, 3)))
