@@ -176,9 +176,11 @@ class ObjectStore:
                 self._reserved_nbytes -= entry.disk_nbytes
                 self._writing.discard(key)
 
-    def get(self, key: ObjectKey) -> np.ndarray | None:
+    def get(self, key: ObjectKey, out: np.ndarray | None = None) -> np.ndarray | None:
         """The stored array, or None on a miss. A corrupt object is logged once, deleted and
-        counted, and is a miss: the caller recomputes it."""
+        counted, and is a miss: the caller recomputes it. `out`: where the caller will put it
+        (a batch's slot); a raw object of its shape is read into it and `out` returned (on a
+        miss it may hold garbage)."""
         with self._lock:
             self._require_open()
             entry = self._index.get(key)
@@ -188,7 +190,7 @@ class ObjectStore:
             generation = entry.generation
         path = self.disk.path_for(key)
         try:
-            array = self.disk.read(path, key)
+            array = self.disk.read(path, key, out)
         except FileNotFoundError:
             self._drop(key, generation, path, None)
             return None

@@ -224,11 +224,14 @@ def assemble(tools: Tools, job: AssemblyJob, targets: Mapping[ViewKey, np.ndarra
     for slot in job.slots:
         clip = job.view.clips[slot]
         use = ClipUse(job.key, slot, clip, ())
-        stored = tools.store.get(clip_object_key(use, job.plan.videos[clip.video_index]))
+        target = array[slot]
+        stored = tools.store.get(clip_object_key(use, job.plan.videos[clip.video_index]),
+                                 out=target)
         if stored is None:
             tools.store.note_recomputed()
             stored = _recompute_clip(tools, job.plan, clip)
-        array[slot] = stored
+        if stored is not target:
+            target[...] = stored
         placed.append(Placed(use, True, True))
     return JobResult(tuple(placed))
 

@@ -70,6 +70,31 @@ def test_done_objects_do_not_make_the_budget_bind(make_store):
     assert store.stats()["bytes_by_format"].get("lz4", 0) == 0
 
 
+def test_get_reads_a_raw_object_straight_into_its_destination(make_store):
+    """A batch rebuilt from disk reads each clip into its slot: no buffer to allocate and copy
+    (`out`); other formats, or another shape, come back as a new array, as without `out`."""
+    store = make_store()
+    clip = make_array(2, (4, 8, 8, 3))
+    assert store.put(key("clip", 0), clip, fmt="raw")
+    assert store.put(key("clip", 1), clip, fmt="lz4")
+    batch = np.zeros((2, 4, 8, 8, 3), np.uint8)
+    got = store.get(key("clip", 0), out=batch[1])
+    assert np.shares_memory(got, batch[1])
+    assert np.array_equal(batch[1], clip) and not batch[0].any()
+    other = store.get(key("clip", 1), out=batch[0])
+    assert np.array_equal(other, clip) and not np.shares_memory(other, batch)
+    assert np.array_equal(store.get(key("clip", 0), out=np.zeros((3, 3), np.uint8)), clip)
+    assert store.stats()["bytes_read"] == 3 * clip.nbytes
+    path = store.disk.path_for(key("clip", 0))
+    with open(path, "r+b") as f:  # a flipped byte: a miss, counted, never served
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 0xFF]))
+    assert store.get(key("clip", 0), out=batch[1]) is None
+    assert store.stats()["corrupt_detected"] == 1
+
+
 def test_default_format_override(make_store):
     store = make_store(default_fmt="zstd")
     assert store.put(key("aug", 0), make_array(0, (8, 8, 3)))
