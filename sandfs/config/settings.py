@@ -24,7 +24,6 @@ from sandfs.config.yamlsafe import Value
 from sandfs.errors import UserError
 from sandfs.media.types import MediaLimits
 from sandfs.npy import npy_nbytes
-from sandfs.sched.policy import AHEAD_TARGET
 
 # The `engine:` keys as written in YAML, and the EngineConfig field each one sets.
 ENGINE_FIELDS = {
@@ -61,11 +60,11 @@ PRUNE_ENV, PRUNE_MODES = "SANDFS_PRUNE", ("algorithm1", "leaves")
 # get this share, batches prepared ahead of the readers the rest.
 ON_DEMAND_MEMORY_SHARE = Fraction(1, 4)
 # The default memory_limit is what the run needs (docs/performance.md §8): per task, the
-# batches the scheduler keeps ready ahead of its reader and as many again being filled (a
-# video's job fills its clips in every epoch of a window); per worker, the frames of one decode
-# pass (a 10 s 340x256 video decoded whole with decode-ahead: ~60 MB of RGB; bigger videos
-# carry fewer windows, as carrying stays within a quarter of the limit).
-BATCHES_IN_MEMORY = 2 * AHEAD_TARGET
+# batches the scheduler holds in memory (those needed within 16 iterations: 8 ready ahead of
+# its reader and as many being filled; later ones wait on disk); per worker, the frames of one
+# decode pass (a 10 s 340x256 video decoded whole with decode-ahead: ~60 MB of RGB; bigger
+# videos carry fewer windows, as carrying stays within a quarter of the limit).
+BATCHES_IN_MEMORY = 16  # 2 x the scheduler's AHEAD_TARGET (config may not import sched; tested)
 DECODE_WORKING_SET_BYTES = 128 << 20
 MIN_MEMORY_LIMIT = 256 << 20
 
