@@ -205,17 +205,23 @@ class Disk:
         with open(path, "rb", buffering=0) as file:
             return decode_header(file.read(HEADER_NBYTES)), os.fstat(file.fileno()).st_size
 
-    def read(self, path: str, key: ObjectKey) -> np.ndarray:
+    def read(self, path: str, key: ObjectKey, out: np.ndarray | None = None) -> np.ndarray:
         """The array stored at `path` for `key`; raises CorruptObjectError for anything else,
-        FileNotFoundError if there is no file."""
+        FileNotFoundError if there is no file. A raw object of `out`'s shape and dtype is read
+        straight into `out` (and `out` returned): no buffer to allocate and copy from. On an
+        error `out` may hold part of the object."""
         with open(path, "rb", buffering=0) as file:
             header = decode_header(file.read(HEADER_NBYTES))
             check_matches(header, key, os.fstat(file.fileno()).st_size)
-            payload = np.empty(header.payload_nbytes, dtype=np.uint8)
+            into = out if _fits_raw(header, out) else None
+            payload = (np.empty(header.payload_nbytes, dtype=np.uint8) if into is None
+                       else into.reshape(-1).view(np.uint8))
             if file.readinto(memoryview(payload)) != header.payload_nbytes:
                 raise CorruptObjectError("file shrank while read")
         if checksum(payload) != header.payload_checksum:
             raise CorruptObjectError("payload checksum mismatch")
+        if into is not None:
+            return into
         try:
             return header.codec.decode(memoryview(payload), header.shape, header.dtype)
         except CodecError as error:
@@ -244,6 +250,12 @@ class Disk:
         if self._fake_free_bytes is not None and nbytes:
             with self._lock:
                 self._fake_free_bytes += nbytes
+
+
+def _fits_raw(header: Header, out: np.ndarray | None) -> bool:
+    return (out is not None and header.codec.name == "raw" and out.flags.c_contiguous
+            and tuple(out.shape) == tuple(header.shape) and out.dtype == header.dtype
+            and out.nbytes == header.payload_nbytes)
 
 
 def check_matches(header: Header, key: ObjectKey, file_nbytes: int) -> None:

@@ -34,6 +34,7 @@ class Index:
     def __init__(self) -> None:
         self.entries: dict[ObjectKey, Entry] = {}
         self.disk_nbytes = 0
+        self.done_nbytes = 0  # of the done entries: the first to evict
         self._done: dict[ObjectKey, None] = {}  # insertion order: the oldest done first
         # (-deadline, sequence, key, deadline); stale items are skipped when they surface
         self._by_deadline: list[tuple[float, int, ObjectKey, float]] = []
@@ -59,13 +60,16 @@ class Index:
         self.disk_nbytes += entry.disk_nbytes
         if entry.done:
             self._done[entry.key] = None
+            self.done_nbytes += entry.disk_nbytes
         else:
             self._push_deadline(entry)
 
     def remove(self, key: ObjectKey) -> Entry:
         entry = self.entries.pop(key)
         self.disk_nbytes -= entry.disk_nbytes
-        self._done.pop(key, None)
+        if entry.done:
+            del self._done[key]
+            self.done_nbytes -= entry.disk_nbytes
         return entry
 
     def set_deadline(self, key: ObjectKey, deadline: float) -> bool:
@@ -76,6 +80,7 @@ class Index:
         if entry.done:
             entry.done = False
             del self._done[key]
+            self.done_nbytes -= entry.disk_nbytes
         self._push_deadline(entry)
         return True
 
@@ -86,6 +91,7 @@ class Index:
         if not entry.done:
             entry.done = True
             self._done[key] = None
+            self.done_nbytes += entry.disk_nbytes
         return True
 
     def done_keys(self) -> list[ObjectKey]:

@@ -51,7 +51,7 @@ INDEX_FILE = "index.json"
 LOCK_FILE = "lock"
 _INDEX_VERSION = 1
 _COUNTERS = ("hits", "misses", "evictions", "recomputed", "corrupt_detected", "enospc",
-             "write_failures", "no_room")
+             "write_failures", "no_room", "puts", "bytes_written", "bytes_read")
 
 
 class StoreBusyError(RuntimeError):
@@ -153,7 +153,7 @@ class ObjectStore:
                 return True
             if key in self._writing:
                 return False
-            capacity_bound = self._used_nbytes() + array.nbytes > self.evict_at_bytes
+            capacity_bound = self._needed_nbytes() + array.nbytes > self.evict_at_bytes
         fmt = fmt or self.default_fmt or choose_format(key.kind, array,
                                                        capacity_bound=capacity_bound)
         codec = codec_for(fmt, array)
@@ -176,9 +176,11 @@ class ObjectStore:
                 self._reserved_nbytes -= entry.disk_nbytes
                 self._writing.discard(key)
 
-    def get(self, key: ObjectKey) -> np.ndarray | None:
+    def get(self, key: ObjectKey, out: np.ndarray | None = None) -> np.ndarray | None:
         """The stored array, or None on a miss. A corrupt object is logged once, deleted and
-        counted, and is a miss: the caller recomputes it."""
+        counted, and is a miss: the caller recomputes it. `out`: where the caller will put it
+        (a batch's slot); a raw object of its shape is read into it and `out` returned (on a
+        miss it may hold garbage)."""
         with self._lock:
             self._require_open()
             entry = self._index.get(key)
@@ -188,7 +190,7 @@ class ObjectStore:
             generation = entry.generation
         path = self.disk.path_for(key)
         try:
-            array = self.disk.read(path, key)
+            array = self.disk.read(path, key, out)
         except FileNotFoundError:
             self._drop(key, generation, path, None)
             return None
@@ -197,6 +199,7 @@ class ObjectStore:
             return None
         with self._lock:
             self._counts["hits"] += 1
+            self._counts["bytes_read"] += array.nbytes
         return array
 
     def __contains__(self, key: ObjectKey) -> bool:
@@ -204,9 +207,12 @@ class ObjectStore:
             return key in self._index
 
     def room_below(self, fraction: float) -> int:
-        """Bytes that may still be stored before the store holds `fraction` of its budget."""
+        """Bytes that may still be stored before the objects still needed (all but those
+        `mark_done`, the first to evict) fill `fraction` of the budget. Done objects count as
+        room: counted as used, a long run's read clips stopped decoding ahead for good once
+        they filled half of the budget."""
         with self._lock:
-            return max(0, int(self.budget_bytes * fraction) - self._used_nbytes())
+            return max(0, int(self.budget_bytes * fraction) - self._needed_nbytes())
 
     def keys(self) -> list[ObjectKey]:
         with self._lock:
@@ -240,7 +246,9 @@ class ObjectStore:
 
     def stats(self) -> dict[str, object]:
         """The status.json `cache` figures, plus objects_by_kind, bytes_by_format, enospc,
-        write_failures and no_room. Counters count since this store was created."""
+        write_failures, no_room, and puts, bytes_written and bytes_read (objects created and
+        the bytes of their files; payload bytes read back). Counters count since this store
+        was created."""
         with self._lock:
             return {
                 "bytes_used": self._index.disk_nbytes, "budget_bytes": self.budget_bytes,
@@ -275,6 +283,12 @@ class ObjectStore:
 
     def _used_nbytes(self) -> int:
         return self._index.disk_nbytes + self._reserved_nbytes
+
+    def _needed_nbytes(self) -> int:
+        """Usage without the done objects: they go first and cost nothing to lose, so they
+        neither make objects compressed (lz4 only pays against re-decoding) nor take room
+        from frames carried ahead."""
+        return self._used_nbytes() - self._index.done_nbytes
 
     def _disk_nbytes(self, file_nbytes: int) -> int:
         return -(-file_nbytes // self._block_bytes) * self._block_bytes
@@ -337,6 +351,8 @@ class ObjectStore:
             except BaseException:
                 self.disk.unlink(final_path)  # unindexed bytes would escape the budget
                 raise
+            self._counts["puts"] += 1
+            self._counts["bytes_written"] += entry.file_nbytes
         self.disk.sync_dir(final_path)
         return True
 
@@ -506,6 +522,9 @@ class ObjectStore:
         charged = sum(entry.disk_nbytes for entry in self._index)
         if charged != self._index.disk_nbytes:
             problems.append(f"bytes_used {self._index.disk_nbytes} != sum of objects {charged}")
+        done = sum(entry.disk_nbytes for entry in self._index if entry.done)
+        if done != self._index.done_nbytes:
+            problems.append(f"done bytes {self._index.done_nbytes} != sum of done objects {done}")
         if self._used_nbytes() > self.budget_bytes:
             problems.append(f"usage {self._used_nbytes()} exceeds budget {self.budget_bytes}")
         if sum(self._index.count_by_kind().values()) != len(self._index):

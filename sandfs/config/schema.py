@@ -125,7 +125,7 @@ class EngineConfig:
     storage_budget_bytes: int | None = None  # None: no budget given
     k_epochs: int = 5
     workers: int | None = None  # None: auto (the machine's cores)
-    memory_limit_bytes: int | None = None  # None: a quarter of RAM, at most 4 GiB
+    memory_limit_bytes: int | None = None  # None: what the run needs (default_memory_limit)
     cache_format: str = "auto"  # auto | raw | lz4 | zstd | png (all lossless)
     decode_ahead: int = 3  # later windows whose frames a decode pass keeps on disk for them
     metrics_port: int | None = None  # serve GET /metrics on 127.0.0.1:PORT (None: no server)

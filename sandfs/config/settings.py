@@ -62,6 +62,14 @@ PRUNE_ENV, PRUNE_MODES = "SANDFS_PRUNE", ("algorithm1", "leaves")
 # memory_limit is split: objects the engine builds on demand (decoded frames, intermediates)
 # get this share, batches prepared ahead of the readers the rest.
 ON_DEMAND_MEMORY_SHARE = Fraction(1, 4)
+# The default memory_limit is what the run needs (docs/performance.md §8): per task, the
+# batches the scheduler holds in memory (those needed within 16 iterations: 8 ready ahead of
+# its reader and as many being filled; later ones wait on disk); per worker, the frames of one
+# decode pass (a 10 s 340x256 video decoded whole with decode-ahead: ~60 MB of RGB; bigger
+# videos carry fewer windows, as carrying stays within a quarter of the limit).
+BATCHES_IN_MEMORY = 16  # 2 x the scheduler's AHEAD_TARGET (config may not import sched; tested)
+DECODE_WORKING_SET_BYTES = 128 << 20
+MIN_MEMORY_LIMIT = 256 << 20
 
 _SIZE_RE = re.compile(r"\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*(?:([kmgtpe])(?:i?b)?|b)?\s*", re.I)
 _SIZE_UNITS = "kmgtpe"  # binary multiples: k = 1024
@@ -111,7 +119,8 @@ def mount_settings(
         workers=default_workers(engine),
         k_epochs=engine.k_epochs,
         decode_ahead=engine.decode_ahead,
-        memory_limit_bytes=engine.memory_limit_bytes or default_memory_limit(),
+        memory_limit_bytes=(engine.memory_limit_bytes
+                            or default_memory_limit(configs, default_workers(engine))),
         storage_budget_bytes=engine.storage_budget_bytes or default_storage_budget(cache_dir),
         cache_format=engine.cache_format,
         scheduling=scheduling,
@@ -160,10 +169,17 @@ def default_workers(engine: EngineConfig) -> int:
     return engine.workers or os.cpu_count() or 2
 
 
-def default_memory_limit() -> int:
-    """A quarter of RAM, at most 4 GiB."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return min(total // 4, 4 << 30)
+def default_memory_limit(configs: Sequence[TaskConfig], workers: int,
+                         physical_bytes: int | None = None) -> int:
+    """What the run needs, not a share of the machine: every task's views, BATCHES_IN_MEMORY of
+    each (ready ahead of its reader, and being filled), and each worker's decode working set;
+    then the on-demand share on top. Within half of RAM, and at least MIN_MEMORY_LIMIT."""
+    views = sum(npy_nbytes(*view_shape(config.dataset)) for config in configs)
+    scheduler = views * BATCHES_IN_MEMORY + workers * DECODE_WORKING_SET_BYTES
+    needed = int(scheduler / (1 - ON_DEMAND_MEMORY_SHARE))
+    if physical_bytes is None:
+        physical_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(MIN_MEMORY_LIMIT, min(needed, physical_bytes // 2))
 
 
 def default_storage_budget(cache_dir: str) -> int:

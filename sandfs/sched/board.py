@@ -264,16 +264,20 @@ class BatchBoard:
         self.flights.settle(key)
 
     def evict(self, needed_bytes: int, *, keep: ViewKey, deadline: int,
-              deadline_of: Callable[[ViewKey], int]) -> tuple[int, list[ViewKey]]:
+              deadline_of: Callable[[ViewKey], int],
+              unread_too: bool = True) -> tuple[int, list[ViewKey]]:
         """Drop ready batches from memory to make room for one needed at `deadline`: fully read
-        ones (oldest first), then unread ones needed later than it, the latest first (they are
-        rebuilt from disk or recomputed) — never one needed sooner, which would only trade
-        places with it. Returns the bytes freed and the unread batches dropped."""
+        ones (oldest first), then, if `unread_too`, unread ones needed later than it, the
+        latest first (they are rebuilt from disk or recomputed) — never one needed sooner,
+        which would only trade places with it. Returns the bytes freed and the unread batches
+        dropped."""
         freed = 0
         for key in [k for k, r in self.ready.items() if not r.readers_left and k != keep]:
             if freed >= needed_bytes:
                 return freed, []
             freed += len(self.ready.pop(key).data)
+        if not unread_too:
+            return freed, []
         later = [(d, k) for k in self.ready if k != keep and (d := deadline_of(k)) > deadline]
         unread = []
         for _, key in sorted(later, key=lambda item: item[0], reverse=True):

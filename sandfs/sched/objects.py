@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -13,7 +15,7 @@ import numpy as np
 
 from sandfs import ops as oplib
 from sandfs.cache import ObjectKey, ObjectStore, prune
-from sandfs.materialize import FrameKey, clip_frame_keys
+from sandfs.materialize import FrameKey, Prefixed, clip_frame_keys
 from sandfs.media.gop import frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.ops.base import OpInstance
@@ -58,13 +60,57 @@ def frame_object_key(info: VideoInfo, frame: FrameKey) -> ObjectKey:
     return ObjectKey.of("frame", info.path, info.size_bytes, info.mtime_ns, index, source)
 
 
-def kept_frame_key(info: VideoInfo, frame: FrameKey, first: OpInstance | None) -> ObjectKey:
-    """A frame kept for a later window: after `first`, the first op of all its clips there."""
-    if first is None:
-        return frame_object_key(info, frame)
-    index, source = frame
-    return ObjectKey.of("frame", info.path, info.size_bytes, info.mtime_ns, index, source,
-                        (first.name, first.params, first.drawn))
+@dataclass(frozen=True, slots=True)
+class FramePack:
+    """Frames of one video carried for a later window, kept as ONE store object: the frames of
+    one source that all leave the same first op (or none), stacked in index order. Creating a
+    store file costs ~0.5 ms of CPU on ext4 (a put of a 340x256 frame: 0.5-0.8 ms, of which
+    the write itself ~0.1 ms), as much as decoding the frame: with one object per frame,
+    carrying cost more than the decoding it saved."""
+
+    source: tuple | None
+    first: OpInstance | None  # applied before keeping: `Prefixed` frames
+    indices: tuple[int, ...]
+
+    @property
+    def frame_keys(self) -> list[FrameKey]:
+        return [(index, self.source) for index in self.indices]
+
+    def object_key(self, info: VideoInfo) -> ObjectKey:
+        """Named by its exact content (frames, source and op), so a window planned differently
+        (a task joined) never reads another plan's pack."""
+        op = None if self.first is None else (self.first.name, self.first.params,
+                                              self.first.drawn)
+        return ObjectKey.of("frame", info.path, info.size_bytes, info.mtime_ns, "pack",
+                            self.source, op, self.indices)
+
+    def stack(self, frames: Mapping[FrameKey, np.ndarray]) -> np.ndarray:
+        """The pack's frames from the decoded ones, after its first op."""
+        chosen = [frames[key] for key in self.frame_keys]
+        if self.first is not None:
+            chosen = oplib.apply_instance(self.first, chosen)
+        return np.stack(chosen)
+
+    def unstack(self, array: np.ndarray) -> dict[FrameKey, object] | None:
+        """The frames of a stored pack (`Prefixed` after its first op); None when it does not
+        hold as many frames as it should."""
+        if array.ndim != 4 or array.shape[0] != len(self.indices):
+            return None
+        if self.first is None:
+            return dict(zip(self.frame_keys, array, strict=True))
+        return {key: Prefixed(self.first, frame)
+                for key, frame in zip(self.frame_keys, array, strict=True)}
+
+
+def frame_packs(frame_keys: Iterable[FrameKey],
+                firsts: Mapping[FrameKey, OpInstance]) -> list[FramePack]:
+    """The packs that hold `frame_keys`: one per (source, first op of all its clips)."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for index, source in frame_keys:
+        groups[source, firsts.get((index, source))].append(index)
+    packs = [FramePack(source, first, tuple(sorted(indices)))
+             for (source, first), indices in groups.items()]
+    return sorted(packs, key=lambda pack: pack.indices)
 
 
 def mark_read(store: ObjectStore, key: ViewKey, plan: TaskPlan, epoch: int,
@@ -73,10 +119,6 @@ def mark_read(store: ObjectStore, key: ViewKey, plan: TaskPlan, epoch: int,
     for slot, clip in enumerate(plan.view_plan(epoch, iteration).clips):
         use = ClipUse(key, slot, clip, ())
         store.mark_done(clip_object_key(use, plan.videos[clip.video_index]))
-
-
-def kept_frame(frame: np.ndarray, first: OpInstance | None) -> np.ndarray:
-    return frame if first is None else oplib.apply_instance(first, [frame])[0]
 
 
 def frame_nbytes(info: VideoInfo, frame: FrameKey) -> int:

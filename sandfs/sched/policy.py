@@ -56,6 +56,12 @@ def pick_next(jobs: Iterable[JobState], *, memory_pressure: bool,
 
 
 AHEAD_TARGET = 8  # batches ready ahead of every task before prefetching slows down
+# A batch needed within this many iterations (or as many as memory holds, if fewer) may push a
+# later one, unread, out of memory (to be rebuilt from disk or recomputed); one needed later
+# waits on disk for its turn instead: a video's job reaches every epoch of its window, and
+# letting far batches take memory only to lose it to nearer ones made batches leave and come
+# back again and again.
+DISPLACE_HORIZON = 2 * AHEAD_TARGET
 
 
 def workers_to_run(workers: int, *, demanded: bool, every_task_ahead: bool,
@@ -67,6 +73,13 @@ def workers_to_run(workers: int, *, demanded: bool, every_task_ahead: bool,
     if demanded or not every_task_ahead or soonest_deadline < 2 * AHEAD_TARGET:
         return workers
     return max(1, workers // 2)
+
+
+def may_displace(deadline_iterations: int, *, demanded: bool, iterations_in_memory: int) -> bool:
+    """May a batch needed in `deadline_iterations` push unread ones out of memory, when
+    `iterations_in_memory` iterations of every task's batches fit there?"""
+    horizon = min(DISPLACE_HORIZON, max(1, iterations_in_memory))
+    return demanded or deadline_iterations < horizon
 
 
 def under_pressure(used_bytes: int, limit_bytes: int) -> bool:

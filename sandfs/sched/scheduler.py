@@ -38,6 +38,7 @@ from sandfs.sched.policy import (
     NOT_NEEDED,
     POLICIES,
     JobState,
+    may_displace,
     pick_next,
     under_pressure,
     workers_to_run,
@@ -312,14 +313,24 @@ class Scheduler:
             return True, free
         cost = state.nbytes
         if cost > free:
-            free += self._evict(cost - free, keep=key, deadline=self.book.deadline_of(key))
+            free += self._evict(cost - free, keep=key, deadline=self.book.deadline_of(key),
+                                unread_too=self._near(key, demanded=demanded))
         if cost > free and not demanded:
             return False, free
         return True, free - cost
 
-    def _evict(self, needed_bytes: int, *, keep: ViewKey, deadline: int) -> int:
+    def _near(self, key: ViewKey, *, demanded: bool) -> bool:
+        """Is the batch needed soon enough to take memory from unread batches needed later
+        (`may_displace`), and to be read back from disk into memory?"""
+        per_iteration = sum(plan.view_nbytes(0, 0) for plan in self.book.plans.values())
+        return may_displace(self.book.deadline_of(key), demanded=demanded,
+                            iterations_in_memory=self.memory_limit_bytes // max(1, per_iteration))
+
+    def _evict(self, needed_bytes: int, *, keep: ViewKey, deadline: int,
+               unread_too: bool) -> int:
         freed, unread = self.board.evict(needed_bytes, keep=keep, deadline=deadline,
-                                         deadline_of=self.book.deadline_of)
+                                         deadline_of=self.book.deadline_of,
+                                         unread_too=unread_too)
         for key in unread:
             self._replan_evicted(key)
         return freed
@@ -350,14 +361,14 @@ class Scheduler:
         uses, to_memory, to_disk, reserved = [], set(), set(), set()
         for use in sorted(self.board.pending[job_key],
                           key=lambda u: self.book.deadline_of(u.view)):
-            fits = use.view in reserved
-            if not fits:
-                fits, free = self._reserve_buffer(
-                    use.view, free, demanded=demanded and use.view in self.board.demanded)
-                if fits:
-                    reserved.add(use.view)
             spot = Spot.of(use)
             keep = spot in disk.clips and keeps
+            wanted = demanded and use.view in self.board.demanded
+            fits = use.view in reserved
+            if not fits and (not keep or self._near(use.view, demanded=wanted)):
+                fits, free = self._reserve_buffer(use.view, free, demanded=wanted)
+                if fits:
+                    reserved.add(use.view)
             if fits:
                 to_memory.add(spot)
             if keep:
@@ -376,6 +387,8 @@ class Scheduler:
             states={u.view: views[u.view] for u in uses})
 
     def _admit_assembly(self, key: ViewKey, *, demanded: bool) -> AssemblyJob | None:
+        if not self._near(key, demanded=demanded):
+            return None  # it waits on disk: in memory now, a nearer batch would push it out
         fits, _ = self._reserve_buffer(key, self.memory_limit_bytes - self.memory_bytes,
                                        demanded=demanded)
         if not fits:

@@ -16,22 +16,21 @@ from sandfs.cache import ObjectStore
 from sandfs.materialize import (
     FrameKey,
     Materializer,
-    Prefixed,
     clip_frame_keys,
     first_ops,
     to_layout,
 )
 from sandfs.plan.task import TaskPlan
-from sandfs.plan.window import ClipUse, ViewKey, WindowPlan, plan_window
+from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan, plan_window
 from sandfs.sched.jobs import AssemblyJob, JobResult, Placed, VideoJob, VideoJobKey
 from sandfs.sched.objects import (
     DiskPlan,
+    FramePack,
     Spot,
     clip_object_key,
     disk_plans,
     frame_object_key,
-    kept_frame,
-    kept_frame_key,
+    frame_packs,
 )
 from sandfs.stats import Stats
 
@@ -83,10 +82,8 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
     if store is not None:
         for path, work in plan.videos.items():
             on_disk |= {Spot.of(u) for u in work.uses if clip_object_key(u, work.info) in store}
-            firsts = first_ops(u.clip for u in work.uses)
-            if all(frame_object_key(work.info, k) in store
-                   or (k in firsts and kept_frame_key(work.info, k, firsts[k]) in store)
-                   for k in work.frame_keys):
+            if (all(p.object_key(work.info) in store for p in window_packs(work))
+                    or all(frame_object_key(work.info, k) in store for k in work.frame_keys)):
                 frames_on_disk.add(path)
     kept = {} if store is None else disk_plans(plan, store.budget_bytes, prune_mode)
     return PlannedWindow(plan, frozenset(on_disk), frozenset(frames_on_disk), kept)
@@ -141,20 +138,25 @@ def make_video(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray
     return JobResult(tuple(placed), tuple(saved), carried)
 
 
+def window_packs(work: VideoWork) -> list[FramePack]:
+    """How a video's frames for one window are kept when a pass carries them there."""
+    return frame_packs(work.frame_keys, first_ops(u.clip for u in work.uses))
+
+
 def save_carried(tools: Tools, job: VideoJob,
                  carried: Mapping[int, Mapping[FrameKey, np.ndarray]]) -> list[VideoJobKey]:
-    """Keep frames decoded for later windows on disk; a failure only means that those windows
-    decode for themselves (the batches of this job are out already)."""
+    """Keep frames decoded for later windows on disk, a few packs per window (`FramePack`); a
+    failure only means that those windows decode for themselves (the batches of this job are
+    out already)."""
     yield_to_readers()
     saved = []
     info = job.work.info
     for later, frames in carried.items():
         carry = job.carry[later]
         try:
-            ok = all([tools.store.put(kept_frame_key(info, k, carry.firsts.get(k)),
-                                      kept_frame(frame, carry.firsts.get(k)),
+            ok = all([tools.store.put(pack.object_key(info), pack.stack(frames),
                                       deadline=carry.deadline)
-                      for k, frame in frames.items()])
+                      for pack in frame_packs(frames, carry.firsts)])
         except Exception as exc:
             log.warning("keeping frames of %s for window %d failed: %s: %s",
                         info.rel_path, later, type(exc).__name__, exc)
@@ -166,22 +168,47 @@ def save_carried(tools: Tools, job: VideoJob,
 
 
 def _frames_from_disk(tools: Tools, job: VideoJob) -> dict[FrameKey, object] | None:
-    """The job's frames from disk: as kept for this window (after the first op of all its
-    clips that use them: `Prefixed`), or as decoded; None when one is missing."""
-    info, frames, store = job.work.info, {}, tools.store
-    firsts = first_ops(u.clip for u in job.uses)
-    for key in job.frames:
-        op = firsts.get(key)
-        array = None if op is None else store.get(kept_frame_key(info, key, op))
-        if array is not None:
-            frames[key] = Prefixed(op, array)
+    """The job's frames from disk: from the packs a pass carried them in (after the first op
+    of all the window's clips that use them: `Prefixed`), or as pruning kept them (one object
+    a frame, as decoded); None when one is missing."""
+    frames = _frames_from_packs(tools.store, job)
+    if frames is None:
+        frames = _frames_kept_one_by_one(tools.store, job)
+    if frames is None:
+        tools.store.note_recomputed()
+        return None
+    tools.stats.add("frames_from_disk", len(frames))
+    return frames
+
+
+def _frames_from_packs(store: ObjectStore, job: VideoJob) -> dict[FrameKey, object] | None:
+    """Read packs are marked done: carried for one window, they are the first to evict once
+    it has them (left with their past deadlines, they were the last)."""
+    wanted, frames, read = job.frames, {}, []
+    for pack in window_packs(job.work):
+        if wanted.isdisjoint(pack.frame_keys):
             continue
-        array = store.get(frame_object_key(info, key))
+        key = pack.object_key(job.work.info)
+        array = store.get(key)
+        found = None if array is None else pack.unstack(array)
+        if found is None:
+            return None
+        frames.update((k, f) for k, f in found.items() if k in wanted)
+        read.append(key)
+    if len(frames) < len(wanted):
+        return None
+    for key in read:
+        store.mark_done(key)
+    return frames
+
+
+def _frames_kept_one_by_one(store: ObjectStore, job: VideoJob) -> dict[FrameKey, object] | None:
+    frames = {}
+    for key in job.frames:
+        array = store.get(frame_object_key(job.work.info, key))
         if array is None:
-            store.note_recomputed()
             return None
         frames[key] = array
-    tools.stats.add("frames_from_disk", len(frames))
     return frames
 
 
@@ -197,11 +224,14 @@ def assemble(tools: Tools, job: AssemblyJob, targets: Mapping[ViewKey, np.ndarra
     for slot in job.slots:
         clip = job.view.clips[slot]
         use = ClipUse(job.key, slot, clip, ())
-        stored = tools.store.get(clip_object_key(use, job.plan.videos[clip.video_index]))
+        target = array[slot]
+        stored = tools.store.get(clip_object_key(use, job.plan.videos[clip.video_index]),
+                                 out=target)
         if stored is None:
             tools.store.note_recomputed()
             stored = _recompute_clip(tools, job.plan, clip)
-        array[slot] = stored
+        if stored is not target:
+            target[...] = stored
         placed.append(Placed(use, True, True))
     return JobResult(tuple(placed))
 

@@ -234,10 +234,11 @@ def test_decode_ahead_decodes_less_and_serves_the_same_views(tmp_path, dataset_d
             figures[ahead] = status(m)
         for (epoch, iteration), data in views.items():
             assert data == reference_view(plan, epoch, iteration), (ahead, epoch, iteration)
-    # kept as their clips' first op (resize 64x48 -> 48x36) leaves them: a quarter smaller
+    # kept as their clips' first op (resize 64x48 -> 48x36) leaves them, a few frames a file
     kept = [p.stat().st_size for p in store_files(tmp_path / "ahead3-cache")
             if p.name.startswith("frame-")]
-    assert kept and max(kept) < 64 * 48 * 3
+    assert kept and sum(kept) < 0.7 * figures[3]["frames_carried"] * 64 * 48 * 3
+    assert len(kept) < figures[3]["frames_carried"] / 2
     assert figures[0]["frames_carried"] == 0
     assert figures[3]["frames_carried"] > 0
     assert figures[3]["frames_from_disk"] > 0

@@ -170,3 +170,21 @@ def test_put_of_a_stored_object_updates_only_its_bookkeeping(make_store):
     assert store.put(a, blocks(1), needed_again=False)  # a is done: the first to go
     assert store.put(key("frame", "d"), blocks(1), deadline=0)
     assert a not in store and b in store and c in store
+
+
+def test_done_objects_count_as_room_for_what_is_still_needed(make_store):
+    """`room_below` leaves out objects marked done (the first to evict): a store full of read
+    clips still has room for frames carried ahead."""
+    store = make_store(budget_bytes=64 * 4096)
+    array = make_array(1, (32, 32, 3))  # 3 KiB + header: one block
+    for i in range(8):
+        assert store.put(key("clip", i), array)
+    needed_room = store.room_below(0.5)
+    assert needed_room == 32 * 4096 - 8 * 4096
+    for i in range(8):
+        store.mark_done(key("clip", i))
+    assert store.room_below(0.5) == 32 * 4096
+    store.set_deadline(key("clip", 0), 5)  # needed again
+    assert store.room_below(0.5) == 31 * 4096
+    store.discard(key("clip", 1))
+    assert store.room_below(0.5) == 31 * 4096 and store.check() == []

@@ -14,7 +14,7 @@ from tests.helpers.store import SHAPES, key, make_array, object_files
 
 STATS_KEYS = {"bytes_used", "budget_bytes", "objects", "hits", "misses", "evictions",
               "recomputed", "corrupt_detected", "objects_by_kind", "bytes_by_format", "enospc",
-              "write_failures", "no_room"}
+              "write_failures", "no_room", "puts", "bytes_written", "bytes_read"}
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "float32"])
@@ -34,6 +34,19 @@ def test_round_trip(make_store, fmt, kind, dtype):
     assert store.stats()["bytes_by_format"] == {fmt: store.stats()["bytes_used"]}
 
 
+def test_stats_count_the_bytes_written_and_read(make_store):
+    """What a long run's CPU goes to: objects created, bytes written and read back."""
+    store = make_store()
+    array = make_array(1, (16, 16, 3))
+    assert store.put(key("frame", 0), array, fmt="raw")
+    assert store.put(key("frame", 0), array, fmt="raw")  # stored already: nothing written
+    store.get(key("frame", 0))
+    store.get(key("frame", 1))  # a miss reads nothing
+    stats = store.stats()
+    assert stats["puts"] == 1 and stats["bytes_written"] == HEADER_NBYTES + array.nbytes
+    assert stats["bytes_read"] == array.nbytes
+
+
 def test_default_format_is_raw_until_the_budget_binds(make_store):
     store = make_store(budget_bytes=64 * 4096)
     frame = make_array(1, (64, 64, 3))  # 12 KiB + header: 4 blocks raw, 12 fill 75 %
@@ -43,6 +56,43 @@ def test_default_format_is_raw_until_the_budget_binds(make_store):
     assert by_format["raw"] > 0 and by_format["lz4"] > 0
     assert choose_format("clip", frame) == "raw" and choose_format("frame", frame) == "lz4"
     assert choose_format("frame", frame, capacity_bound=False) == "raw"
+
+
+def test_done_objects_do_not_make_the_budget_bind(make_store):
+    """Objects every reader is done with are the first to evict: a store full of them still
+    stores frames raw (lz4 costs CPU and pays only against decoding again)."""
+    store = make_store(budget_bytes=64 * 4096)
+    frame = make_array(1, (64, 64, 3))
+    for i in range(14):
+        assert store.put(key("clip", i), frame)
+        store.mark_done(key("clip", i))
+    assert store.put(key("frame", 0), frame)
+    assert store.stats()["bytes_by_format"].get("lz4", 0) == 0
+
+
+def test_get_reads_a_raw_object_straight_into_its_destination(make_store):
+    """A batch rebuilt from disk reads each clip into its slot: no buffer to allocate and copy
+    (`out`); other formats, or another shape, come back as a new array, as without `out`."""
+    store = make_store()
+    clip = make_array(2, (4, 8, 8, 3))
+    assert store.put(key("clip", 0), clip, fmt="raw")
+    assert store.put(key("clip", 1), clip, fmt="lz4")
+    batch = np.zeros((2, 4, 8, 8, 3), np.uint8)
+    got = store.get(key("clip", 0), out=batch[1])
+    assert np.shares_memory(got, batch[1])
+    assert np.array_equal(batch[1], clip) and not batch[0].any()
+    other = store.get(key("clip", 1), out=batch[0])
+    assert np.array_equal(other, clip) and not np.shares_memory(other, batch)
+    assert np.array_equal(store.get(key("clip", 0), out=np.zeros((3, 3), np.uint8)), clip)
+    assert store.stats()["bytes_read"] == 3 * clip.nbytes
+    path = store.disk.path_for(key("clip", 0))
+    with open(path, "r+b") as f:  # a flipped byte: a miss, counted, never served
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 0xFF]))
+    assert store.get(key("clip", 0), out=batch[1]) is None
+    assert store.stats()["corrupt_detected"] == 1
 
 
 def test_default_format_override(make_store):

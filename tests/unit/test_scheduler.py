@@ -181,6 +181,25 @@ async def test_one_decode_pass_serves_the_windows_ahead(tmp_path, decode_ahead, 
                 assert every in materializer.decoded_keys
 
 
+async def test_a_window_s_carried_frames_are_one_store_object_per_video(tmp_path):
+    """Carrying writes a few packs per (window, video), not an object per frame: creating a
+    file costs about as much CPU as decoding the frame. Here every clip starts with the same
+    center crop, so each later window's frames of a video are one pack, kept cropped."""
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        plan, scheduler, materializer = scheduler_for(tmp_path, epochs=8, store=store,
+                                                      decode_ahead=3)
+        stats = scheduler.stats
+        await read_all(plan, scheduler)
+        frame_objects = store.stats()["objects_by_kind"]["frame"]
+        assert len(materializer.decoded) == len(plan.videos)  # one pass serves 4 windows
+        assert frame_objects == 3 * len(plan.videos)
+        assert stats.get("frames_carried") > 3 * frame_objects
+        assert stats.get("frames_from_disk") == stats.get("frames_carried")
+        # every batch read, every carried pack used: nothing on disk is still needed, so a
+        # long run's store never blocks decoding ahead (it carries below half the budget)
+        assert store.room_below(0.5) == store.budget_bytes // 2
+
+
 async def test_carried_frames_lost_from_disk_are_decoded_again(tmp_path, monkeypatch):
     """Frames kept for a later window that are gone when it comes (evicted, or found corrupt:
     the store then answers a miss) only mean that window decodes for itself."""
@@ -359,12 +378,33 @@ async def test_memory_eviction_never_trades_a_sooner_batch_for_a_later_one(tmp_p
     assert all(k in scheduler.board.ready for k in keys)
     one = len(scheduler.board.ready[keys[0]].data)
     # room for a batch needed at position 3: only batches needed after it may go, latest first
-    freed = scheduler._evict(2 * one, keep=keys[3], deadline=3)
+    assert scheduler._evict(2 * one, keep=keys[3], deadline=3, unread_too=False) == 0
+    freed = scheduler._evict(2 * one, keep=keys[3], deadline=3, unread_too=True)
     assert freed == 2 * one
     assert keys[-1] not in scheduler.board.ready and keys[-2] not in scheduler.board.ready
     assert all(k in scheduler.board.ready for k in keys[:-2])
-    assert scheduler._evict(100 * one, keep=keys[5], deadline=5) == len(keys[6:-2]) * one
+    assert scheduler._evict(100 * one, keep=keys[5], deadline=5,
+                            unread_too=True) == len(keys[6:-2]) * one
     assert all(k in scheduler.board.ready for k in keys[:6])  # nothing needed sooner was dropped
+
+
+@pytest.mark.parametrize("batches_in_memory", [3, 6])
+async def test_batches_far_ahead_wait_on_disk_instead_of_churning_memory(
+        tmp_path, batches_in_memory):
+    """With less memory than a window's batches, the clips of batches needed far ahead go to
+    disk and are read back when their turn comes: no batch is built in memory only to be
+    pushed out, unread, by a nearer one (and rebuilt again), and every view is the same."""
+    plan, alone, _ = scheduler_for(tmp_path, videos=16, epochs=8)
+    expected = await read_all(plan, alone)
+    one = plan.view_nbytes(0, 0)
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        plan, scheduler, _ = scheduler_for(tmp_path, videos=16, epochs=8, store=store,
+                                           memory=batches_in_memory * one)
+        assert await read_all(plan, scheduler) == expected
+        # a read that waits may still take the room of one batch needed later (the plan
+        # decides whether that happens), but batches are not built only to be pushed out
+        assert scheduler.board.evicted_unread <= 1
+        assert scheduler.rebuilt_from_disk > 0  # the far ones came back from disk
 
 
 def test_the_fifo_ablation_ignores_demand_and_deadlines():

@@ -9,7 +9,16 @@ import pytest
 
 from sandfs.config import load_task_config, merge_engines, mount_settings, parse_size
 from sandfs.config.pipeline import view_shape
+from sandfs.config.settings import (
+    BATCHES_IN_MEMORY,
+    DECODE_WORKING_SET_BYTES,
+    MIN_MEMORY_LIMIT,
+    ON_DEMAND_MEMORY_SHARE,
+    default_memory_limit,
+)
 from sandfs.errors import UserError
+from sandfs.npy import npy_nbytes
+from sandfs.sched.policy import AHEAD_TARGET, DISPLACE_HORIZON
 from tests.helpers.config_texts import BASE, edited
 
 # --- engines, sizes, several configs -----------------------------------------------------------
@@ -145,6 +154,23 @@ def test_mount_settings_resolve_every_default_once(tmp_path):
 def test_memory_is_split_between_on_demand_objects_and_prepared_batches():
     settings = dataclasses.replace(_settings()[0], memory_limit_bytes=1000)
     assert (settings.on_demand_memory_bytes, settings.batch_memory_bytes) == (250, 750)
+
+
+def test_the_default_memory_limit_is_what_the_tasks_and_workers_need():
+    """Not a share of the machine: BATCHES_IN_MEMORY views of every task, a decode working
+    set per worker, and the on-demand share on top; within half of RAM."""
+    config = load_task_config("/cfg/task.yaml", text=BASE, check_paths=False)
+    view = npy_nbytes(*view_shape(config.dataset))
+    one = default_memory_limit([config], 2, physical_bytes=1 << 40)
+    two = default_memory_limit([config, config], 2, physical_bytes=1 << 40)
+    scheduler_share = 1 - ON_DEMAND_MEMORY_SHARE
+    assert one == max(MIN_MEMORY_LIMIT, int((view * BATCHES_IN_MEMORY
+                                             + 2 * DECODE_WORKING_SET_BYTES) / scheduler_share))
+    assert two - one == pytest.approx(view * BATCHES_IN_MEMORY / scheduler_share, abs=1)
+    assert default_memory_limit([config], 64, physical_bytes=4 << 30) == 2 << 30  # half of RAM
+    assert BATCHES_IN_MEMORY == 2 * AHEAD_TARGET == DISPLACE_HORIZON  # what the scheduler keeps
+    settings = _settings()[0]
+    assert settings.memory_limit_bytes == default_memory_limit([config], settings.workers)
 
 
 def test_the_cli_overrides_and_its_errors_name_the_flag():
