@@ -92,15 +92,15 @@ class Namespace:
 
     def identity(self, node: Node) -> object:
         """What one object is: its node, except for views. Tasks with the same data key
-        (dataset section and seed), epoch offset and window size have the same `view_key` for
-        each (epoch, iteration), hence the same batches: such views are one object, reached
+        (dataset section and seed), shard, epoch offset and window size have the same
+        `view_key` for each (epoch, iteration), hence the same batches: one object, reached
         through each task's path — when the tasks also have the same owner and modes, since the
         kernel keeps one owner and mode per inode."""
         if node.kind != "view":
             return node
         plan = self.service.tasks[node.task]
-        return ("view", plan.data_key, plan.epoch_offset, plan.k_epochs, node.epoch,
-                node.iteration, self.access(node))
+        return ("view", plan.data_key, plan.sampling.shard, bool(plan.test_views),
+                plan.epoch_offset, plan.k_epochs, node.epoch, node.iteration, self.access(node))
 
     def exists(self, node: Node) -> bool:
         """False for the nodes of a task that has ended (or was registered anew since)."""

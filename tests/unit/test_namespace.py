@@ -77,11 +77,13 @@ def test_any_name_resolves_or_is_enoent(namespace, names):
     walk(namespace, names)
 
 
-def plans_on_one_mount(tmp_path, **seeds: int) -> dict[str, TaskPlan]:
+def plans_on_one_mount(tmp_path, shards=None, **seeds: int) -> dict[str, TaskPlan]:
     configs = []
     for task, seed in seeds.items():
-        path = write_config(tmp_path / f"{task}.yaml",
-                            task_config(FAKE_DATASET, task=task, seed=seed))
+        config = task_config(FAKE_DATASET, task=task, seed=seed)
+        if shards and task in shards:
+            config["dataset"]["sampling"]["shard"] = {"world_size": 2, "rank": shards[task]}
+        path = write_config(tmp_path / f"{task}.yaml", config)
         configs.append(load_task_config(path, check_paths=False))
     coordination = Coordination(configs)
     return {c.task: TaskPlan(c, fake_videos(10), k_epochs=2, coordination=coordination)
@@ -108,3 +110,16 @@ def test_views_of_identical_tasks_are_one_object(tmp_path):
             assert same_object == (same_data and left[1:] == right[1:]), (left, right)
     folder = Node("videos", task="a")
     assert namespace.identity(folder) == folder != namespace.identity(replace(folder, task="b"))
+
+
+def test_ranks_of_one_job_are_never_one_object(tmp_path):
+    """Two ranks share the data key (one permutation per epoch) but read other videos: one
+    inode for both would let the page cache hand one rank the other's batch."""
+    plans = plans_on_one_mount(tmp_path, shards={"r0": 0, "r1": 1}, r0=0, r1=0)
+    namespace = Namespace(make_service(list(plans.values())))
+    assert plans["r0"].data_key == plans["r1"].data_key
+    for epoch in range(2):
+        ids = {task: namespace.identity(Node("view", task=task, epoch=epoch, iteration=0))
+               for task in plans}
+        keys = {task: view_key(plans[task], epoch, 0) for task in plans}
+        assert ids["r0"] != ids["r1"] and keys["r0"] != keys["r1"]
