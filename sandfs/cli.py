@@ -380,18 +380,26 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+PLAN_FIGURES = (  # label, merged figure, independent figure, savings key
+    ("frames decoded", "frames_decoded", "frames_decoded_independent", "decode"),
+    ("augmentation ops", "aug_ops", "aug_ops_independent", "aug_ops"),
+    ("crop ops", "crop_ops", "crop_ops_independent", "crop_ops"),
+)
+
+
 def format_plan(report: dict) -> str:
     total, cut = report["total"], report["savings"]
-    lines = [f"plan of {len(report['tasks'])} task(s) over {report['epochs']} epochs "
+    lines = [f"plan of {len(report['tasks'])} task(s) over {report['epochs']} "
+             f"epoch{'s' * (report['epochs'] != 1)} "
              f"(k={report['k_epochs']}, {len(report['windows'])} window(s))"]
     for name, task in report["tasks"].items():
         lines.append(f"  task {name}: {task['videos']} videos, {task['iterations_per_epoch']} "
                      f"iterations/epoch, frame grid {task['frame_grid']}")
-    for label, done, independent, key in (
-        ("frames decoded", "frames_decoded", "frames_decoded_independent", "decode"),
-        ("augmentation ops", "aug_ops", "aug_ops_independent", "aug_ops"),
-        ("crop ops", "crop_ops", "crop_ops_independent", "crop_ops"),
-    ):
+    for window in report["windows"]:
+        lines.append(f"  window {window['window']}: " + ", ".join(
+            f"{label} {window.get(done, 0):,} vs {window.get(independent, 0):,}"
+            for label, done, independent, _ in PLAN_FIGURES))
+    for label, done, independent, key in PLAN_FIGURES:
         lines.append(f"  {label}: {total.get(done, 0):,} vs {total.get(independent, 0):,} "
                      f"run independently ({-100 * cut[key]:+.1f}%)")
     by_tasks = {}

@@ -145,7 +145,7 @@ def test_plan_prints_the_merged_plan_without_mounting(tmp_path, dataset_dir):
         dataset_dir, task="mae", seed=2, sampling={"frames_per_video": 3, "frame_stride": 4}))
     done = run_cli("plan", "--config", str(slow), "--config", str(mae), "--epochs", "4")
     assert done.returncode == 0, done.stderr
-    assert "plan of 2 task(s) over 4 epochs (k=2, 2 window(s))" in done.stdout
+    assert "plan of 2 task(s) over 3 epochs (k=2, 2 window(s))" in done.stdout  # 3 it has
     assert "frame grid 2" in done.stdout and "frames decoded:" in done.stdout
     report = json.loads(run_cli("plan", "--config", str(slow), "--config", str(mae),
                                 "--json").stdout)
@@ -158,6 +158,25 @@ def test_plan_prints_the_merged_plan_without_mounting(tmp_path, dataset_dir):
     done = subprocess.run([sys.executable, "-c", probe, "plan", "--config", str(slow)],
                           capture_output=True, text=True, timeout=120)
     assert done.stderr.strip().splitlines()[-1] == "False False"  # plan mounts nothing
+
+
+def test_plan_counts_the_epochs_a_task_has_and_prints_each_window(tmp_path, dataset_dir):
+    short = write_config(tmp_path / "short.yaml", task_config(
+        dataset_dir, task="short", epochs=2, engine={"k_epochs": 5}))
+    done = run_cli("plan", "--config", str(short))
+    assert done.returncode == 0, done.stderr
+    assert "plan of 1 task(s) over 2 epochs (k=5, 1 window(s))" in done.stdout, done.stdout
+    report = json.loads(run_cli("plan", "--config", str(short), "--json").stdout)
+    window = report["windows"][0]
+    assert report["epochs"] == 2
+    assert (f"  window 0: frames decoded {window['frames_decoded']:,} vs "
+            f"{window['frames_decoded_independent']:,}, augmentation ops") in done.stdout
+    # --epochs past the task's end is the task's end; a partial window is planned whole
+    assert "over 2 epochs" in run_cli("plan", "--config", str(short), "--epochs", "9").stdout
+    long = write_config(tmp_path / "long.yaml", task_config(dataset_dir, task="long", epochs=9))
+    done = run_cli("plan", "--config", str(long), "--epochs", "3")  # k=2: windows 0 and 1
+    assert "over 4 epochs (k=2, 2 window(s))" in done.stdout, done.stdout
+    assert "  window 1: frames decoded" in done.stdout
 
 
 @pytest.mark.parametrize(("flag", "value", "fragment"), [
