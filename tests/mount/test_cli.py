@@ -290,8 +290,61 @@ def test_status_and_unmount_of_a_stopped_daemon_return_within_their_timeout(tmp_
         m.expected_log_errors = len(errors)
 
 
-def test_unmount_of_something_not_mounted_says_so(tmp_path):
-    (tmp_path / "plain").mkdir()
+EXIT_CASES = [  # (command line with {d}: a folder, {c}: a good config, {b}: a bad one), status
+    ("mount {d}/m --config {d}/none.yaml", 2),
+    ("mount {d}/m --config {b}", 2),
+    ("mount {d}/m --config {c} --k-epochs 0", 2),
+    ("mount {d}/m --config {c} --budget lots", 2),
+    ("mount --config {c}", 2),  # no mountpoint anywhere
+    ("mount {d}/m --config {c} --frobnicate", 2),
+    ("mount {d}/m --config {e} --cache-dir {d}/cache", 1),  # an empty epoch
+    ("unmount {d}", 1),
+    ("unmount {d} --timeout 0", 2),
+    ("status {d}", 1),
+    ("status {d} --timeout -1", 2),
+    ("status {d} --watch --interval 0", 2),
+    ("task add {d} {c}", 1),
+    ("task add {d} {b}", 2),
+    ("task remove {d} t0", 1),
+    ("task frob {d}", 2),
+    ("plan --config {c} --epochs 1", 0),
+    ("plan --config {b}", 2),
+    ("plan --config {c} --epochs 0", 2),
+    ("plan --config {c} --k-epochs 0", 2),
+    ("frob", 2),
+]
+
+
+@pytest.mark.parametrize(("line", "code"), EXIT_CASES, ids=[c[0] for c in EXIT_CASES])
+def test_exit_status_is_the_documented_one(tmp_path, dataset_dir, config_path, line, code):
+    """The README: 0 success, 2 a bad config or argument, 1 anything else; one line."""
+    bad = write_config(tmp_path / "bad.yaml", task_config(dataset_dir, epochs=0))
+    empty = write_config(tmp_path / "empty.yaml", task_config(
+        dataset_dir, sampling={"videos_per_batch": 50, "drop_last": True}))
+    args = line.format(d=tmp_path, c=config_path, b=bad, e=empty).split()
+    done = run_cli(*args)
+    assert done.returncode == code, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+    if code:  # one line (after argparse's usage lines for a bad command line)
+        lines = [x for x in done.stderr.splitlines() if x and not x.startswith(("usage:", " "))]
+        assert len(lines) == 1 and lines[0].startswith("sandfs"), done.stderr
+    assert not is_mounted(tmp_path / "m")
+
+
+def test_ctrl_c_exits_130(monkeypatch, capsys):
+    from sandfs import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_status", interrupted)
+    assert cli.main(["status", "/nowhere"]) == 130
+
+
+@pytest.mark.parametrize("made", [True, False])
+def test_unmount_of_something_not_mounted_says_so(tmp_path, made):
+    if made:
+        (tmp_path / "plain").mkdir()
     line = one_line_error(run_cli("unmount", str(tmp_path / "plain")))
     assert line == f"sandfs: {tmp_path / 'plain'} is not mounted"
 
