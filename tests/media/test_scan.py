@@ -20,7 +20,7 @@ from tests.helpers.corpus import CORPUS, EXTENSIONS, IGNORED, Corpus, CorpusScan
 
 BAD_REASONS = {
     "open_invalid", "no_video_stream", "not_regular", "outside_root", "corrupt_frames",
-    "too_large", "name_collision", "no_frames", "decode_timeout",
+    "too_large", "name_collision", "no_frames", "decode_timeout", "not_a_video",
 }  # fmt: skip
 
 
