@@ -115,6 +115,27 @@ def test_every_injection_detected_by_the_startup_scan(make_store, caplog):
     reopened.close()
 
 
+def test_objects_removed_as_corrupt_at_open_count_as_recomputed_when_stored_again(make_store):
+    store = make_store()
+    arrays = {key("frame", i): make_array(i, SHAPES["frame"]) for i in range(3)}
+    for object_key, array in arrays.items():
+        assert store.put(object_key, array, fmt="raw")
+    store.close()
+    os.unlink(os.path.join(store.root, "index.json"))  # a crash: the open reads every header
+    damaged, kept, _ = arrays
+    _rewrite(store.disk.path_for(damaged), INJECTIONS["wrong_magic"])
+    reopened = ObjectStore(store.root, 1 << 20)
+    assert reopened.open().corrupt_removed == 1
+    assert (reopened.stats()["corrupt_detected"], reopened.stats()["recomputed"]) == (1, 0)
+    assert reopened.put(kept, arrays[kept]) and reopened.put(key("frame", 9), arrays[kept])
+    assert reopened.stats()["recomputed"] == 0  # still there, or never lost: not recomputed
+    assert reopened.put(damaged, arrays[damaged])
+    assert reopened.put(damaged, arrays[damaged])  # already there: counted once
+    assert reopened.stats()["recomputed"] == 1
+    assert np.array_equal(reopened.get(damaged), arrays[damaged])
+    reopened.close()
+
+
 def test_another_version_is_a_miss_and_deleted(make_store):
     store, arrays = _store_two(make_store, "batch")
     object_key = next(iter(arrays))
