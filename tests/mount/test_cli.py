@@ -290,6 +290,18 @@ def test_status_and_unmount_of_a_stopped_daemon_return_within_their_timeout(tmp_
         m.expected_log_errors = len(errors)
 
 
+def test_the_demo_config_leaves_the_mountpoint_and_cache_to_the_command_line(tmp_path):
+    """scripts/demo.sh passes both: a path fixed in the config would be shared by every user."""
+    from sandfs.config.loader import load_task_configs
+    from sandfs.config.settings import mount_settings
+
+    demo = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "demo.yaml")
+    configs = load_task_configs([demo], check_paths=False)
+    assert not {"mountpoint", "cache_dir"} & configs[0].engine_given
+    settings, _ = mount_settings(configs, {"cache_dir": str(tmp_path / "c")}, str(tmp_path / "m"))
+    assert (settings.mountpoint, settings.cache_dir) == (str(tmp_path / "m"), str(tmp_path / "c"))
+
+
 EXIT_CASES = [  # (command line with {d}: a folder, {c}: a good config, {b}: a bad one), status
     ("mount {d}/m --config {d}/none.yaml", 2),
     ("mount {d}/m --config {b}", 2),
