@@ -16,12 +16,36 @@ from collections.abc import Sequence
 
 from sandfs import __version__
 from sandfs.config.loader import BASE_DIR_MARK, ConfigError, load_task_configs
+from sandfs.config.schema import TaskConfig
 from sandfs.config.settings import cli_engine, default_workers, media_limits, mount_settings
 from sandfs.errors import UserError
 from sandfs.fuse.mounttable import is_mounted
 from sandfs.readiness import Readiness
 
 log = logging.getLogger("sandfs")
+
+
+class BadArgument(UserError):
+    """A bad command line value or mount setting: exit status 2, like a bad config."""
+
+
+@contextlib.contextmanager
+def settings_check():
+    """The settings' UserErrors (a flag, variable or engine value at fault) as BadArgument."""
+    try:
+        yield
+    except BadArgument:
+        raise
+    except UserError as exc:
+        raise BadArgument(str(exc)) from None
+
+
+def seconds(text: str) -> float:
+    """A --timeout: a number of seconds > 0 (argparse makes a bad one exit status 2)."""
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,12 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     unmount = sub.add_parser("unmount", help="unmount cleanly and wait for the daemon")
     unmount.add_argument("mountpoint")
-    unmount.add_argument("--timeout", type=float, default=30.0, help="seconds to wait")
+    unmount.add_argument("--timeout", type=seconds, default=30.0, help="seconds to wait")
 
     status = sub.add_parser("status", help="live figures of a mount")
     status.add_argument("mountpoint")
     status.add_argument("--json", action="store_true")
-    status.add_argument("--timeout", type=float, default=10.0,
+    status.add_argument("--timeout", type=seconds, default=10.0,
                         help="seconds to wait for the daemon's answer")
     status.add_argument("--watch", action="store_true",
                         help="a live table, redrawn every --interval seconds (Ctrl-C ends it)")
@@ -86,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         commands = {"mount": cmd_mount, "unmount": cmd_unmount, "status": cmd_status,
                     "plan": cmd_plan, "task": cmd_task}
         return commands[args.command](args)
-    except ConfigError as exc:
+    except (ConfigError, BadArgument) as exc:
         print(f"sandfs: {exc}", file=sys.stderr)
         return 2
     except UserError as exc:
@@ -116,7 +140,8 @@ def engine_overrides(args: argparse.Namespace) -> dict:
 
 def cmd_mount(args: argparse.Namespace) -> int:
     configs = load_task_configs(args.config)
-    settings, warnings = mount_settings(configs, engine_overrides(args), args.mountpoint)
+    with settings_check():
+        settings, warnings = mount_settings(configs, engine_overrides(args), args.mountpoint)
     if args.foreground:
         return mount_foreground(configs, settings, args, warnings)
     return mount_background(configs, settings, args)
@@ -282,7 +307,7 @@ def watch_status(mountpoint: str, args: argparse.Namespace) -> int:
     from sandfs.watch import watch
 
     if args.interval <= 0 or (args.iterations is not None and args.iterations < 1):
-        raise UserError("--interval must be > 0 and --iterations >= 1")
+        raise BadArgument("--interval must be > 0 and --iterations >= 1")
     # a hung daemon must not freeze the screen for long: it shows as "not answering"
     timeout = min(args.timeout, max(2.0, 2 * args.interval))
     # a clear error first when it is not a sandfs mount or its daemon is gone; a daemon that
@@ -314,15 +339,19 @@ def format_status(status: dict) -> str:
 
 def cmd_task(args: argparse.Namespace) -> int:
     mountpoint = os.path.abspath(args.mountpoint)
+    # a bad file is a bad config (exit status 2) whether or not the mount is live
+    cfg = load_task_configs([args.config])[0] if args.task_command == "add" else None
     read_status(mountpoint)  # a clear error when it is not a live sandfs mount
     tasks_dir = os.path.join(mountpoint, ".sand", "tasks")
-    if args.task_command == "add":
-        return task_add(tasks_dir, args.config)
+    if cfg is not None:
+        return task_add(tasks_dir, args.config, cfg)
     return task_remove(tasks_dir, args.name)
 
 
-def task_add(tasks_dir: str, config_path: str) -> int:
-    cfg = load_task_configs([config_path])[0]  # the file's own errors, with its line numbers
+def task_add(tasks_dir: str, config_path: str, cfg: TaskConfig) -> int:
+    """`cfg`: the file loaded, its own errors with its line numbers."""
+    from sandfs.tasks import ignored_engine_note
+
     with open(config_path, encoding="utf-8") as f:
         text = f.read()
     base_dir = os.path.dirname(os.path.abspath(config_path))
@@ -336,6 +365,8 @@ def task_add(tasks_dir: str, config_path: str) -> int:
         status = read_status(os.path.dirname(os.path.dirname(tasks_dir)))
         reason = status.get("task_errors", {}).get(cfg.task) or exc.strerror
         raise UserError(f"the daemon refused task {cfg.task}: {reason}") from exc
+    if note := ignored_engine_note(cfg):
+        print(f"sandfs: {note}", file=sys.stderr)
     print(f"sandfs: task {cfg.task} registered")
     return 0
 
@@ -366,32 +397,42 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if remote:
         raise UserError(f"sandfs plan reads local datasets only; {remote[0]} is fetched by "
                         f"sandfs mount (then plan its copy under CACHE_DIR/remote/)")
-    engine, _ = cli_engine(configs, {"k_epochs": args.k_epochs})
+    with settings_check():
+        engine, _ = cli_engine(configs, {"k_epochs": args.k_epochs})
+        limits = media_limits()
     if args.epochs is not None and args.epochs < 1:
-        raise UserError(f"--epochs: expected an integer >= 1, got {args.epochs}")
+        raise BadArgument(f"--epochs: expected an integer >= 1, got {args.epochs}")
     cache_dir = (args.cache_dir and os.path.abspath(args.cache_dir)) or engine.cache_dir
     if cache_dir:
         check_cache_dir(cache_dir)
     scans = scan_all([dataset_key(c) for c in configs], cache_dir, default_workers(engine),
-                     media_limits())
+                     limits)
     plans = build_plans(configs, scans, engine.k_epochs)
     report = plan_report(plans, args.epochs)
     print(json.dumps(report, indent=1) if args.json else format_plan(report))
     return 0
 
 
+PLAN_FIGURES = (  # label, merged figure, independent figure, savings key
+    ("frames decoded", "frames_decoded", "frames_decoded_independent", "decode"),
+    ("augmentation ops", "aug_ops", "aug_ops_independent", "aug_ops"),
+    ("crop ops", "crop_ops", "crop_ops_independent", "crop_ops"),
+)
+
+
 def format_plan(report: dict) -> str:
     total, cut = report["total"], report["savings"]
-    lines = [f"plan of {len(report['tasks'])} task(s) over {report['epochs']} epochs "
+    lines = [f"plan of {len(report['tasks'])} task(s) over {report['epochs']} "
+             f"epoch{'s' * (report['epochs'] != 1)} "
              f"(k={report['k_epochs']}, {len(report['windows'])} window(s))"]
     for name, task in report["tasks"].items():
         lines.append(f"  task {name}: {task['videos']} videos, {task['iterations_per_epoch']} "
                      f"iterations/epoch, frame grid {task['frame_grid']}")
-    for label, done, independent, key in (
-        ("frames decoded", "frames_decoded", "frames_decoded_independent", "decode"),
-        ("augmentation ops", "aug_ops", "aug_ops_independent", "aug_ops"),
-        ("crop ops", "crop_ops", "crop_ops_independent", "crop_ops"),
-    ):
+    for window in report["windows"]:
+        lines.append(f"  window {window['window']}: " + ", ".join(
+            f"{label} {window.get(done, 0):,} vs {window.get(independent, 0):,}"
+            for label, done, independent, _ in PLAN_FIGURES))
+    for label, done, independent, key in PLAN_FIGURES:
         lines.append(f"  {label}: {total.get(done, 0):,} vs {total.get(independent, 0):,} "
                      f"run independently ({-100 * cut[key]:+.1f}%)")
     by_tasks = {}

@@ -28,7 +28,7 @@ from sandfs.sched.scheduler import Scheduler
 from sandfs.sched.windows import Position
 from sandfs.stats import Stats
 from sandfs.status import COUNTERS, BadVideoStatus, FailureLog, MountStatus, TaskStatus
-from sandfs.tasks import TaskRegistry, refusal
+from sandfs.tasks import TaskRegistry, ignored_engine_note, refusal
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,8 @@ class ViewService:
             raise refusal(cfg.task, exc) from exc
         log.info("task %s registered: %d videos, %d iterations/epoch", cfg.task,
                  len(plan.videos), plan.iterations_per_epoch)
+        if note := ignored_engine_note(cfg):
+            log.warning("%s", note)
 
     async def remove_task(self, name: str) -> None:
         """End a task: its views are no longer served and the objects only it needed are

@@ -20,9 +20,22 @@ from sandfs.access import (
 )
 from sandfs.config.loader import load_task_config
 from sandfs.config.schema import TaskConfig
+from sandfs.config.settings import ENGINE_FIELDS
 from sandfs.errors import UserError
 from sandfs.plan.task import TaskPlan
 from sandfs.sched.windows import Position
+
+
+def ignored_engine_note(cfg: TaskConfig) -> str | None:
+    """The warning for a task added to a live mount that sets `engine:` keys: the mount's engine
+    (cache, workers, window size) is shared by all its tasks and fixed when it was mounted, so
+    a later task's engine settings are ignored rather than refused (the same file can both
+    start a mount and join one)."""
+    given = [key for key, name in ENGINE_FIELDS.items() if name in cfg.engine_given]
+    if not given:
+        return None
+    return (f"engine: settings of a task added to a live mount are ignored: {', '.join(given)} "
+            f"of task {cfg.task} (the mount's own are kept)")
 
 
 class TaskRegistry:

@@ -91,6 +91,9 @@ class ObjectStore:
         self._writing: set[ObjectKey] = set()
         self._reserved_nbytes = 0  # budget held by writes in flight
         self._counts: Counter[str] = Counter()
+        # corrupt objects the open removed: no caller asked for them, so the store counts them
+        # recomputed itself when they are stored again
+        self._lost_at_open: set[ObjectKey] = set()
         self._block_bytes = 4096
         self._lock_fd: int | None = None
 
@@ -106,6 +109,7 @@ class ObjectStore:
         counts: Counter[str] = Counter()
         with self._lock:
             self._index = Index()
+            self._lost_at_open.clear()
             for dir_name, entry in self._object_files():
                 self._recover_file(dir_name, entry, snapshot, counts)
             evicted = self._evict_to(self.budget_bytes, -math.inf)
@@ -169,12 +173,17 @@ class ObjectStore:
                 return False
             self._reserved_nbytes += entry.disk_nbytes
             self._writing.add(key)
+        stored = False
         try:
-            return self._write(entry, header, payload)
+            stored = self._write(entry, header, payload)
+            return stored
         finally:
             with self._lock:
                 self._reserved_nbytes -= entry.disk_nbytes
                 self._writing.discard(key)
+                if stored and key in self._lost_at_open:
+                    self._lost_at_open.discard(key)
+                    self._counts["recomputed"] += 1
 
     def get(self, key: ObjectKey, out: np.ndarray | None = None) -> np.ndarray | None:
         """The stored array, or None on a miss. A corrupt object is logged once, deleted and
@@ -240,7 +249,8 @@ class ObjectStore:
             return True
 
     def note_recomputed(self, count: int = 1) -> None:
-        """Counts objects the caller had to compute again (a miss on something once stored)."""
+        """Counts objects the caller had to compute again (a miss on something once stored).
+        Objects the open removed as corrupt are counted by `put` when they are stored again."""
         with self._lock:
             self._counts["recomputed"] += count
 
@@ -454,6 +464,7 @@ class ObjectStore:
             log.warning("corrupt cache object %s (%s): deleted, will be recomputed", path, error)
             counts["corrupt"] += 1
             self._counts["corrupt_detected"] += 1
+            self._lost_at_open.add(key)
         else:
             return header.codec.name
         self.disk.unlink(path)

@@ -59,6 +59,12 @@ TRUSTED_CONTAINERS = frozenset(
     {"mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm", "mpegts", "mpeg", "avi"}
 )
 PACKETS = "packets"  # ProbeFacts.counted_by when the packets were trusted
+# Demuxers of pictures, whatever the file is named (FFmpeg probes the content): a PNG, JPEG or
+# GIF named .mp4 would otherwise be served as a one-frame (or animated) video
+IMAGE_FORMATS = frozenset({"image2", "gif", "apng", "webp", "ico", "tiff"})
+# codecs of still pictures: one frame of them in any container is a picture, not a video
+STILL_CODECS = frozenset({"png", "bmp", "gif", "tiff", "webp", "jpeg2000", "jpegls", "qoi",
+                          "ppm", "pgm", "pbm", "pam", "sgi", "targa", "dpx", "exr"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +106,7 @@ def probe_video(
     check must still match at every open: a file swapped meanwhile is refused."""
     try:
         with _open_checked(path, identity) as container:
-            order = _stream_order(container)
+            order = _image_refusal(container) or _stream_order(container)
             if isinstance(order, ProbeFailure):
                 return order
             result = _probe_stream(container, order[0], limits)  # one open when trusted
@@ -115,6 +121,8 @@ def probe_video(
                 other = _decode_stream(path, identity, stream_index, limits, other)
             if isinstance(other, ProbeFacts) and other.num_frames > 1:
                 return other
+        if result.codec in STILL_CODECS:
+            return ProbeFailure("not_a_video", f"a still {result.codec} picture, not a video")
         return result
     except _FileReplacedError:
         return ProbeFailure("open_invalid", "file replaced during the scan")
@@ -139,6 +147,13 @@ def _open_checked(path: str, identity: tuple[int, int] | None) -> Iterator[Input
         source = by_descriptor if os.path.exists(by_descriptor) else file
         with av.open(source) as container:
             yield container
+
+
+def _image_refusal(container: InputContainer) -> ProbeFailure | None:
+    name = container.format.name
+    if name in IMAGE_FORMATS or name.endswith("_pipe"):  # png_pipe, jpeg_pipe, webp_pipe, ...
+        return ProbeFailure("not_a_video", f"an image ({name}), not a video")
+    return None
 
 
 def _stream_order(container: InputContainer) -> list[int] | ProbeFailure:

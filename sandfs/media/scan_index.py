@@ -21,8 +21,9 @@ from sandfs.media.types import MediaLimits
 log = logging.getLogger("sandfs.media.scan")  # one logger for the whole scan
 
 # bump when probe results change meaning: older index files are then ignored
-# (2: MPEG-TS/PS are not seekable; 3: frames counted from packets, counted_by recorded)
-SCAN_VERSION = 3
+# (2: MPEG-TS/PS are not seekable; 3: frames counted from packets, counted_by recorded;
+# 4: pictures are not_a_video, where an index of 3 may hold them as one-frame videos)
+SCAN_VERSION = 4
 INDEX_FORMAT = "sandfs-scan-index"
 
 

@@ -79,8 +79,8 @@ class BadVideo:
     detail."""
 
     rel_path: str
-    reason: str  # open_invalid | no_video_stream | not_regular | outside_root | corrupt_frames |
-    #              too_large | name_collision | no_frames | decode_timeout | too_short (per task)
+    reason: str  # open_invalid | no_video_stream | not_a_video | not_regular | outside_root |
+    #    corrupt_frames | too_large | name_collision | no_frames | decode_timeout | too_short (task)
     detail: str = ""
 
 

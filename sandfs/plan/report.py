@@ -56,14 +56,18 @@ def window_report(window: WindowPlan) -> dict:
 
 
 def plan_report(plans: Sequence[TaskPlan], epochs: int | None = None) -> dict:
-    """Per window and in total, over the first `epochs` epochs (default: one window)."""
+    """Per window and in total, over the windows of the first `epochs` epochs (default: one
+    window); `epochs` in the report is how many epochs those windows cover."""
     k = plans[0].k_epochs
-    epochs = epochs or k
+    # never more than the longest task has: a 2-epoch task is planned over 2 epochs, not k
+    epochs = min(epochs or k, max(p.epochs for p in plans))
     windows = []
     first = min(p.window_of(0) for p in plans)
     last = max(p.window_of(min(epochs, p.epochs) - 1) for p in plans)
     for window in range(first, last + 1):
         windows.append({"window": window, **window_report(plan_window(plans, window))})
+    # whole windows are planned: the figures cover every epoch of them the tasks have
+    epochs = max(sum(len(p.window_epochs(w)) for w in range(first, last + 1)) for p in plans)
     total: Counter[str] = Counter()
     for figures in windows:
         total.update({k: v for k, v in figures.items() if isinstance(v, int) and k != "window"})

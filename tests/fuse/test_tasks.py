@@ -42,6 +42,25 @@ async def test_a_task_file_written_to_sand_tasks_is_served(fs, dataset_dir):
     assert set((await status(fs))["tasks"]) == {"t0", "t1"}
 
 
+@pytest.mark.parametrize(("engine", "note"), [
+    ({"k_epochs": 7, "workers": 1},
+     "ignored: k_epochs, workers of task t1 (the mount's own are kept)"),
+    (None, None),
+])
+async def test_engine_settings_of_a_task_joining_a_live_mount_are_ignored_with_a_warning(
+        fs, dataset_dir, caplog, engine, note):
+    config = task_config(dataset_dir, task="t1")
+    config.pop("engine")
+    text = yaml.safe_dump(config | ({"engine": engine} if engine else {})).encode()
+    with caplog.at_level("WARNING", logger="sandfs"):
+        await fs.write_new(".sand/tasks/t1.yaml", text)
+    warnings = [r.getMessage() for r in caplog.records if "engine:" in r.getMessage()]
+    assert warnings == ([f"engine: settings of a task added to a live mount are {note}"]
+                        if note else [])
+    joined = fs.ops.service.tasks["t1"]  # registered, with the mount's window size
+    assert joined.k_epochs == fs.ops.service.tasks["t0"].k_epochs != 7
+
+
 @pytest.mark.parametrize(("file_name", "text", "reason"), [
     ("bad.yaml", b"task: bad\nseed: x\n", "bad.yaml:1:1: epochs: required key is missing"),
     ("t2.yaml", None, "the file must be named after its task: t1.yaml"),

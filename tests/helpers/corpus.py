@@ -228,6 +228,25 @@ def _two_streams(still_disposition: Disposition | None) -> Builder:
     return build
 
 
+def _picture(container_format: str, codec: str, pix_fmt: str, frames: int = 1) -> Builder:
+    """A picture (`frames` > 1: an animated one) written with `codec` in `container_format`,
+    whatever the file's name says."""
+
+    def build(path: Path, root: Path) -> None:
+        with av.open(str(path), "w", format=container_format) as container:
+            stream = container.add_stream(codec, rate=10)
+            stream.width, stream.height, stream.pix_fmt = 64, 48, pix_fmt
+            for index in range(frames):
+                pixels = np.full((48, 64, 3), 40 + 50 * index, np.uint8)
+                frame = av.VideoFrame.from_ndarray(pixels, format="rgb24").reformat(
+                    format=pix_fmt)
+                frame.pts = index
+                container.mux(stream.encode(frame))
+            container.mux(stream.encode(None))
+
+    return build
+
+
 # ----------------------------------------------------------------------------- the corpus
 
 CORPUS: tuple[CorpusFile, ...] = (
@@ -242,6 +261,12 @@ CORPUS: tuple[CorpusFile, ...] = (
     # no video stream, no frames
     CorpusFile("bad/audio_only.mp4", "no_video_stream", _audio_only),
     CorpusFile("bad/no_keyframe.h264", "no_frames", _no_keyframe),
+    # pictures named as videos: not one-frame videos
+    CorpusFile("bad/png_as.mp4", "not_a_video", _picture("image2pipe", "png", "rgb24")),
+    CorpusFile("bad/jpeg_as.mp4", "not_a_video", _picture("image2pipe", "mjpeg", "yuvj420p")),
+    CorpusFile("bad/gif_as.mp4", "not_a_video", _picture("gif", "gif", "rgb8")),
+    CorpusFile("bad/animated_gif_as.mp4", "not_a_video", _picture("gif", "gif", "rgb8", 3)),
+    CorpusFile("bad/png_in.mp4", "not_a_video", _picture("mp4", "png", "rgb24")),
     # special files: refused without opening
     CorpusFile("bad/fifo.mp4", "not_regular", _fifo),
     CorpusFile("bad/socket.mp4", "not_regular", _socket),

@@ -18,10 +18,11 @@ from sandfs.media.scan import scan_dataset
 from sandfs.media.synth import make_dataset, write_test_video
 from sandfs.media.types import DatasetScan, MediaLimits
 from tests.helpers.corpus import CORPUS, EXTENSIONS, IGNORED, Corpus, CorpusScan
+from tests.helpers.reliability import record
 
 BAD_REASONS = {
     "open_invalid", "no_video_stream", "not_regular", "outside_root", "corrupt_frames",
-    "too_large", "name_collision", "no_frames", "decode_timeout",
+    "too_large", "name_collision", "no_frames", "decode_timeout", "not_a_video",
 }  # fmt: skip
 
 
@@ -32,11 +33,22 @@ def _outcome(scan: DatasetScan, rel_path: str) -> list[str | None]:
     ]
 
 
+def _crashes_or_hangs(scan: DatasetScan, rel_path: str) -> int:
+    """How often probing `rel_path` killed its worker process, raised, or ran out of time (the
+    scan survives all three: each shows as a bad file)."""
+    return sum(b.reason == "decode_timeout" or b.detail.startswith(
+        ("the decoder process died", "probe failed:")) for b in scan.bad if b.rel_path == rel_path)
+
+
 @pytest.mark.parametrize("item", CORPUS, ids=[ascii(c.rel_path) for c in CORPUS])
 def test_corpus_file_is_classified_as_expected(item, corpus: Corpus, corpus_scan: CorpusScan):
     if item.missing:
         pytest.skip(item.missing)
-    assert _outcome(corpus_scan.scan, item.rel_path) == [item.reason]
+    outcome = _outcome(corpus_scan.scan, item.rel_path)
+    if item.reason is not None:
+        record("bad_inputs", tried=1, misclassified=int(outcome != [item.reason]),
+               crash_or_hang=_crashes_or_hangs(corpus_scan.scan, item.rel_path))
+    assert outcome == [item.reason]
     if item.reason is not None:
         return
     video = next(v for v in corpus_scan.scan.videos if v.rel_path == item.rel_path)

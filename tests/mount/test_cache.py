@@ -25,6 +25,7 @@ from tests.helpers.harness import (
 )
 from tests.helpers.plans import build_plan
 from tests.helpers.reference import reference_view
+from tests.helpers.reliability import record
 
 
 def status(m) -> dict:
@@ -110,8 +111,11 @@ def test_a_corrupt_cached_object_is_detected_and_recomputed(tmp_path, config_pat
         else:
             path.write_bytes(b"")
     with mount_sandfs(tmp_path, [config_path]) as m:
-        assert read_all(m, plan) == expected
+        views = read_all(m, plan)
         figures = status(m)
+    record("cache_damage_mount", damaged=len(victims),
+           wrong_views=sum(views.get(k) != v for k, v in expected.items()))
+    assert views == expected
     cache = figures["cache"]
     assert cache["corrupt_detected"] + figures["scheduler"]["clips_recomputed"] >= len(victims)
     # the damaged clips were made again: from frames decoded again, or from frames on disk
@@ -210,11 +214,13 @@ def test_random_kills_while_reading_lose_no_bytes(tmp_path, config_path, kills):
             wait_mounted(mountpoint, process, tmp_path / "d.log")
         kills_over.set()
         reader.join(timeout=120)
+        expected = {key: reference_view(plan, *key) for key in keys}
+        wrong = [key for key, data in got if data != expected[key]]
+        record("kill9", cycles=kills, views_read=len(got), wrong_views=len(wrong),
+               views_never_read=len(set(keys) - {key for key, _ in got}))
         assert done.is_set() and {key for key, _ in got} == set(keys)
         assert retries, "no read met a dead daemon: the kills came too late to test anything"
-        expected = {key: reference_view(plan, *key) for key in keys}
-        for key, data in got:
-            assert data == expected[key], key
+        assert wrong == []
     finally:
         forgiving_teardown(mountpoint, process)
 

@@ -145,7 +145,7 @@ def test_plan_prints_the_merged_plan_without_mounting(tmp_path, dataset_dir):
         dataset_dir, task="mae", seed=2, sampling={"frames_per_video": 3, "frame_stride": 4}))
     done = run_cli("plan", "--config", str(slow), "--config", str(mae), "--epochs", "4")
     assert done.returncode == 0, done.stderr
-    assert "plan of 2 task(s) over 4 epochs (k=2, 2 window(s))" in done.stdout
+    assert "plan of 2 task(s) over 3 epochs (k=2, 2 window(s))" in done.stdout  # 3 it has
     assert "frame grid 2" in done.stdout and "frames decoded:" in done.stdout
     report = json.loads(run_cli("plan", "--config", str(slow), "--config", str(mae),
                                 "--json").stdout)
@@ -158,6 +158,25 @@ def test_plan_prints_the_merged_plan_without_mounting(tmp_path, dataset_dir):
     done = subprocess.run([sys.executable, "-c", probe, "plan", "--config", str(slow)],
                           capture_output=True, text=True, timeout=120)
     assert done.stderr.strip().splitlines()[-1] == "False False"  # plan mounts nothing
+
+
+def test_plan_counts_the_epochs_a_task_has_and_prints_each_window(tmp_path, dataset_dir):
+    short = write_config(tmp_path / "short.yaml", task_config(
+        dataset_dir, task="short", epochs=2, engine={"k_epochs": 5}))
+    done = run_cli("plan", "--config", str(short))
+    assert done.returncode == 0, done.stderr
+    assert "plan of 1 task(s) over 2 epochs (k=5, 1 window(s))" in done.stdout, done.stdout
+    report = json.loads(run_cli("plan", "--config", str(short), "--json").stdout)
+    window = report["windows"][0]
+    assert report["epochs"] == 2
+    assert (f"  window 0: frames decoded {window['frames_decoded']:,} vs "
+            f"{window['frames_decoded_independent']:,}, augmentation ops") in done.stdout
+    # --epochs past the task's end is the task's end; a partial window is planned whole
+    assert "over 2 epochs" in run_cli("plan", "--config", str(short), "--epochs", "9").stdout
+    long = write_config(tmp_path / "long.yaml", task_config(dataset_dir, task="long", epochs=9))
+    done = run_cli("plan", "--config", str(long), "--epochs", "3")  # k=2: windows 0 and 1
+    assert "over 4 epochs (k=2, 2 window(s))" in done.stdout, done.stdout
+    assert "  window 1: frames decoded" in done.stdout
 
 
 @pytest.mark.parametrize(("flag", "value", "fragment"), [
@@ -271,8 +290,73 @@ def test_status_and_unmount_of_a_stopped_daemon_return_within_their_timeout(tmp_
         m.expected_log_errors = len(errors)
 
 
-def test_unmount_of_something_not_mounted_says_so(tmp_path):
-    (tmp_path / "plain").mkdir()
+def test_the_demo_config_leaves_the_mountpoint_and_cache_to_the_command_line(tmp_path):
+    """scripts/demo.sh passes both: a path fixed in the config would be shared by every user."""
+    from sandfs.config.loader import load_task_configs
+    from sandfs.config.settings import mount_settings
+
+    demo = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "demo.yaml")
+    configs = load_task_configs([demo], check_paths=False)
+    assert not {"mountpoint", "cache_dir"} & configs[0].engine_given
+    settings, _ = mount_settings(configs, {"cache_dir": str(tmp_path / "c")}, str(tmp_path / "m"))
+    assert (settings.mountpoint, settings.cache_dir) == (str(tmp_path / "m"), str(tmp_path / "c"))
+
+
+EXIT_CASES = [  # (command line with {d}: a folder, {c}: a good config, {b}: a bad one), status
+    ("mount {d}/m --config {d}/none.yaml", 2),
+    ("mount {d}/m --config {b}", 2),
+    ("mount {d}/m --config {c} --k-epochs 0", 2),
+    ("mount {d}/m --config {c} --budget lots", 2),
+    ("mount --config {c}", 2),  # no mountpoint anywhere
+    ("mount {d}/m --config {c} --frobnicate", 2),
+    ("mount {d}/m --config {e} --cache-dir {d}/cache", 1),  # an empty epoch
+    ("unmount {d}", 1),
+    ("unmount {d} --timeout 0", 2),
+    ("status {d}", 1),
+    ("status {d} --timeout -1", 2),
+    ("status {d} --watch --interval 0", 2),
+    ("task add {d} {c}", 1),
+    ("task add {d} {b}", 2),
+    ("task remove {d} t0", 1),
+    ("task frob {d}", 2),
+    ("plan --config {c} --epochs 1", 0),
+    ("plan --config {b}", 2),
+    ("plan --config {c} --epochs 0", 2),
+    ("plan --config {c} --k-epochs 0", 2),
+    ("frob", 2),
+]
+
+
+@pytest.mark.parametrize(("line", "code"), EXIT_CASES, ids=[c[0] for c in EXIT_CASES])
+def test_exit_status_is_the_documented_one(tmp_path, dataset_dir, config_path, line, code):
+    """The README: 0 success, 2 a bad config or argument, 1 anything else; one line."""
+    bad = write_config(tmp_path / "bad.yaml", task_config(dataset_dir, epochs=0))
+    empty = write_config(tmp_path / "empty.yaml", task_config(
+        dataset_dir, sampling={"videos_per_batch": 50, "drop_last": True}))
+    args = line.format(d=tmp_path, c=config_path, b=bad, e=empty).split()
+    done = run_cli(*args)
+    assert done.returncode == code, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+    if code:  # one line (after argparse's usage lines for a bad command line)
+        lines = [x for x in done.stderr.splitlines() if x and not x.startswith(("usage:", " "))]
+        assert len(lines) == 1 and lines[0].startswith("sandfs"), done.stderr
+    assert not is_mounted(tmp_path / "m")
+
+
+def test_ctrl_c_exits_130(monkeypatch, capsys):
+    from sandfs import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_status", interrupted)
+    assert cli.main(["status", "/nowhere"]) == 130
+
+
+@pytest.mark.parametrize("made", [True, False])
+def test_unmount_of_something_not_mounted_says_so(tmp_path, made):
+    if made:
+        (tmp_path / "plain").mkdir()
     line = one_line_error(run_cli("unmount", str(tmp_path / "plain")))
     assert line == f"sandfs: {tmp_path / 'plain'} is not mounted"
 

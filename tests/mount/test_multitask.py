@@ -124,6 +124,9 @@ def test_tasks_join_and_leave_a_live_mount(tmp_path, dataset_dir):
         m.path("first", "1", "0", "view").read_bytes()  # the first task stands at epoch 1
         done = run_cli("task", "add", str(m.mountpoint), str(trial_path))
         assert done.returncode == 0, done.stderr
+        assert done.stderr.splitlines() == [  # its engine: section (k_epochs 2) is not used
+            "sandfs: engine: settings of a task added to a live mount are ignored: k_epochs, "
+            "workers of task trial3 (the mount's own are kept)"]
         assert sorted(os.listdir(m.mountpoint)) == [".sand", "first", "trial3"]
         assert sorted(os.listdir(m.path(".sand", "tasks"))) == ["first.yaml", "trial3.yaml"]
         leader, joined = plan_joined(first, trial_path, mount_epoch=1)

@@ -19,6 +19,7 @@ import yaml
 
 from sandfs.media.synth import make_dataset
 from tests.helpers.harness import mount_sandfs, task_config, write_config
+from tests.helpers.reliability import record
 
 NOBODY = 65534
 DENIED = (errno.EACCES, errno.EPERM)
@@ -124,6 +125,7 @@ def test_another_user_reads_nothing_of_a_root_task(base):
         outcomes = [nobody(action, path) for action, path in probes]
         leaked = [(a.__name__, str(p)) for (a, p), o in zip(probes, outcomes, strict=True)
                   if o[0] != "errno" or o[1] not in DENIED]
+        record("permission_probes", tried=len(probes), leaked=len(leaked))
         assert leaked == [], f"{len(leaked)} of {len(probes)} probes leaked: {leaked}"
 
         seen = nobody(status, m.path(".sand", "status.json"))

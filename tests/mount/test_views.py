@@ -22,6 +22,7 @@ import pytest
 from tests.helpers.harness import mount_sandfs, task_config, write_config
 from tests.helpers.plans import build_plan
 from tests.helpers.reference import reference_view
+from tests.helpers.reliability import record
 
 
 def read(path) -> bytes:
@@ -268,9 +269,11 @@ def test_concurrent_reader_processes_get_exact_bytes(mounted, config_path, proce
               "[print(p, hashlib.sha256(open(p, 'rb').read()).hexdigest()) for p in paths]")
     readers = [subprocess.Popen([sys.executable, "-c", script, str(seed), *paths],
                                 stdout=subprocess.PIPE, text=True) for seed in range(processes)]
-    for reader in readers:
-        out, _ = reader.communicate(timeout=120)
-        assert reader.returncode == 0
-        for line in out.splitlines():
-            path, digest = line.split()
-            assert digest == digests[path], path
+    outputs = [reader.communicate(timeout=120) for reader in readers]
+    lines = [line.split() for out, _ in outputs for line in out.splitlines()]
+    wrong = [path for path, digest in lines if digest != digests[path]]
+    failed = sum(reader.returncode != 0 for reader in readers)
+    record("concurrent_readers", processes=processes, reads=len(lines),
+           errors=failed + len(wrong) + processes * len(paths) - len(lines))
+    assert failed == 0 and wrong == []
+    assert len(lines) == processes * len(paths)

@@ -12,6 +12,7 @@ import pytest
 
 from sandfs.cache import ObjectStore
 from sandfs.cache.disk import _FIELDS, HEADER_NBYTES, MAGIC, checksum
+from tests.helpers.reliability import record
 from tests.helpers.store import SHAPES, key, make_array
 
 _LENGTH_OFFSET = _FIELDS.size - 16  # payload length, then payload checksum, then header checksum
@@ -61,12 +62,14 @@ def _store_two(make_store, kind: str, fmt: str = "raw"):
 def _assert_detected(store: ObjectStore, object_keys: list, caplog, injected: int) -> None:
     paths = [store.disk.path_for(object_key) for object_key in object_keys]
     with caplog.at_level(logging.WARNING, logger="sandfs.cache"):
-        for object_key in object_keys:
-            assert store.get(object_key) is None  # 0 wrong arrays
-            assert store.get(object_key) is None  # a plain miss the second time
+        served = [store.get(object_key) for object_key in object_keys]
+        again = [store.get(object_key) for object_key in object_keys]  # a plain miss now
+    record("cache_damage", damaged=injected, detected=store.stats()["corrupt_detected"],
+           served=sum(a is not None for a in served + again))
+    assert served == again == [None] * len(object_keys)  # 0 wrong arrays
     for path in paths:
         assert not os.path.exists(path)
-        assert sum(path in record.getMessage() for record in caplog.records) == 1
+        assert sum(path in line.getMessage() for line in caplog.records) == 1
     assert store.stats()["corrupt_detected"] == injected
 
 
@@ -107,11 +110,34 @@ def test_every_injection_detected_by_the_startup_scan(make_store, caplog):
     reopened = ObjectStore(store.root, 1 << 20)
     with caplog.at_level(logging.WARNING, logger="sandfs.cache"):
         report = reopened.open()
-        for object_key in arrays:
-            assert reopened.get(object_key) is None
+        served = sum(reopened.get(object_key) is not None for object_key in arrays)
+    record("cache_damage", damaged=len(arrays), detected=reopened.stats()["corrupt_detected"],
+           served=served)
+    assert served == 0
     assert reopened.stats()["corrupt_detected"] == len(arrays)
     assert report.corrupt_removed == len(arrays) - len(SHAPES)  # all but the payload flips
     assert reopened.check() == [] and reopened.stats()["objects"] == 0
+    reopened.close()
+
+
+def test_objects_removed_as_corrupt_at_open_count_as_recomputed_when_stored_again(make_store):
+    store = make_store()
+    arrays = {key("frame", i): make_array(i, SHAPES["frame"]) for i in range(3)}
+    for object_key, array in arrays.items():
+        assert store.put(object_key, array, fmt="raw")
+    store.close()
+    os.unlink(os.path.join(store.root, "index.json"))  # a crash: the open reads every header
+    damaged, kept, _ = arrays
+    _rewrite(store.disk.path_for(damaged), INJECTIONS["wrong_magic"])
+    reopened = ObjectStore(store.root, 1 << 20)
+    assert reopened.open().corrupt_removed == 1
+    assert (reopened.stats()["corrupt_detected"], reopened.stats()["recomputed"]) == (1, 0)
+    assert reopened.put(kept, arrays[kept]) and reopened.put(key("frame", 9), arrays[kept])
+    assert reopened.stats()["recomputed"] == 0  # still there, or never lost: not recomputed
+    assert reopened.put(damaged, arrays[damaged])
+    assert reopened.put(damaged, arrays[damaged])  # already there: counted once
+    assert reopened.stats()["recomputed"] == 1
+    assert np.array_equal(reopened.get(damaged), arrays[damaged])
     reopened.close()
 
 

@@ -15,6 +15,7 @@ from tests.helpers.config_texts import (
     edited,
     error_of,
 )
+from tests.helpers.reliability import record
 
 # (case id, edits of BASE, expected key path, expected line, a fragment of the message)
 BAD_CONFIGS = [
@@ -390,6 +391,8 @@ BAD_CONFIGS = [
 )
 def test_bad_config_points_at_file_line_and_key(edits, key, line, fragment):
     err = error_of(edited(*edits))
+    one_line = re.fullmatch(rf"{FILE}:\d+:\d+: {re.escape(key)}: [^\n]+", str(err))
+    record("bad_configs", tried=1, refused_in_one_file_line_col_line=int(bool(one_line)))
     assert (err.file, err.key, err.line) == (FILE, key, line), str(err)
     assert fragment in err.message
     assert re.fullmatch(rf"{FILE}:{line}:\d+: {re.escape(key)}: .+", str(err))
