@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
@@ -29,6 +30,7 @@ from sandfs.fuse.mountpoint import (
 )
 from sandfs.fuse.operations import SandOperations
 from sandfs.media.datasets import bad_videos, scan_all
+from sandfs.media.scan import StderrProgress
 from sandfs.metrics import open_metrics_port, serve_metrics
 from sandfs.ops import isolated
 from sandfs.plan.build import build_plans, plan_new_task
@@ -54,8 +56,10 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
     prepare_mountpoint(settings.mountpoint)  # fail fast, before a long scan
     prepare_cache_dir(settings.cache_dir)
     configs, settings, remote = fetch_remote(configs, settings)
+    # a large dataset takes a while: a progress line on a terminal, one every 10 s in the log
+    progress = StderrProgress(interval_seconds=1.0 if sys.stderr.isatty() else 10.0)
     scans = scan_all([dataset_key(c) for c in configs], settings.cache_dir, settings.workers,
-                     settings.media_limits)
+                     settings.media_limits, progress)
     plans = build_plans(configs, scans, settings.k_epochs, load_plan_state(settings.cache_dir))
     store = open_store(settings, plans)
     try:

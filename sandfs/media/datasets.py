@@ -8,7 +8,7 @@ import logging
 import os
 from collections.abc import Iterable
 
-from sandfs.media.scan import scan_dataset
+from sandfs.media.scan import ProgressCallback, scan_dataset
 from sandfs.media.types import BadVideo, DatasetScan, MediaLimits
 
 log = logging.getLogger(__name__)
@@ -17,15 +17,17 @@ DatasetKey = tuple[str, tuple[str, ...]]  # (dataset root, extensions)
 
 
 def scan_all(datasets: Iterable[DatasetKey], cache_dir: str | None, workers: int,
-             limits: MediaLimits) -> dict[DatasetKey, DatasetScan]:
-    """Unchanged files come from the scan index kept in `cache_dir` (None: no index)."""
+             limits: MediaLimits, progress: ProgressCallback | None = None
+             ) -> dict[DatasetKey, DatasetScan]:
+    """Unchanged files come from the scan index kept in `cache_dir` (None: no index);
+    `progress` hears how far each dataset's scan is (see `scan_dataset`)."""
     scans: dict[DatasetKey, DatasetScan] = {}
     for key in datasets:
         if key in scans:
             continue
         tag = hashlib.sha1(repr(key).encode()).hexdigest()[:12]
         scans[key] = found = scan_dataset(
-            key[0], key[1], limits=limits, workers=workers,
+            key[0], key[1], limits=limits, workers=workers, progress=progress,
             index_path=os.path.join(cache_dir, f"scan-{tag}.json") if cache_dir else None,
         )
         log.info("dataset %s: %d usable videos, %d left out", key[0], len(found.videos),
