@@ -4,7 +4,8 @@ on-disk store (`ObjectStore`: temp + fsync + rename, checksums, eviction, recove
 from sandfs.cache.formats import CODECS, choose_format
 from sandfs.cache.keys import ObjectKey
 from sandfs.cache.prune import PrunePlan, prune, recompute_seconds
-from sandfs.cache.store import CacheDirError, ObjectStore, RecoveryReport, StoreBusyError
+from sandfs.cache.recovery import CacheDirError, RecoveryReport, StoreBusyError
+from sandfs.cache.store import ObjectStore
 
 __all__ = ["CODECS", "CacheDirError", "ObjectKey", "ObjectStore", "PrunePlan", "RecoveryReport",
            "StoreBusyError", "choose_format", "prune", "recompute_seconds"]

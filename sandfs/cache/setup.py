@@ -8,7 +8,8 @@ import os
 import stat
 from collections.abc import Sequence
 
-from sandfs.cache.store import CacheDirError, ObjectStore, StoreBusyError
+from sandfs.cache.recovery import CacheDirError, StoreBusyError
+from sandfs.cache.store import ObjectStore
 from sandfs.config.settings import MountSettings
 from sandfs.errors import UserError
 from sandfs.fileio import remove_leftover_temps

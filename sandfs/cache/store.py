@@ -7,23 +7,18 @@ cannot fit. Once usage passes 75 % of the budget, puts evict per `index.EVICTION
 
 Crash safety: write a temp file, optionally fsync, rename, then index. A crash leaves at worst a
 temp file (removed by `open`) or a complete object that the `open` scan finds. The index lives in
-memory; `close` saves a snapshot that the next `open` loads (and deletes, so a crash after that
-forces a full header scan).
+memory; `close` saves a snapshot that the next `open` loads (see `recovery`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
-import json
 import logging
 import math
 import os
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,49 +26,27 @@ from sandfs.cache.disk import (
     HEADER_NBYTES,
     CorruptObjectError,
     Disk,
-    StaleObjectError,
-    check_matches,
     check_storable,
-    checksum,
     encode_header,
-    parse_object_name,
 )
 from sandfs.cache.formats import choose_format, codec_for
 from sandfs.cache.index import EVICTION_POLICIES, Entry, Index
 from sandfs.cache.keys import ObjectKey
+from sandfs.cache.recovery import (
+    RecoveryReport,
+    load_snapshot,
+    object_files,
+    save_snapshot,
+    scan,
+    take_root,
+)
 from sandfs.faults import fault_point
-from sandfs.fileio import atomic_write, remove_leftover_temps
 
 log = logging.getLogger(__name__)
 
 EVICT_AT_FRACTION = 0.75  # SAND §6: start evicting once usage passes this share of the budget
-INDEX_FILE = "index.json"
-LOCK_FILE = "lock"
-_INDEX_VERSION = 1
 _COUNTERS = ("hits", "misses", "evictions", "recomputed", "corrupt_detected", "enospc",
              "write_failures", "no_room", "puts", "bytes_written", "bytes_read")
-
-
-class StoreBusyError(RuntimeError):
-    """Another process has the cache directory open."""
-
-
-class CacheDirError(ValueError):
-    """The cache directory is unsafe to use (owned by someone else, world-writable)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryReport:
-    objects: int  # usable objects found
-    bytes_used: int
-    index_loaded: bool  # the snapshot of a clean close was used (else every header was read)
-    temp_removed: int  # leftovers of interrupted writes
-    corrupt_removed: int
-    stale_removed: int  # objects of another format version
-    foreign_removed: int  # files the store never writes
-    missing: int  # in the snapshot but gone from disk
-    evicted_over_budget: int  # the budget is smaller than what the last run left
-    seconds: float
 
 
 class ObjectStore:
@@ -104,20 +77,26 @@ class ObjectStore:
         stale and foreign files, and rebuilds the index (from the snapshot of a clean close when
         there is one, else from every object's header)."""
         start = time.perf_counter()
-        self._take_root()
-        snapshot = self._load_snapshot()
-        counts: Counter[str] = Counter()
+        if self._lock_fd is not None:
+            raise RuntimeError(f"cache {self.root} is already open")
+        root_lock = take_root(self.root, self.disk.objects_dir)
+        self._lock_fd, self._block_bytes = root_lock.fd, root_lock.block_bytes
+        snapshot = load_snapshot(self.root)
         with self._lock:
+            found = scan(self.disk, snapshot)
             self._index = Index()
-            self._lost_at_open.clear()
-            for dir_name, entry in self._object_files():
-                self._recover_file(dir_name, entry, snapshot, counts)
+            for obj in found.found:
+                self._index.add(Entry(obj.key, obj.fmt, obj.file_nbytes,
+                                      self._disk_nbytes(obj.file_nbytes)))
+            self._lost_at_open = set(found.corrupt_keys)
+            self._counts["corrupt_detected"] += found.removed["corrupt"]
             evicted = self._evict_to(self.budget_bytes, -math.inf)
+        removed = found.removed
         report = RecoveryReport(
             objects=len(self._index), bytes_used=self._index.disk_nbytes,
-            index_loaded=snapshot is not None, temp_removed=counts["temp"],
-            corrupt_removed=counts["corrupt"], stale_removed=counts["stale"],
-            foreign_removed=counts["foreign"], missing=len(snapshot or ()),
+            index_loaded=snapshot is not None, temp_removed=removed["temp"],
+            corrupt_removed=removed["corrupt"], stale_removed=removed["stale"],
+            foreign_removed=removed["foreign"], missing=found.missing,
             evicted_over_budget=evicted, seconds=time.perf_counter() - start)
         log.info("cache %s: %d objects, %d bytes of %d (%s)", self.root, report.objects,
                  report.bytes_used, self.budget_bytes,
@@ -129,7 +108,7 @@ class ObjectStore:
         if self._lock_fd is None:
             return
         with self._lock:
-            self._save_snapshot()
+            save_snapshot(self.root, self.disk, self._index)
         os.close(self._lock_fd)  # releases the flock
         self._lock_fd = None
 
@@ -275,7 +254,7 @@ class ObjectStore:
         with self._lock:
             problems = []
             on_disk = {}
-            for _, entry in self._object_files():
+            for _, entry in object_files(self.disk.objects_dir):
                 if entry.name.endswith(".tmp") and not self._writing:
                     problems.append(f"leftover temp file {entry.path}")
                 on_disk[entry.path] = entry.stat(follow_symlinks=False)
@@ -392,119 +371,6 @@ class ObjectStore:
                 log.warning("corrupt cache object %s (%s): deleted, will be recomputed",
                             path, error)
             self._remove(key)
-
-    # -- recovery ----------------------------------------------------------------------------
-
-    def _take_root(self) -> None:
-        if self._lock_fd is not None:
-            raise RuntimeError(f"cache {self.root} is already open")
-        os.makedirs(self.root, mode=0o700, exist_ok=True)  # leaf mode: not widened by umask
-        os.makedirs(self.disk.objects_dir, mode=0o700, exist_ok=True)
-        status = os.stat(self.root)
-        if status.st_uid != os.geteuid():
-            raise CacheDirError(f"cache dir {self.root} is owned by uid {status.st_uid}, "
-                                f"not this user ({os.geteuid()})")
-        if status.st_mode & 0o002:
-            raise CacheDirError(f"cache dir {self.root} is world-writable; chmod 700 it")
-        fd = os.open(os.path.join(self.root, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                     0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise StoreBusyError(f"cache dir {self.root} is in use by another sandfs "
-                                 "process") from None
-        self._lock_fd = fd
-        self._block_bytes = max(os.statvfs(self.root).f_frsize, 512)
-
-    def _object_files(self) -> list[tuple[str, os.DirEntry]]:
-        """(fan-out dir name, file entry) for every file under objects/, in sorted order."""
-        files = []
-        for dir_entry in sorted(os.scandir(self.disk.objects_dir), key=lambda e: e.name):
-            if dir_entry.is_dir(follow_symlinks=False):
-                entries = sorted(os.scandir(dir_entry.path), key=lambda e: e.name)
-                files += [(dir_entry.name, entry) for entry in entries]
-            else:
-                files.append(("", dir_entry))
-        return files
-
-    def _recover_file(self, dir_name: str, file: os.DirEntry, snapshot: dict | None,
-                      counts: Counter[str]) -> None:
-        if file.name.endswith(".tmp"):
-            self.disk.unlink(file.path)
-            counts["temp"] += 1
-            return
-        key = parse_object_name(dir_name, file.name)
-        if key is None or not file.is_file(follow_symlinks=False):
-            counts["foreign"] += 1
-            if file.is_dir(follow_symlinks=False):
-                log.warning("ignoring foreign directory %s in the cache", file.path)
-            else:
-                log.warning("removing foreign file %s from the cache", file.path)
-                self.disk.unlink(file.path)
-            return
-        file_nbytes = file.stat(follow_symlinks=False).st_size
-        known = snapshot.pop(f"{dir_name}/{file.name}", None) if snapshot is not None else None
-        if known is not None and known[1] == file_nbytes:
-            fmt = known[0]  # headers of a clean close are checked on read, not now
-        else:
-            fmt = self._verified_format(file.path, key, counts)
-            if fmt is None:
-                return
-        self._index.add(Entry(key, fmt, file_nbytes, self._disk_nbytes(file_nbytes)))
-
-    def _verified_format(self, path: str, key: ObjectKey, counts: Counter[str]) -> str | None:
-        try:
-            header, file_nbytes = self.disk.read_header(path)
-            check_matches(header, key, file_nbytes)
-        except StaleObjectError as error:
-            log.info("removing cache object %s of another format version: %s", path, error)
-            counts["stale"] += 1
-        except (CorruptObjectError, OSError) as error:
-            log.warning("corrupt cache object %s (%s): deleted, will be recomputed", path, error)
-            counts["corrupt"] += 1
-            self._counts["corrupt_detected"] += 1
-            self._lost_at_open.add(key)
-        else:
-            return header.codec.name
-        self.disk.unlink(path)
-        return None
-
-    def _load_snapshot(self) -> dict[str, list] | None:
-        """{relative path: [fmt, file_nbytes]} saved by the last clean close, or None. The file
-        is deleted once read: a crash from here on must not trust it."""
-        path = os.path.join(self.root, INDEX_FILE)
-        try:
-            with open(path, "rb") as file:
-                digest_line, body = file.read().split(b"\n", 1)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as error:
-            log.info("cache index snapshot unreadable (%s): scanning headers", error)
-            return None
-        finally:
-            remove_leftover_temps(path)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        try:
-            if digest_line.decode() != f"{checksum(body):016x}":
-                raise ValueError("checksum mismatch")
-            data = json.loads(body)
-            if data["version"] != _INDEX_VERSION:
-                raise ValueError(f"version {data['version']}")
-            return dict(data["objects"])
-        except (ValueError, KeyError, TypeError) as error:
-            log.info("cache index snapshot invalid (%s): scanning headers", error)
-            return None
-
-    def _save_snapshot(self) -> None:
-        objects = {}
-        for entry in self._index:
-            name = os.path.relpath(self.disk.path_for(entry.key), self.disk.objects_dir)
-            objects[name] = [entry.fmt, entry.file_nbytes]
-        body = json.dumps({"version": _INDEX_VERSION, "objects": objects}).encode()
-        atomic_write(os.path.join(self.root, INDEX_FILE),
-                     f"{checksum(body):016x}\n".encode() + body, durable=self.disk.fsync)
 
     # -- check -------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""pyfuse3 Operations over the namespace. The only module that raises FUSEError.
+"""pyfuse3 Operations over the namespace. The only module that raises FUSEError (but for the
+inode table's ENOENT on an unknown inode, in inodes.py).
 
 A handler may raise nothing but FUSEError (anything else would leave the syscall unanswered),
 so every handler runs inside `errors_to_errno`: domain errors map to errno in one table,
@@ -8,7 +9,6 @@ unexpected ones are logged once and become EIO.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import re
@@ -26,8 +26,10 @@ from sandfs.access import NodeAccess, privileged
 from sandfs.config.loader import ConfigError
 from sandfs.errors import UserError
 from sandfs.faults import fault_point
-from sandfs.fuse.namespace import ROOT, Namespace, Node
+from sandfs.fuse.inodes import Inodes
+from sandfs.fuse.namespace import Namespace, Node
 from sandfs.fuse.readahead import set_readahead
+from sandfs.fuse.xattrs import xattr_bytes, xattr_names
 from sandfs.metrics import render_metrics
 from sandfs.sched.flights import ObjectFailed
 from sandfs.service import ViewService
@@ -35,9 +37,6 @@ from sandfs.service import ViewService
 log = logging.getLogger(__name__)
 
 IMMUTABLE_TIMEOUT = 3600.0  # views never change once planned: let the kernel cache them
-XATTR_PREFIX = b"user.sand."
-XATTRS = (b"user.sand.meta", b"user.sand.labels", b"user.sand.state")
-TASK_XATTRS = (b"user.sand.classes",)  # on a task's directory: its sorted class names
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC
 MAX_TASK_FILE_BYTES = 1 << 20
 MAX_LOOKUPS_KEPT = 4096  # threads whose last view lookup is remembered
@@ -92,40 +91,6 @@ class OpenFile:
     fd: int = -1  # source video passthrough
     registered: bool = False  # a task upload that was handed to the service
     lock: trio.Lock = field(default_factory=trio.Lock)
-
-
-class Inodes:
-    """Stable inode numbers for the life of the mount: one per object (`identity`). An object
-    reached by several paths (a view that several tasks share) is one inode with one node per
-    path, its aliases: the kernel then keeps one copy of it in its page cache."""
-
-    def __init__(self, identity: Callable[[Node], object]) -> None:
-        self.identity = identity
-        self._by_node: dict[Node, int] = {ROOT: pyfuse3.ROOT_INODE}
-        self._by_identity: dict[object, int] = {ROOT: pyfuse3.ROOT_INODE}
-        self._aliases: dict[int, list[Node]] = {pyfuse3.ROOT_INODE: [ROOT]}
-
-    def inode(self, node: Node) -> int:
-        found = self._by_node.get(node)
-        if found is None:
-            key = self.identity(node)
-            found = self._by_identity.get(key)
-            if found is None:
-                found = len(self._aliases) + pyfuse3.ROOT_INODE
-                self._by_identity[key] = found
-                self._aliases[found] = []
-            self._by_node[node] = found
-            self._aliases[found].append(node)
-        return found
-
-    def aliases(self, inode: int) -> list[Node]:
-        nodes = self._aliases.get(inode)
-        if nodes is None:
-            raise fuse_error(errno.ENOENT)
-        return nodes
-
-    def node(self, inode: int) -> Node:
-        return self.aliases(inode)[0]
 
 
 class SandOperations(pyfuse3.Operations):
@@ -439,48 +404,15 @@ class SandOperations(pyfuse3.Operations):
 
     @handler
     async def listxattr(self, inode, ctx):
-        node = self.node_for(inode, ctx)
-        if node.kind == "task":
-            return list(TASK_XATTRS)
-        return list(XATTRS) if node.kind in ("view", "aug", "video_file") else []
+        return xattr_names(self.node_for(inode, ctx))
 
     @handler
     async def getxattr(self, inode, name, ctx):
         node = self.node_for(inode, ctx)
-        if node.kind == "task" and name in TASK_XATTRS and self.namespace.exists(node):
-            return json.dumps(self.service.tasks[node.task].class_names).encode()
-        if name not in XATTRS or node.kind not in ("view", "aug", "video_file"):
+        value = xattr_bytes(self.service, node, name, self.namespace.exists(node))
+        if value is None:
             raise fuse_error(pyfuse3.ENOATTR)
-        value = self.xattr_value(node, name.removeprefix(XATTR_PREFIX).decode())
-        return json.dumps(value).encode() if not isinstance(value, str) else value.encode()
-
-    def xattr_value(self, node: Node, attr: str):
-        service = self.service
-        if node.kind == "view":
-            if attr == "state":
-                return service.view_state(node.task, node.epoch, node.iteration)
-            meta = service.view_meta(node.task, node.epoch, node.iteration)
-            return meta if attr == "meta" else [s["label"] for s in meta["samples"]]
-        plan = service.tasks[node.task]
-        info = plan.videos[node.video]
-        label = plan.labels[node.video]
-        if attr == "labels":
-            return [label]
-        if attr == "state":
-            return "ready"  # source files and single frames are served straight from the video
-        meta = {"task": node.task, "video": info.name, "label": label,
-                "label_index": plan.label_index(label), "rotation": info.rotation,
-                "num_frames": info.num_frames, "width": info.width, "height": info.height,
-                "codec": info.codec}
-        if node.kind == "aug":
-            fplan = service.frame_plan(node.task, node.video, node.frame, node.depth)
-            meta |= {"frame_index": node.frame, "depth": node.depth,
-                     "timestamp": info.timestamp_seconds(node.frame),
-                     "epoch": service.positions[node.task][0],
-                     "shape": list(fplan.shape) if fplan else None,
-                     "dtype": fplan.dtype if fplan else None,
-                     "ops": [o.name for o in fplan.ops] if fplan else []}
-        return meta
+        return value
 
     # -- everything that writes is refused ---------------------------------------------------
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from sandfs.config.schema import TestViews
 from sandfs.ops.base import OpInstance
-from sandfs.ops.builtin import cover_hw
+from sandfs.ops.geometry import cover_hw
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import pytest
 
 from sandfs.cache import CacheDirError, ObjectStore, StoreBusyError
 from sandfs.cache.disk import MAGIC
-from sandfs.cache.store import INDEX_FILE
+from sandfs.cache.recovery import INDEX_FILE
 from tests.helpers.store import BLOCK, key, make_array, object_files
 
 

@@ -1,0 +1,62 @@
+"""The extended attributes a mount serves: `user.sand.meta`, `labels` and `state` on views,
+frames and source videos, and `user.sand.classes` on a task's directory."""
+
+from __future__ import annotations
+
+import json
+
+from sandfs.fuse.namespace import Node
+from sandfs.service import ViewService
+
+XATTR_PREFIX = b"user.sand."
+XATTRS = (b"user.sand.meta", b"user.sand.labels", b"user.sand.state")
+TASK_XATTRS = (b"user.sand.classes",)  # on a task's directory: its sorted class names
+
+ATTR_KINDS = ("view", "aug", "video_file")  # the nodes that carry XATTRS
+
+
+def xattr_names(node: Node) -> list[bytes]:
+    if node.kind == "task":
+        return list(TASK_XATTRS)
+    return list(XATTRS) if node.kind in ATTR_KINDS else []
+
+
+def xattr_bytes(service: ViewService, node: Node, name: bytes, exists: bool) -> bytes | None:
+    """The value of attribute `name` on `node`, or None when it has none (`exists`: whether the
+    node is still in the namespace)."""
+    if node.kind == "task" and name in TASK_XATTRS and exists:
+        return json.dumps(service.tasks[node.task].class_names).encode()
+    if name not in XATTRS or node.kind not in ATTR_KINDS:
+        return None
+    value = xattr_value(service, node, name.removeprefix(XATTR_PREFIX).decode())
+    return json.dumps(value).encode() if not isinstance(value, str) else value.encode()
+
+
+def xattr_value(service: ViewService, node: Node, attr: str):
+    """The value of `user.sand.ATTR` on a view, a frame (aug) or a source video: JSON-able,
+    or a string."""
+    if node.kind == "view":
+        if attr == "state":
+            return service.view_state(node.task, node.epoch, node.iteration)
+        meta = service.view_meta(node.task, node.epoch, node.iteration)
+        return meta if attr == "meta" else [s["label"] for s in meta["samples"]]
+    plan = service.tasks[node.task]
+    info = plan.videos[node.video]
+    label = plan.labels[node.video]
+    if attr == "labels":
+        return [label]
+    if attr == "state":
+        return "ready"  # source files and single frames are served straight from the video
+    meta = {"task": node.task, "video": info.name, "label": label,
+            "label_index": plan.label_index(label), "rotation": info.rotation,
+            "num_frames": info.num_frames, "width": info.width, "height": info.height,
+            "codec": info.codec}
+    if node.kind == "aug":
+        fplan = service.frame_plan(node.task, node.video, node.frame, node.depth)
+        meta |= {"frame_index": node.frame, "depth": node.depth,
+                 "timestamp": info.timestamp_seconds(node.frame),
+                 "epoch": service.positions[node.task][0],
+                 "shape": list(fplan.shape) if fplan else None,
+                 "dtype": fplan.dtype if fplan else None,
+                 "ops": [o.name for o in fplan.ops] if fplan else []}
+    return meta
