@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from multiprocessing.connection import Connection, wait
 from sandfs.media.decode import describe_error
 from sandfs.media.probe import ProbeFailure, ProbeResult, probe_video
 from sandfs.media.types import MediaLimits
+from sandfs.workerproc import start_worker_process
 
 _WORKER_READY = "ready"
 _WORKER_START_TIMEOUT_SECONDS = 120.0
@@ -78,27 +78,9 @@ def probe_files(
 
 
 def _start_worker() -> _Worker:
-    """A fresh interpreter (not multiprocessing: spawn re-runs an unguarded __main__ script,
-    fork copies the parent's threads and descriptors). It inherits only its two pipe ends."""
-    job_read, job_write = os.pipe()
-    reply_read, reply_write = os.pipe()
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-c", _WORKER_CODE, str(job_read), str(reply_write)],
-            stdin=subprocess.DEVNULL,
-            pass_fds=(job_read, reply_write),
-            env=_worker_env(),
-            start_new_session=True,  # Ctrl-C reaches the parent, which stops its workers
-        )
-    except BaseException:
-        os.close(job_write)
-        os.close(reply_read)
-        raise
-    finally:
-        os.close(job_read)
-        os.close(reply_write)
-    jobs, replies = Connection(job_write, readable=False), Connection(reply_read, writable=False)
-    return _Worker(process, jobs, replies, started=time.monotonic())
+    """A fresh interpreter that probes what it is sent (see `sandfs.workerproc`)."""
+    worker = start_worker_process(_WORKER_CODE, _worker_env())
+    return _Worker(worker.process, worker.jobs, worker.replies, started=time.monotonic())
 
 
 def _worker_env() -> dict[str, str]:
