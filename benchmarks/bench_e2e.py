@@ -58,13 +58,12 @@ from common import (
     machine_info,
     median_or_none,
     peak_rss_mb,
+    run_guarded,
     sandfs_mount,
     summary,
     tree_cpu_seconds,
 )
 from peers import PEERS, PeerFeed, check_peer, peer_unavailable, peer_version, task_plans
-
-from tests.helpers.mountwatch import mounts_under
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 SCENARIOS = {
@@ -669,17 +668,12 @@ def main() -> int:
         emit({"record": "skip", "peer": name, "reason": reason})
     scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     workdir = Path(tempfile.mkdtemp(prefix="run-", dir=args.work_dir))
-    try:
+
+    def run_all() -> None:
         for scenario in scenarios:
             run_scenario(scenario, datasets[scenario], workdir, args, peers, params)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    finally:
-        left = mounts_under(args.work_dir)
-        if left:
-            print(f"error: mounts left behind: {left}", file=sys.stderr)
-    return 1 if mounts_under(args.work_dir) else 0
+
+    return run_guarded(args.work_dir, run_all)
 
 
 if __name__ == "__main__":

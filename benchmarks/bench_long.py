@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -43,10 +42,10 @@ from common import (
     machine_busy_cores,
     machine_cpu_seconds,
     machine_info,
+    run_guarded,
     sandfs_mount,
     tree_cpu_seconds,
 )
-from sandfs.mountwatch import mounts_under
 
 from sandfs.config import load_task_config, parse_size
 from sandfs.config.settings import default_memory_limit
@@ -299,16 +298,7 @@ def main() -> int:
                                                    for k, v in vars(args).items()},
           "dataset": str(dataset), "busy_cores_before_start": busy, "machine": machine_info()})
     workdir = Path(tempfile.mkdtemp(prefix="long-", dir=args.work_dir))
-    try:
-        emit(run(args, dataset, workdir))
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    finally:
-        left = mounts_under(args.work_dir)
-        if left:
-            print(f"error: mounts left behind: {json.dumps(left)}", file=sys.stderr)
-    return 1 if mounts_under(args.work_dir) else 0
+    return run_guarded(args.work_dir, lambda: emit(run(args, dataset, workdir)))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.helpers
-from tests.helpers.mountwatch import is_mounted, wait_served
+from tests.helpers.mountwatch import is_mounted, mounts_under, wait_served
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MOUNT_TIMEOUT_S = 120.0
@@ -409,3 +409,17 @@ def stop_process_group(process: subprocess.Popen, grace_s: float = 15.0) -> None
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def run_guarded(work_dir: Path, body: Callable[[], None]) -> int:
+    """Run a benchmark's passes: 130 on Ctrl-C, 1 when a mount is left under `work_dir`."""
+    try:
+        body()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    finally:
+        left = mounts_under(work_dir)
+        if left:
+            print(f"error: mounts left behind: {json.dumps(left)}", file=sys.stderr)
+    return 1 if mounts_under(work_dir) else 0
