@@ -91,16 +91,15 @@ class Namespace:
         return built[1]
 
     def identity(self, node: Node) -> object:
-        """What one object is: its node, except for views. Tasks with the same data key
-        (dataset section and seed), shard, epoch offset and window size have the same
-        `view_key` for each (epoch, iteration), hence the same batches: one object, reached
-        through each task's path — when the tasks also have the same owner and modes, since the
-        kernel keeps one owner and mode per inode."""
+        """What one object is: its node, except for views. Tasks with the same
+        `TaskPlan.sharing_key` have the same batches: one object, reached through each task's
+        path — when the tasks also have the same owner and modes, since the kernel keeps one
+        owner and mode per inode. (Not `view_key` itself: it would freeze the window's shared
+        draws on a mere stat.)"""
         if node.kind != "view":
             return node
         plan = self.service.tasks[node.task]
-        return ("view", plan.data_key, plan.sampling.shard, bool(plan.test_views),
-                plan.epoch_offset, plan.k_epochs, node.epoch, node.iteration, self.access(node))
+        return ("view", plan.sharing_key, node.epoch, node.iteration, self.access(node))
 
     def exists(self, node: Node) -> bool:
         """False for the nodes of a task that has ended (or was registered anew since)."""

@@ -130,7 +130,7 @@ class TaskPlan:
     def _plan_key(self, window: int) -> int:
         """What the views of a window depend on besides (epoch, iteration): the task's data and
         seed, its shard, and what it shares with other tasks in that window. Names cached
-        objects."""
+        objects. Keep `sharing_key` in step."""
         if self.test_views:  # evaluation views depend on neither the window nor other tasks
             return derive_seed("plan", PLAN_VERSION, self.data_key, self.sampling.shard,
                                "test_views")
@@ -139,6 +139,14 @@ class TaskPlan:
         return derive_seed("plan", PLAN_VERSION, self.data_key, self.sampling.shard,
                            self.epoch_offset, pool.key, pool.grid, pool.width_frames,
                            pool.span_frames, crops)
+
+    @property
+    def sharing_key(self) -> tuple:
+        """Tasks of one mount with equal sharing keys have equal `plan_key`s in every window
+        (the shared draws of a window are the same for all tasks on one dataset), hence the
+        same views: what the FUSE layer gives one inode. Keep in step with `_plan_key`."""
+        return (self.data_key, self.sampling.shard, bool(self.test_views), self.epoch_offset,
+                self.k_epochs)
 
     def window_of(self, epoch: int) -> int:
         """The k-epoch window (counted in mount epochs) that plans this task's `epoch`."""
