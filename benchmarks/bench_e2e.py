@@ -415,10 +415,13 @@ def feed_figures(run: dict, gpu_s: float, launched_at: float | None = None) -> d
     batches = sum(len(t["waits_s"]) for t in trainers)
     clips = sum(t["clips"] for t in trainers)
     waits_ms = [w * 1e3 for t in trainers for w in t["waits_s"]]
+    first_batch = min(t["started"] + t["waits_s"][0] for t in trainers)
     cold = {} if launched_at is None else {
         "wall_cold_s": round(finished - launched_at, 3),
-        "batches_per_s_cold": round(batches / (finished - launched_at), 3)}
+        "batches_per_s_cold": round(batches / (finished - launched_at), 3),
+        "first_batch_cold_s": round(first_batch - launched_at, 3)}
     figures = {"wall_s": round(wall_s, 3), "batches": batches,
+               "first_batch_s": round(first_batch - min(t["started"] for t in trainers), 3),
                "batches_per_s": round(batches / wall_s, 3), **cold,
                "clips_per_s": round(clips / wall_s, 2),
                "wait_ms": summary(waits_ms, 1),
@@ -565,9 +568,10 @@ def check_in_child(plans: dict, peers: list[str], views: dict,
             child.join()
 
 
-COMMON_KEYS = ("batches_per_s", "clips_per_s", "wall_s", "gpu_busy", "gpu_busy_steady", "cpu_s",
-               "cpu_s_per_batch", "cores_used", "peak_rss_mb", "cpu_others_s", "cpu_steal_s")
-COLD_KEYS = ("batches_per_s_cold", "wall_cold_s")
+COMMON_KEYS = ("batches_per_s", "clips_per_s", "wall_s", "first_batch_s", "gpu_busy",
+               "gpu_busy_steady", "cpu_s", "cpu_s_per_batch", "cores_used", "peak_rss_mb",
+               "cpu_others_s", "cpu_steal_s")
+COLD_KEYS = ("batches_per_s_cold", "wall_cold_s", "first_batch_cold_s")
 PEER_KEYS = (*COMMON_KEYS, *COLD_KEYS, "cpu_loader_workers_s")
 SANDFS_KEYS = (*COMMON_KEYS, *COLD_KEYS, "cpu_s_cold", "cpu_s_per_batch_cold",
                "daemon_peak_rss_mb", "cpu_daemon_s", "stall_s_total", "frames_decoded",
@@ -610,6 +614,10 @@ def best_peer_ratios(measured: list[dict], peers: list[str]) -> dict:
         record[f"best_peer{suffix}"] = best
         record[f"ratio_sandfs_over_best_peer{suffix}"] = median_or_none(
             [m["sandfs"][key] / m[peer][key] for m, peer in zip(measured, best, strict=True)])
+    first = [min(m[peer]["first_batch_cold_s"] for peer in peers) for m in measured]
+    record["first_batch_cold_s_best_peer"] = median_or_none(first)
+    record["ratio_first_batch_sandfs_over_best_peer"] = median_or_none(
+        [m["sandfs"]["first_batch_cold_s"] / f for m, f in zip(measured, first, strict=True)])
     record["ratio_sandfs_over_peer"] = {
         peer: median_or_none([m["sandfs"]["batches_per_s"] / m[peer]["batches_per_s"]
                               for m in measured]) for peer in peers}

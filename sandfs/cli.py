@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 
 from sandfs import __version__
@@ -144,7 +145,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
         settings, warnings = mount_settings(configs, engine_overrides(args), args.mountpoint)
     if args.foreground:
         return mount_foreground(configs, settings, args, warnings)
-    return mount_background(configs, settings, args)
+    return mount_background(configs, settings, args, warnings)
 
 
 def mount_foreground(configs, settings, args, warnings) -> int:
@@ -163,7 +164,7 @@ def mount_foreground(configs, settings, args, warnings) -> int:
     return 0
 
 
-def mount_background(configs, settings, args: argparse.Namespace) -> int:
+def mount_background(configs, settings, args: argparse.Namespace, warnings) -> int:
     """Start the daemon detached and return once it serves (or print why it could not)."""
     from sandfs.cache.setup import LOG_NAME, check_cache_dir, open_log
     from sandfs.fuse.mountpoint import check_layout
@@ -174,40 +175,55 @@ def mount_background(configs, settings, args: argparse.Namespace) -> int:
     log_path = os.path.join(settings.cache_dir, LOG_NAME)
     log_fd = open_log(settings.cache_dir)
     read_fd, write_fd = os.pipe()
-    argv = [sys.executable, "-m", "sandfs", *child_args(args), "--ready-fd", str(write_fd)]
-    try:
-        # the detached daemon is not the service's main process: it answers on the fd only
-        env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
-        child = subprocess.Popen(argv, pass_fds=(write_fd,), start_new_session=True, env=env,
-                                 stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd)
-    finally:
-        os.close(log_fd)
+    # forked, not exec'd: the configs are loaded and checked already, and a fresh interpreter
+    # would cost the user another half second of imports before the scan starts
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        run_detached(configs, settings, args, warnings, log_fd, write_fd)  # never returns
+    os.close(log_fd)
     os.close(write_fd)
     with os.fdopen(read_fd, "rb") as pipe:
         answer = pipe.read().decode(errors="replace").strip()
     forward = Readiness(None, args.ready_fd)  # the caller's own --ready-fd, if any
     if answer == "ready":
-        print(f"sandfs: mounted {settings.mountpoint} (pid {child.pid}, log {log_path})")
+        print(f"sandfs: mounted {settings.mountpoint} (pid {pid}, log {log_path})")
         forward.ready("")
         return 0
-    code = child.wait()
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     message = answer.removeprefix("error: ") or f"the daemon exited with status {code}"
     forward.failed(message)
     raise UserError(f"{message} (log: {log_path})")
 
 
-def child_args(args: argparse.Namespace) -> list[str]:
-    out = ["mount"]
-    if args.mountpoint:
-        out.append(os.path.abspath(args.mountpoint))
-    for path in args.config:
-        out += ["--config", os.path.abspath(path)]
-    for flag, value in (("--cache-dir", args.cache_dir), ("--budget", args.budget),
-                        ("--k-epochs", args.k_epochs), ("--decode-ahead", args.decode_ahead),
-                        ("--workers", args.workers), ("--metrics-port", args.metrics_port)):
-        if value is not None:
-            out += [flag, os.path.abspath(value) if flag == "--cache-dir" else str(value)]
-    return [*out, "--log-level", args.log_level, "--foreground"]
+def run_detached(configs, settings, args: argparse.Namespace, warnings, log_fd: int,
+                 ready_fd: int):
+    """The forked daemon: its own session, stdin from /dev/null, output to the log, no fd of
+    the caller's kept open (a caller reading our stdout to its end must not wait on the
+    daemon), and never back into the caller's code: it leaves with os._exit."""
+    code = 1
+    try:
+        os.setsid()
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.closerange(3, ready_fd)
+        os.closerange(ready_fd + 1, os.sysconf("SC_OPEN_MAX"))
+        # the detached daemon is not the service's main process: it answers on the fd only
+        os.environ.pop("NOTIFY_SOCKET", None)
+        args.ready_fd, args.foreground = ready_fd, True
+        code = mount_foreground(configs, settings, args, warnings)
+    except UserError as exc:
+        print(f"sandfs: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:  # a forked child must never return into the CLI
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
 
 
 def setup_logging(level: str) -> None:

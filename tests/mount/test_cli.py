@@ -63,6 +63,33 @@ def test_background_mount_status_and_unmount(background_mount, config_path, tmp_
     assert "ERROR" not in log and "Traceback" not in log
 
 
+def test_background_daemon_keeps_none_of_the_callers_descriptors(background_mount, config_path,
+                                                                  tmp_path):
+    """The daemon is forked from the command: a pipe the caller handed it must reach its end
+    once the command returns (a caller waiting for EOF would otherwise wait for the unmount),
+    and the daemon answers its own readiness, not the caller's --ready-fd."""
+    read_fd, write_fd = os.pipe()
+    try:
+        done = subprocess.run(
+            [*sandfs_command(), "mount", str(background_mount), "--config", str(config_path),
+             "--cache-dir", str(tmp_path / "cache"), "--ready-fd", str(write_fd)],
+            pass_fds=(write_fd,), capture_output=True, text=True, timeout=120)
+        os.close(write_fd)
+        write_fd = None
+        assert done.returncode == 0, done.stderr
+        with os.fdopen(read_fd, "rb") as pipe:
+            read_fd = None
+            assert pipe.read() == b"ready\n"  # EOF: no other process holds the write end
+        pid = json.loads(run_cli("status", str(background_mount), "--json").stdout)["pid"]
+        assert os.getsid(pid) == pid  # its own session: the caller's Ctrl-C does not reach it
+        assert {0, 1, 2} <= {int(fd) for fd in os.listdir(f"/proc/{pid}/fd")}
+        assert os.readlink(f"/proc/{pid}/fd/0") == os.devnull
+    finally:
+        for fd in (read_fd, write_fd):
+            if fd is not None:
+                os.close(fd)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signals_unmount_cleanly(tmp_path, config_path, signum):
     with mount_sandfs(tmp_path, [config_path]) as m:
