@@ -185,10 +185,9 @@ def save_carried(tools: Tools, job: VideoJob,
     for later, frames in carried.items():
         carry = job.carry[later]
         try:
-            with isolated.one_pass():  # a pack's first op may be a custom step that hangs
-                ok = all([tools.store.put(pack.object_key(info), pack.stack(frames),
-                                          deadline=carry.deadline)
-                          for pack in frame_packs(frames, carry.firsts)])
+            ok = all([tools.store.put(pack.object_key(info), pack.stack(frames),
+                                      deadline=carry.deadline)
+                      for pack in frame_packs(frames, carry.firsts)])
         except Exception as exc:
             log.warning("keeping frames of %s for window %d failed: %s: %s",
                         info.rel_path, later, type(exc).__name__, exc)
