@@ -3,8 +3,10 @@ small pool of worker processes instead of the daemon's threads.
 
 Why: a plug-in's own dependencies (another torch, a C extension) are loaded only in the
 workers, never into the daemon, and a step that segfaults, calls os._exit, raises or hangs past
-its `timeout_s` fails the views that use it (their job fails: EIO) while the daemon serves on;
-the dead or hung worker is killed and replaced by a fresh one on the next call.
+its `timeout_s` fails the clips that need it (their views read EIO) while the daemon serves on;
+the dead or hung worker is killed and replaced by a fresh one on the next call. Within one
+decode pass (`one_pass`) a step whose worker died or hung is not called again: its later calls
+fail at once with the same reason, so a hang costs one `timeout_s` per pass, not one per frame.
 
 How: each worker is a fresh interpreter (what multiprocessing's spawn starts, but without
 re-running an unguarded `__main__`: sandfs/workerproc.py), started lazily on the first call and fed
@@ -26,8 +28,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from multiprocessing.connection import Connection
@@ -44,6 +47,7 @@ ISOLATIONS = ("thread", "process")
 POOL_PROCESSES = 2
 START_TIMEOUT_SECONDS = 60.0
 KEPT_FAILURES = 20
+ORPHAN_CHECK_SECONDS = 0.5
 SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared memory segments, by name
 _READY = "ready"
 _WORKER_CODE = ("import sys; from sandfs.ops.isolated import worker_main; "
@@ -52,6 +56,11 @@ _WORKER_CODE = ("import sys; from sandfs.ops.isolated import worker_main; "
 
 class IsolatedOpError(RuntimeError):
     """An isolated op failed: it raised, its worker died, or it ran past its timeout."""
+
+
+class WorkerLost(IsolatedOpError):
+    """The op's worker died, hung or could not start: calling the step again in the same pass
+    would only wait and fail again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,31 +136,35 @@ class ProcessPool:
         try:
             worker = self._acquire()
         except IsolatedOpError as exc:
-            raise self._fail(op, str(exc)) from None
+            raise self._fail(op, str(exc), WorkerLost) from None
         healthy = False
         try:
             try:
                 worker.jobs.send(request)
             except OSError:  # it died while idle
-                raise self._fail(op, f"its worker process died ({_exit(worker)})") from None
+                raise self._fail(op, f"its worker process died ({_exit(worker)})",
+                                 WorkerLost) from None
             if not worker.replies.poll(op.timeout_s):
-                raise self._fail(op, f"no result within timeout_s ({op.timeout_s:g} s)")
+                raise self._fail(op, f"no result within timeout_s ({op.timeout_s:g} s)",
+                                 WorkerLost)
             try:
                 error = worker.replies.recv()
             except (EOFError, OSError):
-                raise self._fail(op, f"its worker process died ({_exit(worker)})") from None
+                raise self._fail(op, f"its worker process died ({_exit(worker)})",
+                                 WorkerLost) from None
             healthy = True
             if error is not None:
                 raise self._fail(op, error)
         finally:
             self._release_worker(worker, healthy)
 
-    def _fail(self, op: OpType, reason: str) -> IsolatedOpError:
+    def _fail(self, op: OpType, reason: str,
+              kind: type[IsolatedOpError] = IsolatedOpError) -> IsolatedOpError:
         message = f"isolated op {op.name}: {reason}"
         with self._cond:
             self.failed += 1
             self.failures.append(message)
-        return IsolatedOpError(message)
+        return kind(message)
 
     def _acquire(self) -> WorkerProcess:
         with self._cond:
@@ -250,6 +263,7 @@ def worker_main(job_fd: int, reply_fd: int) -> None:
     """Serve requests until the daemon closes the pipe; an op's exception is answered as a
     message, anything that kills the process is seen by the daemon as EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
     jobs, replies = Connection(job_fd, writable=False), Connection(reply_fd, readable=False)
     ops: dict[tuple[str, str], OpType] = {}
     replies.send(_READY)
@@ -259,6 +273,14 @@ def worker_main(job_fd: int, reply_fd: int) -> None:
         except (EOFError, OSError):
             return
         replies.send(_serve(request, ops))
+
+
+def _exit_when_orphaned(daemon_pid: int) -> None:
+    """A daemon killed outright (SIGKILL) cannot kill a worker hung in an op, and the closed
+    pipe only reaches it after the op: such a worker exits once it sees it was orphaned."""
+    while os.getppid() == daemon_pid:
+        time.sleep(ORPHAN_CHECK_SECONDS)
+    os._exit(1)
 
 
 def _load_op(request: Request, ops: dict[tuple[str, str], OpType]) -> OpType:
@@ -330,9 +352,34 @@ def pool() -> ProcessPool:
         return _pool
 
 
+_pass = threading.local()  # the steps lost in this thread's current pass: (name, params) -> why
+
+
+@contextlib.contextmanager
+def one_pass() -> Iterator[None]:
+    """The calls this thread makes inside are one decode pass: a step (op and parameters)
+    whose worker died, hung or could not start is not called again in it, and its later calls
+    raise WorkerLost with the same reason at once."""
+    outer = getattr(_pass, "lost", None)
+    _pass.lost = {}
+    try:
+        yield
+    finally:
+        _pass.lost = outer
+
+
 def apply_isolated(op: OpType, params: Mapping[str, Any], drawn: Mapping[str, Any],
                    clip: list[np.ndarray]) -> list[np.ndarray]:
-    return pool().apply(op, params, drawn, clip)
+    lost = getattr(_pass, "lost", None)
+    step = (op.name, tuple(sorted(params.items())))
+    if lost is not None and step in lost:
+        raise WorkerLost(lost[step])
+    try:
+        return pool().apply(op, params, drawn, clip)
+    except WorkerLost as exc:
+        if lost is not None:
+            lost[step] = str(exc)
+        raise
 
 
 def status() -> dict:

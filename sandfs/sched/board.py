@@ -54,6 +54,15 @@ class ViewState:
         return self.on_disk - self.in_memory
 
 
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What a job's result did to the board."""
+
+    recomputed: int  # clips made a second time in this run
+    touched: list[ViewKey]  # batches that may be complete now
+    failed: dict[ViewKey, str]  # batches failed now (a step failed on one of their clips): why
+
+
 @dataclass(slots=True)
 class ReadyView:
     data: bytearray
@@ -216,10 +225,9 @@ class BatchBoard:
 
     # -- settling ---------------------------------------------------------------------------
 
-    def record(self, job: Job, result: JobResult) -> tuple[int, list[ViewKey]]:
+    def record(self, job: Job, result: JobResult) -> Recorded:
         """A job's clips into their batches (those it started with: a batch dropped and planned
-        again meanwhile takes nothing). Returns the clips made a second time in this run, and
-        the batches that may be complete now."""
+        again meanwhile takes nothing); a batch with a clip the job could not make fails."""
         video = isinstance(job, VideoJob)
         recomputed = 0
         for placed in result.placed:
@@ -236,8 +244,15 @@ class BatchBoard:
                 state.in_memory.add(use.slot)
             if video and not placed.in_memory and not placed.on_disk:
                 self.add_pending(job.key, use)  # could not be kept: later
+        failed: dict[ViewKey, str] = {}
+        for clip in result.failed:
+            if self.views.get(clip.use.view) is job.states.get(clip.use.view):
+                failed.setdefault(clip.use.view, clip.reason)
+        for key, reason in failed.items():
+            self.fail(key, reason)
         touched = {placed.use.view for placed in result.placed}
-        return recomputed, [v for v in touched if self.views.get(v) is job.states.get(v)]
+        return Recorded(recomputed, [v for v in touched if self.views.get(v) is job.states.get(v)],
+                        failed)
 
     def complete_if_full(self, key: ViewKey, readers: Callable[[], set[str]]) -> ViewState | None:
         """Move a batch with every slot in memory to the ready ones; the batch, or None."""

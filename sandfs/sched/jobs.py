@@ -4,6 +4,9 @@
   frames kept on disk), and every clip it takes is augmented once and written into its batch's
   slot in memory and/or to disk.
 - an *assembly job*: one batch whose clips are on disk, read back into memory.
+
+A job that raises fails every batch it fills. A step that fails on a clip fails only that
+clip's batch (`Failed`): the other tasks sharing the video's decode pass get theirs.
 """
 
 from __future__ import annotations
@@ -103,8 +106,18 @@ class Placed:
 
 
 @dataclass(frozen=True, slots=True)
+class Failed:
+    """A clip a job could not make because one of its steps raised, crashed or hung: its batch
+    fails (EIO, for the tasks that read it) and the job's other clips are placed as usual."""
+
+    use: ClipUse
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobResult:
     placed: tuple[Placed, ...]
     saved: tuple[VideoJobKey, ...] = ()  # (window, video)s whose frames are all on disk now
     # frames decoded for later windows, by window: written once the batches are handed over
     carried: Mapping[int, Mapping[FrameKey, np.ndarray]] = field(default_factory=dict)
+    failed: tuple[Failed, ...] = ()

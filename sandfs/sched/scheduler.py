@@ -452,12 +452,15 @@ class Scheduler:
     # -- back in the trio loop --------------------------------------------------------------
 
     def _record(self, job: Job, result: JobResult) -> None:
-        recomputed, touched = self.board.record(job, result)
-        if recomputed:
-            self.stats.add("clips_recomputed", recomputed)
+        recorded = self.board.record(job, result)
+        if recorded.recomputed:
+            self.stats.add("clips_recomputed", recorded.recomputed)
         if isinstance(job, AssemblyJob):
             self.rebuilt_from_disk += 1
-        for view in touched:
+        for view, reason in recorded.failed.items():  # reported for the tasks that read it
+            for task in self.book.readers_of(view):
+                self.failures.record(task, view.epoch, view.iteration, reason)
+        for view in recorded.touched:
             self._complete_if_full(view)
 
     def _complete_if_full(self, key: ViewKey) -> None:

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,9 +20,17 @@ from sandfs.materialize import (
     first_ops,
     to_layout,
 )
+from sandfs.ops import isolated
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan, plan_window
-from sandfs.sched.jobs import AssemblyJob, JobResult, Placed, VideoJob, VideoJobKey
+from sandfs.sched.jobs import (
+    AssemblyJob,
+    Failed,
+    JobResult,
+    Placed,
+    VideoJob,
+    VideoJobKey,
+)
 from sandfs.sched.objects import (
     DiskPlan,
     FramePack,
@@ -124,10 +132,13 @@ def make_video(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray
         if job.save_frames and _save_frames(tools.store, info, own):
             saved.append(job.key)
         carried = {later: {k: frames[k] for k in c.keys} for later, c in job.carry.items()}
-    clips = tools.materializer.augment_clips(
-        [u.clip for u in job.uses], frames, [len(u.readers) for u in job.uses])
-    placed = []
+    with isolated.one_pass():
+        clips = augment_each(tools.materializer, job.uses, frames)
+    placed, failed = [], []
     for use, clip in zip(job.uses, clips, strict=True):
+        if isinstance(clip, str):
+            failed.append(Failed(use, clip))
+            continue
         array = to_layout(clip, job.layouts[use.view])
         spot = Spot.of(use)
         if spot in job.to_memory:
@@ -135,7 +146,27 @@ def make_video(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray
         stored = spot in job.to_disk and tools.store.put(
             clip_object_key(use, info), array, deadline=job.deadlines[use.view])
         placed.append(Placed(use, spot in job.to_memory, bool(stored)))
-    return JobResult(tuple(placed), tuple(saved), carried)
+    return JobResult(tuple(placed), tuple(saved), carried, tuple(failed))
+
+
+def augment_each(materializer: Materializer, uses: Sequence[ClipUse],
+                 frames: Mapping[FrameKey, object]) -> list[np.ndarray | str]:
+    """Each clip through its steps, or why a step failed on it (a str): a failing step (a
+    custom one that raises, or one out of process that crashes or hangs) fails only the clips
+    that need it, whichever tasks share the pass. The materializer stops at a failure, so the
+    clips after it go through again from there (sharing no augmented frame with those before:
+    a cost paid only when a step fails)."""
+    out: list[np.ndarray | str] = []
+    while len(out) < len(uses):
+        rest = uses[len(out):]
+        try:
+            out.extend(materializer.augment_clips([u.clip for u in rest], frames,
+                                                  [len(u.readers) for u in rest]))
+        except Exception as exc:
+            if len(out) == len(uses):
+                raise  # after the last clip: not a step's failure
+            out.append(f"{type(exc).__name__}: {exc}")
+    return out
 
 
 def window_packs(work: VideoWork) -> list[FramePack]:

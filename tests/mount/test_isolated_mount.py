@@ -1,7 +1,8 @@
 """Custom steps out of process through a real mount: a plug-in found by its entry point (the
 example package in examples/plugin) serves the reference bytes, and a step that segfaults or
 hangs fails only its own task's views (EIO, the reason in status.json) while the daemon and the
-other task go on; nothing is left in /dev/shm or the process table."""
+other task go on, though both tasks share each video's decode pass; nothing is left in /dev/shm
+or the process table."""
 
 from __future__ import annotations
 
@@ -67,12 +68,12 @@ def test_a_failing_custom_step_fails_only_its_views(tmp_path, dataset_dir, how, 
     from sandfs_box_blur import BoxBlur
     if "box_blur" not in oplib.op_names():
         oplib.register_op(BoxBlur)
-    other = tmp_path / "other" / "videos"
-    shutil.copytree(dataset_dir / "archery", other / "archery")
-    blur = write_config(tmp_path / "blur.yaml", task_config(dataset_dir, task="blur", augmentation=[
+    videos = tmp_path / "shared" / "videos"  # one dataset: every decode pass serves both
+    shutil.copytree(dataset_dir / "archery", videos / "archery")
+    blur = write_config(tmp_path / "blur.yaml", task_config(videos, task="blur", augmentation=[
         single("resize", ["frame"], ["r"], {"resize": {"shape": [36, 48]}}),
         single("blur", ["r"], ["b"], {"box_blur": {"size": 3}}, {"center_crop": {"size": 32}})]))
-    bad = write_config(tmp_path / "bad.yaml", task_config(other, task="bad", augmentation=[
+    bad = write_config(tmp_path / "bad.yaml", task_config(videos, task="bad", augmentation=[
         single("resize", ["frame"], ["r"], {"resize": {"shape": [32, 32]}}),
         single("misbehave", ["r"], ["o"], {"test_misbehave": {"how": how}})]))
     site = plugin_site(tmp_path)
@@ -94,14 +95,20 @@ def test_a_failing_custom_step_fails_only_its_views(tmp_path, dataset_dir, how, 
         assert mounted.process.poll() is None  # the daemon serves on
         status = json.loads(mounted.path(".sand", "status.json").read_text())
         reason = "signal SIGSEGV" if how == "segfault" else "no result within timeout_s"
+        logged_reason = {"segfault": "its worker process died", "hang": "no result"}
         assert any(reason in r for r in status["isolated_ops"]["failures"])
         assert status["isolated_ops"]["calls"] > 0
+        tasks = status["tasks"]
+        assert tasks["bad"]["failed_views"] > 0 and reason in tasks["bad"]["view_error"]
+        assert tasks["blur"]["failed_views"] == 0 and tasks["blur"]["view_error"] is None
+        assert [f["task"] for f in status["failures"]] == ["bad"]
+        assert reason in status["failures"][0]["reason"]
         subprocess.run(["fusermount3", "-u", str(mounted.mountpoint)], check=True)
         assert mounted.process.wait(timeout=30) == 0
-        # each failed job is logged once, as many as the scheduler had started: only those
+        # each failed view of the bad task is logged once (those the scheduler made): only those
         errors = [line for line in mounted.log_text().splitlines() if LOG_ERROR.search(line)]
-        assert errors and all("failed: IsolatedOpError: isolated op test_misbehave" in line
-                              and "job for archery/" in line for line in errors)
+        logged = f"failed: WorkerLost: isolated op test_misbehave: {logged_reason[how]}"
+        assert errors and all("task bad view" in line and logged in line for line in errors)
         mounted.expected_log_errors = len(errors)
     isolated.shutdown()
     assert processes_with(str(site)) == []
