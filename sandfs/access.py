@@ -19,12 +19,11 @@ from dataclasses import dataclass, replace
 
 from sandfs.config.schema import AccessConfig, TaskConfig
 from sandfs.errors import UserError
-from sandfs.media.types import BadVideo, VideoInfo
+from sandfs.media.types import PERMISSION_DENIED, BadVideo, VideoInfo
 
 READ, SEARCH = 4, 1
 LIST = READ | SEARCH
 OVERFLOW_GID = 65534  # the group shown for an owner the user database does not know
-PERMISSION_DENIED = "permission_denied"
 
 
 @dataclass(frozen=True, slots=True)

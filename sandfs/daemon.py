@@ -125,7 +125,7 @@ async def serve(service: ViewService, on_ready: Callable[[], None],
     async with trio.open_nursery() as nursery:
         await nursery.start(service.run)
         if listeners:
-            nursery.start_soon(serve_metrics, service.status_record, listeners)
+            nursery.start_soon(serve_metrics, service.status_for, listeners)
         nursery.start_soon(stop_on_signals, name="signals")
         on_ready()
         await pyfuse3.main()

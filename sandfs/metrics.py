@@ -5,18 +5,23 @@ is a status.json figure under a `sandfs_*` name (counters end in `_total`, count
 daemon started, or since the cache store was created for the cache's own counters).
 
 `serve_metrics` answers GET /metrics on a loopback port (`--metrics-port`) from the daemon's
-trio loop: each request costs one status record, as an open of .sand/metrics does.
+trio loop: each request costs one status record, as an open of .sand/metrics does, filtered for
+the local user who asks, as .sand/metrics is. On loopback the kernel knows that user: the
+client's end of the connection is a socket in /proc/net/tcp (or tcp6) with its creator's uid.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
-from collections.abc import Callable, Iterable
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
 import trio
 
+from sandfs.access import privileged
 from sandfs.errors import UserError
 from sandfs.status import MountStatus
 
@@ -25,6 +30,8 @@ LOOPBACK = "127.0.0.1"  # never another interface: the figures name the user's t
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 MAX_REQUEST_BYTES = 8192
 REQUEST_SECONDS = 5.0  # a client that sends no full request in time is dropped
+SOCKET_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+StatusFor = Callable[[int | None], MountStatus]  # the record a uid may see (None: all of it)
 
 # status.counters keys -> help text; each becomes sandfs_<key>_total
 _WORK_COUNTERS = {
@@ -185,17 +192,21 @@ async def open_metrics_port(port: int) -> list[trio.SocketListener]:
                         f"({exc.strerror or exc})") from None
 
 
-async def serve_metrics(status: Callable[[], MountStatus],
-                        listeners: list[trio.SocketListener]) -> None:
-    await trio.serve_listeners(partial(answer, status), listeners)
+async def serve_metrics(status_for: StatusFor, listeners: list[trio.SocketListener]) -> None:
+    await trio.serve_listeners(partial(answer, status_for), listeners)
 
 
-async def answer(status: Callable[[], MountStatus], stream: trio.SocketStream) -> None:
+async def answer(status_for: StatusFor, stream: trio.SocketStream) -> None:
     """One request, one response, then close; a client's failure never reaches the mount."""
     try:
         async with stream:
             with trio.move_on_after(REQUEST_SECONDS):
                 head = await read_head(stream)
+                ends = Connection(stream.socket.getpeername()[:2],
+                                  stream.socket.getsockname()[:2])
+                uid = await trio.to_thread.run_sync(client_uid, ends)
+                viewer = None if uid is None or privileged(uid) else uid
+                status = None if uid is None else partial(status_for, viewer)
                 await stream.send_all(response(head, status))
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
         log.debug("metrics client gone: %s", exc)
@@ -212,7 +223,9 @@ async def read_head(stream: trio.SocketStream) -> bytes:
     return data if b"\r\n\r\n" in data else b""
 
 
-def response(head: bytes, status: Callable[[], MountStatus]) -> bytes:
+def response(head: bytes, status: Callable[[], MountStatus] | None) -> bytes:
+    """The answer to `head`; `status` gives the asking user's record, None: the user is not
+    known (refused)."""
     parts = head.split(b"\r\n", 1)[0].split()
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
         return http(400, b"Bad Request", b"a request line: GET /metrics HTTP/1.1\n")
@@ -221,6 +234,8 @@ def response(head: bytes, status: Callable[[], MountStatus]) -> bytes:
         return http(405, b"Method Not Allowed", b"only GET\n", b"Allow: GET\r\n")
     if target != b"/metrics":
         return http(404, b"Not Found", b"the metrics are at /metrics\n")
+    if status is None:
+        return http(403, b"Forbidden", b"the local user of this connection is not known\n")
     return http(200, b"OK", render_metrics(status()), content_type=CONTENT_TYPE)
 
 
@@ -229,3 +244,44 @@ def http(code: int, reason: bytes, body: bytes, extra: bytes = b"",
     head = (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
             b"Connection: close\r\n%s\r\n" % (code, reason, content_type, len(body), extra))
     return head + body
+
+
+# -- who asks: the uid of a loopback connection's client end ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """A TCP connection as the server sees it: (host, port) of each end."""
+
+    client: tuple[str, int]
+    server: tuple[str, int]
+
+
+def client_uid(connection: Connection, tables: Sequence[str] = SOCKET_TABLES) -> int | None:
+    """The uid that created the client's socket of `connection`: its row in the kernel's socket
+    tables has the client's address as local and ours as remote (the server's own socket is the
+    mirror row). None when no table has it (the client already closed, /proc not mounted)."""
+    for table in tables:
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 7 and socket_address(fields[1]) == connection.client and \
+                    socket_address(fields[2]) == connection.server:
+                return int(fields[7])
+    return None
+
+
+def socket_address(text: str) -> tuple[str, int]:
+    """("127.0.0.1", 8080) of a /proc/net/tcp{,6} address ("0100007F:1F90"): the kernel prints
+    each 32-bit word of the address in host byte order; a v4-mapped IPv6 address is IPv4."""
+    host, _, port = text.partition(":")
+    raw = b"".join(int(host[i : i + 8], 16).to_bytes(4, sys.byteorder)
+                   for i in range(0, len(host), 8))
+    address = ipaddress.ip_address(raw)
+    if address.version == 6 and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return str(address), int(port, 16)

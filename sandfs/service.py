@@ -50,7 +50,7 @@ class ViewService:
         store: ObjectStore | None = None,
         decode_ahead: int = 0,
         checkpoint: Callable[[dict], None] | None = None,
-        task_planner: Callable[[TaskConfig, int], TaskPlan] | None = None,
+        task_planner: Callable[[TaskConfig, dict[tuple, int]], TaskPlan] | None = None,
         config_dir: str = "/",
         policy: str = "priority",
         prune_mode: str = "algorithm1",

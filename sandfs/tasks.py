@@ -41,7 +41,7 @@ def ignored_engine_note(cfg: TaskConfig) -> str | None:
 class TaskRegistry:
     def __init__(self, plans: Sequence[TaskPlan], *, task_texts: dict[str, str] | None = None,
                  checkpoint: Callable[[dict], None] | None = None,
-                 task_planner: Callable[[TaskConfig, int], TaskPlan] | None = None,
+                 task_planner: Callable[[TaskConfig, dict[tuple, int]], TaskPlan] | None = None,
                  config_dir: str = "/") -> None:
         self.tasks = {p.name: p for p in plans}
         self.task_texts = task_texts or {}
@@ -95,15 +95,15 @@ class TaskRegistry:
     async def register(self, cfg: TaskConfig, text: str,
                        position: Callable[[str], Position]) -> TaskPlan:
         """Plan a task joining the live mount, its epoch 0 where the leading task on its
-        dataset stands (`mount_epoch`)."""
+        dataset stands (`leading_epochs`)."""
         if cfg.task in self.tasks:
             raise UserError(f"task {cfg.task} is already registered on this mount")
         if self.task_planner is None:
             raise UserError("this mount does not take new tasks")
         owner = owner_of(cfg)
-        epoch = self.mount_epoch(cfg, position)
+        leaders = self.leading_epochs(cfg, position)
         try:
-            plan = await trio.to_thread.run_sync(self.task_planner, cfg, epoch)
+            plan = await trio.to_thread.run_sync(self.task_planner, cfg, leaders)
         except UserError:
             raise
         except Exception as exc:  # e.g. an unreadable labels file: refused, with the reason
@@ -116,17 +116,21 @@ class TaskRegistry:
         self.error_writers.pop(cfg.task, None)
         return plan
 
-    def mount_epoch(self, cfg: TaskConfig, position: Callable[[str], Position]) -> int:
-        """Where the leading task on `cfg`'s dataset stands, in mount epochs (0: none): a
-        joining task starts its windows there, sharing the frames being decoded now. A rank of a
-        data-parallel job (`sampling.shard`) always starts at 0: its clips must not depend on
-        when it joined, or the ranks of one job would draw from different windows."""
+    def leading_epochs(self, cfg: TaskConfig, position: Callable[[str], Position]
+                       ) -> dict[tuple, int]:
+        """Where the leading task on each dataset stands, in mount epochs, by dataset identity
+        (`DatasetIdentity.key`: tag and videos, wherever they live): a joining task starts its
+        windows at its own dataset's, sharing the frame pools being drawn now. A rank of a
+        data-parallel job (`sampling.shard`) gets none, so always starts at 0: its clips must
+        not depend on when it joined, or the ranks of one job would draw from different
+        windows."""
         if cfg.dataset.sampling.shard is not None:
-            return 0
-        root = cfg.dataset.video_dataset_path
-        return max((plan.epoch_offset + position(name).epoch
-                    for name, plan in self.tasks.items()
-                    if plan.cfg.dataset.video_dataset_path == root), default=0)
+            return {}
+        leaders: dict[tuple, int] = {}
+        for name, plan in self.tasks.items():
+            key, at = plan.identity.key, plan.epoch_offset + position(name).epoch
+            leaders[key] = max(leaders.get(key, 0), at)
+        return leaders
 
     def remove(self, name: str) -> TaskPlan:
         plan = self.tasks.pop(name)

@@ -180,7 +180,13 @@ class SandOperations(pyfuse3.Operations):
         if node is None:
             raise fuse_error(errno.ENOENT)
         self.remember_lookup(node, ctx)
-        return self.attributes(node)
+        attr = self.attributes(node)
+        self.inodes.held(attr.st_ino)
+        return attr
+
+    async def forget(self, inode_list):
+        for inode, count in inode_list:
+            self.inodes.forget(inode, count)
 
     @handler
     async def getattr(self, inode, ctx=None):
@@ -201,9 +207,11 @@ class SandOperations(pyfuse3.Operations):
     @handler
     async def readdir(self, fh, start_id, token):
         for position, name, child in self.namespace.children(self.inodes.node(fh), start_id):
-            if not pyfuse3.readdir_reply(token, os.fsencode(name), self.attributes(child),
-                                         position):
+            attr = self.attributes(child)
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, position):
+                self.inodes.drop_unheld(attr.st_ino)  # the page is full: not sent
                 break
+            self.inodes.held(attr.st_ino)  # readdirplus: the kernel counts it as a lookup
 
     async def releasedir(self, fh):
         pass
@@ -356,7 +364,9 @@ class SandOperations(pyfuse3.Operations):
         info = pyfuse3.FileInfo()
         info.fh = fh
         info.direct_io = True
-        return info, self.attributes(node)
+        attr = self.attributes(node)
+        self.inodes.held(attr.st_ino)
+        return info, attr
 
     @handler
     async def write(self, fh, off, buf):

@@ -45,7 +45,7 @@ from sandfs.media.decode import (
     open_regular_file,
     open_stream,
 )
-from sandfs.media.types import MediaLimits
+from sandfs.media.types import PERMISSION_DENIED, MediaLimits
 
 _AVFMT_NOTIMESTAMPS = 0x80  # raw elementary streams (.h264): no pts, no seeking by pts
 # MPEG-TS / MPEG-PS: no index, timestamps may jump; a seek lands off plan for almost every
@@ -130,6 +130,9 @@ def probe_video(
         return ProbeFailure("not_regular", str(error))
     except MemoryError:
         return ProbeFailure("too_large", "out of memory while decoding")
+    except PermissionError as error:  # a daemon that is not root reads as its own user
+        return ProbeFailure(PERMISSION_DENIED, f"the daemon's user (uid {os.geteuid()}) cannot "
+                            f"read it ({describe_error(error)})")
     except (av.FFmpegError, OSError) as error:
         return ProbeFailure("open_invalid", describe_error(error))
 

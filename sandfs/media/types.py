@@ -73,6 +73,9 @@ class VideoInfo:
         return float(self.frame_pts[index] * self.time_base)
 
 
+PERMISSION_DENIED = "permission_denied"  # the reason of a video its reader may not read
+
+
 @dataclass(frozen=True, slots=True)
 class BadVideo:
     """A file left out of every epoch, with a reason code (docs/contract.md §11) and a human
@@ -80,7 +83,8 @@ class BadVideo:
 
     rel_path: str
     reason: str  # open_invalid | no_video_stream | not_a_video | not_regular | outside_root |
-    #    corrupt_frames | too_large | name_collision | no_frames | decode_timeout | too_short (task)
+    #    corrupt_frames | too_large | name_collision | no_frames | decode_timeout |
+    #    permission_denied | too_short (task)
     detail: str = ""
 
 

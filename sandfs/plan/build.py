@@ -3,7 +3,7 @@ mount. A plan that could never serve a batch is a UserError naming the task."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sandfs.access import owner_of, owner_videos
 from sandfs.config.schema import TaskConfig
@@ -36,9 +36,11 @@ def check_plan(cfg: TaskConfig, plan: TaskPlan) -> None:
 
 
 def plan_new_task(settings: MountSettings, scans: dict[DatasetKey, DatasetScan],
-                  plans: Sequence[TaskPlan], cfg: TaskConfig, mount_epoch: int) -> TaskPlan:
+                  plans: Sequence[TaskPlan], cfg: TaskConfig,
+                  leaders: Mapping[tuple, int]) -> TaskPlan:
     """In a worker thread: scan the task's dataset if it is new, and plan it with the others,
-    its epoch 0 at `mount_epoch` (where the leading task on its dataset stands)."""
+    its epoch 0 where the leading task on its dataset stands (`leaders`: mount epoch by
+    dataset identity key; a dataset no task reads yet starts at 0)."""
     if is_remote_url(cfg.dataset.video_dataset_path):
         raise UserError(f"task {cfg.task}: a task added to a live mount reads a local dataset; "
                         f"give remote datasets ({cfg.dataset.video_dataset_path}) to sandfs mount")
@@ -48,12 +50,13 @@ def plan_new_task(settings: MountSettings, scans: dict[DatasetKey, DatasetScan],
                               settings.media_limits))
     found = scans[key]
     coordination = plans[0].coordination
-    coordination.join(cfg, mount_epoch)
+    videos, refused = owner_videos(cfg, owner_of(cfg), found.videos)
+    identity = coordination.identity(cfg.dataset.tag, videos)
+    coordination.join(cfg, leaders.get(identity.key, 0))
     try:
-        videos, refused = owner_videos(cfg, owner_of(cfg), found.videos)
         plan = TaskPlan(cfg, videos, k_epochs=settings.k_epochs,
                         all_rel_paths=known_paths(found), coordination=coordination,
-                        refused=refused)
+                        identity=identity, refused=refused)
         check_plan(cfg, plan)
     except Exception:  # a refused task leaves nothing in the coordination
         coordination.remove(cfg.task)

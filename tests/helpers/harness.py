@@ -72,13 +72,16 @@ def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def start_daemon(mountpoint: Path, configs: Sequence[Path], cache_dir: Path, log_path: Path,
-                 extra_args: Sequence[str] = (), env: dict | None = None) -> subprocess.Popen:
+                 extra_args: Sequence[str] = (), env: dict | None = None,
+                 wrapper: Sequence[str] = ()) -> subprocess.Popen:
+    """The daemon in the foreground, its output into `log_path`; `wrapper` is a command that
+    execs its arguments (so the process is the daemon's), e.g. to run it as another user."""
     args = ["mount", str(mountpoint), "--foreground", "--cache-dir", str(cache_dir)]
     for config in configs:
         args += ["--config", str(config)]
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            sandfs_command(*args, *extra_args), stdout=log, stderr=subprocess.STDOUT,
+            [*wrapper, *sandfs_command(*args, *extra_args)], stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True, env={**os.environ, **(env or {})},
         )
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import pickle
 import shutil
 import stat
 import tempfile
@@ -20,38 +19,11 @@ import yaml
 from sandfs.media.synth import make_dataset
 from tests.helpers.harness import mount_sandfs, task_config, write_config
 from tests.helpers.reliability import record
+from tests.helpers.users import NOBODY, as_user
 
-NOBODY = 65534
 DENIED = (errno.EACCES, errno.EPERM)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
-
-
-def as_user(uid: int, action: Callable, *args) -> tuple[str, object]:
-    """("ok", result) or ("errno", code) of `action(*args)` run as `uid` (gid `uid`, no
-    supplementary groups) in a forked child."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            try:
-                outcome = ("ok", action(*args))
-            except OSError as exc:
-                outcome = ("errno", exc.errno)
-            with os.fdopen(write_end, "wb") as pipe:
-                pipe.write(pickle.dumps(outcome))
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        payload = pipe.read()
-    os.waitpid(pid, 0)
-    assert payload, "the child died without an answer"
-    return pickle.loads(payload)
 
 
 def nobody(action: Callable, *args) -> tuple[str, object]:

@@ -5,6 +5,8 @@ the `metrics_port` setting."""
 from __future__ import annotations
 
 import json
+import os
+import socket
 from dataclasses import replace
 
 import pytest
@@ -13,7 +15,7 @@ from sandfs.config import load_task_config, merge_engines
 from sandfs.config.loader import ConfigError
 from sandfs.config.settings import cli_engine
 from sandfs.errors import UserError
-from sandfs.metrics import render_metrics, response
+from sandfs.metrics import Connection, client_uid, render_metrics, response, socket_address
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.service import ViewService
 from sandfs.stats import Stats
@@ -21,6 +23,7 @@ from sandfs.status import TaskStatus
 from tests.helpers.config_texts import BASE, edited
 from tests.helpers.metrics import assert_between, parse_metrics
 from tests.helpers.plans import fake_videos, make_plan
+from tests.helpers.users import NOBODY, connected_as
 
 
 def fresh_status(tmp_path):
@@ -87,6 +90,47 @@ def test_http_answers(tmp_path, head, code):
     if code == b"200 OK":
         assert b"Content-Type: text/plain; version=0.0.4; charset=utf-8" in headers
         assert ("sandfs_views_served_total", (("task", task),)) in parse_metrics(body.decode())
+
+
+def test_a_user_who_cannot_be_told_is_refused(tmp_path):
+    reply = response(b"GET /metrics HTTP/1.1\r\n\r\n", None)
+    assert reply.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+    assert b"sandfs_" not in reply
+    assert response(b"GET /other HTTP/1.1\r\n\r\n", None).startswith(b"HTTP/1.1 404")
+
+
+# -- who asks: the client socket's uid -----------------------------------------------------
+
+
+def test_socket_table_addresses_parse():
+    assert socket_address("0100007F:1F90") == ("127.0.0.1", 8080)
+    assert socket_address("0000000000000000FFFF00000100007F:0050") == ("127.0.0.1", 80)
+    assert socket_address("00000000000000000000000001000000:0016") == ("::1", 22)
+
+
+def test_the_client_row_is_told_from_the_server_row(tmp_path):
+    """Each loopback connection has two rows, mirror images: only the client's has its uid."""
+    header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n"
+    server, client = "0100007F:1F90", "0100007F:A000"
+    table = tmp_path / "tcp"
+    table.write_text(header
+                     + f"   0: {server} 00000000:0000 0A 0:0 00:00 0 0 0 1 0\n"
+                     + f"   1: {server} {client} 01 0:0 00:00 0 0 0 2 0\n"
+                     + f"   2: {client} {server} 01 0:0 00:00 0 1234 0 3 0\n")
+    ends = Connection(("127.0.0.1", 0xA000), ("127.0.0.1", 8080))
+    assert client_uid(ends, [str(tmp_path / "missing"), str(table)]) == 1234
+    assert client_uid(Connection(("127.0.0.1", 1), ("127.0.0.1", 8080)), [str(table)]) is None
+    assert client_uid(ends, []) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+@pytest.mark.parametrize("uid", [0, NOBODY])
+def test_a_real_loopback_client_is_known_by_its_uid(uid):
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(30)
+        with connected_as(uid, listener.getsockname()), listener.accept()[0] as conn:
+            ends = Connection(conn.getpeername(), conn.getsockname())
+            assert client_uid(ends) == uid
 
 
 def engine_text(lines: str) -> str:

@@ -164,7 +164,7 @@ def test_a_rank_joining_a_live_mount_starts_at_epoch_0(tmp_path):
     registry = TaskRegistry([leader])
     at_epoch_2 = lambda name: Position(2, 0)  # noqa: E731
     joining = make_plan(tmp_path, videos=fake_videos(12), task="late", epochs=5).cfg
-    assert registry.mount_epoch(joining, at_epoch_2) == 2
+    assert registry.leading_epochs(joining, at_epoch_2) == {leader.identity.key: 2}
     sampling = replace(joining.dataset.sampling, shard=Shard(4, 1))
     rank = replace(joining, dataset=replace(joining.dataset, sampling=sampling))
-    assert registry.mount_epoch(rank, at_epoch_2) == 0
+    assert registry.leading_epochs(rank, at_epoch_2) == {}
