@@ -142,7 +142,7 @@ class Materializer:
             needed = frames_to_decode(info, sorted(set(frames)))
             self.stats.add("frames_decoded_independent", needed)
 
-    def view_bytes(self, plan: TaskPlan, view: ViewPlan) -> bytearray:
+    def view_bytes(self, plan: TaskPlan, view: ViewPlan) -> memoryview:
         data, batch = npy_buffer(view.shape, view.dtype)
         self.fill_view(plan, view, batch)
         self.stats.add("views_materialized")

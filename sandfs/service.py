@@ -151,7 +151,7 @@ class ViewService:
         """A trainer closed a view it had opened."""
         self.scheduler.released(task, epoch, iteration)
 
-    async def read_view(self, task: str, epoch: int, iteration: int) -> bytes:
+    async def read_view(self, task: str, epoch: int, iteration: int) -> bytes | memoryview:
         plan = self.tasks[task]
         key = view_key(plan, epoch, iteration)
         data = self.scheduler.ready_view(key, task)

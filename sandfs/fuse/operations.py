@@ -87,7 +87,7 @@ class Upload:
 @dataclass
 class OpenFile:
     node: Node
-    data: bytes | None = None  # filled on the first read (views), or at open (small files)
+    data: bytes | memoryview | None = None  # at the first read (views), or at open (small files)
     fd: int = -1  # source video passthrough
     registered: bool = False  # a task upload that was handed to the service
     lock: trio.Lock = field(default_factory=trio.Lock)
@@ -295,7 +295,7 @@ class SandOperations(pyfuse3.Operations):
                         raise
         return memoryview(handle.data)[off : off + size]
 
-    async def materialize(self, node: Node) -> bytes:
+    async def materialize(self, node: Node) -> bytes | memoryview:
         service = self.service
         if node.kind == "view":
             return await service.read_view(node.task, node.epoch, node.iteration)

@@ -35,7 +35,7 @@ class ViewState:
     iteration: int
     slots: int
     on_disk: set[int] = field(default_factory=set)
-    buffer: tuple[bytearray, np.ndarray] | None = None
+    buffer: tuple[memoryview, np.ndarray] | None = None
     in_memory: set[int] = field(default_factory=set)
 
     @classmethod
@@ -65,7 +65,7 @@ class Recorded:
 
 @dataclass(slots=True)
 class ReadyView:
-    data: bytearray
+    data: memoryview
     readers_left: set[str]  # tasks that will read it and have not yet
 
 

@@ -117,7 +117,7 @@ class Scheduler:
         """A view opened with `opened` was closed."""
         self.book.released(task, epoch, iteration)
 
-    def ready_view(self, key: ViewKey, task: str) -> bytearray | None:
+    def ready_view(self, key: ViewKey, task: str) -> memoryview | None:
         ready = self.board.take(key, task)
         if ready is None:
             return None
@@ -131,7 +131,7 @@ class Scheduler:
         """user.sand.state: ready means in memory or complete on disk."""
         return self.board.state_of(key)
 
-    async def wait_view(self, key: ViewKey, task: str) -> bytearray | None:
+    async def wait_view(self, key: ViewKey, task: str) -> memoryview | None:
         """Demand-feed: raise the view's jobs to the top and wait. None: no job will make it."""
         flights = self.board.flights
         flights.check(key)
