@@ -18,11 +18,12 @@ from sandfs.fileio import DAMAGED
 from sandfs.materialize import Materializer
 from sandfs.media.types import BadVideo, VideoInfo
 from sandfs.ops import isolated
-from sandfs.plan.frames import FramePlan, FramePlanner
+from sandfs.plan.frames import FramePlan
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.window import view_key
 from sandfs.remote import RemoteStats
 from sandfs.sched.flights import ObjectFailed
+from sandfs.sched.frameplanner import FramePlanner
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.sched.scheduler import Scheduler
 from sandfs.sched.windows import Position
@@ -133,6 +134,7 @@ class ViewService:
         """End a task: its views are no longer served and the objects only it needed are
         released (memory and disk)."""
         self.registry.remove(name)
+        self.frames.forget(name)
         await self.scheduler.remove_plan(name)
         log.info("task %s ended", name)
 
@@ -190,8 +192,19 @@ class ViewService:
 
     # -- frames and intermediate views -------------------------------------------------------
 
+    async def plan_frames(self, task: str, video_index: int) -> None:
+        """Plan, off the event loop, the aug{D} of this video's frames in the task's current
+        epoch. When it returns (and until the caller's next await), `frame_plan` and
+        `max_depth` of the video answer from memory; an ended task returns at once."""
+        while task in self.tasks:
+            plan, epoch = self.tasks[task], self.position(task).epoch
+            await self.frames.plan(plan, epoch, video_index)
+            if self.tasks.get(task) is plan and self.position(task).epoch == epoch:
+                return  # else the task moved on (or was registered anew) meanwhile
+
     def frame_plan(self, task: str, video_index: int, frame: int, depth: int) -> FramePlan | None:
-        """aug{depth} of this frame in the task's current epoch, or None if not planned."""
+        """aug{depth} of this frame in the task's current epoch, or None if not planned
+        (await `plan_frames` first, or this plans the video's views on the caller's thread)."""
         return self.frames.frame_plan(self.tasks[task], self.position(task).epoch, video_index,
                                       frame, depth)
 

@@ -133,6 +133,14 @@ class Namespace:
             return f"videos/{video.rel_path}"
         return f"videos/{video.name}/frame{node.frame}/aug{node.depth}"
 
+    async def prepared(self, node: Node) -> Node:
+        """`node`, once what the synchronous calls on it read is planned, off the event loop:
+        which aug{D} a frame directory holds, and their sizes. Await it right before them."""
+        plans = node.kind == "frame" or (node.kind == "aug" and node.depth > 0)
+        if plans and self.exists(node):
+            await self.service.plan_frames(node.task, node.video)
+        return node
+
     # -- lookup ------------------------------------------------------------------------------
 
     def child(self, parent: Node, name: str) -> Node | None:

@@ -176,7 +176,8 @@ class SandOperations(pyfuse3.Operations):
         if self.mountpoint is not None:  # the first request after FUSE init: tune once
             set_readahead(self.mountpoint)
             self.mountpoint = None
-        node = self.namespace.child(self.inodes.node(parent_inode), os.fsdecode(name))
+        parent = await self.namespace.prepared(self.inodes.node(parent_inode))
+        node = self.namespace.child(parent, os.fsdecode(name))
         if node is None:
             raise fuse_error(errno.ENOENT)
         self.remember_lookup(node, ctx)
@@ -190,7 +191,7 @@ class SandOperations(pyfuse3.Operations):
 
     @handler
     async def getattr(self, inode, ctx=None):
-        node = self.node_for(inode, ctx)
+        node = await self.namespace.prepared(self.node_for(inode, ctx))
         if not self.namespace.exists(node):
             raise fuse_error(errno.ENOENT)
         return self.attributes(node)
@@ -206,7 +207,8 @@ class SandOperations(pyfuse3.Operations):
 
     @handler
     async def readdir(self, fh, start_id, token):
-        for position, name, child in self.namespace.children(self.inodes.node(fh), start_id):
+        node = await self.namespace.prepared(self.inodes.node(fh))
+        for position, name, child in self.namespace.children(node, start_id):
             attr = self.attributes(child)
             if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, position):
                 self.inodes.drop_unheld(attr.st_ino)  # the page is full: not sent
@@ -299,6 +301,7 @@ class SandOperations(pyfuse3.Operations):
         service = self.service
         if node.kind == "view":
             return await service.read_view(node.task, node.epoch, node.iteration)
+        await self.namespace.prepared(node)
         fplan = service.frame_plan(node.task, node.video, node.frame, node.depth)
         if fplan is None:  # the task moved on to another epoch since lookup
             raise fuse_error(errno.ENOENT)
@@ -418,7 +421,7 @@ class SandOperations(pyfuse3.Operations):
 
     @handler
     async def getxattr(self, inode, name, ctx):
-        node = self.node_for(inode, ctx)
+        node = await self.namespace.prepared(self.node_for(inode, ctx))
         value = xattr_bytes(self.service, node, name, self.namespace.exists(node))
         if value is None:
             raise fuse_error(pyfuse3.ENOATTR)

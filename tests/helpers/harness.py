@@ -9,6 +9,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -178,3 +179,10 @@ def task_config(dataset: Path, **overrides) -> dict:
 def write_config(path: Path, config: dict) -> Path:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+def free_port() -> int:
+    """A loopback TCP port free right now (for --metrics-port, or a local store to listen on)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -6,12 +6,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.helpers.harness import free_port
 
 HERE = Path(__file__).parent
 # relative path -> size; hidden and non-video files are listed by the store but not fetched
@@ -80,12 +81,6 @@ def http_store(directory: Path, *faults: str, port: int | None = None) -> Iterat
         yield HttpStore(f"http://127.0.0.1:{port.group(1)}/", process)
     finally:
         stop(process)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

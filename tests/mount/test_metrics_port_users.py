@@ -13,17 +13,11 @@ import pytest
 import yaml
 
 from sandfs.media.synth import make_dataset
-from tests.helpers.harness import mount_sandfs, task_config, write_config
+from tests.helpers.harness import free_port, mount_sandfs, task_config, write_config
 from tests.helpers.metrics import parse_metrics
 from tests.helpers.users import NOBODY, as_user
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get_metrics(port: int) -> tuple[bytes, bytes]:

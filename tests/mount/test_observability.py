@@ -16,6 +16,7 @@ import urllib.request
 import pytest
 
 from tests.helpers.harness import (
+    free_port,
     is_mounted,
     mount_sandfs,
     require_fuse,
@@ -54,12 +55,6 @@ def test_status_watch_draws_the_task(mounted):
                           f"{task['iteration']}/{task['iterations_per_epoch']}"]
     assert cells[5] == "2"  # views served (ready ahead moves while the scheduler works)
     assert "decode amplification" in done.stdout and done.stderr == ""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_metrics_port_serves_get_metrics_on_loopback(tmp_path, config_path):

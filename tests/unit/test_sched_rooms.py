@@ -10,7 +10,6 @@ import sys
 import pytest
 import trio
 
-from sandfs.plan.frames import FramePlanner
 from sandfs.plan.window import ClipUse, ViewKey, plan_window, view_key
 from sandfs.sched.board import BatchBoard, ReadyView, ViewState
 from sandfs.sched.carry import CarryBook
@@ -175,21 +174,6 @@ def test_scheduler_rejects_unknown_settings(tmp_path, setting, value):
     with pytest.raises(ValueError, match=f"got '{value}'"):
         Scheduler([plan], object(), Stats(), workers=1, memory_limit_bytes=1 << 20,
                   limiter=trio.CapacityLimiter(1), **{setting: value})
-
-
-def test_frame_planner_keeps_one_epoch_and_plans_depth_zero_as_decoded(tmp_path):
-    plan = make_plan(tmp_path, videos=fake_videos(4), epochs=2)
-    planner = FramePlanner()
-    full = planner.frame_plan(plan, 0, 0, 0, 0)
-    assert full.ops == () and full.shape == (48, 64, 3) and full.nbytes > 48 * 64 * 3
-    assert planner.frame_plan(plan, 0, 0, 10_000, 0) is None  # past the video's end
-    uses = planner.frame_uses(plan, 0)
-    assert all(isinstance(clip, type(next(iter(uses.values())))) for clip in uses.values())
-    planner.frame_uses(plan, 1)
-    assert list(planner._uses) == [(plan.name, 1)]
-    video, frame = next(iter(uses))
-    assert planner.max_depth(plan, 0, video, frame) == len(
-        planner.frame_uses(plan, 0)[(video, frame)].step_depths)
 
 
 def test_the_index_planner_does_not_import_the_decoder():
