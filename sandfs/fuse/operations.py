@@ -4,6 +4,11 @@ inode table's ENOENT on an unknown inode, in inodes.py).
 A handler may raise nothing but FUSEError (anything else would leave the syscall unanswered),
 so every handler runs inside `errors_to_errno`: domain errors map to errno in one table,
 unexpected ones are logged once and become EIO.
+
+The daemon mounts before its datasets are scanned (sandfs/startup.py): a lookup, listing,
+create or unlink that needs the tasks waits until they are planned (`tasks_known`), so a
+path that will exist never answers ENOENT meanwhile; status.json answers at once. Every other
+handler works on an inode, and before the tasks are known only `.sand` and its files have one.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from sandfs.fuse.xattrs import xattr_bytes, xattr_names
 from sandfs.metrics import render_metrics
 from sandfs.sched.flights import ObjectFailed
 from sandfs.service import ViewService
+from sandfs.startup import NotServing, OwnRequest, Startup
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +104,10 @@ class SandOperations(pyfuse3.Operations):
     enable_writeback_cache = False
     enable_acl = False
 
-    def __init__(self, service: ViewService, mountpoint: str | None = None) -> None:
+    def __init__(self, service: ViewService | Startup, mountpoint: str | None = None) -> None:
         super().__init__()
-        self.service = service
         self.namespace = Namespace(service)
+        self.startup = self.namespace.startup
         self.inodes = Inodes(self.namespace.identity)
         self.mountpoint = mountpoint  # to set its readahead once it serves; None: leave it
         self.looked_up: dict[int, Node] = {}  # thread id -> the view path it looked up last
@@ -111,6 +117,20 @@ class SandOperations(pyfuse3.Operations):
         self._next_fh = 1
         self._next_upload = 1
         self.mounted_ns = time.time_ns()
+
+    @property
+    def service(self) -> ViewService:
+        return self.namespace.service
+
+    async def tasks_known(self, directory: Node, name: str | None, ctx) -> None:
+        """Wait until the tasks are planned if looking up `name` in `directory` (None: listing
+        it) needs them: EIO if the mount stops first, EDEADLK for the daemon's own threads."""
+        if self.startup.ready or not self.namespace.needs_tasks(directory, name):
+            return
+        try:
+            await self.startup.wait(ctx.pid if ctx is not None else 0)
+        except NotServing as exc:
+            raise fuse_error(errno.EDEADLK if isinstance(exc, OwnRequest) else errno.EIO) from exc
 
     # -- attributes --------------------------------------------------------------------------
 
@@ -176,7 +196,9 @@ class SandOperations(pyfuse3.Operations):
         if self.mountpoint is not None:  # the first request after FUSE init: tune once
             set_readahead(self.mountpoint)
             self.mountpoint = None
-        node = self.namespace.child(self.inodes.node(parent_inode), os.fsdecode(name))
+        parent = self.inodes.node(parent_inode)
+        await self.tasks_known(parent, os.fsdecode(name), ctx)
+        node = self.namespace.child(parent, os.fsdecode(name))
         if node is None:
             raise fuse_error(errno.ENOENT)
         self.remember_lookup(node, ctx)
@@ -196,6 +218,7 @@ class SandOperations(pyfuse3.Operations):
         node = self.inodes.node(inode)
         if not node.is_dir:
             raise fuse_error(errno.ENOTDIR)
+        await self.tasks_known(node, None, ctx)  # its readdir then answers at once
         return inode
 
     @handler
@@ -264,7 +287,7 @@ class SandOperations(pyfuse3.Operations):
 
     def small_file(self, node: Node, viewer: int) -> bytes:
         if node.kind in ("status", "metrics"):  # each user sees their own tasks only
-            record = self.service.status_for(None if privileged(viewer) else viewer)
+            record = self.startup.status_for(None if privileged(viewer) else viewer)
             return record.to_bytes() if node.kind == "status" else render_metrics(record)
         return self.service.task_texts[node.task].encode()
 
@@ -341,6 +364,7 @@ class SandOperations(pyfuse3.Operations):
         file_name = os.fsdecode(name)
         if parent.kind != "tasks":
             raise fuse_error(errno.EROFS)
+        await self.tasks_known(parent, file_name, ctx)
         task = file_name.removesuffix(".yaml")
         if not file_name.endswith(".yaml") or not TASK_NAME.fullmatch(task):
             raise fuse_error(errno.EINVAL)
@@ -393,6 +417,7 @@ class SandOperations(pyfuse3.Operations):
         parent = self.inodes.node(parent_inode)
         if parent.kind != "tasks":
             raise fuse_error(errno.EROFS)
+        await self.tasks_known(parent, os.fsdecode(name), ctx)
         task = os.fsdecode(name).removesuffix(".yaml")
         if not os.fsdecode(name).endswith(".yaml") or task not in self.service.tasks:
             raise fuse_error(errno.ENOENT)
@@ -409,7 +434,8 @@ class SandOperations(pyfuse3.Operations):
     @handler
     async def getxattr(self, inode, name, ctx):
         node = self.node_for(inode, ctx)
-        value = xattr_bytes(self.service, node, name, self.namespace.exists(node))
+        value = None if not node.task else (  # the root and .sand carry none
+            xattr_bytes(self.service, node, name, self.namespace.exists(node)))
         if value is None:
             raise fuse_error(pyfuse3.ENOATTR)
         return value
