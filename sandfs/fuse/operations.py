@@ -5,10 +5,9 @@ A handler may raise nothing but FUSEError (anything else would leave the syscall
 so every handler runs inside `errors_to_errno`: domain errors map to errno in one table,
 unexpected ones are logged once and become EIO.
 
-The daemon mounts before its datasets are scanned (sandfs/startup.py): a lookup, listing,
-create or unlink that needs the tasks waits until they are planned (`tasks_known`), so a
-path that will exist never answers ENOENT meanwhile; status.json answers at once. Every other
-handler works on an inode, and before the tasks are known only `.sand` and its files have one.
+Until the datasets are scanned (sandfs/startup.py), a lookup, opendir, create or unlink that
+needs the tasks waits for them (`tasks_known`); the other handlers work on inodes, which only
+`.sand` and its files have by then.
 """
 
 from __future__ import annotations
