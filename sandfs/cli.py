@@ -338,6 +338,11 @@ def format_status(status: dict) -> str:
     lines = [f"sandfs pid {status['pid']}, up {status['uptime_seconds']:.0f}s, "
              f"{status['workers']} workers, {status['memory_bytes'] / 2**20:.1f} MiB of views in "
              f"memory"]
+    scan = status.get("scan", {})
+    if scan.get("phase", "ready") != "ready":  # the tasks serve once the datasets are scanned
+        lines.append(f"  {scan['phase']}: {scan['videos_scanned']}/"
+                     f"{scan['videos_total'] if scan['videos_total'] is not None else '?'} "
+                     f"videos, {scan['seconds']:.0f}s")
     for name, task in status["tasks"].items():
         lines.append(f"  task {name}: epoch {task['epoch']} iteration {task['iteration']}, "
                      f"{task['ready_ahead']} ready ahead, {task['views_served']} views served, "

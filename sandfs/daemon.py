@@ -1,23 +1,29 @@
-"""The daemon's spine: set up, `trio.run`, serve until unmounted or signalled, tear down.
+"""The daemon's spine: set up, mount, `trio.run`, serve until unmounted or signalled, tear down.
 
-Setup and teardown sit side by side: the scan runs before anything is mounted (its probe
-processes never see /dev/fuse), `pyfuse3.close(unmount=True)` always runs, and SIGTERM, SIGINT
-and SIGHUP end the loop cleanly (exit 0) even when started as a background job.
+The cheap checks run first (FUSE, layout, mountpoint, cache dir), remote datasets are fetched,
+then the daemon mounts at once and scans and plans in the running loop (sandfs/startup.py:
+meanwhile a path that needs the tasks waits, status.json shows the scan's progress). The scan
+runs in a worker thread; its probe processes are fresh interpreters that inherit two pipe ends
+only (sandfs/workerproc.py), never /dev/fuse. `pyfuse3.close(unmount=True)` always runs, a
+failed startup unmounts before its error is raised, and SIGTERM, SIGINT and SIGHUP end the loop
+cleanly (exit 0) even when started as a background job or during the scan.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 
 import pyfuse3
 import trio
 
+from sandfs.cache import ObjectStore
 from sandfs.cache.setup import open_store, prepare_cache_dir
 from sandfs.config.schema import TaskConfig
 from sandfs.config.settings import MountSettings
@@ -29,8 +35,10 @@ from sandfs.fuse.mountpoint import (
     prepare_mountpoint,
 )
 from sandfs.fuse.operations import SandOperations
-from sandfs.media.datasets import bad_videos, scan_all
+from sandfs.media.datasets import DatasetKey, bad_videos, scan_all
 from sandfs.media.scan import StderrProgress
+from sandfs.media.scan_workers import ScanStopped
+from sandfs.media.types import DatasetScan, ScanProgress
 from sandfs.metrics import open_metrics_port, serve_metrics
 from sandfs.ops import isolated
 from sandfs.plan.build import build_plans, plan_new_task
@@ -40,46 +48,50 @@ from sandfs.plan.task import TaskPlan
 from sandfs.remote import RemoteSpec, RemoteStats, is_remote_url, prepare_remote_datasets
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.service import ViewService
+from sandfs.startup import Startup
 from sandfs.stats import Stats
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """What the daemon serves, as set up before mounting."""
+
+    configs: Sequence[TaskConfig]  # remote datasets replaced by their local copies
+    settings: MountSettings
+    remote: RemoteStats
+    resources: contextlib.ExitStack  # closed once unmounted (the object store)
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """What the startup scan makes: the datasets' scans and the tasks' plans."""
+
+    scans: dict[DatasetKey, DatasetScan]
+    plans: list[TaskPlan]
+    store: ObjectStore
+
+
 def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
                on_ready: Callable[[], None], on_stopping: Callable[[], None] = lambda: None,
                ) -> None:
-    """Serve until unmounted or signalled; `on_ready` once the mount serves, `on_stopping` once
-    it stops serving (before the unmount)."""
+    """Serve until unmounted or signalled; `on_ready` once the tasks' views serve, `on_stopping`
+    once it stops serving (before the unmount). A startup that fails (no usable videos, a
+    budget too small, ...) unmounts, then raises its error as if it had failed before mounting."""
     check_fuse_available()
     check_layout(settings.mountpoint, settings.cache_dir,
                  [c.dataset.video_dataset_path for c in configs])
-    prepare_mountpoint(settings.mountpoint)  # fail fast, before a long scan
+    prepare_mountpoint(settings.mountpoint)
     prepare_cache_dir(settings.cache_dir)
     configs, settings, remote = fetch_remote(configs, settings)
-    # a large dataset takes a while: a progress line on a terminal, one every 10 s in the log
-    progress = StderrProgress(interval_seconds=1.0 if sys.stderr.isatty() else 10.0)
-    scans = scan_all([dataset_key(c) for c in configs], settings.cache_dir, settings.workers,
-                     settings.media_limits, progress)
-    plans = build_plans(configs, scans, settings.k_epochs, load_plan_state(settings.cache_dir))
-    store = open_store(settings, plans)
-    try:
-        service = ViewService(
-            plans, engine=OnDemandObjects(workers=settings.workers,
-                                          memory_budget_bytes=settings.on_demand_memory_bytes),
-            stats=Stats(), bad_videos=bad_videos(scans),
-            task_texts={c.task: c.source_text for c in configs},
-            memory_limit_bytes=settings.batch_memory_bytes, store=store,
-            decode_ahead=settings.decode_ahead,
-            policy=settings.scheduling, prune_mode=settings.prune_mode,
-            checkpoint=partial(save_plan_state, settings.cache_dir),
-            task_planner=partial(plan_new_task, settings, scans, plans),
-            config_dir=os.path.dirname(configs[0].source_path) or "/",
-            remote=remote.as_status())
-        serve_mount(service, plans, settings.mountpoint, on_ready, on_stopping,
-                    settings.metrics_port)
-    finally:
-        isolated.shutdown()  # the worker processes of out-of-process custom steps
-        store.close()
+    startup = Startup(workers=settings.workers, memory_limit_bytes=settings.batch_memory_bytes)
+    with contextlib.ExitStack() as resources:
+        resources.callback(isolated.shutdown)  # the worker processes of out-of-process steps
+        mount = Mount(configs, settings, remote, resources)
+        serve_mount(startup, mount, on_ready, on_stopping)
+    if startup.failure is not None:
+        raise startup.failure
 
 
 def fetch_remote(configs: Sequence[TaskConfig], settings: MountSettings
@@ -100,44 +112,107 @@ def fetch_remote(configs: Sequence[TaskConfig], settings: MountSettings
     return local, replace(settings, storage_budget_bytes=left), copies.stats
 
 
-def serve_mount(service: ViewService, plans: Sequence[TaskPlan], mountpoint: str,
-                on_ready: Callable[[], None], on_stopping: Callable[[], None],
-                metrics_port: int | None = None) -> None:
+def serve_mount(startup: Startup, mount: Mount, on_ready: Callable[[], None],
+                on_stopping: Callable[[], None]) -> None:
+    mountpoint = mount.settings.mountpoint
     try:
-        pyfuse3.init(SandOperations(service, mountpoint), mountpoint, fuse_options())
+        pyfuse3.init(SandOperations(startup, mountpoint), mountpoint, fuse_options())
     except RuntimeError as exc:
         raise UserError(f"mounting {mountpoint} failed ({exc}); is fuse3 installed "
                         f"and the mountpoint an empty directory you own?") from exc
-    log.info("mounted %s: %s", mountpoint,
-             ", ".join(f"{p.name} ({len(p.videos)} videos, {p.iterations_per_epoch} "
-                       f"iterations/epoch)" for p in plans))
+    log.info("mounted %s; scanning %d dataset(s)", mountpoint,
+             len({dataset_key(c) for c in mount.configs}))
     try:
-        trio.run(serve, service, on_ready, on_stopping, metrics_port)
+        trio.run(serve, startup, mount, on_ready, on_stopping)
     finally:
         pyfuse3.close(unmount=True)
         log.info("unmounted %s", mountpoint)
 
 
-async def serve(service: ViewService, on_ready: Callable[[], None],
-                on_stopping: Callable[[], None], metrics_port: int | None = None) -> None:
-    # bound before on_ready: a port in use fails the mount
-    listeners = [] if metrics_port is None else await open_metrics_port(metrics_port)
+async def serve(startup: Startup, mount: Mount, on_ready: Callable[[], None],
+                on_stopping: Callable[[], None]) -> None:
+    port = mount.settings.metrics_port
+    # bound before the scan: a port in use fails the mount
+    listeners = [] if port is None else await open_metrics_port(port)
     async with trio.open_nursery() as nursery:
-        await nursery.start(service.run)
+        nursery.start_soon(stop_on_signals, startup, name="signals")
         if listeners:
-            nursery.start_soon(serve_metrics, service.status_for, listeners)
-        nursery.start_soon(stop_on_signals, name="signals")
-        on_ready()
+            nursery.start_soon(serve_metrics, startup.status_for, listeners)
+        nursery.start_soon(start_serving, nursery, startup, mount, on_ready, name="startup")
         await pyfuse3.main()
+        startup.stop()  # unmounted during the scan: it stops
         on_stopping()
         nursery.cancel_scope.cancel()
 
 
-async def stop_on_signals() -> None:
+async def start_serving(nursery: trio.Nursery, startup: Startup, mount: Mount,
+                        on_ready: Callable[[], None]) -> None:
+    """Scan and plan in a worker thread, then serve the views. A failure is kept for
+    `run_daemon` to raise and ends the mount (its waiters get EIO)."""
+    try:
+        planned = await trio.to_thread.run_sync(scan_and_plan, startup, mount)
+        service = make_service(startup, mount, planned)
+        await nursery.start(service.run)
+    except ScanStopped:
+        return  # unmounted or signalled meanwhile
+    except Exception as exc:
+        startup.fail(exc)
+        log.info("the mount could not start serving its tasks: unmounting")
+        pyfuse3.terminate()
+        return
+    startup.serve(service)
+    log.info("serving %s: %s", mount.settings.mountpoint, ", ".join(
+        f"{p.name} ({len(p.videos)} videos, {p.iterations_per_epoch} iterations/epoch)"
+        for p in planned.plans))
+    on_ready()
+
+
+def scan_and_plan(startup: Startup, mount: Mount) -> Planned:
+    """In a worker thread: scan every dataset (ScanStopped once `startup.stop_scan` is set),
+    plan the tasks, open the object store."""
+    settings = mount.settings
+    keys = [dataset_key(c) for c in mount.configs]
+    startup.scanning(keys)
+    # a large dataset takes a while: a progress line on a terminal, one every 10 s in the log
+    terminal = StderrProgress(interval_seconds=1.0 if sys.stderr.isatty() else 10.0)
+
+    def progress(key: DatasetKey, done: ScanProgress) -> None:
+        terminal(done)
+        startup.scanned(key, done)
+
+    scans = scan_all(keys, settings.cache_dir, settings.workers, settings.media_limits,
+                     progress, stop=startup.stop_scan)
+    startup.enter("planning")
+    plans = build_plans(mount.configs, scans, settings.k_epochs,
+                        load_plan_state(settings.cache_dir))
+    store = open_store(settings, plans)
+    mount.resources.callback(store.close)
+    return Planned(scans, plans, store)
+
+
+def make_service(startup: Startup, mount: Mount, planned: Planned) -> ViewService:
+    settings, configs = mount.settings, mount.configs
+    return ViewService(
+        planned.plans, engine=OnDemandObjects(workers=settings.workers,
+                                              memory_budget_bytes=settings.on_demand_memory_bytes),
+        stats=Stats(), bad_videos=bad_videos(planned.scans),
+        task_texts={c.task: c.source_text for c in configs},
+        memory_limit_bytes=settings.batch_memory_bytes, store=planned.store,
+        decode_ahead=settings.decode_ahead,
+        policy=settings.scheduling, prune_mode=settings.prune_mode,
+        checkpoint=partial(save_plan_state, settings.cache_dir),
+        task_planner=partial(plan_new_task, settings, planned.scans, planned.plans),
+        config_dir=os.path.dirname(configs[0].source_path) or "/",
+        remote=mount.remote.as_status(), started=startup.started,
+        scan_status=startup.scan_status)
+
+
+async def stop_on_signals(startup: Startup) -> None:
     # Explicit handlers: a background job inherits SIG_IGN for SIGINT, and SIGTERM's default
     # would leave a dead mount behind.
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             log.info("signal %s: unmounting", signal.Signals(signum).name)
+            startup.stop()  # requests waiting for the scan end first: pyfuse3.main waits for them
             pyfuse3.terminate()
             return

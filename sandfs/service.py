@@ -28,13 +28,18 @@ from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.sched.scheduler import Scheduler
 from sandfs.sched.windows import Position
 from sandfs.stats import Stats
-from sandfs.status import COUNTERS, BadVideoStatus, FailureLog, MountStatus, TaskStatus
+from sandfs.status import (
+    COUNTERS,
+    EMPTY_CACHE,
+    BadVideoStatus,
+    FailureLog,
+    MountStatus,
+    ScanStatus,
+    TaskStatus,
+)
 from sandfs.tasks import TaskRegistry, ignored_engine_note, refusal
 
 log = logging.getLogger(__name__)
-
-EMPTY_CACHE = {"bytes_used": 0, "budget_bytes": 0, "objects": 0, "hits": 0, "misses": 0,
-               "evictions": 0, "recomputed": 0, "corrupt_detected": 0}
 
 
 class ViewService:
@@ -56,6 +61,8 @@ class ViewService:
         policy: str = "priority",
         prune_mode: str = "algorithm1",
         remote: Mapping[str, int] | None = None,
+        started: float | None = None,
+        scan_status: Callable[[], ScanStatus] | None = None,
     ) -> None:
         self.registry = TaskRegistry(plans, task_texts=task_texts, checkpoint=checkpoint,
                                      task_planner=task_planner, config_dir=config_dir)
@@ -70,7 +77,10 @@ class ViewService:
         self.store = store
         self.bad_videos = list(bad_videos)
         self.read_ahead = read_ahead  # how far status.json's ready_ahead looks
-        self.started = time.monotonic()
+        # time.monotonic() when the mount began (its uptime counts from there): the daemon
+        # mounts before it scans, and the service comes after the scan
+        self.started = time.monotonic() if started is None else started
+        self.scan_status = scan_status  # status.json's `scan` (None: no such section)
         # what fetching remote datasets at mount took (zeros for local ones)
         self.remote = dict(remote or RemoteStats().as_status())
         self.frames = FramePlanner(self.scheduler.failures)
@@ -247,7 +257,8 @@ class ViewService:
             cache=EMPTY_CACHE if self.store is None else self.store.stats(),
             bad_videos=tuple(bad), task_errors=dict(self.task_errors), remote=self.remote,
             isolated_ops=isolated.status(), failures=self.failures.entries(),
-            failures_total=self.failures.total, state_files_rebuilt=DAMAGED.count)
+            failures_total=self.failures.total, state_files_rebuilt=DAMAGED.count,
+            scan=None if self.scan_status is None else self.scan_status())
 
     def status(self) -> dict:
         return self.status_record().to_json()

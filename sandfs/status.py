@@ -11,6 +11,9 @@ STATUS_VERSION = 1
 COUNTERS = ("frames_decoded", "frames_decoded_independent", "views_materialized",
             "views_recomputed", "aug_ops", "aug_ops_independent", "crop_ops",
             "crop_ops_independent", "clips_recomputed", "frames_from_disk", "frames_carried")
+EMPTY_CACHE = {"bytes_used": 0, "budget_bytes": 0, "objects": 0, "hits": 0, "misses": 0,
+               "evictions": 0, "recomputed": 0, "corrupt_detected": 0}
+SCAN_PHASES = ("scanning", "planning", "ready", "failed", "stopped")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,41 @@ class SchedulerStatus:
     pending_jobs: int  # video jobs with clips not made yet
     memory_bytes: int
     memory_limit_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetScanStatus:
+    path: str  # the dataset root (a remote dataset's local copy)
+    extensions: tuple[str, ...]
+    videos_scanned: int = 0  # probed or found in the scan index
+    videos_total: int | None = None  # None: its files are still being listed
+
+
+@dataclass(frozen=True, slots=True)
+class ScanStatus:
+    """How far the mount is from serving its tasks (see `sandfs.startup`): one of SCAN_PHASES,
+    and the videos of its datasets scanned so far."""
+
+    phase: str
+    seconds: float  # since the mount; once it serves, how long that took
+    videos_scanned: int = 0
+    videos_total: int | None = None  # None: some dataset's files are still being listed
+    datasets: tuple[DatasetScanStatus, ...] = ()
+    error: str | None = None  # why it failed (the mount then ends)
+
+    @classmethod
+    def of(cls, phase: str, seconds: float, datasets: tuple[DatasetScanStatus, ...],
+           error: str | None = None) -> ScanStatus:
+        totals = [d.videos_total for d in datasets]
+        return cls(phase, seconds, sum(d.videos_scanned for d in datasets),
+                   None if None in totals else sum(totals), datasets, error)
+
+    def to_json(self) -> dict:
+        return {"phase": self.phase, "seconds": round(self.seconds, 3),
+                "videos_scanned": self.videos_scanned, "videos_total": self.videos_total,
+                "datasets": [{**asdict(d), "extensions": list(d.extensions)}
+                             for d in self.datasets],
+                "error": self.error}
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,13 +145,27 @@ class MountStatus:
     failures: tuple[Failure, ...] = ()
     failures_total: int = 0
     state_files_rebuilt: int = 0  # plan checkpoint or scan index found damaged, rebuilt
+    scan: ScanStatus | None = None  # None: not known to this record (the daemon adds it)
+
+    @classmethod
+    def starting(cls, *, uptime_seconds: float, pid: int, workers: int, memory_limit_bytes: int,
+                 remote: Mapping[str, int], isolated_ops: Mapping[str, object],
+                 scan: ScanStatus) -> MountStatus:
+        """The record while the datasets are scanned: no task yet, every figure zero."""
+        idle = SchedulerStatus(**dict.fromkeys(SchedulerStatus.__slots__, 0)
+                               | {"memory_limit_bytes": memory_limit_bytes})
+        return cls(uptime_seconds=uptime_seconds, pid=pid, workers=workers,
+                   ondemand_memory_bytes=0, ondemand_waiting=0, scheduler=idle, tasks={},
+                   counters=dict.fromkeys(COUNTERS, 0), cache=EMPTY_CACHE, bad_videos=(),
+                   task_errors={}, remote=remote, isolated_ops=isolated_ops, scan=scan)
 
     def seen_by(self, tasks: set[str], task_errors: set[str]) -> MountStatus:
         """What a user who owns `tasks` (and wrote the files of `task_errors`) may see: those
         tasks, their bad videos and failures; nothing that names another user's files (the
-        scan's own bad videos included)."""
+        scan's own bad videos and dataset paths included)."""
+        scan = self.scan and replace(self.scan, datasets=())
         return replace(
-            self, tasks={n: t for n, t in self.tasks.items() if n in tasks},
+            self, scan=scan, tasks={n: t for n, t in self.tasks.items() if n in tasks},
             bad_videos=tuple(b for b in self.bad_videos if b.task in tasks),
             task_errors={n: e for n, e in self.task_errors.items() if n in task_errors},
             failures=tuple(f for f in self.failures if f.task in tasks),
@@ -150,6 +202,7 @@ class MountStatus:
             "failures": [failure.to_json() for failure in self.failures],
             "failures_total": self.failures_total,
             "state_files_rebuilt": self.state_files_rebuilt,
+            **({} if self.scan is None else {"scan": self.scan.to_json()}),
         }
 
     def to_bytes(self) -> bytes:

@@ -4,6 +4,9 @@ owners and modes, and which nodes are one object.
 Every path has exactly one node: numbers parse strictly (`0`, `17`; never `01`, `+1`, ` 1`,
 `1_0` or non-ASCII digits), so no two spellings of a path reach one node. Names outside the
 plan resolve to None (ENOENT) without planning or materializing anything.
+
+Before the datasets are scanned there is no service yet: only the root, `.sand` and its files
+answer (`needs_tasks` says which requests must wait for the tasks).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from itertools import chain
 from sandfs.access import NodeAccess
 from sandfs.metrics import render_metrics
 from sandfs.service import ViewService
+from sandfs.startup import NotServing, Startup, as_startup
 
 _NUMBER = re.compile(r"(0|[1-9][0-9]{0,8})\Z", re.ASCII)
 
@@ -77,10 +81,24 @@ class VideoTree:
 
 
 class Namespace:
-    def __init__(self, service: ViewService) -> None:
-        self.service = service
+    def __init__(self, service: ViewService | Startup) -> None:
+        self.startup = as_startup(service)
         self._video_trees: dict[str, tuple[object, VideoTree]] = {}  # task -> (plan, tree)
         self.daemon = (os.geteuid(), os.getegid())
+
+    @property
+    def service(self) -> ViewService:
+        """The tasks' service; the FUSE layer asks for it once `needs_tasks` was waited for."""
+        service = self.startup.service
+        if service is None:
+            raise NotServing("the tasks are not planned yet")
+        return service
+
+    @staticmethod
+    def needs_tasks(directory: Node, name: str | None = None) -> bool:
+        """Whether looking up `name` in `directory` (None: listing it) needs the tasks. Only
+        `.sand` and its fixed names are known before the datasets are scanned."""
+        return directory.kind != "sand" and not (directory.kind == "root" and name == SAND_DIR)
 
     def video_tree(self, task: str) -> VideoTree:
         plan = self.service.tasks[task]
@@ -228,44 +246,51 @@ class Namespace:
 
     def child_names(self, node: Node, start: int = 0) -> Iterable[str]:
         """The names of a directory's entries from offset `start`."""
-        service = self.service
         if not self.exists(node):
             return ()
         match node.kind:
             case "task":  # `videos`, then one entry per epoch
-                epochs = range(max(start - 1, 0), service.tasks[node.task].epochs)
+                epochs = range(max(start - 1, 0), self.service.tasks[node.task].epochs)
                 return chain(["videos"][start:], map(str, epochs))
             case "epoch":
-                return map(str, range(start, service.tasks[node.task].iterations_per_epoch))
+                plan = self.service.tasks[node.task]
+                return map(str, range(start, plan.iterations_per_epoch))
             case "frames":
-                info = service.tasks[node.task].videos[node.video]
+                info = self.service.tasks[node.task].videos[node.video]
                 return (f"frame{i}" for i in range(start, info.num_frames))
         return self._small_listing(node)[start:]
 
     def _small_listing(self, node: Node) -> list[str]:
-        service = self.service
         match node.kind:
-            case "root":
-                return [SAND_DIR, *sorted(service.tasks)]
-            case "sand":
+            case "sand":  # known before the tasks are
                 return [STATUS, METRICS, "tasks"]
+            case "root":
+                return [SAND_DIR, *sorted(self.service.tasks)]
             case "tasks":
-                return [f"{t}.yaml" for t in sorted(service.task_texts)]
+                return [f"{t}.yaml" for t in sorted(self.service.task_texts)]
             case "iteration":
                 return ["view"]
             case "videos":
                 return list(self.video_tree(node.task).entries.get(node.folder, {}))
             case "frame":
-                deepest = service.max_depth(node.task, node.video, node.frame)
+                deepest = self.service.max_depth(node.task, node.video, node.frame)
                 return [f"aug{d}" for d in range(deepest + 1)]
         return []
 
     # -- sizes -------------------------------------------------------------------------------
 
     def file_size(self, node: Node) -> int:
-        service = self.service
         if not self.exists(node):
             return 0
+        match node.kind:
+            case "status":  # answers before the tasks are known
+                return len(self.startup.status_bytes())
+            case "metrics":
+                return len(render_metrics(self.startup.status_record()))
+        return self._task_file_size(node, self.service) if node.task else 0
+
+    @staticmethod
+    def _task_file_size(node: Node, service: ViewService) -> int:
         match node.kind:
             case "view":
                 return service.tasks[node.task].view_nbytes(node.epoch, node.iteration)
@@ -276,10 +301,6 @@ class Namespace:
                 return fplan.nbytes if fplan else 0
             case "task_yaml":
                 return len(service.task_texts[node.task].encode())
-            case "status":
-                return len(service.status_bytes())
-            case "metrics":
-                return len(render_metrics(service.status_record()))
         return 0
 
 

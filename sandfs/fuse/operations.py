@@ -4,6 +4,10 @@ inode table's ENOENT on an unknown inode, in inodes.py).
 A handler may raise nothing but FUSEError (anything else would leave the syscall unanswered),
 so every handler runs inside `errors_to_errno`: domain errors map to errno in one table,
 unexpected ones are logged once and become EIO.
+
+Until the datasets are scanned (sandfs/startup.py), a lookup, opendir, create or unlink that
+needs the tasks waits for them (`tasks_known`); the other handlers work on inodes, which only
+`.sand` and its files have by then.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from sandfs.fuse.xattrs import xattr_bytes, xattr_names
 from sandfs.metrics import render_metrics
 from sandfs.sched.flights import ObjectFailed
 from sandfs.service import ViewService
+from sandfs.startup import NotServing, OwnRequest, Startup
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +103,10 @@ class SandOperations(pyfuse3.Operations):
     enable_writeback_cache = False
     enable_acl = False
 
-    def __init__(self, service: ViewService, mountpoint: str | None = None) -> None:
+    def __init__(self, service: ViewService | Startup, mountpoint: str | None = None) -> None:
         super().__init__()
-        self.service = service
         self.namespace = Namespace(service)
+        self.startup = self.namespace.startup
         self.inodes = Inodes(self.namespace.identity)
         self.mountpoint = mountpoint  # to set its readahead once it serves; None: leave it
         self.looked_up: dict[int, Node] = {}  # thread id -> the view path it looked up last
@@ -111,6 +116,20 @@ class SandOperations(pyfuse3.Operations):
         self._next_fh = 1
         self._next_upload = 1
         self.mounted_ns = time.time_ns()
+
+    @property
+    def service(self) -> ViewService:
+        return self.namespace.service
+
+    async def tasks_known(self, directory: Node, name: str | None, ctx) -> None:
+        """Wait until the tasks are planned if looking up `name` in `directory` (None: listing
+        it) needs them: EIO if the mount stops first, EDEADLK for the daemon's own threads."""
+        if self.startup.ready or not self.namespace.needs_tasks(directory, name):
+            return
+        try:
+            await self.startup.wait(ctx.pid if ctx is not None else 0)
+        except NotServing as exc:
+            raise fuse_error(errno.EDEADLK if isinstance(exc, OwnRequest) else errno.EIO) from exc
 
     # -- attributes --------------------------------------------------------------------------
 
@@ -176,7 +195,9 @@ class SandOperations(pyfuse3.Operations):
         if self.mountpoint is not None:  # the first request after FUSE init: tune once
             set_readahead(self.mountpoint)
             self.mountpoint = None
-        parent = await self.namespace.prepared(self.inodes.node(parent_inode))
+        parent = self.inodes.node(parent_inode)
+        await self.tasks_known(parent, os.fsdecode(name), ctx)
+        parent = await self.namespace.prepared(parent)
         node = self.namespace.child(parent, os.fsdecode(name))
         if node is None:
             raise fuse_error(errno.ENOENT)
@@ -203,6 +224,7 @@ class SandOperations(pyfuse3.Operations):
         node = self.inodes.node(inode)
         if not node.is_dir:
             raise fuse_error(errno.ENOTDIR)
+        await self.tasks_known(node, None, ctx)  # its readdir then answers at once
         return inode
 
     @handler
@@ -274,7 +296,7 @@ class SandOperations(pyfuse3.Operations):
 
     def small_file(self, node: Node, viewer: int) -> bytes:
         if node.kind in ("status", "metrics"):  # each user sees their own tasks only
-            record = self.service.status_for(None if privileged(viewer) else viewer)
+            record = self.startup.status_for(None if privileged(viewer) else viewer)
             return record.to_bytes() if node.kind == "status" else render_metrics(record)
         return self.service.task_texts[node.task].encode()
 
@@ -352,6 +374,7 @@ class SandOperations(pyfuse3.Operations):
         file_name = os.fsdecode(name)
         if parent.kind != "tasks":
             raise fuse_error(errno.EROFS)
+        await self.tasks_known(parent, file_name, ctx)
         task = file_name.removesuffix(".yaml")
         if not file_name.endswith(".yaml") or not TASK_NAME.fullmatch(task):
             raise fuse_error(errno.EINVAL)
@@ -406,6 +429,7 @@ class SandOperations(pyfuse3.Operations):
         parent = self.inodes.node(parent_inode)
         if parent.kind != "tasks":
             raise fuse_error(errno.EROFS)
+        await self.tasks_known(parent, os.fsdecode(name), ctx)
         task = os.fsdecode(name).removesuffix(".yaml")
         if not os.fsdecode(name).endswith(".yaml") or task not in self.service.tasks:
             raise fuse_error(errno.ENOENT)
@@ -422,7 +446,8 @@ class SandOperations(pyfuse3.Operations):
     @handler
     async def getxattr(self, inode, name, ctx):
         node = await self.namespace.prepared(self.node_for(inode, ctx))
-        value = xattr_bytes(self.service, node, name, self.namespace.exists(node))
+        value = None if not node.task else (  # the root and .sand carry none
+            xattr_bytes(self.service, node, name, self.namespace.exists(node)))
         if value is None:
             raise fuse_error(pyfuse3.ENOATTR)
         return value

@@ -6,28 +6,35 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
+from threading import Event
 
-from sandfs.media.scan import ProgressCallback, scan_dataset
-from sandfs.media.types import BadVideo, DatasetScan, MediaLimits
+from sandfs.media.scan import scan_dataset
+from sandfs.media.scan_workers import check_stop
+from sandfs.media.types import BadVideo, DatasetScan, MediaLimits, ScanProgress
 
 log = logging.getLogger(__name__)
 
 DatasetKey = tuple[str, tuple[str, ...]]  # (dataset root, extensions)
+DatasetProgress = Callable[[DatasetKey, ScanProgress], None]
 
 
 def scan_all(datasets: Iterable[DatasetKey], cache_dir: str | None, workers: int,
-             limits: MediaLimits, progress: ProgressCallback | None = None
-             ) -> dict[DatasetKey, DatasetScan]:
+             limits: MediaLimits, progress: DatasetProgress | None = None,
+             stop: Event | None = None) -> dict[DatasetKey, DatasetScan]:
     """Unchanged files come from the scan index kept in `cache_dir` (None: no index);
-    `progress` hears how far each dataset's scan is (see `scan_dataset`)."""
+    `progress(key, ScanProgress)` hears how far each dataset's scan is (see `scan_dataset`).
+    Raises ScanStopped soon after `stop` is set (from another thread)."""
     scans: dict[DatasetKey, DatasetScan] = {}
     for key in datasets:
         if key in scans:
             continue
+        check_stop(stop)
         tag = hashlib.sha1(repr(key).encode()).hexdigest()[:12]
         scans[key] = found = scan_dataset(
-            key[0], key[1], limits=limits, workers=workers, progress=progress,
+            key[0], key[1], limits=limits, workers=workers, stop=stop,
+            progress=None if progress is None else partial(progress, key),
             index_path=os.path.join(cache_dir, f"scan-{tag}.json") if cache_dir else None,
         )
         log.info("dataset %s: %d usable videos, %d left out", key[0], len(found.videos),

@@ -22,11 +22,12 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from threading import Event
 from typing import TextIO
 
 from sandfs.media.probe import PACKETS, ProbeFacts, ProbeFailure, ProbeResult
 from sandfs.media.scan_index import IndexKey, load_index, save_index
-from sandfs.media.scan_workers import ProbeJob, probe_files
+from sandfs.media.scan_workers import ProbeJob, check_stop, probe_files
 from sandfs.media.types import BadVideo, DatasetScan, MediaLimits, ScanProgress, VideoInfo
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ def scan_dataset(
     workers: int = 2,
     index_path: str | os.PathLike[str] | None = None,
     progress: ProgressCallback | None = None,
+    stop: Event | None = None,
 ) -> DatasetScan:
     """Scans `root` for videos with one of `extensions` (case-insensitive, with or without the
     dot). `limits` default to MediaLimits.from_env(); `workers` probe processes run at once.
@@ -75,20 +77,20 @@ def scan_dataset(
     to probe are known (videos_scanned counts those found in the index), after every probed
     file, and once at the end (videos_scanned == videos_total); it must be quick and must not
     raise. Never raises for a bad file: it is reported in `DatasetScan.bad` and logged once at
-    WARNING."""
+    WARNING. Raises ScanStopped soon after `stop` is set (from another thread)."""
     started = time.monotonic()
     limits = limits or MediaLimits.from_env()
     real_root = os.path.realpath(root)
     if not os.path.isdir(real_root):
         raise NotADirectoryError(f"dataset root is not a directory: {os.fspath(root)!r}")
-    targets, bad = _vetted_targets(real_root, extensions, limits)
+    targets, bad = _vetted_targets(real_root, extensions, limits, stop)
     known = load_index(index_path, limits) if index_path else {}
     results = {t.rel_path: known[t.rel_path][1] for t in targets if _index_hit(known, t)}
     to_probe = [t for t in targets if t.rel_path not in results]
     report = _progress_reporter(progress, len(results), len(targets), started)
     results.update(probe_files(
         [ProbeJob(t.rel_path, t.path, (t.device, t.inode)) for t in to_probe],
-        limits, workers, on_result=report,
+        limits, workers, on_result=report, stop=stop,
     ))  # fmt: skip
     if index_path:
         save_index(index_path, limits, {t.rel_path: (t.key, results[t.rel_path]) for t in targets})
@@ -113,12 +115,13 @@ def scan_dataset(
 
 
 def _vetted_targets(
-    real_root: str, extensions: Iterable[str], limits: MediaLimits
+    real_root: str, extensions: Iterable[str], limits: MediaLimits, stop: Event | None = None
 ) -> tuple[list[_Target], list[BadVideo]]:
     """The files to probe, and those refused by name or by stat alone."""
     named, bad = _claim_names(_list_candidates(real_root, extensions))
     targets: list[_Target] = []
     for candidate in named:
+        check_stop(stop)  # a stat of a huge dataset on a network disk takes a while
         checked = _check_file(real_root, candidate, limits)
         if isinstance(checked, BadVideo):
             bad.append(checked)

@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from threading import Event
 
 from sandfs.media.decode import describe_error
 from sandfs.media.probe import ProbeFailure, ProbeResult, probe_video
@@ -20,6 +21,16 @@ from sandfs.workerproc import start_worker_process
 
 _WORKER_READY = "ready"
 _WORKER_START_TIMEOUT_SECONDS = 120.0
+STOP_POLL_SECONDS = 0.2  # how soon a scan run in another thread sees its stop event
+
+
+class ScanStopped(Exception):
+    """The scan's stop event was set (the daemon stops during its startup scan)."""
+
+
+def check_stop(stop: Event | None) -> None:
+    if stop is not None and stop.is_set():
+        raise ScanStopped("the scan was stopped")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +59,12 @@ def probe_files(
     limits: MediaLimits,
     workers: int,
     on_result: Callable[[str, ProbeResult], None] | None = None,
+    stop: Event | None = None,
 ) -> dict[str, ProbeResult]:
     """Probes `jobs`, up to `workers` at once, each in a worker process that is killed when a
     probe exceeds limits.decode_timeout_seconds; key -> result. `on_result(key, result)` is
-    called in this process as each result arrives (in completion order)."""
+    called in this process as each result arrives (in completion order). Once `stop` is set,
+    raises ScanStopped within STOP_POLL_SECONDS, its workers stopped (busy ones killed)."""
     if not jobs:
         return {}
     pending = deque(jobs)
@@ -62,7 +75,10 @@ def probe_files(
             for worker in pool:
                 if worker.ready and worker.target is None and pending:
                     _assign(worker, pending.popleft(), limits)
-            wait([w.replies for w in pool], _wait_seconds(pool))
+            timeout = _wait_seconds(pool)
+            wait([w.replies for w in pool], timeout if stop is None else
+                 min(timeout, STOP_POLL_SECONDS))
+            check_stop(stop)
             for position, worker in enumerate(pool):
                 job = worker.target
                 alive = _poll_worker(worker, results)

@@ -19,11 +19,13 @@ def mounts_under(prefix: str | Path) -> list[str]:
 
 
 def served_by(mountpoint: Path, pid: int) -> bool:
-    """True when `mountpoint` is served by daemon `pid` (not a stale mount of a dead one)."""
+    """True when `mountpoint` is served by daemon `pid` (not a stale mount of a dead one) and
+    its tasks are planned (status.json answers during the startup scan already)."""
     try:
-        return json.loads((mountpoint / ".sand" / "status.json").read_bytes()).get("pid") == pid
+        status = json.loads((mountpoint / ".sand" / "status.json").read_bytes())
     except (OSError, ValueError):
         return False
+    return status.get("pid") == pid and status.get("scan", {}).get("phase") == "ready"
 
 
 def wait_served(mountpoint: Path, process: subprocess.Popen, log_path: Path,

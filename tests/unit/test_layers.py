@@ -19,7 +19,7 @@ RANK = {  # a module may import modules of the same or a lower rank only
     "plan": 2, "cache": 2,
     "materialize": 3,
     "sched": 4,
-    "service": 5, "tasks": 5, "metrics": 5,
+    "service": 5, "tasks": 5, "metrics": 5, "startup": 5,
     "fuse": 6,
     "daemon": 7,
     "cli": 8, "__main__": 8, "__init__": 8, "watch": 8,

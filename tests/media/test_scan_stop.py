@@ -1,0 +1,56 @@
+"""A scan run in a worker thread stops soon after its stop event is set (the daemon stops
+during its startup scan): ScanStopped, and no probe worker process left behind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+
+import pytest
+
+from sandfs.media.datasets import scan_all
+from sandfs.media.scan import scan_dataset
+from sandfs.media.scan_workers import ScanStopped
+from sandfs.media.types import MediaLimits
+
+
+def child_processes() -> set[int]:
+    children: set[int] = set()
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            children |= {int(pid) for pid in f.read().split()}
+    return children
+
+
+@pytest.fixture
+def many_videos(tmp_path, dataset_dir):
+    root = tmp_path / "many"
+    root.mkdir()
+    source = sorted(dataset_dir.rglob("*.mp4"))[0]
+    for i in range(60):
+        shutil.copy(source, root / f"v{i:03d}.mp4")
+    return root
+
+
+def test_a_stop_during_probing_ends_the_scan_and_its_workers(many_videos):
+    before = child_processes()
+    stop = threading.Event()
+    seen = []
+
+    def progress(done):
+        seen.append(done.videos_scanned)
+        if done.videos_scanned >= 3:
+            stop.set()
+
+    with pytest.raises(ScanStopped):
+        scan_dataset(many_videos, [".mp4"], workers=2, progress=progress, stop=stop)
+    assert 3 <= max(seen) < 60  # stopped midway, not at the end
+    assert child_processes() <= before  # its workers were stopped and reaped
+
+
+def test_a_stop_set_before_scan_all_scans_nothing(many_videos):
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(ScanStopped):
+        scan_all([(str(many_videos), (".mp4",))], None, 2, MediaLimits(), stop=stop)
