@@ -138,8 +138,8 @@ def test_a_restart_over_a_stale_mount_shows_readers_no_enoent(tmp_path, large_co
         # a fresh cache dir: the second daemon scans every video again
         second = start_daemon(mountpoint, [large_config], tmp_path / "c2",
                               tmp_path / "second.log")
-        scanning = wait_for_phase(mountpoint, second, "scanning")
-        assert scanning["tasks"] == {}
+        # (no status.json poll during this scan: the kernel serializes lookups in one folder,
+        # so a first lookup of .sand waits behind the reader's lookup of t0; docs/contract.md)
         wait_mounted(mountpoint, second, tmp_path / "second.log")
         ready_at = time.time()
         time.sleep(0.3)
