@@ -25,6 +25,11 @@ def served_by(mountpoint: Path, pid: int) -> bool:
         status = json.loads((mountpoint / ".sand" / "status.json").read_bytes())
     except (OSError, ValueError):
         return False
+    return serving(status, pid)
+
+
+def serving(status: dict, pid: int) -> bool:
+    """Is this status.json record that of daemon `pid`, its startup scan done?"""
     return status.get("pid") == pid and status.get("scan", {}).get("phase") == "ready"
 
 

@@ -40,7 +40,7 @@ from tests.helpers.harness import (
     start_daemon,
     strict_teardown,
 )
-from tests.helpers.mountwatch import is_mounted
+from tests.helpers.mountwatch import is_mounted, serving
 from tests.helpers.users import as_user
 
 # $1: an empty private folder for the namespace's own tmpfs; $2: a folder to cover, or "";
@@ -138,7 +138,7 @@ def wait_served_as(uid: int, mounted: Mounted) -> None:
                                f"mounting:\n{mounted.log_text()[-3000:]}")
         if is_mounted(mounted.mountpoint):
             seen = as_user(uid, read_status, mounted.path(".sand", "status.json"))
-            if seen[0] == "ok" and seen[1].get("pid") == mounted.process.pid:
+            if seen[0] == "ok" and serving(seen[1], mounted.process.pid):
                 return
         time.sleep(0.1)
     raise RuntimeError(f"sandfs did not serve {mounted.mountpoint} in time:\n"
