@@ -50,8 +50,11 @@ class Figure:
 
 
 def read_records(paths: Iterable[Path]) -> list[dict]:
+    """Every record of `paths`; a run's scenario is labelled with its epochs when its file's
+    `params` gives them, so one scenario run at 10 and at 30 epochs draws as two groups."""
     records = []
     for path in paths:
+        epochs = None
         with open(path, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 if not line.strip():
@@ -63,6 +66,10 @@ def read_records(paths: Iterable[Path]) -> list[dict]:
                 if not isinstance(record, dict) or "record" not in record:
                     raise PlotInputError(f"{path}:{number}: expected an object with a "
                                          f"'record' key")
+                if record["record"] == "params":
+                    epochs = record.get("epochs")
+                elif record["record"] == "run" and epochs is not None and "scenario" in record:
+                    record["scenario"] = f"{record['scenario']}\n{epochs} epochs"
                 records.append(record)
     return records
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from plot import main
+from plot import main, read_records, run_figures
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bench_records.jsonl"
 FIGURES = {"throughput.png", "gpu_busy.png", "frames_decoded.png", "reuse.png"}
@@ -45,3 +45,16 @@ def test_bad_lines_are_named(tmp_path, capsys, line, error):
     bad.write_text(FIXTURE.read_text().splitlines()[1] + "\n" + line + "\n")
     assert main([str(bad), "--out-dir", str(tmp_path / "out")]) == 1
     assert error in capsys.readouterr().err
+
+
+def test_one_scenario_at_two_run_lengths_draws_as_two_groups(tmp_path):
+    files = []
+    for epochs, bps in ((10, 7.0), (30, 9.0)):
+        path = tmp_path / f"e{epochs}.jsonl"
+        path.write_text(json.dumps({"record": "params", "epochs": epochs}) + "\n" + json.dumps(
+            {"record": "run", "scenario": "slowfast224", "mode": "raw", "system": "sandfs",
+             "batches_per_s": bps}) + "\n")
+        files.append(path)
+    figures = run_figures(read_records(files), "batches_per_s", "raw")
+    assert {s: f["sandfs"].median for s, f in figures.items()} == {
+        "slowfast224\n10 epochs": 7.0, "slowfast224\n30 epochs": 9.0}
