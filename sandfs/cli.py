@@ -149,18 +149,23 @@ def cmd_mount(args: argparse.Namespace) -> int:
 
 
 def mount_foreground(configs, settings, args, warnings) -> int:
-    from sandfs.daemon import run_daemon
+    from sandfs.media.scan_workers import ProbeWorkers
 
-    setup_logging(args.log_level)
-    for warning in warnings:
-        log.warning("%s", warning)
-    readiness = Readiness(os.environ.get("NOTIFY_SOCKET"), args.ready_fd)
-    status = f"serving {settings.mountpoint}: {', '.join(c.task for c in configs)}"
-    try:
-        run_daemon(configs, settings, lambda: readiness.ready(status), readiness.stopping)
-    except UserError as exc:
-        readiness.failed(str(exc))
-        raise
+    # the scan's worker interpreters start on another core while this one imports and mounts
+    with ProbeWorkers(settings.workers) as probes:
+        from sandfs.daemon import run_daemon
+
+        setup_logging(args.log_level)
+        for warning in warnings:
+            log.warning("%s", warning)
+        readiness = Readiness(os.environ.get("NOTIFY_SOCKET"), args.ready_fd)
+        status = f"serving {settings.mountpoint}: {', '.join(c.task for c in configs)}"
+        try:
+            run_daemon(configs, settings, lambda: readiness.ready(status), readiness.stopping,
+                       probes)
+        except UserError as exc:
+            readiness.failed(str(exc))
+            raise
     return 0
 
 

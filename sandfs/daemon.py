@@ -37,7 +37,7 @@ from sandfs.fuse.mountpoint import (
 from sandfs.fuse.operations import SandOperations
 from sandfs.media.datasets import DatasetKey, bad_videos, scan_all
 from sandfs.media.scan import StderrProgress
-from sandfs.media.scan_workers import ScanStopped
+from sandfs.media.scan_workers import ProbeWorkers, ScanStopped
 from sandfs.media.types import DatasetScan, ScanProgress
 from sandfs.metrics import open_metrics_port, serve_metrics
 from sandfs.ops import isolated
@@ -62,6 +62,7 @@ class Mount:
     settings: MountSettings
     remote: RemoteStats
     resources: contextlib.ExitStack  # closed once unmounted (the object store)
+    probes: ProbeWorkers | None  # started ahead for the startup scan, stopped after it
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +76,11 @@ class Planned:
 
 def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
                on_ready: Callable[[], None], on_stopping: Callable[[], None] = lambda: None,
-               ) -> None:
+               probes: ProbeWorkers | None = None) -> None:
     """Serve until unmounted or signalled; `on_ready` once the tasks' views serve, `on_stopping`
     once it stops serving (before the unmount). A startup that fails (no usable videos, a
-    budget too small, ...) unmounts, then raises its error as if it had failed before mounting."""
+    budget too small, ...) unmounts, then raises its error as if it had failed before mounting.
+    `probes`: probe workers the caller started ahead, for the startup scan."""
     check_fuse_available()
     check_layout(settings.mountpoint, settings.cache_dir,
                  [c.dataset.video_dataset_path for c in configs])
@@ -88,7 +90,7 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
     startup = Startup(workers=settings.workers, memory_limit_bytes=settings.batch_memory_bytes)
     with contextlib.ExitStack() as resources:
         resources.callback(isolated.shutdown)  # the worker processes of out-of-process steps
-        mount = Mount(configs, settings, remote, resources)
+        mount = Mount(configs, settings, remote, resources, probes)
         serve_mount(startup, mount, on_ready, on_stopping)
     if startup.failure is not None:
         raise startup.failure
@@ -180,8 +182,12 @@ def scan_and_plan(startup: Startup, mount: Mount) -> Planned:
         terminal(done)
         startup.scanned(key, done)
 
-    scans = scan_all(keys, settings.cache_dir, settings.workers, settings.media_limits,
-                     progress, stop=startup.stop_scan)
+    try:
+        scans = scan_all(keys, settings.cache_dir, settings.workers, settings.media_limits,
+                         progress, stop=startup.stop_scan, started=mount.probes)
+    finally:
+        if mount.probes is not None:  # the rest of the mount probes nothing
+            mount.probes.close()
     startup.enter("planning")
     plans = build_plans(mount.configs, scans, settings.k_epochs,
                         load_plan_state(settings.cache_dir))

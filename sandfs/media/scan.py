@@ -27,7 +27,7 @@ from typing import TextIO
 
 from sandfs.media.probe import PACKETS, ProbeFacts, ProbeFailure, ProbeResult
 from sandfs.media.scan_index import IndexKey, load_index, save_index
-from sandfs.media.scan_workers import ProbeJob, check_stop, probe_files
+from sandfs.media.scan_workers import ProbeJob, ProbeWorkers, check_stop, probe_files
 from sandfs.media.types import BadVideo, DatasetScan, MediaLimits, ScanProgress, VideoInfo
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ def scan_dataset(
     index_path: str | os.PathLike[str] | None = None,
     progress: ProgressCallback | None = None,
     stop: Event | None = None,
+    started: ProbeWorkers | None = None,
 ) -> DatasetScan:
     """Scans `root` for videos with one of `extensions` (case-insensitive, with or without the
     dot). `limits` default to MediaLimits.from_env(); `workers` probe processes run at once.
@@ -77,8 +78,9 @@ def scan_dataset(
     to probe are known (videos_scanned counts those found in the index), after every probed
     file, and once at the end (videos_scanned == videos_total); it must be quick and must not
     raise. Never raises for a bad file: it is reported in `DatasetScan.bad` and logged once at
-    WARNING. Raises ScanStopped soon after `stop` is set (from another thread)."""
-    started = time.monotonic()
+    WARNING. Raises ScanStopped soon after `stop` is set (from another thread). `started`:
+    probe workers started ahead (see ProbeWorkers)."""
+    began = time.monotonic()
     limits = limits or MediaLimits.from_env()
     real_root = os.path.realpath(root)
     if not os.path.isdir(real_root):
@@ -87,10 +89,10 @@ def scan_dataset(
     known = load_index(index_path, limits) if index_path else {}
     results = {t.rel_path: known[t.rel_path][1] for t in targets if _index_hit(known, t)}
     to_probe = [t for t in targets if t.rel_path not in results]
-    report = _progress_reporter(progress, len(results), len(targets), started)
+    report = _progress_reporter(progress, len(results), len(targets), began)
     results.update(probe_files(
         [ProbeJob(t.rel_path, t.path, (t.device, t.inode)) for t in to_probe],
-        limits, workers, on_result=report, stop=stop,
+        limits, workers, on_result=report, stop=stop, started=started,
     ))  # fmt: skip
     if index_path:
         save_index(index_path, limits, {t.rel_path: (t.key, results[t.rel_path]) for t in targets})
@@ -103,13 +105,13 @@ def scan_dataset(
             videos.append(_video_info(target, result))
     scan = _finish(real_root, videos, bad, num_probed=len(to_probe))
     if progress:
-        progress(ScanProgress(len(targets), len(targets), time.monotonic() - started))
+        progress(ScanProgress(len(targets), len(targets), time.monotonic() - began))
     probed = (results[t.rel_path] for t in to_probe)
     decoded = sum(isinstance(r, ProbeFacts) and r.counted_by != PACKETS for r in probed)
     log.info(
         "scanned %s: %d usable, %d bad, %d probed (%d decoded in full), %d from the index, "
         "%.2f s", ascii(real_root), len(scan.videos), len(scan.bad), len(to_probe), decoded,
-        len(targets) - len(to_probe), time.monotonic() - started,
+        len(targets) - len(to_probe), time.monotonic() - began,
     )  # fmt: skip
     return scan
 

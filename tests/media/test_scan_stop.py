@@ -3,7 +3,6 @@ during its startup scan): ScanStopped, and no probe worker process left behind."
 
 from __future__ import annotations
 
-import os
 import shutil
 import threading
 
@@ -13,14 +12,7 @@ from sandfs.media.datasets import scan_all
 from sandfs.media.scan import scan_dataset
 from sandfs.media.scan_workers import ScanStopped
 from sandfs.media.types import MediaLimits
-
-
-def child_processes() -> set[int]:
-    children: set[int] = set()
-    for task in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{task}/children") as f:
-            children |= {int(pid) for pid in f.read().split()}
-    return children
+from tests.helpers.processes import children_of
 
 
 @pytest.fixture
@@ -34,7 +26,7 @@ def many_videos(tmp_path, dataset_dir):
 
 
 def test_a_stop_during_probing_ends_the_scan_and_its_workers(many_videos):
-    before = child_processes()
+    before = children_of()
     stop = threading.Event()
     seen = []
 
@@ -46,7 +38,7 @@ def test_a_stop_during_probing_ends_the_scan_and_its_workers(many_videos):
     with pytest.raises(ScanStopped):
         scan_dataset(many_videos, [".mp4"], workers=2, progress=progress, stop=stop)
     assert 3 <= max(seen) < 60  # stopped midway, not at the end
-    assert child_processes() <= before  # its workers were stopped and reaped
+    assert children_of() <= before  # its workers were stopped and reaped
 
 
 def test_a_stop_set_before_scan_all_scans_nothing(many_videos):
