@@ -274,7 +274,7 @@ def test_a_scan_that_fails_unmounts_releases_its_waiters_and_reports(tmp_path):
     try:
         wait_for_phase(mountpoint, process, "scanning")
         with pytest.raises(OSError) as caught:  # waits for the scan, then fails: no hang
-            os.stat(mountpoint / "t0")
+            os.stat(mountpoint / "t0" / "0")
         assert caught.value.errno in (errno.EIO, errno.ENOENT)  # ENOENT: unmounted first
         assert process.wait(timeout=TIMEOUT) == 1
         assert not is_mounted(mountpoint)
