@@ -23,6 +23,7 @@ from functools import partial
 import pyfuse3
 import trio
 
+from sandfs.access import owner_of
 from sandfs.cache import ObjectStore
 from sandfs.cache.setup import open_store, prepare_cache_dir
 from sandfs.config.schema import TaskConfig
@@ -84,10 +85,13 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
     check_fuse_available()
     check_layout(settings.mountpoint, settings.cache_dir,
                  [c.dataset.video_dataset_path for c in configs])
+    # known before the scan: the tasks' directories answer at once while it runs
+    owners = {c.task: owner_of(c) for c in configs}
     prepare_mountpoint(settings.mountpoint)
     prepare_cache_dir(settings.cache_dir)
     configs, settings, remote = fetch_remote(configs, settings)
-    startup = Startup(workers=settings.workers, memory_limit_bytes=settings.batch_memory_bytes)
+    startup = Startup(workers=settings.workers, memory_limit_bytes=settings.batch_memory_bytes,
+                      tasks=owners)
     with contextlib.ExitStack() as resources:
         resources.callback(isolated.shutdown)  # the worker processes of out-of-process steps
         mount = Mount(configs, settings, remote, resources, probes)

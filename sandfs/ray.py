@@ -37,6 +37,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from sandfs.client import PreparedTask, TaskView, attach, prepare_task, register_task
 from sandfs.config.schema import Shard
+from sandfs.status import serves
 
 ACTOR_PREFIX = "sandfs-daemon-"
 @dataclass(frozen=True, slots=True)
@@ -71,8 +72,10 @@ class NodeDaemon:
         self.process: subprocess.Popen | None = None
 
     def serving(self) -> bool:
+        """The views serve: this actor's daemon is alive and says so in the mount's
+        status.json (it mounts first and answers there while it still scans)."""
         return (self.process is not None and self.process.poll() is None
-                and _status(self.mountpoint).get("pid") == self.process.pid)
+                and serves(_status(self.mountpoint), self.process.pid))
 
     def ensure_mount(self, task: str, text: str) -> MountInfo:
         """The node's mount; started (or restarted, after a crash) with task `task` if down."""

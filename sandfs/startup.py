@@ -4,9 +4,10 @@ The daemon mounts first and scans its datasets after, in the running loop: a dae
 over a stale mount must not show its readers an empty directory (ENOENT) for the whole scan.
 Until the tasks are planned, a request that needs them waits on `Startup.wait` (bounded by the
 scan alone; a failure or a stop releases it with NotServing), while status.json answers at once
-with the scan's progress (`status_for`). The scan runs in a worker thread: it reports progress
-through `scanning`/`scanned`/`enter` and watches `stop_scan`; everything else is called in the
-trio loop.
+with the scan's progress (`status_for`) and the directories of the tasks the configs name
+answer from `tasks` (their names and owners are known before the scan). The scan runs in a
+worker thread: it reports progress through `scanning`/`scanned`/`enter` and watches
+`stop_scan`; everything else is called in the trio loop.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 
 import trio
 
+from sandfs.access import Owner
 from sandfs.media.datasets import DatasetKey
 from sandfs.media.types import ScanProgress
 from sandfs.ops import isolated
@@ -40,10 +43,12 @@ class OwnRequest(NotServing):
 
 
 class Startup:
-    def __init__(self, *, workers: int, memory_limit_bytes: int) -> None:
+    def __init__(self, *, workers: int, memory_limit_bytes: int,
+                 tasks: Mapping[str, Owner] | None = None) -> None:
         self.started = time.monotonic()
         self.workers = workers
         self.memory_limit_bytes = memory_limit_bytes
+        self.tasks = dict(tasks or {})  # the configs' tasks and owners: known before the scan
         self.service: ViewService | None = None  # once the tasks are planned
         self.failure: Exception | None = None  # why the startup failed (raised once unmounted)
         self.stop_scan = threading.Event()  # set: a scan still running stops (ScanStopped)

@@ -207,3 +207,10 @@ class MountStatus:
 
     def to_bytes(self) -> bytes:
         return (json.dumps(self.to_json(), indent=1, sort_keys=False) + "\n").encode()
+
+
+def serves(record: Mapping, pid: int) -> bool:
+    """Does this status.json record, as read back from a mount, say that daemon `pid` serves
+    the views there (its startup scan done)? A mount answers status.json while it scans, and a
+    stale one may still answer for another daemon."""
+    return record.get("pid") == pid and record.get("scan", {}).get("phase") == "ready"

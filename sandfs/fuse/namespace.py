@@ -6,7 +6,8 @@ Every path has exactly one node: numbers parse strictly (`0`, `17`; never `01`, 
 plan resolve to None (ENOENT) without planning or materializing anything.
 
 Before the datasets are scanned there is no service yet: only the root, `.sand` and its files
-answer (`needs_tasks` says which requests must wait for the tasks).
+answer, and the directories of the tasks the mount's configs name, from the names and owners
+the configs give (`needs_tasks` says which requests must wait for the tasks).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import chain
 
-from sandfs.access import NodeAccess
+from sandfs.access import NodeAccess, Owner
 from sandfs.metrics import render_metrics
 from sandfs.service import ViewService
 from sandfs.startup import NotServing, Startup, as_startup
 
+MOUNT_GENERATION = 0  # a mount config's task: its first registration (TaskRegistry)
 _NUMBER = re.compile(r"(0|[1-9][0-9]{0,8})\Z", re.ASCII)
 
 
@@ -94,11 +96,26 @@ class Namespace:
             raise NotServing("the tasks are not planned yet")
         return service
 
-    @staticmethod
-    def needs_tasks(directory: Node, name: str | None = None) -> bool:
-        """Whether looking up `name` in `directory` (None: listing it) needs the tasks. Only
-        `.sand` and its fixed names are known before the datasets are scanned."""
-        return directory.kind != "sand" and not (directory.kind == "root" and name == SAND_DIR)
+    def needs_tasks(self, directory: Node, name: str | None = None) -> bool:
+        """Whether looking up `name` in `directory` (None: listing it) needs the tasks. Before
+        the datasets are scanned only `.sand`, its fixed names and the configs' task names in
+        `/` are known."""
+        if directory.kind == "root":
+            return name != SAND_DIR and name not in self.startup.tasks
+        return directory.kind != "sand"
+
+    def generation(self, task: str) -> int | None:
+        """The registration of `task` serving now; None: no such task. Until the service is
+        there, a mount config's, whose first registration it will be."""
+        if not self.startup.ready:
+            return MOUNT_GENERATION if task in self.startup.tasks else None
+        service = self.service
+        return service.generations[task] if task in service.tasks else None
+
+    def owner(self, task: str) -> Owner | None:
+        if not self.startup.ready:
+            return self.startup.tasks.get(task)
+        return self.service.registry.owners.get(task)
 
     def video_tree(self, task: str) -> VideoTree:
         plan = self.service.tasks[task]
@@ -123,8 +140,7 @@ class Namespace:
         """False for the nodes of a task that has ended (or was registered anew since)."""
         if not node.task or node.kind == "task_upload":
             return True
-        service = self.service
-        return node.task in service.tasks and service.generations[node.task] == node.generation
+        return self.generation(node.task) == node.generation
 
     def access(self, node: Node) -> NodeAccess:
         """Owner and permission bits. A task's tree (its YAML included) is its owner's, with
@@ -133,7 +149,7 @@ class Namespace:
         of a root daemon, and remove only their own."""
         uid, gid = self.daemon
         if node.task and node.kind != "task_upload":
-            owner = self.service.registry.owners.get(node.task)
+            owner = self.owner(node.task)
             if owner is None or not self.exists(node):
                 return NodeAccess(uid, gid, 0)
             mode = owner.dir_mode if node.is_dir else owner.file_mode
@@ -170,9 +186,8 @@ class Namespace:
     def _child_root(self, _: Node, name: str) -> Node | None:
         if name == SAND_DIR:
             return Node("sand")
-        if name not in self.service.tasks:
-            return None
-        return Node("task", task=name, generation=self.service.generations[name])
+        generation = self.generation(name)
+        return None if generation is None else Node("task", task=name, generation=generation)
 
     def _child_sand(self, _: Node, name: str) -> Node | None:
         return {STATUS: Node("status"), METRICS: Node("metrics"),

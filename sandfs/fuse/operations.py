@@ -1,13 +1,10 @@
-"""pyfuse3 Operations over the namespace. The only module that raises FUSEError (but for the
-inode table's ENOENT on an unknown inode, in inodes.py).
-
-A handler may raise nothing but FUSEError (anything else would leave the syscall unanswered),
-so every handler runs inside `errors_to_errno`: domain errors map to errno in one table,
-unexpected ones are logged once and become EIO.
+"""pyfuse3 Operations over the namespace. Every handler answers through `handler` (only
+FUSEError; sandfs/fuse/handlers.py); the inode table raises ENOENT for an unknown inode.
 
 Until the datasets are scanned (sandfs/startup.py), a lookup, opendir, create or unlink that
-needs the tasks waits for them (`tasks_known`); the other handlers work on inodes, which only
-`.sand` and its files have by then.
+needs the tasks, and a getxattr on a task's directory, wait for them (sandfs/fuse/gate.py); the
+other handlers work on inodes, which only `.sand`, its files and the configs' task directories
+have by then.
 """
 
 from __future__ import annotations
@@ -18,10 +15,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import wraps
 
 import pyfuse3
 import trio
@@ -30,6 +24,8 @@ from sandfs.access import NodeAccess, privileged
 from sandfs.config.loader import ConfigError
 from sandfs.errors import UserError
 from sandfs.faults import fault_point
+from sandfs.fuse.gate import Gate
+from sandfs.fuse.handlers import fuse_error, handler, read_only
 from sandfs.fuse.inodes import Inodes
 from sandfs.fuse.namespace import Namespace, Node
 from sandfs.fuse.readahead import set_readahead
@@ -37,7 +33,7 @@ from sandfs.fuse.xattrs import xattr_bytes, xattr_names
 from sandfs.metrics import render_metrics
 from sandfs.sched.flights import ObjectFailed
 from sandfs.service import ViewService
-from sandfs.startup import NotServing, OwnRequest, Startup
+from sandfs.startup import Startup
 
 log = logging.getLogger(__name__)
 
@@ -46,39 +42,6 @@ WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC
 MAX_TASK_FILE_BYTES = 1 << 20
 MAX_LOOKUPS_KEPT = 4096  # threads whose last view lookup is remembered
 TASK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
-
-
-def fuse_error(code: int) -> pyfuse3.FUSEError:
-    return pyfuse3.FUSEError(code)
-
-
-@contextmanager
-def errors_to_errno(what: str):
-    try:
-        yield
-    except pyfuse3.FUSEError:
-        raise
-    except ObjectFailed as exc:
-        raise fuse_error(errno.EIO) from exc
-    except (trio.Cancelled, KeyboardInterrupt):
-        raise
-    except Exception as exc:
-        log.exception("unexpected error in %s", what)
-        raise fuse_error(errno.EIO) from exc
-
-
-def handler(method: Callable) -> Callable:
-    @wraps(method)
-    async def wrapped(self, *args, **kwargs):
-        with errors_to_errno(method.__name__):
-            return await method(self, *args, **kwargs)
-
-    return wrapped
-
-
-async def read_only(self, *args, **kwargs):
-    """Every write-like request: the tree is read-only."""
-    raise fuse_error(errno.EROFS)
 
 
 @dataclass
@@ -107,6 +70,7 @@ class SandOperations(pyfuse3.Operations):
         super().__init__()
         self.namespace = Namespace(service)
         self.startup = self.namespace.startup
+        self.gate = Gate(self.namespace)
         self.inodes = Inodes(self.namespace.identity)
         self.mountpoint = mountpoint  # to set its readahead once it serves; None: leave it
         self.looked_up: dict[int, Node] = {}  # thread id -> the view path it looked up last
@@ -120,16 +84,6 @@ class SandOperations(pyfuse3.Operations):
     @property
     def service(self) -> ViewService:
         return self.namespace.service
-
-    async def tasks_known(self, directory: Node, name: str | None, ctx) -> None:
-        """Wait until the tasks are planned if looking up `name` in `directory` (None: listing
-        it) needs them: EIO if the mount stops first, EDEADLK for the daemon's own threads."""
-        if self.startup.ready or not self.namespace.needs_tasks(directory, name):
-            return
-        try:
-            await self.startup.wait(ctx.pid if ctx is not None else 0)
-        except NotServing as exc:
-            raise fuse_error(errno.EDEADLK if isinstance(exc, OwnRequest) else errno.EIO) from exc
 
     # -- attributes --------------------------------------------------------------------------
 
@@ -196,7 +150,7 @@ class SandOperations(pyfuse3.Operations):
             set_readahead(self.mountpoint)
             self.mountpoint = None
         parent = self.inodes.node(parent_inode)
-        await self.tasks_known(parent, os.fsdecode(name), ctx)
+        await self.gate.lookup(parent, os.fsdecode(name), ctx)
         parent = await self.namespace.prepared(parent)
         node = self.namespace.child(parent, os.fsdecode(name))
         if node is None:
@@ -224,7 +178,7 @@ class SandOperations(pyfuse3.Operations):
         node = self.inodes.node(inode)
         if not node.is_dir:
             raise fuse_error(errno.ENOTDIR)
-        await self.tasks_known(node, None, ctx)  # its readdir then answers at once
+        await self.gate.lookup(node, None, ctx)  # its readdir then answers at once
         return inode
 
     @handler
@@ -374,7 +328,7 @@ class SandOperations(pyfuse3.Operations):
         file_name = os.fsdecode(name)
         if parent.kind != "tasks":
             raise fuse_error(errno.EROFS)
-        await self.tasks_known(parent, file_name, ctx)
+        await self.gate.lookup(parent, file_name, ctx)
         task = file_name.removesuffix(".yaml")
         if not file_name.endswith(".yaml") or not TASK_NAME.fullmatch(task):
             raise fuse_error(errno.EINVAL)
@@ -429,7 +383,7 @@ class SandOperations(pyfuse3.Operations):
         parent = self.inodes.node(parent_inode)
         if parent.kind != "tasks":
             raise fuse_error(errno.EROFS)
-        await self.tasks_known(parent, os.fsdecode(name), ctx)
+        await self.gate.lookup(parent, os.fsdecode(name), ctx)
         task = os.fsdecode(name).removesuffix(".yaml")
         if not os.fsdecode(name).endswith(".yaml") or task not in self.service.tasks:
             raise fuse_error(errno.ENOENT)
@@ -445,7 +399,9 @@ class SandOperations(pyfuse3.Operations):
 
     @handler
     async def getxattr(self, inode, name, ctx):
-        node = await self.namespace.prepared(self.node_for(inode, ctx))
+        node = self.node_for(inode, ctx)
+        await self.gate.contents(node, ctx)
+        node = await self.namespace.prepared(node)
         value = None if not node.task else (  # the root and .sand carry none
             xattr_bytes(self.service, node, name, self.namespace.exists(node)))
         if value is None:

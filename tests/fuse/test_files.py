@@ -126,7 +126,7 @@ async def test_an_unexpected_error_is_logged_once_and_becomes_eio(fs, monkeypatc
     monkeypatch.setattr(fs.ops.service, "view_meta", broken)
     view = await fs.inode("t0/0/0/view")
     assert await errno_of(fs.ops.getxattr(view, b"user.sand.meta", CTX)) == errno.EIO
-    logged = [r.message for r in caplog.records if r.name == "sandfs.fuse.operations"]
+    logged = [r.message for r in caplog.records if r.name == "sandfs.fuse.handlers"]
     assert logged == ["unexpected error in getxattr"]
 
 

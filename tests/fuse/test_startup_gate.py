@@ -2,7 +2,8 @@
 tasks are planned a request that needs them waits (never ENOENT for a path that will exist),
 `.sand/status.json` answers at once with the scan's progress, a failed or stopped startup
 releases the waiters with EIO, and the daemon's own threads get EDEADLK instead of waiting on
-themselves."""
+themselves. The directories of the tasks the configs name answer at once, as they will serve:
+the gate is one level below them."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ import pytest
 import trio
 import trio.testing
 
+from sandfs.access import owner_of
 from sandfs.config.loader import load_task_config
 from sandfs.fuse.operations import SandOperations
 from sandfs.media.types import ScanProgress
 from sandfs.startup import NotServing, OwnRequest, Startup
-from tests.helpers.operations import Client, errno_of, make_service
+from tests.helpers.operations import CTX, Client, errno_of, make_service
 from tests.helpers.plans import build_plan
 
 
@@ -39,6 +41,29 @@ def startup() -> Startup:
 @pytest.fixture
 def client(startup) -> Client:
     return Client(SandOperations(startup))
+
+
+@pytest.fixture
+def configured(t0_config) -> Startup:
+    """A startup as the daemon makes it: its configs' tasks and owners known before the scan."""
+    return Startup(workers=2, memory_limit_bytes=1 << 20,
+                   tasks={"t0": owner_of(load_task_config(t0_config))})
+
+
+def seen(attr: pyfuse3.EntryAttributes) -> tuple:
+    """What stat shows of a node: inode, type and mode, owner, links."""
+    return attr.st_ino, attr.st_mode, attr.st_uid, attr.st_gid, attr.st_nlink
+
+
+async def at_once(call):
+    """The answer of a handler call that must not wait for the scan."""
+    results: dict = {}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(answer_later, call, results, "answer")
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    assert "answer" in results, "it waited for the scan"
+    return results["answer"]
 
 
 async def status(client: Client) -> dict:
@@ -96,6 +121,50 @@ async def test_a_path_that_will_exist_waits_until_the_tasks_are_planned(
     figures = await status(client)
     assert figures["scan"]["phase"] == "ready" and "t0" in figures["tasks"]
     assert await errno_of(client.inode("t1")) == errno.ENOENT  # names that never exist
+
+
+async def test_a_configured_tasks_directory_answers_at_once_as_it_will_serve(
+        configured, service, scans, expected_view):
+    client = Client(SandOperations(configured))
+    configured.scanning(list(scans))
+    early = await at_once(client.ops.lookup(pyfuse3.ROOT_INODE, b"t0", CTX))
+    assert early.st_mode & 0o7777 == configured.tasks["t0"].dir_mode
+    assert seen(await at_once(client.ops.getattr(early.st_ino, CTX))) == seen(early)
+    assert early.entry_timeout == early.attr_timeout == 0  # looked up again once serving
+    results: dict = {}
+    async with trio.open_nursery() as daemon:
+        async with trio.open_nursery() as readers:
+            readers.start_soon(answer_later, client.read("t0/0/1/view"), results, "view")
+            readers.start_soon(answer_later, client.listdir("t0"), results, "listing")
+            readers.start_soon(answer_later, client.getxattr("t0", "user.sand.classes"),
+                               results, "classes")
+            readers.start_soon(answer_later, client.stat("t1"), results, "t1")
+            await trio.testing.wait_all_tasks_blocked()
+            assert results == {}  # one level down, the gate: waiting, not ENOENT
+            assert (await status(client))["scan"]["phase"] == "scanning"
+            service.scan_status = configured.scan_status
+            await daemon.start(service.run)
+            configured.serve(service)
+        daemon.cancel_scope.cancel()
+    assert results["view"] == expected_view(0, 1)
+    assert results["listing"][0] == "videos" and results["t1"] == errno.ENOENT
+    assert json.loads(results["classes"]) == service.tasks["t0"].class_names
+    served = await client.ops.lookup(pyfuse3.ROOT_INODE, b"t0", CTX)
+    assert seen(served) == seen(early)  # the same inode, owner and mode as before serving
+    assert seen(await client.ops.getattr(early.st_ino, CTX)) == seen(early)
+
+
+async def test_a_configured_tasks_directory_is_released_with_the_others(configured):
+    client = Client(SandOperations(configured))
+    t0 = await at_once(client.inode("t0"))
+    results: dict = {}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(answer_later, client.ops.opendir(t0, CTX), results, "opendir")
+        await trio.testing.wait_all_tasks_blocked()
+        assert results == {}
+        configured.fail(RuntimeError("every video is bad"))
+    assert results == {"opendir": errno.EIO}
+    assert await errno_of(client.ops.getxattr(t0, b"user.sand.classes", CTX)) == errno.EIO
 
 
 @pytest.mark.parametrize("ending", ["failed", "stopped"])

@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 from sandfs.fuse.mounttable import SANDFS_FSTYPE, is_mounted, mountpoints
+from sandfs.status import serves as serving
 
-__all__ = ["SANDFS_FSTYPE", "is_mounted", "mounts_under", "served_by", "wait_served"]
+__all__ = ["SANDFS_FSTYPE", "is_mounted", "mounts_under", "served_by", "serving", "wait_served"]
 
 def mounts_under(prefix: str | Path) -> list[str]:
     base = os.path.abspath(prefix) + os.sep
@@ -26,11 +27,6 @@ def served_by(mountpoint: Path, pid: int) -> bool:
     except (OSError, ValueError):
         return False
     return serving(status, pid)
-
-
-def serving(status: dict, pid: int) -> bool:
-    """Is this status.json record that of daemon `pid`, its startup scan done?"""
-    return status.get("pid") == pid and status.get("scan", {}).get("phase") == "ready"
 
 
 def wait_served(mountpoint: Path, process: subprocess.Popen, log_path: Path,

@@ -1,7 +1,7 @@
 """Mount first, scan after, through a real mount: a daemon restarted over a stale mount shows
-its readers no ENOENT while it scans (they wait), status.json shows the scan meanwhile, the
-scan's worker processes never hold /dev/fuse, and a scan that fails or is interrupted
-unmounts cleanly."""
+its readers no ENOENT while it scans (they wait), status.json shows the scan meanwhile, also to
+a first look while a reader waits on a task path, the scan's worker processes never hold
+/dev/fuse, and a scan that fails or is interrupted unmounts cleanly."""
 
 from __future__ import annotations
 
@@ -138,8 +138,8 @@ def test_a_restart_over_a_stale_mount_shows_readers_no_enoent(tmp_path, large_co
         # a fresh cache dir: the second daemon scans every video again
         second = start_daemon(mountpoint, [large_config], tmp_path / "c2",
                               tmp_path / "second.log")
-        # (no status.json poll during this scan: the kernel serializes lookups in one folder,
-        # so a first lookup of .sand waits behind the reader's lookup of t0; docs/contract.md)
+        scanning = wait_for_phase(mountpoint, second, "scanning")  # the reader waits in t0/
+        assert scanning["tasks"] == {}
         wait_mounted(mountpoint, second, tmp_path / "second.log")
         ready_at = time.time()
         time.sleep(0.3)
@@ -158,6 +158,46 @@ def test_a_restart_over_a_stale_mount_shows_readers_no_enoent(tmp_path, large_co
         reader.stop.set()
         forgiving_teardown(mountpoint, first)
         forgiving_teardown(mountpoint, second)
+
+
+def waiting_in_the_kernel(thread: threading.Thread) -> bool:
+    """Is `thread` asleep in a system call (its kernel wait channel named)?"""
+    with open(f"/proc/self/task/{thread.native_id}/wchan") as f:
+        return f.read().strip() not in ("", "0")
+
+
+def test_a_first_look_at_status_answers_while_a_reader_waits_for_the_scan(tmp_path,
+                                                                         large_config):
+    """The kernel serializes lookups in one directory: a reader waiting for the scan holds
+    t0/ (its directory answers at once from the config), never `/`, so a first lookup of
+    .sand, made while the reader waits, answers with the scan's progress."""
+    require_fuse()
+    mountpoint, log = tmp_path / "mnt", tmp_path / "daemon.log"
+    mountpoint.mkdir()
+    process = start_daemon(mountpoint, [large_config], tmp_path / "cache", log)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(
+        (mountpoint / "t0" / "0" / "0" / "view").read_bytes()), daemon=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not is_mounted(mountpoint):  # nothing looks up .sand before the reader
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.01)
+        reader.start()
+        while reader.is_alive() and not waiting_in_the_kernel(reader):
+            time.sleep(0.01)
+        time.sleep(0.2)  # well inside its lookup of t0/0, in the daemon's gate
+        status = status_of(mountpoint)
+        assert status is not None and status["pid"] == process.pid
+        assert status["scan"]["phase"] == "scanning", status["scan"]
+        assert reader.is_alive(), "the read did not wait for the scan"
+        reader.join(timeout=TIMEOUT)
+        assert got and got[0] == (mountpoint / "t0" / "0" / "0" / "view").read_bytes()
+        assert os.stat(mountpoint / "t0").st_mode & 0o777 == 0o500  # as it answered early
+        strict_teardown(Mounted(mountpoint, process, log, tmp_path / "cache"))
+    finally:
+        forgiving_teardown(mountpoint, process)
+        reader.join(timeout=TIMEOUT)
 
 
 def test_status_shows_the_scan_and_its_workers_hold_no_fuse_fd(tmp_path, large_config,
@@ -234,7 +274,7 @@ def test_a_scan_that_fails_unmounts_releases_its_waiters_and_reports(tmp_path):
     try:
         wait_for_phase(mountpoint, process, "scanning")
         with pytest.raises(OSError) as caught:  # waits for the scan, then fails: no hang
-            os.stat(mountpoint / "t0")
+            os.stat(mountpoint / "t0" / "0")
         assert caught.value.errno in (errno.EIO, errno.ENOENT)  # ENOENT: unmounted first
         assert process.wait(timeout=TIMEOUT) == 1
         assert not is_mounted(mountpoint)
