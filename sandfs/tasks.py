@@ -38,6 +38,9 @@ def ignored_engine_note(cfg: TaskConfig) -> str | None:
             f"of task {cfg.task} (the mount's own are kept)")
 
 
+MOUNT_GENERATION = 0  # the registration count of a mount config's task (the first one)
+
+
 class TaskRegistry:
     def __init__(self, plans: Sequence[TaskPlan], *, task_texts: dict[str, str] | None = None,
                  checkpoint: Callable[[dict], None] | None = None,
@@ -48,7 +51,7 @@ class TaskRegistry:
         self.task_errors: dict[str, str] = {}  # why a registration was refused, by task name
         self.error_writers: dict[str, int] = {}  # uid whose task file each error answers
         self.owners: dict[str, Owner] = {p.name: owner_of(p.cfg) for p in plans}
-        self.generations = dict.fromkeys(self.tasks, 0)  # registrations of each task name
+        self.generations = dict.fromkeys(self.tasks, MOUNT_GENERATION)  # registrations by name
         self.checkpoint = checkpoint
         self.task_planner = task_planner  # plans a task registered on the live mount
         self.config_dir = config_dir  # where relative paths of such a task point from

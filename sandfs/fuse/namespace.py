@@ -22,8 +22,8 @@ from sandfs.access import NodeAccess, Owner
 from sandfs.metrics import render_metrics
 from sandfs.service import ViewService
 from sandfs.startup import NotServing, Startup, as_startup
+from sandfs.tasks import MOUNT_GENERATION
 
-MOUNT_GENERATION = 0  # a mount config's task: its first registration (TaskRegistry)
 _NUMBER = re.compile(r"(0|[1-9][0-9]{0,8})\Z", re.ASCII)
 
 
