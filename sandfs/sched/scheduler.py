@@ -307,7 +307,8 @@ class Scheduler:
             self._start(job)
 
     def _reserve_buffer(self, key: ViewKey, free: int, *, demanded: bool) -> tuple[bool, int]:
-        """Room for the batch `key` in memory (evicting ready ones if need be)."""
+        """Room for the batch `key` in memory (evicting ready ones if need be). A batch a
+        reader is blocked on goes over the limit only when nothing else will free memory."""
         state = self.board.views[key]
         if state.buffer is not None:
             return True, free
@@ -315,9 +316,14 @@ class Scheduler:
         if cost > free:
             free += self._evict(cost - free, keep=key, deadline=self.book.deadline_of(key),
                                 unread_too=self._near(key, demanded=demanded))
-        if cost > free and not demanded:
+        if cost > free and (not demanded or self._frees_soon()):
             return False, free
         return True, free - cost
+
+    def _frees_soon(self) -> bool:
+        """Will memory be freed without a new job: a job runs, or carried frames wait to be
+        written? (Either wakes the dispatcher when it is done.)"""
+        return bool(self.running) or self.carry.nbytes > 0
 
     def _near(self, key: ViewKey, *, demanded: bool) -> bool:
         """Is the batch needed soon enough to take memory from unread batches needed later
@@ -326,7 +332,7 @@ class Scheduler:
         return may_displace(self.book.deadline_of(key), demanded=demanded,
                             iterations_in_memory=self.memory_limit_bytes // max(1, per_iteration))
 
-    def _evict(self, needed_bytes: int, *, keep: ViewKey, deadline: int,
+    def _evict(self, needed_bytes: int, *, keep: ViewKey | None, deadline: int,
                unread_too: bool) -> int:
         freed, unread = self.board.evict(needed_bytes, keep=keep, deadline=deadline,
                                          deadline_of=self.book.deadline_of,
@@ -351,12 +357,17 @@ class Scheduler:
         video = self.book.windows[job_key.window].videos[job_key.path]
         disk = self.board.disk_plans.get(job_key, DiskPlan())
         frames_on_disk = job_key in self.carry.frames_on_disk
+        own_bytes = sum(frame_nbytes(video.info, k) for k in video.frame_keys)
+        free = self._room_for_frames(own_bytes, demanded=demanded)
+        if free is None:
+            return None
         carry = {} if frames_on_disk else self.carry.plan(
             job_key, self.book.later(job_key.window, self.carry.decode_ahead),
-            busy=set(self.running), pending=self.board.pending, active=self.book.windows)
+            busy=set(self.running), pending=self.board.pending, active=self.book.windows,
+            memory_room=free)
         frame_bytes = sum(frame_nbytes(video.info, k)
                           for k in video.frame_keys.union(*(c.keys for c in carry.values())))
-        free = self.memory_limit_bytes - self.memory_bytes - frame_bytes
+        free -= frame_bytes - own_bytes  # the carried frames
         keeps = self.store is not None
         uses, to_memory, to_disk, reserved = [], set(), set(), set()
         for use in sorted(self.board.pending[job_key],
@@ -369,6 +380,8 @@ class Scheduler:
                 fits, free = self._reserve_buffer(use.view, free, demanded=wanted)
                 if fits:
                     reserved.add(use.view)
+                elif wanted:
+                    return None  # wait for the memory a running job frees, then fill it
             if fits:
                 to_memory.add(spot)
             if keep:
@@ -385,6 +398,20 @@ class Scheduler:
             deadlines={u.view: min((pos for _, pos in u.readers), default=0) for u in uses},
             layouts={u.view: views[u.view].plan.sampling.layout for u in uses},
             states={u.view: views[u.view] for u in uses})
+
+    def _room_for_frames(self, frame_bytes: int, *, demanded: bool) -> int | None:
+        """The memory left once a video job takes `frame_bytes` of decoded frames (dropping
+        batches every reader has read to make room); None: it waits. Only a job a blocked
+        reader waits for goes over the limit, and only while no other job runs: the batches
+        it fills would otherwise wait forever for their frames. (Unread batches stay: pushed
+        out, they would be built again.)"""
+        free = self.memory_limit_bytes - self.memory_bytes
+        if frame_bytes > free:
+            free += self._evict(frame_bytes - free, keep=None, deadline=NOT_NEEDED,
+                                unread_too=False)
+        if frame_bytes > free and (not demanded or self._frees_soon()):
+            return None
+        return free - frame_bytes
 
     def _admit_assembly(self, key: ViewKey, *, demanded: bool) -> AssemblyJob | None:
         if not self._near(key, demanded=demanded):
