@@ -446,12 +446,12 @@ async def test_memory_eviction_never_trades_a_sooner_batch_for_a_later_one(tmp_p
     assert all(k in scheduler.board.ready for k in keys)
     one = len(scheduler.board.ready[keys[0]].data)
     # room for a batch needed at position 3: only batches needed after it may go, latest first
-    assert scheduler._evict(2 * one, keep=keys[3], deadline=3, unread_too=False) == 0
-    freed = scheduler._evict(2 * one, keep=keys[3], deadline=3, unread_too=True)
+    assert scheduler.memory.evict(2 * one, keep=keys[3], deadline=3, unread_too=False) == 0
+    freed = scheduler.memory.evict(2 * one, keep=keys[3], deadline=3, unread_too=True)
     assert freed == 2 * one
     assert keys[-1] not in scheduler.board.ready and keys[-2] not in scheduler.board.ready
     assert all(k in scheduler.board.ready for k in keys[:-2])
-    assert scheduler._evict(100 * one, keep=keys[5], deadline=5,
+    assert scheduler.memory.evict(100 * one, keep=keys[5], deadline=5,
                             unread_too=True) == len(keys[6:-2]) * one
     assert all(k in scheduler.board.ready for k in keys[:6])  # nothing needed sooner was dropped
 
