@@ -108,9 +108,9 @@ def collect(status: MountStatus) -> list[Metric]:
                status.uptime_seconds),
         metric("workers", "gauge", "Worker threads.", status.workers),
         metric("memory_bytes", "gauge", "Bytes of views and clips held in memory.",
-               status.ondemand_memory_bytes + sched.memory_bytes),
+               status.memory_bytes),
         metric("memory_limit_bytes", "gauge", "The memory budget for views and clips.",
-               sched.memory_limit_bytes),
+               status.memory_limit_bytes),
     ]
     out += [metric(key, "counter", text, status.counters.get(key, 0))
             for key, text in _WORK_COUNTERS.items()]

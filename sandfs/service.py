@@ -252,6 +252,7 @@ class ViewService:
         return MountStatus(
             uptime_seconds=time.monotonic() - self.started, pid=os.getpid(),
             workers=self.engine.workers, ondemand_memory_bytes=self.engine.memory_bytes,
+            ondemand_memory_limit_bytes=self.engine.memory_budget_bytes,
             ondemand_waiting=self.engine.demand_waiting, scheduler=self.scheduler.status(),
             tasks=tasks, counters={key: stats.get(key) for key in COUNTERS},
             cache=EMPTY_CACHE if self.store is None else self.store.stats(),

@@ -146,6 +146,17 @@ class MountStatus:
     failures_total: int = 0
     state_files_rebuilt: int = 0  # plan checkpoint or scan index found damaged, rebuilt
     scan: ScanStatus | None = None  # None: not known to this record (the daemon adds it)
+    ondemand_memory_limit_bytes: int = 0  # the on-demand objects' share of memory_limit
+
+    @property
+    def memory_bytes(self) -> int:
+        """Batches and frames the scheduler holds, and objects made on demand."""
+        return self.ondemand_memory_bytes + self.scheduler.memory_bytes
+
+    @property
+    def memory_limit_bytes(self) -> int:
+        """memory_limit: the scheduler's share and the on-demand objects' share."""
+        return self.ondemand_memory_limit_bytes + self.scheduler.memory_limit_bytes
 
     @classmethod
     def starting(cls, *, uptime_seconds: float, pid: int, workers: int, memory_limit_bytes: int,
@@ -178,8 +189,8 @@ class MountStatus:
             "uptime_seconds": round(self.uptime_seconds, 3),
             "pid": self.pid,
             "workers": self.workers,
-            "memory_bytes": self.ondemand_memory_bytes + sched.memory_bytes,
-            "memory_limit_bytes": sched.memory_limit_bytes,
+            "memory_bytes": self.memory_bytes,
+            "memory_limit_bytes": self.memory_limit_bytes,
             "tasks": {name: asdict(task) for name, task in self.tasks.items()},
             **{key: counters[key] for key in COUNTERS[:3]},
             "cache": dict(self.cache),

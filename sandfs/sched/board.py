@@ -278,7 +278,7 @@ class BatchBoard:
         self.demanded.discard(key)
         self.flights.settle(key)
 
-    def evict(self, needed_bytes: int, *, keep: ViewKey, deadline: int,
+    def evict(self, needed_bytes: int, *, keep: ViewKey | None, deadline: int,
               deadline_of: Callable[[ViewKey], int],
               unread_too: bool = True) -> tuple[int, list[ViewKey]]:
         """Drop ready batches from memory to make room for one needed at `deadline`: fully read

@@ -32,15 +32,16 @@ class CarryBook:
 
     def plan(self, key: VideoJobKey, later: list[tuple[int, WindowPlan]], *,
              busy: set[VideoJobKey], pending: dict[VideoJobKey, list[ClipUse]],
-             active: Iterable[int]) -> dict[int, Carry]:
+             active: Iterable[int], memory_room: int) -> dict[int, Carry]:
         """The frames `later` windows need from this video that no job made yet, for as many
-        windows as fit in half the storage budget and a quarter of the memory limit. `busy`:
-        running jobs; `pending`: clips not made yet, of the `active` windows."""
+        windows as fit in half the storage budget, a quarter of the memory limit and
+        `memory_room` (the memory free now). `busy`: running jobs; `pending`: clips not made
+        yet, of the `active` windows."""
         if self.store is None:
             return {}
         active = set(active)
         room = min(self.store.room_below(CARRY_STORE_FRACTION),
-                   self.memory_limit_bytes // CARRY_MEMORY_SHARE)
+                   self.memory_limit_bytes // CARRY_MEMORY_SHARE, memory_room)
         carry, nbytes = {}, 0
         for index, plan in later:
             work, other = plan.videos.get(key.path), VideoJobKey(index, key.path)

@@ -1,10 +1,11 @@
 """The materialization executor: keeps batches ready ahead of the trainers (SAND §5.3, §5.4).
 
 It composes the window book (tasks, positions, windows), the batch board (batches from planned
-to ready, memory), the carry book (frames decoded ahead for later windows) and the job records
-that worker threads run (`work.py`); `policy.py` picks the next job. Nothing in the trio loop
-blocks. A video job takes the pending clips whose batches fit in memory (`memory_limit_bytes`),
-plus those pruning keeps on disk; the rest wait for a later job.
+to ready), the carry book (frames decoded ahead for later windows), the memory ledger (what
+a job may take against `memory_limit_bytes`) and the job records that worker threads run
+(`work.py`); `policy.py` picks the next job. Nothing in the trio loop blocks. A video job takes
+the pending clips whose batches fit in memory, plus those pruning keeps on disk; the rest wait
+for a later job.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import AssemblyJob, Job, JobResult, VideoJob, VideoJobKey
+from sandfs.sched.memory import MemoryLedger
 from sandfs.sched.objects import (
     PRUNE_MODES,
     DiskPlan,
     Spot,
-    clip_object_key,
     frame_nbytes,
     mark_read,
 )
@@ -38,7 +39,6 @@ from sandfs.sched.policy import (
     NOT_NEEDED,
     POLICIES,
     JobState,
-    may_displace,
     pick_next,
     under_pressure,
     workers_to_run,
@@ -68,7 +68,6 @@ class Scheduler:
         self.store = store
         self.stats = stats
         self.workers = workers
-        self.memory_limit_bytes = memory_limit_bytes
         self.limiter = limiter
         self.on_window_planned = on_window_planned
         self.book = WindowBook(list(plans))
@@ -77,6 +76,8 @@ class Scheduler:
         self.carry = CarryBook(store, memory_limit_bytes=memory_limit_bytes,
                                decode_ahead=decode_ahead)
         self.running: dict[VideoJobKey | ViewKey, Job] = {}
+        self.memory = MemoryLedger(memory_limit_bytes, book=self.book, board=self.board,
+                                   carry=self.carry, running=self.running, store=store)
         self.jobs_done = 0
         self.rebuilt_from_disk = 0
         self._wakeup = trio.Event()
@@ -171,8 +172,11 @@ class Scheduler:
 
     @property
     def memory_bytes(self) -> int:
-        frames = sum(job.frame_bytes for job in self.running.values())
-        return self.board.memory_bytes + frames + self.carry.nbytes
+        return self.memory.used_bytes
+
+    @property
+    def memory_limit_bytes(self) -> int:
+        return self.memory.limit_bytes
 
     def status(self) -> SchedulerStatus:
         return SchedulerStatus(
@@ -306,57 +310,23 @@ class Scheduler:
                 return
             self._start(job)
 
-    def _reserve_buffer(self, key: ViewKey, free: int, *, demanded: bool) -> tuple[bool, int]:
-        """Room for the batch `key` in memory (evicting ready ones if need be)."""
-        state = self.board.views[key]
-        if state.buffer is not None:
-            return True, free
-        cost = state.nbytes
-        if cost > free:
-            free += self._evict(cost - free, keep=key, deadline=self.book.deadline_of(key),
-                                unread_too=self._near(key, demanded=demanded))
-        if cost > free and not demanded:
-            return False, free
-        return True, free - cost
-
-    def _near(self, key: ViewKey, *, demanded: bool) -> bool:
-        """Is the batch needed soon enough to take memory from unread batches needed later
-        (`may_displace`), and to be read back from disk into memory?"""
-        per_iteration = sum(plan.view_nbytes(0, 0) for plan in self.book.plans.values())
-        return may_displace(self.book.deadline_of(key), demanded=demanded,
-                            iterations_in_memory=self.memory_limit_bytes // max(1, per_iteration))
-
-    def _evict(self, needed_bytes: int, *, keep: ViewKey, deadline: int,
-               unread_too: bool) -> int:
-        freed, unread = self.board.evict(needed_bytes, keep=keep, deadline=deadline,
-                                         deadline_of=self.book.deadline_of,
-                                         unread_too=unread_too)
-        for key in unread:
-            self._replan_evicted(key)
-        return freed
-
-    def _replan_evicted(self, key: ViewKey) -> None:
-        """An unread batch left memory: plan it again (its clips may still be on disk)."""
-        found = self.book.view(key)
-        if found is not None:
-            window, view = found
-            store = self.store
-            self.board.replan(key, window, view, self.book.windows[window].readers[key],
-                              lambda use, info: store is not None
-                              and clip_object_key(use, info) in store)
-
     def _admit_video(self, job_key: VideoJobKey, *, demanded: bool) -> VideoJob | None:
         """The pending clips of this video that can go somewhere now: into a batch that fits in
         memory, or to disk when pruning keeps them there. Most urgent first."""
         video = self.book.windows[job_key.window].videos[job_key.path]
         disk = self.board.disk_plans.get(job_key, DiskPlan())
         frames_on_disk = job_key in self.carry.frames_on_disk
+        own_bytes = sum(frame_nbytes(video.info, k) for k in video.frame_keys)
+        free = self.memory.room_for_frames(own_bytes, demanded=demanded)
+        if free is None:
+            return None
         carry = {} if frames_on_disk else self.carry.plan(
             job_key, self.book.later(job_key.window, self.carry.decode_ahead),
-            busy=set(self.running), pending=self.board.pending, active=self.book.windows)
+            busy=set(self.running), pending=self.board.pending, active=self.book.windows,
+            memory_room=free)
         frame_bytes = sum(frame_nbytes(video.info, k)
                           for k in video.frame_keys.union(*(c.keys for c in carry.values())))
-        free = self.memory_limit_bytes - self.memory_bytes - frame_bytes
+        free -= frame_bytes - own_bytes  # the carried frames
         keeps = self.store is not None
         uses, to_memory, to_disk, reserved = [], set(), set(), set()
         for use in sorted(self.board.pending[job_key],
@@ -365,10 +335,12 @@ class Scheduler:
             keep = spot in disk.clips and keeps
             wanted = demanded and use.view in self.board.demanded
             fits = use.view in reserved
-            if not fits and (not keep or self._near(use.view, demanded=wanted)):
-                fits, free = self._reserve_buffer(use.view, free, demanded=wanted)
+            if not fits and (not keep or self.memory.near(use.view, demanded=wanted)):
+                fits, free = self.memory.reserve_buffer(use.view, free, demanded=wanted)
                 if fits:
                     reserved.add(use.view)
+                elif wanted:
+                    return None  # wait for the memory a running job frees, then fill it
             if fits:
                 to_memory.add(spot)
             if keep:
@@ -387,9 +359,9 @@ class Scheduler:
             states={u.view: views[u.view] for u in uses})
 
     def _admit_assembly(self, key: ViewKey, *, demanded: bool) -> AssemblyJob | None:
-        if not self._near(key, demanded=demanded):
+        if not self.memory.near(key, demanded=demanded):
             return None  # it waits on disk: in memory now, a nearer batch would push it out
-        fits, _ = self._reserve_buffer(key, self.memory_limit_bytes - self.memory_bytes,
+        fits, _ = self.memory.reserve_buffer(key, self.memory.free_bytes,
                                        demanded=demanded)
         if not fits:
             return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -16,7 +16,7 @@ from sandfs import ops as ops_lib
 from sandfs.cache import ObjectStore
 from sandfs.materialize import Materializer, Prefixed, clip_frame_keys, first_ops
 from sandfs.plan.window import plan_window, view_key
-from sandfs.sched.objects import clip_nbytes, object_graph
+from sandfs.sched.objects import clip_nbytes, frame_nbytes, object_graph
 from sandfs.sched.policy import JobState, pick_next, under_pressure, workers_to_run
 from sandfs.sched.scheduler import Scheduler
 from sandfs.sched.windows import Position
@@ -334,6 +334,74 @@ async def test_memory_limit_is_never_exceeded(tmp_path):
     assert max(sizes) <= limit
 
 
+@dataclass(frozen=True, slots=True)
+class Start:
+    before: int  # memory_bytes before a job started
+    after: int  # and once it took its frames and buffers
+    running: int  # jobs running then, itself included
+
+    def over(self, limit: int) -> bool:
+        """Did it take memory over the limit beside another job? (One running alone, for a
+        blocked reader, may.)"""
+        return self.running > 1 and self.after > max(limit, self.before)
+
+
+def memory_at_each_start(scheduler: Scheduler) -> list[Start]:
+    seen = [Start(0, 0, 0)]
+    start = scheduler._start
+
+    def start_and_look(job) -> None:
+        before = scheduler.memory_bytes
+        start(job)
+        seen.append(Start(before, scheduler.memory_bytes, len(scheduler.running)))
+
+    scheduler._start = start_and_look
+    return seen
+
+
+def largest_pass_bytes(plan) -> int:
+    """The decoded frames of the biggest (window, video) decode pass, decode-ahead aside."""
+    window = plan_window([plan], 0)
+    return max(sum(frame_nbytes(work.info, k) for k in work.frame_keys)
+               for work in window.videos.values())
+
+
+@pytest.mark.parametrize("decode_ahead", [0, 3])
+async def test_frames_of_a_second_job_wait_for_memory(tmp_path, decode_ahead):
+    """Two workers, memory for two batches and one decode pass's frames: a second job (and
+    the frames it would carry ahead) waits for the first one's memory instead of going over
+    the limit (a mount went 35% over: two passes' frames beside a batch). Only a job a
+    blocked reader waits for, running alone, may go over: by its frames and that batch."""
+    plan, alone, _ = scheduler_for(tmp_path, videos=16, epochs=8)
+    expected = await read_all(plan, alone)
+    one_pass, batch = largest_pass_bytes(plan), plan.view_nbytes(0, 0)
+    limit = 2 * batch + one_pass * 3 // 2
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        plan, scheduler, _ = scheduler_for(tmp_path, videos=16, epochs=8, workers=2,
+                                           store=store, memory=limit, decode_ahead=decode_ahead)
+        seen = memory_at_each_start(scheduler)
+        assert await read_all(plan, scheduler) == expected
+    assert not [start for start in seen if start.over(limit)], f"limit {limit}"
+    assert max(start.after for start in seen) <= limit + one_pass + batch
+
+
+async def test_memory_smaller_than_one_pass_still_serves_every_view(tmp_path):
+    """With less memory than one decode pass holds, jobs run one at a time and every view is
+    served; memory_bytes goes over the limit only by that one job: its frames and the batch a
+    blocked reader waits for."""
+    plan, alone, _ = scheduler_for(tmp_path, videos=16, epochs=8)
+    expected = await read_all(plan, alone)
+    one_pass, batch = largest_pass_bytes(plan), plan.view_nbytes(0, 0)
+    limit = batch + one_pass // 2
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        plan, scheduler, _ = scheduler_for(tmp_path, videos=16, epochs=8, workers=2,
+                                           store=store, memory=limit, decode_ahead=3)
+        seen = memory_at_each_start(scheduler)
+        assert await read_all(plan, scheduler) == expected
+    assert not [start for start in seen if start.over(limit)], f"limit {limit}"
+    assert max(start.after for start in seen) <= limit + one_pass + batch
+
+
 def test_window_plan_groups_clips_by_video(tmp_path):
     plan = make_plan(tmp_path, videos=fake_videos(8), epochs=4)
     window = plan_window([plan], 0)
@@ -378,12 +446,12 @@ async def test_memory_eviction_never_trades_a_sooner_batch_for_a_later_one(tmp_p
     assert all(k in scheduler.board.ready for k in keys)
     one = len(scheduler.board.ready[keys[0]].data)
     # room for a batch needed at position 3: only batches needed after it may go, latest first
-    assert scheduler._evict(2 * one, keep=keys[3], deadline=3, unread_too=False) == 0
-    freed = scheduler._evict(2 * one, keep=keys[3], deadline=3, unread_too=True)
+    assert scheduler.memory.evict(2 * one, keep=keys[3], deadline=3, unread_too=False) == 0
+    freed = scheduler.memory.evict(2 * one, keep=keys[3], deadline=3, unread_too=True)
     assert freed == 2 * one
     assert keys[-1] not in scheduler.board.ready and keys[-2] not in scheduler.board.ready
     assert all(k in scheduler.board.ready for k in keys[:-2])
-    assert scheduler._evict(100 * one, keep=keys[5], deadline=5,
+    assert scheduler.memory.evict(100 * one, keep=keys[5], deadline=5,
                             unread_too=True) == len(keys[6:-2]) * one
     assert all(k in scheduler.board.ready for k in keys[:6])  # nothing needed sooner was dropped
 

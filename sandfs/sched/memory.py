@@ -1,0 +1,105 @@
+"""The scheduler's memory ledger: what it holds (batches ready and being filled, the frames of
+running jobs, carried frames waiting to be written) and what a job may take against
+`memory_limit_bytes` (the scheduler's share of memory_limit).
+
+The ledger holds: memory_bytes <= limit, with one exception. A job a blocked reader waits for
+takes its frames and that reader's batch even over the limit when no other job runs and no
+carried frames wait to be written — nothing else would free memory, and half-filled batches
+would wait forever for the frames that fill them. So it goes over by at most one decode pass
+and the batches that pass fills for blocked readers (docs/performance.md §13)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from sandfs.cache import ObjectStore
+from sandfs.plan.window import ViewKey
+from sandfs.sched.board import BatchBoard
+from sandfs.sched.carry import CarryBook
+from sandfs.sched.objects import clip_object_key
+from sandfs.sched.policy import NOT_NEEDED, may_displace
+from sandfs.sched.windows import WindowBook
+
+log = logging.getLogger(__name__)
+
+
+class MemoryLedger:
+    def __init__(self, limit_bytes: int, *, book: WindowBook, board: BatchBoard,
+                 carry: CarryBook, running: Mapping, store: ObjectStore | None) -> None:
+        self.limit_bytes = limit_bytes
+        self.book, self.board, self.carry, self.store = book, board, carry, store
+        self.running = running  # the scheduler's running jobs, by key
+        self._warned_over = False  # the limit is smaller than one decode pass: said once
+
+    @property
+    def used_bytes(self) -> int:
+        frames = sum(job.frame_bytes for job in self.running.values())
+        return self.board.memory_bytes + frames + self.carry.nbytes
+
+    @property
+    def free_bytes(self) -> int:
+        return self.limit_bytes - self.used_bytes
+
+    def frees_soon(self) -> bool:
+        """Will memory be freed without a new job: a job runs, or carried frames wait to be
+        written? (Either wakes the dispatcher when it is done.)"""
+        return bool(self.running) or self.carry.nbytes > 0
+
+    def room_for_frames(self, frame_bytes: int, *, demanded: bool) -> int | None:
+        """The memory left once a video job takes `frame_bytes` of decoded frames (dropping
+        batches every reader has read to make room); None: it waits. Unread batches stay:
+        pushed out, they would be built again."""
+        free = self.free_bytes
+        if frame_bytes > free:
+            free += self.evict(frame_bytes - free, keep=None, deadline=NOT_NEEDED,
+                               unread_too=False)
+        if frame_bytes > free and (not demanded or self.frees_soon()):
+            return None
+        if frame_bytes > free and not self._warned_over:
+            self._warned_over = True
+            log.warning("memory_limit is too small for this run: a decode pass of %d MiB goes "
+                        "%d MiB over the scheduler's %d MiB; raise it", frame_bytes >> 20,
+                        (frame_bytes - free) >> 20, self.limit_bytes >> 20)
+        return free - frame_bytes
+
+    def reserve_buffer(self, key: ViewKey, free: int, *, demanded: bool) -> tuple[bool, int]:
+        """Room for the batch `key` in memory (evicting ready ones if need be). A batch a
+        reader is blocked on goes over the limit only when nothing else will free memory."""
+        state = self.board.views[key]
+        if state.buffer is not None:
+            return True, free
+        cost = state.nbytes
+        if cost > free:
+            free += self.evict(cost - free, keep=key, deadline=self.book.deadline_of(key),
+                               unread_too=self.near(key, demanded=demanded))
+        if cost > free and (not demanded or self.frees_soon()):
+            return False, free
+        return True, free - cost
+
+    def near(self, key: ViewKey, *, demanded: bool) -> bool:
+        """Is the batch needed soon enough to take memory from unread batches needed later
+        (`may_displace`), and to be read back from disk into memory?"""
+        per_iteration = sum(plan.view_nbytes(0, 0) for plan in self.book.plans.values())
+        return may_displace(self.book.deadline_of(key), demanded=demanded,
+                            iterations_in_memory=self.limit_bytes // max(1, per_iteration))
+
+    def evict(self, needed_bytes: int, *, keep: ViewKey | None, deadline: int,
+              unread_too: bool) -> int:
+        """`BatchBoard.evict`, unread batches dropped planned again; the bytes freed."""
+        freed, unread = self.board.evict(needed_bytes, keep=keep, deadline=deadline,
+                                         deadline_of=self.book.deadline_of,
+                                         unread_too=unread_too)
+        for key in unread:
+            self._replan_evicted(key)
+        return freed
+
+    def _replan_evicted(self, key: ViewKey) -> None:
+        """An unread batch left memory: plan it again (its clips may still be on disk)."""
+        found = self.book.view(key)
+        if found is not None:
+            window, view = found
+            store = self.store
+            self.board.replan(key, window, view, self.book.windows[window].readers[key],
+                              lambda use, info: store is not None
+                              and clip_object_key(use, info) in store)
