@@ -90,7 +90,7 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
     prepare_mountpoint(settings.mountpoint)
     prepare_cache_dir(settings.cache_dir)
     configs, settings, remote = fetch_remote(configs, settings)
-    startup = Startup(workers=settings.workers, memory_limit_bytes=settings.batch_memory_bytes,
+    startup = Startup(workers=settings.workers, memory_limit_bytes=settings.memory_limit_bytes,
                       tasks=owners)
     with contextlib.ExitStack() as resources:
         resources.callback(isolated.shutdown)  # the worker processes of out-of-process steps

@@ -230,6 +230,8 @@ def test_status_shows_the_scan_and_its_workers_hold_no_fuse_fd(tmp_path, large_c
         done = status["scan"]
         assert (done["videos_scanned"], done["videos_total"]) == (SCAN_VIDEOS, SCAN_VIDEOS)
         assert done["error"] is None and done["seconds"] > 0 and "t0" in status["tasks"]
+        # one bound, however far the startup is
+        assert first["memory_limit_bytes"] == status["memory_limit_bytes"] > 0
         strict_teardown(Mounted(mountpoint, process, log, tmp_path / "cache"))
     finally:
         forgiving_teardown(mountpoint, process)
