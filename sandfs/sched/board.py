@@ -278,6 +278,10 @@ class BatchBoard:
         self.demanded.discard(key)
         self.flights.settle(key)
 
+    def read_bytes(self) -> int:
+        """Bytes of ready batches every reader has read: what `evict` drops first."""
+        return sum(len(r.data) for r in self.ready.values() if not r.readers_left)
+
     def evict(self, needed_bytes: int, *, keep: ViewKey | None, deadline: int,
               deadline_of: Callable[[ViewKey], int],
               unread_too: bool = True) -> tuple[int, list[ViewKey]]:

@@ -63,6 +63,19 @@ class MemoryLedger:
                         (frame_bytes - free) >> 20, self.limit_bytes >> 20)
         return free - frame_bytes
 
+    def room_to_carry(self, free: int) -> int:
+        """Room for frames carried to later windows beside a job that leaves `free`: batches
+        every reader has read count as room (`make_room` drops them). Counting them as taken
+        left no room once memory was full of read batches, and a 100-epoch run decoded 2.3x
+        the frames."""
+        return free + self.board.read_bytes()
+
+    def make_room(self, nbytes: int, free: int) -> int:
+        """`free` once `nbytes` more are taken, batches every reader has read dropped first."""
+        if nbytes > free:
+            free += self.evict(nbytes - free, keep=None, deadline=NOT_NEEDED, unread_too=False)
+        return free - nbytes
+
     def reserve_buffer(self, key: ViewKey, free: int, *, demanded: bool) -> tuple[bool, int]:
         """Room for the batch `key` in memory (evicting ready ones if need be). A batch a
         reader is blocked on goes over the limit only when nothing else will free memory."""

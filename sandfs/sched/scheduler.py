@@ -323,10 +323,10 @@ class Scheduler:
         carry = {} if frames_on_disk else self.carry.plan(
             job_key, self.book.later(job_key.window, self.carry.decode_ahead),
             busy=set(self.running), pending=self.board.pending, active=self.book.windows,
-            memory_room=free)
+            memory_room=self.memory.room_to_carry(free))
         frame_bytes = sum(frame_nbytes(video.info, k)
                           for k in video.frame_keys.union(*(c.keys for c in carry.values())))
-        free -= frame_bytes - own_bytes  # the carried frames
+        free = self.memory.make_room(frame_bytes - own_bytes, free)  # the carried frames
         keeps = self.store is not None
         uses, to_memory, to_disk, reserved = [], set(), set(), set()
         for use in sorted(self.board.pending[job_key],

@@ -15,7 +15,8 @@ import trio
 from sandfs import ops as ops_lib
 from sandfs.cache import ObjectStore
 from sandfs.materialize import Materializer, Prefixed, clip_frame_keys, first_ops
-from sandfs.plan.window import plan_window, view_key
+from sandfs.plan.window import ViewKey, plan_window, view_key
+from sandfs.sched.board import ReadyView
 from sandfs.sched.objects import clip_nbytes, frame_nbytes, object_graph
 from sandfs.sched.policy import JobState, pick_next, under_pressure, workers_to_run
 from sandfs.sched.scheduler import Scheduler
@@ -506,3 +507,21 @@ def test_a_frame_kept_after_its_clips_first_op_gives_the_same_clips(tmp_path):
     assert first_ops([clips[0], cropped_first]) == {}  # they disagree: kept as decoded
     with pytest.raises(ValueError, match="does not start with"):
         list(materializer.augment_clips([cropped_first], kept))
+
+
+async def test_batches_already_read_leave_room_to_carry_frames(tmp_path):
+    """Read batches stay in memory until their room is needed; they are room for frames
+    carried to later windows too. Counted as taken, they left none once memory was full of
+    them, and a 100-epoch mount decoded 2.3x the frames (each video once per window)."""
+    one_pass = largest_pass_bytes(make_plan(tmp_path, videos=fake_videos(16), epochs=8))
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        plan, scheduler, materializer = scheduler_for(
+            tmp_path, videos=16, epochs=8, workers=2, store=store, memory=64 * one_pass,
+            decode_ahead=3)
+        for i in range(63):  # memory full of batches every reader has read
+            scheduler.board.ready[ViewKey("old", 0, i)] = ReadyView(
+                memoryview(bytearray(one_pass)), set())
+        seen = memory_at_each_start(scheduler)
+        await read_all(plan, scheduler)
+    assert not [start for start in seen if start.over(64 * one_pass)]
+    assert sorted(materializer.decoded) == sorted(v.name for v in plan.videos)  # one pass each
