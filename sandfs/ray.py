@@ -222,15 +222,26 @@ def _hold(mount: MountInfo, prepared: PreparedTask):
 
 def _end_orphan(mountpoint: str, timeout_s: float = 20.0) -> None:
     """A mount left by a daemon actor that was killed: its sandfs daemon still serves it. Ask it
-    to unmount (SIGTERM is a clean stop) so that this actor can mount afresh."""
+    to unmount (SIGTERM is a clean stop) and wait until it has exited, not only unmounted: it
+    still writes its cache dir after the unmount, and this actor's daemon is about to use it."""
     pid = _status(mountpoint).get("pid")
     if not pid:
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while _is_mounted(mountpoint) and time.monotonic() < deadline:
+    while (_is_mounted(mountpoint) or running(pid)) and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def running(pid: int) -> bool:
+    """Is process `pid` still running? A zombie is not: an orphaned daemon's parent (the killed
+    actor) is gone, and whoever adopted it may reap it late."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _status(mountpoint: str) -> dict:

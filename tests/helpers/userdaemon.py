@@ -94,10 +94,16 @@ def user_daemon_skip_reason() -> str | None:
     helper = os.stat(shutil.which("fusermount3"))
     if helper.st_uid != 0 or not helper.st_mode & stat.S_ISUID:
         return "fusermount3 is not setuid root: an unprivileged user cannot mount"
+    return probe_namespace()
+
+
+def closed_checkout_reason() -> str | None:
+    """Why another user cannot run this checkout's code (a venv under a private folder, such
+    as a `mktemp -d` clone), or None."""
     if closed_folder(sys.prefix) and closed_folder(sys.prefix) != closed_folder(
             sys.base_prefix):
         return f"the venv {sys.prefix} is under {closed_folder(sys.prefix)}, closed to others"
-    return probe_namespace()
+    return None
 
 
 def probe_namespace() -> str | None:
@@ -115,6 +121,12 @@ def probe_namespace() -> str | None:
 
 
 def require_user_daemon() -> None:
+    """Skip (or, with SANDFS_REQUIRE_FUSE=1 as root, fail) where a daemon cannot run as
+    another user; a checkout closed to others always skips: the machine could, this clone
+    cannot."""
+    closed = closed_checkout_reason()
+    if closed is not None:
+        pytest.skip(closed)
     reason = user_daemon_skip_reason()
     if reason is None:
         return
