@@ -50,10 +50,7 @@ class MemoryLedger:
         """The memory left once a video job takes `frame_bytes` of decoded frames (dropping
         batches every reader has read to make room); None: it waits. Unread batches stay:
         pushed out, they would be built again."""
-        free = self.free_bytes
-        if frame_bytes > free:
-            free += self.evict(frame_bytes - free, keep=None, deadline=NOT_NEEDED,
-                               unread_too=False)
+        free = self._read_dropped(frame_bytes, self.free_bytes)
         if frame_bytes > free and (not demanded or self.frees_soon()):
             return None
         if frame_bytes > free and not self._warned_over:
@@ -72,9 +69,13 @@ class MemoryLedger:
 
     def make_room(self, nbytes: int, free: int) -> int:
         """`free` once `nbytes` more are taken, batches every reader has read dropped first."""
+        return self._read_dropped(nbytes, free) - nbytes
+
+    def _read_dropped(self, nbytes: int, free: int) -> int:
+        """`free` after dropping batches every reader has read, as many as `nbytes` need."""
         if nbytes > free:
             free += self.evict(nbytes - free, keep=None, deadline=NOT_NEEDED, unread_too=False)
-        return free - nbytes
+        return free
 
     def reserve_buffer(self, key: ViewKey, free: int, *, demanded: bool) -> tuple[bool, int]:
         """Room for the batch `key` in memory (evicting ready ones if need be). A batch a
