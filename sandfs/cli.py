@@ -21,6 +21,7 @@ from sandfs.config.schema import TaskConfig
 from sandfs.config.settings import cli_engine, default_workers, media_limits, mount_settings
 from sandfs.errors import UserError
 from sandfs.fuse.mounttable import is_mounted
+from sandfs.pids import wait_for_exit
 from sandfs.readiness import Readiness
 
 log = logging.getLogger("sandfs")
@@ -300,16 +301,6 @@ def cmd_unmount(args: argparse.Namespace) -> int:
                         f"{args.timeout:g}s")
     print(f"sandfs: unmounted {mountpoint}")
     return 0
-
-
-def wait_for_exit(pid: int, deadline: float) -> bool:
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -37,6 +37,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from sandfs.client import PreparedTask, TaskView, attach, prepare_task, register_task
 from sandfs.config.schema import Shard
+from sandfs.pids import wait_for_exit
 from sandfs.status import serves
 
 ACTOR_PREFIX = "sandfs-daemon-"
@@ -229,19 +230,7 @@ def _end_orphan(mountpoint: str, timeout_s: float = 20.0) -> None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while (_is_mounted(mountpoint) or running(pid)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def running(pid: int) -> bool:
-    """Is process `pid` still running? A zombie is not: an orphaned daemon's parent (the killed
-    actor) is gone, and whoever adopted it may reap it late."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
+    wait_for_exit(pid, time.monotonic() + timeout_s)  # unmounted first, or left a stale mount
 
 
 def _status(mountpoint: str) -> dict:
