@@ -18,7 +18,7 @@ from sandfs.plan.window import ViewKey
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.objects import clip_object_key
-from sandfs.sched.policy import NOT_NEEDED, may_displace
+from sandfs.sched.policy import NOT_NEEDED, may_displace, under_pressure
 from sandfs.sched.windows import WindowBook
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,12 @@ class MemoryLedger:
     @property
     def free_bytes(self) -> int:
         return self.limit_bytes - self.used_bytes
+
+    def under_pressure(self) -> bool:
+        """Is memory short? Batches every reader has read do not count: they are room, dropped
+        whenever a job needs it (counted, they made the scheduler pick the shortest job while
+        memory was free)."""
+        return under_pressure(self.used_bytes - self.board.read_bytes(), self.limit_bytes)
 
     def frees_soon(self) -> bool:
         """Will memory be freed without a new job: a job runs, or carried frames wait to be

@@ -40,7 +40,6 @@ from sandfs.sched.policy import (
     POLICIES,
     JobState,
     pick_next,
-    under_pressure,
     workers_to_run,
 )
 from sandfs.sched.windows import Position, WindowBook
@@ -294,12 +293,11 @@ class Scheduler:
 
     def _dispatch(self) -> None:
         while True:
-            options = {s.key: (s, k) for s, k in self._job_states()}
+            options = {s.key: (s, k) for s, k in self._job_states() if self._due(s, k)}
             if len(self.running) >= self.active_workers([s for s, _ in options.values()]):
                 return
-            pressure = under_pressure(self.memory_bytes, self.memory_limit_bytes)
-            best = pick_next((s for s, _ in options.values()), memory_pressure=pressure,
-                             policy=self.policy)
+            best = pick_next((s for s, _ in options.values()),
+                             memory_pressure=self.memory.under_pressure(), policy=self.policy)
             if best is None or (best.deadline_iterations >= NOT_NEEDED and not best.demanded):
                 return
             job_key = options[best.key][1]
@@ -309,6 +307,12 @@ class Scheduler:
             if job is None:
                 return
             self._start(job)
+
+    def _due(self, state: JobState, key: VideoJobKey | ViewKey) -> bool:
+        """Can the job run now? Reading a batch back from disk waits until it is near: picked
+        early (the shortest job under memory pressure) and refused, it held back every other
+        job, and a window's first batches were not ready when the reader got there."""
+        return isinstance(key, VideoJobKey) or self.memory.near(key, demanded=state.demanded)
 
     def _admit_video(self, job_key: VideoJobKey, *, demanded: bool) -> VideoJob | None:
         """The pending clips of this video that can go somewhere now: into a batch that fits in
@@ -359,8 +363,6 @@ class Scheduler:
             states={u.view: views[u.view] for u in uses})
 
     def _admit_assembly(self, key: ViewKey, *, demanded: bool) -> AssemblyJob | None:
-        if not self.memory.near(key, demanded=demanded):
-            return None  # it waits on disk: in memory now, a nearer batch would push it out
         fits, _ = self.memory.reserve_buffer(key, self.memory.free_bytes,
                                        demanded=demanded)
         if not fits:

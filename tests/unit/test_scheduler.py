@@ -99,8 +99,8 @@ class RecordingMaterializer:
 
 
 def scheduler_for(tmp_path, *, videos=8, memory=1 << 30, workers=1, gate=None, epochs=4,
-                  store=None, decode_ahead=0):
-    plan = make_plan(tmp_path, videos=fake_videos(videos), epochs=epochs,
+                  store=None, decode_ahead=0, k_epochs=2):
+    plan = make_plan(tmp_path, videos=fake_videos(videos), epochs=epochs, k_epochs=k_epochs,
                      augmentation=[{"name": "crop", "branch_type": "single",
                                     "inputs": ["frame"], "outputs": ["c"],
                                     "config": [{"center_crop": {"size": [32, 32]}}]}])
@@ -525,3 +525,49 @@ async def test_batches_already_read_leave_room_to_carry_frames(tmp_path):
         await read_all(plan, scheduler)
     assert not [start for start in seen if start.over(64 * one_pass)]
     assert sorted(materializer.decoded) == sorted(v.name for v in plan.videos)  # one pass each
+
+
+async def read_slowly(plan, scheduler) -> list[tuple[int, int]]:
+    """Read every view in order, letting the scheduler finish all it can before each open (a
+    trainer slower than the daemon); the views that were not ready when opened."""
+    late = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        for epoch in range(plan.epochs):
+            for iteration in range(plan.iterations_per_epoch):
+                await settle_running(scheduler)
+                key = view_key(plan, epoch, iteration)
+                if key not in scheduler.board.ready:
+                    late.append((epoch, iteration))
+                scheduler.opened(plan.name, epoch, iteration)
+                if scheduler.ready_view(key, plan.name) is None:
+                    await scheduler.wait_view(key, plan.name)
+                scheduler.released(plan.name, epoch, iteration)
+        nursery.cancel_scope.cancel()
+    return late
+
+
+async def settle_running(scheduler: Scheduler, *, wall_seconds: float = 10) -> None:
+    """Until no job has run for a few loop turns (the scheduler started all it would)."""
+    give_up, quiet = time.monotonic() + wall_seconds, 0
+    while time.monotonic() < give_up and quiet < 5:
+        await trio.sleep(0.005)
+        quiet = 0 if scheduler.running else quiet + 1
+
+
+async def test_a_slow_reader_finds_every_batch_ready_across_window_starts(tmp_path):
+    """A trainer slower than the daemon never waits, also at a window's start, with memory
+    full of batches already read. Those batches counted as memory pressure, so the scheduler
+    picked the shortest job (reading a far batch back from disk), which had to wait for its
+    turn and held back every other job: the next window's videos were decoded only once its
+    first batch was asked for (a 100-epoch run waited at every window start)."""
+    videos, epochs, k_epochs = fake_videos(16), 12, 5  # windows of 20 iterations
+    plan = make_plan(tmp_path, videos=videos, epochs=epochs, k_epochs=k_epochs)
+    memory = 20 * plan.view_nbytes(0, 0) + 2 * largest_pass_bytes(plan)
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        plan, scheduler, _ = scheduler_for(
+            tmp_path, videos=16, epochs=epochs, k_epochs=k_epochs, workers=2, store=store,
+            decode_ahead=1, memory=memory)
+        late = await read_slowly(plan, scheduler)
+        assert scheduler.rebuilt_from_disk > 0  # batches far ahead did wait on disk
+    assert late == []
