@@ -121,8 +121,9 @@ def fetch_remote(configs: Sequence[TaskConfig], settings: MountSettings
 def serve_mount(startup: Startup, mount: Mount, on_ready: Callable[[], None],
                 on_stopping: Callable[[], None]) -> None:
     mountpoint = mount.settings.mountpoint
+    operations = SandOperations(startup, mountpoint)
     try:
-        pyfuse3.init(SandOperations(startup, mountpoint), mountpoint, fuse_options())
+        pyfuse3.init(operations, mountpoint, fuse_options())
     except RuntimeError as exc:
         raise UserError(f"mounting {mountpoint} failed ({exc}); is fuse3 installed "
                         f"and the mountpoint an empty directory you own?") from exc
@@ -131,6 +132,7 @@ def serve_mount(startup: Startup, mount: Mount, on_ready: Callable[[], None],
     try:
         trio.run(serve, startup, mount, on_ready, on_stopping)
     finally:
+        operations.pages.close()  # its thread calls into the session
         pyfuse3.close(unmount=True)
         log.info("unmounted %s", mountpoint)
 

@@ -159,9 +159,10 @@ class ViewService:
         """A trainer opened this view: that is where the task stands (deadlines count from it)."""
         self.scheduler.opened(task, epoch, iteration)
 
-    def released_view(self, task: str, epoch: int, iteration: int) -> None:
-        """A trainer closed a view it had opened."""
-        self.scheduler.released(task, epoch, iteration)
+    def released_view(self, task: str, epoch: int, iteration: int) -> bool:
+        """A trainer closed a view it had opened. True when every task that reads the view has
+        read it."""
+        return self.scheduler.released(task, epoch, iteration)
 
     async def read_view(self, task: str, epoch: int, iteration: int) -> bytes | memoryview:
         plan = self.tasks[task]

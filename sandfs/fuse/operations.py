@@ -28,6 +28,7 @@ from sandfs.fuse.gate import Gate
 from sandfs.fuse.handlers import fuse_error, handler, read_only
 from sandfs.fuse.inodes import Inodes
 from sandfs.fuse.namespace import Namespace, Node
+from sandfs.fuse.pagecache import PageDropper
 from sandfs.fuse.readahead import set_readahead
 from sandfs.fuse.xattrs import xattr_bytes, xattr_names
 from sandfs.metrics import render_metrics
@@ -55,6 +56,7 @@ class Upload:
 @dataclass
 class OpenFile:
     node: Node
+    inode: int
     data: bytes | memoryview | None = None  # at the first read (views), or at open (small files)
     fd: int = -1  # source video passthrough
     registered: bool = False  # a task upload that was handed to the service
@@ -66,8 +68,10 @@ class SandOperations(pyfuse3.Operations):
     enable_writeback_cache = False
     enable_acl = False
 
-    def __init__(self, service: ViewService | Startup, mountpoint: str | None = None) -> None:
+    def __init__(self, service: ViewService | Startup, mountpoint: str | None = None,
+                 pages: PageDropper | None = None) -> None:
         super().__init__()
+        self.pages = pages or PageDropper()  # closed by whoever closes the FUSE session
         self.namespace = Namespace(service)
         self.startup = self.namespace.startup
         self.gate = Gate(self.namespace)
@@ -206,7 +210,7 @@ class SandOperations(pyfuse3.Operations):
         if node.kind in ("video_file", "aug") and \
                 not self.service.registry.may_read(node.task, node.video):
             raise fuse_error(errno.EACCES)  # its owner lost access to the video since
-        handle = OpenFile(node)
+        handle = OpenFile(node, inode)
         info = pyfuse3.FileInfo()
         info.keep_cache = self.is_immutable(node)
         if node.kind == "view":
@@ -293,7 +297,8 @@ class SandOperations(pyfuse3.Operations):
         if node.kind == "view" and self.namespace.exists(node):
             if handle.data is None:  # nothing came through this handle: the page cache served it
                 self.service.view_read_from_page_cache(node.task, node.epoch, node.iteration)
-            self.service.released_view(node.task, node.epoch, node.iteration)
+            if self.service.released_view(node.task, node.epoch, node.iteration):
+                self.pages.drop(handle.inode)  # every reader has it: the kernel's copy serves none
         if node.kind == "task_upload":
             self.uploads.pop(handle.node, None)
         if node.kind == "task_lease":
@@ -337,14 +342,13 @@ class SandOperations(pyfuse3.Operations):
         node = Node("task_upload", task=task, generation=self._next_upload)
         self._next_upload += 1
         self.uploads[node] = Upload((ctx.uid, ctx.gid))
-        handle = OpenFile(node)
+        attr = self.attributes(node)
         fh = self._next_fh
         self._next_fh += 1
-        self.files[fh] = handle
+        self.files[fh] = OpenFile(node, attr.st_ino)
         info = pyfuse3.FileInfo()
         info.fh = fh
         info.direct_io = True
-        attr = self.attributes(node)
         self.inodes.held(attr.st_ino)
         return info, attr
 

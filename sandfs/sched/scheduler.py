@@ -113,9 +113,17 @@ class Scheduler:
         self.book.opened(task, epoch, iteration, moves=moves)
         self.wake()
 
-    def released(self, task: str, epoch: int, iteration: int) -> None:
-        """A view opened with `opened` was closed."""
+    def released(self, task: str, epoch: int, iteration: int) -> bool:
+        """A view opened with `opened` was closed. True when every task that reads it has
+        read it (a batch dropped or never planned counts as read; one planned again after
+        leaving memory unread does not)."""
         self.book.released(task, epoch, iteration)
+        plan = self.book.plans.get(task)
+        if plan is None:  # the task has ended
+            return False
+        key = view_key(plan, epoch, iteration)
+        ready = self.board.ready.get(key)
+        return not ready.readers_left if ready is not None else key not in self.board.views
 
     def ready_view(self, key: ViewKey, task: str) -> memoryview | None:
         ready = self.board.take(key, task)

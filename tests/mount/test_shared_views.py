@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.helpers.harness import mount_sandfs, task_config, write_config
+from tests.helpers.pagecache import cached_pages, wait_uncached
 
 TRIALS = ("trial0", "trial1", "trial2")
 
@@ -64,3 +65,26 @@ def test_the_mount_reads_in_large_requests(mounted):
     setting = f"/sys/class/bdi/{os.major(device)}:{os.minor(device)}/read_ahead_kb"
     with open(setting) as f:
         assert int(f.read()) == 1024
+
+
+def test_a_view_leaves_the_page_cache_once_every_task_has_read_it(tmp_path, dataset_dir):
+    """A shared view stays in the kernel's page cache for the trials still to read it; once
+    every trial has, its pages are dropped (kept, the page cache grew by a batch per read and
+    each read of a new view got slower)."""
+    paths = [write_config(tmp_path / f"{t}.yaml", task_config(dataset_dir, task=t))
+             for t in TRIALS]
+    with mount_sandfs(tmp_path, paths) as m:
+        views = [m.path(t, "0", "1", "view") for t in TRIALS]
+        expected = read(views[0])
+        for path in views[1:]:
+            assert cached_pages(path) > 0  # the next trial reads it from the page cache
+            assert read(path) == expected
+        assert wait_uncached(views[0]) == 0
+        assert read(views[0]) == expected  # read again: served again, the same bytes
+
+
+def test_a_task_s_views_leave_the_page_cache_once_read(mounted):
+    path = mounted.path("t0", "0", "0", "view")
+    data = read(path)
+    assert wait_uncached(path) == 0
+    assert read(path) == data
