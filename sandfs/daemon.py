@@ -127,6 +127,7 @@ def serve_mount(startup: Startup, mount: Mount, on_ready: Callable[[], None],
     except RuntimeError as exc:
         raise UserError(f"mounting {mountpoint} failed ({exc}); is fuse3 installed "
                         f"and the mountpoint an empty directory you own?") from exc
+    operations.pages.start()
     log.info("mounted %s; scanning %d dataset(s)", mountpoint,
              len({dataset_key(c) for c in mount.configs}))
     try:

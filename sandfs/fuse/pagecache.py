@@ -31,7 +31,9 @@ def invalidate_pages(inode: int) -> None:
 
 
 class PageDropper:
-    """Drops inodes' cached pages in a thread of its own, started at the first `drop`."""
+    """Drops inodes' cached pages in a thread of its own, between `start` (once the FUSE
+    session is up) and `close` (before it closes). Not started, it drops nothing: no kernel
+    to tell (the handlers called in-process)."""
 
     def __init__(self, invalidate: Callable[[int], None] = invalidate_pages) -> None:
         self._invalidate = invalidate
@@ -40,14 +42,16 @@ class PageDropper:
         self._closed = False
         self.dropped = 0  # inodes whose pages the kernel dropped
 
+    def start(self) -> None:
+        # here, not at the first drop: starting a thread in `release` made its reply late
+        # enough to miss an unmount that followed the close at once
+        self._thread = threading.Thread(target=self._run, name="sandfs-page-dropper",
+                                        daemon=True)
+        self._thread.start()
+
     def drop(self, inode: int) -> None:
-        if self._closed:
-            return
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="sandfs-page-dropper",
-                                            daemon=True)
-            self._thread.start()
-        self._queue.put(inode)
+        if self._thread is not None and not self._closed:
+            self._queue.put(inode)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop before the FUSE session closes (the thread calls into it): the drops queued
