@@ -67,7 +67,7 @@ ON_DEMAND_MEMORY_SHARE = Fraction(1, 4)
 # its reader and as many being filled; later ones wait on disk); per worker, the frames of one
 # decode pass (a 10 s 340x256 video decoded whole with decode-ahead: ~60 MB of RGB; bigger
 # videos carry fewer windows, as carrying stays within a quarter of the limit).
-BATCHES_IN_MEMORY = 16  # 2 x the scheduler's AHEAD_TARGET (config may not import sched; tested)
+BATCHES_IN_MEMORY = 16  # the scheduler's DISPLACE_HORIZON (config may not import sched; tested)
 DECODE_WORKING_SET_BYTES = 128 << 20
 MIN_MEMORY_LIMIT = 256 << 20
 

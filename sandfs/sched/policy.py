@@ -5,8 +5,10 @@
 3. Under memory pressure (above MEMORY_PRESSURE_FRACTION of the limit), shortest job first on
    the remaining work, so the jobs that hold decoded frames finish and release them.
 
-How many jobs run at once adapts to how far ahead the tasks are (MinatoLoader §4.3):
-`workers_to_run`.
+Every worker takes jobs whenever there are any: worker threads run at a lower CPU priority
+(`work.BACKGROUND_NICE`), so trainers and the FUSE loop come first on a busy CPU. Halving the
+workers once every task was ahead (MinatoLoader's queue-occupancy rule) left a core idle while
+the next window's decode passes waited, and its start stalled (docs/performance.md §15).
 """
 
 from __future__ import annotations
@@ -55,24 +57,12 @@ def pick_next(jobs: Iterable[JobState], *, memory_pressure: bool,
     return best
 
 
-AHEAD_TARGET = 8  # batches ready ahead of every task before prefetching slows down
 # A batch needed within this many iterations (or as many as memory holds, if fewer) may push a
 # later one, unread, out of memory (to be rebuilt from disk or recomputed); one needed later
 # waits on disk for its turn instead: a video's job reaches every epoch of its window, and
 # letting far batches take memory only to lose it to nearer ones made batches leave and come
 # back again and again.
-DISPLACE_HORIZON = 2 * AHEAD_TARGET
-
-
-def workers_to_run(workers: int, *, demanded: bool, every_task_ahead: bool,
-                   soonest_deadline: int) -> int:
-    """All workers while a reader waits, while some task has fewer than AHEAD_TARGET batches
-    ready, or while the most urgent pending job is needed within 2 x AHEAD_TARGET iterations
-    (a job is a video's whole window: batches come ready in bursts, and halving the workers
-    right after a burst only delays the next one); else half of them, leaving CPU to trainers."""
-    if demanded or not every_task_ahead or soonest_deadline < 2 * AHEAD_TARGET:
-        return workers
-    return max(1, workers // 2)
+DISPLACE_HORIZON = 16
 
 
 def may_displace(deadline_iterations: int, *, demanded: bool, iterations_in_memory: int) -> bool:

@@ -35,12 +35,10 @@ from sandfs.sched.objects import (
     mark_read,
 )
 from sandfs.sched.policy import (
-    AHEAD_TARGET,
     NOT_NEEDED,
     POLICIES,
     JobState,
     pick_next,
-    workers_to_run,
 )
 from sandfs.sched.windows import Position, WindowBook
 from sandfs.stats import Stats
@@ -188,7 +186,7 @@ class Scheduler:
     def status(self) -> SchedulerStatus:
         return SchedulerStatus(
             jobs_done=self.jobs_done, jobs_running=len(self.running),
-            workers_active=self.active_workers(), views_ready=len(self.board.ready),
+            workers_active=len(self.running), views_ready=len(self.board.ready),
             views_planned=len(self.board.views), evicted_unread=self.board.evicted_unread,
             rebuilt_from_disk=self.rebuilt_from_disk, demand_waiting=self.board.demand_waiting,
             pending_jobs=len(self.pending_jobs()), memory_bytes=self.memory_bytes,
@@ -216,11 +214,11 @@ class Scheduler:
         return planned
 
     async def _plan_future(self) -> None:
-        """Plan the `decode_ahead` windows after each active one, for no other use than
-        carrying their frames: a job of the next window, started early, carries for the
-        window after it."""
+        """Plan the windows a pass may carry for after each active one (`CarryBook.span`), for
+        no other use than carrying their frames: a job of the next window, started early,
+        carries for the windows after it."""
         book = self.book
-        horizon = book.horizon(self.carry.decode_ahead) if self.store is not None else set()
+        horizon = book.horizon(self.carry.span) if self.store is not None else set()
         gone = set(book.future) - horizon  # active now, or behind every task
         if gone:
             book.future = {w: p for w, p in book.future.items() if w in horizon}
@@ -284,25 +282,10 @@ class Scheduler:
     def _job_states(self):
         return self.board.job_states(set(self.running) | self.carry.carried, self.book.deadline_of)
 
-    def active_workers(self, states: Sequence[JobState] | None = None) -> int:
-        """How many jobs may run now (`workers_to_run`: queue occupancy and deadlines);
-        `states`: the jobs that could run, when the caller has them already."""
-        plans = self.book.plans
-        if self.board.demanded or not plans:
-            return self.workers
-        every_task_ahead = all(
-            self.ready_ahead(task, AHEAD_TARGET) >= min(AHEAD_TARGET, self.book.left(task))
-            for task in plans)
-        if states is None:
-            states = [state for state, _ in self._job_states()]
-        soonest = min((state.deadline_iterations for state in states), default=NOT_NEEDED)
-        return workers_to_run(self.workers, demanded=False, every_task_ahead=every_task_ahead,
-                              soonest_deadline=soonest)
-
     def _dispatch(self) -> None:
         while True:
             options = {s.key: (s, k) for s, k in self._job_states() if self._due(s, k)}
-            if len(self.running) >= self.active_workers([s for s, _ in options.values()]):
+            if len(self.running) >= self.workers:
                 return
             best = pick_next((s for s, _ in options.values()),
                              memory_pressure=self.memory.under_pressure(), policy=self.policy)
@@ -333,7 +316,7 @@ class Scheduler:
         if free is None:
             return None
         carry = {} if frames_on_disk else self.carry.plan(
-            job_key, self.book.later(job_key.window, self.carry.decode_ahead),
+            job_key, self.book.later(job_key.window, self.carry.span),
             busy=set(self.running), pending=self.board.pending, active=self.book.windows,
             memory_room=self.memory.room_to_carry(free))
         frame_bytes = sum(frame_nbytes(video.info, k)

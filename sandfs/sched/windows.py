@@ -100,9 +100,9 @@ class WindowBook:
             wanted |= {plan.window_of(p // per_epoch) for p in self.open_positions[name]}
         return wanted
 
-    def horizon(self, decode_ahead: int) -> set[int]:
-        """The `decode_ahead` windows after each active one that are not active themselves."""
-        horizon = {w + ahead for w in self.windows for ahead in range(1, decode_ahead + 1)
+    def horizon(self, span: int) -> set[int]:
+        """The `span` windows after each active one that are not active themselves."""
+        horizon = {w + ahead for w in self.windows for ahead in range(1, span + 1)
                    if any(p.window_epochs(w + ahead) for p in self.plans.values())}
         return horizon - set(self.windows)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -17,8 +18,9 @@ from sandfs.cache import ObjectStore
 from sandfs.materialize import Materializer, Prefixed, clip_frame_keys, first_ops
 from sandfs.plan.window import ViewKey, plan_window, view_key
 from sandfs.sched.board import ReadyView
+from sandfs.sched.carry import CarryBook
 from sandfs.sched.objects import clip_nbytes, frame_nbytes, object_graph
-from sandfs.sched.policy import JobState, pick_next, under_pressure, workers_to_run
+from sandfs.sched.policy import JobState, pick_next, under_pressure
 from sandfs.sched.scheduler import Scheduler
 from sandfs.sched.windows import Position
 from sandfs.sched.work import BACKGROUND_NICE
@@ -52,19 +54,6 @@ def test_ties_break_deterministically():
     jobs = [job("b"), job("a")]
     assert pick_next(jobs, memory_pressure=False).key == "a"
     assert pick_next([], memory_pressure=False) is None
-
-
-def test_workers_halve_only_far_ahead_of_every_deadline():
-    def workers(demanded=False, ahead=True, soonest=100):
-        return workers_to_run(2, demanded=demanded, every_task_ahead=ahead,
-                              soonest_deadline=soonest)
-
-    assert workers() == 1  # far ahead, nothing due soon: leave a core to the trainer
-    assert workers(ahead=False) == 2  # some task has few batches ready
-    assert workers(demanded=True) == 2  # a reader waits
-    # a burst of ready batches (a window done) while the next window's jobs are due soon
-    assert workers(soonest=10) == 2
-    assert workers_to_run(1, demanded=False, every_task_ahead=True, soonest_deadline=100) == 1
 
 
 def unwrap(frame):
@@ -161,12 +150,40 @@ async def read_all(plan, scheduler, after_read=None) -> dict:
     return views
 
 
-@pytest.mark.parametrize(("decode_ahead", "workers", "passes"),
-                         [(1, 1, 2), (1, 2, 2), (3, 1, 1), (3, 2, 1), (2, 1, 2)])
-async def test_one_decode_pass_serves_the_windows_ahead(tmp_path, decode_ahead, workers, passes):
-    """With a cache dir, a video's decode pass also decodes the frames the next
-    `decode_ahead` windows need and keeps them on disk: those windows read them instead of
-    decoding again, and every batch is the same as when each window decodes on its own.
+def passes_in(carry, path: str, windows: int) -> int:
+    """Decode passes of a video over the first `windows` windows, as the carry book spaces
+    them (the first window's pass, then one every decode_ahead + 1 windows)."""
+    window, passes = 0, 1
+    while (window := carry.next_pass(path, window)) < windows:
+        passes += 1
+    return passes
+
+
+@pytest.mark.parametrize("decode_ahead", [0, 1, 2, 3])
+def test_decode_passes_are_spread_over_the_windows(decode_ahead):
+    """After the first window, each video is decoded once every decode_ahead + 1 windows, and
+    each window decodes a share of the videos: not all of them on the same window."""
+    carry = CarryBook(None, memory_limit_bytes=1 << 30, decode_ahead=decode_ahead)
+    period, paths = decode_ahead + 1, [f"/data/class{i % 7}/v{i:03d}.mp4" for i in range(400)]
+    passing = Counter()
+    for path in paths:
+        first = carry.next_pass(path, 0)
+        assert period <= first <= 2 * decode_ahead + 1
+        window = first
+        while window < 40:
+            assert carry.next_pass(path, window) == window + period
+            assert carry.next_pass(path, window - 1) == window  # out of turn: carries up to it
+            passing[window] += 1
+            window += period
+    for window in range(2 * period, 40):
+        assert passing[window] <= 2 * len(paths) / period  # a share, not every video
+
+
+@pytest.mark.parametrize(("decode_ahead", "workers"), [(1, 1), (1, 2), (3, 1), (3, 2), (2, 1)])
+async def test_one_decode_pass_serves_the_windows_ahead(tmp_path, decode_ahead, workers):
+    """With a cache dir, a video's decode pass also decodes the frames the windows before its
+    next pass need and keeps them on disk: those windows read them instead of decoding again,
+    and every batch is the same as when each window decodes on its own.
     8 epochs, k=2: 4 windows."""
     plan, alone, _ = scheduler_for(tmp_path, workers=workers, epochs=8)
     expected = await read_all(plan, alone)
@@ -174,10 +191,11 @@ async def test_one_decode_pass_serves_the_windows_ahead(tmp_path, decode_ahead, 
         plan, scheduler, materializer = scheduler_for(
             tmp_path, workers=workers, epochs=8, store=store, decode_ahead=decode_ahead)
         assert await read_all(plan, scheduler) == expected
-        assert sorted(materializer.decoded) == sorted([v.name for v in plan.videos] * passes)
+        passes = {v.name: passes_in(scheduler.carry, v.path, 4) for v in plan.videos}
+        assert Counter(materializer.decoded) == passes
         windows = [plan_window([plan], w) for w in range(4)]
         for video in plan.videos:
-            if passes == 1:  # the first window's pass serves all four
+            if passes[video.name] == 1:  # the first window's pass serves all four
                 every = set().union(*(w.videos[video.path].frame_keys for w in windows))
                 assert every in materializer.decoded_keys
 
@@ -424,19 +442,6 @@ def test_identical_pipelines_share_views(tmp_path, tasks):
     window = plan_window(plans, 0)
     assert len(window.views) == 2 * plans[0].iterations_per_epoch
     assert all(len(r) == tasks for r in window.readers.values())
-
-
-async def test_workers_adapt_to_how_far_ahead_the_tasks_are(tmp_path):
-    plan, scheduler, _ = scheduler_for(tmp_path, workers=2)
-    assert scheduler.active_workers() == 2  # nothing ready yet: all workers
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await settle(scheduler)
-        assert scheduler.ready_ahead(plan.name, 8) >= 7  # the whole plan is ahead
-        assert scheduler.active_workers() == 1  # far ahead: leave a core to the trainer
-        scheduler.board.demanded.add(view_key(plan, 3, 0))
-        assert scheduler.active_workers() == 2  # a reader waits: everything it has
-        nursery.cancel_scope.cancel()
 
 
 async def test_memory_eviction_never_trades_a_sooner_batch_for_a_later_one(tmp_path):

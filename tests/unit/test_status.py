@@ -35,7 +35,7 @@ def test_status_json_of_a_fresh_mount(tmp_path):
         "frames_decoded": 0, "frames_decoded_independent": 0, "views_materialized": 0,
         "cache": ZERO_CACHE, "views_recomputed": 0, "aug_ops": 0, "aug_ops_independent": 0,
         "crop_ops": 0, "crop_ops_independent": 0,
-        "scheduler": {"jobs_done": 0, "jobs_running": 0, "workers_active": 2, "views_ready": 0,
+        "scheduler": {"jobs_done": 0, "jobs_running": 0, "workers_active": 0, "views_ready": 0,
                       "views_planned": 0, "evicted_unread": 0, "rebuilt_from_disk": 0,
                       "clips_recomputed": 0},
         "frames_from_disk": 0, "frames_carried": 0,

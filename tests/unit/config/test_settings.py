@@ -18,7 +18,7 @@ from sandfs.config.settings import (
 )
 from sandfs.errors import UserError
 from sandfs.npy import npy_nbytes
-from sandfs.sched.policy import AHEAD_TARGET, DISPLACE_HORIZON
+from sandfs.sched.policy import DISPLACE_HORIZON
 from tests.helpers.config_texts import BASE, edited
 
 # --- engines, sizes, several configs -----------------------------------------------------------
@@ -168,7 +168,7 @@ def test_the_default_memory_limit_is_what_the_tasks_and_workers_need():
                                              + 2 * DECODE_WORKING_SET_BYTES) / scheduler_share))
     assert two - one == pytest.approx(view * BATCHES_IN_MEMORY / scheduler_share, abs=1)
     assert default_memory_limit([config], 64, physical_bytes=4 << 30) == 2 << 30  # half of RAM
-    assert BATCHES_IN_MEMORY == 2 * AHEAD_TARGET == DISPLACE_HORIZON  # what the scheduler keeps
+    assert BATCHES_IN_MEMORY == DISPLACE_HORIZON  # what the scheduler keeps
     settings = _settings()[0]
     assert settings.memory_limit_bytes == default_memory_limit([config], settings.workers)
 
