@@ -49,8 +49,10 @@ def status_kib(pid: int, field: str) -> int:
 
 
 def test_the_event_loop_answers_while_cold_batches_decode(tmp_path, big_dataset):
-    """p99 of stat + open + 4 KiB read + close on a ready view stays under 50 ms while four
-    readers wait on batches that are still decoding (a blocking call here measured 2.7 s)."""
+    """Each request on a ready view (stat + open, then a 4 KiB read, then close) is answered
+    within 50 ms at p99 while four readers wait on batches that are still decoding (a blocking
+    call here measured 2.7 s). The view was read once, so its pages left the page cache: the
+    read reaches the daemon too, and is timed on its own."""
     config = write_config(tmp_path / "t0.yaml", task_config(
         big_dataset, epochs=6, engine={"k_epochs": 1, "workers": 2},
         sampling={"videos_per_batch": 2, "frames_per_video": 8, "frame_stride": 4}))
@@ -58,22 +60,26 @@ def test_the_event_loop_answers_while_cold_batches_decode(tmp_path, big_dataset)
         ready = m.path("t0", "0", "0", "view")
         ready.read_bytes()
         cold = [m.path("t0", str(e), str(i), "view") for e in range(1, 6) for i in range(4)]
-        latencies: list[float] = []
+        opens: list[float] = []
+        reads: list[float] = []
         with ThreadPoolExecutor(4) as pool:
             readers = [pool.submit(path.read_bytes) for path in cold]
             while not all(r.done() for r in readers):
                 started = time.perf_counter()
                 os.stat(ready)
                 fd = os.open(ready, os.O_RDONLY)
+                opened = time.perf_counter()
                 os.pread(fd, 4096, 0)
                 os.close(fd)
-                latencies.append(time.perf_counter() - started)
+                opens.append(opened - started)
+                reads.append(time.perf_counter() - opened)
                 time.sleep(0.002)
             for reader in readers:
                 reader.result()
-        assert len(latencies) > 50, "the cold batches decoded too fast to measure anything"
-        p99 = float(np.percentile(latencies, 99))
-        assert p99 < 0.05, f"p99 {p99 * 1e3:.1f} ms over {len(latencies)} probes"
+        assert len(opens) > 50, "the cold batches decoded too fast to measure anything"
+        for what, latencies in (("stat + open", opens), ("read + close", reads)):
+            p99 = float(np.percentile(latencies, 99))
+            assert p99 < 0.05, f"{what}: p99 {p99 * 1e3:.1f} ms over {len(latencies)} probes"
 
 
 def test_memory_high_water_mark_follows_memory_limit(tmp_path, big_dataset):
