@@ -127,9 +127,9 @@ def serve_mount(startup: Startup, mount: Mount, on_ready: Callable[[], None],
     except RuntimeError as exc:
         raise UserError(f"mounting {mountpoint} failed ({exc}); is fuse3 installed "
                         f"and the mountpoint an empty directory you own?") from exc
-    operations.pages.start()
     log.info("mounted %s; scanning %d dataset(s)", mountpoint,
              len({dataset_key(c) for c in mount.configs}))
+    operations.pages.start()  # after the line above: tests time the mount by it
     try:
         trio.run(serve, startup, mount, on_ready, on_stopping)
     finally:

@@ -131,9 +131,11 @@ def test_a_restart_over_a_stale_mount_shows_readers_no_enoent(tmp_path, large_co
     try:
         wait_mounted(mountpoint, first, tmp_path / "first.log")
         expected = view.read_bytes()
-        reader.start()
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=10)
+        # reading from here on: a read the first daemon had taken when it died would wait,
+        # uninterruptible, until the stale mount goes, and could span the whole scan
+        reader.start()
         time.sleep(0.2)  # readers meet the dead daemon: ENOTCONN
         # a fresh cache dir: the second daemon scans every video again
         second = start_daemon(mountpoint, [large_config], tmp_path / "c2",
