@@ -68,10 +68,9 @@ class SandOperations(pyfuse3.Operations):
     enable_writeback_cache = False
     enable_acl = False
 
-    def __init__(self, service: ViewService | Startup, mountpoint: str | None = None,
-                 pages: PageDropper | None = None) -> None:
+    def __init__(self, service: ViewService | Startup, mountpoint: str | None = None) -> None:
         super().__init__()
-        self.pages = pages or PageDropper()  # closed by whoever closes the FUSE session
+        self.pages = PageDropper()  # started and closed by whoever owns the FUSE session
         self.namespace = Namespace(service)
         self.startup = self.namespace.startup
         self.gate = Gate(self.namespace)

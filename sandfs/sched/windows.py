@@ -74,10 +74,6 @@ class WindowBook:
                 return
             yield epoch, iteration
 
-    def left(self, task: str) -> int:
-        plan = self.plans[task]
-        return plan.epochs * plan.iterations_per_epoch - self.positions[task] - 1
-
     def deadline_of(self, key: ViewKey) -> int:
         """Iterations until a reader gets to this view: from the task's position, or from a
         view open behind it (a second reader of the task)."""
