@@ -7,14 +7,15 @@ OpenCV release the GIL).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 
 import numpy as np
 
 from sandfs import ops as oplib
 from sandfs.faults import fault_point
-from sandfs.media.decode import converter, decode_frames
+from sandfs.media.decode import converter, decode_each
 from sandfs.media.gop import frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer, npy_bytes
@@ -55,53 +56,45 @@ class Materializer:
     def decode(self, info: VideoInfo, wanted: set[FrameKey]) -> dict[FrameKey, np.ndarray]:
         """One decode pass for frames `wanted` = {(index, source)}: each frame converted once
         per source it is wanted in (full-size RGB, or scaled in the decoder: decode_resize)."""
+        frames: dict[FrameKey, np.ndarray] = {}
+        for _, keyed in self.decode_each(info, wanted):
+            frames.update(keyed)
+        return frames
+
+    def decode_each(self, info: VideoInfo, wanted: set[FrameKey],
+                    ) -> Iterator[tuple[int, dict[FrameKey, np.ndarray]]]:
+        """`decode` frame by frame, in index order: (index, its wanted keys and arrays), each
+        checked as it comes (`media.decode.decode_each`)."""
         sources = {source for _, source in wanted}
-        result = decode_frames(info, sorted({index for index, _ in wanted}), converter(sources))
-        self.stats.add("frames_decoded", result.frames_decoded)
-        fault_point("after_decode")
-        return {(index, source): array for index, by_source in result.frames.items()
-                for source, array in by_source.items() if (index, source) in wanted}
+        each = decode_each(info, sorted({index for index, _ in wanted}), converter(sources))
+        first = True
+        with closing(each):
+            while True:
+                try:
+                    index, by_source = next(each)
+                except StopIteration as end:
+                    self.stats.add("frames_decoded", end.value)
+                    break
+                if first:  # before any frame is used
+                    fault_point("after_decode")
+                    first = False
+                yield index, {(index, source): array for source, array in by_source.items()
+                              if (index, source) in wanted}
+
+    def augmenter(self, clips: Sequence[StreamClip],
+                  readers: Sequence[int] | None = None) -> Augmenter:
+        return Augmenter(self, clips, readers)
 
     def augment_clips(
         self, clips: Sequence[StreamClip], frames: dict[FrameKey, np.ndarray],
         readers: Sequence[int] | None = None,
     ) -> Iterator[np.ndarray]:
-        """Each clip's frames through its ops, as (T, H, W, C) arrays in order. An augmented
-        frame that several clips share — the same frame after the same op instances (a common
-        resize, a shared crop window, identical draws) — is computed once. `readers`: how many
-        tasks read each clip (what independent execution would have computed)."""
-        prefix_ids: dict[tuple, int] = {}
-        chains = [[prefix_ids.setdefault(clip.ops[: d + 1], len(prefix_ids))
-                   for d in range(len(clip.ops))] for clip in clips]
-        remaining: Counter[tuple] = Counter(
-            ((i, clip.source), pid) for clip, ids in zip(clips, chains, strict=True)
-            for i in clip.frame_indices for pid in ids
-        )
-        memo: dict[tuple, np.ndarray] = {}
-        performed = crops = 0
-        for clip, ids in zip(clips, chains, strict=True):
-            out = []
-            for i in clip.frame_indices:
-                frame, start = frames[(i, clip.source)], 0
-                if isinstance(frame, Prefixed):  # its first op is applied already
-                    if clip.ops[:1] != (frame.op,):
-                        raise ValueError(f"frame {i} was kept after {frame.op.name}, which "
-                                         f"this clip does not start with")
-                    frame, start = frame.array, 1
-                for op, pid in zip(clip.ops[start:], ids[start:], strict=True):
-                    key = ((i, clip.source), pid)
-                    remaining[key] -= 1
-                    cached = memo.pop(key, None) if remaining[key] == 0 else memo.get(key)
-                    if cached is None:
-                        cached = oplib.apply_instance(op, [frame])[0]
-                        performed += 1
-                        crops += op.name in oplib.CROP_OPS
-                        if remaining[key] > 0:
-                            memo[key] = cached
-                    frame = cached
-                out.append(frame)
-            yield np.stack(out)
-        self.count_aug_ops(clips, readers or [1] * len(clips), performed, crops)
+        """Each clip's frames through its ops, as (T, H, W, C) arrays in order (`Augmenter`).
+        `readers`: how many tasks read each clip (what independent execution would have
+        computed)."""
+        augmenter = Augmenter(self, clips, readers)
+        yield from augmenter.run(range(len(clips)), frames)
+        augmenter.finish()
 
     def count_aug_ops(self, clips: Sequence[StreamClip], readers: Sequence[int], performed: int,
                       crops: int) -> None:
@@ -155,6 +148,63 @@ class Materializer:
         if ops:
             frame = oplib.apply_chain(ops, [frame])[0]
         return npy_bytes(frame)
+
+
+class Augmenter:
+    """The clips of one pass through their ops, a few at a time as their frames arrive. An
+    augmented frame that several clips share — the same frame after the same op instances (a
+    common resize, a shared crop window, identical draws) — is computed once, whichever call
+    makes each clip: it is kept until the last clip that needs it is made."""
+
+    def __init__(self, materializer: Materializer, clips: Sequence[StreamClip],
+                 readers: Sequence[int] | None = None) -> None:
+        self.materializer = materializer
+        self.clips = list(clips)
+        self.readers = list(readers or [1] * len(self.clips))
+        prefix_ids: dict[tuple, int] = {}
+        self.chains = [[prefix_ids.setdefault(clip.ops[: d + 1], len(prefix_ids))
+                        for d in range(len(clip.ops))] for clip in self.clips]
+        self.remaining: Counter[tuple] = Counter(
+            ((i, clip.source), pid) for clip, ids in zip(self.clips, self.chains, strict=True)
+            for i in clip.frame_indices for pid in ids
+        )
+        self.memo: dict[tuple, np.ndarray] = {}
+        self.performed = self.crops = 0
+
+    def run(self, positions: Iterable[int],
+            frames: Mapping[FrameKey, np.ndarray | Prefixed]) -> Iterator[np.ndarray]:
+        """The clips at `positions` (of those given at the start), as (T, H, W, C) arrays."""
+        for position in positions:
+            yield self._clip(self.clips[position], self.chains[position], frames)
+
+    def finish(self) -> None:
+        """Count the ops performed against what independent execution would have done."""
+        self.materializer.count_aug_ops(self.clips, self.readers, self.performed, self.crops)
+
+    def _clip(self, clip: StreamClip, ids: list[int],
+              frames: Mapping[FrameKey, np.ndarray | Prefixed]) -> np.ndarray:
+        out = []
+        for i in clip.frame_indices:
+            frame, start = frames[(i, clip.source)], 0
+            if isinstance(frame, Prefixed):  # its first op is applied already
+                if clip.ops[:1] != (frame.op,):
+                    raise ValueError(f"frame {i} was kept after {frame.op.name}, which "
+                                     f"this clip does not start with")
+                frame, start = frame.array, 1
+            for op, pid in zip(clip.ops[start:], ids[start:], strict=True):
+                key = ((i, clip.source), pid)
+                self.remaining[key] -= 1
+                cached = (self.memo.pop(key, None) if self.remaining[key] == 0
+                          else self.memo.get(key))
+                if cached is None:
+                    cached = oplib.apply_instance(op, [frame])[0]
+                    self.performed += 1
+                    self.crops += op.name in oplib.CROP_OPS
+                    if self.remaining[key] > 0:
+                        self.memo[key] = cached
+                frame = cached
+            out.append(frame)
+        return np.stack(out)
 
 
 def to_layout(clip: np.ndarray, layout: str) -> np.ndarray:

@@ -9,9 +9,11 @@ to a sequential decode from the start, which skips nothing: it is the definition
 The scan counts most videos from their packets without decoding them, so a decode also checks
 what the scan said. Policy: a requested frame that does not exist (the stream ends early), or
 any frame up to the last requested one that fails to decode, is decoded with errors, or has
-another size than scanned, raises ScanMismatch for the whole request; no frame of it is
-returned, so no wrong bytes are ever served (the caller fails the views that need it, EIO).
-A seek run that meets such a frame falls back to the sequential decode, which decides.
+another size than scanned, raises ScanMismatch. `decode_frames` then returns no frame of
+the request; `decode_each` has yielded the frames before the failure, each one checked as it
+came (its pts in order, or its place in a sequential decode, whole and of the scanned size), so
+the clips made of them are exact and only those needing later frames fail (EIO). A seek run
+that meets such a frame falls back to the sequential decode, which decides.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import logging
 import os
 import stat
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -156,19 +158,39 @@ def decode_frames(info: VideoInfo, indices: Iterable[int],
     DecodeError if the file fails to open or changed since the scan, ScanMismatch if it holds
     fewer or broken frames than scanned); each needed frame goes through `convert_frame`
     (default: full-size RGB; see `converter`)."""
+    frames: dict[int, object] = {}
+    each = decode_each(info, indices, convert_frame)
+    while True:
+        try:
+            index, frame = next(each)
+        except StopIteration as end:
+            return DecodeResult(frames, end.value)
+        frames[index] = frame
+
+
+def decode_each(info: VideoInfo, indices: Iterable[int],
+                convert_frame: Callable[[VideoFrame], object] = to_rgb,
+                ) -> Generator[tuple[int, object], None, int]:
+    """`decode_frames` frame by frame: yields (index, converted frame) in index order as the
+    decoder reaches each, and returns how many frames it decoded. A frame is yielded only once
+    it is known to be on plan (identified by its pts in order, whole, of the scanned size), so a
+    caller may use it at once; a failure found later (ScanMismatch) concerns the frames after
+    it. After a seek lands off plan, the sequential decode yields only the frames not yielded
+    yet."""
     wanted = _checked_indices(info, indices)
     if not wanted:
-        return DecodeResult({}, 0)
+        return 0
+    done: set[int] = set()
+    frames_decoded = 0
     try:
         if info.seekable:
-            frames, frames_decoded = _decode_seeking(info, wanted, convert_frame)
-            if frames is not None:
-                return DecodeResult(frames, frames_decoded)
+            on_plan = yield from _decode_seeking(info, wanted, convert_frame, done)
+            frames_decoded += on_plan.frames_decoded
+            if on_plan.complete:
+                return frames_decoded
             log.info("video=%s: a seek landed off plan, decoding sequentially", ascii(info.name))
-        else:
-            frames_decoded = 0
-        frames, sequential_decoded = _decode_sequential(info, wanted, convert_frame)
-        return DecodeResult(frames, frames_decoded + sequential_decoded)
+        frames_decoded += yield from _decode_sequential(info, wanted, convert_frame, done)
+        return frames_decoded
     except (av.FFmpegError, OSError, ValueError) as error:
         raise DecodeError(info.name, describe_error(error)) from error
 
@@ -190,56 +212,64 @@ def _open_scanned(info: VideoInfo) -> Iterator[tuple[InputContainer, VideoStream
             yield container, open_stream(container, info.stream_index)
 
 
-def _decode_seeking(info: VideoInfo, wanted: list[int],
-                    convert_frame: Callable) -> tuple[dict[int, np.ndarray] | None, int]:
-    """Decodes run by run; returns (None, frames decoded so far) when a seek lands off plan."""
-    frames: dict[int, np.ndarray] = {}
+@dataclass(frozen=True, slots=True)
+class _SeekOutcome:
+    complete: bool  # every frame wanted was decoded on plan
+    frames_decoded: int
+
+
+def _decode_seeking(info: VideoInfo, wanted: list[int], convert_frame: Callable,
+                    done: set[int]) -> Generator[tuple[int, object], None, _SeekOutcome]:
+    """Decodes run by run, yielding frames on plan; stops early when a seek lands off plan."""
     frames_decoded = 0
     with _open_scanned(info) as (container, stream):
         for run_number, (start, needed) in enumerate(plan_runs(info, wanted)):
             if run_number or start:  # a fresh container already stands at frame 0
                 container.seek(info.frame_pts[start], stream=stream, backward=True)
-            on_plan, run_decoded = _decode_run(container, stream, info, needed, frames,
-                                               convert_frame)
-            frames_decoded += run_decoded
-            if not on_plan:
-                return None, frames_decoded
-    return frames, frames_decoded
+            run = _Run(needed)
+            yield from _decode_run(container, stream, info, run, convert_frame, done)
+            frames_decoded += run.frames_decoded
+            if not run.on_plan:
+                return _SeekOutcome(False, frames_decoded)
+    return _SeekOutcome(True, frames_decoded)
 
 
-def _decode_run(
-    container: InputContainer,
-    stream: VideoStream,
-    info: VideoInfo,
-    needed: list[int],
-    frames: dict[int, np.ndarray],
-    convert_frame: Callable,
-) -> tuple[bool, int]:
-    """Decodes forward until needed[-1]; False when the frames are not the expected sequence
-    (first frame past needed[0], a pts the scan never saw, a frame missing that the decoder was
-    not allowed to skip, one out of order), or one is broken (`_broken`, a decoder error)."""
+@dataclass(slots=True)
+class _Run:
+    needed: list[int]
+    frames_decoded: int = 0
+    on_plan: bool = False  # every needed frame came, in order
+
+
+def _decode_run(container: InputContainer, stream: VideoStream, info: VideoInfo, run: _Run,
+                convert_frame: Callable, done: set[int]) -> Iterator[tuple[int, object]]:
+    """Decodes forward until the run's last needed frame; `run.on_plan` stays False when the
+    frames are not the expected sequence (first frame past the first needed one, a pts the scan
+    never saw, a frame missing that the decoder was not allowed to skip, one out of order), or
+    one is broken (`_broken`, a decoder error)."""
+    needed = run.needed
     needed_set = set(needed)
     skippable: set[int] = set()
     previous = None
-    frames_decoded = 0
     decoded = _decode_skipping(container, stream, info.frame_pts, needed_set, skippable)
     with closing(decoded):
         try:
             for frame in decoded:
-                frames_decoded += 1
+                run.frames_decoded += 1
                 index = _index_of_pts(info.frame_pts, frame.pts)
                 if index is None or not _on_plan(index, previous, needed[0], skippable):
-                    return False, frames_decoded
+                    return
                 if _broken(info, frame):
-                    return False, frames_decoded
+                    return
                 previous = index
                 if index in needed_set:
-                    frames[index] = convert_frame(frame)
+                    done.add(index)
+                    yield index, convert_frame(frame)
                 if index == needed[-1]:
-                    return True, frames_decoded
+                    run.on_plan = True
+                    return
         except av.FFmpegError:
-            return False, frames_decoded
-    return False, frames_decoded
+            return
 
 
 def _broken(info: VideoInfo, frame: VideoFrame) -> str | None:
@@ -294,11 +324,11 @@ def _index_of_pts(frame_pts: tuple[int, ...], pts: int | None) -> int | None:
     return position if position < len(frame_pts) and frame_pts[position] == pts else None
 
 
-def _decode_sequential(info: VideoInfo, wanted: list[int],
-                       convert_frame: Callable) -> tuple[dict[int, np.ndarray], int]:
-    """Frame i is the i-th frame decoded; every one up to wanted[-1] must exist and be whole."""
-    frames: dict[int, np.ndarray] = {}
-    needed_set = set(wanted)
+def _decode_sequential(info: VideoInfo, wanted: list[int], convert_frame: Callable,
+                       done: set[int]) -> Generator[tuple[int, object], None, int]:
+    """Frame i is the i-th frame decoded; every one up to wanted[-1] must exist and be whole.
+    Yields the wanted frames not in `done`; returns how many frames it decoded."""
+    needed_set = set(wanted) - done
     expected = f"frame {wanted[-1]} of {info.num_frames} ({info.width}x{info.height})"
     index = -1
     with _open_scanned(info) as (container, stream):
@@ -308,9 +338,10 @@ def _decode_sequential(info: VideoInfo, wanted: list[int],
                 if broken:
                     raise ScanMismatch(info.name, info.path, expected, f"{broken} at {index}")
                 if index in needed_set:
-                    frames[index] = convert_frame(frame)
+                    done.add(index)
+                    yield index, convert_frame(frame)
                 if index == wanted[-1]:
-                    return frames, index + 1
+                    return index + 1
         except av.FFmpegError as error:
             found = f"a decoder error after {index + 1} frames ({describe_error(error)})"
             raise ScanMismatch(info.name, info.path, expected, found) from error

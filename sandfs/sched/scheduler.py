@@ -73,6 +73,7 @@ class Scheduler:
         self.carry = CarryBook(store, memory_limit_bytes=memory_limit_bytes,
                                decode_ahead=decode_ahead)
         self.running: dict[VideoJobKey | ViewKey, Job] = {}
+        self._handed_over: dict[VideoJobKey, set[Spot]] = {}  # clips running jobs made so far
         self.memory = MemoryLedger(memory_limit_bytes, book=self.book, board=self.board,
                                    carry=self.carry, running=self.running, store=store)
         self.jobs_done = 0
@@ -368,7 +369,8 @@ class Scheduler:
             self.board.take_pending(job.key, job.uses)
             targets = {spot.view: self.board.buffer(spot.view) for spot in job.to_memory}
             self.carry.claim(job)
-            run = partial(work.make_video, self.tools)
+            report = partial(trio.from_thread.run_sync, self._record_part, job)
+            run = partial(work.make_video, self.tools, report=report)
         else:
             targets = {job.key: self.board.buffer(job.key)}
             run = partial(work.assemble, self.tools)
@@ -385,13 +387,14 @@ class Scheduler:
             reason = f"{type(exc).__name__}: {exc}"
             what = job.work.info.rel_path if isinstance(job, VideoJob) else job.key
             log.error("job for %s failed: %s", what, reason)
-            for view in job.views:
+            for view in self._unmade_views(job):
                 self.board.fail(view, reason)
         else:
             self._record(job, result)
             self.carry.note_on_disk(result.saved, self._planned_windows())
         finally:
             del self.running[job.key]
+            self._handed_over.pop(job.key, None)
             self.jobs_done += 1
             if result is not None and result.carried:  # written beside the workers
                 nbytes = sum(f.nbytes for fs in result.carried.values() for f in fs.values())
@@ -415,6 +418,22 @@ class Scheduler:
         return set(self.book.windows) | set(self.book.future)
 
     # -- back in the trio loop --------------------------------------------------------------
+
+    def _record_part(self, job: VideoJob, part: JobResult) -> None:
+        """Clips a running video job made so far (called from its thread): a batch they
+        complete is served at once."""
+        if job.key in self.running:
+            self._handed_over.setdefault(job.key, set()).update(
+                Spot.of(p.use) for p in part.placed)
+            self._record(job, part)
+
+    def _unmade_views(self, job: Job) -> set[ViewKey]:
+        """The batches a failed job leaves without a clip: those whose clips it handed over
+        (exact, made of frames checked before the failure) lose nothing."""
+        if isinstance(job, AssemblyJob):
+            return job.views
+        handed = self._handed_over.get(job.key, set())
+        return {u.view for u in job.uses if Spot.of(u) not in handed}
 
     def _record(self, job: Job, result: JobResult) -> None:
         recorded = self.board.record(job, result)

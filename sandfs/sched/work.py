@@ -7,13 +7,14 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from sandfs.cache import ObjectStore
 from sandfs.materialize import (
+    Augmenter,
     FrameKey,
     Materializer,
     clip_frame_keys,
@@ -120,50 +121,104 @@ def release_clips(store: ObjectStore,
 # -- jobs -----------------------------------------------------------------------------------
 
 
-def make_video(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray]) -> JobResult:
-    """One decode pass (or frames from disk), every clip once, into memory and to disk."""
+def make_video(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray],
+               report: Callable[[JobResult], None] | None = None) -> JobResult:
+    """One decode pass (or frames from disk), every clip once, into memory and to disk. A clip
+    is made as soon as the pass has decoded its frames, and `report` (if given) hands over
+    each group of clips made as it is made, so a batch can be served before the pass ends;
+    the result holds what was not reported."""
     yield_to_readers()
     info = job.work.info
-    frames = _frames_from_disk(tools, job) if job.frames_on_disk else None
+    maker = _ClipMaker(tools, job, targets, report)
     saved, carried = [], {}
-    if frames is None:
-        frames = tools.materializer.decode(info, job.decode_keys)
-        own = {k: frames[k] for k in job.frames}
-        if job.save_frames and _save_frames(tools.store, info, own):
-            saved.append(job.key)
-        carried = {later: {k: frames[k] for k in c.keys} for later, c in job.carry.items()}
     with isolated.one_pass():
-        clips = augment_each(tools.materializer, job.uses, frames)
-    placed, failed = [], []
-    for use, clip in zip(job.uses, clips, strict=True):
-        if isinstance(clip, str):
-            failed.append(Failed(use, clip))
-            continue
-        array = to_layout(clip, job.layouts[use.view])
-        spot = Spot.of(use)
-        if spot in job.to_memory:
-            targets[use.view][use.slot] = array
-        stored = spot in job.to_disk and tools.store.put(
-            clip_object_key(use, info), array, deadline=job.deadlines[use.view])
-        placed.append(Placed(use, spot in job.to_memory, bool(stored)))
-    return JobResult(tuple(placed), tuple(saved), carried, tuple(failed))
+        frames = _frames_from_disk(tools, job) if job.frames_on_disk else None
+        if frames is None:
+            frames = maker.make_while_decoding()
+            own = {k: frames[k] for k in job.frames}
+            if job.save_frames and _save_frames(tools.store, info, own):
+                saved.append(job.key)
+            carried = {later: {k: frames[k] for k in c.keys} for later, c in job.carry.items()}
+        else:
+            maker.make(range(len(job.uses)), frames)
+    return maker.finish(JobResult((), tuple(saved), carried))
 
 
-def augment_each(materializer: Materializer, uses: Sequence[ClipUse],
+class _ClipMaker:
+    """A video job's clips, made group by group: augmented, laid out, put in their batches'
+    buffers and on disk; each group reported as it is made."""
+
+    def __init__(self, tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray],
+                 report: Callable[[JobResult], None] | None) -> None:
+        self.tools, self.job, self.targets, self.report = tools, job, targets, report
+        self.augmenter = tools.materializer.augmenter([u.clip for u in job.uses],
+                                                      [len(u.readers) for u in job.uses])
+        self.placed: list[Placed] = []
+        self.failed: list[Failed] = []
+
+    def make_while_decoding(self) -> dict[FrameKey, object]:
+        """Decode the pass, making each clip once its last frame is in; the frames."""
+        uses = self.job.uses
+        order = sorted(range(len(uses)), key=lambda p: max(uses[p].clip.frame_indices))
+        needs = [clip_frame_keys(uses[p].clip) for p in order]
+        frames: dict[FrameKey, object] = {}
+        made = 0
+        for _, keyed in self.tools.materializer.decode_each(self.job.work.info,
+                                                             self.job.decode_keys):
+            frames.update(keyed)
+            ready = made
+            while ready < len(order) and needs[ready].issubset(frames.keys()):
+                ready += 1
+            if ready > made:
+                self.make(order[made:ready], frames)
+                made = ready
+        self.make(order[made:], frames)
+        return frames
+
+    def make(self, positions: Sequence[int], frames: Mapping[FrameKey, object]) -> None:
+        if not positions:
+            return
+        job, store = self.job, self.tools.store
+        uses = [job.uses[p] for p in positions]
+        clips = augment_each(self.augmenter, positions, frames)
+        for use, clip in zip(uses, clips, strict=True):
+            if isinstance(clip, str):
+                self.failed.append(Failed(use, clip))
+                continue
+            array = to_layout(clip, job.layouts[use.view])
+            spot = Spot.of(use)
+            if spot in job.to_memory:
+                self.targets[use.view][use.slot] = array
+            stored = spot in job.to_disk and store.put(
+                clip_object_key(use, job.work.info), array, deadline=job.deadlines[use.view])
+            self.placed.append(Placed(use, spot in job.to_memory, bool(stored)))
+        if self.report is not None:
+            self.report(self._take())
+
+    def finish(self, result: JobResult) -> JobResult:
+        self.augmenter.finish()
+        rest = self._take()
+        return JobResult(rest.placed, result.saved, result.carried, rest.failed)
+
+    def _take(self) -> JobResult:
+        taken = JobResult(tuple(self.placed), failed=tuple(self.failed))
+        self.placed, self.failed = [], []
+        return taken
+
+
+def augment_each(augmenter: Augmenter, positions: Sequence[int],
                  frames: Mapping[FrameKey, object]) -> list[np.ndarray | str]:
     """Each clip through its steps, or why a step failed on it (a str): a failing step (a
     custom one that raises, or one out of process that crashes or hangs) fails only the clips
-    that need it, whichever tasks share the pass. The materializer stops at a failure, so the
-    clips after it go through again from there (sharing no augmented frame with those before:
-    a cost paid only when a step fails)."""
+    that need it, whichever tasks share the pass. The augmenter stops at a failure, and the
+    clips after it go through from there."""
     out: list[np.ndarray | str] = []
-    while len(out) < len(uses):
-        rest = uses[len(out):]
+    while len(out) < len(positions):
+        rest = positions[len(out):]
         try:
-            out.extend(materializer.augment_clips([u.clip for u in rest], frames,
-                                                  [len(u.readers) for u in rest]))
+            out.extend(augmenter.run(rest, frames))
         except Exception as exc:
-            if len(out) == len(uses):
+            if len(out) == len(positions):
                 raise  # after the last clip: not a step's failure
             out.append(f"{type(exc).__name__}: {exc}")
     return out

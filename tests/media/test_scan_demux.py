@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import av
+import numpy as np
 import pytest
 
 from sandfs.fileio import write_checked_json
 from sandfs.media import probe
-from sandfs.media.decode import ScanMismatch, decode_all_reference, decode_frames
+from sandfs.media.decode import ScanMismatch, decode_all_reference, decode_each, decode_frames
 from sandfs.media.scan import StderrProgress, format_progress, scan_dataset
 from sandfs.media.scan_index import SCAN_VERSION
 from sandfs.media.synth import make_dataset, read_painted_index, write_test_video
@@ -191,6 +192,24 @@ def test_an_index_entry_promising_more_frames_fails_the_decode(tmp_path: Path):
     assert (raised.value.path, raised.value.found) == (lying.path, "only 20 frames")
     assert "frame 22 of 25" in raised.value.expected
     assert sorted(decode_frames(lying, [3, 19]).frames) == [3, 19]  # the real frames still serve
+
+
+def test_frame_by_frame_the_real_frames_come_before_the_mismatch(tmp_path: Path):
+    """`decode_each` hands over each frame once it is checked: a pass whose later frames do
+    not exist still yields the exact frames before them, then raises."""
+    root, index_path, document = _scanned_with_index(tmp_path, 20)
+    entry = document["entries"]["class00/class00_000.mp4"]["video"]
+    entry["num_frames"] += 5
+    entry["frame_pts"][-1] += 5
+    write_checked_json(str(index_path), document)
+    lying = scan_dataset(root, ["mp4"], index_path=index_path).videos[0]
+    reference = decode_all_reference(lying.path)
+    got = []
+    with pytest.raises(ScanMismatch, match="only 20 frames"):
+        for index, frame in decode_each(lying, [3, 12, 22]):
+            got.append(index)
+            assert np.array_equal(frame, reference[index])
+    assert got == [3, 12]
 
 
 def test_bit_errors_scan_as_usable_and_fail_their_decode(tmp_path: Path):

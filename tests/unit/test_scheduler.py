@@ -16,6 +16,7 @@ import trio
 from sandfs import ops as ops_lib
 from sandfs.cache import ObjectStore
 from sandfs.materialize import Materializer, Prefixed, clip_frame_keys, first_ops
+from sandfs.media.decode import DecodeError
 from sandfs.plan.window import ViewKey, plan_window, view_key
 from sandfs.sched.board import ReadyView
 from sandfs.sched.carry import CarryBook
@@ -71,6 +72,9 @@ class RecordingMaterializer:
         self.gate = gate
 
     def decode(self, info, keys):
+        return self._painted(info, keys)
+
+    def _painted(self, info, keys):
         if self.gate is not None:
             self.gate.wait(5)
         self.decoded.append(info.name)
@@ -78,12 +82,32 @@ class RecordingMaterializer:
         self.nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         return {k: np.full((info.height, info.width, 3), k[0] % 255, np.uint8) for k in keys}
 
+    def decode_each(self, info, keys):
+        """The pass frame by frame, in index order, as the real materializer hands it over."""
+        frames = self._painted(info, keys)
+        for index in sorted({i for i, _ in keys}):
+            yield index, {k: f for k, f in frames.items() if k[0] == index}
+
     def augment_clips(self, clips, frames, readers=None):
         for clip in clips:
             yield np.stack([unwrap(frames[(i, clip.source)])[:32, :32]
                             for i in clip.frame_indices])
 
+    def augmenter(self, clips, readers=None):
+        return FakeAugmenter(self, clips)
+
     def count_independent(self, plan, view):
+        pass
+
+
+class FakeAugmenter:
+    def __init__(self, materializer, clips):
+        self.materializer, self.clips = materializer, clips
+
+    def run(self, positions, frames):
+        return self.materializer.augment_clips([self.clips[p] for p in positions], frames)
+
+    def finish(self):
         pass
 
 
@@ -576,3 +600,76 @@ async def test_a_slow_reader_finds_every_batch_ready_across_window_starts(tmp_pa
         late = await read_slowly(plan, scheduler)
         assert scheduler.rebuilt_from_disk > 0  # batches far ahead did wait on disk
     assert late == []
+
+
+class HeldPassMaterializer(RecordingMaterializer):
+    """Each decode pass stops, until `go` is set, after the last frame its video's clips of
+    epoch 0 need: what a long pass looks like while its later windows' frames still decode."""
+
+    def __init__(self, plan, go: threading.Event) -> None:
+        super().__init__()
+        self.go = go
+        self.hold_after = {}
+        for iteration in range(plan.iterations_per_epoch):
+            for clip in plan.view_plan(0, iteration).clips:
+                path = plan.videos[clip.video_index].path
+                self.hold_after[path] = max(self.hold_after.get(path, -1),
+                                            max(clip.frame_indices))
+
+    def decode(self, info, keys):  # a whole pass at once
+        if any(i > self.hold_after.get(info.path, i) for i, _ in keys):
+            self.go.wait(10)
+        return super().decode(info, keys)
+
+    def decode_each(self, info, keys):
+        for index, keyed in super().decode_each(info, keys):
+            if index > self.hold_after.get(info.path, index):
+                self.go.wait(10)
+            yield index, keyed
+
+
+async def test_a_batch_is_served_once_its_clips_are_made_before_their_passes_end(tmp_path):
+    """A decode pass hands over each clip as soon as its frames are decoded: the first epoch's
+    batches are served while every pass still decodes frames for later epochs."""
+    go = threading.Event()
+    plan, scheduler, _ = scheduler_for(tmp_path, workers=8, epochs=2)
+    scheduler.tools = replace(scheduler.tools, materializer=HeldPassMaterializer(plan, go))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        try:
+            keys = [view_key(plan, 0, i) for i in range(plan.iterations_per_epoch)]
+            give_up = time.monotonic() + 10
+            while not all(k in scheduler.board.ready for k in keys):
+                assert time.monotonic() < give_up, "epoch 0 waited for whole passes"
+                await trio.sleep(0.01)
+            assert scheduler.running  # passes still held
+        finally:
+            go.set()  # never leave a thread waiting
+        await settle(scheduler)
+        assert all(view_key(plan, 1, i) in scheduler.board.ready
+                   for i in range(plan.iterations_per_epoch))
+        nursery.cancel_scope.cancel()
+
+
+class FailingPassMaterializer(HeldPassMaterializer):
+    """Each pass breaks (as on a damaged file) right after epoch 0's frames."""
+
+    def decode_each(self, info, keys):
+        for index, keyed in RecordingMaterializer.decode_each(self, info, keys):
+            if index > self.hold_after.get(info.path, index):
+                raise DecodeError(info.name, "damaged after frame "
+                                  f"{self.hold_after[info.path]}")
+            yield index, keyed
+
+
+async def test_a_pass_that_breaks_late_keeps_the_batches_it_completed(tmp_path):
+    """Views made of frames checked before a pass broke are exact and stay served; only the
+    views that need the frames after the break fail."""
+    plan, scheduler, _ = scheduler_for(tmp_path, workers=2, epochs=2)
+    scheduler.tools = replace(scheduler.tools,
+                              materializer=FailingPassMaterializer(plan, threading.Event()))
+    await run_until_settled(scheduler)
+    states = {(e, i): scheduler.view_state(view_key(plan, e, i))
+              for e in range(2) for i in range(plan.iterations_per_epoch)}
+    assert all(states[0, i] == "ready" for i in range(plan.iterations_per_epoch))
+    assert "failed" in {states[1, i] for i in range(plan.iterations_per_epoch)}

@@ -61,9 +61,9 @@ class CountingMaterializer(Materializer):
         super().__init__(stats)
         self.passes: list[str] = []
 
-    def decode(self, info, wanted):
+    def decode_each(self, info, wanted):
         self.passes.append(info.rel_path)
-        return super().decode(info, wanted)
+        return super().decode_each(info, wanted)
 
 
 @pytest.fixture
