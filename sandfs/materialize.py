@@ -136,10 +136,10 @@ class Materializer:
             self.stats.add("frames_decoded_independent", needed)
 
     def view_bytes(self, plan: TaskPlan, view: ViewPlan) -> memoryview:
-        data, batch = npy_buffer(view.shape, view.dtype)
-        self.fill_view(plan, view, batch)
+        buffer = npy_buffer(view.shape, view.dtype)
+        self.fill_view(plan, view, buffer.array)
         self.stats.add("views_materialized")
-        return data
+        return memoryview(buffer.whole)
 
     def frame_bytes(self, info: VideoInfo, frame_index: int, ops: tuple = (),
                     source: tuple | None = None) -> bytes:

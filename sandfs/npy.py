@@ -4,6 +4,7 @@ length we know before materializing, followed by the C-order data."""
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -29,13 +30,25 @@ def npy_bytes(array: np.ndarray) -> bytes:
     return npy_header(array.shape, array.dtype.str) + array.tobytes()
 
 
-def npy_buffer(shape: tuple[int, ...], dtype: str) -> tuple[memoryview, np.ndarray]:
-    """A whole .npy file in one buffer, and an array view of its data part to fill in place
-    (no copy when the object is served). The buffer is not zeroed: `bytearray(n)` would write
-    every byte of a 19 MB batch under the GIL (in the trio thread, while decoding threads
-    wait); left untouched, its pages are first written by the worker filling them."""
+@dataclass(frozen=True, slots=True)
+class NpyBuffer:
+    """A whole .npy file in one buffer (`whole`, uint8), and an array view of its data part
+    (`array`) to fill in place: no copy when the object is served."""
+
+    whole: np.ndarray
+    array: np.ndarray
+
+
+def npy_buffer(shape: tuple[int, ...], dtype: str, into: np.ndarray | None = None) -> NpyBuffer:
+    """The .npy file of an array of `shape` and `dtype`, in `into` (a uint8 buffer of exactly
+    its size, whose bytes it overwrites: the header is written again, the data left to fill)
+    or in a new one. A new buffer is not zeroed: `bytearray(n)` would write every byte of a
+    19 MB batch under the GIL (in the trio thread, while decoding threads wait); left
+    untouched, its pages are first written by the worker filling them."""
     header = npy_header(tuple(shape), dtype)
-    buffer = np.empty(npy_nbytes(shape, dtype), np.uint8)
-    buffer[: len(header)] = np.frombuffer(header, np.uint8)
-    array = buffer[len(header) :].view(dtype).reshape(shape)
-    return memoryview(buffer), array
+    nbytes = npy_nbytes(shape, dtype)
+    if into is not None and into.nbytes != nbytes:
+        raise ValueError(f"npy buffer: {into.nbytes} bytes, the array needs {nbytes}")
+    whole = np.empty(nbytes, np.uint8) if into is None else into
+    whole[: len(header)] = np.frombuffer(header, np.uint8)
+    return NpyBuffer(whole, whole[len(header) :].view(dtype).reshape(shape))

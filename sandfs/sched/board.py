@@ -1,10 +1,12 @@
 """The batch board: every batch of the active windows, from planned to ready, and the memory
 they hold. A batch with every slot filled in memory is ready; memory past the limit drops ready
 batches — those every reader has read first, then those needed last — to be rebuilt from disk,
-or recomputed."""
+or recomputed. A new batch is filled in the buffer of a batch every reader has read when one
+of its size is free (`reuse_buffer`): fresh pages cost the kernel a zeroing each."""
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sandfs.media.types import VideoInfo
-from sandfs.npy import npy_buffer
+from sandfs.npy import NpyBuffer, npy_buffer
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.sched.flights import Flights
@@ -35,7 +37,7 @@ class ViewState:
     iteration: int
     slots: int
     on_disk: set[int] = field(default_factory=set)
-    buffer: tuple[memoryview, np.ndarray] | None = None
+    buffer: NpyBuffer | None = None
     in_memory: set[int] = field(default_factory=set)
 
     @classmethod
@@ -65,8 +67,35 @@ class Recorded:
 
 @dataclass(slots=True)
 class ReadyView:
-    data: memoryview
+    whole: np.ndarray  # the .npy file; the board keeps no other reference to its memory
     readers_left: set[str]  # tasks that will read it and have not yet
+
+    @property
+    def data(self) -> memoryview:
+        """A memoryview of its own for each reader: its managed buffer, which it shares with
+        every slice and `memoryview()` of it, holds a reference to `whole` while any of them
+        lives. Handing out one memoryview to all would hide its slices from `unshared`."""
+        return memoryview(self.whole)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.whole)
+
+    def unshared(self) -> bool:
+        """Does nothing but this batch refer to its buffer? Whatever can read it — a
+        reader's memoryview or a slice of it (a file handle's data, a reply being sent), a
+        numpy view, a worker's target array — holds a reference to `whole`, directly or
+        through its base or managed buffer, and only this trio thread hands out new ones."""
+        return _references(self) <= _ALONE
+
+
+def _references(ready: ReadyView) -> int:
+    return sys.getrefcount(ready.whole)
+
+
+# what `_references` counts for a buffer held by a ready batch alone (measured, not assumed:
+# what the interpreter counts for the call's own argument varies between versions)
+_ALONE = _references(ReadyView(np.empty(1, np.uint8), set()))
 
 
 class BatchBoard:
@@ -133,8 +162,9 @@ class BatchBoard:
     @property
     def memory_bytes(self) -> int:
         """Ready batches and the buffers being filled."""
-        ready = sum(len(r.data) for r in self.ready.values())
-        return ready + sum(len(v.buffer[0]) for v in self.views.values() if v.buffer is not None)
+        ready = sum(r.nbytes for r in self.ready.values())
+        return ready + sum(v.buffer.whole.nbytes for v in self.views.values()
+                           if v.buffer is not None)
 
     # -- planning ---------------------------------------------------------------------------
 
@@ -217,11 +247,27 @@ class BatchBoard:
         self.plan(key, state)
 
     def buffer(self, key: ViewKey) -> np.ndarray:
+        """The array to fill the batch `key` in: a read batch's buffer, else a new one."""
         state = self.views[key]
-        if state.buffer is None:
+        if state.buffer is None and not self.reuse_buffer(key):
             view = state.plan.view_plan(state.epoch, state.iteration)
             state.buffer = npy_buffer(view.shape, view.dtype)
-        return state.buffer[1]
+        return state.buffer.array
+
+    def reuse_buffer(self, key: ViewKey) -> bool:
+        """Give the batch `key` the buffer of a ready batch every reader has read, of the same
+        size, that nothing else refers to (`ReadyView.unshared`); that batch leaves memory, as
+        `evict` drops read ones. Its memory was counted already: no more is taken. False:
+        there is none."""
+        state = self.views[key]
+        nbytes = state.nbytes
+        for old, ready in self.ready.items():
+            if not ready.readers_left and ready.nbytes == nbytes and ready.unshared():
+                del self.ready[old]
+                view = state.plan.view_plan(state.epoch, state.iteration)
+                state.buffer = npy_buffer(view.shape, view.dtype, into=ready.whole)
+                return True
+        return False
 
     # -- settling ---------------------------------------------------------------------------
 
@@ -260,7 +306,8 @@ class BatchBoard:
         if state is None or state.buffer is None or len(state.in_memory) < state.slots:
             return None
         del self.views[key]
-        self.ready[key] = ReadyView(state.buffer[0], readers())
+        self.ready[key] = ReadyView(state.buffer.whole, readers())
+        state.buffer = None  # the ready batch holds it alone now: a job's state must not pin it
         self.demanded.discard(key)
         self.flights.settle(key)
         return state
@@ -280,7 +327,7 @@ class BatchBoard:
 
     def read_bytes(self) -> int:
         """Bytes of ready batches every reader has read: what `evict` drops first."""
-        return sum(len(r.data) for r in self.ready.values() if not r.readers_left)
+        return sum(r.nbytes for r in self.ready.values() if not r.readers_left)
 
     def evict(self, needed_bytes: int, *, keep: ViewKey | None, deadline: int,
               deadline_of: Callable[[ViewKey], int],
@@ -294,7 +341,7 @@ class BatchBoard:
         for key in [k for k, r in self.ready.items() if not r.readers_left and k != keep]:
             if freed >= needed_bytes:
                 return freed, []
-            freed += len(self.ready.pop(key).data)
+            freed += self.ready.pop(key).nbytes
         if not unread_too:
             return freed, []
         later = [(d, k) for k in self.ready if k != keep and (d := deadline_of(k)) > deadline]
@@ -302,7 +349,7 @@ class BatchBoard:
         for _, key in sorted(later, key=lambda item: item[0], reverse=True):
             if freed >= needed_bytes:
                 break
-            freed += len(self.ready.pop(key).data)
+            freed += self.ready.pop(key).nbytes
             self.evicted_unread += 1
             unread.append(key)
         return freed, unread

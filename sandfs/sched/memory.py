@@ -85,9 +85,11 @@ class MemoryLedger:
 
     def reserve_buffer(self, key: ViewKey, free: int, *, demanded: bool) -> tuple[bool, int]:
         """Room for the batch `key` in memory (evicting ready ones if need be). A batch a
-        reader is blocked on goes over the limit only when nothing else will free memory."""
+        reader is blocked on goes over the limit only when nothing else will free memory.
+        A read batch's buffer of its size is taken first: that memory is counted already, and
+        evicted to make room, it would leave the batch fresh pages to zero."""
         state = self.board.views[key]
-        if state.buffer is not None:
+        if state.buffer is not None or self.board.reuse_buffer(key):
             return True, free
         cost = state.nbytes
         if cost > free:

@@ -86,7 +86,8 @@ def test_the_event_loop_answers_while_cold_batches_decode(tmp_path, big_dataset)
 def test_memory_high_water_mark_follows_memory_limit(tmp_path, big_dataset):
     """Views of 7.4 MB, 147 MB for the 10 epochs: with memory_limit 24M the daemon's peak RSS
     stays within the limit plus working room, while with the default limit (2 GiB) it keeps
-    every view it made."""
+    the batches it prepares ahead of the reader: some 50 MB more (the buffers of batches
+    already read go to later ones)."""
     def peak(name: str, engine: dict) -> tuple[int, int, int]:
         config = write_config(tmp_path / f"{name}.yaml", task_config(
             big_dataset, task="t0", epochs=10, augmentation=[
@@ -104,7 +105,7 @@ def test_memory_high_water_mark_follows_memory_limit(tmp_path, big_dataset):
     _, unlimited, _ = peak("unlimited", {})
     assert served > 140e6
     assert limited - start < 24e6 + 48e6, f"peak grew {(limited - start) / 1e6:.0f} MB"
-    assert unlimited - limited > 60e6, f"{unlimited / 1e6:.0f} vs {limited / 1e6:.0f} MB"
+    assert unlimited - limited > 30e6, f"{unlimited / 1e6:.0f} vs {limited / 1e6:.0f} MB"
 
 
 @pytest.fixture
