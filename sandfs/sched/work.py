@@ -139,8 +139,9 @@ def make_video(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray
             if job.save_frames and _save_frames(tools.store, info, own):
                 saved.append(job.key)
             carried = {later: {k: frames[k] for k in c.keys} for later, c in job.carry.items()}
-        else:
-            maker.make(range(len(job.uses)), frames)
+        else:  # every frame at hand: clip by clip, the soonest needed first (admission order)
+            for position in range(len(job.uses)):
+                maker.make([position], frames)
     return maker.finish(JobResult((), tuple(saved), carried))
 
 
