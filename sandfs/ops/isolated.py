@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import contextvars
 import importlib
 import logging
 import mmap
@@ -352,25 +353,27 @@ def pool() -> ProcessPool:
         return _pool
 
 
-_pass = threading.local()  # the steps lost in this thread's current pass: (name, params) -> why
+# the steps lost in the current pass: (name, params) -> why. A context variable, not a thread's:
+# a pass paused between two clips may resume in another worker thread (`sched.work.JobSteps`)
+_lost: contextvars.ContextVar[dict | None] = contextvars.ContextVar("lost_steps", default=None)
 
 
 @contextlib.contextmanager
 def one_pass() -> Iterator[None]:
-    """The calls this thread makes inside are one decode pass: a step (op and parameters)
+    """The calls made inside (in this context) are one decode pass: a step (op and parameters)
     whose worker died, hung or could not start is not called again in it, and its later calls
     raise WorkerLost with the same reason at once."""
-    outer = getattr(_pass, "lost", None)
-    _pass.lost = {}
+    outer = _lost.get()
+    _lost.set({})
     try:
         yield
     finally:
-        _pass.lost = outer
+        _lost.set(outer)  # not a token's reset: a pass dropped while paused ends elsewhere
 
 
 def apply_isolated(op: OpType, params: Mapping[str, Any], drawn: Mapping[str, Any],
                    clip: list[np.ndarray]) -> list[np.ndarray]:
-    lost = getattr(_pass, "lost", None)
+    lost = _lost.get()
     step = (op.name, tuple(sorted(params.items())))
     if lost is not None and step in lost:
         raise WorkerLost(lost[step])

@@ -14,7 +14,6 @@ import logging
 from collections.abc import Callable, Sequence
 from functools import partial
 
-import numpy as np
 import trio
 
 from sandfs.cache import ObjectStore
@@ -74,6 +73,10 @@ class Scheduler:
                                decode_ahead=decode_ahead)
         self.running: dict[VideoJobKey | ViewKey, Job] = {}
         self._handed_over: dict[VideoJobKey, set[Spot]] = {}  # clips running jobs made so far
+        # started jobs between two steps, no thread running them (still in `running`: they
+        # hold their memory); by key, what resumes one in a worker thread
+        self.paused: dict[VideoJobKey, Callable[[], JobResult | None]] = {}
+        self._pauses_fruitless = False  # a pause freed a worker that no new job could take
         self.memory = MemoryLedger(memory_limit_bytes, book=self.book, board=self.board,
                                    carry=self.carry, running=self.running, store=store)
         self.jobs_done = 0
@@ -187,7 +190,7 @@ class Scheduler:
     def status(self) -> SchedulerStatus:
         return SchedulerStatus(
             jobs_done=self.jobs_done, jobs_running=len(self.running),
-            workers_active=len(self.running), views_ready=len(self.board.ready),
+            workers_active=self._in_threads(), views_ready=len(self.board.ready),
             views_planned=len(self.board.views), evicted_unread=self.board.evicted_unread,
             rebuilt_from_disk=self.rebuilt_from_disk, demand_waiting=self.board.demand_waiting,
             pending_jobs=len(self.pending_jobs()), memory_bytes=self.memory_bytes,
@@ -284,21 +287,70 @@ class Scheduler:
         return self.board.job_states(set(self.running) | self.carry.carried, self.book.deadline_of)
 
     def _dispatch(self) -> None:
-        while True:
+        while self._in_threads() < self.workers:
             options = {s.key: (s, k) for s, k in self._job_states() if self._due(s, k)}
-            if len(self.running) >= self.workers:
-                return
+            options.update((s.key, (s, k)) for s, k in self._paused_states())
             best = pick_next((s for s, _ in options.values()),
                              memory_pressure=self.memory.under_pressure(), policy=self.policy)
             if best is None or (best.deadline_iterations >= NOT_NEEDED and not best.demanded):
+                if self.paused:  # nothing more urgent: finish them, freeing their memory
+                    self._resume(next(iter(self.paused)))
+                    continue
                 return
             job_key = options[best.key][1]
+            if job_key in self.paused:
+                self._resume(job_key)
+                continue
             job = (self._admit_video(job_key, demanded=best.demanded)
                    if isinstance(job_key, VideoJobKey)
                    else self._admit_assembly(job_key, demanded=best.demanded))
             if job is None:
-                return
+                if not self.paused:
+                    return
+                self._pauses_fruitless = True  # until a job ends and frees memory
+                self._resume(min(self.paused, key=self._paused_deadline))
+                continue
             self._start(job)
+
+    def _in_threads(self) -> int:
+        return len(self.running) - len(self.paused)
+
+    def _remaining(self, job: VideoJob) -> list:
+        handed = self._handed_over.get(job.key, set())
+        return [u for u in job.uses if Spot.of(u) not in handed]
+
+    def _paused_deadline(self, key: VideoJobKey) -> int:
+        return min((self.book.deadline_of(u.view) for u in self._remaining(self.running[key])),
+                   default=NOT_NEEDED)
+
+    def _paused_states(self):
+        for key in self.paused:
+            rest = self._remaining(self.running[key])
+            yield JobState(f"p{key.window}:{key.path}",
+                           any(u.view in self.board.demanded for u in rest),
+                           self._paused_deadline(key), len(rest)), key
+
+    def _should_pause(self, job: VideoJob) -> bool:
+        """Between two steps of a running video job (called from its thread): give its worker
+        to a job not started yet that is needed sooner than the clips this one has left. A
+        window's first batches need one clip from many videos; without pausing, each pass made
+        all its clips for the window before the next pass began."""
+        if (self._pauses_fruitless or len(self.paused) >= 2 * self.workers
+                or self._in_threads() < self.workers):
+            return False
+        rest = self._remaining(job)
+        if any(u.view in self.board.demanded for u in rest):
+            return False
+        mine = min((self.book.deadline_of(u.view) for u in rest), default=NOT_NEEDED)
+        for state, key in self._job_states():
+            if self._due(state, key) and (state.demanded or state.deadline_iterations < mine):
+                return True
+        return False
+
+    def _resume(self, key: VideoJobKey) -> None:
+        step = self.paused.pop(key)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run, self.running[key], step, name=f"job {key}")
 
     def _due(self, state: JobState, key: VideoJobKey | ViewKey) -> bool:
         """Can the job run now? Reading a batch back from disk waits until it is near: picked
@@ -370,19 +422,20 @@ class Scheduler:
             targets = {spot.view: self.board.buffer(spot.view) for spot in job.to_memory}
             self.carry.claim(job)
             report = partial(trio.from_thread.run_sync, self._record_part, job)
-            run = partial(work.make_video, self.tools, report=report)
+            steps = work.JobSteps(work.video_steps(self.tools, job, targets, report))
+            step = partial(steps.run, partial(trio.from_thread.run_sync, self._should_pause, job))
         else:
-            targets = {job.key: self.board.buffer(job.key)}
-            run = partial(work.assemble, self.tools)
+            step = partial(work.assemble, self.tools, job, {job.key: self.board.buffer(job.key)})
         self.running[job.key] = job
         assert self._nursery is not None
-        self._nursery.start_soon(self._run, job, run, targets, name=f"job {job.key}")
+        self._nursery.start_soon(self._run, job, step, name=f"job {job.key}")
 
-    async def _run(self, job: Job, run: Callable[..., JobResult],
-                   targets: dict[ViewKey, np.ndarray]) -> None:
-        result = None
+    async def _run(self, job: Job, step: Callable[[], JobResult | None]) -> None:
+        """Run a job (or its next steps) in a worker thread; paused, it waits in `paused`."""
+        result, paused = None, False
         try:
-            result = await trio.to_thread.run_sync(run, job, targets, limiter=self.limiter)
+            result = await trio.to_thread.run_sync(step, limiter=self.limiter)
+            paused = result is None
         except Exception as exc:  # a broken video: its views fail (EIO), nothing else does
             reason = f"{type(exc).__name__}: {exc}"
             what = job.work.info.rel_path if isinstance(job, VideoJob) else job.key
@@ -390,19 +443,27 @@ class Scheduler:
             for view in self._unmade_views(job):
                 self.board.fail(view, reason)
         else:
-            self._record(job, result)
-            self.carry.note_on_disk(result.saved, self._planned_windows())
+            if not paused:
+                self._record(job, result)
+                self.carry.note_on_disk(result.saved, self._planned_windows())
         finally:
-            del self.running[job.key]
-            self._handed_over.pop(job.key, None)
-            self.jobs_done += 1
-            if result is not None and result.carried:  # written beside the workers
-                nbytes = sum(f.nbytes for fs in result.carried.values() for f in fs.values())
-                self.carry.nbytes += nbytes
-                self._nursery.start_soon(self._keep_carried, job, result.carried, nbytes)
-            elif isinstance(job, VideoJob):
-                self.carry.release(job)
+            if paused:  # a pause ends this run, not the job
+                self.paused[job.key] = step
+            else:
+                self._finish(job, result)
             self.wake()
+
+    def _finish(self, job: Job, result: JobResult | None) -> None:
+        del self.running[job.key]
+        self._pauses_fruitless = False  # memory came free
+        self._handed_over.pop(job.key, None)
+        self.jobs_done += 1
+        if result is not None and result.carried:  # written beside the workers
+            nbytes = sum(f.nbytes for fs in result.carried.values() for f in fs.values())
+            self.carry.nbytes += nbytes
+            self._nursery.start_soon(self._keep_carried, job, result.carried, nbytes)
+        elif isinstance(job, VideoJob):
+            self.carry.release(job)
 
     async def _keep_carried(self, job: VideoJob, carried, nbytes: int) -> None:
         try:

@@ -4,10 +4,11 @@ store and stats) that return a frozen result. Nothing here touches the scheduler
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,26 +124,58 @@ def release_clips(store: ObjectStore,
 
 def make_video(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray],
                report: Callable[[JobResult], None] | None = None) -> JobResult:
+    """`video_steps` run to the end in this thread."""
+    return JobSteps(video_steps(tools, job, targets, report)).run(lambda: False)
+
+
+def video_steps(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray],
+                report: Callable[[JobResult], None] | None = None,
+                ) -> Generator[None, None, JobResult]:
     """One decode pass (or frames from disk), every clip once, into memory and to disk. A clip
     is made as soon as the pass has decoded its frames, and `report` (if given) hands over
     each group of clips made as it is made, so a batch can be served before the pass ends;
-    the result holds what was not reported."""
-    yield_to_readers()
+    after each group, while clips remain, it yields (a point to pause at: `JobSteps`), and it
+    returns what was not reported. Paused, it holds its decoder and frames; any thread may
+    resume it, one at a time."""
     info = job.work.info
     maker = _ClipMaker(tools, job, targets, report)
     saved, carried = [], {}
     with isolated.one_pass():
         frames = _frames_from_disk(tools, job) if job.frames_on_disk else None
         if frames is None:
-            frames = maker.make_while_decoding()
+            frames = yield from maker.make_while_decoding()
             own = {k: frames[k] for k in job.frames}
             if job.save_frames and _save_frames(tools.store, info, own):
                 saved.append(job.key)
             carried = {later: {k: frames[k] for k in c.keys} for later, c in job.carry.items()}
         else:  # every frame at hand: clip by clip, the soonest needed first (admission order)
             for position in range(len(job.uses)):
+                if position:
+                    yield
                 maker.make([position], frames)
     return maker.finish(JobResult((), tuple(saved), carried))
+
+
+class JobSteps:
+    """A job's steps (`video_steps`) and the context they run in: what the pass keeps in
+    context variables (the isolated steps it lost) follows it when it resumes in another
+    worker thread after a pause."""
+
+    def __init__(self, steps: Generator[None, None, JobResult]) -> None:
+        self.steps = steps
+        self.context = contextvars.copy_context()
+
+    def run(self, pause: Callable[[], bool]) -> JobResult | None:
+        """Run the steps in this thread until the job ends (its result) or `pause()` says
+        another job should have this worker (None: call again to resume)."""
+        yield_to_readers()
+        try:
+            while True:
+                self.context.run(next, self.steps)
+                if pause():
+                    return None
+        except StopIteration as end:
+            return end.value
 
 
 class _ClipMaker:
@@ -157,8 +190,9 @@ class _ClipMaker:
         self.placed: list[Placed] = []
         self.failed: list[Failed] = []
 
-    def make_while_decoding(self) -> dict[FrameKey, object]:
-        """Decode the pass, making each clip once its last frame is in; the frames."""
+    def make_while_decoding(self) -> Generator[None, None, dict[FrameKey, object]]:
+        """Decode the pass, making each clip once its last frame is in, and yielding the next
+        one to make after each group; the frames."""
         uses = self.job.uses
         order = sorted(range(len(uses)), key=lambda p: max(uses[p].clip.frame_indices))
         needs = [clip_frame_keys(uses[p].clip) for p in order]
@@ -173,6 +207,8 @@ class _ClipMaker:
             if ready > made:
                 self.make(order[made:ready], frames)
                 made = ready
+                if made < len(order):
+                    yield
         self.make(order[made:], frames)
         return frames
 

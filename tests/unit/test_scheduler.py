@@ -673,3 +673,34 @@ async def test_a_pass_that_breaks_late_keeps_the_batches_it_completed(tmp_path):
               for e in range(2) for i in range(plan.iterations_per_epoch)}
     assert all(states[0, i] == "ready" for i in range(plan.iterations_per_epoch))
     assert "failed" in {states[1, i] for i in range(plan.iterations_per_epoch)}
+
+
+class TracingMaterializer(RecordingMaterializer):
+    """Records every frame each pass hands over, in order: which pass ran when."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trace: list[str] = []
+
+    def decode_each(self, info, keys):
+        for index, keyed in super().decode_each(info, keys):
+            self.trace.append(info.path)
+            yield index, keyed
+
+
+async def test_a_pass_pauses_for_a_job_needed_sooner_and_resumes_where_it_stopped(tmp_path):
+    """One worker: a pass that has made its clips for the next batches gives the worker to
+    the pass of a batch needed sooner than its own later clips, then goes on from where it
+    stopped (each video still decoded once per window)."""
+    plan, scheduler, _ = scheduler_for(tmp_path, workers=1, epochs=2)
+    tracing = TracingMaterializer()
+    scheduler.tools = replace(scheduler.tools, materializer=tracing)
+    views = await read_all(plan, scheduler)
+    last_seen = {path: i for i, path in enumerate(tracing.trace)}
+    first_seen = {path: tracing.trace.index(path) for path in last_seen}
+    interleaved = [p for p in last_seen
+                   if any(first_seen[p] < first_seen[q] < last_seen[p] for q in last_seen)]
+    assert interleaved  # a pass stopped while another ran
+    assert sorted(tracing.decoded) == sorted(v.name for v in plan.videos)  # once each
+    assert all(data is not None for data in views.values())
+    assert not scheduler.paused and not scheduler.running
