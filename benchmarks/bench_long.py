@@ -72,6 +72,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--decode-ahead", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--memory-limit", help="engine.memory_limit (default: sandfs's)")
+    parser.add_argument("--budget", help="the cache's storage budget, e.g. 16G (default: "
+                        "sandfs's, a quarter of the free disk)")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/sandfs-bench/data"))
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/sandfs-bench"))
     args = parser.parse_args()
@@ -187,6 +189,8 @@ def run(args, dataset: Path, workdir: Path) -> dict:
     write_config(config, dataset, args.epochs, args.memory_limit)
     env = {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     extra = ["--decode-ahead", str(args.decode_ahead)]
+    if args.budget:
+        extra += ["--budget", args.budget]
     with sandfs_mount(workdir, [config], k_epochs=args.k_epochs, workers=args.workers,
                       extra_args=extra, env=env) as mount:
         pid = int(mount.status()["pid"])

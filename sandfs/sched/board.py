@@ -1,8 +1,9 @@
 """The batch board: every batch of the active windows, from planned to ready, and the memory
 they hold. A batch with every slot filled in memory is ready; memory past the limit drops ready
 batches — those every reader has read first, then those needed last — to be rebuilt from disk,
-or recomputed. A new batch is filled in the buffer of a batch every reader has read when one
-of its size is free (`reuse_buffer`): fresh pages cost the kernel a zeroing each."""
+or recomputed. When memory is short, a new batch is filled in the buffer of a batch every
+reader has read, of its size (`reuse_buffer`), instead of evicting it: fresh pages cost the
+kernel a zeroing each."""
 
 from __future__ import annotations
 
@@ -247,9 +248,9 @@ class BatchBoard:
         self.plan(key, state)
 
     def buffer(self, key: ViewKey) -> np.ndarray:
-        """The array to fill the batch `key` in: a read batch's buffer, else a new one."""
+        """The array to fill the batch `key` in (a new one unless `reuse_buffer` gave it one)."""
         state = self.views[key]
-        if state.buffer is None and not self.reuse_buffer(key):
+        if state.buffer is None:
             view = state.plan.view_plan(state.epoch, state.iteration)
             state.buffer = npy_buffer(view.shape, view.dtype)
         return state.buffer.array

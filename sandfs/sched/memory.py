@@ -86,12 +86,15 @@ class MemoryLedger:
     def reserve_buffer(self, key: ViewKey, free: int, *, demanded: bool) -> tuple[bool, int]:
         """Room for the batch `key` in memory (evicting ready ones if need be). A batch a
         reader is blocked on goes over the limit only when nothing else will free memory.
-        A read batch's buffer of its size is taken first: that memory is counted already, and
-        evicted to make room, it would leave the batch fresh pages to zero."""
+        Short of memory, a read batch's buffer of its size is taken first: that memory is
+        counted already, and evicted to make room, it would leave the batch fresh pages to
+        zero. With memory free, read batches stay for whoever reads them again."""
         state = self.board.views[key]
-        if state.buffer is not None or self.board.reuse_buffer(key):
+        if state.buffer is not None:
             return True, free
         cost = state.nbytes
+        if cost > free and self.board.reuse_buffer(key):
+            return True, free
         if cost > free:
             free += self.evict(cost - free, keep=key, deadline=self.book.deadline_of(key),
                                unread_too=self.near(key, demanded=demanded))

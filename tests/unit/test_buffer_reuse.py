@@ -42,8 +42,10 @@ def planned(board: BatchBoard, plan, where: tuple[int, int]):
 
 
 def made(board: BatchBoard, plan, where: tuple[int, int], value: int, readers=("t",)):
-    """A batch filled with `value` and ready for `readers`."""
+    """A batch filled with `value` and ready for `readers`, in a read batch's buffer if one
+    may be reused (as the ledger asks when memory is short)."""
     key = planned(board, plan, where)
+    board.reuse_buffer(key)
     board.buffer(key)[...] = value
     state = board.views[key]
     state.in_memory = set(range(state.slots))
@@ -147,6 +149,21 @@ def test_the_ledger_takes_a_read_batch_s_buffer_before_evicting_any(plan):
     assert ledger.free_bytes == 0
 
 
+def test_with_memory_free_read_batches_stay_for_whoever_reads_them_again(plan):
+    """Reuse replaces eviction only: a second pass over the same views (a re-read, a probe)
+    is then served from memory instead of computed again."""
+    board = BatchBoard()
+    read = made(board, plan, FULL, 1)
+    read_and_close(board, read)
+    ledger = MemoryLedger(10 * board.memory_bytes, book=WindowBook([plan]), board=board,
+                          carry=CarryBook(None, memory_limit_bytes=1 << 30, decode_ahead=0),
+                          running={}, store=None)
+    new = planned(board, plan, MORE_FULL[0])
+    assert ledger.reserve_buffer(new, ledger.free_bytes, demanded=False)[0]
+    assert read in board.ready
+    assert not np.shares_memory(board.buffer(new), board.ready[read].whole)
+
+
 def test_a_ready_batch_counts_its_own_references_only():
     """`unshared` compares with what a batch held by the board alone counts: any one more
     reference, of any kind, makes it shared."""
@@ -173,7 +190,7 @@ async def test_a_view_held_open_reads_its_own_bytes_after_later_batches(
     plan = build_plan(write_config(tmp_path / "t.yaml", task_config(dataset_dir)))
     one = plan.view_nbytes(0, 0)
     service = ViewService([plan], engine=OnDemandObjects(workers=1, memory_budget_bytes=64 << 20),
-                          stats=Stats(), memory_limit_bytes=2 << 20)
+                          stats=Stats(), memory_limit_bytes=4 * one)  # memory short
     later = [(e, i) for e in range(plan.epochs) for i in range(plan.iterations_per_epoch)][1:]
     async with serving(service) as ops:
         client = Client(ops)
