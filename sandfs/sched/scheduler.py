@@ -332,20 +332,18 @@ class Scheduler:
 
     def _should_pause(self, job: VideoJob) -> bool:
         """Between two steps of a running video job (called from its thread): give its worker
-        to a job not started yet that is needed sooner than the clips this one has left. A
-        window's first batches need one clip from many videos; without pausing, each pass made
-        all its clips for the window before the next pass began."""
-        if (self._pauses_fruitless or len(self.paused) >= 2 * self.workers
-                or self._in_threads() < self.workers):
+        to a job not started yet that a blocked reader waits for, when this one has no clip a
+        reader waits for left. A window's first batches need one clip from many videos;
+        without pausing, each pass made all its clips for the window before the next began.
+        Only for a blocked reader: pausing for any job needed sooner kept more passes open,
+        with less memory left to carry frames ahead (docs/performance.md §16)."""
+        if (self._pauses_fruitless or len(self.paused) >= self.workers
+                or self._in_threads() < self.workers or not self.board.demanded):
             return False
-        rest = self._remaining(job)
-        if any(u.view in self.board.demanded for u in rest):
+        if any(u.view in self.board.demanded for u in self._remaining(job)):
             return False
-        mine = min((self.book.deadline_of(u.view) for u in rest), default=NOT_NEEDED)
-        for state, key in self._job_states():
-            if self._due(state, key) and (state.demanded or state.deadline_iterations < mine):
-                return True
-        return False
+        return any(state.demanded and self._due(state, key)
+                   for state, key in self._job_states())
 
     def _resume(self, key: VideoJobKey) -> None:
         step = self.paused.pop(key)

@@ -688,10 +688,11 @@ class TracingMaterializer(RecordingMaterializer):
             yield index, keyed
 
 
-async def test_a_pass_pauses_for_a_job_needed_sooner_and_resumes_where_it_stopped(tmp_path):
-    """One worker: a pass that has made its clips for the next batches gives the worker to
-    the pass of a batch needed sooner than its own later clips, then goes on from where it
-    stopped (each video still decoded once per window)."""
+async def test_a_pass_pauses_for_a_job_a_reader_waits_for_and_resumes_where_it_stopped(
+        tmp_path):
+    """One worker: a pass that has no clip the blocked reader waits for gives the worker to
+    the pass of the batch it waits for, then goes on from where it stopped (each video still
+    decoded once per window)."""
     plan, scheduler, _ = scheduler_for(tmp_path, workers=1, epochs=2)
     tracing = TracingMaterializer()
     scheduler.tools = replace(scheduler.tools, materializer=tracing)
