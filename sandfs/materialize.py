@@ -15,7 +15,7 @@ import numpy as np
 
 from sandfs import ops as oplib
 from sandfs.faults import fault_point
-from sandfs.media.decode import converter, decode_each
+from sandfs.media.decode import Tally, converter, decode_each
 from sandfs.media.gop import frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer, npy_bytes
@@ -66,20 +66,25 @@ class Materializer:
         """`decode` frame by frame, in index order: (index, its wanted keys and arrays), each
         checked as it comes (`media.decode.decode_each`)."""
         sources = {source for _, source in wanted}
-        each = decode_each(info, sorted({index for index, _ in wanted}), converter(sources))
-        first = True
+        tally, counted, first = Tally(), 0, True
+        each = decode_each(info, sorted({index for index, _ in wanted}), converter(sources),
+                           tally)
         with closing(each):
             while True:
                 try:
                     index, by_source = next(each)
-                except StopIteration as end:
-                    self.stats.add("frames_decoded", end.value)
+                except StopIteration:
                     break
                 if first:  # before any frame is used
                     fault_point("after_decode")
                     first = False
+                # counted before the frame is handed on: its batch may be read, and the
+                # counters with it, before the pass ends
+                self.stats.add("frames_decoded", tally.frames - counted)
+                counted = tally.frames
                 yield index, {(index, source): array for source, array in by_source.items()
                               if (index, source) in wanted}
+        self.stats.add("frames_decoded", tally.frames - counted)
 
     def augmenter(self, clips: Sequence[StreamClip],
                   readers: Sequence[int] | None = None) -> Augmenter:
@@ -92,9 +97,7 @@ class Materializer:
         """Each clip's frames through its ops, as (T, H, W, C) arrays in order (`Augmenter`).
         `readers`: how many tasks read each clip (what independent execution would have
         computed)."""
-        augmenter = Augmenter(self, clips, readers)
-        yield from augmenter.run(range(len(clips)), frames)
-        augmenter.finish()
+        yield from Augmenter(self, clips, readers).run(range(len(clips)), frames)
 
     def count_aug_ops(self, clips: Sequence[StreamClip], readers: Sequence[int], performed: int,
                       crops: int) -> None:
@@ -169,17 +172,19 @@ class Augmenter:
             for i in clip.frame_indices for pid in ids
         )
         self.memo: dict[tuple, np.ndarray] = {}
-        self.performed = self.crops = 0
+        self.performed = self.crops = 0  # of the clip being made
 
     def run(self, positions: Iterable[int],
             frames: Mapping[FrameKey, np.ndarray | Prefixed]) -> Iterator[np.ndarray]:
-        """The clips at `positions` (of those given at the start), as (T, H, W, C) arrays."""
+        """The clips at `positions` (of those given at the start), as (T, H, W, C) arrays.
+        Each clip's ops are counted once it is made, before it is handed on (its batch may be
+        read, and the counters with it, before the rest of the pass is done)."""
         for position in positions:
-            yield self._clip(self.clips[position], self.chains[position], frames)
-
-    def finish(self) -> None:
-        """Count the ops performed against what independent execution would have done."""
-        self.materializer.count_aug_ops(self.clips, self.readers, self.performed, self.crops)
+            self.performed = self.crops = 0
+            clip = self._clip(self.clips[position], self.chains[position], frames)
+            self.materializer.count_aug_ops([self.clips[position]], [self.readers[position]],
+                                            self.performed, self.crops)
+            yield clip
 
     def _clip(self, clip: StreamClip, ids: list[int],
               frames: Mapping[FrameKey, np.ndarray | Prefixed]) -> np.ndarray:

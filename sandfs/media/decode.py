@@ -168,28 +168,37 @@ def decode_frames(info: VideoInfo, indices: Iterable[int],
         frames[index] = frame
 
 
+@dataclass(slots=True)
+class Tally:
+    """Frames decoded so far by a `decode_each` in progress (needed or not)."""
+
+    frames: int = 0
+
+
 def decode_each(info: VideoInfo, indices: Iterable[int],
                 convert_frame: Callable[[VideoFrame], object] = to_rgb,
-                ) -> Generator[tuple[int, object], None, int]:
+                tally: Tally | None = None) -> Generator[tuple[int, object], None, int]:
     """`decode_frames` frame by frame: yields (index, converted frame) in index order as the
     decoder reaches each, and returns how many frames it decoded. A frame is yielded only once
     it is known to be on plan (identified by its pts in order, whole, of the scanned size), so a
     caller may use it at once; a failure found later (ScanMismatch) concerns the frames after
     it. After a seek lands off plan, the sequential decode yields only the frames not yielded
-    yet."""
+    yet. `tally` counts the frames decoded as it goes."""
     wanted = _checked_indices(info, indices)
+    tally = tally if tally is not None else Tally()
     if not wanted:
         return 0
     done: set[int] = set()
     frames_decoded = 0
     try:
         if info.seekable:
-            on_plan = yield from _decode_seeking(info, wanted, convert_frame, done)
+            on_plan = yield from _decode_seeking(info, wanted, convert_frame, done, tally)
             frames_decoded += on_plan.frames_decoded
             if on_plan.complete:
                 return frames_decoded
             log.info("video=%s: a seek landed off plan, decoding sequentially", ascii(info.name))
-        frames_decoded += yield from _decode_sequential(info, wanted, convert_frame, done)
+        frames_decoded += yield from _decode_sequential(info, wanted, convert_frame, done,
+                                                        tally)
         return frames_decoded
     except (av.FFmpegError, OSError, ValueError) as error:
         raise DecodeError(info.name, describe_error(error)) from error
@@ -219,7 +228,8 @@ class _SeekOutcome:
 
 
 def _decode_seeking(info: VideoInfo, wanted: list[int], convert_frame: Callable,
-                    done: set[int]) -> Generator[tuple[int, object], None, _SeekOutcome]:
+                    done: set[int], tally: Tally,
+                    ) -> Generator[tuple[int, object], None, _SeekOutcome]:
     """Decodes run by run, yielding frames on plan; stops early when a seek lands off plan."""
     frames_decoded = 0
     with _open_scanned(info) as (container, stream):
@@ -227,7 +237,7 @@ def _decode_seeking(info: VideoInfo, wanted: list[int], convert_frame: Callable,
             if run_number or start:  # a fresh container already stands at frame 0
                 container.seek(info.frame_pts[start], stream=stream, backward=True)
             run = _Run(needed)
-            yield from _decode_run(container, stream, info, run, convert_frame, done)
+            yield from _decode_run(container, stream, info, run, convert_frame, done, tally)
             frames_decoded += run.frames_decoded
             if not run.on_plan:
                 return _SeekOutcome(False, frames_decoded)
@@ -242,7 +252,8 @@ class _Run:
 
 
 def _decode_run(container: InputContainer, stream: VideoStream, info: VideoInfo, run: _Run,
-                convert_frame: Callable, done: set[int]) -> Iterator[tuple[int, object]]:
+                convert_frame: Callable, done: set[int],
+                tally: Tally) -> Iterator[tuple[int, object]]:
     """Decodes forward until the run's last needed frame; `run.on_plan` stays False when the
     frames are not the expected sequence (first frame past the first needed one, a pts the scan
     never saw, a frame missing that the decoder was not allowed to skip, one out of order), or
@@ -256,6 +267,7 @@ def _decode_run(container: InputContainer, stream: VideoStream, info: VideoInfo,
         try:
             for frame in decoded:
                 run.frames_decoded += 1
+                tally.frames += 1
                 index = _index_of_pts(info.frame_pts, frame.pts)
                 if index is None or not _on_plan(index, previous, needed[0], skippable):
                     return
@@ -325,7 +337,7 @@ def _index_of_pts(frame_pts: tuple[int, ...], pts: int | None) -> int | None:
 
 
 def _decode_sequential(info: VideoInfo, wanted: list[int], convert_frame: Callable,
-                       done: set[int]) -> Generator[tuple[int, object], None, int]:
+                       done: set[int], tally: Tally) -> Generator[tuple[int, object], None, int]:
     """Frame i is the i-th frame decoded; every one up to wanted[-1] must exist and be whole.
     Yields the wanted frames not in `done`; returns how many frames it decoded."""
     needed_set = set(wanted) - done
@@ -334,6 +346,7 @@ def _decode_sequential(info: VideoInfo, wanted: list[int], convert_frame: Callab
     with _open_scanned(info) as (container, stream):
         try:
             for index, frame in enumerate(container.decode(stream)):
+                tally.frames += 1
                 broken = _broken(info, frame)
                 if broken:
                     raise ScanMismatch(info.name, info.path, expected, f"{broken} at {index}")

@@ -233,7 +233,6 @@ class _ClipMaker:
             self.report(self._take())
 
     def finish(self, result: JobResult) -> JobResult:
-        self.augmenter.finish()
         rest = self._take()
         return JobResult(rest.placed, result.saved, result.carried, rest.failed)
 

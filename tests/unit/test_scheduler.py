@@ -107,9 +107,6 @@ class FakeAugmenter:
     def run(self, positions, frames):
         return self.materializer.augment_clips([self.clips[p] for p in positions], frames)
 
-    def finish(self):
-        pass
-
 
 def scheduler_for(tmp_path, *, videos=8, memory=1 << 30, workers=1, gate=None, epochs=4,
                   store=None, decode_ahead=0, k_epochs=2):
@@ -705,3 +702,22 @@ async def test_a_pass_pauses_for_a_job_a_reader_waits_for_and_resumes_where_it_s
     assert sorted(tracing.decoded) == sorted(v.name for v in plan.videos)  # once each
     assert all(data is not None for data in views.values())
     assert not scheduler.paused and not scheduler.running
+
+
+def test_a_clip_s_ops_are_counted_before_it_is_handed_on(tmp_path):
+    """A batch can be read (and status.json with it) before its pass ends: the augmentation
+    counters include a clip as soon as it is made. Counted when the pass ended, a 4-trial
+    mount's counters sometimes lacked the last clips (a flaky `aug_ops` comparison)."""
+    plan = make_plan(tmp_path, videos=fake_videos(8), epochs=1)
+    clips = plan.view_plan(0, 0).clips[:2]
+    frames = {k: np.zeros((48, 64, 3), np.uint8) for c in clips for k in clip_frame_keys(c)}
+    stats = Stats()
+    made = Materializer(stats).augmenter([clips[0], clips[0], clips[1]], [1, 1, 1]).run(
+        range(3), frames)
+    per_clip = len(clips[0].frame_indices) * len(clips[0].ops)
+    assert per_clip > 0
+    next(made)
+    assert stats.get("aug_ops") == per_clip  # counted at once, not at the end
+    next(made)  # the same clip again: nothing performed, all of it counted as independent
+    assert stats.get("aug_ops") == per_clip
+    assert stats.get("aug_ops_independent") == 2 * per_clip
