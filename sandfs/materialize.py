@@ -66,18 +66,13 @@ class Materializer:
         """`decode` frame by frame, in index order: (index, its wanted keys and arrays), each
         checked as it comes (`media.decode.decode_each`)."""
         sources = {source for _, source in wanted}
-        tally, counted, first = Tally(), 0, True
+        tally, counted = Tally(), 0
         each = decode_each(info, sorted({index for index, _ in wanted}), converter(sources),
                            tally)
         with closing(each):
-            while True:
-                try:
-                    index, by_source = next(each)
-                except StopIteration:
-                    break
-                if first:  # before any frame is used
+            for index, by_source in each:
+                if not counted:  # before any frame is used
                     fault_point("after_decode")
-                    first = False
                 # counted before the frame is handed on: its batch may be read, and the
                 # counters with it, before the pass ends
                 self.stats.add("frames_decoded", tally.frames - counted)

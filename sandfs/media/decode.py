@@ -158,14 +158,9 @@ def decode_frames(info: VideoInfo, indices: Iterable[int],
     DecodeError if the file fails to open or changed since the scan, ScanMismatch if it holds
     fewer or broken frames than scanned); each needed frame goes through `convert_frame`
     (default: full-size RGB; see `converter`)."""
-    frames: dict[int, object] = {}
-    each = decode_each(info, indices, convert_frame)
-    while True:
-        try:
-            index, frame = next(each)
-        except StopIteration as end:
-            return DecodeResult(frames, end.value)
-        frames[index] = frame
+    tally = Tally()
+    frames = dict(decode_each(info, indices, convert_frame, tally))
+    return DecodeResult(frames, tally.frames)
 
 
 @dataclass(slots=True)
@@ -177,29 +172,25 @@ class Tally:
 
 def decode_each(info: VideoInfo, indices: Iterable[int],
                 convert_frame: Callable[[VideoFrame], object] = to_rgb,
-                tally: Tally | None = None) -> Generator[tuple[int, object], None, int]:
+                tally: Tally | None = None) -> Iterator[tuple[int, object]]:
     """`decode_frames` frame by frame: yields (index, converted frame) in index order as the
-    decoder reaches each, and returns how many frames it decoded. A frame is yielded only once
+    decoder reaches each; `tally` counts the frames decoded as it goes, needed or not (read it
+    before using a frame: the pass may be read about before it ends). A frame is yielded only once
     it is known to be on plan (identified by its pts in order, whole, of the scanned size), so a
     caller may use it at once; a failure found later (ScanMismatch) concerns the frames after
     it. After a seek lands off plan, the sequential decode yields only the frames not yielded
-    yet. `tally` counts the frames decoded as it goes."""
+    yet."""
     wanted = _checked_indices(info, indices)
     tally = tally if tally is not None else Tally()
     if not wanted:
-        return 0
+        return
     done: set[int] = set()
-    frames_decoded = 0
     try:
         if info.seekable:
-            on_plan = yield from _decode_seeking(info, wanted, convert_frame, done, tally)
-            frames_decoded += on_plan.frames_decoded
-            if on_plan.complete:
-                return frames_decoded
+            if (yield from _decode_seeking(info, wanted, convert_frame, done, tally)):
+                return
             log.info("video=%s: a seek landed off plan, decoding sequentially", ascii(info.name))
-        frames_decoded += yield from _decode_sequential(info, wanted, convert_frame, done,
-                                                        tally)
-        return frames_decoded
+        yield from _decode_sequential(info, wanted, convert_frame, done, tally)
     except (av.FFmpegError, OSError, ValueError) as error:
         raise DecodeError(info.name, describe_error(error)) from error
 
@@ -221,33 +212,25 @@ def _open_scanned(info: VideoInfo) -> Iterator[tuple[InputContainer, VideoStream
             yield container, open_stream(container, info.stream_index)
 
 
-@dataclass(frozen=True, slots=True)
-class _SeekOutcome:
-    complete: bool  # every frame wanted was decoded on plan
-    frames_decoded: int
-
-
 def _decode_seeking(info: VideoInfo, wanted: list[int], convert_frame: Callable,
                     done: set[int], tally: Tally,
-                    ) -> Generator[tuple[int, object], None, _SeekOutcome]:
-    """Decodes run by run, yielding frames on plan; stops early when a seek lands off plan."""
-    frames_decoded = 0
+                    ) -> Generator[tuple[int, object], None, bool]:
+    """Decodes run by run, yielding frames on plan; stops early when a seek lands off plan.
+    True when every frame wanted was decoded on plan."""
     with _open_scanned(info) as (container, stream):
         for run_number, (start, needed) in enumerate(plan_runs(info, wanted)):
             if run_number or start:  # a fresh container already stands at frame 0
                 container.seek(info.frame_pts[start], stream=stream, backward=True)
             run = _Run(needed)
             yield from _decode_run(container, stream, info, run, convert_frame, done, tally)
-            frames_decoded += run.frames_decoded
             if not run.on_plan:
-                return _SeekOutcome(False, frames_decoded)
-    return _SeekOutcome(True, frames_decoded)
+                return False
+    return True
 
 
 @dataclass(slots=True)
 class _Run:
     needed: list[int]
-    frames_decoded: int = 0
     on_plan: bool = False  # every needed frame came, in order
 
 
@@ -266,7 +249,6 @@ def _decode_run(container: InputContainer, stream: VideoStream, info: VideoInfo,
     with closing(decoded):
         try:
             for frame in decoded:
-                run.frames_decoded += 1
                 tally.frames += 1
                 index = _index_of_pts(info.frame_pts, frame.pts)
                 if index is None or not _on_plan(index, previous, needed[0], skippable):
@@ -337,9 +319,9 @@ def _index_of_pts(frame_pts: tuple[int, ...], pts: int | None) -> int | None:
 
 
 def _decode_sequential(info: VideoInfo, wanted: list[int], convert_frame: Callable,
-                       done: set[int], tally: Tally) -> Generator[tuple[int, object], None, int]:
+                       done: set[int], tally: Tally) -> Iterator[tuple[int, object]]:
     """Frame i is the i-th frame decoded; every one up to wanted[-1] must exist and be whole.
-    Yields the wanted frames not in `done`; returns how many frames it decoded."""
+    Yields the wanted frames not in `done`."""
     needed_set = set(wanted) - done
     expected = f"frame {wanted[-1]} of {info.num_frames} ({info.width}x{info.height})"
     index = -1
@@ -354,7 +336,7 @@ def _decode_sequential(info: VideoInfo, wanted: list[int], convert_frame: Callab
                     done.add(index)
                     yield index, convert_frame(frame)
                 if index == wanted[-1]:
-                    return index + 1
+                    return
         except av.FFmpegError as error:
             found = f"a decoder error after {index + 1} frames ({describe_error(error)})"
             raise ScanMismatch(info.name, info.path, expected, found) from error

@@ -33,6 +33,7 @@ from sandfs.sched.objects import (
     frame_nbytes,
     mark_read,
 )
+from sandfs.sched.passes import PassBook, Step
 from sandfs.sched.policy import (
     NOT_NEEDED,
     POLICIES,
@@ -72,11 +73,7 @@ class Scheduler:
         self.carry = CarryBook(store, memory_limit_bytes=memory_limit_bytes,
                                decode_ahead=decode_ahead)
         self.running: dict[VideoJobKey | ViewKey, Job] = {}
-        self._handed_over: dict[VideoJobKey, set[Spot]] = {}  # clips running jobs made so far
-        # started jobs between two steps, no thread running them (still in `running`: they
-        # hold their memory); by key, what resumes one in a worker thread
-        self.paused: dict[VideoJobKey, Callable[[], JobResult | None]] = {}
-        self._pauses_fruitless = False  # a pause freed a worker that no new job could take
+        self.passes = PassBook(workers)  # paused jobs stay in `running`: they hold memory
         self.memory = MemoryLedger(memory_limit_bytes, book=self.book, board=self.board,
                                    carry=self.carry, running=self.running, store=store)
         self.jobs_done = 0
@@ -287,66 +284,49 @@ class Scheduler:
         return self.board.job_states(set(self.running) | self.carry.carried, self.book.deadline_of)
 
     def _dispatch(self) -> None:
+        passes = self.passes
         while self._in_threads() < self.workers:
             options = {s.key: (s, k) for s, k in self._job_states() if self._due(s, k)}
-            options.update((s.key, (s, k)) for s, k in self._paused_states())
-            best = pick_next((s for s, _ in options.values()),
+            paused = {s.key: (s, k) for s, k in passes.states(self.running, self.book.deadline_of,
+                                                               self.board.demanded)}
+            best = pick_next((s for s, _ in (options | paused).values()),
                              memory_pressure=self.memory.under_pressure(), policy=self.policy)
             if best is None or (best.deadline_iterations >= NOT_NEEDED and not best.demanded):
-                if self.paused:  # nothing more urgent: finish them, freeing their memory
-                    self._resume(next(iter(self.paused)))
+                if passes.paused:  # nothing more urgent: finish them, freeing their memory
+                    self._resume(next(iter(passes.paused)))
                     continue
                 return
-            job_key = options[best.key][1]
-            if job_key in self.paused:
-                self._resume(job_key)
+            if best.key in paused:
+                self._resume(paused[best.key][1])
                 continue
+            job_key = options[best.key][1]
             job = (self._admit_video(job_key, demanded=best.demanded)
                    if isinstance(job_key, VideoJobKey)
                    else self._admit_assembly(job_key, demanded=best.demanded))
             if job is None:
-                if not self.paused:
+                if not paused:
                     return
-                self._pauses_fruitless = True  # until a job ends and frees memory
-                self._resume(min(self.paused, key=self._paused_deadline))
+                passes.fruitless = True  # until a job ends and frees memory
+                soonest = min(paused.values(), key=lambda o: o[0].deadline_iterations)
+                self._resume(soonest[1])
                 continue
             self._start(job)
 
     def _in_threads(self) -> int:
-        return len(self.running) - len(self.paused)
-
-    def _remaining(self, job: VideoJob) -> list:
-        handed = self._handed_over.get(job.key, set())
-        return [u for u in job.uses if Spot.of(u) not in handed]
-
-    def _paused_deadline(self, key: VideoJobKey) -> int:
-        return min((self.book.deadline_of(u.view) for u in self._remaining(self.running[key])),
-                   default=NOT_NEEDED)
-
-    def _paused_states(self):
-        for key in self.paused:
-            rest = self._remaining(self.running[key])
-            yield JobState(f"p{key.window}:{key.path}",
-                           any(u.view in self.board.demanded for u in rest),
-                           self._paused_deadline(key), len(rest)), key
+        return len(self.running) - len(self.passes.paused)
 
     def _should_pause(self, job: VideoJob) -> bool:
         """Between two steps of a running video job (called from its thread): give its worker
-        to a job not started yet that a blocked reader waits for, when this one has no clip a
-        reader waits for left. A window's first batches need one clip from many videos;
-        without pausing, each pass made all its clips for the window before the next began.
-        Only for a blocked reader: pausing for any job needed sooner kept more passes open,
-        with less memory left to carry frames ahead (docs/performance.md §16)."""
-        if (self._pauses_fruitless or len(self.paused) >= self.workers
-                or self._in_threads() < self.workers or not self.board.demanded):
-            return False
-        if any(u.view in self.board.demanded for u in self._remaining(job)):
-            return False
-        return any(state.demanded and self._due(state, key)
-                   for state, key in self._job_states())
+        to a new job a blocked reader waits for (`PassBook`). A window's first batches need one
+        clip from many videos; without pausing, each pass made all its clips for the window
+        before the next began."""
+        demanded = self.board.demanded
+        return (self.passes.may_pause(job, self._in_threads(), demanded)
+                and any(state.demanded and self._due(state, key)
+                        for state, key in self._job_states()))
 
     def _resume(self, key: VideoJobKey) -> None:
-        step = self.paused.pop(key)
+        step = self.passes.paused.pop(key)
         assert self._nursery is not None
         self._nursery.start_soon(self._run, self.running[key], step, name=f"job {key}")
 
@@ -428,7 +408,7 @@ class Scheduler:
         assert self._nursery is not None
         self._nursery.start_soon(self._run, job, step, name=f"job {job.key}")
 
-    async def _run(self, job: Job, step: Callable[[], JobResult | None]) -> None:
+    async def _run(self, job: Job, step: Step) -> None:
         """Run a job (or its next steps) in a worker thread; paused, it waits in `paused`."""
         result, paused = None, False
         try:
@@ -438,7 +418,7 @@ class Scheduler:
             reason = f"{type(exc).__name__}: {exc}"
             what = job.work.info.rel_path if isinstance(job, VideoJob) else job.key
             log.error("job for %s failed: %s", what, reason)
-            for view in self._unmade_views(job):
+            for view in self.passes.unmade_views(job):
                 self.board.fail(view, reason)
         else:
             if not paused:
@@ -446,15 +426,14 @@ class Scheduler:
                 self.carry.note_on_disk(result.saved, self._planned_windows())
         finally:
             if paused:  # a pause ends this run, not the job
-                self.paused[job.key] = step
+                self.passes.paused[job.key] = step
             else:
                 self._finish(job, result)
             self.wake()
 
     def _finish(self, job: Job, result: JobResult | None) -> None:
         del self.running[job.key]
-        self._pauses_fruitless = False  # memory came free
-        self._handed_over.pop(job.key, None)
+        self.passes.ended(job.key)
         self.jobs_done += 1
         if result is not None and result.carried:  # written beside the workers
             nbytes = sum(f.nbytes for fs in result.carried.values() for f in fs.values())
@@ -482,17 +461,8 @@ class Scheduler:
         """Clips a running video job made so far (called from its thread): a batch they
         complete is served at once."""
         if job.key in self.running:
-            self._handed_over.setdefault(job.key, set()).update(
-                Spot.of(p.use) for p in part.placed)
+            self.passes.hand_over(job, part)
             self._record(job, part)
-
-    def _unmade_views(self, job: Job) -> set[ViewKey]:
-        """The batches a failed job leaves without a clip: those whose clips it handed over
-        (exact, made of frames checked before the failure) lose nothing."""
-        if isinstance(job, AssemblyJob):
-            return job.views
-        handed = self._handed_over.get(job.key, set())
-        return {u.view for u in job.uses if Spot.of(u) not in handed}
 
     def _record(self, job: Job, result: JobResult) -> None:
         recorded = self.board.record(job, result)

@@ -122,17 +122,11 @@ def release_clips(store: ObjectStore,
 # -- jobs -----------------------------------------------------------------------------------
 
 
-def make_video(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray],
-               report: Callable[[JobResult], None] | None = None) -> JobResult:
-    """`video_steps` run to the end in this thread."""
-    return JobSteps(video_steps(tools, job, targets, report)).run(lambda: False)
-
-
 def video_steps(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray],
-                report: Callable[[JobResult], None] | None = None,
+                report: Callable[[JobResult], None],
                 ) -> Generator[None, None, JobResult]:
     """One decode pass (or frames from disk), every clip once, into memory and to disk. A clip
-    is made as soon as the pass has decoded its frames, and `report` (if given) hands over
+    is made as soon as the pass has decoded its frames, and `report` hands over
     each group of clips made as it is made, so a batch can be served before the pass ends;
     after each group, while clips remain, it yields (a point to pause at: `JobSteps`), and it
     returns what was not reported. Paused, it holds its decoder and frames; any thread may
@@ -153,7 +147,8 @@ def video_steps(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarra
                 if position:
                     yield
                 maker.make([position], frames)
-    return maker.finish(JobResult((), tuple(saved), carried))
+    rest = maker.take()
+    return JobResult(rest.placed, tuple(saved), carried, rest.failed)
 
 
 class JobSteps:
@@ -183,7 +178,7 @@ class _ClipMaker:
     buffers and on disk; each group reported as it is made."""
 
     def __init__(self, tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray],
-                 report: Callable[[JobResult], None] | None) -> None:
+                 report: Callable[[JobResult], None]) -> None:
         self.tools, self.job, self.targets, self.report = tools, job, targets, report
         self.augmenter = tools.materializer.augmenter([u.clip for u in job.uses],
                                                       [len(u.readers) for u in job.uses])
@@ -191,18 +186,18 @@ class _ClipMaker:
         self.failed: list[Failed] = []
 
     def make_while_decoding(self) -> Generator[None, None, dict[FrameKey, object]]:
-        """Decode the pass, making each clip once its last frame is in, and yielding the next
-        one to make after each group; the frames."""
+        """Decode the pass, making each clip once its last frame is in (frames come in index
+        order) and yielding after each group while clips remain; the frames."""
         uses = self.job.uses
         order = sorted(range(len(uses)), key=lambda p: max(uses[p].clip.frame_indices))
-        needs = [clip_frame_keys(uses[p].clip) for p in order]
+        lasts = [max(uses[p].clip.frame_indices) for p in order]
         frames: dict[FrameKey, object] = {}
         made = 0
-        for _, keyed in self.tools.materializer.decode_each(self.job.work.info,
-                                                             self.job.decode_keys):
+        for index, keyed in self.tools.materializer.decode_each(self.job.work.info,
+                                                                self.job.decode_keys):
             frames.update(keyed)
             ready = made
-            while ready < len(order) and needs[ready].issubset(frames.keys()):
+            while ready < len(order) and lasts[ready] <= index:
                 ready += 1
             if ready > made:
                 self.make(order[made:ready], frames)
@@ -229,14 +224,10 @@ class _ClipMaker:
             stored = spot in job.to_disk and store.put(
                 clip_object_key(use, job.work.info), array, deadline=job.deadlines[use.view])
             self.placed.append(Placed(use, spot in job.to_memory, bool(stored)))
-        if self.report is not None:
-            self.report(self._take())
+        self.report(self.take())
 
-    def finish(self, result: JobResult) -> JobResult:
-        rest = self._take()
-        return JobResult(rest.placed, result.saved, result.carried, rest.failed)
-
-    def _take(self) -> JobResult:
+    def take(self) -> JobResult:
+        """The clips made and not handed over yet."""
         taken = JobResult(tuple(self.placed), failed=tuple(self.failed))
         self.placed, self.failed = [], []
         return taken

@@ -701,7 +701,7 @@ async def test_a_pass_pauses_for_a_job_a_reader_waits_for_and_resumes_where_it_s
     assert interleaved  # a pass stopped while another ran
     assert sorted(tracing.decoded) == sorted(v.name for v in plan.videos)  # once each
     assert all(data is not None for data in views.values())
-    assert not scheduler.paused and not scheduler.running
+    assert not scheduler.passes.paused and not scheduler.running
 
 
 def test_a_clip_s_ops_are_counted_before_it_is_handed_on(tmp_path):
