@@ -12,8 +12,11 @@ RSS and peak RSS, the cache dir's size, and the reader's waits. The last line su
 - ratio_to_ideal_steady: the GPU-busy share after epoch 0 against an ideal feed's. The ideal
   feed serves every batch from the daemon's memory; its wait per batch is measured on the same
   run, as the median wait of batches that were already `ready` (user.sand.state) when opened.
-  On a busy machine these waits are noisy; ratio_cpu_bound_steady is the best ratio the
-  measured CPU (daemon and reader, per batch after epoch 0) allows on the machine's cores;
+  On a busy machine these waits are noisy, and they grow with the daemon's own load: compare
+  runs on gpu_busy_steady and wait_s_steady (the reader's waits after epoch 0) as well, with
+  the ideal's waits beside them (ideal_wait_s_steady). ratio_cpu_bound_steady is the best
+  ratio the measured CPU (daemon and reader, per batch after epoch 0) allows on the machine's
+  cores;
 - memory: the daemon's peak RSS against the mount's memory_limit (the overhead beyond it).
 
 The machine may be shared: every figure used for decisions is CPU seconds, and `cpu_others_s`
@@ -245,7 +248,7 @@ def summarize(args, epochs: list[dict], ready_waits: list[float], iterations: in
     gpu_s = args.gpu_ms / 1e3
     ideal_wait = statistics.median(ready_waits) if ready_waits else None
     steady = [w for e in epochs[1:] for w in e.pop("waits", [])]
-    ratio = None
+    ratio = sandfs_busy = ideal_busy = None
     if ideal_wait is not None and steady:
         sandfs_busy = len(steady) * gpu_s / (len(steady) * gpu_s + sum(steady))
         ideal_busy = gpu_s / (gpu_s + ideal_wait)
@@ -270,12 +273,21 @@ def summarize(args, epochs: list[dict], ready_waits: list[float], iterations: in
             "cpu_per_batch_last10": _mean(per_batch[-10:]),
             "ideal_wait_ms": None if ideal_wait is None else round(ideal_wait * 1e3, 1),
             "ratio_to_ideal_steady": ratio,
+            # the ratio's two sides: a busier machine slows the ideal's reads too, so a change
+            # that only adds contention raises the ratio; compare runs on these and the waits
+            "gpu_busy_steady": _round(sandfs_busy), "gpu_busy_ideal": _round(ideal_busy),
+            "wait_s_steady": round(sum(steady), 2),
+            "ideal_wait_s_steady": _round(ideal_wait and ideal_wait * len(steady), 2),
             # the best steady ratio this CPU use allows on os.cpu_count() cores of its own:
             # each batch's daemon and reader CPU spread over the cores while the GPU step runs
             "ratio_cpu_bound_steady": cpu_bound,
             "cpu_per_batch_steady_s": round(steady_cpu, 4),
             "cache_dir_bytes_max": max(e["cache_dir_bytes"] for e in epochs),
             **{key: round(value, 2) for key, value in totals.items()}}
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def _mean(values: list[float]) -> float | None:

@@ -1,3 +1,10 @@
-from sandfs.cli import main
+"""`sandfs` (the console script) and `python -m sandfs`."""
 
-raise SystemExit(main())
+from sandfs.runtime import single_threaded_blas
+
+single_threaded_blas()  # before anything imports numpy
+
+from sandfs.cli import main  # noqa: E402
+
+if __name__ == "__main__":
+    raise SystemExit(main())

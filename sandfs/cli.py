@@ -23,6 +23,7 @@ from sandfs.errors import UserError
 from sandfs.fuse.mounttable import is_mounted
 from sandfs.pids import wait_for_exit
 from sandfs.readiness import Readiness
+from sandfs.runtime import limit_malloc_arenas
 
 log = logging.getLogger("sandfs")
 
@@ -151,6 +152,8 @@ def cmd_mount(args: argparse.Namespace) -> int:
 
 def mount_foreground(configs, settings, args, warnings) -> int:
     from sandfs.media.scan_workers import ProbeWorkers
+
+    limit_malloc_arenas()  # before the daemon starts its threads
 
     # the scan's worker interpreters start on another core while this one imports and mounts
     with ProbeWorkers(settings.workers) as probes:

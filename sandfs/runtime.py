@@ -1,0 +1,43 @@
+"""Process-wide settings of the sandfs command and its daemon, made before their threads start.
+
+- **BLAS threads:** numpy's OpenBLAS starts a thread per core when numpy is imported. No sandfs
+  process multiplies matrices, and starting them cost 0.2 CPU-s of the command's 0.55 (2 cores;
+  the mount took 1.25 CPU-s to serve, not 1.5). Set in the environment before numpy is imported
+  (`sandfs/__main__.py`), so the daemon's worker processes inherit it; a value the user set wins.
+- **malloc arenas:** glibc gives each thread that finds the others' arenas busy an arena of its
+  own, up to 8 per core, and a freed block goes back to the arena it came from. The daemon's jobs
+  run in trio's cached worker threads, so the frames and clips one thread allocates are often
+  freed by another. Over 100 epochs (docs/performance.md §17) two arenas left the reader
+  waiting 14.5-15.1 s in all, against 15.3-19.1 s with glibc's default, at the same CPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
+MALLOC_ARENAS = 2
+_M_ARENA_MAX = -8  # glibc's malloc.h
+
+
+def single_threaded_blas() -> None:
+    """Before numpy is imported: OpenBLAS starts no threads (unless the user asked for them)."""
+    os.environ.setdefault(BLAS_THREADS_ENV, "1")
+
+
+def limit_malloc_arenas(count: int = MALLOC_ARENAS) -> bool:
+    """Cap glibc's malloc arenas at `count` for the threads this process starts from now on;
+    False where the C library has no such setting (not glibc)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    done = bool(mallopt(_M_ARENA_MAX, count))
+    if not done:
+        log.debug("malloc arenas left as they are: mallopt refused %d", count)
+    return done

@@ -1,0 +1,69 @@
+"""Process-wide settings of the sandfs command and daemon (sandfs/runtime.py), each checked in a
+fresh interpreter: they only take effect before numpy is imported or threads start."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from sandfs.runtime import BLAS_THREADS_ENV, MALLOC_ARENAS
+
+ARENAS = textwrap.dedent("""
+    import ctypes, re, sys, tempfile, threading
+    from sandfs.runtime import limit_malloc_arenas
+    if sys.argv[1] == "limit":
+        assert limit_malloc_arenas()
+    def churn():
+        for _ in range(300):
+            blocks = [bytearray(2000) for _ in range(200)]
+            del blocks
+    threads = [threading.Thread(target=churn) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    libc = ctypes.CDLL(None)
+    libc.fopen.restype = ctypes.c_void_p
+    with tempfile.NamedTemporaryFile() as out:
+        stream = ctypes.c_void_p(libc.fopen(out.name.encode(), b"w"))
+        libc.malloc_info(0, stream)
+        libc.fclose(stream)
+        print(len(re.findall("<heap nr=", open(out.name).read())))
+""")
+
+
+def _arenas(mode: str) -> int:
+    done = subprocess.run([sys.executable, "-c", ARENAS, mode], capture_output=True, text=True,
+                          timeout=60, check=True)
+    return int(done.stdout)
+
+
+def test_threads_started_after_the_limit_share_two_malloc_arenas():
+    if not hasattr(__import__("ctypes").CDLL(None), "malloc_info"):
+        pytest.skip("not glibc")
+    unlimited = _arenas("none")
+    if unlimited <= MALLOC_ARENAS:
+        pytest.skip(f"threads never contended for malloc here ({unlimited} arenas)")
+    assert _arenas("limit") <= MALLOC_ARENAS
+
+
+def _threads_after_import(env: dict) -> tuple[str, int]:
+    code = ("import os, sandfs.__main__, numpy; "
+            f"print(os.environ.get('{BLAS_THREADS_ENV}'), len(os.listdir('/proc/self/task')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True, env=env)
+    value, threads = done.stdout.split()
+    return value, int(threads)
+
+
+def test_the_command_imports_numpy_without_starting_blas_threads():
+    env = {k: v for k, v in os.environ.items() if k != BLAS_THREADS_ENV}
+    assert _threads_after_import(env) == ("1", 1)
+
+
+def test_a_blas_thread_count_the_user_set_is_kept():
+    assert _threads_after_import(os.environ | {BLAS_THREADS_ENV: "2"})[0] == "2"
