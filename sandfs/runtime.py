@@ -8,7 +8,8 @@
   own, up to 8 per core, and a freed block goes back to the arena it came from. The daemon's jobs
   run in trio's cached worker threads, so the frames and clips one thread allocates are often
   freed by another. Over 100 epochs (docs/performance.md §17) two arenas left the reader
-  waiting 14.5-15.1 s in all, against 15.3-19.1 s with glibc's default, at the same CPU.
+  waiting 14.5-16.9 s in all (8 runs), against 15.3-19.1 s with glibc's default, at the
+  same CPU.
 """
 
 from __future__ import annotations

@@ -221,27 +221,19 @@ def _decode_seeking(info: VideoInfo, wanted: list[int], convert_frame: Callable,
         for run_number, (start, needed) in enumerate(plan_runs(info, wanted)):
             if run_number or start:  # a fresh container already stands at frame 0
                 container.seek(info.frame_pts[start], stream=stream, backward=True)
-            run = _Run(needed)
-            yield from _decode_run(container, stream, info, run, convert_frame, done, tally)
-            if not run.on_plan:
+            if not (yield from _decode_run(container, stream, info, needed, convert_frame,
+                                           done, tally)):
                 return False
     return True
 
 
-@dataclass(slots=True)
-class _Run:
-    needed: list[int]
-    on_plan: bool = False  # every needed frame came, in order
-
-
-def _decode_run(container: InputContainer, stream: VideoStream, info: VideoInfo, run: _Run,
-                convert_frame: Callable, done: set[int],
-                tally: Tally) -> Iterator[tuple[int, object]]:
-    """Decodes forward until the run's last needed frame; `run.on_plan` stays False when the
-    frames are not the expected sequence (first frame past the first needed one, a pts the scan
-    never saw, a frame missing that the decoder was not allowed to skip, one out of order), or
-    one is broken (`_broken`, a decoder error)."""
-    needed = run.needed
+def _decode_run(container: InputContainer, stream: VideoStream, info: VideoInfo,
+                needed: list[int], convert_frame: Callable, done: set[int],
+                tally: Tally) -> Generator[tuple[int, object], None, bool]:
+    """Decodes forward until needed[-1], yielding the needed frames; False when the frames are
+    not the expected sequence (first frame past needed[0], a pts the scan never saw, a frame
+    missing that the decoder was not allowed to skip, one out of order), or one is broken
+    (`_broken`, a decoder error)."""
     needed_set = set(needed)
     skippable: set[int] = set()
     previous = None
@@ -252,18 +244,18 @@ def _decode_run(container: InputContainer, stream: VideoStream, info: VideoInfo,
                 tally.frames += 1
                 index = _index_of_pts(info.frame_pts, frame.pts)
                 if index is None or not _on_plan(index, previous, needed[0], skippable):
-                    return
+                    return False
                 if _broken(info, frame):
-                    return
+                    return False
                 previous = index
                 if index in needed_set:
                     done.add(index)
                     yield index, convert_frame(frame)
                 if index == needed[-1]:
-                    run.on_plan = True
-                    return
+                    return True
         except av.FFmpegError:
-            return
+            return False
+    return False
 
 
 def _broken(info: VideoInfo, frame: VideoFrame) -> str | None:

@@ -315,8 +315,14 @@ class Scheduler:
     def _in_threads(self) -> int:
         return len(self.running) - len(self.passes.paused)
 
+    def _asks_to_pause(self, job: VideoJob) -> bool:
+        """From a running video job's thread, between two steps. With no reader blocked (most
+        steps) it answers without a round trip through the trio loop: reading whether the set
+        is empty is safe from a thread, and a stale answer moves a pause by one step only."""
+        return bool(self.board.demanded) and trio.from_thread.run_sync(self._should_pause, job)
+
     def _should_pause(self, job: VideoJob) -> bool:
-        """Between two steps of a running video job (called from its thread): give its worker
+        """In the trio loop, for `_asks_to_pause`: give the job's worker
         to a new job a blocked reader waits for (`PassBook`). A window's first batches need one
         clip from many videos; without pausing, each pass made all its clips for the window
         before the next began."""
@@ -401,7 +407,7 @@ class Scheduler:
             self.carry.claim(job)
             report = partial(trio.from_thread.run_sync, self._record_part, job)
             steps = work.JobSteps(work.video_steps(self.tools, job, targets, report))
-            step = partial(steps.run, partial(trio.from_thread.run_sync, self._should_pause, job))
+            step = partial(steps.run, partial(self._asks_to_pause, job))
         else:
             step = partial(work.assemble, self.tools, job, {job.key: self.board.buffer(job.key)})
         self.running[job.key] = job
