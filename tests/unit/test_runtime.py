@@ -1,5 +1,6 @@
-"""Process-wide settings of the sandfs command and daemon (sandfs/runtime.py), each checked in a
-fresh interpreter: they only take effect before numpy is imported or threads start."""
+"""Process-wide settings of the sandfs command and daemon (sandfs/runtime.py) and how the command
+exits (sandfs/__main__.py), each checked in a fresh interpreter: the settings only take effect
+before numpy is imported or threads start."""
 
 from __future__ import annotations
 
@@ -67,3 +68,25 @@ def test_the_command_imports_numpy_without_starting_blas_threads():
 
 def test_a_blas_thread_count_the_user_set_is_kept():
     assert _threads_after_import(os.environ | {BLAS_THREADS_ENV: "2"})[0] == "2"
+
+
+EXIT = textwrap.dedent("""
+    import atexit, sandfs.__main__ as entry
+    atexit.register(lambda: print("exit handlers ran"))
+    entry.run_command = lambda: print("the answer") or 3
+
+    class Module:
+        def __del__(self):
+            print("modules unloaded")
+
+    held = Module()  # only the interpreter's teardown would collect it
+    entry.main()
+    print("not reached")
+""")
+
+
+def test_the_command_leaves_without_unloading_modules_but_runs_exit_handlers():
+    done = subprocess.run([sys.executable, "-c", EXIT], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 3
+    assert done.stdout.splitlines() == ["the answer", "exit handlers ran"]
