@@ -49,6 +49,7 @@ from common import (
     DatasetSpec,
     MixedDatasetSpec,
     PeakMemory,
+    compile_sandfs,
     emit,
     ensure_dataset,
     fill_defaults,
@@ -60,6 +61,7 @@ from common import (
     peak_rss_mb,
     run_guarded,
     sandfs_mount,
+    settle_disk,
     summary,
     tree_cpu_seconds,
 )
@@ -532,6 +534,7 @@ def measure_repeat(tasks, plans, peers, workdir, args, gpu_s, *, reverse: bool,
     measured, views, failed = {}, {}, {}
     steps = [*peers, "sandfs"]
     for step in reversed(steps) if reverse else steps:
+        settle_disk()
         if step == "sandfs":
             done = measure_sandfs(tasks, workdir, args, gpu_s, keep_views)
             measured["sandfs"], measured["ideal"], views = done.sandfs, done.ideal, done.views
@@ -669,6 +672,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     args.data_dir.mkdir(parents=True, exist_ok=True)
     args.work_dir.mkdir(parents=True, exist_ok=True)
+    compile_sandfs()
     scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     datasets = make_datasets(args, scenarios)
     peers, skipped = [], {}

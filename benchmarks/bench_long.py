@@ -41,12 +41,14 @@ from pathlib import Path
 
 import yaml
 from common import (
+    compile_sandfs,
     emit,
     machine_busy_cores,
     machine_cpu_seconds,
     machine_info,
     run_guarded,
     sandfs_mount,
+    settle_disk,
     tree_cpu_seconds,
 )
 
@@ -308,6 +310,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     args.data_dir.mkdir(parents=True, exist_ok=True)
     args.work_dir.mkdir(parents=True, exist_ok=True)
+    compile_sandfs()
+    settle_disk()
     dataset = ensure_mixed_dataset(args.data_dir, args.videos, tuple(args.frames))
     busy = machine_busy_cores()
     emit({"record": "params", "bench": "long", **{k: str(v) if isinstance(v, Path) else v

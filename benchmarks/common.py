@@ -4,10 +4,12 @@ seconds of a process tree, and a sandfs mount driven only through its command li
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import json
 import os
 import platform
+import select
 import shutil
 import signal
 import statistics
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.helpers
-from tests.helpers.mountwatch import is_mounted, mounts_under, wait_served
+from tests.helpers.mountwatch import is_mounted, mounts_under
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MOUNT_TIMEOUT_S = 120.0
@@ -186,6 +188,21 @@ class MixedDatasetSpec:
                                  codec=kind.codec, gop=self.gop_frames, bframes=kind.bframes,
                                  b_adapt=not kind.bframes, noise=True,
                                  seed=rng.randrange(1 << 30))
+
+
+def compile_sandfs() -> None:
+    """sandfs's modules as bytecode, as installing the package leaves them: where
+    PYTHONDONTWRITEBYTECODE is set (this machine sets it) and nothing wrote them, every `sandfs
+    mount` (and every peer's trainer, which imports sandfs.ops) compiles them again, 0.13 s."""
+    compileall.compile_dir(REPO_ROOT / "sandfs", quiet=1)
+
+
+def settle_disk() -> None:
+    """Write out what earlier passes left dirty in the page cache, so that no pass pays for
+    another's writeback: a 10-epoch sandfs pass leaves ~1.2 GB of cache files, and the
+    kernel's flusher costs whichever pass runs next 10-40% of its speed (docs/performance.md
+    §18)."""
+    os.sync()
 
 
 def start_bench(name: str, args) -> Path:
@@ -369,19 +386,37 @@ def sandfs_mount(workdir: Path, configs: Sequence[Path], *, k_epochs: int, worke
     for config in configs:
         args += ["--config", str(config)]
     process = None
+    ready_read, ready_write = os.pipe()
     started_at = time.monotonic()
     try:
         with open(log_path, "ab") as log:
-            process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True,
+            process = subprocess.Popen([*args, "--ready-fd", str(ready_write)], stdout=log,
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       start_new_session=True, pass_fds=(ready_write,),
                                        cwd=REPO_ROOT, env={**os.environ, **(env or {})})
-        wait_served(mountpoint, process, log_path, MOUNT_TIMEOUT_S)
+        os.close(ready_write)
+        ready_write = None
+        wait_ready(ready_read, log_path)
         ready_at = time.monotonic()
         yield Mount(mountpoint, process.pid, ready_at - started_at, ready_at,
                     tree_cpu_seconds(process.pid))
     finally:
+        for fd in (ready_read, ready_write):
+            if fd is not None:
+                os.close(fd)
         unmount(mountpoint, process)
         shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def wait_ready(ready_fd: int, log_path: Path) -> None:
+    """Until the daemon says on its `--ready-fd` that it serves (the moment `sandfs mount`
+    returns to a user's shell); RuntimeError with its log's tail when it says otherwise, exits
+    or takes longer than MOUNT_TIMEOUT_S."""
+    readable, _, _ = select.select([ready_fd], [], [], MOUNT_TIMEOUT_S)
+    answer = os.read(ready_fd, 4096).decode(errors="replace").strip() if readable else ""
+    if answer != "ready":
+        raise RuntimeError(f"sandfs did not serve ({answer or 'no answer'}):\n"
+                           f"{log_path.read_text(errors='replace')[-3000:]}")
 
 
 def unmount(mountpoint: Path, process: subprocess.Popen | None) -> None:
