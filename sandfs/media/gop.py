@@ -17,7 +17,7 @@ def plan_runs(info: VideoInfo, indices: list[int]) -> list[tuple[int, list[int]]
         return [(0, indices)] if indices else []
     runs: list[tuple[int, list[int]]] = []
     for index in indices:
-        start = _keyframe_at_or_before(info.keyframe_indices, index)
+        start = keyframe_at_or_before(info, index)
         if runs and start <= runs[-1][1][-1] + 1:
             runs[-1][1].append(index)
         else:
@@ -25,9 +25,12 @@ def plan_runs(info: VideoInfo, indices: list[int]) -> list[tuple[int, list[int]]
     return runs
 
 
-def _keyframe_at_or_before(keyframe_indices: tuple[int, ...], index: int) -> int:
-    position = bisect_right(keyframe_indices, index)
-    return keyframe_indices[position - 1] if position else 0
+def keyframe_at_or_before(info: VideoInfo, index: int) -> int:
+    """Where decoding frame `index` starts (0 where the video cannot be seeked)."""
+    if not info.seekable:
+        return 0
+    position = bisect_right(info.keyframe_indices, index)
+    return info.keyframe_indices[position - 1] if position else 0
 
 
 def frames_to_decode(info: VideoInfo, indices: Iterable[int]) -> int:

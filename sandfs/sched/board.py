@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sandfs.media.gop import keyframe_at_or_before
 from sandfs.media.types import VideoInfo
 from sandfs.npy import NpyBuffer, npy_buffer
 from sandfs.plan.task import TaskPlan
@@ -148,17 +149,29 @@ class BatchBoard:
         for job, uses in self.pending.items():
             if job in busy or not uses:
                 continue
+            deadline, soonest = min(((deadline_of(u.view), u) for u in uses),
+                                    key=lambda pair: pair[0])
             yield JobState(
                 key=f"v{job.window}:{job.path}",
                 demanded=any(u.view in self.demanded for u in uses),
-                deadline_iterations=min(deadline_of(u.view) for u in uses),
+                deadline_iterations=deadline,
                 remaining_work=len({i for u in uses for i in u.clip.frame_indices}) + len(uses),
+                lead_work=self.lead_work(soonest),
             ), job
         for key, state in self.views.items():
             if key in busy or not state.to_assemble:
                 continue  # some slots still need a video job; it will bring them in
             yield JobState(f"a{key.parts}", key in self.demanded, deadline_of(key),
                            len(state.to_assemble)), key
+
+    def lead_work(self, use: ClipUse) -> int:
+        """Frames x pixels a pass decodes to make this clip: from the keyframe before it."""
+        state = self.views.get(use.view)
+        if state is None:
+            return 0
+        info = state.plan.videos[use.clip.video_index]
+        first, last = min(use.clip.frame_indices), max(use.clip.frame_indices)
+        return (last - keyframe_at_or_before(info, first) + 1) * info.width * info.height
 
     @property
     def memory_bytes(self) -> int:

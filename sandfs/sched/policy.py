@@ -2,6 +2,9 @@
 
 1. Demand-feeding first: a job a blocked reader waits for preempts everything else.
 2. Otherwise by deadline: the fewest iterations before a trainer needs the job's first clip.
+   Among jobs equally due — the videos of one batch, ready when its last clip is — the one
+   with the most decoding before that clip starts first (longest first: the batch is ready
+   when the last of them ends, so the longest must not start last).
 3. Under memory pressure (above MEMORY_PRESSURE_FRACTION of the limit), shortest job first on
    the remaining work, so the jobs that hold decoded frames finish and release them.
 
@@ -26,14 +29,14 @@ class JobState:
     demanded: bool  # a reader is blocked on one of its views
     deadline_iterations: int  # iterations before its first pending clip is needed
     remaining_work: int  # unprocessed edges of its subtree: frames to decode + clips to make
+    lead_work: int = 0  # decoding before its soonest clip is made: frames x pixels
 
 
 def priority(job: JobState, *, memory_pressure: bool) -> tuple:
-    if job.demanded:
-        return (0, job.deadline_iterations, job.remaining_work, job.key)
-    if memory_pressure:
+    if memory_pressure and not job.demanded:
         return (1, job.remaining_work, job.deadline_iterations, job.key)
-    return (1, job.deadline_iterations, job.remaining_work, job.key)
+    return (int(not job.demanded), job.deadline_iterations, -job.lead_work, job.remaining_work,
+            job.key)
 
 
 def fifo_priority(job: JobState, *, memory_pressure: bool) -> tuple:

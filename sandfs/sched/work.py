@@ -186,15 +186,18 @@ class _ClipMaker:
         self.failed: list[Failed] = []
 
     def make_while_decoding(self) -> Generator[None, None, dict[FrameKey, object]]:
-        """Decode the pass, making each clip once its last frame is in (frames come in index
-        order) and yielding after each group while clips remain; the frames."""
-        uses = self.job.uses
-        order = sorted(range(len(uses)), key=lambda p: max(uses[p].clip.frame_indices))
-        lasts = [max(uses[p].clip.frame_indices) for p in order]
+        """Decode the pass, making the clips in the order their batches are read, each as soon
+        as its frames are in and those read before it are made; yielding after each group while
+        clips remain; the frames. The pass keeps every frame it decodes until it ends anyway,
+        so a clip read later waits at no cost: the first batch's clip at the end of a video no
+        longer waits for the other windows' clips the decoder passed on the way."""
+        job = self.job
+        order = sorted(range(len(job.uses)), key=lambda p: (
+            job.deadlines[job.uses[p].view], max(job.uses[p].clip.frame_indices)))
+        lasts = [max(job.uses[p].clip.frame_indices) for p in order]
         frames: dict[FrameKey, object] = {}
         made = 0
-        for index, keyed in self.tools.materializer.decode_each(self.job.work.info,
-                                                                self.job.decode_keys):
+        for index, keyed in self.tools.materializer.decode_each(job.work.info, job.decode_keys):
             frames.update(keyed)
             ready = made
             while ready < len(order) and lasts[ready] <= index:
@@ -204,7 +207,10 @@ class _ClipMaker:
                 made = ready
                 if made < len(order):
                     yield
-        self.make(order[made:], frames)
+        for position in order[made:]:  # one by one: a pass that has decoded still pauses
+            if position != order[made]:
+                yield
+            self.make([position], frames)
         return frames
 
     def make(self, positions: Sequence[int], frames: Mapping[FrameKey, object]) -> None:

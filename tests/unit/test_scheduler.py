@@ -51,6 +51,17 @@ def test_memory_pressure_switches_to_shortest_job_first():
     assert under_pressure(81, 100) and not under_pressure(80, 100)
 
 
+def test_among_jobs_equally_due_the_longest_to_its_clip_starts_first():
+    """A batch is ready when its last clip is: of its videos, the one with the most decoding
+    before its clip must not start last."""
+    jobs = [JobState("short", False, 0, 30, lead_work=10),
+            JobState("long", False, 0, 300, lead_work=900)]
+    assert pick_next(jobs, memory_pressure=False).key == "long"
+    demanded = [replace(j, demanded=True) for j in jobs]
+    assert pick_next(demanded, memory_pressure=False).key == "long"
+    assert pick_next(jobs, memory_pressure=True).key == "short"  # frames held: finish first
+
+
 def test_ties_break_deterministically():
     jobs = [job("b"), job("a")]
     assert pick_next(jobs, memory_pressure=False).key == "a"
@@ -646,6 +657,37 @@ async def test_a_batch_is_served_once_its_clips_are_made_before_their_passes_end
         assert all(view_key(plan, 1, i) in scheduler.board.ready
                    for i in range(plan.iterations_per_epoch))
         nursery.cancel_scope.cancel()
+
+
+async def test_a_pass_makes_its_clips_in_read_order_as_their_frames_come_in(tmp_path):
+    """Frames come in index order, clips are made in the order their batches are read: the
+    first epoch's clip near a video's end is not made after the clips of later epochs that
+    end before it (the first batch waited for them)."""
+    plan, scheduler, materializer = scheduler_for(tmp_path, epochs=2)  # one window
+    epoch_of = {(c.video_index, c.frame_indices): epoch for epoch in range(2)
+                for i in range(plan.iterations_per_epoch)
+                for c in plan.view_plan(epoch, i).clips}
+    made = []
+    augment_clips = materializer.augment_clips
+
+    def recording(clips, frames, readers=None):
+        made.extend(epoch_of[c.video_index, c.frame_indices] for c in clips)
+        made.append(None)  # the end of a call
+        return augment_clips(clips, frames, readers)
+
+    materializer.augment_clips = recording
+    await run_until_settled(scheduler)
+    ends = [[max(clip_of(plan, e, v).frame_indices) for e in (0, 1)]
+            for v in range(len(plan.videos))]
+    assert any(first > second for first, second in ends)  # epoch 0's clip ends later
+    per_video = [e for e in made if e is not None]
+    assert len(per_video) == 2 * len(plan.videos)
+    assert all(per_video[i:i + 2] == [0, 1] for i in range(0, len(per_video), 2))
+
+
+def clip_of(plan, epoch: int, video_index: int):
+    return next(c for i in range(plan.iterations_per_epoch)
+                for c in plan.view_plan(epoch, i).clips if c.video_index == video_index)
 
 
 class FailingPassMaterializer(HeldPassMaterializer):
