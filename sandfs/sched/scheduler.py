@@ -2,10 +2,9 @@
 
 It composes the window book (tasks, positions, windows), the batch board (batches from planned
 to ready), the carry book (frames decoded ahead for later windows), the memory ledger (what
-a job may take against `memory_limit_bytes`) and the job records that worker threads run
-(`work.py`); `policy.py` picks the next job. Nothing in the trio loop blocks. A video job takes
-the pending clips whose batches fit in memory, plus those pruning keeps on disk; the rest wait
-for a later job.
+a job may take against `memory_limit_bytes`), admission (what a job takes when it starts) and
+the job records that worker threads run (`work.py`); `policy.py` picks the next job. Nothing in
+the trio loop blocks.
 """
 
 from __future__ import annotations
@@ -22,17 +21,12 @@ from sandfs.plan.failures import ViewFailures
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import ViewKey, WindowPlan, plan_window, view_key
 from sandfs.sched import work
+from sandfs.sched.admission import Admission
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import AssemblyJob, Job, JobResult, VideoJob, VideoJobKey
 from sandfs.sched.memory import MemoryLedger
-from sandfs.sched.objects import (
-    PRUNE_MODES,
-    DiskPlan,
-    Spot,
-    frame_nbytes,
-    mark_read,
-)
+from sandfs.sched.objects import PRUNE_MODES, mark_read
 from sandfs.sched.passes import PassBook, Step
 from sandfs.sched.policy import (
     NOT_NEEDED,
@@ -76,6 +70,9 @@ class Scheduler:
         self.passes = PassBook(workers)  # paused jobs stay in `running`: they hold memory
         self.memory = MemoryLedger(memory_limit_bytes, book=self.book, board=self.board,
                                    carry=self.carry, running=self.running, store=store)
+        self.admit = Admission(book=self.book, board=self.board, carry=self.carry,
+                               memory=self.memory, running=self.running,
+                               keeps_on_disk=store is not None)
         self.jobs_done = 0
         self.rebuilt_from_disk = 0
         self._wakeup = trio.Event()
@@ -300,9 +297,9 @@ class Scheduler:
                 self._resume(paused[best.key][1])
                 continue
             job_key = options[best.key][1]
-            job = (self._admit_video(job_key, demanded=best.demanded)
+            job = (self.admit.video(job_key, demanded=best.demanded)
                    if isinstance(job_key, VideoJobKey)
-                   else self._admit_assembly(job_key, demanded=best.demanded))
+                   else self.admit.assembly(job_key, demanded=best.demanded))
             if job is None:
                 if not paused:
                     return
@@ -341,63 +338,6 @@ class Scheduler:
         early (the shortest job under memory pressure) and refused, it held back every other
         job, and a window's first batches were not ready when the reader got there."""
         return isinstance(key, VideoJobKey) or self.memory.near(key, demanded=state.demanded)
-
-    def _admit_video(self, job_key: VideoJobKey, *, demanded: bool) -> VideoJob | None:
-        """The pending clips of this video that can go somewhere now: into a batch that fits in
-        memory, or to disk when pruning keeps them there. Most urgent first."""
-        video = self.book.windows[job_key.window].videos[job_key.path]
-        disk = self.board.disk_plans.get(job_key, DiskPlan())
-        frames_on_disk = job_key in self.carry.frames_on_disk
-        own_bytes = sum(frame_nbytes(video.info, k) for k in video.frame_keys)
-        free = self.memory.room_for_frames(own_bytes, demanded=demanded)
-        if free is None:
-            return None
-        carry = {} if frames_on_disk else self.carry.plan(
-            job_key, self.book.later(job_key.window, self.carry.span),
-            busy=set(self.running), pending=self.board.pending, active=self.book.windows,
-            memory_room=self.memory.room_to_carry(free))
-        frame_bytes = sum(frame_nbytes(video.info, k)
-                          for k in video.frame_keys.union(*(c.keys for c in carry.values())))
-        free = self.memory.make_room(frame_bytes - own_bytes, free)  # the carried frames
-        keeps = self.store is not None
-        uses, to_memory, to_disk, reserved = [], set(), set(), set()
-        for use in sorted(self.board.pending[job_key],
-                          key=lambda u: self.book.deadline_of(u.view)):
-            spot = Spot.of(use)
-            keep = spot in disk.clips and keeps
-            wanted = demanded and use.view in self.board.demanded
-            fits = use.view in reserved
-            if not fits and (not keep or self.memory.near(use.view, demanded=wanted)):
-                fits, free = self.memory.reserve_buffer(use.view, free, demanded=wanted)
-                if fits:
-                    reserved.add(use.view)
-                elif wanted:
-                    return None  # wait for the memory a running job frees, then fill it
-            if fits:
-                to_memory.add(spot)
-            if keep:
-                to_disk.add(spot)
-            if fits or keep:
-                uses.append(use)
-        if not uses:
-            return None
-        views = self.board.views
-        return VideoJob(
-            job_key, video, tuple(uses), frozenset(to_memory), frozenset(to_disk),
-            save_frames=disk.frames and keeps, frames_on_disk=frames_on_disk,
-            frame_bytes=frame_bytes, carry=carry,
-            deadlines={u.view: min((pos for _, pos in u.readers), default=0) for u in uses},
-            layouts={u.view: views[u.view].plan.sampling.layout for u in uses},
-            states={u.view: views[u.view] for u in uses})
-
-    def _admit_assembly(self, key: ViewKey, *, demanded: bool) -> AssemblyJob | None:
-        fits, _ = self.memory.reserve_buffer(key, self.memory.free_bytes,
-                                       demanded=demanded)
-        if not fits:
-            return None
-        state = self.board.views[key]
-        return AssemblyJob(key, state.plan, state.plan.view_plan(state.epoch, state.iteration),
-                           tuple(sorted(state.on_disk - state.in_memory)), {key: state})
 
     def _start(self, job: Job) -> None:
         """Claim the job's clips and buffers, and run it in a worker thread."""

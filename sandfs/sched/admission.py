@@ -1,0 +1,80 @@
+"""What a job takes when it starts: room for the frames it decodes (and those it carries to
+later windows), the buffers of the batches it fills in memory, and the clips that pruning keeps
+on disk. A video job takes the pending clips whose batches fit in memory, plus those pruning
+keeps on disk; the rest wait for a later job. None: the job cannot start now."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sandfs.plan.window import ViewKey
+from sandfs.sched.board import BatchBoard
+from sandfs.sched.carry import CarryBook
+from sandfs.sched.jobs import AssemblyJob, VideoJob, VideoJobKey
+from sandfs.sched.memory import MemoryLedger
+from sandfs.sched.objects import DiskPlan, Spot, frame_nbytes
+from sandfs.sched.windows import WindowBook
+
+
+class Admission:
+    def __init__(self, *, book: WindowBook, board: BatchBoard, carry: CarryBook,
+                 memory: MemoryLedger, running: Mapping, keeps_on_disk: bool) -> None:
+        self.book, self.board, self.carry, self.memory = book, board, carry, memory
+        self.running = running  # the scheduler's running jobs, by key
+        self.keeps_on_disk = keeps_on_disk  # an object store is there
+
+    def video(self, job_key: VideoJobKey, *, demanded: bool) -> VideoJob | None:
+        """The pending clips of this video that can go somewhere now: into a batch that fits in
+        memory, or to disk when pruning keeps them there. Most urgent first."""
+        video = self.book.windows[job_key.window].videos[job_key.path]
+        disk = self.board.disk_plans.get(job_key, DiskPlan())
+        frames_on_disk = job_key in self.carry.frames_on_disk
+        own_bytes = sum(frame_nbytes(video.info, k) for k in video.frame_keys)
+        free = self.memory.room_for_frames(own_bytes, demanded=demanded)
+        if free is None:
+            return None
+        carry = {} if frames_on_disk else self.carry.plan(
+            job_key, self.book.later(job_key.window, self.carry.span),
+            busy=set(self.running), pending=self.board.pending, active=self.book.windows,
+            memory_room=self.memory.room_to_carry(free))
+        frame_bytes = sum(frame_nbytes(video.info, k)
+                          for k in video.frame_keys.union(*(c.keys for c in carry.values())))
+        free = self.memory.make_room(frame_bytes - own_bytes, free)  # the carried frames
+        uses, to_memory, to_disk, reserved = [], set(), set(), set()
+        for use in sorted(self.board.pending[job_key],
+                          key=lambda u: self.book.deadline_of(u.view)):
+            spot = Spot.of(use)
+            keep = spot in disk.clips and self.keeps_on_disk
+            wanted = demanded and use.view in self.board.demanded
+            fits = use.view in reserved
+            if not fits and (not keep or self.memory.near(use.view, demanded=wanted)):
+                fits, free = self.memory.reserve_buffer(use.view, free, demanded=wanted)
+                if fits:
+                    reserved.add(use.view)
+                elif wanted:
+                    return None  # wait for the memory a running job frees, then fill it
+            if fits:
+                to_memory.add(spot)
+            if keep:
+                to_disk.add(spot)
+            if fits or keep:
+                uses.append(use)
+        if not uses:
+            return None
+        views = self.board.views
+        return VideoJob(
+            job_key, video, tuple(uses), frozenset(to_memory), frozenset(to_disk),
+            save_frames=disk.frames and self.keeps_on_disk, frames_on_disk=frames_on_disk,
+            frame_bytes=frame_bytes, carry=carry,
+            deadlines={u.view: min((pos for _, pos in u.readers), default=0) for u in uses},
+            layouts={u.view: views[u.view].plan.sampling.layout for u in uses},
+            states={u.view: views[u.view] for u in uses})
+
+    def assembly(self, key: ViewKey, *, demanded: bool) -> AssemblyJob | None:
+        """Reading a batch's clips back from disk, once its buffer fits."""
+        fits, _ = self.memory.reserve_buffer(key, self.memory.free_bytes, demanded=demanded)
+        if not fits:
+            return None
+        state = self.board.views[key]
+        return AssemblyJob(key, state.plan, state.plan.view_plan(state.epoch, state.iteration),
+                           tuple(sorted(state.on_disk - state.in_memory)), {key: state})
