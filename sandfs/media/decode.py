@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from bisect import bisect_left
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
-from typing import BinaryIO
 
 import av
 import numpy as np
@@ -35,6 +33,7 @@ from av.video.stream import VideoStream
 
 from sandfs.media.gop import checked_indices as _checked_indices
 from sandfs.media.gop import frames_to_decode, plan_runs  # noqa: F401 (importers of decode)
+from sandfs.media.opening import describe_error, open_regular_file, open_stream
 from sandfs.media.types import VideoInfo
 
 log = logging.getLogger(__name__)
@@ -66,37 +65,6 @@ class ScanMismatch(DecodeError):
 class DecodeResult:
     frames: dict[int, np.ndarray]  # frame index -> HxWx3 uint8 RGB
     frames_decoded: int  # every frame the decoder returned, needed or not (skipped: not decoded)
-
-
-class NotRegularFileError(OSError):
-    pass
-
-
-@contextmanager
-def open_regular_file(path: str) -> Iterator[BinaryIO]:
-    """Opens `path` for reading without following a final symlink and without blocking on a
-    FIFO (O_NOFOLLOW | O_NONBLOCK), and refuses anything but a regular file."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotRegularFileError(f"not a regular file: {path!r}")
-        file = os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-    with file:
-        yield file
-
-
-def open_stream(container: InputContainer, stream_index: int) -> VideoStream:
-    """The scanned video stream, set up for a single-threaded decode (the callers run
-    decodes in parallel; frame threading also hangs on some inputs)."""
-    stream = container.streams[stream_index]
-    if not isinstance(stream, VideoStream):
-        raise ValueError(f"stream {stream_index} is {stream.type}, not video")
-    stream.codec_context.thread_type = "SLICE"
-    stream.codec_context.thread_count = 1
-    return stream
 
 
 # Decoders that drop a non-reference picture (H.264 nal_ref_idc 0, HEVC *_N, MPEG-1/2/4 B) when
@@ -193,13 +161,6 @@ def decode_each(info: VideoInfo, indices: Iterable[int],
         yield from _decode_sequential(info, wanted, convert_frame, done, tally)
     except (av.FFmpegError, OSError, ValueError) as error:
         raise DecodeError(info.name, describe_error(error)) from error
-
-
-def describe_error(error: BaseException) -> str:
-    """`InvalidDataError: Invalid data found when processing input`, without PyAV's file name
-    (a file object's name is its descriptor number)."""
-    strerror = getattr(error, "strerror", None)  # FFmpegError is no OSError but has one
-    return f"{type(error).__name__}: {strerror or error}"
 
 
 @contextmanager

@@ -39,7 +39,7 @@ from av.container import InputContainer
 from av.stream import Disposition
 from av.video.stream import VideoStream
 
-from sandfs.media.decode import (
+from sandfs.media.opening import (
     NotRegularFileError,
     describe_error,
     open_regular_file,

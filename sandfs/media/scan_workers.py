@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from threading import Event
 
-from sandfs.media.decode import describe_error
+from sandfs.media.opening import describe_error
 from sandfs.media.probe import ProbeFailure, ProbeResult, probe_video
 from sandfs.media.types import MediaLimits
 from sandfs.workerproc import start_worker_process

@@ -3,6 +3,9 @@ mount): the scan uses them instead of starting its own, and none is left behind.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from sandfs.media import scan_workers
@@ -55,3 +58,13 @@ def test_workers_no_scan_took_are_stopped(tmp_path):
     started.close()
     started.close()  # twice is fine
     assert children_of() <= before
+
+
+def test_a_probe_worker_starts_without_numpy():
+    """The workers start while the daemon imports and mounts; numpy would be a third of their
+    start, and probing demuxes without it."""
+    code = ("import sys; from sandfs.media.scan_workers import worker_main; "
+            "print('numpy' in sys.modules, 'av' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60)
+    assert done.stdout.split() == ["False", "True"]

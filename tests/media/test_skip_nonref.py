@@ -17,9 +17,9 @@ from sandfs.media.decode import (
     decode_all_reference,
     decode_frames,
     frames_to_decode,
-    open_stream,
     plan_runs,
 )
+from sandfs.media.opening import open_stream
 from sandfs.media.scan import scan_dataset
 from sandfs.media.synth import read_painted_index, write_test_video
 from sandfs.media.types import VideoInfo
