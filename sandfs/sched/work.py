@@ -190,7 +190,7 @@ class _ClipMaker:
         as its frames are in and those read before it are made; yielding after each group while
         clips remain; the frames. The pass keeps every frame it decodes until it ends anyway,
         so a clip read later waits at no cost: the first batch's clip at the end of a video no
-        longer waits for the other windows' clips the decoder passed on the way."""
+        longer waits for the clips of later epochs that the decoder passed on the way."""
         job = self.job
         order = sorted(range(len(job.uses)), key=lambda p: (
             job.deadlines[job.uses[p].view], max(job.uses[p].clip.frame_indices)))
