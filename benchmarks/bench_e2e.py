@@ -308,7 +308,8 @@ class SandfsPass:
 
 
 def measure_sandfs(tasks: list[TaskSpec], workdir: Path, args, gpu_s: float,
-                   keep_views: list[tuple[int, int]] = ()) -> SandfsPass:
+                   keep_views: list[tuple[int, int]], peers: list[str], plans: dict
+                   ) -> SandfsPass:
     """The sandfs pass on a fresh mount, then the ideal pass on the same (now warm) mount; then
     the views `keep_views` of every task are read for the peers' check. The sandfs pass is
     charged the daemon's CPU from the moment it served (a scheduler may start before the first
@@ -324,7 +325,7 @@ def measure_sandfs(tasks: list[TaskSpec], workdir: Path, args, gpu_s: float,
         cold = run_trainers(jobs, tree_pid=mount.pid)
         status_cold = mount.status()
         daemon_peak_mb = peak_rss_mb(mount.pid)
-        dropped = drop_page_cache()
+        dropped = drop_views_from_page_cache(peers, plans)
         warm = run_trainers(jobs, tree_pid=mount.pid)
         status_warm = mount.status()
         views = {task.name: {key: read_view(mount.mountpoint, task.name, *key)
@@ -362,24 +363,20 @@ def read_view(mountpoint: Path, task: str, epoch: int, iteration: int) -> np.nda
     return np.load(mountpoint / task / str(epoch) / str(iteration) / "view")
 
 
-def drop_page_cache() -> bool:
+def drop_views_from_page_cache(peers: list[str], plans: dict) -> bool:
     """Empty the kernel's page cache (root only), so that the ideal pass reads every view from
     the daemon's memory through FUSE as the sandfs pass did, not from pages the sandfs pass
-    left in the kernel (views are served with keep_cache)."""
+    left in the kernel (views are served with keep_cache). Then read back what the drop also
+    evicted and every pass loads: sandfs's modules, torch, each peer's library and the videos.
+    Left on disk, they slowed the ideal's readers and every later pass (`sandfs mount` took
+    1.03 s in the repeats after the first, 0.76 s in the first), where the passes before found
+    them in memory, as a user's second run does."""
     try:
         os.sync()
         with open("/proc/sys/vm/drop_caches", "w") as control:
             control.write("1")
-        return True
     except OSError:
         return False
-
-
-def reload_page_cache(peers: list[str], plans: dict) -> None:
-    """Read back what the ideal pass's drop of the page cache evicted: sandfs's modules, torch,
-    each peer's library and the videos. The passes after it would load them from disk, where
-    those before it found them in memory (a user's second run does): measured so, `sandfs
-    mount` took 1.03 s in the repeats after the first, 0.76 s in the first."""
     modules = ["sandfs.cli", "sandfs.daemon", "torch", *(PEERS[p].module for p in peers)]
     subprocess.run([sys.executable, "-c", "import importlib, sys\n"
                     "for name in sys.argv[1:]: importlib.import_module(name)", *modules],
@@ -388,6 +385,7 @@ def reload_page_cache(peers: list[str], plans: dict) -> None:
         with open(path, "rb") as video:
             while video.read(1 << 20):
                 pass
+    return True
 
 
 def daemon_figures(status_before: dict, status_after: dict) -> dict:
@@ -553,9 +551,8 @@ def measure_repeat(tasks, plans, peers, workdir, args, gpu_s, *, reverse: bool,
     for step in reversed(steps) if reverse else steps:
         settle_disk()
         if step == "sandfs":
-            done = measure_sandfs(tasks, workdir, args, gpu_s, keep_views)
+            done = measure_sandfs(tasks, workdir, args, gpu_s, keep_views, peers, plans)
             measured["sandfs"], measured["ideal"], views = done.sandfs, done.ideal, done.views
-            reload_page_cache(peers, plans)
             continue
         try:
             measured[step] = measure_peer(step, tasks, plans, args, gpu_s)
