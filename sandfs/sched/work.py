@@ -207,8 +207,8 @@ class _ClipMaker:
                 made = ready
                 if made < len(order):
                     yield
-        for position in order[made:]:  # one by one: a pass that has decoded still pauses
-            if position != order[made]:
+        for count, position in enumerate(order[made:]):  # one by one: it may still pause
+            if count:
                 yield
             self.make([position], frames)
         return frames
