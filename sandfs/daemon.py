@@ -25,7 +25,8 @@ import trio
 
 from sandfs.access import owner_of
 from sandfs.cache import ObjectStore
-from sandfs.cache.setup import open_store, prepare_cache_dir
+from sandfs.cache.setup import open_store, prepare_cache_dir, store_sizing
+from sandfs.cache.sizing import StoreSizing
 from sandfs.config.schema import TaskConfig
 from sandfs.config.settings import MountSettings
 from sandfs.errors import UserError
@@ -73,6 +74,7 @@ class Planned:
     scans: dict[DatasetKey, DatasetScan]
     plans: list[TaskPlan]
     store: ObjectStore
+    store_sizing: StoreSizing
 
 
 def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
@@ -198,9 +200,10 @@ def scan_and_plan(startup: Startup, mount: Mount) -> Planned:
     startup.enter("planning")
     plans = build_plans(mount.configs, scans, settings.k_epochs,
                         load_plan_state(settings.cache_dir))
-    store = open_store(settings, plans)
+    sizing = store_sizing(settings)
+    store = open_store(settings, plans, sizing)
     mount.resources.callback(store.close)
-    return Planned(scans, plans, store)
+    return Planned(scans, plans, store, sizing)
 
 
 def make_service(startup: Startup, mount: Mount, planned: Planned) -> ViewService:
@@ -211,7 +214,7 @@ def make_service(startup: Startup, mount: Mount, planned: Planned) -> ViewServic
         stats=Stats(), bad_videos=bad_videos(planned.scans),
         task_texts={c.task: c.source_text for c in configs},
         memory_limit_bytes=settings.batch_memory_bytes, store=planned.store,
-        decode_ahead=settings.decode_ahead,
+        store_sizing=planned.store_sizing, decode_ahead=settings.decode_ahead,
         policy=settings.scheduling, prune_mode=settings.prune_mode,
         checkpoint=partial(save_plan_state, settings.cache_dir),
         task_planner=partial(plan_new_task, settings, planned.scans, planned.plans),

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 import trio
 
 from sandfs.cache import ObjectStore
+from sandfs.cache.sizing import StoreSizing
 from sandfs.config.condition import ConditionError
 from sandfs.config.schema import TaskConfig
 from sandfs.fileio import DAMAGED
@@ -54,6 +55,7 @@ class ViewService:
         memory_limit_bytes: int = 1 << 30,
         read_ahead: int = 8,
         store: ObjectStore | None = None,
+        store_sizing: StoreSizing | None = None,
         decode_ahead: int = 0,
         checkpoint: Callable[[dict], None] | None = None,
         task_planner: Callable[[TaskConfig, dict[tuple, int]], TaskPlan] | None = None,
@@ -75,6 +77,7 @@ class ViewService:
                                    on_window_planned=self.registry.window_planned,
                                    policy=policy, prune_mode=prune_mode)
         self.store = store
+        self.store_sizing = store_sizing  # None: the store's budget stays as opened
         self.bad_videos = list(bad_videos)
         self.read_ahead = read_ahead  # how far status.json's ready_ahead looks
         # time.monotonic() when the mount began (its uptime counts from there): the daemon
@@ -135,6 +138,7 @@ class ViewService:
             self.registry.remove(cfg.task)
             await self.scheduler.remove_plan(cfg.task)
             raise refusal(cfg.task, exc) from exc
+        await self._fit_store()
         log.info("task %s registered: %d videos, %d iterations/epoch", cfg.task,
                  len(plan.videos), plan.iterations_per_epoch)
         if note := ignored_engine_note(cfg):
@@ -146,7 +150,16 @@ class ViewService:
         self.registry.remove(name)
         self.frames.forget(name)
         await self.scheduler.remove_plan(name)
+        await self._fit_store()
         log.info("task %s ended", name)
+
+    async def _fit_store(self) -> None:
+        """A store that sizes itself follows the tasks (cache/sizing.py)."""
+        if self.store is None or self.store_sizing is None or self.store_sizing.given:
+            return
+        size = self.store_sizing.store_bytes(self.scheduler.book.plans.values())
+        if size != self.store.budget_bytes:
+            await trio.to_thread.run_sync(self.store.resize, size)
 
     # -- batch views -------------------------------------------------------------------------
 

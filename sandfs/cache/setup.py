@@ -9,6 +9,7 @@ import stat
 from collections.abc import Sequence
 
 from sandfs.cache.recovery import CacheDirError, StoreBusyError
+from sandfs.cache.sizing import StoreSizing, writeback_threshold
 from sandfs.cache.store import ObjectStore
 from sandfs.config.settings import MountSettings
 from sandfs.errors import UserError
@@ -61,14 +62,26 @@ def open_log(cache_dir: str) -> int:
     return fd
 
 
-def open_store(settings: MountSettings, plans: Sequence[TaskPlan]) -> ObjectStore:
+def store_sizing(settings: MountSettings) -> StoreSizing:
+    """How the mount's store is sized (read once: the memory available changes)."""
+    return StoreSizing(settings.storage_budget_bytes, settings.storage_budget_given,
+                       writeback_threshold())
+
+
+def open_store(settings: MountSettings, plans: Sequence[TaskPlan],
+               sizing: StoreSizing | None = None) -> ObjectStore:
+    """The store, sized by `sizing` (default: `store_sizing(settings)`) for `plans`."""
     budget = settings.storage_budget_bytes
     biggest = max(p.view_nbytes(0, 0) for p in plans)
     if budget < biggest:
         raise UserError(f"storage budget {budget} bytes is smaller than one batch ({biggest} "
                         f"bytes); raise --budget / engine.storage_budget")
     fmt = None if settings.cache_format == "auto" else settings.cache_format
-    store = ObjectStore(os.path.join(settings.cache_dir, "store"), budget, default_fmt=fmt)
+    size = (sizing or store_sizing(settings)).store_bytes(plans)
+    if size < budget:
+        log.info("cache: the store keeps %d MiB (no storage budget given; the disk bound is "
+                 "%d MiB)", size >> 20, budget >> 20)
+    store = ObjectStore(os.path.join(settings.cache_dir, "store"), size, default_fmt=fmt)
     try:
         report = store.open()
     except StoreBusyError as exc:

@@ -194,6 +194,16 @@ class ObjectStore:
         with self._lock:
             return key in self._index
 
+    def resize(self, budget_bytes: int) -> int:
+        """A new budget (the tasks of a self-sized store changed); objects over a smaller one
+        are evicted at once, as `open` does. The number evicted."""
+        if budget_bytes <= 0:
+            raise ValueError(f"budget_bytes must be > 0, got {budget_bytes}")
+        with self._lock:
+            self.budget_bytes = int(budget_bytes)
+            self.evict_at_bytes = int(self.budget_bytes * EVICT_AT_FRACTION)
+            return self._evict_to(self.budget_bytes, -math.inf)
+
     def room_below(self, fraction: float) -> int:
         """Bytes that may still be stored before the objects still needed (all but those
         `mark_done`, the first to evict) fill `fraction` of the budget. Done objects count as

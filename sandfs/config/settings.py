@@ -83,7 +83,8 @@ class MountSettings:
     k_epochs: int
     decode_ahead: int
     memory_limit_bytes: int
-    storage_budget_bytes: int
+    storage_budget_bytes: int  # the disk bound
+    storage_budget_given: bool  # set by the user: the store may fill it (cache/sizing.py)
     cache_format: str  # auto | raw | lz4 | zstd | png
     scheduling: str  # SCHEDULING_POLICIES
     prune_mode: str  # PRUNE_MODES
@@ -122,6 +123,7 @@ def mount_settings(
         memory_limit_bytes=(engine.memory_limit_bytes
                             or default_memory_limit(configs, default_workers(engine))),
         storage_budget_bytes=engine.storage_budget_bytes or default_storage_budget(cache_dir),
+        storage_budget_given=engine.storage_budget_bytes is not None,
         cache_format=engine.cache_format,
         scheduling=scheduling,
         prune_mode=prune_mode,

@@ -41,6 +41,7 @@ def make_service(plans: Sequence[TaskPlan], *, task_texts: dict[str, str] | None
         settings = MountSettings(mountpoint="/nonexistent", cache_dir=str(cache_dir),
                                  workers=workers, k_epochs=plans[0].k_epochs, decode_ahead=0,
                                  memory_limit_bytes=256 << 20, storage_budget_bytes=1 << 30,
+                                 storage_budget_given=True,
                                  cache_format="auto", scheduling="priority",
                                  prune_mode="algorithm1", media_limits=MediaLimits())
         planner = partial(plan_new_task, settings, scans, list(plans))

@@ -15,6 +15,7 @@ from sandfs.config.settings import (
     MIN_MEMORY_LIMIT,
     ON_DEMAND_MEMORY_SHARE,
     default_memory_limit,
+    default_storage_budget,
 )
 from sandfs.errors import UserError
 from sandfs.npy import npy_nbytes
@@ -145,6 +146,7 @@ def test_mount_settings_resolve_every_default_once(tmp_path):
     assert settings.cache_dir == _settings(environ={"XDG_CACHE_HOME": str(tmp_path)})[0].cache_dir
     assert settings.workers >= 1
     assert settings.storage_budget_bytes == 2**30  # the config's
+    assert settings.storage_budget_given  # so the store may fill it
     assert settings.memory_limit_bytes > 0
     assert (settings.scheduling, settings.prune_mode) == ("priority", "algorithm1")
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -230,3 +232,13 @@ def test_view_shape_counts_every_path_and_the_layout():
 """
     config = load_task_config("t.yaml", text=two_paths, check_paths=False)
     assert view_shape(config.dataset) == ((4, 3, 4, 20, 30), "uint8")  # 2 videos x 2 paths
+
+
+def test_without_a_budget_the_disk_bound_is_the_default_and_not_given(tmp_path):
+    text = re.sub(r"  storage_budget: 1G[^\n]*\n", "", BASE)
+    settings, _ = _settings(text, environ={"XDG_CACHE_HOME": str(tmp_path)})
+    assert not settings.storage_budget_given  # the store sizes itself (cache/sizing.py)
+    assert settings.storage_budget_bytes == default_storage_budget(settings.cache_dir)
+    given, _ = _settings(text, {"storage_budget_bytes": "3G"},
+                         environ={"XDG_CACHE_HOME": str(tmp_path)})
+    assert given.storage_budget_given and given.storage_budget_bytes == 3 << 30
