@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     mount.add_argument("mountpoint", nargs="?", help="default: the config's engine.mountpoint")
     mount.add_argument("--config", action="append", required=True, metavar="TASK.yaml")
     mount.add_argument("--cache-dir")
-    mount.add_argument("--budget", metavar="SIZE", help="storage budget, e.g. 200G")
+    mount.add_argument("--budget", metavar="SIZE",
+                       help="storage budget, e.g. 200G (default: the store sizes itself, "
+                       "within a quarter of the free disk)")
     mount.add_argument("--k-epochs", type=int, metavar="K")
     mount.add_argument("--decode-ahead", type=int, metavar="N",
                        help="later windows a decode pass also prepares frames for (default 3)")
