@@ -6,7 +6,10 @@ reader reads every batch in order and sleeps --gpu-ms after each (a GPU step tha
 CPU free). After each epoch one JSON line gives that epoch's figures: the daemon's CPU seconds
 (from /proc, all its threads: a busy machine does not inflate them), frames decoded, aug ops,
 frames carried and read back, store bytes written and read, evictions and rebuilds, the daemon's
-RSS and peak RSS, the cache dir's size, and the reader's waits. The last line sums it up:
+RSS and peak RSS, the cache dir's size, the bytes the kernel wrote to disk meanwhile (the whole
+machine's: a store that outgrows the writeback threshold shows here, docs/performance.md §19)
+and the reader's waits. The last line sums it up (with the store's budget, as the daemon sized
+it or as given):
 
 - cpu_per_batch_s by epoch, and its slope over the run (it must not grow with the epochs);
 - ratio_to_ideal_steady: the GPU-busy share after epoch 0 against an ideal feed's. The ideal
@@ -46,6 +49,7 @@ from common import (
     machine_busy_cores,
     machine_cpu_seconds,
     machine_info,
+    machine_written_bytes,
     run_guarded,
     sandfs_mount,
     settle_disk,
@@ -201,10 +205,12 @@ def run(args, dataset: Path, workdir: Path) -> dict:
         pid = int(mount.status()["pid"])
         rss_at_mount = rss_bytes(pid)[0]
         status = mount.status()
+        store_budget = status["cache"]["budget_bytes"]
         iterations = status["tasks"]["slowfast"]["iterations_per_epoch"]
         cache_dir = workdir / "mnt-cache"
         before, cpu_before = figures(status), tree_cpu_seconds(mount.pid)
         machine_before = machine_cpu_seconds()[0]
+        written_before = machine_written_bytes()
         all_ready_waits, epochs = [], []
         for epoch in range(args.epochs):
             reader_before = os.times()
@@ -214,6 +220,7 @@ def run(args, dataset: Path, workdir: Path) -> dict:
             machine = machine_cpu_seconds()[0]
             after = figures(mount.status())
             rss, peak = rss_bytes(pid)
+            written = machine_written_bytes()
             record = {"record": "epoch", "epoch": epoch,
                       "cpu_daemon_s": round(cpu - cpu_before, 3),
                       "cpu_per_batch_s": round((cpu - cpu_before) / iterations, 4),
@@ -222,19 +229,20 @@ def run(args, dataset: Path, workdir: Path) -> dict:
                       **{key: after[key] - before[key] for key in after},
                       "rss_bytes": rss, "peak_rss_bytes": peak,
                       "cache_dir_bytes": dir_bytes(cache_dir),
+                      "disk_written_bytes": written - written_before,
                       "wait_s_total": round(sum(waits), 3),
                       "cpu_reader_s": round(reader_cpu, 3),
                       "batches_ready_at_open": len(ready_waits)}
             emit(record)
             epochs.append(record)
             all_ready_waits += ready_waits
-            before, cpu_before, machine_before = after, cpu, machine
+            before, cpu_before, machine_before, written_before = after, cpu, machine, written
             if epoch > 0:
                 record["waits"] = waits
     limit = (parse_size(args.memory_limit) if args.memory_limit
              else default_memory_limit([load_task_config(str(config))], args.workers))
     return summarize(args, epochs, all_ready_waits, iterations) | memory_figures(
-        epochs, limit, rss_at_mount)
+        epochs, limit, rss_at_mount) | {"store_budget_bytes": store_budget}
 
 
 def memory_figures(epochs: list[dict], limit: int, rss_at_mount: int) -> dict:
@@ -266,7 +274,8 @@ def summarize(args, epochs: list[dict], ready_waits: list[float], iterations: in
     totals = {key: sum(e[key] for e in epochs) for key in
               ("frames_decoded", "aug_ops", "frames_carried", "frames_from_disk",
                "store_bytes_written", "store_bytes_read", "store_evictions", "evicted_unread",
-               "rebuilt_from_disk", "clips_recomputed", "cpu_daemon_s", "cpu_others_s")}
+               "rebuilt_from_disk", "clips_recomputed", "cpu_daemon_s", "cpu_others_s",
+               "disk_written_bytes")}
     return {"record": "summary", "epochs": len(epochs), "iterations_per_epoch": iterations,
             "output_frames": len(epochs) * iterations * 4 * 32,
             "cpu_per_batch_s": per_batch,

@@ -342,6 +342,18 @@ def machine_cpu_seconds() -> tuple[float, float]:
     return (user + nice + system + irq + softirq) / CLOCK_TICKS_PER_S, steal / CLOCK_TICKS_PER_S
 
 
+def machine_written_bytes() -> int:
+    """Bytes the kernel has written from the page cache to disk so far (/proc/vmstat
+    nr_written, the whole machine): what a cache that outlives the kernel's writeback
+    threshold costs (docs/performance.md §19). 0 where it cannot be read."""
+    try:
+        with open("/proc/vmstat") as f:
+            pages = next(int(line.split()[1]) for line in f if line.startswith("nr_written "))
+    except (OSError, StopIteration, ValueError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
 def machine_busy_cores(interval_s: float = 2.0) -> float:
     """How many cores the machine kept busy over `interval_s` (call it while idle yourself)."""
     busy_before_s, _ = machine_cpu_seconds()

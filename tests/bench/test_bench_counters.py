@@ -1,0 +1,31 @@
+"""The machine counters the benchmarks report beside their figures, read from the kernel."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from common import machine_written_bytes
+
+
+def filesystem_type(path: str) -> str:
+    """The type of the filesystem holding `path` (the longest mount point above it)."""
+    best, kind = "", ""
+    with open("/proc/mounts") as f:
+        for line in f:
+            _, mountpoint, fstype = line.split()[:3]
+            inside = path == mountpoint or path.startswith(mountpoint.rstrip("/") + "/")
+            if inside and len(mountpoint) > len(best):
+                best, kind = mountpoint, fstype
+    return kind
+
+
+def test_written_bytes_count_a_synced_file(tmp_path):
+    if filesystem_type(str(tmp_path)) in ("tmpfs", "ramfs"):
+        pytest.skip("the temp dir is not on a disk the kernel writes back to")
+    before = machine_written_bytes()
+    with open(tmp_path / "four-mib", "wb") as f:
+        f.write(os.urandom(4 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    assert machine_written_bytes() - before >= 4 << 20
