@@ -69,15 +69,15 @@ def store_sizing(settings: MountSettings) -> StoreSizing:
 
 
 def open_store(settings: MountSettings, plans: Sequence[TaskPlan],
-               sizing: StoreSizing | None = None) -> ObjectStore:
-    """The store, sized by `sizing` (default: `store_sizing(settings)`) for `plans`."""
+               sizing: StoreSizing) -> ObjectStore:
+    """The store, sized by `sizing` for `plans`."""
     budget = settings.storage_budget_bytes
     biggest = max(p.view_nbytes(0, 0) for p in plans)
     if budget < biggest:
         raise UserError(f"storage budget {budget} bytes is smaller than one batch ({biggest} "
                         f"bytes); raise --budget / engine.storage_budget")
     fmt = None if settings.cache_format == "auto" else settings.cache_format
-    size = (sizing or store_sizing(settings)).store_bytes(plans)
+    size = sizing.store_bytes(plans)
     if size < budget:
         log.info("cache: the store keeps %d MiB (no storage budget given; the disk bound is "
                  "%d MiB)", size >> 20, budget >> 20)
