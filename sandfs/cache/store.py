@@ -196,7 +196,8 @@ class ObjectStore:
 
     def resize(self, budget_bytes: int) -> int:
         """A new budget (the tasks of a self-sized store changed); objects over a smaller one
-        are evicted at once, as `open` does. The number evicted."""
+        are evicted at once, as `open` does (writes in flight, reserved under the old budget,
+        still land: the next put evicts for them). The number evicted."""
         if budget_bytes <= 0:
             raise ValueError(f"budget_bytes must be > 0, got {budget_bytes}")
         with self._lock:
