@@ -3,6 +3,7 @@ single output, and propagate static frame shapes so that batches are known to st
 
 from __future__ import annotations
 
+import graphlib
 import heapq
 import math
 import re
@@ -328,7 +329,13 @@ def _check_graph(parsed: list[_ParsedStep]) -> tuple[list[int], str]:
                 )
             consumer[stream] = i
     edges = {(producer[s], c) for s, c in consumer.items() if s != SOURCE_STREAM}
-    _check_acyclic(len(parsed), edges, parsed)
+    try:
+        order = _topological_order(len(parsed), edges)
+    except graphlib.CycleError as error:
+        steps = error.args[1][:-1]  # graphlib repeats the first step at the end
+        names = " -> ".join(parsed[i].step.name for i in [*steps, steps[0]])
+        raise parsed[min(steps)].value.data["inputs"].error(
+            f"the steps form a cycle: {names}") from None
     finals = [s for s in producer if s not in consumer]
     if len(finals) > 1:
         last = parsed[producer[finals[-1]]].value.data["outputs"]
@@ -336,7 +343,7 @@ def _check_graph(parsed: list[_ParsedStep]) -> tuple[list[int], str]:
             f"the pipeline has {len(finals)} final outputs ({', '.join(finals)}); "
             "exactly one stream may be left unused (join branches with a merge step)"
         )
-    return _topological_order(len(parsed), edges), finals[0]
+    return order, finals[0]
 
 
 def _producers(parsed: list[_ParsedStep]) -> dict[str, int]:
@@ -354,63 +361,24 @@ def _producers(parsed: list[_ParsedStep]) -> dict[str, int]:
     return producer
 
 
-# A pipeline has a handful of steps: plain graph code here keeps networkx (0.06 s to import)
-# out of the command line's config check, before the daemon starts.
-
-
-def _successors(count: int, edges: set[tuple[int, int]]) -> list[list[int]]:
-    after: list[list[int]] = [[] for _ in range(count)]
-    for u, v in sorted(edges):
-        after[u].append(v)
-    return after
+# The standard library's graphlib, not networkx: it keeps networkx (0.06 s to import) out of the
+# command line's config check, which runs before the daemon starts.
 
 
 def _topological_order(count: int, edges: set[tuple[int, int]]) -> list[int]:
     """Every step after the steps it reads from; among the steps ready, the first written
-    first (the same order for the same config)."""
-    after, waiting = _successors(count, edges), [0] * count
-    for _, v in edges:
-        waiting[v] += 1
-    ready = [i for i in range(count) if not waiting[i]]
-    order = []
-    while ready:
-        step = heapq.heappop(ready)
-        order.append(step)
-        for nxt in after[step]:
-            waiting[nxt] -= 1
-            if not waiting[nxt]:
-                heapq.heappush(ready, nxt)
+    first (the same order for the same config). graphlib.CycleError if they form a cycle."""
+    sorter = graphlib.TopologicalSorter({step: set() for step in range(count)})
+    for u, v in edges:
+        sorter.add(v, u)
+    sorter.prepare()
+    ready, order = [], []
+    while sorter.is_active():
+        for step in sorter.get_ready():
+            heapq.heappush(ready, step)
+        order.append(heapq.heappop(ready))
+        sorter.done(order[-1])
     return order
-
-
-def _find_cycle(count: int, edges: set[tuple[int, int]]) -> list[int] | None:
-    """The steps of one cycle in order (depth first from the first step written), or None."""
-    after, state = _successors(count, edges), [0] * count  # 0 new, 1 on the path, 2 done
-    for root in range(count):
-        if state[root]:
-            continue
-        path, stack = [root], [iter(after[root])]
-        state[root] = 1
-        while stack:
-            nxt = next(stack[-1], None)
-            if nxt is None:
-                state[path.pop()] = 2
-                stack.pop()
-            elif state[nxt] == 1:
-                return path[path.index(nxt):]
-            elif not state[nxt]:
-                state[nxt] = 1
-                path.append(nxt)
-                stack.append(iter(after[nxt]))
-    return None
-
-
-def _check_acyclic(count: int, edges: set[tuple[int, int]], parsed: list[_ParsedStep]) -> None:
-    steps = _find_cycle(count, edges)
-    if steps is None:
-        return
-    names = " -> ".join(parsed[i].step.name for i in [*steps, steps[0]])
-    raise parsed[min(steps)].value.data["inputs"].error(f"the steps form a cycle: {names}")
 
 
 # --- shapes ------------------------------------------------------------------------------------
