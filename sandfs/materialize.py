@@ -170,20 +170,25 @@ class Augmenter:
         self.performed = self.crops = 0  # of the clip being made
 
     def run(self, positions: Iterable[int],
-            frames: Mapping[FrameKey, np.ndarray | Prefixed]) -> Iterator[np.ndarray]:
+            frames: Mapping[FrameKey, np.ndarray | Prefixed],
+            outs: Mapping[int, np.ndarray] | None = None) -> Iterator[np.ndarray]:
         """The clips at `positions` (of those given at the start), as (T, H, W, C) arrays.
-        Each clip's ops are counted once it is made, before it is handed on (its batch may be
-        read, and the counters with it, before the rest of the pass is done)."""
+        `outs`: where to put the clip at a position (a batch's slot, seen as (T, H, W, C)), so
+        it is not made in a new array and copied there; a clip of another shape is made in a
+        new array. Each clip's ops are counted once it is made, before it is handed on (its
+        batch may be read, and the counters with it, before the rest of the pass is done)."""
         for position in positions:
             self.performed = self.crops = 0
-            clip = self._clip(self.clips[position], self.chains[position], frames)
+            out = None if outs is None else outs.get(position)
+            clip = self._clip(self.clips[position], self.chains[position], frames, out)
             self.materializer.count_aug_ops([self.clips[position]], [self.readers[position]],
                                             self.performed, self.crops)
             yield clip
 
     def _clip(self, clip: StreamClip, ids: list[int],
-              frames: Mapping[FrameKey, np.ndarray | Prefixed]) -> np.ndarray:
-        out = []
+              frames: Mapping[FrameKey, np.ndarray | Prefixed],
+              out: np.ndarray | None = None) -> np.ndarray:
+        made = []
         for i in clip.frame_indices:
             frame, start = frames[(i, clip.source)], 0
             if isinstance(frame, Prefixed):  # its first op is applied already
@@ -203,10 +208,19 @@ class Augmenter:
                     if self.remaining[key] > 0:
                         self.memo[key] = cached
                 frame = cached
-            out.append(frame)
-        return np.stack(out)
+            made.append(frame)
+        if out is not None and made and out.shape == (len(made), *made[0].shape) and all(
+                f.shape == made[0].shape and f.dtype == out.dtype for f in made):
+            return np.stack(made, out=out)  # returns `out`: no new clip-size array to copy
+        return np.stack(made)
 
 
 def to_layout(clip: np.ndarray, layout: str) -> np.ndarray:
     """A (T, H, W, C) clip in the view's layout."""
     return clip.transpose(3, 0, 1, 2) if layout == "NCTHW" else clip
+
+
+def as_thwc(slot: np.ndarray, layout: str) -> np.ndarray:
+    """A batch's slot (one clip in the view's layout) seen as (T, H, W, C): `to_layout`'s
+    inverse, a view of the same memory."""
+    return slot.transpose(1, 2, 3, 0) if layout == "NCTHW" else slot

@@ -18,6 +18,7 @@ from sandfs.materialize import (
     Augmenter,
     FrameKey,
     Materializer,
+    as_thwc,
     clip_frame_keys,
     first_ops,
     to_layout,
@@ -218,15 +219,18 @@ class _ClipMaker:
             return
         job, store = self.job, self.tools.store
         uses = [job.uses[p] for p in positions]
-        clips = augment_each(self.augmenter, positions, frames)
-        for use, clip in zip(uses, clips, strict=True):
+        slots = {p: self.targets[job.uses[p].view][job.uses[p].slot] for p in positions
+                 if Spot.of(job.uses[p]) in job.to_memory}
+        outs = {p: as_thwc(slot, job.layouts[job.uses[p].view]) for p, slot in slots.items()}
+        clips = augment_each(self.augmenter, positions, frames, outs)
+        for position, use, clip in zip(positions, uses, clips, strict=True):
             if isinstance(clip, str):
                 self.failed.append(Failed(use, clip))
                 continue
             array = to_layout(clip, job.layouts[use.view])
             spot = Spot.of(use)
-            if spot in job.to_memory:
-                self.targets[use.view][use.slot] = array
+            if spot in job.to_memory and clip is not outs[position]:
+                slots[position][...] = array  # made elsewhere: a shape the slot does not have
             stored = spot in job.to_disk and store.put(
                 clip_object_key(use, job.work.info), array, deadline=job.deadlines[use.view])
             self.placed.append(Placed(use, spot in job.to_memory, bool(stored)))
@@ -240,7 +244,8 @@ class _ClipMaker:
 
 
 def augment_each(augmenter: Augmenter, positions: Sequence[int],
-                 frames: Mapping[FrameKey, object]) -> list[np.ndarray | str]:
+                 frames: Mapping[FrameKey, object],
+                 outs: Mapping[int, np.ndarray] | None = None) -> list[np.ndarray | str]:
     """Each clip through its steps, or why a step failed on it (a str): a failing step (a
     custom one that raises, or one out of process that crashes or hangs) fails only the clips
     that need it, whichever tasks share the pass. The augmenter stops at a failure, and the
@@ -249,7 +254,7 @@ def augment_each(augmenter: Augmenter, positions: Sequence[int],
     while len(out) < len(positions):
         rest = positions[len(out):]
         try:
-            out.extend(augmenter.run(rest, frames))
+            out.extend(augmenter.run(rest, frames, outs))
         except Exception as exc:
             if len(out) == len(positions):
                 raise  # after the last clip: not a step's failure

@@ -15,7 +15,14 @@ import trio
 
 from sandfs import ops as ops_lib
 from sandfs.cache import ObjectStore
-from sandfs.materialize import Materializer, Prefixed, clip_frame_keys, first_ops
+from sandfs.materialize import (
+    Materializer,
+    Prefixed,
+    as_thwc,
+    clip_frame_keys,
+    first_ops,
+    to_layout,
+)
 from sandfs.media.decode import DecodeError
 from sandfs.plan.window import ViewKey, plan_window, view_key
 from sandfs.sched.board import ReadyView
@@ -115,7 +122,7 @@ class FakeAugmenter:
     def __init__(self, materializer, clips):
         self.materializer, self.clips = materializer, clips
 
-    def run(self, positions, frames):
+    def run(self, positions, frames, outs=None):  # made in new arrays: the maker copies them
         return self.materializer.augment_clips([self.clips[p] for p in positions], frames)
 
 
@@ -544,6 +551,32 @@ def test_a_frame_kept_after_its_clips_first_op_gives_the_same_clips(tmp_path):
     assert first_ops([clips[0], cropped_first]) == {}  # they disagree: kept as decoded
     with pytest.raises(ValueError, match="does not start with"):
         list(materializer.augment_clips([cropped_first], kept))
+
+
+def test_a_clip_is_made_in_its_batch_slot_in_either_layout(tmp_path):
+    """A clip bound for a batch in memory is stacked straight into its slot (no new array to
+    copy from), in the view's layout; a slot of another shape gets nothing, and the clip
+    comes in a new array (the caller's copy then fails loudly, as before)."""
+    crop = {"name": "crop", "branch_type": "single", "inputs": ["frame"], "outputs": ["c"],
+            "config": [{"random_crop": {"size": [16, 16]}}]}
+    plan = make_plan(tmp_path, videos=fake_videos(8), epochs=1, augmentation=[crop])
+    clips = list(plan.view_plan(0, 0).clips)
+    rng = np.random.default_rng(0)
+    frames = {k: rng.integers(0, 255, (48, 64, 3), np.uint8)
+              for c in clips for k in clip_frame_keys(c)}
+    materializer = Materializer(Stats())
+    expected = list(materializer.augment_clips(clips, frames))
+    for layout in ("NTHWC", "NCTHW"):
+        batch = np.zeros((len(clips), *to_layout(expected[0], layout).shape), np.uint8)
+        outs = {p: as_thwc(batch[p], layout) for p in range(len(clips))}
+        made = list(materializer.augmenter(clips).run(range(len(clips)), frames, outs))
+        for p, clip in enumerate(made):
+            assert np.shares_memory(clip, batch[p])
+            assert np.array_equal(batch[p], to_layout(expected[p], layout))
+    wrong = np.zeros((1, 8, 8, 3), np.uint8)
+    made = list(materializer.augmenter(clips[:1]).run([0], frames, {0: wrong}))
+    assert not np.shares_memory(made[0], wrong) and not wrong.any()
+    assert np.array_equal(made[0], expected[0])
 
 
 async def test_batches_already_read_leave_room_to_carry_frames(tmp_path):
