@@ -4,7 +4,9 @@ Only `import sandfs.torch` imports torch; the rest of sandfs never does. Each it
 ready batch: the daemon already sampled, decoded, augmented and collated it, so use the
 dataset with `DataLoader(dataset, batch_size=None)` (no second collation). The dataset holds
 nothing but paths and numbers: it pickles for DataLoader workers under fork and spawn alike,
-and every read opens and closes its own file.
+and every read opens and closes its own file. In a worker, a view is read straight into
+shared memory, as DataLoader's own collate builds its batches there: the main process gets it
+without another copy.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 
 try:
     import torch
-    from torch.utils.data import Dataset
+    from torch.utils.data import Dataset, get_worker_info
 except ImportError as exc:  # torch is an optional dependency of sandfs
     raise ImportError("sandfs.torch needs PyTorch: install it (pip install torch) to use "
                       "ViewDataset; the rest of sandfs works without it") from exc
@@ -79,10 +81,40 @@ class ViewDataset(Dataset):
             raise IndexError(f"epoch {self.epoch} of task {self.task} has {len(self)} "
                              f"iterations, not {iteration}")
         path = self.path(iteration)
-        # np.load reads the data straight into the new array (one read, as readinto into a
-        # preallocated buffer does: measured equal), and from_numpy shares it without a copy
-        clips = torch.from_numpy(np.load(path, allow_pickle=False))
+        clips = read_view(path, shared=get_worker_info() is not None)
         meta = json.loads(os.getxattr(path, META_XATTR))
         labels = [NO_LABEL if s["label_index"] is None else s["label_index"]
                   for s in meta["samples"]]
         return clips, torch.tensor(labels, dtype=torch.int64), meta
+
+
+def read_view(path: str | os.PathLike[str], *, shared: bool = False) -> torch.Tensor:
+    """The view at `path` as a tensor. `shared`: in shared memory, for a DataLoader worker to
+    hand to the main process as it is; a tensor in ordinary memory is copied into shared
+    memory there, 19 MB more to write (and fresh pages to fault in) per SlowFast-size batch
+    (docs/performance.md §20). Either way the data is read once, straight into the tensor."""
+    with open(path, "rb", buffering=0) as file:
+        version = np.lib.format.read_magic(file)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, fortran_order, dtype = read_header(file)
+        if fortran_order or dtype.hasobject:  # never a view: whatever np.load makes of it
+            file.seek(0)
+            return torch.from_numpy(np.load(file, allow_pickle=False))
+        clips = new_tensor(shape, dtype, shared=shared)
+        data = memoryview(clips.numpy()).cast("B")
+        got = file.readinto(data)
+        if got != data.nbytes:
+            raise OSError(f"{path}: {got} bytes of data where its header says {data.nbytes}")
+    return clips
+
+
+def new_tensor(shape: tuple[int, ...], dtype: np.dtype, *, shared: bool) -> torch.Tensor:
+    """An uninitialized CPU tensor; `shared`: in shared memory, as DataLoader's own collate
+    makes its batches in workers."""
+    if not shared:  # numpy's memory: huge pages for a big array, where torch's has 4 KiB ones
+        return torch.from_numpy(np.empty(shape, dtype))
+    proto = torch.from_numpy(np.empty(0, dtype))
+    numel = int(np.prod(shape))
+    storage = proto._typed_storage()._new_shared(numel, device=proto.device)
+    return proto.new(storage).view(shape)

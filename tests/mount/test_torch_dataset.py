@@ -92,6 +92,32 @@ def test_dataloader_workers(setup, start_method):
             assert_item(item, expected_item(plan, epoch, iteration))
 
 
+class SharedProbe(torch.utils.data.Dataset):
+    """Says, in the worker, whether the dataset's clips come in shared memory."""
+
+    def __init__(self, dataset: ViewDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, iteration: int):
+        clips = self.dataset[iteration][0]
+        return clips.is_shared(), clips
+
+
+def test_a_worker_reads_into_shared_memory_the_main_process_keeps(setup):
+    """In a DataLoader worker the view is read into shared memory, so the loader hands it over
+    as it is (no second copy); in the main process it is read into ordinary memory."""
+    mounted, plan = setup
+    dataset = ViewDataset(mounted.mountpoint, "t0")
+    assert not dataset[0][0].is_shared()
+    loader = torch.utils.data.DataLoader(SharedProbe(dataset), batch_size=None, num_workers=1)
+    for iteration, (in_shared_memory, clips) in enumerate(loader):
+        assert in_shared_memory
+        assert np.array_equal(clips.numpy(), expected_item(plan, 0, iteration)[0])
+
+
 def test_a_tiny_model_trains_through_it(setup):
     mounted, _ = setup
     torch.manual_seed(0)
