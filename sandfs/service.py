@@ -75,9 +75,11 @@ class ViewService:
                                    memory_limit_bytes=memory_limit_bytes, limiter=engine.limiter,
                                    store=store, decode_ahead=decode_ahead,
                                    on_window_planned=self.registry.window_planned,
-                                   policy=policy, prune_mode=prune_mode)
+                                   policy=policy, prune_mode=prune_mode,
+                                   keeps_read=store_sizing is None or store_sizing.given)
         self.store = store
-        self.store_sizing = store_sizing  # None: the store's budget stays as opened
+        # None: the store keeps the budget it was opened with, and every clip pruning keeps
+        self.store_sizing = store_sizing
         self.bad_videos = list(bad_videos)
         self.read_ahead = read_ahead  # how far status.json's ready_ahead looks
         # time.monotonic() when the mount began (its uptime counts from there): the daemon

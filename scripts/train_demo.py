@@ -37,7 +37,9 @@ def main() -> None:
     parser.add_argument("task")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=0, help="per epoch; 0 = all")
-    parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="DataLoader worker processes (a view is ready: one overlaps the "
+                             "read with the step)")
     args = parser.parse_args()
     torch.manual_seed(0)
     dataset = ViewDataset(args.mount, args.task)

@@ -1,13 +1,20 @@
 """What a job takes when it starts: room for the frames it decodes (and those it carries to
 later windows), the buffers of the batches it fills in memory, and the clips that pruning keeps
 on disk. A video job takes the pending clips whose batches fit in memory, plus those pruning
-keeps on disk; the rest wait for a later job. None: the job cannot start now."""
+keeps on disk; the rest wait for a later job. None: the job cannot start now.
+
+A clip that goes into a batch in memory is also written to disk only where it may be read from
+there: always when reuse was asked for (`keeps_read`: a storage budget given), else when other
+tasks read it too (a search, whose later trials read it again), when its batch is far enough
+ahead that nearer ones may push it out of memory unread, or when memory is short. The others
+are read once, from memory: writing them cost a cold run a tenth of its CPU
+(docs/performance.md §20), and a restart decodes them again."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sandfs.plan.window import ViewKey
+from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import AssemblyJob, VideoJob, VideoJobKey
@@ -18,10 +25,12 @@ from sandfs.sched.windows import WindowBook
 
 class Admission:
     def __init__(self, *, book: WindowBook, board: BatchBoard, carry: CarryBook,
-                 memory: MemoryLedger, running: Mapping, keeps_on_disk: bool) -> None:
+                 memory: MemoryLedger, running: Mapping, keeps_on_disk: bool,
+                 keeps_read: bool = True) -> None:
         self.book, self.board, self.carry, self.memory = book, board, carry, memory
         self.running = running  # the scheduler's running jobs, by key
         self.keeps_on_disk = keeps_on_disk  # an object store is there
+        self.keeps_read = keeps_read  # clips of batches in memory go to disk too, always
 
     def video(self, job_key: VideoJobKey, *, demanded: bool) -> VideoJob | None:
         """The pending clips of this video that can go somewhere now: into a batch that fits in
@@ -55,7 +64,7 @@ class Admission:
                     return None  # wait for the memory a running job frees, then fill it
             if fits:
                 to_memory.add(spot)
-            if keep:
+            if keep and (not fits or self.read_from_disk(use, demanded=wanted)):
                 to_disk.add(spot)
             if fits or keep:
                 uses.append(use)
@@ -69,6 +78,12 @@ class Admission:
             deadlines={u.view: min((pos for _, pos in u.readers), default=0) for u in uses},
             layouts={u.view: views[u.view].plan.sampling.layout for u in uses},
             states={u.view: views[u.view] for u in uses})
+
+    def read_from_disk(self, use: ClipUse, *, demanded: bool) -> bool:
+        """May this clip, made into its batch in memory, be read from disk too (module doc)?"""
+        return (self.keeps_read or len({task for task, _ in use.readers}) > 1
+                or not self.memory.near(use.view, demanded=demanded)
+                or self.memory.under_pressure())
 
     def assembly(self, key: ViewKey, *, demanded: bool) -> AssemblyJob | None:
         """Reading a batch's clips back from disk, once its buffer fits."""

@@ -46,7 +46,8 @@ class Scheduler:
                  workers: int, memory_limit_bytes: int, limiter: trio.CapacityLimiter,
                  store: ObjectStore | None = None, decode_ahead: int = 0,
                  on_window_planned: Callable[[], None] | None = None,
-                 policy: str = "priority", prune_mode: str = "algorithm1") -> None:
+                 policy: str = "priority", prune_mode: str = "algorithm1",
+                 keeps_read: bool = True) -> None:
         if policy not in POLICIES:
             raise ValueError(f"scheduling policy: expected one of {sorted(POLICIES)}, "
                              f"got {policy!r}")
@@ -72,7 +73,7 @@ class Scheduler:
                                    carry=self.carry, running=self.running, store=store)
         self.admit = Admission(book=self.book, board=self.board, carry=self.carry,
                                memory=self.memory, running=self.running,
-                               keeps_on_disk=store is not None)
+                               keeps_on_disk=store is not None, keeps_read=keeps_read)
         self.jobs_done = 0
         self.rebuilt_from_disk = 0
         self._wakeup = trio.Event()

@@ -50,16 +50,35 @@ def disk_bytes(cache_dir: Path) -> int:
 
 
 def test_restart_reuses_the_cache_and_serves_the_same_views(tmp_path, config_path):
+    """With a storage budget given (reuse across runs asked for), every clip is kept: a restart
+    decodes nothing."""
     plan = build_plan(config_path)
-    with mount_sandfs(tmp_path, [config_path]) as m:
+    budget = ["--budget", "1G"]
+    with mount_sandfs(tmp_path, [config_path], extra_args=budget) as m:
         first = read_all(m, plan)
         cold = status(m)
-    with mount_sandfs(tmp_path, [config_path]) as m:  # same cache dir
+    with mount_sandfs(tmp_path, [config_path], extra_args=budget) as m:  # same cache dir
         second = read_all(m, plan)
         warm = status(m)
     assert first == second
     assert cold["frames_decoded"] > 0 and warm["frames_decoded"] == 0
     assert warm["cache"]["hits"] > 0 and warm["scheduler"]["rebuilt_from_disk"] > 0
+
+
+def test_restart_without_a_budget_serves_the_same_views(tmp_path, config_path):
+    """Without a budget the store keeps clips only where they may be read from disk (clips
+    read once from memory are not written): a restart decodes what was not kept, never more
+    than the first run, and serves the same bytes."""
+    plan = build_plan(config_path)
+    with mount_sandfs(tmp_path, [config_path]) as m:
+        first = read_all(m, plan)
+        cold = status(m)
+    with mount_sandfs(tmp_path, [config_path]) as m:
+        second = read_all(m, plan)
+        warm = status(m)
+    assert first == second
+    assert cold["cache"]["objects_by_kind"].get("clip", 0) < len(first) * 4  # 4 clips a view
+    assert 0 < warm["frames_decoded"] <= cold["frames_decoded"]
 
 
 def test_kill9_mid_epoch_then_remount_gives_the_same_views_with_less_decoding(

@@ -520,6 +520,48 @@ async def test_batches_far_ahead_wait_on_disk_instead_of_churning_memory(
         assert scheduler.rebuilt_from_disk > 0  # the far ones came back from disk
 
 
+def stored_clips(store: ObjectStore) -> int:
+    return store.stats()["objects_by_kind"].get("clip", 0)
+
+
+async def test_clips_read_once_from_memory_are_not_written_unless_reuse_is_asked_for(tmp_path):
+    """Without `keeps_read` (no storage budget given), a clip that goes into a batch in memory
+    near its read is not written to disk as well; with it, as before, every clip pruning keeps
+    is. The views are the same either way."""
+    plan, alone, _ = scheduler_for(tmp_path, videos=16, epochs=4)
+    expected = await read_all(plan, alone)
+    for keeps_read, clips_on_disk in ((True, 16 * 4), (False, 0)):
+        with ObjectStore(str(tmp_path / f"cache-{keeps_read}"), 1 << 30) as store:
+            plan, scheduler, _ = scheduler_for(tmp_path, videos=16, epochs=4, store=store)
+            scheduler.admit.keeps_read = keeps_read
+            assert await read_all(plan, scheduler) == expected
+            assert stored_clips(store) == clips_on_disk
+
+
+async def test_clips_that_may_be_read_from_disk_are_written_without_keeps_read(tmp_path):
+    """Without `keeps_read`, a clip is still written where it may be read from disk: its batch
+    is far enough ahead that nearer ones may push it out of memory unread (here: room for 3
+    batches), or other tasks read it too (a search's later trials read it again)."""
+    plan, alone, _ = scheduler_for(tmp_path, videos=16, epochs=8)
+    expected = await read_all(plan, alone)
+    one = plan.view_nbytes(0, 0)
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        plan, scheduler, _ = scheduler_for(tmp_path, videos=16, epochs=8, store=store,
+                                           memory=3 * one)
+        scheduler.admit.keeps_read = False
+        assert await read_all(plan, scheduler) == expected
+        assert scheduler.rebuilt_from_disk > 0 and stored_clips(store) > 0
+    plans = [make_plan(tmp_path, videos=fake_videos(8), task=f"t{i}") for i in range(2)]
+    with ObjectStore(str(tmp_path / "cache-search"), 1 << 30) as store:
+        scheduler = Scheduler(plans, RecordingMaterializer(None), Stats(), workers=1,
+                              memory_limit_bytes=1 << 30, limiter=trio.CapacityLimiter(1),
+                              store=store, keeps_read=False)
+        await run_until_settled(scheduler)
+        views = len(scheduler.board.ready)
+        assert views == plans[0].epochs * plans[0].iterations_per_epoch  # one set, shared
+        assert stored_clips(store) == views * 4  # 4 clips a batch, each read by both tasks
+
+
 def test_the_fifo_ablation_ignores_demand_and_deadlines():
     jobs = [job("v0:b", demanded=True, deadline=0), job("v0:a", deadline=99)]
     assert pick_next(jobs, memory_pressure=False, policy="fifo").key == "v0:a"
