@@ -74,6 +74,18 @@ def test_view_shape_dtype_and_painted_frames(mounted, config_path):
     assert np.load(io.BytesIO(read(last))).shape == (4, 4, 32, 32, 3)  # 12 videos / 4
 
 
+def test_a_view_maps_into_memory_as_numpy_maps_npy_files(mounted, config_path):
+    """`np.load(path, mmap_mode="r")` (a shared read-only mapping) works on a view and gives
+    the reference array: views are never opened with direct_io, which makes the kernel refuse
+    shared mappings (ENODEV) without an init flag libfuse 3.14 cannot set
+    (docs/performance.md §20)."""
+    plan = build_plan(config_path)
+    path = mounted.path("t0", "1", "0", "view")
+    mapped = np.load(path, mmap_mode="r")
+    expected = np.load(io.BytesIO(reference_view(plan, 1, 0)))
+    assert isinstance(mapped, np.memmap) and np.array_equal(mapped, expected)
+
+
 def test_every_video_exactly_once_per_epoch(mounted, config_path):
     plan = build_plan(config_path)
     expected = sorted(v.name for v in plan.videos)
