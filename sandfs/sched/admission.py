@@ -7,7 +7,7 @@ A clip that goes into a batch in memory is also written to disk only where it ma
 there: always when reuse was asked for (`keeps_read`: a storage budget given), else when other
 tasks read it too (a search, whose later trials read it again), when its batch is far enough
 ahead that nearer ones may push it out of memory unread, or when memory is short. The others
-are read once, from memory: writing them cost a cold run a tenth of its CPU
+are read once, from memory: writing them cost a cold run 8% of the daemon's CPU
 (docs/performance.md §20), and a restart decodes them again."""
 
 from __future__ import annotations
