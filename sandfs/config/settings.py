@@ -175,8 +175,11 @@ def default_memory_limit(configs: Sequence[TaskConfig], workers: int,
                          physical_bytes: int | None = None) -> int:
     """What the run needs, not a share of the machine: every task's views, BATCHES_IN_MEMORY of
     each (ready ahead of its reader, and being filled), and each worker's decode working set;
-    then the on-demand share on top. Within half of RAM, and at least MIN_MEMORY_LIMIT."""
-    views = sum(npy_nbytes(*view_shape(config.dataset)) for config in configs)
+    then the on-demand share on top. Within half of RAM, and at least MIN_MEMORY_LIMIT. Tasks
+    with the same dataset section and seed (a search's identical trials) read the same batches,
+    held once: they count once."""
+    distinct = {(config.dataset, config.seed): config for config in configs}
+    views = sum(npy_nbytes(*view_shape(config.dataset)) for config in distinct.values())
     scheduler = views * BATCHES_IN_MEMORY + workers * DECODE_WORKING_SET_BYTES
     needed = int(scheduler / (1 - ON_DEMAND_MEMORY_SHARE))
     if physical_bytes is None:

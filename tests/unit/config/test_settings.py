@@ -159,12 +159,16 @@ def test_memory_is_split_between_on_demand_objects_and_prepared_batches():
 
 
 def test_the_default_memory_limit_is_what_the_tasks_and_workers_need():
-    """Not a share of the machine: BATCHES_IN_MEMORY views of every task, a decode working
-    set per worker, and the on-demand share on top; within half of RAM."""
+    """Not a share of the machine: BATCHES_IN_MEMORY views of every distinct task, a decode
+    working set per worker, and the on-demand share on top; within half of RAM. Identical
+    trials of a search (another name, the same dataset and seed) hold one set of batches."""
     config = load_task_config("/cfg/task.yaml", text=BASE, check_paths=False)
     view = npy_nbytes(*view_shape(config.dataset))
     one = default_memory_limit([config], 2, physical_bytes=1 << 40)
-    two = default_memory_limit([config, config], 2, physical_bytes=1 << 40)
+    trials = [dataclasses.replace(config, task=f"trial{i}") for i in range(4)]
+    assert default_memory_limit(trials, 2, physical_bytes=1 << 40) == one
+    other_seed = dataclasses.replace(config, task="other", seed=config.seed + 1)
+    two = default_memory_limit([*trials, other_seed], 2, physical_bytes=1 << 40)
     scheduler_share = 1 - ON_DEMAND_MEMORY_SHARE
     assert one == max(MIN_MEMORY_LIMIT, int((view * BATCHES_IN_MEMORY
                                              + 2 * DECODE_WORKING_SET_BYTES) / scheduler_share))
