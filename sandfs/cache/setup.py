@@ -78,9 +78,10 @@ def open_store(settings: MountSettings, plans: Sequence[TaskPlan],
                         f"bytes); raise --budget / engine.storage_budget")
     fmt = None if settings.cache_format == "auto" else settings.cache_format
     size = sizing.store_bytes(plans)
-    if size < budget:
+    if not sizing.given:
         log.info("cache: the store keeps %d MiB (no storage budget given; the disk bound is "
-                 "%d MiB)", size >> 20, budget >> 20)
+                 "%d MiB); clips read once from memory are not written, so a restart decodes "
+                 "them again (give a budget to keep them)", size >> 20, budget >> 20)
     store = ObjectStore(os.path.join(settings.cache_dir, "store"), size, default_fmt=fmt)
     try:
         report = store.open()

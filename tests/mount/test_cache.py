@@ -73,6 +73,7 @@ def test_restart_without_a_budget_serves_the_same_views(tmp_path, config_path):
     with mount_sandfs(tmp_path, [config_path]) as m:
         first = read_all(m, plan)
         cold = status(m)
+        assert "a restart decodes them again (give a budget to keep them)" in m.log_text()
     with mount_sandfs(tmp_path, [config_path]) as m:
         second = read_all(m, plan)
         warm = status(m)
