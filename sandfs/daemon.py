@@ -37,6 +37,7 @@ from sandfs.fuse.mountpoint import (
     check_layout,
     fuse_options,
     prepare_mountpoint,
+    quiet_late_replies,
 )
 from sandfs.fuse.operations import SandOperations
 from sandfs.media.datasets import DatasetKey, bad_videos, scan_all
@@ -126,6 +127,7 @@ def serve_mount(startup: Startup, mount: Mount, on_ready: Callable[[], None],
                 on_stopping: Callable[[], None]) -> None:
     mountpoint = mount.settings.mountpoint
     operations = SandOperations(startup, mountpoint)
+    quiet_late_replies()
     try:
         pyfuse3.init(operations, mountpoint, fuse_options())
     except RuntimeError as exc:

@@ -18,6 +18,19 @@ from sandfs.remote.options import is_remote_url
 log = logging.getLogger(__name__)
 
 
+def quiet_late_replies() -> None:
+    """pyfuse3 logs an ERROR when the kernel no longer waits for a reply (ENOENT: the request
+    was interrupted, or the connection ended at unmount while a close was being answered).
+    Nothing is lost: the kernel gave up on that request. Such lines go to debug."""
+    logging.getLogger("pyfuse3").addFilter(_demote_late_reply)
+
+
+def _demote_late_reply(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    if "fuse_reply_* failed with" in message and os.strerror(errno.ENOENT) in message:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger("pyfuse3").isEnabledFor(logging.DEBUG)
+    return True
 
 
 def check_fuse_available() -> None:
