@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import errno
 import itertools
+import mmap
 import os
 import re
 import struct
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +43,7 @@ HEADER_NBYTES = _FIELDS.size + _CHECKSUM.size
 _VERSION_OFFSET = len(MAGIC)
 _OBJECT_NAME = re.compile(r"^([a-z]+)-([0-9a-f]{64})\.obj$")
 _CHUNK_BYTES = 1 << 20
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # one call maps every page, not a fault per page
 # dtypes an object may have: plain numbers, native little-endian (no objects, no strings)
 DTYPES = frozenset(
     np.dtype(name).str
@@ -75,9 +78,57 @@ def checksum(data: bytes | memoryview | np.ndarray) -> int:
     return xxhash.xxh3_64_intdigest(data)
 
 
-def check_storable(array: np.ndarray) -> None:
+def parts_checksum(parts: Sequence[bytes | memoryview]) -> int:
+    """`checksum` of the parts joined (xxh3 streams: the same digest)."""
+    if len(parts) == 1:
+        return checksum(parts[0])
+    state = xxhash.xxh3_64()
+    for part in parts:
+        state.update(part)
+    return state.intdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """Arrays of one shape and dtype to store as one object, their `np.stack`, without making
+    it: stored raw, they are written part by part. (The stacked copy of a run's carried frames,
+    ~400 MB of fresh memory, cost 0.36 CPU-s here: docs/performance.md §21.)"""
+
+    parts: tuple[np.ndarray, ...]
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise ValueError("a Stack needs at least one array")
+        first = self.parts[0]
+        if any(p.shape != first.shape or p.dtype != first.dtype for p in self.parts):
+            raise ValueError("the arrays of a Stack must share one shape and dtype")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self.parts), *self.parts[0].shape)
+
+    @property
+    def ndim(self) -> int:
+        return self.parts[0].ndim + 1
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.parts[0].dtype
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.parts) * self.parts[0].nbytes
+
+    def joined(self) -> np.ndarray:
+        return np.stack(self.parts)
+
+    def raw_parts(self) -> tuple[memoryview, ...]:
+        return tuple(memoryview(np.ascontiguousarray(p)).cast("B") for p in self.parts)
+
+
+def check_storable(array: np.ndarray | Stack) -> None:
     """Raises ValueError for an array the format cannot describe."""
-    if not isinstance(array, np.ndarray):
+    if not isinstance(array, np.ndarray | Stack):
         raise ValueError(f"can only store numpy arrays, not {type(array).__name__}")
     if array.dtype.str not in DTYPES:
         raise ValueError(f"cannot store dtype {array.dtype}; allowed: {sorted(DTYPES)}")
@@ -85,13 +136,14 @@ def check_storable(array: np.ndarray) -> None:
         raise ValueError(f"cannot store {array.ndim} dimensions; at most {MAX_NDIM}")
 
 
-def encode_header(key: ObjectKey, codec: Codec, array: np.ndarray, payload: bytes | memoryview
-                  ) -> bytes:
+def encode_header(key: ObjectKey, codec: Codec, array: np.ndarray | Stack,
+                  payload: Sequence[bytes | memoryview]) -> bytes:
+    """The header of `array` stored as `payload` (its bytes encoded, in one part or more)."""
     check_storable(array)
     shape = tuple(array.shape) + (0,) * (MAX_NDIM - array.ndim)
     fields = _FIELDS.pack(MAGIC, VERSION, KIND_CODES[key.kind], codec.code, array.ndim,
-                          array.dtype.str.encode(), key.digest, *shape, len(payload),
-                          checksum(payload))
+                          array.dtype.str.encode(), key.digest, *shape,
+                          sum(len(part) for part in payload), parts_checksum(payload))
     return fields + _CHECKSUM.pack(checksum(fields))
 
 
@@ -152,19 +204,23 @@ class Disk:
     def path_for(self, key: ObjectKey) -> str:
         return os.path.join(self.objects_dir, key.hex[:2], f"{key.kind}-{key.hex}.obj")
 
-    def write_temp(self, final_path: str, header: bytes, payload: bytes | memoryview) -> str:
-        """Writes header + payload to a new temp file beside `final_path` and returns its path.
-        On any failure the temp file is removed before the error propagates."""
+    def write_temp(self, final_path: str, header: bytes,
+                   payload: Sequence[bytes | memoryview]) -> str:
+        """Writes header + payload (its parts in order) to a new temp file beside `final_path`
+        and returns its path. On any failure the temp file is removed before the error
+        propagates."""
         os.makedirs(os.path.dirname(final_path), mode=0o700, exist_ok=True)
         temp_path = f"{final_path}.{os.getpid()}-{next(self._tokens)}.tmp"
         fd = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             try:
                 self._write_all(fd, header)
-                half = len(payload) // 2
-                self._write_all(fd, memoryview(payload)[:half])
+                first, second = _halves(payload)
+                for part in first:
+                    self._write_all(fd, part)
                 fault_point("cache_write_mid")
-                self._write_all(fd, memoryview(payload)[half:])
+                for part in second:
+                    self._write_all(fd, part)
                 if self.fsync:
                     os.fsync(fd)
             finally:
@@ -227,6 +283,27 @@ class Disk:
         except CodecError as error:
             raise CorruptObjectError(str(error)) from error
 
+    def map(self, path: str, key: ObjectKey) -> np.ndarray:
+        """`read` without a copy: a raw object's array over a read-only shared mapping of its
+        file (the page cache's pages, all mapped at once), verified like a read. The mapping
+        lives as long as the array (and its views); the store never truncates a file, and an
+        evicted one stays mapped until then. Other formats are decoded, as `read` does."""
+        with open(path, "rb", buffering=0) as file:
+            header = decode_header(file.read(HEADER_NBYTES))
+            file_nbytes = os.fstat(file.fileno()).st_size
+            check_matches(header, key, file_nbytes)
+            if header.codec.name != "raw" or header.payload_nbytes == 0:
+                return self.read(path, key)
+            mapped = mmap.mmap(file.fileno(), file_nbytes, flags=mmap.MAP_SHARED | _POPULATE,
+                               prot=mmap.PROT_READ)
+        payload = memoryview(mapped)[HEADER_NBYTES:]
+        if checksum(payload) != header.payload_checksum:
+            raise CorruptObjectError("payload checksum mismatch")
+        try:
+            return np.frombuffer(payload, dtype=header.dtype).reshape(header.shape)
+        except ValueError as error:
+            raise CorruptObjectError(str(error)) from error
+
     def _write_all(self, fd: int, data: bytes | memoryview) -> None:
         view = memoryview(data)
         while view:
@@ -250,6 +327,19 @@ class Disk:
         if self._fake_free_bytes is not None and nbytes:
             with self._lock:
                 self._fake_free_bytes += nbytes
+
+
+def _halves(payload: Sequence[bytes | memoryview]
+            ) -> tuple[list[memoryview], list[memoryview]]:
+    """The payload's parts split at half its bytes (where a fault test stops a write)."""
+    half = sum(len(part) for part in payload) // 2
+    first, second = [], []
+    for part in map(memoryview, payload):
+        cut = max(0, min(len(part), half))
+        first.append(part[:cut])
+        second.append(part[cut:])
+        half -= cut
+    return first, second
 
 
 def _fits_raw(header: Header, out: np.ndarray | None) -> bool:

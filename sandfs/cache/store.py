@@ -19,6 +19,7 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from sandfs.cache.disk import (
     HEADER_NBYTES,
     CorruptObjectError,
     Disk,
+    Stack,
     check_storable,
     encode_header,
 )
@@ -121,11 +123,12 @@ class ObjectStore:
 
     # -- objects -----------------------------------------------------------------------------
 
-    def put(self, key: ObjectKey, array: np.ndarray, *, fmt: str | None = None,
+    def put(self, key: ObjectKey, array: np.ndarray | Stack, *, fmt: str | None = None,
             deadline: float = math.inf, needed_again: bool = True) -> bool:
-        """Stores `array` under `key`. True when the object is in the store afterwards (also when
-        it already was); False when it cannot fit even after eviction, the disk is full, the
-        write failed, or another thread is writing the same key. Nothing partial is left."""
+        """Stores `array` under `key` (a `Stack`: its arrays stacked). True when the object is
+        in the store afterwards (also when it already was); False when it cannot fit even after
+        eviction, the disk is full, the write failed, or another thread is writing the same
+        key. Nothing partial is left."""
         if math.isnan(deadline):
             raise ValueError("deadline is NaN")
         check_storable(array)
@@ -137,13 +140,17 @@ class ObjectStore:
             if key in self._writing:
                 return False
             capacity_bound = self._needed_nbytes() + array.nbytes > self.evict_at_bytes
-        fmt = fmt or self.default_fmt or choose_format(key.kind, array,
-                                                       capacity_bound=capacity_bound)
+        fmt = fmt or self.default_fmt or ("raw" if isinstance(array, Stack) and not capacity_bound
+                                          else None)
+        if isinstance(array, Stack) and fmt != "raw":
+            array = array.joined()  # a codec encodes one array
+        fmt = fmt or choose_format(key.kind, array, capacity_bound=capacity_bound)
         codec = codec_for(fmt, array)
-        payload = codec.encode(array)
+        payload = array.raw_parts() if isinstance(array, Stack) else (codec.encode(array),)
         header = encode_header(key, codec, array, payload)
-        entry = Entry(key, fmt, HEADER_NBYTES + len(payload),
-                      self._disk_nbytes(HEADER_NBYTES + len(payload)), deadline, not needed_again)
+        file_nbytes = HEADER_NBYTES + sum(len(part) for part in payload)
+        entry = Entry(key, fmt, file_nbytes, self._disk_nbytes(file_nbytes), deadline,
+                      not needed_again)
         with self._lock:
             if key in self._index or key in self._writing:
                 return self._refresh_existing(key, deadline, needed_again)
@@ -164,11 +171,13 @@ class ObjectStore:
                     self._lost_at_open.discard(key)
                     self._counts["recomputed"] += 1
 
-    def get(self, key: ObjectKey, out: np.ndarray | None = None) -> np.ndarray | None:
+    def get(self, key: ObjectKey, out: np.ndarray | None = None, *,
+            mapped: bool = False) -> np.ndarray | None:
         """The stored array, or None on a miss. A corrupt object is logged once, deleted and
         counted, and is a miss: the caller recomputes it. `out`: where the caller will put it
         (a batch's slot); a raw object of its shape is read into it and `out` returned (on a
-        miss it may hold garbage)."""
+        miss it may hold garbage). `mapped`: a read-only array over the file's pages instead
+        of a copy (`Disk.map`), for objects read once and not changed."""
         with self._lock:
             self._require_open()
             entry = self._index.get(key)
@@ -178,7 +187,7 @@ class ObjectStore:
             generation = entry.generation
         path = self.disk.path_for(key)
         try:
-            array = self.disk.read(path, key, out)
+            array = self.disk.map(path, key) if mapped else self.disk.read(path, key, out)
         except FileNotFoundError:
             self._drop(key, generation, path, None)
             return None
@@ -330,7 +339,7 @@ class ObjectStore:
         self.disk.unlink(self.disk.path_for(key))
         self._index.remove(key)
 
-    def _write(self, entry: Entry, header: bytes, payload: bytes | memoryview) -> bool:
+    def _write(self, entry: Entry, header: bytes, payload: Sequence[bytes | memoryview]) -> bool:
         """Temp file, rename, index. Called without the lock; the budget is already reserved."""
         final_path = self.disk.path_for(entry.key)
         try:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sandfs import ops as oplib
-from sandfs.cache import ObjectKey, ObjectStore, prune
+from sandfs.cache import ObjectKey, ObjectStore, Stack, prune
 from sandfs.materialize import FrameKey, Prefixed, clip_frame_keys
 from sandfs.media.gop import frames_to_decode
 from sandfs.media.types import VideoInfo
@@ -87,12 +87,13 @@ class FramePack:
         return ObjectKey.of("frame", info.path, info.size_bytes, info.mtime_ns, "pack",
                             self.source, op, self.indices)
 
-    def stack(self, frames: Mapping[FrameKey, np.ndarray]) -> np.ndarray:
-        """The pack's frames from the decoded ones, after its first op."""
+    def stack(self, frames: Mapping[FrameKey, np.ndarray]) -> Stack:
+        """The pack's frames from the decoded ones, after its first op, to store as one
+        object (written frame by frame: no stacked copy)."""
         chosen = [frames[key] for key in self.frame_keys]
         if self.first is not None:
             chosen = oplib.apply_instance(self.first, chosen)
-        return np.stack(chosen)
+        return Stack(tuple(chosen))
 
     def unstack(self, array: np.ndarray) -> dict[FrameKey, object] | None:
         """The frames of a stored pack (`Prefixed` after its first op); None when it does not

@@ -313,7 +313,7 @@ def _frames_from_packs(store: ObjectStore, job: VideoJob) -> dict[FrameKey, obje
         if wanted.isdisjoint(pack.frame_keys):
             continue
         key = pack.object_key(job.work.info)
-        array = store.get(key)
+        array = store.get(key, mapped=True)  # frames are read, never written: no copy
         found = None if array is None else pack.unstack(array)
         if found is None:
             return None

@@ -83,6 +83,19 @@ def test_corruption_detected_on_read(make_store, caplog, kind, injection):
     assert np.array_equal(store.get(intact), arrays[intact])
 
 
+@pytest.mark.parametrize("injection", list(INJECTIONS))
+def test_corruption_detected_on_a_mapped_read(make_store, caplog, injection):
+    """A read without a copy (a pack of carried frames) verifies as much as a read does."""
+    store, arrays = _store_two(make_store, "frame")
+    broken, intact = list(arrays)
+    _rewrite(store.disk.path_for(broken), INJECTIONS[injection])
+    with caplog.at_level(logging.WARNING, logger="sandfs.cache"):
+        assert store.get(broken, mapped=True) is None
+    assert store.stats()["corrupt_detected"] == 1
+    assert not os.path.exists(store.disk.path_for(broken))
+    assert np.array_equal(store.get(intact, mapped=True), arrays[intact])
+
+
 @pytest.mark.parametrize("kind", list(SHAPES))
 def test_swapped_objects_with_valid_checksums(make_store, caplog, kind):
     store, arrays = _store_two(make_store, kind)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sandfs.cache import ObjectStore
+from sandfs.cache import ObjectStore, Stack
 from sandfs.cache.disk import FAKE_FREE_ENV, HEADER_NBYTES
 from tests.helpers.store import BLOCK, SHAPES, key, make_array, object_files
 
@@ -53,6 +53,20 @@ def test_raise_at_write_points_leaves_nothing(make_store, fault, point):
     reopened = ObjectStore(store.root, 1 << 20)
     assert reopened.open().objects == 2 and reopened.check() == []
     reopened.close()
+
+
+@pytest.mark.parametrize("point", WRITE_POINTS)
+def test_a_stack_stopped_mid_write_leaves_nothing(make_store, fault, point):
+    """Written part by part, a stack stopped at any write point leaves nothing behind."""
+    store = make_store()
+    frames = Stack(tuple(make_array(i, SHAPES["frame"]) for i in range(3)))
+    fault(f"{point}:1:raise")
+    with pytest.raises(RuntimeError, match=f"injected fault at {point}"):
+        store.put(key("frame", 0), frames)
+    assert store.get(key("frame", 0)) is None
+    assert no_temp_files(store.root) and store.check() == []
+    assert store.put(key("frame", 0), frames)
+    assert np.array_equal(store.get(key("frame", 0)), frames.joined())
 
 
 def test_enospc_action_is_counted_not_raised(make_store, fault):

@@ -8,7 +8,7 @@ import stat
 import numpy as np
 import pytest
 
-from sandfs.cache import CODECS, ObjectKey, choose_format
+from sandfs.cache import CODECS, ObjectKey, Stack, choose_format
 from sandfs.cache.disk import HEADER_NBYTES
 from tests.helpers.store import SHAPES, key, make_array, object_files
 
@@ -162,3 +162,42 @@ def test_closed_store_refuses_work(make_store):
     store.close()
     with pytest.raises(RuntimeError, match="not open"):
         store.get(key("frame", 0))
+
+
+def test_a_stack_is_stored_as_its_np_stack(make_store):
+    """Frames carried for a later window are written one after another, never stacked in
+    memory first; what is read back is their `np.stack`, by copy or mapped."""
+    store = make_store()
+    frames = tuple(make_array(i, (24, 40, 3)) for i in range(5))
+    assert store.put(key("frame", "pack"), Stack(frames))
+    read = store.get(key("frame", "pack"))
+    mapped = store.get(key("frame", "pack"), mapped=True)
+    assert np.array_equal(read, np.stack(frames)) and read.flags.writeable
+    assert np.array_equal(mapped, np.stack(frames)) and not mapped.flags.writeable
+    assert store.stats()["bytes_written"] == HEADER_NBYTES + np.stack(frames).nbytes
+
+
+def test_a_stack_under_a_binding_budget_is_compressed_whole(make_store):
+    store = make_store(budget_bytes=64 * 4096)
+    frames = tuple(make_array(i, (64, 64, 3)) for i in range(2))
+    for i in range(8):  # past the eviction watermark: frames get a codec
+        assert store.put(key("frame", i), Stack(frames))
+    assert "lz4" in store.stats()["bytes_by_format"]
+    for i in range(8):
+        got = store.get(key("frame", i), mapped=True)
+        assert got is None or np.array_equal(got, np.stack(frames))
+
+
+def test_a_mapped_object_outlives_its_eviction(make_store):
+    store = make_store()
+    frames = tuple(make_array(i, (24, 40, 3)) for i in range(3))
+    assert store.put(key("frame", "pack"), Stack(frames))
+    mapped = store.get(key("frame", "pack"), mapped=True)
+    store.discard(key("frame", "pack"))
+    assert object_files(store.root) == []
+    assert np.array_equal(mapped, np.stack(frames))
+
+
+def test_a_stack_takes_arrays_of_one_shape():
+    with pytest.raises(ValueError, match="one shape and dtype"):
+        Stack((np.zeros((2, 2), np.uint8), np.zeros((2, 3), np.uint8)))

@@ -265,7 +265,8 @@ async def test_carried_frames_lost_from_disk_are_decoded_again(tmp_path, monkeyp
     expected = await read_all(plan, alone)
     with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
         stored = store.get
-        monkeypatch.setattr(store, "get", lambda key: None if key.kind == "frame" else stored(key))
+        monkeypatch.setattr(store, "get", lambda key, *args, **kwargs:
+                            None if key.kind == "frame" else stored(key, *args, **kwargs))
         plan, scheduler, materializer = scheduler_for(tmp_path, epochs=8, store=store,
                                                       decode_ahead=3)
         assert await read_all(plan, scheduler) == expected
