@@ -86,14 +86,16 @@ class MemoryLedger:
     def reserve_buffer(self, key: ViewKey, free: int, *, demanded: bool) -> tuple[bool, int]:
         """Room for the batch `key` in memory (evicting ready ones if need be). A batch a
         reader is blocked on goes over the limit only when nothing else will free memory.
-        Short of memory, a read batch's buffer of its size is taken first: that memory is
-        counted already, and evicted to make room, it would leave the batch fresh pages to
-        zero. With memory free, read batches stay for whoever reads them again."""
+        A read batch's buffer of its size is taken first, memory short or not: that memory is
+        counted already and its pages are mapped, where a new buffer's fresh pages cost this
+        VM 0.6-1.8 s a GiB to touch (a cold run's daemon: 3.6 CPU-s instead of 4.2,
+        docs/performance.md §21). A read batch is then gone for whoever reads it again (it is
+        built again, from disk if its clips are there), as it was once memory ran short."""
         state = self.board.views[key]
         if state.buffer is not None:
             return True, free
         cost = state.nbytes
-        if cost > free and self.board.reuse_buffer(key):
+        if self.board.reuse_buffer(key):
             return True, free
         if cost > free:
             free += self.evict(cost - free, keep=key, deadline=self.book.deadline_of(key),
