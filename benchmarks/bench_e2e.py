@@ -13,8 +13,9 @@ at 256x144 to 640x360. Each runs in two modes: `raw` (read batches as fast as po
   the same frames, crops, flips and batch shapes as the mount serves (checked: `check` lines).
 - sandfs: one fresh mount (empty cache dir) serving all tasks of the scenario, one reader
   process per task reading MNT/TASK/EPOCH/ITERATION/view and its labels xattr in order.
-- ideal: right after the sandfs pass, a second timed pass over the same mount, when every view
-  is already materialized in the daemon (checked with status.json's views_materialized).
+- ideal: a feed whose every batch is ready when the reader opens it: from the sandfs pass
+  itself, every batch as fast as those that were (`user.sand.state` read before each open),
+  the reader's own time per batch kept. That is sandfs with perfect prefetching, FUSE included.
 
 Every throughput twice: from the first read to the last batch, and `_cold`: from launching the
 feed (`sandfs mount` on an empty cache dir: scan, plan, mount; a peer's trainer process and its
@@ -34,7 +35,7 @@ import multiprocessing
 import os
 import resource
 import signal
-import subprocess
+import statistics
 import sys
 import tempfile
 import threading
@@ -47,7 +48,6 @@ from pathlib import Path
 import numpy as np
 import yaml
 from common import (
-    REPO_ROOT,
     DatasetSpec,
     MixedDatasetSpec,
     PeakMemory,
@@ -167,11 +167,13 @@ class SandfsFeed:
     def __init__(self, mountpoint: Path, task: str) -> None:
         self.task_dir = mountpoint / task
         self.frames_decoded = None  # the daemon's figure comes from status.json
+        self.ready_at_open: list[bool] = []  # per batch read: was it made already? (the ideal)
 
     def epoch(self, epoch: int) -> Iterator[tuple[np.ndarray, list[int]]]:
         epoch_dir = self.task_dir / str(epoch)
         for iteration in sorted(int(n) for n in os.listdir(epoch_dir) if n.isdigit()):
             path = epoch_dir / str(iteration) / "view"
+            self.ready_at_open.append(os.getxattr(path, "user.sand.state") == b"ready")
             with open(path, "rb") as f:
                 batch = np.load(f)
             meta = json.loads(os.getxattr(path, "user.sand.meta"))
@@ -210,7 +212,8 @@ def train(job: TrainerJob, feed: PeerFeed | SandfsFeed) -> dict:
             "cpu_tree_s": tree_cpu_seconds(os.getpid()) - cpu_start_s,
             "cpu_main_s": (self_end.ru_utime + self_end.ru_stime
                            - self_start.ru_utime - self_start.ru_stime),
-            "frames_decoded": feed.frames_decoded}
+            "frames_decoded": feed.frames_decoded,
+            "ready_at_open": getattr(feed, "ready_at_open", None)}
 
 
 def timed(batches: Iterator) -> Iterator[tuple[object, float]]:
@@ -303,15 +306,15 @@ def measure_peer(name: str, tasks: list[TaskSpec], plans: dict, args, gpu_s: flo
 @dataclass(frozen=True, slots=True)
 class SandfsPass:
     sandfs: dict  # the figures of the first (cold) pass
-    ideal: dict  # the figures of the second pass over the same mount
+    ideal: dict  # an ideal feed's figures, from the sandfs pass (`ideal_record`)
     views: dict[str, dict[tuple[int, int], np.ndarray]]  # task -> (epoch, iteration) -> view
 
 
 def measure_sandfs(tasks: list[TaskSpec], workdir: Path, args, gpu_s: float,
                    keep_views: list[tuple[int, int]], peers: list[str], plans: dict
                    ) -> SandfsPass:
-    """The sandfs pass on a fresh mount, then the ideal pass on the same (now warm) mount; then
-    the views `keep_views` of every task are read for the peers' check. The sandfs pass is
+    """The sandfs pass on a fresh mount (and from it, the ideal feed's figures); then the
+    views `keep_views` of every task are read for the peers' check. The sandfs pass is
     charged the daemon's CPU from the moment it served (a scheduler may start before the first
     read: `head_start_s` says how long the readers took to start); `_cold` figures count from
     the launch of `sandfs mount`, its CPU included."""
@@ -325,9 +328,6 @@ def measure_sandfs(tasks: list[TaskSpec], workdir: Path, args, gpu_s: float,
         cold = run_trainers(jobs, tree_pid=mount.pid)
         status_cold = mount.status()
         daemon_peak_mb = peak_rss_mb(mount.pid)
-        dropped = drop_views_from_page_cache(peers, plans)
-        warm = run_trainers(jobs, tree_pid=mount.pid)
-        status_warm = mount.status()
         views = {task.name: {key: read_view(mount.mountpoint, task.name, *key)
                              for key in keep_views} for task in tasks}
         kept_s = first_batch_on_kept_mount(mount.mountpoint, tasks[0])
@@ -341,10 +341,7 @@ def measure_sandfs(tasks: list[TaskSpec], workdir: Path, args, gpu_s: float,
     sandfs["first_batch_kept_mount_s"] = round(kept_s, 3)
     sandfs["head_start_s"] = round(min(t["started"] for t in cold["trainers"]) - mount.ready_at, 3)
     sandfs["cpu_daemon_head_start_s"] = round(cold["cpu_at_start_s"] - mount.ready_cpu_s, 2)
-    ideal = sandfs_record(warm, warm["cpu_at_end_s"] - warm["cpu_at_start_s"],
-                          daemon_figures(status_cold, status_warm), gpu_s)
-    ideal["ideal_page_cache_dropped"] = dropped
-    return SandfsPass(sandfs, ideal | ideal_verdict(ideal["views_materialized"]), views)
+    return SandfsPass(sandfs, ideal_record(cold, gpu_s), views)
 
 
 def first_batch_on_kept_mount(mountpoint: Path, task: TaskSpec) -> float:
@@ -361,31 +358,6 @@ def first_batch_on_kept_mount(mountpoint: Path, task: TaskSpec) -> float:
 
 def read_view(mountpoint: Path, task: str, epoch: int, iteration: int) -> np.ndarray:
     return np.load(mountpoint / task / str(epoch) / str(iteration) / "view")
-
-
-def drop_views_from_page_cache(peers: list[str], plans: dict) -> bool:
-    """Empty the kernel's page cache (root only), so that the ideal pass reads every view from
-    the daemon's memory through FUSE as the sandfs pass did, not from pages the sandfs pass
-    left in the kernel (views are served with keep_cache). Then read back what the drop also
-    evicted and every pass loads: sandfs's modules, torch, each peer's library and the videos.
-    Left on disk, they slowed the ideal's readers and every later pass (`sandfs mount` took
-    1.03 s in the repeats after the first, 0.76 s in the first), where the passes before found
-    them in memory, as a user's second run does."""
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as control:
-            control.write("1")
-    except OSError:
-        return False
-    modules = ["sandfs.cli", "sandfs.daemon", "torch", *(PEERS[p].module for p in peers)]
-    subprocess.run([sys.executable, "-c", "import importlib, sys\n"
-                    "for name in sys.argv[1:]: importlib.import_module(name)", *modules],
-                   capture_output=True, check=False, cwd=REPO_ROOT)
-    for path in {video.path for plan in plans.values() for video in plan.videos}:
-        with open(path, "rb") as video:
-            while video.read(1 << 20):
-                pass
-    return True
 
 
 def daemon_figures(status_before: dict, status_after: dict) -> dict:
@@ -415,13 +387,31 @@ def sandfs_record(run: dict, daemon_cpu_s: float, daemon: dict, gpu_s: float,
             **noise_figures(run, own_cpu_s=daemon_cpu_while_reading_s + readers_cpu_s)}
 
 
-def ideal_verdict(views_materialized: int) -> dict:
-    held = views_materialized == 0
-    note = ("every view was already in the daemon's memory: sandfs with perfect prefetching, "
-            "FUSE included" if held else
-            f"NOT IDEAL: the daemon materialized {views_materialized} views again in the "
-            f"second pass (it could not hold them all)")
-    return {"ideal_held_all_views": held, "ideal_note": note}
+def ideal_record(run: dict, gpu_s: float) -> dict:
+    """An ideal feed, from the sandfs pass: each reader takes every batch as fast as it took
+    those that were ready when it opened them (the median of their waits: the read through
+    FUSE, under the same load), and keeps its own time per batch (checks, the GPU step). Its
+    batches/s summed over readers, its GPU-busy share averaged."""
+    trainers = run["trainers"]
+    ready = [w for t in trainers for w, r in zip(t["waits_s"], t["ready_at_open"], strict=True)
+             if r]
+    if not ready:
+        return {"batches_per_s": None, "gpu_busy": None, "gpu_busy_steady": None,
+                "ready_views": 0, "wait_ms_ready": None}
+    wait_s = statistics.median(ready)
+    per_batch_s = [wait_s + own_time_per_batch(t) for t in trainers]
+    figures = {"batches_per_s": round(sum(1 / s for s in per_batch_s), 3),
+               "ready_views": len(ready), "wait_ms_ready": round(wait_s * 1e3, 2)}
+    if gpu_s:
+        busy = statistics.mean(gpu_s / s for s in per_batch_s)
+        figures |= {"gpu_busy": round(busy, 3), "gpu_busy_steady": round(busy, 3)}
+    return figures
+
+
+def own_time_per_batch(trainer: dict) -> float:
+    """A reader's time per batch outside its waits for data (its GPU step included)."""
+    waits = trainer["waits_s"]
+    return (trainer["finished"] - trainer["started"] - sum(waits)) / len(waits)
 
 
 def cpu_figures(cpu_s: float, figures: dict) -> dict:
@@ -543,7 +533,7 @@ class Repeat:
 
 def measure_repeat(tasks, plans, peers, workdir, args, gpu_s, *, reverse: bool,
                    keep_views: list[tuple[int, int]]) -> Repeat:
-    """Every peer and sandfs (+ ideal) back to back, in reversed order in odd repeats. A peer
+    """Every peer and sandfs back to back, in reversed order in odd repeats. A peer
     whose pass fails (its decoder on some file) is reported, not measured; sandfs failing
     stops the run."""
     measured, views, failed = {}, {}, {}
@@ -605,6 +595,7 @@ def check_in_child(plans: dict, peers: list[str], views: dict,
 COMMON_KEYS = ("batches_per_s", "clips_per_s", "wall_s", "first_batch_s", "gpu_busy",
                "gpu_busy_steady", "cpu_s", "cpu_s_per_batch", "cores_used", "peak_rss_mb",
                "cpu_others_s", "cpu_steal_s")
+IDEAL_KEYS = ("batches_per_s", "gpu_busy", "gpu_busy_steady", "ready_views", "wait_ms_ready")
 COLD_KEYS = ("batches_per_s_cold", "wall_cold_s", "first_batch_cold_s")
 PEER_KEYS = (*COMMON_KEYS, *COLD_KEYS, "cpu_loader_workers_s")
 SANDFS_KEYS = (*COMMON_KEYS, *COLD_KEYS, "cpu_s_cold", "cpu_s_per_batch_cold",
@@ -622,7 +613,7 @@ def summary_record(scenario: str, mode: str, measured: list[dict], tasks, peers:
     record = {"record": "summary", "scenario": scenario, "mode": mode,
               "tasks": [t.name for t in tasks], "repeats": len(measured),
               "peer_check_ok": checks_ok}
-    keys = {**dict.fromkeys(peers, PEER_KEYS), "sandfs": SANDFS_KEYS, "ideal": COMMON_KEYS}
+    keys = {**dict.fromkeys(peers, PEER_KEYS), "sandfs": SANDFS_KEYS}
     for system, wanted in keys.items():
         runs = [m[system] for m in measured]
         record[system] = {key: median_or_none([run.get(key) for run in runs]) for key in wanted}
@@ -630,14 +621,17 @@ def summary_record(scenario: str, mode: str, measured: list[dict], tasks, peers:
         record[system]["epoch_start_wait_ms"] = [
             median_or_none(waits, 1) for waits in zip(*(run["epoch_start_wait_ms"] for run in runs),
                                                       strict=True)]
-    record["ideal"]["held_all_views"] = all(m["ideal"]["ideal_held_all_views"] for m in measured)
+    record["ideal"] = {key: median_or_none([m["ideal"].get(key) for m in measured])
+                       for key in IDEAL_KEYS}
     if peers:
         record |= best_peer_ratios(measured, peers)
     record["ratio_sandfs_over_ideal"] = median_or_none(
-        [m["sandfs"]["batches_per_s"] / m["ideal"]["batches_per_s"] for m in measured])
+        [m["sandfs"]["batches_per_s"] / m["ideal"]["batches_per_s"] for m in measured
+         if m["ideal"]["batches_per_s"]])
     if mode == "gpu":  # the "within 15% of ideal in steady state" target
         record["ratio_sandfs_over_ideal_steady"] = median_or_none(
-            [m["sandfs"]["gpu_busy_steady"] / m["ideal"]["gpu_busy_steady"] for m in measured])
+            [m["sandfs"]["gpu_busy_steady"] / m["ideal"]["gpu_busy_steady"] for m in measured
+             if m["ideal"]["gpu_busy_steady"]])
     return {**record, "params": params}
 
 
