@@ -153,12 +153,12 @@ def cmd_mount(args: argparse.Namespace) -> int:
 
 
 def mount_foreground(configs, settings, args, warnings) -> int:
-    from sandfs.media.scan_workers import ProbeWorkers
+    from sandfs.media.scan_workers import WORKERS_AHEAD, ProbeWorkers
 
     limit_malloc_arenas()  # before the daemon starts its threads
 
     # the scan's worker interpreters start on another core while this one imports and mounts
-    with ProbeWorkers(settings.workers) as probes:
+    with ProbeWorkers(min(settings.workers, WORKERS_AHEAD)) as probes:
         from sandfs.daemon import run_daemon
 
         setup_logging(args.log_level)

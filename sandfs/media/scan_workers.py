@@ -22,6 +22,11 @@ from sandfs.workerproc import start_worker_process
 _WORKER_READY = "ready"
 _WORKER_START_TIMEOUT_SECONDS = 120.0
 STOP_POLL_SECONDS = 0.2  # how soon a scan run in another thread sees its stop event
+# A worker's start (an interpreter and PyAV, ~0.1-0.2 s of CPU) pays for itself only over this
+# many probes (~4 ms each): a second one started for 16 files made `sandfs mount` 45 ms slower,
+# starting beside the daemon's own imports on a 2-core machine (docs/performance.md §21).
+FILES_PER_WORKER = 32
+WORKERS_AHEAD = 1  # started before the daemon's imports: the dataset's size is not known yet
 
 
 class ScanStopped(Exception):
@@ -103,7 +108,7 @@ def probe_files(
         return {}
     pending = deque(jobs)
     results: dict[str, ProbeResult] = {}
-    count = max(1, min(workers, len(jobs)))
+    count = max(1, min(workers, -(-len(jobs) // FILES_PER_WORKER)))
     pool = [_start_worker() for _ in range(count)] if started is None else started.take(count)
     try:
         while pending or any(w.target for w in pool):

@@ -42,10 +42,22 @@ def test_a_scan_takes_the_workers_started_ahead(dataset_dir, counted_starts):
     assert children_of() <= before
 
 
-def test_a_scan_needing_more_workers_starts_the_rest(dataset_dir, counted_starts):
+def test_a_scan_needing_more_workers_starts_the_rest(dataset_dir, counted_starts,
+                                                     monkeypatch):
+    monkeypatch.setattr(scan_workers, "FILES_PER_WORKER", 1)  # every file worth a worker
     with ProbeWorkers(1) as started:
         scan_dataset(dataset_dir, [".mp4"], limits=MediaLimits(), workers=2, started=started)
     assert len(counted_starts) == 2
+
+
+def test_a_few_files_take_one_worker(dataset_dir, counted_starts):
+    """A worker's start costs more than probing a few dozen files: a small dataset is probed by
+    the one started ahead, whatever `workers` allows."""
+    files = len(list(dataset_dir.rglob("*.mp4")))
+    assert 1 < files <= scan_workers.FILES_PER_WORKER
+    with ProbeWorkers(scan_workers.WORKERS_AHEAD) as started:
+        scan_dataset(dataset_dir, [".mp4"], limits=MediaLimits(), workers=2, started=started)
+    assert len(counted_starts) == 1
 
 
 def test_workers_no_scan_took_are_stopped(tmp_path):
