@@ -99,6 +99,10 @@ def _references(ready: ReadyView) -> int:
 # what the interpreter counts for the call's own argument varies between versions)
 _ALONE = _references(ReadyView(np.empty(1, np.uint8), set()))
 
+# read batches whose buffers no new batch takes: the last ones read (`take` keeps `ready` in
+# the order batches were taken), for a client that opens a file again right after reading it
+REREAD_KEPT = 2
+
 
 class BatchBoard:
     def __init__(self) -> None:
@@ -270,13 +274,16 @@ class BatchBoard:
 
     def reuse_buffer(self, key: ViewKey) -> bool:
         """Give the batch `key` the buffer of a ready batch every reader has read, of the same
-        size, that nothing else refers to (`ReadyView.unshared`); that batch leaves memory, as
-        `evict` drops read ones. Its memory was counted already: no more is taken. False:
-        there is none."""
+        size, that nothing else refers to (`ReadyView.unshared`), the least recently read
+        first; that batch leaves memory, as `evict` drops read ones. The REREAD_KEPT batches
+        read last stay, for a client that reads a file twice in a row. Its memory was counted
+        already: no more is taken. False: there is none."""
         state = self.views[key]
         nbytes = state.nbytes
-        for old, ready in self.ready.items():
-            if not ready.readers_left and ready.nbytes == nbytes and ready.unshared():
+        read = [old for old, ready in self.ready.items() if not ready.readers_left]
+        for old in read[:max(0, len(read) - REREAD_KEPT)]:
+            ready = self.ready[old]
+            if ready.nbytes == nbytes and ready.unshared():
                 del self.ready[old]
                 view = state.plan.view_plan(state.epoch, state.iteration)
                 state.buffer = npy_buffer(view.shape, view.dtype, into=ready.whole)

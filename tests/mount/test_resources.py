@@ -53,7 +53,8 @@ def test_the_event_loop_answers_while_cold_batches_decode(tmp_path, big_dataset)
     within 100 ms at p99 while four readers wait on batches that are still decoding (a blocking
     call here measured 2.7 s; in the whole suite on 2 cores, with two workers decoding beside
     the loop, a healthy loop measured 40-58 ms). The view was read once, so its pages left the
-    page cache: the read reaches the daemon too, and is timed on its own."""
+    page cache: the read reaches the daemon too, and is timed on its own. A file kept open on
+    it keeps its batch in memory (a read batch's buffer otherwise goes to a new batch)."""
     config = write_config(tmp_path / "t0.yaml", task_config(
         big_dataset, epochs=10, engine={"k_epochs": 1, "workers": 2},
         sampling={"videos_per_batch": 2, "frames_per_video": 8, "frame_stride": 4}))
@@ -63,20 +64,24 @@ def test_the_event_loop_answers_while_cold_batches_decode(tmp_path, big_dataset)
         cold = [m.path("t0", str(e), str(i), "view") for e in range(1, 10) for i in range(4)]
         opens: list[float] = []
         reads: list[float] = []
-        with ThreadPoolExecutor(4) as pool:
-            readers = [pool.submit(path.read_bytes) for path in cold]
-            while not all(r.done() for r in readers):
-                started = time.perf_counter()
-                os.stat(ready)
-                fd = os.open(ready, os.O_RDONLY)
-                opened = time.perf_counter()
-                os.pread(fd, 4096, 0)
-                os.close(fd)
-                opens.append(opened - started)
-                reads.append(time.perf_counter() - opened)
-                time.sleep(0.002)
-            for reader in readers:
-                reader.result()
+        held = os.open(ready, os.O_RDONLY)
+        try:
+            with ThreadPoolExecutor(4) as pool:
+                readers = [pool.submit(path.read_bytes) for path in cold]
+                while not all(r.done() for r in readers):
+                    started = time.perf_counter()
+                    os.stat(ready)
+                    fd = os.open(ready, os.O_RDONLY)
+                    opened = time.perf_counter()
+                    os.pread(fd, 4096, 0)
+                    os.close(fd)
+                    opens.append(opened - started)
+                    reads.append(time.perf_counter() - opened)
+                    time.sleep(0.002)
+                for reader in readers:
+                    reader.result()
+        finally:
+            os.close(held)
         assert len(opens) > 50, "the cold batches decoded too fast to measure anything"
         for what, latencies in (("stat + open", opens), ("read + close", reads)):
             p99 = float(np.percentile(latencies, 99))

@@ -35,6 +35,16 @@ def plan(tmp_path):
     return make_plan(tmp_path, videos=fake_videos(10))
 
 
+REREAD_KEPT = board_module.REREAD_KEPT
+
+
+@pytest.fixture(autouse=True)
+def every_read_batch_reusable(monkeypatch):
+    """The buffer mechanics, with no read batch kept back for a second read (that rule has its
+    own test, `test_the_batches_read_last_stay_for_a_second_read`)."""
+    monkeypatch.setattr(board_module, "REREAD_KEPT", 0)
+
+
 def planned(board: BatchBoard, plan, where: tuple[int, int]):
     key = view_key(plan, *where)
     board.plan(key, ViewState.planned(plan, *where))
@@ -165,6 +175,23 @@ def test_with_memory_free_a_new_batch_still_takes_a_read_batchs_buffer(plan):
     assert ledger.reserve_buffer(new, free, demanded=False) == (True, free)  # nothing more
     assert read not in board.ready
     assert start <= board.buffer(new).ctypes.data < end
+
+
+def test_the_batches_read_last_stay_for_a_second_read(plan, monkeypatch):
+    """A client that opens a view again right after reading it (a retry, a header read before
+    the data) finds it in memory: the REREAD_KEPT batches read last give no buffer away, the
+    one read before them does."""
+    monkeypatch.setattr(board_module, "REREAD_KEPT", REREAD_KEPT)
+    board = BatchBoard()
+    read = [made(board, plan, where, 1) for where in (FULL, *MORE_FULL[:REREAD_KEPT])]
+    for key in read:
+        read_and_close(board, key)
+    oldest = address(board, read[0])
+    new = made(board, plan, MORE_FULL[REREAD_KEPT], 5)
+    assert address(board, new) == oldest
+    assert [key for key in read if key in board.ready] == read[1:]
+    again = made(board, plan, MORE_FULL[REREAD_KEPT + 1], 6)  # the last read ones stay
+    assert address(board, again) not in {address(board, key) for key in read[1:]}
 
 
 def test_a_ready_batch_counts_its_own_references_only():
