@@ -140,11 +140,10 @@ class ObjectStore:
             if key in self._writing:
                 return False
             capacity_bound = self._needed_nbytes() + array.nbytes > self.evict_at_bytes
-        fmt = fmt or self.default_fmt or ("raw" if isinstance(array, Stack) and not capacity_bound
-                                          else None)
+        fmt = fmt or self.default_fmt or choose_format(key.kind, array,
+                                                       capacity_bound=capacity_bound)
         if isinstance(array, Stack) and fmt != "raw":
-            array = array.joined()  # a codec encodes one array
-        fmt = fmt or choose_format(key.kind, array, capacity_bound=capacity_bound)
+            array = array.joined()  # a codec encodes one array; raw is written part by part
         codec = codec_for(fmt, array)
         payload = array.raw_parts() if isinstance(array, Stack) else (codec.encode(array),)
         header = encode_header(key, codec, array, payload)

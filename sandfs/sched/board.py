@@ -1,9 +1,9 @@
 """The batch board: every batch of the active windows, from planned to ready, and the memory
 they hold. A batch with every slot filled in memory is ready; memory past the limit drops ready
 batches — those every reader has read first, then those needed last — to be rebuilt from disk,
-or recomputed. When memory is short, a new batch is filled in the buffer of a batch every
-reader has read, of its size (`reuse_buffer`), instead of evicting it: fresh pages cost the
-kernel a zeroing each."""
+or recomputed. A new batch is filled in the buffer of a batch every reader has read, of its
+size (`reuse_buffer`), memory short or not: fresh pages cost the kernel a zeroing each (and
+this VM's host far more). While memory is free the batches read last are spared."""
 
 from __future__ import annotations
 
@@ -272,16 +272,18 @@ class BatchBoard:
             state.buffer = npy_buffer(view.shape, view.dtype)
         return state.buffer.array
 
-    def reuse_buffer(self, key: ViewKey) -> bool:
+    def reuse_buffer(self, key: ViewKey, *, spare_last_read: bool = True) -> bool:
         """Give the batch `key` the buffer of a ready batch every reader has read, of the same
         size, that nothing else refers to (`ReadyView.unshared`), the least recently read
-        first; that batch leaves memory, as `evict` drops read ones. The REREAD_KEPT batches
-        read last stay, for a client that reads a file twice in a row. Its memory was counted
-        already: no more is taken. False: there is none."""
+        first; that batch leaves memory, as `evict` drops read ones. With `spare_last_read`,
+        the REREAD_KEPT batches read last stay, for a client that reads a file twice in a row
+        (short of memory they would be evicted anyway, and their buffers are better taken).
+        Its memory was counted already: no more is taken. False: there is none."""
         state = self.views[key]
         nbytes = state.nbytes
         read = [old for old, ready in self.ready.items() if not ready.readers_left]
-        for old in read[:max(0, len(read) - REREAD_KEPT)]:
+        spared = REREAD_KEPT if spare_last_read else 0
+        for old in read[:max(0, len(read) - spared)]:
             ready = self.ready[old]
             if ready.nbytes == nbytes and ready.unshared():
                 del self.ready[old]

@@ -95,7 +95,7 @@ class MemoryLedger:
         if state.buffer is not None:
             return True, free
         cost = state.nbytes
-        if self.board.reuse_buffer(key):
+        if self.board.reuse_buffer(key, spare_last_read=cost <= free):
             return True, free
         if cost > free:
             free += self.evict(cost - free, keep=key, deadline=self.book.deadline_of(key),

@@ -143,19 +143,22 @@ def test_a_batch_that_failed_while_being_filled_gives_no_buffer(plan):
     assert not np.shares_memory(board.buffer(later), target)
 
 
-def test_the_ledger_takes_a_read_batch_s_buffer_before_evicting_any(plan):
+def test_the_ledger_takes_a_read_batch_s_buffer_before_evicting_any(plan, monkeypatch):
     """With memory full, reserving a batch takes a read batch's buffer of its size and frees
-    nothing: evicting one first would leave the new batch fresh pages to zero."""
+    nothing: evicting one first would leave the new batch fresh pages to zero. Even the
+    batches read last, which free memory would spare, give theirs: they would be evicted."""
+    monkeypatch.setattr(board_module, "REREAD_KEPT", REREAD_KEPT)
     board = BatchBoard()
     read = [made(board, plan, where, 1) for where in (FULL, MORE_FULL[0])]
     for key in read:
         read_and_close(board, key)
+    oldest = address(board, read[0])
     ledger = MemoryLedger(board.memory_bytes, book=WindowBook([plan]), board=board,
                           carry=CarryBook(None, memory_limit_bytes=1 << 30, decode_ahead=0),
                           running={}, store=None)
     new = planned(board, plan, MORE_FULL[1])
     assert ledger.reserve_buffer(new, ledger.free_bytes, demanded=False) == (True, 0)
-    assert list(board.ready) == [read[1]] and board.views[new].buffer is not None
+    assert list(board.ready) == [read[1]] and address(board, new) == oldest
     assert ledger.free_bytes == 0
 
 
