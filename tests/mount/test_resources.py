@@ -54,14 +54,15 @@ def test_the_event_loop_answers_while_cold_batches_decode(tmp_path, big_dataset)
     call here measured 2.7 s; in the whole suite on 2 cores, with two workers decoding beside
     the loop, a healthy loop measured 40-58 ms). The view was read once, so its pages left the
     page cache: the read reaches the daemon too, and is timed on its own. A file kept open on
-    it keeps its batch in memory (a read batch's buffer otherwise goes to a new batch)."""
+    it keeps its batch in memory (a read batch's buffer otherwise goes to a new batch). 76
+    cold views: with 36, a faster daemon left too few probes to measure (45)."""
     config = write_config(tmp_path / "t0.yaml", task_config(
-        big_dataset, epochs=10, engine={"k_epochs": 1, "workers": 2},
+        big_dataset, epochs=20, engine={"k_epochs": 1, "workers": 2},
         sampling={"videos_per_batch": 2, "frames_per_video": 8, "frame_stride": 4}))
     with mount_sandfs(tmp_path, [config]) as m:
         ready = m.path("t0", "0", "0", "view")
         ready.read_bytes()
-        cold = [m.path("t0", str(e), str(i), "view") for e in range(1, 10) for i in range(4)]
+        cold = [m.path("t0", str(e), str(i), "view") for e in range(1, 20) for i in range(4)]
         opens: list[float] = []
         reads: list[float] = []
         held = os.open(ready, os.O_RDONLY)
