@@ -158,7 +158,7 @@ def mount_foreground(configs, settings, args, warnings) -> int:
     limit_malloc_arenas()  # before the daemon starts its threads
 
     # the scan's worker interpreters start on another core while this one imports and mounts
-    with ProbeWorkers(min(settings.workers, WORKERS_AHEAD)) as probes:
+    with ProbeWorkers(WORKERS_AHEAD) as probes:
         from sandfs.daemon import run_daemon
 
         setup_logging(args.log_level)

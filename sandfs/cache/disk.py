@@ -80,8 +80,6 @@ def checksum(data: bytes | memoryview | np.ndarray) -> int:
 
 def parts_checksum(parts: Sequence[bytes | memoryview]) -> int:
     """`checksum` of the parts joined (xxh3 streams: the same digest)."""
-    if len(parts) == 1:
-        return checksum(parts[0])
     state = xxhash.xxh3_64()
     for part in parts:
         state.update(part)
@@ -261,19 +259,29 @@ class Disk:
         with open(path, "rb", buffering=0) as file:
             return decode_header(file.read(HEADER_NBYTES)), os.fstat(file.fileno()).st_size
 
-    def read(self, path: str, key: ObjectKey, out: np.ndarray | None = None) -> np.ndarray:
+    def read(self, path: str, key: ObjectKey, out: np.ndarray | None = None, *,
+             mapped: bool = False) -> np.ndarray:
         """The array stored at `path` for `key`; raises CorruptObjectError for anything else,
         FileNotFoundError if there is no file. A raw object of `out`'s shape and dtype is read
         straight into `out` (and `out` returned): no buffer to allocate and copy from. On an
-        error `out` may hold part of the object."""
+        error `out` may hold part of the object. `mapped`: a raw object is not copied at all
+        but decoded over a read-only shared mapping of its file (the page cache's pages, all
+        mapped in one call), verified the same; the mapping lives as long as the array and its
+        views (the store never truncates a file, and an evicted one stays mapped until then)."""
         with open(path, "rb", buffering=0) as file:
             header = decode_header(file.read(HEADER_NBYTES))
-            check_matches(header, key, os.fstat(file.fileno()).st_size)
-            into = out if _fits_raw(header, out) else None
-            payload = (np.empty(header.payload_nbytes, dtype=np.uint8) if into is None
-                       else into.reshape(-1).view(np.uint8))
-            if file.readinto(memoryview(payload)) != header.payload_nbytes:
-                raise CorruptObjectError("file shrank while read")
+            file_nbytes = os.fstat(file.fileno()).st_size
+            check_matches(header, key, file_nbytes)
+            into = out if not mapped and _fits_raw(header, out) else None
+            if mapped and header.codec.name == "raw" and header.payload_nbytes:
+                payload = memoryview(mmap.mmap(file.fileno(), file_nbytes, prot=mmap.PROT_READ,
+                                               flags=mmap.MAP_SHARED | _POPULATE))
+                payload = payload[HEADER_NBYTES:]
+            else:
+                payload = (np.empty(header.payload_nbytes, dtype=np.uint8) if into is None
+                           else into.reshape(-1).view(np.uint8))
+                if file.readinto(memoryview(payload)) != header.payload_nbytes:
+                    raise CorruptObjectError("file shrank while read")
         if checksum(payload) != header.payload_checksum:
             raise CorruptObjectError("payload checksum mismatch")
         if into is not None:
@@ -281,27 +289,6 @@ class Disk:
         try:
             return header.codec.decode(memoryview(payload), header.shape, header.dtype)
         except CodecError as error:
-            raise CorruptObjectError(str(error)) from error
-
-    def map(self, path: str, key: ObjectKey) -> np.ndarray:
-        """`read` without a copy: a raw object's array over a read-only shared mapping of its
-        file (the page cache's pages, all mapped at once), verified like a read. The mapping
-        lives as long as the array (and its views); the store never truncates a file, and an
-        evicted one stays mapped until then. Other formats are decoded, as `read` does."""
-        with open(path, "rb", buffering=0) as file:
-            header = decode_header(file.read(HEADER_NBYTES))
-            file_nbytes = os.fstat(file.fileno()).st_size
-            check_matches(header, key, file_nbytes)
-            if header.codec.name != "raw" or header.payload_nbytes == 0:
-                return self.read(path, key)
-            mapped = mmap.mmap(file.fileno(), file_nbytes, flags=mmap.MAP_SHARED | _POPULATE,
-                               prot=mmap.PROT_READ)
-        payload = memoryview(mapped)[HEADER_NBYTES:]
-        if checksum(payload) != header.payload_checksum:
-            raise CorruptObjectError("payload checksum mismatch")
-        try:
-            return np.frombuffer(payload, dtype=header.dtype).reshape(header.shape)
-        except ValueError as error:
             raise CorruptObjectError(str(error)) from error
 
     def _write_all(self, fd: int, data: bytes | memoryview) -> None:

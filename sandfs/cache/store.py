@@ -176,7 +176,7 @@ class ObjectStore:
         counted, and is a miss: the caller recomputes it. `out`: where the caller will put it
         (a batch's slot); a raw object of its shape is read into it and `out` returned (on a
         miss it may hold garbage). `mapped`: a read-only array over the file's pages instead
-        of a copy (`Disk.map`), for objects read once and not changed."""
+        of a copy (`Disk.read`), for objects read once and not changed."""
         with self._lock:
             self._require_open()
             entry = self._index.get(key)
@@ -186,7 +186,7 @@ class ObjectStore:
             generation = entry.generation
         path = self.disk.path_for(key)
         try:
-            array = self.disk.map(path, key) if mapped else self.disk.read(path, key, out)
+            array = self.disk.read(path, key, out, mapped=mapped)
         except FileNotFoundError:
             self._drop(key, generation, path, None)
             return None
