@@ -156,29 +156,46 @@ def mount_foreground(configs, settings, args, warnings) -> int:
     from sandfs.media.scan_workers import WORKERS_AHEAD, ProbeWorkers
 
     limit_malloc_arenas()  # before the daemon starts its threads
+    setup_logging(args.log_level)
+    for warning in warnings:
+        log.warning("%s", warning)
+    readiness = Readiness(os.environ.get("NOTIFY_SOCKET"), args.ready_fd)
+    status = f"serving {settings.mountpoint}: {', '.join(c.task for c in configs)}"
+    try:
+        # the scan's worker interpreter starts on another core, and the scan in a thread,
+        # while this one imports and mounts
+        with (ProbeWorkers(WORKERS_AHEAD) as probes,
+              scan_ahead(configs, settings, probes) as ahead):
+            from sandfs.daemon import run_daemon
 
-    # the scan's worker interpreters start on another core while this one imports and mounts
-    with ProbeWorkers(WORKERS_AHEAD) as probes:
-        from sandfs.daemon import run_daemon
-
-        setup_logging(args.log_level)
-        for warning in warnings:
-            log.warning("%s", warning)
-        readiness = Readiness(os.environ.get("NOTIFY_SOCKET"), args.ready_fd)
-        status = f"serving {settings.mountpoint}: {', '.join(c.task for c in configs)}"
-        try:
             run_daemon(configs, settings, lambda: readiness.ready(status), readiness.stopping,
-                       probes)
-        except UserError as exc:
-            readiness.failed(str(exc))
-            raise
+                       ahead)
+    except UserError as exc:
+        readiness.failed(str(exc))
+        raise
     return 0
+
+
+def scan_ahead(configs, settings, probes):
+    """The layout checked and the cache dir prepared (the scan keeps its index there), the
+    scan of the local datasets started (`ScanAhead`); remote ones are fetched by the daemon."""
+    from sandfs.cache.setup import prepare_cache_dir
+    from sandfs.fuse.layout import check_layout
+    from sandfs.media.datasets import ScanAhead
+    from sandfs.plan.mount import dataset_key
+    from sandfs.remote.options import is_remote_url
+
+    check_layout(settings.mountpoint, settings.cache_dir,
+                 [c.dataset.video_dataset_path for c in configs])
+    prepare_cache_dir(settings.cache_dir)
+    local = [dataset_key(c) for c in configs if not is_remote_url(c.dataset.video_dataset_path)]
+    return ScanAhead(local, settings.cache_dir, settings.workers, settings.media_limits, probes)
 
 
 def mount_background(configs, settings, args: argparse.Namespace, warnings) -> int:
     """Start the daemon detached and return once it serves (or print why it could not)."""
     from sandfs.cache.setup import LOG_NAME, check_cache_dir, open_log
-    from sandfs.fuse.mountpoint import check_layout
+    from sandfs.fuse.layout import check_layout
 
     check_layout(settings.mountpoint, settings.cache_dir,
                  [c.dataset.video_dataset_path for c in configs])

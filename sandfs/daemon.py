@@ -12,12 +12,10 @@ cleanly (exit 0) even when started as a background job or during the scan.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -27,22 +25,21 @@ import trio
 
 from sandfs.access import owner_of
 from sandfs.cache import ObjectStore
-from sandfs.cache.setup import open_store, prepare_cache_dir, store_sizing
+from sandfs.cache.setup import open_store, store_sizing
 from sandfs.cache.sizing import StoreSizing
 from sandfs.config.schema import TaskConfig
 from sandfs.config.settings import MountSettings
 from sandfs.errors import UserError
 from sandfs.fuse.mountpoint import (
     check_fuse_available,
-    check_layout,
     fuse_options,
     prepare_mountpoint,
     quiet_late_replies,
 )
 from sandfs.fuse.operations import SandOperations
-from sandfs.media.datasets import DatasetKey, bad_videos, scan_all
+from sandfs.media.datasets import DatasetKey, ScanAhead, bad_videos, scan_all
 from sandfs.media.scan import StderrProgress
-from sandfs.media.scan_workers import ProbeWorkers, ScanStopped
+from sandfs.media.scan_workers import ScanStopped
 from sandfs.media.types import DatasetScan, ScanProgress
 from sandfs.metrics import open_metrics_port, serve_metrics
 from sandfs.ops import isolated
@@ -67,7 +64,7 @@ class Mount:
     settings: MountSettings
     remote: RemoteStats
     resources: contextlib.ExitStack  # closed once unmounted (the object store)
-    probes: ProbeWorkers | None  # started ahead for the startup scan, stopped after it
+    scan_ahead: ScanAhead | None  # the local datasets' scan, started before the mount
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,24 +79,22 @@ class Planned:
 
 def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
                on_ready: Callable[[], None], on_stopping: Callable[[], None] = lambda: None,
-               probes: ProbeWorkers | None = None) -> None:
+               scan_ahead: ScanAhead | None = None) -> None:
     """Serve until unmounted or signalled; `on_ready` once the tasks' views serve, `on_stopping`
     once it stops serving (before the unmount). A startup that fails (no usable videos, a
     budget too small, ...) unmounts, then raises its error as if it had failed before mounting.
-    `probes`: probe workers the caller started ahead, for the startup scan."""
+    The caller has checked the layout and prepared the cache dir (`cli.mount_foreground`), and
+    may have started the scan of the local datasets (`scan_ahead`)."""
     check_fuse_available()
-    check_layout(settings.mountpoint, settings.cache_dir,
-                 [c.dataset.video_dataset_path for c in configs])
     # known before the scan: the tasks' directories answer at once while it runs
     owners = {c.task: owner_of(c) for c in configs}
     prepare_mountpoint(settings.mountpoint)
-    prepare_cache_dir(settings.cache_dir)
     configs, settings, remote = fetch_remote(configs, settings)
     startup = Startup(workers=settings.workers, memory_limit_bytes=settings.memory_limit_bytes,
                       tasks=owners)
     with contextlib.ExitStack() as resources:
         resources.callback(isolated.shutdown)  # the worker processes of out-of-process steps
-        mount = Mount(configs, settings, remote, resources, probes)
+        mount = Mount(configs, settings, remote, resources, scan_ahead)
         serve_mount(startup, mount, on_ready, on_stopping)
     if startup.failure is not None:
         raise startup.failure
@@ -182,20 +177,11 @@ async def start_serving(nursery: trio.Nursery, startup: Startup, mount: Mount,
     on_ready()
 
 
-def preload_planning_modules() -> None:
-    """Import networkx (pruning's graphs: 0.06 s) on a thread while the scan waits on its
-    worker processes, instead of on the way from the scan to the first batch. Planning imports
-    it where it uses it, waiting for this import if it is still running."""
-    threading.Thread(target=importlib.import_module, args=("networkx",), name="preload",
-                     daemon=True).start()
-
-
 def scan_and_plan(startup: Startup, mount: Mount) -> Planned:
     """In a worker thread: scan every dataset (ScanStopped once `startup.stop_scan` is set),
     plan the tasks, open the object store."""
     settings = mount.settings
     keys = [dataset_key(c) for c in mount.configs]
-    preload_planning_modules()
     startup.scanning(keys)
     # a large dataset takes a while: a progress line on a terminal, one every 10 s in the log
     terminal = StderrProgress(interval_seconds=1.0 if sys.stderr.isatty() else 10.0)
@@ -204,12 +190,10 @@ def scan_and_plan(startup: Startup, mount: Mount) -> Planned:
         terminal(done)
         startup.scanned(key, done)
 
-    try:
-        scans = scan_all(keys, settings.cache_dir, settings.workers, settings.media_limits,
-                         progress, stop=startup.stop_scan, started=mount.probes)
-    finally:
-        if mount.probes is not None:  # the rest of the mount probes nothing
-            mount.probes.close()
+    ahead = mount.scan_ahead
+    scans = {} if ahead is None else ahead.join(progress, startup.stop_scan)
+    scans |= scan_all([k for k in keys if k not in scans], settings.cache_dir, settings.workers,
+                      settings.media_limits, progress, stop=startup.stop_scan)  # remote copies
     startup.enter("planning")
     plans = build_plans(mount.configs, scans, settings.k_epochs,
                         load_plan_state(settings.cache_dir))

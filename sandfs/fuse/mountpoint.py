@@ -1,5 +1,5 @@
-"""The mountpoint: FUSE present, a layout that cannot deadlock, an empty directory (a stale mount
-of a killed daemon cleaned first, a live one refused), and the mount options."""
+"""The mountpoint: FUSE present, an empty directory (a stale mount of a killed daemon cleaned
+first, a live one refused), and the mount options. The layout checks are in `layout`."""
 
 from __future__ import annotations
 
@@ -7,13 +7,10 @@ import errno
 import logging
 import os
 import subprocess
-from collections.abc import Iterable
 
 import pyfuse3
 
 from sandfs.errors import UserError
-from sandfs.fuse.mounttable import SANDFS_FSTYPE, mountpoints
-from sandfs.remote.options import is_remote_url
 
 log = logging.getLogger(__name__)
 
@@ -41,46 +38,6 @@ def check_fuse_available() -> None:
         os.close(os.open("/dev/fuse", os.O_RDWR))
     except OSError as exc:
         raise UserError(f"FUSE is not available: cannot open /dev/fuse ({exc.strerror})") from exc
-
-
-# -- the layout ------------------------------------------------------------------------------
-
-
-def check_layout(mountpoint: str, cache_dir: str, dataset_dirs: Iterable[str]) -> None:
-    """Refuse layouts where serving would wait on itself: the mountpoint in a dataset or in
-    another sandfs mount, a dataset or the cache dir under the mountpoint. Pure path checks
-    (nothing under the mountpoint is touched, so a hung mount there cannot hang us)."""
-    outer = next((m for m in mountpoints(SANDFS_FSTYPE)
-                  if inside(mountpoint, m) and m != mountpoint), None)
-    if outer is not None:
-        raise UserError(f"mountpoint {mountpoint} is inside the sandfs mount {outer}: "
-                        f"reads would wait on the daemon that serves them")
-    real_mountpoint = real_path(mountpoint)
-    for dataset in (d for d in dataset_dirs if not is_remote_url(d)):  # URLs: fetched copies
-        if inside(real_mountpoint, dataset):
-            raise UserError(f"mountpoint {mountpoint} is the dataset directory {dataset} or "
-                            f"inside it: the mount would hide the videos it reads")
-        if inside(dataset, real_mountpoint):
-            raise UserError(f"dataset directory {dataset} is inside the mountpoint "
-                            f"{mountpoint}: the mount would hide the videos it reads")
-    if inside(cache_dir, mountpoint) or inside(real_path(cache_dir), real_mountpoint):
-        raise UserError(f"cache dir {cache_dir} is inside the mountpoint {mountpoint}; "
-                        f"give a --cache-dir outside it")
-
-
-def inside(path: str, folder: str) -> bool:
-    """`path` is `folder` or below it (both absolute, normalized)."""
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-def real_path(path: str) -> str:
-    """The path with links resolved, without touching `path` itself unless it is a link (it may
-    be a stale or hung mount)."""
-    path = os.path.abspath(path)
-    if os.path.islink(path):
-        return os.path.realpath(path)
-    parent, name = os.path.split(path)
-    return os.path.join(os.path.realpath(parent), name) if name else path
 
 
 # -- the mountpoint itself -------------------------------------------------------------------

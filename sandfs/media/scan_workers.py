@@ -10,7 +10,7 @@ import subprocess
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from threading import Event
 
@@ -27,6 +27,11 @@ STOP_POLL_SECONDS = 0.2  # how soon a scan run in another thread sees its stop e
 # starting beside the daemon's own imports on a 2-core machine (docs/performance.md §21).
 FILES_PER_WORKER = 32
 WORKERS_AHEAD = 1  # started before the daemon's imports: the dataset's size is not known yet
+# Jobs sent to a worker at once: the next ones wait in its pipe, so the worker never waits for
+# this process to wake up and take a reply (~2.5 ms a probe here, more while the daemon
+# imports). 16 short videos with a busy thread beside the scan: 96-107 ms with 4, 122-130 with
+# 2, 180-190 with 1 (60 ms of probing; docs/performance.md §22).
+IN_FLIGHT = 4
 
 
 class ScanStopped(Exception):
@@ -54,8 +59,8 @@ class _Worker:
     replies: Connection  # worker -> parent
     started: float
     ready: bool = False
-    target: ProbeJob | None = None
-    deadline: float = 0.0
+    sent: deque[ProbeJob] = field(default_factory=deque)  # in order; the first is probed now
+    deadline: float = 0.0  # the first's
     timeout_seconds: float = 0.0
 
 
@@ -111,20 +116,21 @@ def probe_files(
     count = max(1, min(workers, -(-len(jobs) // FILES_PER_WORKER)))
     pool = [_start_worker() for _ in range(count)] if started is None else started.take(count)
     try:
-        while pending or any(w.target for w in pool):
+        while pending or any(w.sent for w in pool):
             for worker in pool:
-                if worker.ready and worker.target is None and pending:
-                    _assign(worker, pending.popleft(), limits)
+                while worker.ready and len(worker.sent) < IN_FLIGHT and pending:
+                    _send(worker, pending.popleft(), limits)
             timeout = _wait_seconds(pool)
             wait([w.replies for w in pool], timeout if stop is None else
                  min(timeout, STOP_POLL_SECONDS))
             check_stop(stop)
             for position, worker in enumerate(pool):
-                job = worker.target
-                alive = _poll_worker(worker, results)
-                if on_result and job and job.key in results:  # answered, timed out or died
-                    on_result(job.key, results[job.key])
+                answered, alive = _poll_worker(worker, results)
+                for key in answered if on_result else ():  # answered, timed out or died
+                    on_result(key, results[key])
                 if not alive:
+                    pending.extendleft(reversed(worker.sent))  # not started: sent again
+                    worker.sent.clear()
                     _stop_worker(worker)
                     pool[position] = _start_worker()
     finally:
@@ -145,54 +151,63 @@ def _worker_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": python_path}
 
 
-def _assign(worker: _Worker, job: ProbeJob, limits: MediaLimits) -> None:
-    worker.target = job
+def _send(worker: _Worker, job: ProbeJob, limits: MediaLimits) -> None:
+    if not worker.sent:
+        worker.deadline = time.monotonic() + limits.decode_timeout_seconds
+    worker.sent.append(job)
     worker.timeout_seconds = limits.decode_timeout_seconds
-    worker.deadline = time.monotonic() + worker.timeout_seconds
     worker.jobs.send((job.path, limits, job.identity))
 
 
 def _wait_seconds(pool: list[_Worker]) -> float:
-    deadlines = [w.deadline for w in pool if w.target]
+    deadlines = [w.deadline for w in pool if w.sent]
     deadlines += [w.started + _WORKER_START_TIMEOUT_SECONDS for w in pool if not w.ready]
     return max(0.0, min(deadlines) - time.monotonic())
 
 
-def _poll_worker(worker: _Worker, results: dict[str, ProbeResult]) -> bool:
-    """Takes a reply if one came; False when the worker died or timed out (replace it)."""
+def _poll_worker(worker: _Worker, results: dict[str, ProbeResult]) -> tuple[list[str], bool]:
+    """Takes the replies that came: the keys answered (replied, timed out or died: a worker
+    probes in order, so the job it was on), and False when the worker died or timed out
+    (replace it; the jobs it had not started are still in `sent`)."""
+    answered = []
     try:
-        if worker.replies.poll():
+        while worker.replies.poll():
             message = worker.replies.recv()
             if message == _WORKER_READY:
                 worker.ready = True
-            elif worker.target:
-                results[worker.target.key] = message
-                worker.target = None
-            return True
+            elif worker.sent:
+                answered.append(_answer(worker, results, message))
     except (EOFError, OSError):
-        return _worker_died(worker, results)
+        exit_code = worker.process.wait()
+        if not worker.ready:
+            raise RuntimeError("a probe worker process failed to start "
+                               f"(exit code {exit_code})") from None
+        if worker.sent:
+            detail = f"the decoder process died (exit code {exit_code})"
+            answered.append(_answer(worker, results, ProbeFailure("open_invalid", detail,
+                                                                  lasting=False)))
+        return answered, False
     now = time.monotonic()
-    if worker.target and now >= worker.deadline:
+    if worker.sent and now >= worker.deadline:
         detail = f"no result within decode_timeout_seconds ({worker.timeout_seconds} s)"
-        results[worker.target.key] = ProbeFailure("decode_timeout", detail, lasting=False)
-        return False
+        answered.append(_answer(worker, results, ProbeFailure("decode_timeout", detail,
+                                                              lasting=False)))
+        return answered, False
     if not worker.ready and now >= worker.started + _WORKER_START_TIMEOUT_SECONDS:
         raise RuntimeError("a probe worker process did not start")
-    return True
+    return answered, True
 
 
-def _worker_died(worker: _Worker, results: dict[str, ProbeResult]) -> bool:
-    exit_code = worker.process.wait()
-    if not worker.ready:
-        raise RuntimeError(f"a probe worker process failed to start (exit code {exit_code})")
-    if worker.target:
-        detail = f"the decoder process died (exit code {exit_code})"
-        results[worker.target.key] = ProbeFailure("open_invalid", detail, lasting=False)
-    return False
+def _answer(worker: _Worker, results: dict[str, ProbeResult], result: ProbeResult) -> str:
+    """The result of the job the worker was on; the next one starts now."""
+    job = worker.sent.popleft()
+    results[job.key] = result
+    worker.deadline = time.monotonic() + worker.timeout_seconds
+    return job.key
 
 
 def _stop_worker(worker: _Worker) -> None:
-    if worker.process.poll() is None and worker.ready and worker.target is None:
+    if worker.process.poll() is None and worker.ready and not worker.sent:
         with contextlib.suppress(OSError):
             worker.jobs.send(None)
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -1,10 +1,13 @@
-"""Session fixtures: the corpus is generated once, scanned once (with its log captured)."""
+"""Session fixtures: the corpus is generated once, scanned once (with its log captured); and a
+dataset long enough to stop a scan midway."""
 
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +47,14 @@ def corpus_scan(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> Cor
     finally:
         logger.removeHandler(handler)
     return CorpusScan(scan, index_path, time.monotonic() - started, handler.records)
+
+
+@pytest.fixture
+def many_videos(tmp_path: Path, dataset_dir: Path) -> Path:
+    """60 copies of one short video: a scan long enough to stop midway."""
+    root = tmp_path / "many"
+    root.mkdir()
+    source = sorted(dataset_dir.rglob("*.mp4"))[0]
+    for i in range(60):
+        shutil.copy(source, root / f"v{i:03d}.mp4")
+    return root

@@ -3,14 +3,18 @@ mount): the scan uses them instead of starting its own, and none is left behind.
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from sandfs.media import scan_workers
+from sandfs.media.probe import ProbeFacts, ProbeFailure
 from sandfs.media.scan import scan_dataset
-from sandfs.media.scan_workers import ProbeWorkers
+from sandfs.media.scan_workers import ProbeJob, ProbeWorkers, probe_files
 from sandfs.media.types import MediaLimits
 from tests.helpers.processes import children_of
 
@@ -80,3 +84,30 @@ def test_a_probe_worker_starts_without_numpy():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, timeout=60)
     assert done.stdout.split() == ["False", "True"]
+
+
+def test_jobs_queued_behind_a_worker_that_dies_go_to_its_replacement(tmp_path, dataset_dir):
+    """A worker holds up to IN_FLIGHT jobs: when it dies, only the job it was on fails (the
+    process died); those waiting in its pipe are probed by the next worker, none lost."""
+    source = sorted(dataset_dir.rglob("*.mp4"))[0]
+    jobs = []
+    for i in range(3 * scan_workers.IN_FLIGHT):
+        path = tmp_path / f"v{i:02d}.mp4"
+        shutil.copy(source, path)
+        info = os.stat(path)
+        jobs.append(ProbeJob(path.name, str(path), (info.st_dev, info.st_ino)))
+    before, killed = children_of(), []
+
+    def kill_after_the_first(key, result):
+        if not killed:
+            killed.extend(children_of() - before)
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
+
+    results = probe_files(jobs, MediaLimits(), workers=1, on_result=kill_after_the_first)
+    assert len(killed) == 1 and set(results) == {job.key for job in jobs}
+    died = [key for key, r in results.items() if isinstance(r, ProbeFailure)]
+    assert len(died) <= 1 and all("process died" in results[key].detail for key in died)
+    facts = [r for r in results.values() if isinstance(r, ProbeFacts)]
+    assert len(facts) >= len(jobs) - 1 and all(f == facts[0] for f in facts)
+    assert children_of() <= before

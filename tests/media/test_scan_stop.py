@@ -3,7 +3,6 @@ during its startup scan): ScanStopped, and no probe worker process left behind."
 
 from __future__ import annotations
 
-import shutil
 import threading
 
 import pytest
@@ -13,16 +12,6 @@ from sandfs.media.scan import scan_dataset
 from sandfs.media.scan_workers import ScanStopped
 from sandfs.media.types import MediaLimits
 from tests.helpers.processes import children_of
-
-
-@pytest.fixture
-def many_videos(tmp_path, dataset_dir):
-    root = tmp_path / "many"
-    root.mkdir()
-    source = sorted(dataset_dir.rglob("*.mp4"))[0]
-    for i in range(60):
-        shutil.copy(source, root / f"v{i:03d}.mp4")
-    return root
 
 
 def test_a_stop_during_probing_ends_the_scan_and_its_workers(many_videos):

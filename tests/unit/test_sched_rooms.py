@@ -15,7 +15,13 @@ from sandfs.sched.board import BatchBoard, ReadyView, ViewState
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.flights import Flights, ObjectFailed
 from sandfs.sched.jobs import AssemblyJob, JobResult, Placed, VideoJob, VideoJobKey
-from sandfs.sched.objects import Spot
+from sandfs.sched.objects import (
+    PRUNE_TARGET_FRACTION,
+    Spot,
+    clip_nbytes,
+    disk_plans,
+    pruned_plans,
+)
 from sandfs.sched.scheduler import Scheduler
 from sandfs.sched.windows import Position, WindowBook
 from sandfs.stats import Stats
@@ -195,3 +201,17 @@ def test_a_spot_is_a_clip_use_s_batch_and_slot():
     use = ClipUse(key(3), 5, None, ())
     assert Spot.of(use) == Spot(key(3), 5)
     assert key(3).parts == ("view", "plan", 0, 3)  # what on-disk clip keys digest
+
+
+def test_where_every_clip_fits_disk_plans_keep_what_algorithm_1_keeps(tmp_path):
+    """Algorithm 1 starts from every final clip kept and stops at once when they fit: the
+    shortcut that skips building its graphs must keep the same."""
+    window = plan_window([make_plan(tmp_path)], 0)
+    clips = sum(clip_nbytes(window.views[u.view][0], u)
+                for work in window.videos.values() for u in work.uses)
+    budget = int(clips / PRUNE_TARGET_FRACTION) + 1
+    kept = disk_plans(window, budget, "algorithm1")
+    assert kept == pruned_plans(window, int(budget * PRUNE_TARGET_FRACTION))
+    assert all(plan.clips and not plan.frames for plan in kept.values())
+    tight = disk_plans(window, budget // 2, "algorithm1")  # pruned: fewer bytes kept
+    assert tight == pruned_plans(window, int(budget // 2 * PRUNE_TARGET_FRACTION)) != kept

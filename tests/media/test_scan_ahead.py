@@ -1,0 +1,63 @@
+"""The scan a mount starts before the daemon's imports (`ScanAhead`): the daemon takes the
+same scans it would have made, hears the progress made before it listened, gets the scan's
+error or its own stop, and a scan nobody took stops with its workers."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from sandfs.media.datasets import ScanAhead, scan_all
+from sandfs.media.scan_workers import WORKERS_AHEAD, ProbeWorkers, ScanStopped
+from sandfs.media.types import MediaLimits
+from tests.helpers.processes import children_of
+
+
+def scan_ahead(datasets, cache_dir=None) -> ScanAhead:
+    return ScanAhead(datasets, cache_dir, 2, MediaLimits(), ProbeWorkers(WORKERS_AHEAD))
+
+
+def test_the_daemon_takes_the_scans_and_hears_all_the_progress(dataset_dir, tmp_path):
+    before = children_of()
+    key = (str(dataset_dir), (".mp4",))
+    expected = scan_all([key], None, 2, MediaLimits())
+    heard = []
+    with scan_ahead([key, key], str(tmp_path)) as ahead:
+        threading.Event().wait(1.0)  # the scan ends before anyone listens
+        scans = ahead.join(lambda k, done: heard.append((k, done)), threading.Event())
+    assert list(scans) == [key]
+    assert scans[key].videos == expected[key].videos and scans[key].bad == expected[key].bad
+    assert heard and all(k == key for k, _ in heard)
+    last = heard[-1][1]
+    assert last.videos_scanned == last.videos_total == len(expected[key].videos)
+    assert list(tmp_path.glob("scan-*.json"))  # its index kept in the cache dir
+    assert children_of() <= before
+
+
+def test_the_daemon_gets_the_error_of_the_scan(tmp_path):
+    with scan_ahead([(str(tmp_path / "missing"), (".mp4",))]) as ahead, \
+            pytest.raises(NotADirectoryError):
+        ahead.join(lambda k, done: None, threading.Event())
+
+
+def test_a_stop_while_the_daemon_waits_stops_the_scan(many_videos):
+    before = children_of()
+    stop, seen = threading.Event(), []
+
+    def progress(key, done):
+        seen.append(done.videos_scanned)
+        if done.videos_scanned >= 3:
+            stop.set()
+
+    with scan_ahead([(str(many_videos), (".mp4",))]) as ahead, pytest.raises(ScanStopped):
+        ahead.join(progress, stop)
+    assert max(seen) < 60
+    assert children_of() <= before
+
+
+def test_a_scan_nobody_took_stops_with_its_workers(many_videos):
+    before = children_of()
+    with scan_ahead([(str(many_videos), (".mp4",))]):
+        pass
+    assert children_of() <= before
