@@ -15,7 +15,7 @@ import numpy as np
 
 from sandfs import ops as oplib
 from sandfs.faults import fault_point
-from sandfs.media.decode import Tally, converter, decode_each
+from sandfs.media.decode import Tally, Unconverted, decode_each, deferred
 from sandfs.media.gop import frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer, npy_bytes
@@ -58,16 +58,17 @@ class Materializer:
         per source it is wanted in (full-size RGB, or scaled in the decoder: decode_resize)."""
         frames: dict[FrameKey, np.ndarray] = {}
         for _, keyed in self.decode_each(info, wanted):
-            frames.update(keyed)
+            frames.update((key, frame.array()) for key, frame in keyed.items())
         return frames
 
     def decode_each(self, info: VideoInfo, wanted: set[FrameKey],
-                    ) -> Iterator[tuple[int, dict[FrameKey, np.ndarray]]]:
-        """`decode` frame by frame, in index order: (index, its wanted keys and arrays), each
-        checked as it comes (`media.decode.decode_each`)."""
+                    ) -> Iterator[tuple[int, dict[FrameKey, Unconverted]]]:
+        """`decode` frame by frame, in index order: (index, its wanted keys and frames), each
+        checked as it comes (`media.decode.decode_each`). The frames come `Unconverted`: a
+        pass converts those a clip uses when it makes the clip."""
         sources = {source for _, source in wanted}
         tally, counted = Tally(), 0
-        each = decode_each(info, sorted({index for index, _ in wanted}), converter(sources),
+        each = decode_each(info, sorted({index for index, _ in wanted}), deferred(sources),
                            tally)
         with closing(each):
             for index, by_source in each:

@@ -114,10 +114,22 @@ def convert(frame: VideoFrame, conversion: Conversion) -> np.ndarray:
     return np.ascontiguousarray(scaled.to_ndarray())
 
 
-def converter(conversions: Iterable[Conversion]) -> Callable[[VideoFrame], dict]:
-    """One decoded frame -> {conversion: RGB array} for every conversion asked for."""
+@dataclass(frozen=True, slots=True)
+class Unconverted:
+    """A decoded frame and the conversion it is wanted in, made when `array` is called."""
+
+    frame: VideoFrame
+    conversion: Conversion
+
+    def array(self) -> np.ndarray:
+        return convert(self.frame, self.conversion)
+
+
+def deferred(conversions: Iterable[Conversion]) -> Callable[[VideoFrame], dict]:
+    """One decoded frame -> {conversion: Unconverted} for every conversion asked for: each
+    converted when it is used (`convert`)."""
     wanted = tuple(dict.fromkeys(conversions))
-    return lambda frame: {c: convert(frame, c) for c in wanted}
+    return lambda frame: {c: Unconverted(frame, c) for c in wanted}
 
 
 def decode_frames(info: VideoInfo, indices: Iterable[int],
@@ -125,7 +137,7 @@ def decode_frames(info: VideoInfo, indices: Iterable[int],
     """Decodes frames `indices` of a scanned video (ValueError if one is out of range,
     DecodeError if the file fails to open or changed since the scan, ScanMismatch if it holds
     fewer or broken frames than scanned); each needed frame goes through `convert_frame`
-    (default: full-size RGB; see `converter`)."""
+    (default: full-size RGB; see `deferred`)."""
     tally = Tally()
     frames = dict(decode_each(info, indices, convert_frame, tally))
     return DecodeResult(frames, tally.frames)

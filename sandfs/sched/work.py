@@ -23,6 +23,7 @@ from sandfs.materialize import (
     first_ops,
     to_layout,
 )
+from sandfs.media.decode import Unconverted
 from sandfs.ops import isolated
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan, plan_window
@@ -147,7 +148,7 @@ def video_steps(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarra
             for position in range(len(job.uses)):
                 if position:
                     yield
-                maker.make([position], frames)
+                maker.make(position, frames)
     rest = maker.take()
     return JobResult(rest.placed, tuple(saved), carried, rest.failed)
 
@@ -175,8 +176,8 @@ class JobSteps:
 
 
 class _ClipMaker:
-    """A video job's clips, made group by group: augmented, laid out, put in their batches'
-    buffers and on disk; each group reported as it is made."""
+    """A video job's clips, made one by one: augmented, laid out, put in their batches'
+    buffers and on disk; each reported as it is made."""
 
     def __init__(self, tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray],
                  report: Callable[[JobResult], None]) -> None:
@@ -188,10 +189,11 @@ class _ClipMaker:
 
     def make_while_decoding(self) -> Generator[None, None, dict[FrameKey, object]]:
         """Decode the pass, making the clips in the order their batches are read, each as soon
-        as its frames are in and those read before it are made; yielding after each group while
-        clips remain; the frames. The pass keeps every frame it decodes until it ends anyway,
-        so a clip read later waits at no cost: the first batch's clip at the end of a video no
-        longer waits for the clips of later epochs that the decoder passed on the way."""
+        as its frames are in and those read before it are made, and handed over on its own;
+        yielding after each while clips that need more decoding remain; the frames. The pass
+        keeps every frame it decodes until it ends anyway, so a clip read later waits at no
+        cost: the first batch's clip at the end of a video no longer waits for the clips of
+        later epochs that the decoder passed on the way, nor for their making."""
         job = self.job
         order = sorted(range(len(job.uses)), key=lambda p: (
             job.deadlines[job.uses[p].view], max(job.uses[p].clip.frame_indices)))
@@ -204,36 +206,46 @@ class _ClipMaker:
             while ready < len(order) and lasts[ready] <= index:
                 ready += 1
             if ready > made:
-                self.make(order[made:ready], frames)
+                for position in order[made:ready]:  # each handed over as it is made
+                    self.make(position, self.converted(frames, position))
+                    if ready < len(order):  # more to decode: a point to pause at
+                        yield
                 made = ready
-                if made < len(order):
-                    yield
         for count, position in enumerate(order[made:]):  # one by one: it may still pause
             if count:
                 yield
-            self.make([position], frames)
+            self.make(position, self.converted(frames, position))
+        return convert_all(frames)
+
+    def converted(self, frames: dict[FrameKey, object], position: int) -> dict[FrameKey, object]:
+        """`frames`, those of the clip at `position` converted to RGB (in place). A pass
+        converts a frame when a clip needs it, not as it decodes it: the clip a reader waits
+        for is not held up by converting frames only later clips (or windows) use."""
+        clip = self.job.uses[position].clip
+        for index in clip.frame_indices:
+            frame = frames[index, clip.source]
+            if isinstance(frame, Unconverted):
+                frames[index, clip.source] = frame.array()
         return frames
 
-    def make(self, positions: Sequence[int], frames: Mapping[FrameKey, object]) -> None:
-        if not positions:
-            return
+    def make(self, position: int, frames: Mapping[FrameKey, object]) -> None:
+        """The clip at `position`: augmented, laid out, put in its batch's buffer and on disk,
+        and handed over."""
         job, store = self.job, self.tools.store
-        uses = [job.uses[p] for p in positions]
-        slots = {p: self.targets[job.uses[p].view][job.uses[p].slot] for p in positions
-                 if Spot.of(job.uses[p]) in job.to_memory}
-        outs = {p: as_thwc(slot, job.layouts[job.uses[p].view]) for p, slot in slots.items()}
-        clips = augment_each(self.augmenter, positions, frames, outs)
-        for position, use, clip in zip(positions, uses, clips, strict=True):
-            if isinstance(clip, str):
-                self.failed.append(Failed(use, clip))
-                continue
+        use = job.uses[position]
+        spot = Spot.of(use)
+        slot = self.targets[use.view][use.slot] if spot in job.to_memory else None
+        outs = {} if slot is None else {position: as_thwc(slot, job.layouts[use.view])}
+        [clip] = augment_each(self.augmenter, [position], frames, outs)
+        if isinstance(clip, str):
+            self.failed.append(Failed(use, clip))
+        else:
             array = to_layout(clip, job.layouts[use.view])
-            spot = Spot.of(use)
-            if spot in job.to_memory and clip is not outs[position]:
-                slots[position][...] = array  # made elsewhere: a shape the slot does not have
+            if slot is not None and clip is not outs[position]:
+                slot[...] = array  # made elsewhere: a shape the slot does not have
             stored = spot in job.to_disk and store.put(
                 clip_object_key(use, job.work.info), array, deadline=job.deadlines[use.view])
-            self.placed.append(Placed(use, spot in job.to_memory, bool(stored)))
+            self.placed.append(Placed(use, slot is not None, bool(stored)))
         self.report(self.take())
 
     def take(self) -> JobResult:
@@ -241,6 +253,14 @@ class _ClipMaker:
         taken = JobResult(tuple(self.placed), failed=tuple(self.failed))
         self.placed, self.failed = [], []
         return taken
+
+
+def convert_all(frames: dict[FrameKey, object]) -> dict[FrameKey, object]:
+    """`frames` with every one still `Unconverted` converted (in place): to keep or carry."""
+    for key, frame in frames.items():
+        if isinstance(frame, Unconverted):
+            frames[key] = frame.array()
+    return frames
 
 
 def augment_each(augmenter: Augmenter, positions: Sequence[int],

@@ -15,7 +15,9 @@ import pytest
 from sandfs.media.decode import (
     DecodeError,
     decode_all_reference,
+    decode_each,
     decode_frames,
+    deferred,
     frames_to_decode,
 )
 from sandfs.media.scan import scan_dataset
@@ -56,6 +58,20 @@ def test_decoded_frames_equal_the_reference(item, corpus: Corpus, corpus_scan: C
             assert frame.dtype == np.uint8 and frame.shape == (video.height, video.width, 3)
             np.testing.assert_array_equal(frame, reference[index], err_msg=f"frame {index}")
         assert result.frames_decoded <= frames_to_decode(video, subset)  # B-frames: skips
+
+
+@pytest.mark.parametrize("item", VALID, ids=[ascii(c.rel_path) for c in VALID])
+def test_frames_converted_after_the_pass_moved_on_are_the_same(item, corpus_scan: CorpusScan):
+    """A pass keeps decoded frames and converts each when a clip uses it: a frame held while
+    the decoder goes on (its buffers are its own) converts to the pixels it had."""
+    if item.missing:
+        pytest.skip(item.missing)
+    video = _video(corpus_scan, item.rel_path)
+    held = dict(decode_each(video, range(video.num_frames), deferred([None])))
+    reference = decode_all_reference(video.path, video.stream_index)
+    for index in reversed(range(video.num_frames)):
+        np.testing.assert_array_equal(held[index][None].array(), reference[index],
+                                      err_msg=f"frame {index}")
 
 
 def test_selective_decoding_skips_earlier_segments(corpus_scan: CorpusScan):
