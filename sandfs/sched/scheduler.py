@@ -284,6 +284,7 @@ class Scheduler:
             part, on_disk = await trio.to_thread.run_sync(work.plan_task_part, plan, window,
                                                           self.store)
             self.board.add_part(window, self.book.merge(window, part), on_disk)
+            self._anticipate(part)
             self._fail_views(part)
         self.wake()
 
@@ -292,6 +293,8 @@ class Scheduler:
         self.carry.forget(self.book.future)
         released = self.book.remove_task(name)
         self.failures.forget(name)
+        self.anticipated.pop(name, None)  # its batch is dropped below, or another task's too
+        self._readers_came.discard(name)  # the name may be registered again
         self.board.forget_pending(set(released))
         for key in released:
             self.board.drop(key, ready_too=True)

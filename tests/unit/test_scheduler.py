@@ -869,3 +869,24 @@ async def test_once_its_reader_comes_the_task_s_own_reads_count(tmp_path, autoju
         await settle(scheduler)
         nursery.cancel_scope.cancel()
     assert not scheduler.anticipated
+
+
+async def test_a_task_registered_later_has_its_first_batch_waited_for_too(tmp_path,
+                                                                         autojump_clock):
+    gate = threading.Event()
+    plan, scheduler, _ = scheduler_for(tmp_path, gate=gate)
+    (tmp_path / "later").mkdir()
+    later = make_plan(tmp_path / "later", videos=plan.videos, epochs=4, k_epochs=2,
+                      task="later", seed=7)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(0.05)
+        await scheduler.add_plan(later)
+        first = view_key(later, 0, 0)
+        assert scheduler.anticipated[later.name] == first and first in scheduler.board.demanded
+        await scheduler.remove_plan(later.name)
+        assert later.name not in scheduler.anticipated
+        assert first not in scheduler.board.demanded
+        gate.set()
+        await settle(scheduler)
+        nursery.cancel_scope.cancel()
