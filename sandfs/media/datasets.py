@@ -109,7 +109,7 @@ class ScanAhead:
             self._scans.result()
         except ScanStopped:
             pass
-        except Exception as exc:  # the daemon never took it: whatever failed is moot
+        except Exception as exc:  # raised to the daemon already, or moot: nobody took it
             log.debug("the scan ahead ended with %s: %s", type(exc).__name__, exc)
         self._executor.shutdown()
 

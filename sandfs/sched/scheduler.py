@@ -246,7 +246,8 @@ class Scheduler:
         """Until a task's reader comes, the batch where the task stands counts as waited for
         once its window is planned: the reader comes soon (a training script that starts with
         the mount is still importing torch), and the passes that batch needs should not make
-        later epochs' clips first (`_should_pause`). A first batch came 0.1 s sooner."""
+        later epochs' clips first (`_should_pause`): a cold mount's first batch came 0.07 s
+        sooner (docs/performance.md §22)."""
         for task, task_plan in self.book.plans.items():
             at = self.book.position(task)
             key = view_key(task_plan, at.epoch, at.iteration)
