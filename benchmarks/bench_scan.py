@@ -29,7 +29,7 @@ from common import emit, fill_defaults, machine_info, summary
 from sandfs.media import probe
 from sandfs.media.scan import scan_dataset
 from sandfs.media.synth import write_test_video
-from sandfs.media.types import MediaLimits
+from sandfs.media.types import PACKETS, MediaLimits, ProbeFacts, ProbeResult
 
 KINDS = (  # (extension, encoder, extra options)
     ("mp4", "libx264", {"bframes": 3, "b_adapt": False}),
@@ -71,14 +71,14 @@ def make_short(root: Path, videos: int) -> list[Path]:
     return paths
 
 
-def decoding_probe(path: Path) -> probe.ProbeResult:
+def decoding_probe(path: Path) -> ProbeResult:
     """The scan before packets were counted: decode every frame of the best stream."""
     with probe._open_checked(str(path), None) as container:
         stream_index = container.streams.best("video").index
         return probe._count_frames(container, stream_index, LIMITS, "decoding")
 
 
-def timed(function, path: Path) -> tuple[float, float, probe.ProbeResult]:
+def timed(function, path: Path) -> tuple[float, float, ProbeResult]:
     wall, cpu = time.perf_counter(), time.process_time()
     result = function(path)
     return time.perf_counter() - wall, time.process_time() - cpu, result
@@ -89,7 +89,7 @@ def per_video(paths: list[Path]) -> None:
     for path in paths:
         old_wall, old_cpu, old = timed(decoding_probe, path)
         new_wall, new_cpu, new = timed(lambda p: probe.probe_video(str(p), LIMITS), path)
-        assert isinstance(new, probe.ProbeFacts) and isinstance(old, probe.ProbeFacts), path
+        assert isinstance(new, ProbeFacts) and isinstance(old, ProbeFacts), path
         assert new.num_frames == old.num_frames, path
         rows.append({"video": path.name, "frames": new.num_frames,
                      "counted_by": new.counted_by, "decode_ms": round(old_wall * 1e3, 2),
@@ -106,7 +106,7 @@ def per_video(paths: list[Path]) -> None:
         "cpu_speedup_median": round(statistics.median(ratio), 1),
         "cpu_speedup_total": round(sum(r["decode_cpu_ms"] for r in rows)
                                    / sum(r["demux_cpu_ms"] for r in rows), 1),
-        "decoded_in_full": sum(r["counted_by"] != probe.PACKETS for r in rows)}})
+        "decoded_in_full": sum(r["counted_by"] != PACKETS for r in rows)}})
 
 
 def cpu_seconds() -> float:

@@ -32,7 +32,6 @@ import os
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 import av
 from av.container import InputContainer
@@ -45,7 +44,13 @@ from sandfs.media.opening import (
     open_regular_file,
     open_stream,
 )
-from sandfs.media.types import PERMISSION_DENIED, MediaLimits
+from sandfs.media.types import (
+    PERMISSION_DENIED,
+    MediaLimits,
+    ProbeFacts,
+    ProbeFailure,
+    ProbeResult,
+)
 
 _AVFMT_NOTIMESTAMPS = 0x80  # raw elementary streams (.h264): no pts, no seeking by pts
 # MPEG-TS / MPEG-PS: no index, timestamps may jump; a seek lands off plan for almost every
@@ -58,41 +63,12 @@ TRUSTED_CODECS = frozenset(
 TRUSTED_CONTAINERS = frozenset(
     {"mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm", "mpegts", "mpeg", "avi"}
 )
-PACKETS = "packets"  # ProbeFacts.counted_by when the packets were trusted
 # Demuxers of pictures, whatever the file is named (FFmpeg probes the content): a PNG, JPEG or
 # GIF named .mp4 would otherwise be served as a one-frame (or animated) video
 IMAGE_FORMATS = frozenset({"image2", "gif", "apng", "webp", "ico", "tiff"})
 # codecs of still pictures: one frame of them in any container is a picture, not a video
 STILL_CODECS = frozenset({"png", "bmp", "gif", "tiff", "webp", "jpeg2000", "jpegls", "qoi",
                           "ppm", "pgm", "pbm", "pam", "sgi", "targa", "dpx", "exr"})
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeFacts:
-    """What probing one file taught us (everything in VideoInfo that is not about the path)."""
-
-    width: int
-    height: int
-    num_frames: int
-    frame_pts: tuple[int, ...] = field(repr=False)
-    time_base: Fraction | None
-    keyframe_indices: tuple[int, ...] = field(repr=False)
-    seekable: bool
-    rotation: int
-    codec: str
-    pix_fmt: str
-    stream_index: int
-    counted_by: str = PACKETS  # or "decoding: <why the packets were not trusted>"
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeFailure:
-    reason: str
-    detail: str
-    lasting: bool = True  # False for timeouts and crashes, which depend on the machine's load
-
-
-ProbeResult = ProbeFacts | ProbeFailure
 
 
 class _FileReplacedError(Exception):

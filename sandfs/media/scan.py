@@ -25,10 +25,19 @@ from dataclasses import dataclass
 from threading import Event
 from typing import TextIO
 
-from sandfs.media.probe import PACKETS, ProbeFacts, ProbeFailure, ProbeResult
 from sandfs.media.scan_index import IndexKey, load_index, save_index
 from sandfs.media.scan_workers import ProbeJob, ProbeWorkers, check_stop, probe_files
-from sandfs.media.types import BadVideo, DatasetScan, MediaLimits, ScanProgress, VideoInfo
+from sandfs.media.types import (
+    PACKETS,
+    BadVideo,
+    DatasetScan,
+    MediaLimits,
+    ProbeFacts,
+    ProbeFailure,
+    ProbeResult,
+    ScanProgress,
+    VideoInfo,
+)
 
 log = logging.getLogger(__name__)
 

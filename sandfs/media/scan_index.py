@@ -15,8 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from sandfs.fileio import read_checked_json, write_checked_json
-from sandfs.media.probe import ProbeFacts, ProbeFailure, ProbeResult
-from sandfs.media.types import MediaLimits
+from sandfs.media.types import MediaLimits, ProbeFacts, ProbeFailure, ProbeResult
 
 log = logging.getLogger("sandfs.media.scan")  # one logger for the whole scan
 

@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from threading import Event
 
-from sandfs.media.opening import describe_error
-from sandfs.media.probe import ProbeFailure, ProbeResult, probe_video
-from sandfs.media.types import MediaLimits
+from sandfs.media.types import MediaLimits, ProbeFailure, ProbeResult
 from sandfs.workerproc import start_worker_process
 
 _WORKER_READY = "ready"
@@ -230,6 +228,10 @@ _WORKER_CODE = (
 def worker_main(job_fd: int, reply_fd: int) -> None:
     """The worker process's loop: (path, limits, identity) in, ProbeResult out; None or a
     closed pipe (the parent is gone) ends it."""
+    # here, not at the top: the daemon starts its workers before it imports PyAV (25 ms)
+    from sandfs.media.opening import describe_error
+    from sandfs.media.probe import probe_video
+
     jobs, replies = Connection(job_fd, writable=False), Connection(reply_fd, readable=False)
     replies.send(_WORKER_READY)
     while True:

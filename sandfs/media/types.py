@@ -111,3 +111,34 @@ class ScanProgress:
             return None
         remaining = self.videos_total - self.videos_scanned
         return self.seconds * remaining / self.videos_scanned
+
+
+PACKETS = "packets"  # ProbeFacts.counted_by when the packets were trusted
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeFacts:
+    """What probing one file taught us (everything in VideoInfo that is not about the path)."""
+
+    width: int
+    height: int
+    num_frames: int
+    frame_pts: tuple[int, ...] = field(repr=False)
+    time_base: Fraction | None
+    keyframe_indices: tuple[int, ...] = field(repr=False)
+    seekable: bool
+    rotation: int
+    codec: str
+    pix_fmt: str
+    stream_index: int
+    counted_by: str = PACKETS  # or "decoding: <why the packets were not trusted>"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeFailure:
+    reason: str
+    detail: str
+    lasting: bool = True  # False for timeouts and crashes, which depend on the machine's load
+
+
+ProbeResult = ProbeFacts | ProbeFailure

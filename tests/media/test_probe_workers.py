@@ -12,10 +12,9 @@ import sys
 import pytest
 
 from sandfs.media import scan_workers
-from sandfs.media.probe import ProbeFacts, ProbeFailure
 from sandfs.media.scan import scan_dataset
 from sandfs.media.scan_workers import ProbeJob, ProbeWorkers, probe_files
-from sandfs.media.types import MediaLimits
+from sandfs.media.types import MediaLimits, ProbeFacts, ProbeFailure
 from tests.helpers.processes import children_of
 
 
@@ -78,12 +77,14 @@ def test_workers_no_scan_took_are_stopped(tmp_path):
 
 def test_a_probe_worker_starts_without_numpy():
     """The workers start while the daemon imports and mounts; numpy would be a third of their
-    start, and probing demuxes without it."""
-    code = ("import sys; from sandfs.media.scan_workers import worker_main; "
-            "print('numpy' in sys.modules, 'av' in sys.modules)")
+    start, and probing demuxes without it. Starting one imports neither (the daemon starts
+    its worker before it imports PyAV); the worker imports PyAV to probe."""
+    code = ("import sys; from sandfs.media.scan_workers import ProbeWorkers, worker_main; "
+            "print('numpy' in sys.modules, 'av' in sys.modules); "
+            "import sandfs.media.probe; print('numpy' in sys.modules, 'av' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, timeout=60)
-    assert done.stdout.split() == ["False", "True"]
+    assert done.stdout.split() == ["False", "False", "False", "True"]
 
 
 def test_jobs_queued_behind_a_worker_that_dies_go_to_its_replacement(tmp_path, dataset_dir):

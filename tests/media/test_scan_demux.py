@@ -22,7 +22,7 @@ from sandfs.media.decode import ScanMismatch, decode_all_reference, decode_each,
 from sandfs.media.scan import StderrProgress, format_progress, scan_dataset
 from sandfs.media.scan_index import SCAN_VERSION
 from sandfs.media.synth import make_dataset, read_painted_index, write_test_video
-from sandfs.media.types import MediaLimits, ScanProgress, VideoInfo
+from sandfs.media.types import PACKETS, MediaLimits, ProbeFacts, ScanProgress, VideoInfo
 from tests.helpers.corpus import AV1_ENCODER, write_bitflipped
 
 B3 = {"bframes": 3, "b_adapt": False}  # every B slot used, with b-pyramid
@@ -137,8 +137,8 @@ def test_packet_counts_equal_a_full_decode(kind: Kind, kinds_dir: Path):
         pytest.skip(_missing(kind))
     path = kinds_dir / kind.name
     facts = probe.probe_video(str(path), MediaLimits())
-    assert isinstance(facts, probe.ProbeFacts), facts
-    assert (facts.counted_by == probe.PACKETS) == kind.trusted, facts.counted_by
+    assert isinstance(facts, ProbeFacts), facts
+    assert (facts.counted_by == PACKETS) == kind.trusted, facts.counted_by
     num_frames, pts, keyframes = _decoded_facts(path, facts.stream_index)
     assert facts.num_frames == num_frames
     assert facts.keyframe_indices == tuple(keyframes)

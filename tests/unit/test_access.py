@@ -24,9 +24,8 @@ from sandfs.access import (
 from sandfs.config.loader import load_task_config
 from sandfs.config.yamlsafe import ConfigError
 from sandfs.errors import UserError
-from sandfs.media.probe import ProbeFailure
 from sandfs.media.scan_index import _is_lasting
-from sandfs.media.types import VideoInfo
+from sandfs.media.types import ProbeFailure, VideoInfo
 
 NOBODY = 65534
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the owner rules differ for a daemon "
