@@ -21,14 +21,11 @@ class WorkerProcess:
 
 
 def start_worker_process(code: str, env: dict[str, str]) -> WorkerProcess:
-    """Runs `code`, then leaves without the interpreter's teardown (unloading PyAV and numpy
-    took 15 ms that a scan waited for); an exception still ends it with a traceback."""
     job_read, job_write = os.pipe()
     reply_read, reply_write = os.pipe()
     try:
         process = subprocess.Popen(
-            [sys.executable, "-c", f"{code}\nimport os; os._exit(0)", str(job_read),
-             str(reply_write)],
+            [sys.executable, "-c", code, str(job_read), str(reply_write)],
             stdin=subprocess.DEVNULL, pass_fds=(job_read, reply_write), env=env,
             start_new_session=True,
         )

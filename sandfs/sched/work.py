@@ -8,7 +8,7 @@ import contextvars
 import logging
 import os
 import threading
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -207,32 +207,24 @@ class _ClipMaker:
                 ready += 1
             if ready > made:
                 for position in order[made:ready]:  # each handed over as it is made
-                    self.make(position, self.converted(frames, position))
+                    self.make(position, frames)
                     if ready < len(order):  # more to decode: a point to pause at
                         yield
                 made = ready
         for count, position in enumerate(order[made:]):  # one by one: it may still pause
             if count:
                 yield
-            self.make(position, self.converted(frames, position))
-        return convert_all(frames)
+            self.make(position, frames)
+        return converted(frames, list(frames))  # to keep or carry
 
-    def converted(self, frames: dict[FrameKey, object], position: int) -> dict[FrameKey, object]:
-        """`frames`, those of the clip at `position` converted to RGB (in place). A pass
-        converts a frame when a clip needs it, not as it decodes it: the clip a reader waits
-        for is not held up by converting frames only later clips (or windows) use."""
-        clip = self.job.uses[position].clip
-        for index in clip.frame_indices:
-            frame = frames[index, clip.source]
-            if isinstance(frame, Unconverted):
-                frames[index, clip.source] = frame.array()
-        return frames
-
-    def make(self, position: int, frames: Mapping[FrameKey, object]) -> None:
-        """The clip at `position`: augmented, laid out, put in its batch's buffer and on disk,
-        and handed over."""
+    def make(self, position: int, frames: dict[FrameKey, object]) -> None:
+        """The clip at `position`: its frames converted to RGB (in `frames`), augmented, laid
+        out, put in its batch's buffer and on disk, and handed over. A pass converts a frame
+        when a clip needs it, not as it decodes it: the clip a reader waits for is not held up
+        by converting frames only later clips (or windows) use."""
         job, store = self.job, self.tools.store
         use = job.uses[position]
+        converted(frames, clip_frame_keys(use.clip))
         spot = Spot.of(use)
         slot = self.targets[use.view][use.slot] if spot in job.to_memory else None
         outs = {} if slot is None else {position: as_thwc(slot, job.layouts[use.view])}
@@ -255,10 +247,12 @@ class _ClipMaker:
         return taken
 
 
-def convert_all(frames: dict[FrameKey, object]) -> dict[FrameKey, object]:
-    """`frames` with every one still `Unconverted` converted (in place): to keep or carry."""
-    for key, frame in frames.items():
-        if isinstance(frame, Unconverted):
+def converted(frames: dict[FrameKey, object], keys: Iterable[FrameKey]
+              ) -> dict[FrameKey, object]:
+    """`frames` with those at `keys` still `Unconverted` converted to RGB (in place); a key
+    it lacks stays for the step that reads it to fail on."""
+    for key in keys:
+        if isinstance(frame := frames.get(key), Unconverted):
             frames[key] = frame.array()
     return frames
 
