@@ -56,8 +56,8 @@ from common import (
     tree_cpu_seconds,
 )
 
-from sandfs.config import load_task_config, parse_size
-from sandfs.config.settings import default_memory_limit
+from sandfs.config.loader import load_task_config
+from sandfs.config.settings import default_memory_limit, parse_size
 
 # (codec, extension): what real datasets mix; each a quarter of the videos
 CODECS = (("libx264", ".mp4"), ("libx265", ".mp4"), ("libvpx-vp9", ".webm"), ("mpeg4", ".mp4"))

@@ -14,16 +14,19 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from sandfs import __version__
-from sandfs.config.loader import BASE_DIR_MARK, ConfigError, load_task_configs
 from sandfs.config.schema import TaskConfig
-from sandfs.config.settings import cli_engine, default_workers, media_limits, mount_settings
+from sandfs.config.yamlsafe import ConfigError
 from sandfs.errors import UserError
 from sandfs.fuse.mounttable import is_mounted
 from sandfs.pids import wait_for_exit
 from sandfs.readiness import Readiness
 from sandfs.runtime import limit_malloc_arenas
+
+if TYPE_CHECKING:  # imported where used: it loads the ops registry (numpy, OpenCV)
+    from sandfs.config.settings import MountSettings
 
 log = logging.getLogger("sandfs")
 
@@ -144,17 +147,33 @@ def engine_overrides(args: argparse.Namespace) -> dict:
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
+    if not args.foreground:
+        return mount_background(*mount_configs(args), args)
+    # the scan's worker interpreter starts first, on the other core, while this one loads the
+    # configs (numpy and OpenCV: 0.1 s) and imports the daemon
+    with probes_ahead() as probes:
+        return mount_foreground(*mount_configs(args), args, probes)
+
+
+def mount_configs(args: argparse.Namespace
+                  ) -> tuple[list[TaskConfig], MountSettings, list[str]]:
+    """The tasks' configs, the mount's settings and their warnings."""
+    from sandfs.config.loader import load_task_configs
+    from sandfs.config.settings import mount_settings
+
     configs = load_task_configs(args.config)
     with settings_check():
         settings, warnings = mount_settings(configs, engine_overrides(args), args.mountpoint)
-    if args.foreground:
-        return mount_foreground(configs, settings, args, warnings)
-    return mount_background(configs, settings, args, warnings)
+    return configs, settings, warnings
 
 
-def mount_foreground(configs, settings, args, warnings) -> int:
+def probes_ahead():
     from sandfs.media.scan_workers import WORKERS_AHEAD, ProbeWorkers
 
+    return ProbeWorkers(WORKERS_AHEAD)
+
+
+def mount_foreground(configs, settings, warnings, args, probes) -> int:
     limit_malloc_arenas()  # before the daemon starts its threads
     setup_logging(args.log_level)
     for warning in warnings:
@@ -164,8 +183,7 @@ def mount_foreground(configs, settings, args, warnings) -> int:
     try:
         # the scan's worker interpreter starts on another core, and the scan in a thread,
         # while this one imports and mounts
-        with (ProbeWorkers(WORKERS_AHEAD) as probes,
-              scan_ahead(configs, settings, probes) as ahead):
+        with scan_ahead(configs, settings, probes) as ahead:
             from sandfs.daemon import run_daemon
 
             run_daemon(configs, settings, lambda: readiness.ready(status), readiness.stopping,
@@ -192,7 +210,7 @@ def scan_ahead(configs, settings, probes):
     return ScanAhead(local, settings.cache_dir, settings.workers, settings.media_limits, probes)
 
 
-def mount_background(configs, settings, args: argparse.Namespace, warnings) -> int:
+def mount_background(configs, settings, warnings, args: argparse.Namespace) -> int:
     """Start the daemon detached and return once it serves (or print why it could not)."""
     from sandfs.cache.setup import LOG_NAME, check_cache_dir, open_log
     from sandfs.fuse.layout import check_layout
@@ -240,7 +258,8 @@ def run_detached(configs, settings, args: argparse.Namespace, warnings, log_fd: 
         # the detached daemon is not the service's main process: it answers on the fd only
         os.environ.pop("NOTIFY_SOCKET", None)
         args.ready_fd, args.foreground = ready_fd, True
-        code = mount_foreground(configs, settings, args, warnings)
+        with probes_ahead() as probes:  # the daemon's own children
+            code = mount_foreground(configs, settings, warnings, args, probes)
     except UserError as exc:
         print(f"sandfs: {exc}", file=sys.stderr)
     except KeyboardInterrupt:
@@ -377,6 +396,8 @@ def format_status(status: dict) -> str:
 
 
 def cmd_task(args: argparse.Namespace) -> int:
+    from sandfs.config.loader import load_task_configs
+
     mountpoint = os.path.abspath(args.mountpoint)
     # a bad file is a bad config (exit status 2) whether or not the mount is live
     cfg = load_task_configs([args.config])[0] if args.task_command == "add" else None
@@ -389,6 +410,7 @@ def cmd_task(args: argparse.Namespace) -> int:
 
 def task_add(tasks_dir: str, config_path: str, cfg: TaskConfig) -> int:
     """`cfg`: the file loaded, its own errors with its line numbers."""
+    from sandfs.config.loader import BASE_DIR_MARK
     from sandfs.tasks import ignored_engine_note
 
     with open(config_path, encoding="utf-8") as f:
@@ -424,6 +446,8 @@ def task_remove(tasks_dir: str, name: str) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from sandfs.cache.setup import check_cache_dir
+    from sandfs.config.loader import load_task_configs
+    from sandfs.config.settings import cli_engine, default_workers, media_limits
     from sandfs.media.datasets import scan_all
     from sandfs.plan.build import build_plans
     from sandfs.plan.mount import dataset_key

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sandfs.config import ConfigError, load_task_config
+from sandfs.config.loader import ConfigError, load_task_config
 
 REPO = Path(__file__).resolve().parents[2]
 FILE = "task.yaml"

@@ -140,15 +140,28 @@ def test_mountpoint_in_use_is_refused(tmp_path, config_path):
         ({"augmentation": []}, "augmentation"),
     ],
 )
-def test_config_errors_mount_nothing(tmp_path, dataset_dir, overrides, fragment):
+@pytest.mark.parametrize("mode", [(), ("--foreground",)], ids=["background", "foreground"])
+def test_config_errors_mount_nothing(tmp_path, dataset_dir, overrides, fragment, mode):
+    """A foreground mount starts its probe worker before it reads the configs: a bad one
+    still gives one line (the worker shares stderr, and the command's output ends with it)."""
     config = write_config(tmp_path / "bad.yaml", task_config(dataset_dir, **overrides))
     mountpoint = tmp_path / "mnt"
-    done = run_cli("mount", str(mountpoint), "--config", str(config))
+    done = run_cli("mount", str(mountpoint), "--config", str(config), *mode)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "bad.yaml:" in lines[0] and fragment in lines[0], done.stderr
     assert "Traceback" not in done.stderr
     assert not is_mounted(mountpoint)
+
+
+def test_the_command_line_starts_without_numpy_or_opencv():
+    """`sandfs status`, `unmount` and a mount's start do not wait for the ops' libraries: a
+    config is checked after the mount's probe worker has started (0.1 s)."""
+    code = ("import sys, sandfs.cli; "
+            "print(sorted({'numpy', 'cv2', 'av', 'trio'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_missing_dataset_and_empty_epochs_are_clear_errors(tmp_path, dataset_dir):

@@ -11,9 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from sandfs.config import load_task_config, merge_engines
-from sandfs.config.loader import ConfigError
-from sandfs.config.settings import cli_engine
+from sandfs.config.loader import ConfigError, load_task_config
+from sandfs.config.settings import cli_engine, merge_engines
 from sandfs.errors import UserError
 from sandfs.metrics import Connection, client_uid, render_metrics, response, socket_address
 from sandfs.sched.ondemand import OnDemandObjects

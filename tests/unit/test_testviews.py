@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from sandfs.config import ConfigError
 from sandfs.config.loader import load_task_config
+from sandfs.config.yamlsafe import ConfigError
 from sandfs.plan.coordination import Coordination
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.testviews import clip_start, crop_origin

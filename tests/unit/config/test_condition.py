@@ -4,8 +4,7 @@ import re
 
 import pytest
 
-from sandfs.config import compile_condition, evaluate
-from sandfs.config.condition import ConditionError
+from sandfs.config.condition import ConditionError, compile_condition, evaluate
 
 # --- conditions --------------------------------------------------------------------------------
 

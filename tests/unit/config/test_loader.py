@@ -3,7 +3,7 @@ several configs at once, the decode_resize section, a full example config."""
 
 import pytest
 
-from sandfs.config import ConfigError, load_task_config, load_task_configs
+from sandfs.config.loader import ConfigError, load_task_config, load_task_configs
 from tests.helpers.config_texts import BASE, edited, load
 
 FULL_EXAMPLE = """\

@@ -3,7 +3,8 @@ steps in any order."""
 
 from pathlib import Path
 
-from sandfs.config import EngineConfig, load_task_config
+from sandfs.config.loader import load_task_config
+from sandfs.config.schema import EngineConfig
 from tests.helpers.config_texts import (
     BASE,
     CONDITIONAL,

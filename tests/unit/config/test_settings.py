@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sandfs.config import load_task_config, merge_engines, mount_settings, parse_size
+from sandfs.config.loader import load_task_config
 from sandfs.config.pipeline import view_shape
 from sandfs.config.settings import (
     BATCHES_IN_MEMORY,
@@ -16,6 +16,9 @@ from sandfs.config.settings import (
     ON_DEMAND_MEMORY_SHARE,
     default_memory_limit,
     default_storage_budget,
+    merge_engines,
+    mount_settings,
+    parse_size,
 )
 from sandfs.errors import UserError
 from sandfs.npy import npy_nbytes

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from sandfs.config import ConfigError, load_task_config
+from sandfs.config.loader import ConfigError, load_task_config
 from sandfs.config.yamlsafe import read_yaml
 from tests.helpers.config_texts import FILE, PROB22, edited, error_of, load
 
