@@ -5,9 +5,9 @@ import contextlib
 import os
 import sys
 
-from sandfs.runtime import single_threaded_blas
+from sandfs.runtime import numpy_environment
 
-single_threaded_blas()  # before anything imports numpy
+numpy_environment()  # before anything imports numpy
 
 from sandfs.cli import main as run_command  # noqa: E402
 

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from sandfs.runtime import BLAS_THREADS_ENV, MALLOC_ARENAS
+from sandfs.runtime import BLAS_THREADS_ENV, HUGE_PAGES_ENV, MALLOC_ARENAS
 
 ARENAS = textwrap.dedent("""
     import ctypes, re, sys, tempfile, threading
@@ -68,6 +68,41 @@ def test_the_command_imports_numpy_without_starting_blas_threads():
 
 def test_a_blas_thread_count_the_user_set_is_kept():
     assert _threads_after_import(os.environ | {BLAS_THREADS_ENV: "2"})[0] == "2"
+
+
+HUGE_PAGES = textwrap.dedent("""
+    import sandfs.__main__, numpy as np
+    array = np.ones(64 << 20, np.uint8)  # touched: its pages are there
+    first, last = array.ctypes.data, array.ctypes.data + array.nbytes
+    huge_kb, inside = 0, False
+    with open("/proc/self/smaps") as f:  # the advice splits the array's mapping in parts
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                start, end = (int(x, 16) for x in head.split("-"))
+                inside = start < last and end > first
+            elif inside and head == "AnonHugePages:":
+                huge_kb += int(line.split()[1])
+    print(huge_kb)
+""")
+
+
+def _huge_kb(env: dict) -> int:
+    done = subprocess.run([sys.executable, "-c", HUGE_PAGES], capture_output=True, text=True,
+                          timeout=60, check=True, env=env)
+    return int(done.stdout)
+
+
+def test_the_command_advises_no_huge_pages_for_numpy_arrays():
+    """A VM that gives its free memory back to the host made every huge page a host fault
+    (runtime.py); the user may still ask for them."""
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+        if "[madvise]" not in f.read():
+            pytest.skip("huge pages are not given on advice here")
+    env = {k: v for k, v in os.environ.items() if k != HUGE_PAGES_ENV}
+    if _huge_kb(env | {HUGE_PAGES_ENV: "1"}) == 0:
+        pytest.skip("no huge page to be had here even when asked")
+    assert _huge_kb(env) == 0
 
 
 EXIT = textwrap.dedent("""
