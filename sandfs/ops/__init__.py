@@ -37,7 +37,8 @@ reason in status.json's `isolated_ops.failures`). The class must be importable b
 name (not defined in `__main__` or inside a function); frames reach it through shared memory.
 
 Register it with `register_op` (a class decorator) in code that runs before the config is
-loaded, or publish it from an installed package as an entry point, loaded on first lookup:
+loaded, or publish it from an installed package as an entry point, loaded on the first lookup
+of a name that is not built in:
 
     # pyproject.toml of your package
     [project.entry-points."sandfs.ops"]
@@ -49,7 +50,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from importlib.metadata import entry_points
 from typing import Any
 
 import numpy as np
@@ -103,6 +103,14 @@ def register_op(op_type: type[OpType]) -> type[OpType]:
     return op_type
 
 
+def entry_points(group: str) -> Iterable:
+    """The installed packages' entry points of `group`. importlib.metadata is imported here:
+    a config of built-in steps is checked without it (0.02-0.03 s of a mount's start)."""
+    from importlib import metadata
+
+    return metadata.entry_points(group=group)
+
+
 def _load_entry_points() -> None:
     """Register the ops that installed packages publish, once; a broken one is logged and
     skipped so that it cannot take the built-in steps down with it."""
@@ -126,12 +134,14 @@ def op_names() -> list[str]:
 
 
 def get_op(name: str) -> OpType:
-    if not _entry_points_loaded:
+    """The op registered as `name`; the plug-ins are loaded on the first name not found."""
+    op = _OPS.get(name)
+    if op is None and not _entry_points_loaded:
         _load_entry_points()
-    try:
-        return _OPS[name]
-    except KeyError:
-        raise KeyError(f"unknown op {name!r}; allowed: {', '.join(op_names())}") from None
+        op = _OPS.get(name)
+    if op is None:
+        raise KeyError(f"unknown op {name!r}; allowed: {', '.join(op_names())}")
+    return op
 
 
 def _freeze(value: Any) -> Any:

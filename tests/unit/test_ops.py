@@ -133,6 +133,20 @@ def test_entry_point_ops_load_on_first_lookup(fresh_registry, monkeypatch, caplo
     assert "resize" in ops.op_names()
 
 
+def test_built_in_steps_are_found_without_looking_for_plug_ins(fresh_registry, monkeypatch):
+    """Scanning the installed packages' entry points (and importing importlib.metadata) is left
+    to the first name that is not built in."""
+    scans = []
+    monkeypatch.setattr(ops, "entry_points", lambda group: scans.append(group) or [])
+    monkeypatch.setattr(ops, "_entry_points_loaded", False)
+    ops.validate_op("resize", {"size": 8})
+    ops.get_op("flip")
+    assert scans == []
+    with pytest.raises(KeyError, match=r"unknown op 'cutout'; allowed: .*resize"):
+        ops.get_op("cutout")
+    assert scans == [ops.ENTRY_POINT_GROUP]
+
+
 # --- shapes ---
 
 
