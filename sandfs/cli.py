@@ -168,6 +168,8 @@ def mount_configs(args: argparse.Namespace
 
 
 def probes_ahead():
+    """The scan's probe worker, started now (a fresh interpreter: 0.07 s); leaving the `with`
+    block stops what the scan did not take."""
     from sandfs.media.scan_workers import WORKERS_AHEAD, ProbeWorkers
 
     return ProbeWorkers(WORKERS_AHEAD)
@@ -181,8 +183,8 @@ def mount_foreground(configs, settings, warnings, args, probes) -> int:
     readiness = Readiness(os.environ.get("NOTIFY_SOCKET"), args.ready_fd)
     status = f"serving {settings.mountpoint}: {', '.join(c.task for c in configs)}"
     try:
-        # the scan's worker interpreter starts on another core, and the scan in a thread,
-        # while this one imports and mounts
+        # the scan runs in a thread, its probes in the worker started ahead, while this one
+        # imports and mounts
         with scan_ahead(configs, settings, probes) as ahead:
             from sandfs.daemon import run_daemon
 
