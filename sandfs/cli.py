@@ -453,7 +453,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from sandfs.media.datasets import scan_all
     from sandfs.plan.build import build_plans
     from sandfs.plan.mount import dataset_key
-    from sandfs.plan.report import plan_report
+    from sandfs.plan.report import format_plan, plan_report
     from sandfs.remote.options import is_remote_url
 
     configs = load_task_configs(args.config)
@@ -476,36 +476,3 @@ def cmd_plan(args: argparse.Namespace) -> int:
     report = plan_report(plans, args.epochs)
     print(json.dumps(report, indent=1) if args.json else format_plan(report))
     return 0
-
-
-PLAN_FIGURES = (  # label, merged figure, independent figure, savings key
-    ("frames decoded", "frames_decoded", "frames_decoded_independent", "decode"),
-    ("augmentation ops", "aug_ops", "aug_ops_independent", "aug_ops"),
-    ("crop ops", "crop_ops", "crop_ops_independent", "crop_ops"),
-)
-
-
-def format_plan(report: dict) -> str:
-    total, cut = report["total"], report["savings"]
-    lines = [f"plan of {len(report['tasks'])} task(s) over {report['epochs']} "
-             f"epoch{'s' * (report['epochs'] != 1)} "
-             f"(k={report['k_epochs']}, {len(report['windows'])} window(s))"]
-    for name, task in report["tasks"].items():
-        lines.append(f"  task {name}: {task['videos']} videos, {task['iterations_per_epoch']} "
-                     f"iterations/epoch, frame grid {task['frame_grid']}")
-    for window in report["windows"]:
-        lines.append(f"  window {window['window']}: " + ", ".join(
-            f"{label} {window.get(done, 0):,} vs {window.get(independent, 0):,}"
-            for label, done, independent, _ in PLAN_FIGURES))
-    for label, done, independent, key in PLAN_FIGURES:
-        lines.append(f"  {label}: {total.get(done, 0):,} vs {total.get(independent, 0):,} "
-                     f"run independently ({-100 * cut[key]:+.1f}%)")
-    by_tasks = {}
-    for window in report["windows"]:
-        for count, frames in window["frames_by_task_count"].items():
-            by_tasks[count] = by_tasks.get(count, 0) + frames
-    lines.append("  decoded frames used by " + ", ".join(
-        f"{n} task(s): {frames:,}" for n, frames in sorted(by_tasks.items())))
-    lines.append(f"  views: {total.get('views', 0):,} materialized for "
-                 f"{total.get('view_reads', 0):,} reads (identical pipelines share views)")
-    return "\n".join(lines)

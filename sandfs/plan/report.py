@@ -1,6 +1,6 @@
 """What a merged plan does, as figures (pure): decode and augmentation work with sharing versus
 the same tasks run independently, and how many objects the tasks share. `sandfs plan` prints
-this; benchmarks/bench_planning.py measures it over many epochs.
+this (`format_plan`); benchmarks/bench_planning.py measures it over many epochs.
 """
 
 from __future__ import annotations
@@ -90,3 +90,37 @@ def savings(total: Counter[str]) -> dict:
     return {"decode": cut("frames_decoded", "frames_decoded_independent"),
             "aug_ops": cut("aug_ops", "aug_ops_independent"),
             "crop_ops": cut("crop_ops", "crop_ops_independent")}
+
+
+PLAN_FIGURES = (  # label, merged figure, independent figure, savings key
+    ("frames decoded", "frames_decoded", "frames_decoded_independent", "decode"),
+    ("augmentation ops", "aug_ops", "aug_ops_independent", "aug_ops"),
+    ("crop ops", "crop_ops", "crop_ops_independent", "crop_ops"),
+)
+
+
+def format_plan(report: dict) -> str:
+    """`plan_report`'s figures as `sandfs plan` prints them."""
+    total, cut = report["total"], report["savings"]
+    lines = [f"plan of {len(report['tasks'])} task(s) over {report['epochs']} "
+             f"epoch{'s' * (report['epochs'] != 1)} "
+             f"(k={report['k_epochs']}, {len(report['windows'])} window(s))"]
+    for name, task in report["tasks"].items():
+        lines.append(f"  task {name}: {task['videos']} videos, {task['iterations_per_epoch']} "
+                     f"iterations/epoch, frame grid {task['frame_grid']}")
+    for window in report["windows"]:
+        lines.append(f"  window {window['window']}: " + ", ".join(
+            f"{label} {window.get(done, 0):,} vs {window.get(independent, 0):,}"
+            for label, done, independent, _ in PLAN_FIGURES))
+    for label, done, independent, key in PLAN_FIGURES:
+        lines.append(f"  {label}: {total.get(done, 0):,} vs {total.get(independent, 0):,} "
+                     f"run independently ({-100 * cut[key]:+.1f}%)")
+    by_tasks = {}
+    for window in report["windows"]:
+        for count, frames in window["frames_by_task_count"].items():
+            by_tasks[count] = by_tasks.get(count, 0) + frames
+    lines.append("  decoded frames used by " + ", ".join(
+        f"{n} task(s): {frames:,}" for n, frames in sorted(by_tasks.items())))
+    lines.append(f"  views: {total.get('views', 0):,} materialized for "
+                 f"{total.get('view_reads', 0):,} reads (identical pipelines share views)")
+    return "\n".join(lines)
