@@ -15,7 +15,7 @@ import numpy as np
 
 from sandfs import ops as oplib
 from sandfs.faults import fault_point
-from sandfs.media.decode import Tally, Unconverted, decode_each, deferred
+from sandfs.media.decode import Tally, Unconverted, converted, decode_each, deferred
 from sandfs.media.gop import frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer, npy_bytes
@@ -58,8 +58,8 @@ class Materializer:
         per source it is wanted in (full-size RGB, or scaled in the decoder: decode_resize)."""
         frames: dict[FrameKey, np.ndarray] = {}
         for _, keyed in self.decode_each(info, wanted):
-            frames.update((key, frame.array()) for key, frame in keyed.items())
-        return frames
+            frames.update(keyed)
+        return converted(frames, list(frames))
 
     def decode_each(self, info: VideoInfo, wanted: set[FrameKey],
                     ) -> Iterator[tuple[int, dict[FrameKey, Unconverted]]]:

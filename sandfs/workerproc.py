@@ -21,6 +21,7 @@ class WorkerProcess:
 
 
 def start_worker_process(code: str, env: dict[str, str]) -> WorkerProcess:
+    """`code` in a fresh interpreter with `env`, its two pipe ends given as arguments."""
     job_read, job_write = os.pipe()
     reply_read, reply_write = os.pipe()
     try:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 from bisect import bisect_left
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Hashable, Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 
@@ -123,6 +123,15 @@ class Unconverted:
 
     def array(self) -> np.ndarray:
         return convert(self.frame, self.conversion)
+
+
+def converted(frames: dict[Hashable, object], keys: Iterable[Hashable]) -> dict[Hashable, object]:
+    """`frames` with those at `keys` still `Unconverted` converted to RGB (in place); a key
+    it lacks stays for the step that reads it to fail on."""
+    for key in keys:
+        if isinstance(frame := frames.get(key), Unconverted):
+            frames[key] = frame.array()
+    return frames
 
 
 def deferred(conversions: Iterable[Conversion]) -> Callable[[VideoFrame], dict]:

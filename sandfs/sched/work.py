@@ -8,7 +8,7 @@ import contextvars
 import logging
 import os
 import threading
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +23,7 @@ from sandfs.materialize import (
     first_ops,
     to_layout,
 )
-from sandfs.media.decode import Unconverted
+from sandfs.media.decode import converted
 from sandfs.ops import isolated
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan, plan_window
@@ -245,16 +245,6 @@ class _ClipMaker:
         taken = JobResult(tuple(self.placed), failed=tuple(self.failed))
         self.placed, self.failed = [], []
         return taken
-
-
-def converted(frames: dict[FrameKey, object], keys: Iterable[FrameKey]
-              ) -> dict[FrameKey, object]:
-    """`frames` with those at `keys` still `Unconverted` converted to RGB (in place); a key
-    it lacks stays for the step that reads it to fail on."""
-    for key in keys:
-        if isinstance(frame := frames.get(key), Unconverted):
-            frames[key] = frame.array()
-    return frames
 
 
 def augment_each(augmenter: Augmenter, positions: Sequence[int],
