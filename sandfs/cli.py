@@ -23,7 +23,7 @@ from sandfs.errors import UserError
 from sandfs.fuse.mounttable import is_mounted
 from sandfs.pids import wait_for_exit
 from sandfs.readiness import Readiness
-from sandfs.runtime import limit_malloc_arenas
+from sandfs.runtime import limit_malloc_arenas, quick_gil_turns
 
 if TYPE_CHECKING:  # imported where used: it loads the ops registry (numpy, OpenCV)
     from sandfs.config.settings import MountSettings
@@ -177,6 +177,7 @@ def probes_ahead():
 
 def mount_foreground(configs, settings, warnings, args, probes) -> int:
     limit_malloc_arenas()  # before the daemon starts its threads
+    quick_gil_turns()
     setup_logging(args.log_level)
     for warning in warnings:
         log.warning("%s", warning)

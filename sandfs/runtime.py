@@ -19,6 +19,14 @@
   freed by another. Over 100 epochs (docs/performance.md §17) two arenas left the reader
   waiting 14.5-16.9 s in all (8 runs), against 15.3-19.1 s with glibc's default, at the
   same CPU.
+- **The GIL's turns:** a thread waiting for the GIL gets it once its holder has run Python for
+  the switch interval, 5 ms by default. The daemon's job threads drop the GIL for every frame
+  an op makes (OpenCV, numpy copies) and wait for it again after each, while the trio loop
+  holds it to answer FUSE (pyfuse3 copies each read's reply with it held): a clip made from
+  carried frames took 6-8 ms of a job thread's time for 3 ms of CPU. At 0.2 ms, cold
+  SlowFast-size runs, six alternating pairs each: 2% sooner to the last batch with one reader
+  (2.25 s against 2.30 s) and with four (2.81 s against 2.87 s); 1 ms gave 1.5%, 0.05 ms no
+  more than 0.2 ms and more CPU (docs/performance.md §24). Set where the daemon starts.
 """
 
 from __future__ import annotations
@@ -26,12 +34,14 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import sys
 
 log = logging.getLogger(__name__)
 
 BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
 HUGE_PAGES_ENV = "NUMPY_MADVISE_HUGEPAGE"
 MALLOC_ARENAS = 2
+GIL_SWITCH_INTERVAL_S = 0.0002
 _M_ARENA_MAX = -8  # glibc's malloc.h
 
 
@@ -54,3 +64,8 @@ def limit_malloc_arenas(count: int = MALLOC_ARENAS) -> bool:
     if not done:
         log.debug("malloc arenas left as they are: mallopt refused %d", count)
     return done
+
+
+def quick_gil_turns(interval_s: float = GIL_SWITCH_INTERVAL_S) -> None:
+    """A thread waiting for the GIL gets it after `interval_s` of another's Python, not 5 ms."""
+    sys.setswitchinterval(interval_s)

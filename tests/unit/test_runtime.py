@@ -11,7 +11,13 @@ import textwrap
 
 import pytest
 
-from sandfs.runtime import BLAS_THREADS_ENV, HUGE_PAGES_ENV, MALLOC_ARENAS
+from sandfs.runtime import (
+    BLAS_THREADS_ENV,
+    GIL_SWITCH_INTERVAL_S,
+    HUGE_PAGES_ENV,
+    MALLOC_ARENAS,
+    quick_gil_turns,
+)
 
 ARENAS = textwrap.dedent("""
     import ctypes, re, sys, tempfile, threading
@@ -50,6 +56,18 @@ def test_threads_started_after_the_limit_share_two_malloc_arenas():
     if unlimited <= MALLOC_ARENAS:
         pytest.skip(f"threads never contended for malloc here ({unlimited} arenas)")
     assert _arenas("limit") <= MALLOC_ARENAS
+
+
+def test_the_daemon_s_threads_take_turns_at_the_gil_sooner_than_python_s_default():
+    """Job threads drop the GIL for every frame an op makes and wait for it after each
+    (runtime.py)."""
+    default = sys.getswitchinterval()
+    try:
+        quick_gil_turns()
+        assert sys.getswitchinterval() == pytest.approx(GIL_SWITCH_INTERVAL_S)
+        assert sys.getswitchinterval() < default
+    finally:
+        sys.setswitchinterval(default)
 
 
 def _threads_after_import(env: dict) -> tuple[str, int]:

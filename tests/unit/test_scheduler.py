@@ -622,6 +622,23 @@ def test_a_clip_is_made_in_its_batch_slot_in_either_layout(tmp_path):
     assert np.array_equal(made[0], expected[0])
 
 
+def test_a_frame_of_another_shape_than_its_clip_s_first_fails_the_clip_not_broadcast(tmp_path):
+    """Frames go into the slot one by one as they are made; one that does not match the
+    clip's first (here a frame with one channel, the others three) fails the clip, as
+    stacking them did, and is never broadcast into the slot."""
+    crop = {"name": "crop", "branch_type": "single", "inputs": ["frame"], "outputs": ["c"],
+            "config": [{"random_crop": {"size": [16, 16]}}]}
+    plan = make_plan(tmp_path, videos=fake_videos(8), epochs=1, augmentation=[crop])
+    clip = plan.view_plan(0, 0).clips[0]
+    keys = sorted(clip_frame_keys(clip))
+    frames = {k: np.full((48, 64, 3), 7, np.uint8) for k in keys}
+    frames[keys[-1]] = np.full((48, 64, 1), 9, np.uint8)
+    slot = np.zeros((len(keys), 16, 16, 3), np.uint8)
+    with pytest.raises(ValueError, match="came out"):
+        list(Materializer(Stats()).augmenter([clip]).run([0], frames, {0: slot}))
+    assert slot[0].all() and not slot[-1].any()
+
+
 async def test_batches_already_read_leave_room_to_carry_frames(tmp_path):
     """Read batches stay in memory until their room is needed; they are room for frames
     carried to later windows too. Counted as taken, they left none once memory was full of
