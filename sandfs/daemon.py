@@ -47,7 +47,8 @@ from sandfs.plan.build import build_plans, plan_new_task
 from sandfs.plan.checkpoint import load_plan_state, save_plan_state
 from sandfs.plan.mount import dataset_key
 from sandfs.plan.task import TaskPlan
-from sandfs.remote import RemoteSpec, RemoteStats, is_remote_url, prepare_remote_datasets
+from sandfs.remote.options import is_remote_url
+from sandfs.remote.stats import RemoteStats
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.service import ViewService
 from sandfs.startup import Startup
@@ -105,11 +106,13 @@ def fetch_remote(configs: Sequence[TaskConfig], settings: MountSettings
     """Fetch the remote datasets (s3://, http(s)://) into the cache dir, once; their tasks then
     read the local copies. The copies take their bytes out of the storage budget, so the
     object store never evicts them: fetching again costs network, recomputing only CPU."""
+    if not any(is_remote_url(c.dataset.video_dataset_path) for c in configs):
+        return list(configs), settings, RemoteStats()
+    from sandfs.remote.datasets import RemoteSpec, prepare_remote_datasets  # local data: never
+
     specs = {c.task: RemoteSpec.of(c.dataset.video_dataset_path, dict(c.dataset.storage_options),
                                    c.dataset.manifest, c.dataset.extensions)
              for c in configs if is_remote_url(c.dataset.video_dataset_path)}
-    if not specs:
-        return list(configs), settings, RemoteStats()
     copies = prepare_remote_datasets(specs.values(), cache_dir=settings.cache_dir,
                                      budget_bytes=settings.storage_budget_bytes)
     local = [replace(c, dataset=replace(c.dataset, video_dataset_path=copies.root(specs[c.task])))

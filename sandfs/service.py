@@ -22,7 +22,7 @@ from sandfs.ops import isolated
 from sandfs.plan.frames import FramePlan
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.window import view_key
-from sandfs.remote import RemoteStats
+from sandfs.remote.stats import RemoteStats
 from sandfs.sched.flights import ObjectFailed
 from sandfs.sched.frameplanner import FramePlanner
 from sandfs.sched.ondemand import OnDemandObjects

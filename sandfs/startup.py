@@ -25,7 +25,7 @@ from sandfs.access import Owner
 from sandfs.media.datasets import DatasetKey
 from sandfs.media.types import ScanProgress
 from sandfs.ops import isolated
-from sandfs.remote import RemoteStats
+from sandfs.remote.stats import RemoteStats
 from sandfs.service import ViewService
 from sandfs.status import DatasetScanStatus, MountStatus, ScanStatus
 

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandfs.remote.connect import RemoteError, open_store
-from sandfs.remote.fetch import Fetcher, RemoteStats, RetryPolicy, parallel_map
+from sandfs.remote.fetch import Fetcher, RetryPolicy, parallel_map
 from sandfs.remote.options import check_dataset_url, check_storage_options
 from sandfs.remote.source import RemoteEntry, list_dataset, manifest_entries, read_manifest
+from sandfs.remote.stats import RemoteStats
 
 __all__ = [
     "FetchProgress", "LocalCopy", "dataset_digest", "log_progress", "prepare_remote_dataset",

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandfs.remote.copy import LocalCopy, dataset_digest, log_progress, prepare_remote_dataset
-from sandfs.remote.fetch import RemoteStats
 from sandfs.remote.options import check_dataset_url, check_storage_options
+from sandfs.remote.stats import RemoteStats
 
 __all__ = ["RemoteCopies", "RemoteSpec", "prepare_remote_datasets"]
 

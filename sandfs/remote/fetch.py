@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 from sandfs.remote.connect import RemoteError, Store, describe_error, is_retryable
 from sandfs.remote.entries import RemoteEntry, entry_from_info
+from sandfs.remote.stats import RemoteStats
 
-__all__ = ["Fetcher", "RemoteStats", "RetryPolicy", "parallel_map"]
+__all__ = ["Fetcher", "RetryPolicy", "parallel_map"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -32,30 +33,6 @@ class RetryPolicy:
 
     def delay_s(self, retry: int) -> float:
         return min(self.base_delay_s * 2**retry, self.max_delay_s)
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteStats:
-    """Counters of one prepare (`status.json`'s `remote`): video bytes received, requests made
-    (listings, HEADs, GETs), failed requests, retries; files fetched, reused from an earlier
-    fetch, and found changed on the store since they were fetched or listed."""
-
-    bytes_fetched: int = 0
-    requests: int = 0
-    errors: int = 0
-    retries: int = 0
-    files_fetched: int = 0
-    files_reused: int = 0
-    files_changed: int = 0
-
-    def __add__(self, other: RemoteStats) -> RemoteStats:
-        return RemoteStats(*(a + b for a, b in zip(self._values(), other._values(), strict=True)))
-
-    def _values(self) -> tuple[int, ...]:
-        return tuple(getattr(self, name) for name in self.__slots__)
-
-    def as_status(self) -> dict[str, int]:
-        return dict(zip(self.__slots__, self._values(), strict=True))
 
 
 class Fetcher:

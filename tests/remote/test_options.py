@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
+import sandfs.remote as remote
 from sandfs.remote import (
     RemoteConfigError,
     check_dataset_url,
@@ -69,3 +73,20 @@ def test_the_copy_is_named_by_what_selects_the_files_not_by_credentials():
                                   (".MP4",))
     assert base != dataset_digest("s3://b/p", {"endpoint_url": "http://f"}, None, (".mp4",))
     assert base != dataset_digest("s3://b/p", {"endpoint_url": "http://e"}, "m.txt", (".mp4",))
+
+
+def test_a_daemon_for_local_data_never_imports_the_fetching_machinery():
+    """The config checks URLs with `sandfs.remote.options` and the daemon reports zeros from
+    `sandfs.remote.stats`; copying a dataset (thread pools, fsspec's connections) is imported
+    only for a remote one, and the package still offers every name it lists."""
+    code = ("import sys, sandfs.config.loader, sandfs.daemon\n"
+            "print(sorted(m for m in sys.modules if m.startswith('sandfs.remote.')))\n"
+            "import sandfs.remote as remote\n"
+            "print(all(getattr(remote, name) is not None for name in remote.__all__))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60)
+    loaded, offered = done.stdout.splitlines()
+    assert loaded == "['sandfs.remote.options', 'sandfs.remote.stats']"
+    assert offered == "True"
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        remote.nothing  # noqa: B018
