@@ -8,7 +8,7 @@ this VM's host far more). While memory is free the batches read last are spared.
 from __future__ import annotations
 
 import sys
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -114,7 +114,11 @@ class BatchBoard:
         self.disk_plans: dict[VideoJobKey, DiskPlan] = {}  # what pruning keeps on disk
         self.made: set[Spot] = set()  # made in this run: a second time is a recompute
         self.evicted_unread = 0
-        self.demand_waiting = 0
+        self.waiting: Counter[ViewKey] = Counter()  # readers blocked on each batch
+
+    @property
+    def demand_waiting(self) -> int:
+        return self.waiting.total()
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -151,12 +151,14 @@ class Scheduler:
         if key not in self.board.ready:
             event = flights.event(key)
             self.board.demanded.add(key)
-            self.board.demand_waiting += 1
+            self.board.waiting[key] += 1
             self.wake()
             try:
                 await event.wait()
             finally:
-                self.board.demand_waiting -= 1
+                self.board.waiting[key] -= 1
+                if not self.board.waiting[key]:
+                    del self.board.waiting[key]
         flights.check(key)
         return self.ready_view(key, task)
 
@@ -257,10 +259,15 @@ class Scheduler:
                 self.anticipated[task] = key
 
     def _reader_came(self, task: str) -> None:
-        """The task's reader opened or waits for a view: its own demand counts from now on."""
+        """The task's reader opened or waits for a view: its own demand counts from now on.
+        The batch it was anticipated at stays demanded while another task still anticipates it
+        or a reader waits for it: a search's trials share their batches, and a trial opening
+        the batch another one was blocked on took that reader's demand away (its own read
+        waits in the kernel for the pages the first reader's is filling, never asking us)."""
         self._readers_came.add(task)
         key = self.anticipated.pop(task, None)
-        if key is not None:
+        if (key is not None and key not in self.anticipated.values()
+                and not self.board.waiting[key]):
             self.board.demanded.discard(key)
 
     def _fail_views(self, plan: WindowPlan) -> None:
