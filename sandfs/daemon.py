@@ -106,13 +106,13 @@ def fetch_remote(configs: Sequence[TaskConfig], settings: MountSettings
     """Fetch the remote datasets (s3://, http(s)://) into the cache dir, once; their tasks then
     read the local copies. The copies take their bytes out of the storage budget, so the
     object store never evicts them: fetching again costs network, recomputing only CPU."""
-    if not any(is_remote_url(c.dataset.video_dataset_path) for c in configs):
+    remote = [c for c in configs if is_remote_url(c.dataset.video_dataset_path)]
+    if not remote:
         return list(configs), settings, RemoteStats()
     from sandfs.remote.datasets import RemoteSpec, prepare_remote_datasets  # local data: never
 
     specs = {c.task: RemoteSpec.of(c.dataset.video_dataset_path, dict(c.dataset.storage_options),
-                                   c.dataset.manifest, c.dataset.extensions)
-             for c in configs if is_remote_url(c.dataset.video_dataset_path)}
+                                   c.dataset.manifest, c.dataset.extensions) for c in remote}
     copies = prepare_remote_datasets(specs.values(), cache_dir=settings.cache_dir,
                                      budget_bytes=settings.storage_budget_bytes)
     local = [replace(c, dataset=replace(c.dataset, video_dataset_path=copies.root(specs[c.task])))

@@ -194,19 +194,19 @@ class Augmenter:
         stacked, a clip's 32 frames took fresh pages every time (1,180 page faults a
         SlowFast-size clip, half the time of cropping and flipping it)."""
         into = out if out is not None and out.shape[0] == len(clip.frame_indices) else None
+        fits = None if into is None else (into.shape[1:], into.dtype)  # what a frame must be
         made: list[np.ndarray] = []
         for t, i in enumerate(clip.frame_indices):
             frame = self._frame(clip, ids, i, frames)
-            if t == 0 and into is not None and (frame.shape, frame.dtype) != (into.shape[1:],
-                                                                            into.dtype):
-                into = None  # a clip of another shape than its slot: made in a new array
+            if fits is not None and (frame.shape, frame.dtype) != fits:
+                if t:  # never broadcast into the slot
+                    raise ValueError(f"frame {i} came out {frame.dtype}{list(frame.shape)}, "
+                                     f"the clip's first {fits[1]}{list(fits[0])}")
+                into = fits = None  # a clip of another shape than its slot: made in a new array
             if into is None:
                 made.append(frame)
-            elif (frame.shape, frame.dtype) == (into.shape[1:], into.dtype):
+            else:
                 into[t] = frame
-            else:  # never broadcast into the slot
-                raise ValueError(f"frame {i} came out {frame.dtype}{list(frame.shape)}, the "
-                                 f"clip's first {into.dtype}{list(into.shape[1:])}")
         return into if into is not None else np.stack(made)
 
     def _frame(self, clip: StreamClip, ids: list[int], i: int,
