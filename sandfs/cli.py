@@ -23,7 +23,7 @@ from sandfs.errors import UserError
 from sandfs.fuse.mounttable import is_mounted
 from sandfs.pids import wait_for_exit
 from sandfs.readiness import Readiness
-from sandfs.runtime import limit_malloc_arenas, quick_gil_turns
+from sandfs.runtime import limit_malloc_arenas, quick_gil_turns, settle_collector
 
 if TYPE_CHECKING:  # imported where used: it loads the ops registry (numpy, OpenCV)
     from sandfs.config.settings import MountSettings
@@ -189,6 +189,7 @@ def mount_foreground(configs, settings, warnings, args, probes) -> int:
         with scan_ahead(configs, settings, probes) as ahead:
             from sandfs.daemon import run_daemon
 
+            settle_collector()
             run_daemon(configs, settings, lambda: readiness.ready(status), readiness.stopping,
                        ahead)
     except UserError as exc:

@@ -70,6 +70,32 @@ def test_the_daemon_s_threads_take_turns_at_the_gil_sooner_than_python_s_default
         sys.setswitchinterval(default)
 
 
+SETTLED = textwrap.dedent("""
+    import gc
+    import sandfs.daemon
+    from sandfs.runtime import settle_collector
+    walked = len(gc.get_objects())
+    settle_collector()
+    class Node:
+        pass
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    del a, b
+    print(walked, gc.get_freeze_count(), len(gc.get_objects()), gc.collect())
+""")
+
+
+def test_the_daemon_s_collector_stops_walking_the_objects_its_imports_left():
+    """A full collection walked every module's objects with the GIL held (runtime.py)."""
+    done = subprocess.run([sys.executable, "-c", SETTLED], capture_output=True, text=True,
+                          timeout=60, check=True)
+    walked_before, frozen, walked_after, collected = map(int, done.stdout.split())
+    assert walked_before > 10_000
+    assert frozen >= walked_before
+    assert walked_after < walked_before / 10
+    assert collected >= 2  # what is made afterwards is still collected
+
+
 def _threads_after_import(env: dict) -> tuple[str, int]:
     code = ("import os, sandfs.__main__, numpy; "
             f"print(os.environ.get('{BLAS_THREADS_ENV}'), len(os.listdir('/proc/self/task')))")
