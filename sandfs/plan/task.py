@@ -110,6 +110,7 @@ class TaskPlan:
                                     cfg.seed)
         self.coordination.bind(cfg.task, self.identity)
         self.epoch_offset = self.coordination.epoch_offset(cfg.task)
+        self._view_nbytes: dict[int, int] = {}  # by videos in the batch
         self.videos, skipped = self._usable(videos)
         self.skipped = (*refused, *skipped)
         self.video_index = {v.name: i for i, v in enumerate(self.videos)}
@@ -224,7 +225,14 @@ class TaskPlan:
         return (n, self.out_frames, h, w, 3)
 
     def view_nbytes(self, epoch: int, iteration: int) -> int:
-        return npy_nbytes(self.view_shape(len(self.batch_videos(epoch, iteration))), self.out_dtype)
+        """The view file's size: asked at every dispatch of the scheduler, so kept per batch
+        size (a full batch, or an epoch's last)."""
+        count = len(self.batch_videos(epoch, iteration))
+        nbytes = self._view_nbytes.get(count)
+        if nbytes is None:
+            nbytes = self._view_nbytes[count] = npy_nbytes(self.view_shape(count),
+                                                           self.out_dtype)
+        return nbytes
 
     # -- clips ------------------------------------------------------------------------------
 

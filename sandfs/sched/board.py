@@ -24,6 +24,7 @@ from sandfs.sched.flights import Flights
 from sandfs.sched.jobs import Job, JobResult, VideoJob, VideoJobKey
 from sandfs.sched.objects import DiskPlan, Spot
 from sandfs.sched.policy import JobState
+from sandfs.sched.urgency import UrgencyOrder
 
 if TYPE_CHECKING:
     from sandfs.sched.windows import Merged, ViewOf
@@ -115,6 +116,7 @@ class BatchBoard:
         self.made: set[Spot] = set()  # made in this run: a second time is a recompute
         self.evicted_unread = 0
         self.waiting: Counter[ViewKey] = Counter()  # readers blocked on each batch
+        self.urgency = UrgencyOrder()  # the pending jobs in each task's read order
 
     @property
     def demand_waiting(self) -> int:
@@ -151,12 +153,18 @@ class BatchBoard:
     def pending_jobs(self) -> list[VideoJobKey]:
         return [key for key, uses in self.pending.items() if uses]
 
-    def job_states(self, busy: set, deadline_of: Callable[[ViewKey], int]):
-        """(JobState, job key) of every job that could run now; `busy`: job keys running, and
-        videos whose frames a running job decodes (it leaves them on disk: wait for them)."""
-        for job, uses in self.pending.items():
-            if job in busy or not uses:
-                continue
+    def job_states(self, busy: set, deadline_of: Callable[[ViewKey], int],
+                   assemble_within: int):
+        """(JobState, job key) of the jobs that could run now and are worth ranking: the video
+        jobs each task needs soonest and those with clips for a batch a reader is blocked on
+        (`UrgencyOrder`), and reading back the batches needed within `assemble_within`
+        iterations; `busy`: job keys running, and videos whose frames a running job decodes
+        (it leaves them on disk: wait for them)."""
+        chosen = self.urgency.urgent(self.pending, busy)
+        if self.demanded:
+            chosen |= self.urgency.of_views(self.demanded, self.pending) - busy
+        for job in chosen:
+            uses = self.pending[job]
             deadline, soonest = min(((deadline_of(u.view), u) for u in uses),
                                     key=lambda pair: pair[0])
             yield JobState(
@@ -166,11 +174,13 @@ class BatchBoard:
                 remaining_work=len({i for u in uses for i in u.clip.frame_indices}) + len(uses),
                 lead_work=self.lead_work(soonest),
             ), job
-        for key, state in self.views.items():
-            if key in busy or not state.to_assemble:
+        for key, state in self.views.items():  # batches to read back: those needed soon
+            if (len(state.on_disk) + len(state.in_memory) < state.slots or key in busy
+                    or not state.to_assemble):
                 continue  # some slots still need a video job; it will bring them in
-            yield JobState(f"a{key.parts}", key in self.demanded, deadline_of(key),
-                           len(state.to_assemble)), key
+            deadline, demanded = deadline_of(key), key in self.demanded
+            if demanded or deadline < assemble_within:
+                yield JobState(f"a{key.parts}", demanded, deadline, len(state.to_assemble)), key
 
     def lead_work(self, use: ClipUse) -> int:
         """Frames x pixels a pass decodes to make this clip: from the keyframe before it."""
@@ -196,6 +206,7 @@ class BatchBoard:
 
     def add_pending(self, job: VideoJobKey, use: ClipUse) -> None:
         self.pending.setdefault(job, []).append(use)
+        self.urgency.added()
 
     def take_pending(self, job: VideoJobKey, uses: Iterable[ClipUse]) -> None:
         taken = {Spot.of(u) for u in uses}
@@ -228,6 +239,7 @@ class BatchBoard:
                     pending.append(use)
             if pending:
                 self.pending[job] = pending
+        self.urgency.added()
 
     def add_part(self, window: int, merged: Merged, on_disk: frozenset[Spot]) -> None:
         """A joining task's part of an active window (`WindowBook.merge`)."""

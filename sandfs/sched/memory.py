@@ -18,7 +18,7 @@ from sandfs.plan.window import ViewKey
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.objects import clip_object_key
-from sandfs.sched.policy import NOT_NEEDED, may_displace, under_pressure
+from sandfs.sched.policy import NOT_NEEDED, displace_horizon, may_displace, under_pressure
 from sandfs.sched.windows import WindowBook
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,7 @@ class MemoryLedger:
         self.book, self.board, self.carry, self.store = book, board, carry, store
         self.running = running  # the scheduler's running jobs, by key
         self._warned_over = False  # the limit is smaller than one decode pass: said once
+        self._iterations: tuple[tuple, int] = ((), 0)  # (the plans, iterations_in_memory)
 
     @property
     def used_bytes(self) -> int:
@@ -107,9 +108,21 @@ class MemoryLedger:
     def near(self, key: ViewKey, *, demanded: bool) -> bool:
         """Is the batch needed soon enough to take memory from unread batches needed later
         (`may_displace`), and to be read back from disk into memory?"""
-        per_iteration = sum(plan.view_nbytes(0, 0) for plan in self.book.plans.values())
         return may_displace(self.book.deadline_of(key), demanded=demanded,
-                            iterations_in_memory=self.limit_bytes // max(1, per_iteration))
+                            iterations_in_memory=self.iterations_in_memory())
+
+    def horizon(self) -> int:
+        """Batches needed within this many iterations are `near` (demanded ones always)."""
+        return displace_horizon(self.iterations_in_memory())
+
+    def iterations_in_memory(self) -> int:
+        """How many iterations of every task's batches the limit holds (asked at every
+        dispatch: kept until the tasks change)."""
+        plans = tuple(self.book.plans.values())
+        if self._iterations[0] != plans:
+            per_iteration = sum(plan.view_nbytes(0, 0) for plan in plans)
+            self._iterations = plans, self.limit_bytes // max(1, per_iteration)
+        return self._iterations[1]
 
     def evict(self, needed_bytes: int, *, keep: ViewKey | None, deadline: int,
               unread_too: bool) -> int:

@@ -8,6 +8,9 @@
 3. Under memory pressure (above MEMORY_PRESSURE_FRACTION of the limit), shortest job first on
    the remaining work, so the jobs that hold decoded frames finish and release them.
 
+The jobs ranked are those each task needs soonest and those a blocked reader waits for
+(`urgency.py`), not every pending job.
+
 Every worker takes jobs whenever there are any: worker threads run at a lower CPU priority
 (`work.BACKGROUND_NICE`), so trainers and the FUSE loop come first on a busy CPU. Halving the
 workers once every task was ahead (MinatoLoader's queue-occupancy rule) left a core idle while
@@ -71,8 +74,11 @@ DISPLACE_HORIZON = 16
 def may_displace(deadline_iterations: int, *, demanded: bool, iterations_in_memory: int) -> bool:
     """May a batch needed in `deadline_iterations` push unread ones out of memory, when
     `iterations_in_memory` iterations of every task's batches fit there?"""
-    horizon = min(DISPLACE_HORIZON, max(1, iterations_in_memory))
-    return demanded or deadline_iterations < horizon
+    return demanded or deadline_iterations < displace_horizon(iterations_in_memory)
+
+
+def displace_horizon(iterations_in_memory: int) -> int:
+    return min(DISPLACE_HORIZON, max(1, iterations_in_memory))
 
 
 def under_pressure(used_bytes: int, limit_bytes: int) -> bool:

@@ -315,7 +315,8 @@ class Scheduler:
     # -- choosing and starting jobs ---------------------------------------------------------
 
     def _job_states(self):
-        return self.board.job_states(set(self.running) | self.carry.carried, self.book.deadline_of)
+        return self.board.job_states(set(self.running) | self.carry.carried, self.book.deadline_of,
+                                     self.memory.horizon())
 
     def _dispatch(self) -> None:
         passes = self.passes

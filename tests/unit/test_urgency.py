@@ -1,0 +1,79 @@
+"""The dispatcher ranks the pending jobs each task needs soonest, not every pending job
+(`sandfs/sched/urgency.py`): with 1,000 videos, ranking all of them at every dispatch took
+half the daemon's CPU."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from sandfs.plan.window import ClipUse, ViewKey
+from sandfs.sched.board import BatchBoard
+from sandfs.sched.jobs import VideoJobKey
+from sandfs.sched.urgency import UrgencyOrder
+
+
+def view(i: int) -> ViewKey:
+    return ViewKey("plan", 0, i)
+
+
+def job(i: int) -> VideoJobKey:
+    return VideoJobKey(0, f"v{i:04d}.mp4")
+
+
+def use(position: int, *tasks: str) -> ClipUse:
+    clip = SimpleNamespace(frame_indices=(position,))  # all the board reads of a clip here
+    return ClipUse(view(position), 0, clip, tuple((t, position) for t in tasks or ("a",)))
+
+
+def test_each_task_s_soonest_jobs_are_ranked_and_not_the_others():
+    order = UrgencyOrder(per_task=4)
+    pending = {job(i): [use(i)] for i in range(200)}
+    assert order.urgent(pending, busy=set()) == {job(i) for i in range(4)}
+    assert order.urgent(pending, busy={job(1)}) == {job(i) for i in (0, 2, 3, 4)}
+
+
+def test_jobs_tied_with_the_last_one_ranked_are_ranked_too():
+    """The videos of one batch share its position; `policy.priority` orders them by the
+    decoding before their clips, so none may be left out."""
+    order = UrgencyOrder(per_task=2)
+    pending = {job(0): [use(0)], job(1): [use(1)], job(2): [use(1)], job(3): [use(1)],
+               job(4): [use(2)]}
+    assert order.urgent(pending, busy=set()) == {job(i) for i in range(4)}
+
+
+def test_every_task_gets_its_soonest_jobs_whatever_the_others_stand_at():
+    order = UrgencyOrder(per_task=2)
+    pending = {job(i): [use(i, "a")] for i in range(100)}
+    pending |= {job(100 + i): [use(500 + i, "b")] for i in range(100)}
+    assert order.urgent(pending, busy=set()) == {job(0), job(1), job(100), job(101)}
+
+
+def test_jobs_done_are_passed_and_jobs_added_are_ranked():
+    order = UrgencyOrder(per_task=2)
+    pending = {job(i): [use(10 + i)] for i in range(10)}
+    assert order.urgent(pending, busy=set()) == {job(0), job(1)}
+    pending[job(0)], pending[job(1)] = [], []  # taken by jobs that ran
+    assert order.urgent(pending, busy=set()) == {job(2), job(3)}
+    pending[job(20)] = [use(1)]  # a batch planned again, needed first
+    order.added()
+    assert order.urgent(pending, busy=set()) == {job(20), job(2)}
+
+
+def test_the_jobs_of_a_batch_a_reader_waits_for_are_found_wherever_it_is():
+    order = UrgencyOrder(per_task=2)
+    pending = {job(i): [use(i)] for i in range(100)}
+    pending[job(100)] = [use(90)]
+    assert order.of_views({view(90)}, pending) == {job(90), job(100)}
+    pending[job(90)] = []
+    assert order.of_views({view(90)}, pending) == {job(100)}
+
+
+def test_the_board_ranks_a_far_batch_a_reader_is_blocked_on():
+    board = BatchBoard()
+    for i in range(300):
+        board.add_pending(job(i), use(i))
+    board.demanded.add(view(250))
+    ranked = {key for _, key in board.job_states(set(), lambda key: key.iteration,
+                                                  assemble_within=16)}
+    assert job(250) in ranked
+    assert len(ranked) < 40
