@@ -5,8 +5,10 @@ Scenarios: `single` (one task), `search4` (a 4-task hyperparameter search: four 
 task with the same seed and pipeline), `hetero` (a SlowFast-like and a VideoMAE-like task on one
 dataset), all on Kinetics-like 340x256 H.264; `slowfast224` (SlowFast's real input: 4 clips x 32
 frames x 224x224x3, 19 MB batches) on a dataset mixing H.264 with B-frames, VP9, MPEG-4 and HEVC
-at 256x144 to 640x360. Each runs in two modes: `raw` (read batches as fast as possible) and `gpu`
-(every batch is followed by --gpu-ms of sleep, a GPU step that leaves the CPU free).
+at 256x144 to 640x360; `many` (the `single` task over many short 160x120 videos, e.g.
+`--videos 1024`: what the scheduler itself costs when every job is small). Each runs in two
+modes: `raw` (read batches as fast as possible) and `gpu` (every batch is followed by --gpu-ms
+of sleep, a GPU step that leaves the CPU free).
 
 - peers (peers.py): per task and peer, a torch DataLoader (--workers workers) that decodes the
   clips of sandfs's own plan with the peer's library and applies the same ops (sandfs.ops):
@@ -79,9 +81,12 @@ SCENARIOS = {
     "slowfast224": [("slowfast224", "slowfast224.yaml")],
     # a 4-trial search with SlowFast-size batches: identical pipelines, one object per view
     "slowfast224x4": [(f"slowfast224s{i}", "slowfast224.yaml") for i in range(4)],
+    # the single task over many short small videos (--videos 1024): the scheduler's own cost
+    "many": [("many", "single.yaml")],
 }
-# on the mixed-codec dataset; the others on H.264 340x256
+# on the mixed-codec dataset; `many` on 3 s 160x120 H.264; the others on H.264 340x256
 MIXED_SCENARIOS = {"slowfast224", "slowfast224x4"}
+SHORT_SCENARIOS = {"many"}
 MODES = ("raw", "gpu")
 CLASSES = 4
 # Videos in multiples of 16 make an even number of batches per epoch, a multiple of the 2
@@ -660,8 +665,14 @@ def make_datasets(args, scenarios: list[str]) -> dict[str, Dataset]:
     Kinetics-like H.264 one (`--bframes`)."""
     made: dict[str, Dataset] = {}
     for scenario in scenarios:
-        spec = (MixedDatasetSpec(CLASSES, args.videos // CLASSES) if scenario in MIXED_SCENARIOS
-                else DatasetSpec(CLASSES, args.videos // CLASSES, bframes=args.bframes))
+        per_class = args.videos // CLASSES
+        if scenario in MIXED_SCENARIOS:
+            spec = MixedDatasetSpec(CLASSES, per_class)
+        elif scenario in SHORT_SCENARIOS:
+            spec = DatasetSpec(CLASSES, per_class, width=160, height=120, seconds=(3, 3),
+                               bframes=args.bframes)
+        else:
+            spec = DatasetSpec(CLASSES, per_class, bframes=args.bframes)
         if spec.name not in made:
             made[spec.name] = Dataset(ensure_dataset(args.data_dir, spec), spec.name,
                                       spec.extensions)
