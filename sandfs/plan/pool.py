@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from sandfs.plan.seeds import rng_for
+from sandfs.plan.seeds import below, unit_draws
 
 POOL_SPANS = 2  # the pool's width, in spans of the longest clip: reuse vs. diversity per window
 
@@ -27,8 +27,8 @@ POOL_SPANS = 2  # the pool's width, in spans of the longest clip: reuse vs. dive
 def window_draws(key: int, grid: int, window: int, video: str) -> tuple[int, float]:
     """The pool's own draws for one video in one window: the grid phase and the offset (as a
     fraction of the valid range). Every clip of that window uses them: computed once."""
-    phase = int(rng_for(key, "phase", window, video).integers(grid))
-    return phase, float(rng_for(key, "offset", window, video).random())
+    phase, offset = unit_draws(key, "pool", window, video)[:2]
+    return below(grid, phase), offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +50,8 @@ class FramePool:
         if pool_slots < 1 or pool_slots > own_slots:  # the pool clip does not fit or is shorter
             pool_slots = own_slots
         width = min(pool_slots, max(1, self.width_frames // self.grid))
-        draw = rng_for(self.key, "clip", window, video, epoch, sample)
-        pool_slot = (int(offset_fraction * pool_slots) + int(draw.integers(width))) % pool_slots
+        slot_draw, quantile_draw = unit_draws(self.key, "clip", window, video, epoch, sample)[:2]
+        pool_slot = (int(offset_fraction * pool_slots) + below(width, slot_draw)) % pool_slots
         # the same quantile of the task's own range: uniform, and inside the pool clip
-        position = (pool_slot + float(draw.random())) / pool_slots
+        position = (pool_slot + quantile_draw) / pool_slots
         return phase + self.grid * min(own_slots - 1, math.floor(position * own_slots))
