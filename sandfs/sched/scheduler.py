@@ -40,6 +40,13 @@ from sandfs.status import SchedulerStatus
 
 log = logging.getLogger(__name__)
 
+# A window that takes this long to plan (1,000 short videos: 0.2 s) has its first batches made
+# before the next window is planned, when their videos are at most 1/FIRST_BATCHES_VIDEO_SHARE
+# of the window's; never longer than FIRST_BATCHES_WAIT_S (docs/performance.md §26).
+FIRST_BATCHES_FIRST_S = 0.1
+FIRST_BATCHES_VIDEO_SHARE = 8
+FIRST_BATCHES_WAIT_S = 5.0
+
 
 class Scheduler:
     def __init__(self, plans: Sequence[TaskPlan], materializer: Materializer, stats: Stats, *,
@@ -80,6 +87,7 @@ class Scheduler:
         self._readers_came: set[str] = set()
         self._wakeup = trio.Event()
         self._window_added = trio.Event()  # set (and replaced) each time a window is planned
+        self._first_batches: set[ViewKey] = set()  # made before the next window is planned
         self._nursery: trio.Nursery | None = None
 
     # -- life cycle -------------------------------------------------------------------------
@@ -87,7 +95,7 @@ class Scheduler:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            await self._activate_windows()
+            await self._activate_windows(serving=False)
             task_status.started()
             while True:
                 await self._activate_windows()
@@ -164,11 +172,12 @@ class Scheduler:
 
     async def _window_planned(self, task: str, epoch: int) -> None:
         """Wait while the window of the task's `epoch` is wanted but still being planned (a
-        reader that just jumped there): computing its view on demand meanwhile would decode
-        it twice."""
+        reader that just jumped there), or the task's part of it is (`add_plan`): computing
+        its view on demand meanwhile would decode it twice."""
         window = self.book.window_of_task(task, epoch)
-        while (window is not None and window not in self.book.windows
-               and window in self.book.wanted()):
+        while window is not None and (
+                (window not in self.book.windows and window in self.book.wanted())
+                or window in self.book.parts_pending.get(task, ())):
             self.wake()
             await self._window_added.wait()
 
@@ -199,16 +208,51 @@ class Scheduler:
 
     # -- windows ----------------------------------------------------------------------------
 
-    async def _activate_windows(self) -> None:
+    async def _activate_windows(self, *, serving: bool = True) -> None:
         """Plan the wanted windows; forget those behind them that no reader needs now (a
-        window ahead of the tasks, planned for a reader that jumped there, stays)."""
+        window ahead of the tasks, planned for a reader that jumped there, stays). After a
+        window slow to plan, its first batches are made before the next window is planned
+        (`_first_batches_first`); before the mount serves, that waits for the mount."""
         wanted = self.book.wanted()
         for window in sorted(wanted - set(self.book.windows)):
+            if self._first_batches:
+                if not serving:
+                    return
+                await self._make_first_batches()
+            started = trio.current_time()
             planned = await trio.to_thread.run_sync(self._plan_window, window)
             self._add_window(planned)
+            self._first_batches = self._first_batches_first(planned.plan,
+                                                            trio.current_time() - started)
         for window in [w for w in self.book.windows if w < min(wanted, default=0)]:
             self._drop_window(window)
         await self._plan_future()
+
+    def _first_batches_first(self, plan: WindowPlan, planning_s: float) -> set[ViewKey]:
+        """The batches waited for (or anticipated) in a window that took FIRST_BATCHES_FIRST_S
+        or more to plan, when their videos are few next to the window's: planning the next
+        window would take as long again before their passes could start. Their passes carry
+        nothing for the next window, which decodes those few videos again."""
+        if planning_s < FIRST_BATCHES_FIRST_S:
+            return set()
+        keys = {k for k in self.board.demanded if k in plan.views and k in self.board.views}
+        videos = {c.video_index for k in keys for c in self.board.views[k].plan.view_plan(
+            k.epoch, k.iteration).clips}
+        few = len(videos) * FIRST_BATCHES_VIDEO_SHARE <= len(plan.videos)
+        return keys if few else set()
+
+    async def _make_first_batches(self) -> None:
+        """Run only the jobs of batches readers wait for (or are anticipated at) until the
+        first batches are made, or fail, or no job can run."""
+        first, self._first_batches = self._first_batches, set()
+        with trio.move_on_after(FIRST_BATCHES_WAIT_S):
+            while any(k in self.board.views and not self.board.flights.failed(k)
+                      for k in first):
+                self._dispatch(demanded_only=True)
+                if not self.running:
+                    return
+                await self._wakeup.wait()
+                self._wakeup = trio.Event()
 
     def _plan_window(self, window: int) -> work.PlannedWindow:
         """In a thread: the window's plan, what is on disk, and what to keep there."""
@@ -235,14 +279,18 @@ class Scheduler:
     def _add_window(self, planned: work.PlannedWindow) -> None:
         plan, window = planned.plan, planned.plan.window
         self.book.windows[window] = plan
-        self._window_added.set()
-        self._window_added = trio.Event()
+        self._note_window_added()
         self.board.add_window(planned)
         self._anticipate(plan)
         self._fail_views(plan)
         self.carry.frames_on_disk |= {VideoJobKey(window, p) for p in planned.frames_on_disk}
         log.debug("window %d planned: %d videos, %d views, %d clips on disk", window,
                   len(plan.videos), len(plan.views), len(planned.on_disk))
+
+    def _note_window_added(self) -> None:
+        """Wake the readers waiting for a window (or a task's part of one)."""
+        self._window_added.set()
+        self._window_added = trio.Event()
 
     def _anticipate(self, plan: WindowPlan) -> None:
         """Until a task's reader comes, the batch where the task stands counts as waited for
@@ -285,16 +333,57 @@ class Scheduler:
     # -- tasks joining and leaving ----------------------------------------------------------
 
     async def add_plan(self, plan: TaskPlan) -> None:
-        """Plan a new task into the active windows (and the windows to come)."""
+        """Plan a new task into the active windows (and the windows to come), the window it
+        starts in first. When that took long (`_first_batches_first`) it returns then: the
+        other windows get their part once the task's first batch is made, and a reader that
+        gets there sooner waits for it (`_window_planned`)."""
         self.carry.forget(self.book.future)
         self.book.add_task(plan)
-        for window in sorted(self.book.windows):
-            part, on_disk = await trio.to_thread.run_sync(work.plan_task_part, plan, window,
-                                                          self.store)
-            self.board.add_part(window, self.book.merge(window, part), on_disk)
-            self._anticipate(part)
-            self._fail_views(part)
+        start = self.book.window_of_task(plan.name, 0)
+        windows = sorted(self.book.windows, key=lambda w: (w != start, w))
+        first = await self._add_part(plan, windows[0]) if windows else set()
+        if first and windows[1:]:
+            self.book.parts_pending[plan.name] = set(windows[1:])
+            self._nursery.start_soon(self._add_later_parts, plan, windows[1:], first)
+        else:
+            for window in windows[1:]:
+                await self._add_part(plan, window)
         self.wake()
+
+    async def _add_part(self, plan: TaskPlan, window: int) -> set[ViewKey]:
+        """The task's part of an active window; the batches to make before planning more."""
+        started = trio.current_time()
+        part, on_disk = await trio.to_thread.run_sync(work.plan_task_part, plan, window,
+                                                      self.store)
+        self.board.add_part(window, self.book.merge(window, part), on_disk)
+        self._anticipate(part)
+        self._fail_views(part)
+        return self._first_batches_first(part, trio.current_time() - started)
+
+    async def _add_later_parts(self, plan: TaskPlan, windows: list[int],
+                               first: set[ViewKey]) -> None:
+        """`add_plan`'s other windows, after the task's first batches (at most
+        FIRST_BATCHES_WAIT_S). A failure leaves their views to be made on demand."""
+        with trio.move_on_after(FIRST_BATCHES_WAIT_S):
+            for key in first:
+                if key in self.board.views:
+                    await self.board.flights.event(key).wait()
+        try:
+            for window in windows:
+                if self.book.plans.get(plan.name) is not plan:
+                    return  # removed meanwhile
+                if window in self.book.windows:
+                    await self._add_part(plan, window)
+                self.book.parts_pending[plan.name].discard(window)
+                self._note_window_added()
+        except Exception:
+            log.exception("task %s: planning windows %s failed; their views are made on "
+                          "demand", plan.name, windows)
+        finally:
+            if self.book.plans.get(plan.name) is plan:
+                self.book.parts_pending.pop(plan.name, None)
+            self._note_window_added()
+            self.wake()
 
     async def remove_plan(self, name: str) -> None:
         """Forget a task: views no other task reads are released, in memory and on disk."""
@@ -318,7 +407,7 @@ class Scheduler:
         return self.board.job_states(set(self.running) | self.carry.carried, self.book.deadline_of,
                                      self.memory.horizon())
 
-    def _dispatch(self) -> None:
+    def _dispatch(self, *, demanded_only: bool = False) -> None:
         passes = self.passes
         while self._in_threads() < self.workers:
             options = {s.key: (s, k) for s, k in self._job_states() if self._due(s, k)}
@@ -326,8 +415,9 @@ class Scheduler:
                                                                self.board.demanded)}
             best = pick_next((s for s, _ in (options | paused).values()),
                              memory_pressure=self.memory.under_pressure(), policy=self.policy)
-            if best is None or (best.deadline_iterations >= NOT_NEEDED and not best.demanded):
-                if passes.paused:  # nothing more urgent: finish them, freeing their memory
+            if best is None or (not best.demanded and (
+                    demanded_only or best.deadline_iterations >= NOT_NEEDED)):
+                if passes.paused and not demanded_only:  # finish them, freeing their memory
                     self._resume(next(iter(passes.paused)))
                     continue
                 return

@@ -40,6 +40,8 @@ class WindowBook:
         self.open_positions: dict[str, Counter[int]] = {name: Counter() for name in self.plans}
         self.windows: dict[int, WindowPlan] = {}
         self.future: dict[int, WindowPlan] = {}  # windows further ahead: only to carry frames
+        # active windows a joining task has no part in yet, by task (Scheduler.add_plan)
+        self.parts_pending: dict[str, set[int]] = {}
 
     # -- positions --------------------------------------------------------------------------
 
@@ -157,6 +159,7 @@ class WindowBook:
         self.plans.pop(name, None)
         self.positions.pop(name, None)
         self.open_positions.pop(name, None)
+        self.parts_pending.pop(name, None)
         self.future.clear()
         released: dict[ViewKey, ViewOf] = {}
         for window in self.windows.values():

@@ -25,6 +25,7 @@ from sandfs.materialize import (
 )
 from sandfs.media.decode import DecodeError
 from sandfs.plan.window import ViewKey, plan_window, view_key
+from sandfs.sched import scheduler as scheduler_module
 from sandfs.sched.board import ReadyView
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.objects import clip_nbytes, frame_nbytes, object_graph
@@ -944,4 +945,123 @@ async def test_a_task_registered_later_has_its_first_batch_waited_for_too(tmp_pa
         assert first not in scheduler.board.demanded
         gate.set()
         await settle(scheduler)
+        nursery.cancel_scope.cancel()
+
+
+def recording_windows(scheduler: Scheduler, materializer: RecordingMaterializer,
+                      events: list) -> None:
+    """Each window planned and each video decoded, in order, into `events`."""
+    plan_window_of = scheduler._plan_window
+    decode_each = materializer.decode_each
+
+    def planning(window):
+        events.append(("plan", window))
+        return plan_window_of(window)
+
+    def decoding(info, keys):
+        events.append(("decode", info.name))
+        yield from decode_each(info, keys)
+
+    scheduler._plan_window = planning
+    materializer.decode_each = decoding
+
+
+async def test_a_window_slow_to_plan_makes_its_first_batch_before_the_next_is_planned(
+        tmp_path, monkeypatch):
+    """With many videos, planning a window takes long (1,000 short videos: 0.25 s): the mount
+    serves once the first window is planned, and the first batch's passes run before the next
+    window is planned instead of after it; every batch is still made."""
+    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_FIRST_S", 0.0)  # every window is slow
+    plan, scheduler, materializer = scheduler_for(tmp_path, videos=40, epochs=4, workers=2)
+    events = []
+    recording_windows(scheduler, materializer, events)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert set(scheduler.book.windows) == {0}  # serving before window 1 is planned
+        await settle(scheduler)
+        nursery.cancel_scope.cancel()
+    first = {plan.videos[c.video_index].name for c in plan.view_plan(0, 0).clips}
+    before_next = events[1:events.index(("plan", 1))]
+    assert events[0] == ("plan", 0) and {name for _, name in before_next} == first
+    assert all(view_key(plan, e, i) in scheduler.board.ready
+               for e in range(4) for i in range(plan.iterations_per_epoch))
+
+
+async def test_windows_are_planned_before_serving_when_the_first_batch_is_much_of_a_window(
+        tmp_path, monkeypatch):
+    """Passes started before the next window is planned carry nothing for it: with few videos
+    (the first batch's 4 of 8) both windows are planned first, as planning costs little."""
+    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_FIRST_S", 0.0)
+    _, scheduler, _ = scheduler_for(tmp_path, videos=8, epochs=4, workers=2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert set(scheduler.book.windows) == {0, 1}
+        nursery.cancel_scope.cancel()
+
+
+def joining_task(tmp_path, plan, name="later", seed=7):
+    (tmp_path / name).mkdir()
+    return make_plan(tmp_path / name, videos=plan.videos, epochs=4, k_epochs=2, task=name,
+                     seed=seed)
+
+
+async def test_a_joining_task_slow_to_plan_gets_its_later_windows_after_its_first_batch(
+        tmp_path, monkeypatch):
+    """On a kept mount with many videos, a new task's part of each window takes long to plan:
+    registering it returns once the window it starts in has its part, its first batch is made
+    before the next window's part is planned, and a reader that gets there first waits for
+    that part (its batch is made by the window's passes, not on demand)."""
+    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_FIRST_S", 0.0)
+    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_WAIT_S", 0.5)
+    gate = threading.Event()  # no pass ends until it is set
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2, gate=gate)
+    later = joining_task(tmp_path, plan)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        while set(scheduler.book.windows) != {0, 1}:  # after FIRST_BATCHES_WAIT_S
+            await trio.sleep(0.01)
+        await scheduler.add_plan(later)
+        assert scheduler.book.parts_pending == {later.name: {1}}
+        assert view_key(later, 0, 0) in scheduler.board.views
+        assert view_key(later, 2, 0) not in scheduler.board.views
+        got = []
+
+        async def read_window_1():
+            got.append(await scheduler.wait_view(view_key(later, 2, 0), later.name))
+
+        nursery.start_soon(read_window_1)
+        await trio.sleep(0.05)
+        assert not got  # waiting for the part, not None (made on demand)
+        gate.set()
+        await settle(scheduler)
+        assert scheduler.book.parts_pending == {}
+        assert got and got[0] is not None
+        assert all(view_key(later, e, i) in scheduler.board.ready
+                   for e in range(4) for i in range(later.iterations_per_epoch))
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_task_removed_before_its_later_windows_are_planned_leaves_no_part(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_FIRST_S", 0.0)
+    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_WAIT_S", 0.2)
+    gate = threading.Event()
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2, gate=gate)
+    later = joining_task(tmp_path, plan)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        while set(scheduler.book.windows) != {0, 1}:
+            await trio.sleep(0.01)
+        await scheduler.add_plan(later)
+        assert scheduler.book.parts_pending == {later.name: {1}}
+        await scheduler.remove_plan(later.name)
+        await trio.sleep(0.3)  # past FIRST_BATCHES_WAIT_S: the part is not planned
+        gate.set()
+        await settle(scheduler)
+        assert scheduler.book.parts_pending == {}
+        gone = view_key(later, 0, 0).plan_key
+        assert not any(key.plan_key == gone
+                       for key in (*scheduler.board.views, *scheduler.board.ready))
+        assert all(view_key(plan, e, i) in scheduler.board.ready
+                   for e in range(4) for i in range(plan.iterations_per_epoch))
         nursery.cancel_scope.cancel()
