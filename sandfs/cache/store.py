@@ -202,6 +202,11 @@ class ObjectStore:
         with self._lock:
             return key in self._index
 
+    def object_count(self) -> int:
+        """The objects held (complete on disk)."""
+        with self._lock:
+            return len(self._index)
+
     def resize(self, budget_bytes: int) -> int:
         """A new budget (the tasks of a self-sized store changed); objects over a smaller one
         are evicted at once, as `open` does (writes in flight, reserved under the old budget,

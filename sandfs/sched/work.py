@@ -91,7 +91,8 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
     """The window's plan, what is on disk already, and what to keep there."""
     plan = plan_window(plans, window)
     on_disk, frames_on_disk = set(), set()
-    if store is not None:
+    # an empty store (a cold mount) holds none of them, and each key costs a digest
+    if store is not None and store.object_count():
         for path, work in plan.videos.items():
             on_disk |= {Spot.of(u) for u in work.uses if clip_object_key(u, work.info) in store}
             if (all(p.object_key(work.info) in store for p in window_packs(work))

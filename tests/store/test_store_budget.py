@@ -120,8 +120,10 @@ def test_too_big_for_the_budget_writes_nothing(make_store):
 def test_discard(make_store):
     store = make_store()
     store.put(key("clip", 0), blocks(1))
+    assert store.object_count() == 1
     assert store.discard(key("clip", 0)) and not store.discard(key("clip", 0))
     assert object_files(store.root) == [] and store.stats()["bytes_used"] == 0
+    assert store.object_count() == 0  # planning on an empty store looks nothing up
 
 
 def test_concurrent_writers_and_readers_stay_in_budget(make_store):

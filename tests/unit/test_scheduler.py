@@ -999,6 +999,11 @@ async def test_windows_are_planned_before_serving_when_the_first_batch_is_much_o
         nursery.cancel_scope.cancel()
 
 
+async def until_windows(scheduler: Scheduler, windows: set[int]) -> None:
+    while set(scheduler.book.windows) != windows:
+        await scheduler._window_added.wait()
+
+
 def joining_task(tmp_path, plan, name="later", seed=7):
     (tmp_path / name).mkdir()
     return make_plan(tmp_path / name, videos=plan.videos, epochs=4, k_epochs=2, task=name,
@@ -1018,8 +1023,7 @@ async def test_a_joining_task_slow_to_plan_gets_its_later_windows_after_its_firs
     later = joining_task(tmp_path, plan)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
-        while set(scheduler.book.windows) != {0, 1}:  # after FIRST_BATCHES_WAIT_S
-            await trio.sleep(0.01)
+        await until_windows(scheduler, {0, 1})  # after FIRST_BATCHES_WAIT_S
         await scheduler.add_plan(later)
         assert scheduler.book.parts_pending == {later.name: {1}}
         assert view_key(later, 0, 0) in scheduler.board.views
@@ -1050,8 +1054,7 @@ async def test_a_task_removed_before_its_later_windows_are_planned_leaves_no_par
     later = joining_task(tmp_path, plan)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
-        while set(scheduler.book.windows) != {0, 1}:
-            await trio.sleep(0.01)
+        await until_windows(scheduler, {0, 1})
         await scheduler.add_plan(later)
         assert scheduler.book.parts_pending == {later.name: {1}}
         await scheduler.remove_plan(later.name)
