@@ -1068,3 +1068,34 @@ async def test_a_task_removed_before_its_later_windows_are_planned_leaves_no_par
         assert all(view_key(plan, e, i) in scheduler.board.ready
                    for e in range(4) for i in range(plan.iterations_per_epoch))
         nursery.cancel_scope.cancel()
+
+
+async def test_a_later_part_that_fails_to_plan_leaves_its_views_to_demand(tmp_path,
+                                                                          monkeypatch):
+    """Registration returned before the task's part of window 1 was planned: when that
+    planning fails, the error is logged, the scheduler and the other task go on, and a reader
+    of those views is told no job will make them (the service then makes them on demand)."""
+    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_FIRST_S", 0.0)
+    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_WAIT_S", 0.2)
+    gate = threading.Event()
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2, gate=gate)
+    later = joining_task(tmp_path, plan)
+    plan_task_part = scheduler_module.work.plan_task_part
+
+    def failing(task_plan, window, store):
+        if window == 1:
+            raise MemoryError("planning window 1")
+        return plan_task_part(task_plan, window, store)
+
+    monkeypatch.setattr(scheduler_module.work, "plan_task_part", failing)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until_windows(scheduler, {0, 1})
+        await scheduler.add_plan(later)
+        assert await scheduler.wait_view(view_key(later, 2, 0), later.name) is None
+        assert scheduler.book.parts_pending == {}
+        gate.set()
+        await settle(scheduler)
+        assert all(view_key(plan, e, i) in scheduler.board.ready
+                   for e in range(4) for i in range(plan.iterations_per_epoch))
+        nursery.cancel_scope.cancel()
