@@ -34,15 +34,23 @@
   are imported (`gc.freeze`), they are not walked again: 3 ms. Cold SlowFast-size mounts, eight
   alternating pairs, medians: `sandfs mount` 0.295 s against 0.309 s and the first batch 0.507
   s against 0.533 s after launch, sooner in all eight (docs/performance.md §25).
+- **No collections while a window is planned:** a window's plan is a few hundred thousand
+  objects that live as long as the window, made in one go, and the collector walked the young
+  ones again and again while they were made (and all of them at each full collection): 26% of
+  planning 1,000 videos, 37% of 10,000 (docs/performance.md §26). Paused only while planning
+  (`collector_paused`, from any thread); what others leave meanwhile is collected after.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import logging
 import os
 import sys
+import threading
+from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -83,3 +91,27 @@ def settle_collector() -> None:
     """Once the daemon's modules are imported: the objects alive now live as long as the
     process, so the cyclic collector stops walking them."""
     gc.freeze()
+
+
+_pause = threading.Lock()
+_pausing = 0  # threads inside collector_paused
+_enabled_before = True
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cyclic collection while in here, in any thread; the collector is on again once the
+    last thread leaves (if it was on when the first came in)."""
+    global _pausing, _enabled_before
+    with _pause:
+        if _pausing == 0:
+            _enabled_before = gc.isenabled()
+            gc.disable()
+        _pausing += 1
+    try:
+        yield
+    finally:
+        with _pause:
+            _pausing -= 1
+            if _pausing == 0 and _enabled_before:
+                gc.enable()

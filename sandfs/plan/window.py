@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from sandfs.config.condition import ConditionError
 from sandfs.media.types import VideoInfo
 from sandfs.plan.task import StreamClip, TaskPlan
+from sandfs.runtime import collector_paused
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,11 @@ class WindowPlan:
 
 
 def plan_window(plans: Sequence[TaskPlan], window: int) -> WindowPlan:
+    with collector_paused():  # its objects live as long as the window: nothing to collect
+        return _plan_window(plans, window)
+
+
+def _plan_window(plans: Sequence[TaskPlan], window: int) -> WindowPlan:
     videos: dict[str, VideoWork] = {}
     views: dict[ViewKey, tuple[TaskPlan, int, int]] = {}
     readers: dict[ViewKey, list[tuple[str, int]]] = {}

@@ -4,20 +4,26 @@ before numpy is imported or threads start."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
+from sandfs.plan.window import _plan_window as unpaused_plan_window
+from sandfs.plan.window import plan_window
 from sandfs.runtime import (
     BLAS_THREADS_ENV,
     GIL_SWITCH_INTERVAL_S,
     HUGE_PAGES_ENV,
     MALLOC_ARENAS,
+    collector_paused,
     quick_gil_turns,
 )
+from tests.helpers.plans import fake_videos, make_plan
 
 ARENAS = textwrap.dedent("""
     import ctypes, re, sys, tempfile, threading
@@ -169,3 +175,53 @@ def test_the_command_leaves_without_unloading_modules_but_runs_exit_handlers():
                           timeout=60)
     assert done.returncode == 3
     assert done.stdout.splitlines() == ["the answer", "exit handlers ran"]
+
+
+def test_no_collection_runs_while_a_window_is_planned_and_the_collector_comes_back(tmp_path):
+    """Planning a window makes objects that live as long as it: the collector walked them
+    again and again while they were made (26-37% of planning's time)."""
+    collections = []
+
+    def count(phase, info):
+        if phase == "start":
+            collections.append(info["generation"])
+
+    # 400 videos: a window of 800 clips, tens of thousands of objects
+    plan = make_plan(tmp_path, videos=fake_videos(400), epochs=4, k_epochs=2)
+    gc.callbacks.append(count)
+    try:
+        assert gc.isenabled()
+        unpaused_plan_window([plan], 0)
+        walked, collections[:] = len(collections), []
+        plan_window([plan], 0)
+        assert walked > 10 and len(collections) <= 1  # the one after: the plan is walked once
+        assert gc.isenabled()
+    finally:
+        gc.callbacks.remove(count)
+
+
+def test_the_collector_stays_paused_until_the_last_thread_leaves_and_stays_off_if_it_was():
+    entered, leave = threading.Event(), threading.Event()
+
+    def planning():
+        with collector_paused():
+            entered.set()
+            leave.wait(5)
+
+    other = threading.Thread(target=planning)
+    other.start()
+    entered.wait(5)
+    with collector_paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()  # the other thread still plans
+    leave.set()
+    other.join(5)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # off before: left off
+    finally:
+        gc.enable()
+
