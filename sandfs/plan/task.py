@@ -124,6 +124,7 @@ class TaskPlan:
         assert out_shape.height and out_shape.width, "config validation guarantees a fixed size"
         self.out_hw = (out_shape.height, out_shape.width)
         self.out_dtype = out_shape.dtype
+        self.shared = Interner()  # one object for equal parts of clips
         self.view_plan = lru_cache(maxsize=4096)(self._view_plan)
         self.epoch_order = lru_cache(maxsize=64)(self._epoch_order)
         self.plan_key = lru_cache(maxsize=256)(self._plan_key)
@@ -287,7 +288,8 @@ class TaskPlan:
                     inst = fixed_crop(spec.params, crop, self.test_views.crops, in_hw)
                 else:
                     inst = self._shared_crop(spec, in_hw, static, epoch, info, sample, rng)
-                inst = inst or oplib.draw_instance(spec.name, spec.params, rng, in_hw)
+                inst = self.shared(inst or oplib.draw_instance(spec.name, spec.params, rng,
+                                                               in_hw))
                 if op.temporal:
                     frames = list(oplib.track_frames([inst], frames))
                 else:
@@ -296,8 +298,10 @@ class TaskPlan:
                 static = op.output_shape(spec.param_dict(), static)
             depths.append(len(spatial))
             branches.append((ps.step.name, _branch_label(ps, choice)))
-        return StreamClip(video_index, sample, stream, tuple(frames), tuple(spatial),
-                          tuple(depths), tuple(branches), self.source)
+        shared = self.shared
+        return StreamClip(video_index, sample, stream, shared(tuple(frames)),
+                          shared(tuple(spatial)), shared(tuple(depths)),
+                          shared(tuple(branches)), self.source)
 
     def _shared_crop(self, spec: OpSpec, in_hw: tuple[int, int], static: FrameShape, epoch: int,
                      info: VideoInfo, sample: int, own: np.random.Generator):
@@ -398,6 +402,28 @@ class TaskPlan:
             "layout": view.layout,
             "samples": [self.clip_meta(c) for c in view.clips],
         }
+
+
+INTERNED_MAX = 1 << 16  # distinct values an Interner keeps at once
+
+
+class Interner:
+    """One object for equal values: the clips of a window share their frame lists, op
+    instances (a flip has two, a crop a few thousand places) and branch records instead of
+    each holding its own, 1,356 bytes a clip before (docs/performance.md §26). Cleared when
+    full: draws of continuous values (a random resized crop's scale) never repeat, and clips
+    keep what they hold."""
+
+    def __init__(self) -> None:
+        self._values: dict = {}
+
+    def __call__(self, value):
+        found = self._values.get(value)
+        if found is None:
+            if len(self._values) >= INTERNED_MAX:
+                self._values.clear()
+            found = self._values[value] = value
+        return found
 
 
 def _branch_label(ps: PathStep, choice: int | None) -> str:
