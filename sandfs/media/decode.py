@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-from bisect import bisect_left
 from collections.abc import Callable, Generator, Hashable, Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from av.video.stream import VideoStream
 from sandfs.media.gop import checked_indices as _checked_indices
 from sandfs.media.gop import frames_to_decode, plan_runs  # noqa: F401 (importers of decode)
 from sandfs.media.opening import describe_error, open_regular_file, open_stream
-from sandfs.media.types import VideoInfo
+from sandfs.media.types import FramePts, VideoInfo
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +251,7 @@ def _broken(info: VideoInfo, frame: VideoFrame) -> str | None:
 def _decode_skipping(
     container: InputContainer,
     stream: VideoStream,
-    frame_pts: tuple[int, ...],
+    frame_pts: FramePts,
     needed: set[int],
     skippable: set[int],
 ) -> Iterator[VideoFrame]:
@@ -285,11 +284,8 @@ def _on_plan(index: int, previous: int | None, first_needed: int, skippable: set
     return index > previous and skippable.issuperset(range(previous + 1, index))
 
 
-def _index_of_pts(frame_pts: tuple[int, ...], pts: int | None) -> int | None:
-    if pts is None:
-        return None
-    position = bisect_left(frame_pts, pts)
-    return position if position < len(frame_pts) and frame_pts[position] == pts else None
+def _index_of_pts(frame_pts: FramePts, pts: int | None) -> int | None:
+    return None if pts is None else frame_pts.index_of(pts)
 
 
 def _decode_sequential(info: VideoInfo, wanted: list[int], convert_frame: Callable,
