@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -240,6 +240,15 @@ class BatchBoard:
             if pending:
                 self.pending[job] = pending
         self.urgency.added()
+
+    def refine_disk_plans(self, window: int, kept: Mapping[str, DiskPlan]) -> None:
+        """Pruning's plans for the window's jobs from now on (those started keep theirs);
+        frames already on disk stay kept."""
+        for job, old in list(self.disk_plans.items()):
+            if job.window == window:
+                new = kept.get(job.path, DiskPlan())
+                new.frames = new.frames or old.frames
+                self.disk_plans[job] = new
 
     def add_part(self, window: int, merged: Merged, on_disk: frozenset[Spot]) -> None:
         """A joining task's part of an active window (`WindowBook.merge`)."""

@@ -164,12 +164,26 @@ def object_graph(work: VideoWork, window: WindowPlan) -> nx.DiGraph:
 def disk_plans(plan: WindowPlan, budget_bytes: int, mode: str) -> dict[str, DiskPlan]:
     """What to keep on disk for each video of the window, within `budget_bytes`."""
     room = int(budget_bytes * PRUNE_TARGET_FRACTION)
-    if mode == "leaves":
-        return _leaves_only(plan, room)
-    if _leaves_nbytes(plan) <= room:  # Algorithm 1 starts from every clip and stops at once
-        log.info("window %d: every clip fits on disk", plan.window)
+    if not needs_pruning(plan, budget_bytes, mode):
         return _leaves_only(plan, room)
     return pruned_plans(plan, room)
+
+
+def needs_pruning(plan: WindowPlan, budget_bytes: int, mode: str) -> bool:
+    """Whether Algorithm 1 has work to do: not when every clip fits (it starts from every clip
+    and stops at once), nor in the `leaves` ablation."""
+    room = int(budget_bytes * PRUNE_TARGET_FRACTION)
+    if mode == "leaves":
+        return False
+    if _leaves_nbytes(plan) <= room:
+        log.info("window %d: every clip fits on disk", plan.window)
+        return False
+    return True
+
+
+def soonest_clips(plan: WindowPlan, budget_bytes: int) -> dict[str, DiskPlan]:
+    """The clips needed soonest that fit on disk: what jobs keep until pruning has decided."""
+    return _leaves_only(plan, int(budget_bytes * PRUNE_TARGET_FRACTION))
 
 
 def pruned_plans(plan: WindowPlan, room: int) -> dict[str, DiskPlan]:

@@ -26,7 +26,7 @@ from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import AssemblyJob, Job, JobResult, VideoJob, VideoJobKey
 from sandfs.sched.memory import MemoryLedger
-from sandfs.sched.objects import PRUNE_MODES, mark_read
+from sandfs.sched.objects import PRUNE_MODES, disk_plans, mark_read
 from sandfs.sched.passes import PassBook, Step
 from sandfs.sched.policy import (
     NOT_NEEDED,
@@ -281,11 +281,27 @@ class Scheduler:
         self.book.windows[window] = plan
         self._note_window_added()
         self.board.add_window(planned)
+        if planned.to_prune:
+            self._nursery.start_soon(self._prune, plan)
         self._anticipate(plan)
         self._fail_views(plan)
         self.carry.frames_on_disk |= {VideoJobKey(window, p) for p in planned.frames_on_disk}
         log.debug("window %d planned: %d videos, %d views, %d clips on disk", window,
                   len(plan.videos), len(plan.views), len(planned.on_disk))
+
+    async def _prune(self, plan: WindowPlan) -> None:
+        """Algorithm 1 for a window whose clips do not all fit on disk, beside its first jobs
+        (10,000 short videos: 6.5 s before the mount could serve). Jobs started meanwhile keep
+        the soonest clips that fit; the others follow pruning. Abandoned at shutdown."""
+        try:
+            kept = await trio.to_thread.run_sync(
+                disk_plans, plan, self.store.budget_bytes, self.prune_mode, abandon_on_cancel=True)
+        except Exception:
+            log.exception("window %d: pruning failed; its jobs keep the soonest clips that fit",
+                          plan.window)
+            return
+        if self.book.windows.get(plan.window) is plan:
+            self.board.refine_disk_plans(plan.window, kept)
 
     def _note_window_added(self) -> None:
         """Wake the readers waiting for a window (or a task's part of one)."""
@@ -355,6 +371,8 @@ class Scheduler:
         started = trio.current_time()
         part, on_disk = await trio.to_thread.run_sync(work.plan_task_part, plan, window,
                                                       self.store)
+        if self.book.plans.get(plan.name) is not plan or window not in self.book.windows:
+            return set()  # the task was removed, or the window dropped, meanwhile
         self.board.add_part(window, self.book.merge(window, part), on_disk)
         self._anticipate(part)
         self._fail_views(part)
@@ -377,8 +395,9 @@ class Scheduler:
                 self.book.parts_pending[plan.name].discard(window)
                 self._note_window_added()
         except Exception:
-            log.exception("task %s: planning windows %s failed; their views are made on "
-                          "demand", plan.name, windows)
+            if self.book.plans.get(plan.name) is plan:  # else removed while planned: no loss
+                log.exception("task %s: planning windows %s failed; their views are made on "
+                              "demand", plan.name, windows)
         finally:
             if self.book.plans.get(plan.name) is plan:
                 self.book.parts_pending.pop(plan.name, None)

@@ -43,6 +43,8 @@ from sandfs.sched.objects import (
     disk_plans,
     frame_object_key,
     frame_packs,
+    needs_pruning,
+    soonest_clips,
 )
 from sandfs.stats import Stats
 
@@ -68,6 +70,7 @@ class PlannedWindow:
     on_disk: frozenset[Spot]  # clips on disk already
     frames_on_disk: frozenset[str]  # videos whose frames are all on disk already
     disk_plans: Mapping[str, DiskPlan]  # what to keep on disk, by video
+    to_prune: bool = False  # disk_plans keep the soonest clips until pruning decides
 
 
 def yield_to_readers() -> None:
@@ -98,8 +101,12 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
             if (all(p.object_key(work.info) in store for p in window_packs(work))
                     or all(frame_object_key(work.info, k) in store for k in work.frame_keys)):
                 frames_on_disk.add(path)
-    kept = {} if store is None else disk_plans(plan, store.budget_bytes, prune_mode)
-    return PlannedWindow(plan, frozenset(on_disk), frozenset(frames_on_disk), kept)
+    kept, to_prune = {}, False
+    if store is not None:  # pruning is left for later (Scheduler._prune): it takes long
+        to_prune = needs_pruning(plan, store.budget_bytes, prune_mode)
+        kept = (soonest_clips(plan, store.budget_bytes) if to_prune
+                else disk_plans(plan, store.budget_bytes, prune_mode))
+    return PlannedWindow(plan, frozenset(on_disk), frozenset(frames_on_disk), kept, to_prune)
 
 
 def plan_task_part(plan: TaskPlan, window: int,

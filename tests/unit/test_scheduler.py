@@ -1099,3 +1099,71 @@ async def test_a_later_part_that_fails_to_plan_leaves_its_views_to_demand(tmp_pa
         assert all(view_key(plan, e, i) in scheduler.board.ready
                    for e in range(4) for i in range(plan.iterations_per_epoch))
         nursery.cancel_scope.cancel()
+
+
+async def test_ending_a_task_whose_views_left_the_plan_cache_releases_them(tmp_path):
+    """A plan keeps 4,096 views; the rest are planned again when asked. Ending a task, the
+    registry forgets it first, then the scheduler plans its released views again to find
+    their clips on disk: with more views than the cache holds (10,000 videos) that raised
+    KeyError (no dataset identity bound) and the unlink of its task file answered EIO."""
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        plan, scheduler, _ = scheduler_for(tmp_path, store=store)
+        later = joining_task(tmp_path, plan)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(scheduler.run)
+            await scheduler.add_plan(later)
+            await settle(scheduler)
+            later.view_plan.cache_clear()  # as if it had more views than the cache holds
+            later.coordination.remove(later.name)  # what TaskRegistry.remove does first
+            await scheduler.remove_plan(later.name)
+            assert later.name not in scheduler.book.plans
+            nursery.cancel_scope.cancel()
+
+
+async def test_pruning_runs_beside_the_first_jobs_and_its_plan_takes_over(tmp_path,
+                                                                          monkeypatch):
+    """Where a window's clips do not all fit on disk, Algorithm 1 decides what to keep; it
+    took 6.5 s for 10,000 short videos before the mount could serve. The mount serves with
+    the soonest clips that fit kept, pruning runs beside the first jobs, and the jobs started
+    after it follow its plan; every batch is still made."""
+    from sandfs.sched import objects
+
+    plan, _, _ = scheduler_for(tmp_path)  # the plan the scheduler below makes
+    window = plan_window([plan], 0)
+    clips = sum(clip_nbytes(window.views[u.view][0], u)
+                for work in window.videos.values() for u in work.uses)
+    budget = int(clips / objects.PRUNE_TARGET_FRACTION) // 2  # half of the clips fit
+    release = threading.Event()
+    pruned = objects.disk_plans
+
+    def slow_pruning(*args):
+        release.wait(5)
+        return pruned(*args)
+
+    monkeypatch.setattr(scheduler_module, "disk_plans", slow_pruning)
+    with ObjectStore(str(tmp_path / "cache"), budget) as store:
+        plan, scheduler, _ = scheduler_for(tmp_path, store=store, workers=2)
+        refined = trio.Event()
+        refine = scheduler.board.refine_disk_plans
+
+        def refining(window, kept):
+            refine(window, kept)
+            if window == 0:
+                refined.set()
+
+        scheduler.board.refine_disk_plans = refining
+        async with trio.open_nursery() as nursery:
+            await nursery.start(scheduler.run)
+            soonest = objects.soonest_clips(scheduler.book.windows[0], budget)
+            assert {k.path: v for k, v in scheduler.board.disk_plans.items()
+                    if k.window == 0} == soonest  # serving before pruning has decided
+            release.set()
+            await refined.wait()
+            expected = pruned(scheduler.book.windows[0], budget, "algorithm1")
+            assert expected != soonest
+            assert {k.path: v for k, v in scheduler.board.disk_plans.items()
+                    if k.window == 0} == expected
+            await settle(scheduler)
+            assert all(scheduler.board.state_of(view_key(plan, e, i)) == "ready"
+                       for e in range(4) for i in range(plan.iterations_per_epoch))
+            nursery.cancel_scope.cancel()
