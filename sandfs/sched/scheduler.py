@@ -88,6 +88,7 @@ class Scheduler:
         self._wakeup = trio.Event()
         self._window_added = trio.Event()  # set (and replaced) each time a window is planned
         self._first_batches: set[ViewKey] = set()  # made before the next window is planned
+        self._pruning = trio.CapacityLimiter(1)  # one window's Algorithm 1 at a time
         self._nursery: trio.Nursery | None = None
 
     # -- life cycle -------------------------------------------------------------------------
@@ -292,10 +293,12 @@ class Scheduler:
     async def _prune(self, plan: WindowPlan) -> None:
         """Algorithm 1 for a window whose clips do not all fit on disk, beside its first jobs
         (10,000 short videos: 6.5 s before the mount could serve). Jobs started meanwhile keep
-        the soonest clips that fit; the others follow pruning. Abandoned at shutdown."""
+        the soonest clips that fit; the others follow pruning. One window at a time: its
+        graphs take hundreds of MB at that size. Abandoned at shutdown."""
         try:
             kept = await trio.to_thread.run_sync(
-                disk_plans, plan, self.store.budget_bytes, self.prune_mode, abandon_on_cancel=True)
+                disk_plans, plan, self.store.budget_bytes, self.prune_mode,
+                abandon_on_cancel=True, limiter=self._pruning)
         except Exception:
             log.exception("window %d: pruning failed; its jobs keep the soonest clips that fit",
                           plan.window)
