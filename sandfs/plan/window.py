@@ -7,7 +7,7 @@ of tasks with the same data key are the same objects and appear once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 
 from sandfs.config.condition import ConditionError
@@ -78,12 +78,16 @@ class WindowPlan:
     failed: dict[ViewKey, FailedView] = field(default_factory=dict)
 
 
-def plan_window(plans: Sequence[TaskPlan], window: int) -> WindowPlan:
+def plan_window(plans: Sequence[TaskPlan], window: int,
+                known: Container[ViewKey] = frozenset()) -> WindowPlan:
+    """The window's views, readers and each video's clips. Views `known` (planned already, in
+    the window a task joins) get their readers only: their clips are planned."""
     with collector_paused():  # its objects live as long as the window: nothing to collect
-        return _plan_window(plans, window)
+        return _plan_window(plans, window, known)
 
 
-def _plan_window(plans: Sequence[TaskPlan], window: int) -> WindowPlan:
+def _plan_window(plans: Sequence[TaskPlan], window: int,
+                 known: Container[ViewKey] = frozenset()) -> WindowPlan:
     videos: dict[str, VideoWork] = {}
     views: dict[ViewKey, tuple[TaskPlan, int, int]] = {}
     readers: dict[ViewKey, list[tuple[str, int]]] = {}
@@ -98,6 +102,8 @@ def _plan_window(plans: Sequence[TaskPlan], window: int) -> WindowPlan:
     frozen = {key: tuple(r) for key, r in readers.items()}
     failed: dict[ViewKey, FailedView] = {}
     for key, (plan, epoch, iteration) in views.items():
+        if key in known:
+            continue
         try:
             view = plan.view_plan(epoch, iteration)
         except ConditionError as exc:  # this view fails; the window and other tasks go on

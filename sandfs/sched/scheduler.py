@@ -372,10 +372,17 @@ class Scheduler:
     async def _add_part(self, plan: TaskPlan, window: int) -> set[ViewKey]:
         """The task's part of an active window; the batches to make before planning more."""
         started = trio.current_time()
+        known = frozenset(self.book.windows[window].views)  # shared views: readers only
         part, on_disk = await trio.to_thread.run_sync(work.plan_task_part, plan, window,
-                                                      self.store)
+                                                      self.store, known)
         if self.book.plans.get(plan.name) is not plan or window not in self.book.windows:
             return set()  # the task was removed, or the window dropped, meanwhile
+        if not known.isdisjoint(part.views) and not known.intersection(part.views) <= set(
+                self.book.windows[window].views):  # a shared view was released meanwhile
+            part, on_disk = await trio.to_thread.run_sync(work.plan_task_part, plan, window,
+                                                          self.store)
+            if self.book.plans.get(plan.name) is not plan or window not in self.book.windows:
+                return set()
         self.board.add_part(window, self.book.merge(window, part), on_disk)
         self._anticipate(part)
         self._fail_views(part)

@@ -8,7 +8,7 @@ import contextvars
 import logging
 import os
 import threading
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Container, Generator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,10 +109,12 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
     return PlannedWindow(plan, frozenset(on_disk), frozenset(frames_on_disk), kept, to_prune)
 
 
-def plan_task_part(plan: TaskPlan, window: int,
-                   store: ObjectStore | None) -> tuple[WindowPlan, frozenset[Spot]]:
-    """A joining task's part of an active window, and which of its clips are on disk."""
-    part = plan_window([plan], window)
+def plan_task_part(plan: TaskPlan, window: int, store: ObjectStore | None,
+                   known: Container[ViewKey] = frozenset(),
+                   ) -> tuple[WindowPlan, frozenset[Spot]]:
+    """A joining task's part of an active window, and which of its clips are on disk. Views
+    `known` to the window already (a search's trials share theirs) need no clips planned."""
+    part = plan_window([plan], window, known)
     on_disk = frozenset()
     if store is not None:
         on_disk = frozenset(Spot.of(u) for work in part.videos.values() for u in work.uses

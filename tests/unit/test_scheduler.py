@@ -1082,10 +1082,10 @@ async def test_a_later_part_that_fails_to_plan_leaves_its_views_to_demand(tmp_pa
     later = joining_task(tmp_path, plan)
     plan_task_part = scheduler_module.work.plan_task_part
 
-    def failing(task_plan, window, store):
+    def failing(task_plan, window, *args):
         if window == 1:
             raise MemoryError("planning window 1")
-        return plan_task_part(task_plan, window, store)
+        return plan_task_part(task_plan, window, *args)
 
     monkeypatch.setattr(scheduler_module.work, "plan_task_part", failing)
     async with trio.open_nursery() as nursery:
@@ -1167,3 +1167,25 @@ async def test_pruning_runs_beside_the_first_jobs_and_its_plan_takes_over(tmp_pa
             assert all(scheduler.board.state_of(view_key(plan, e, i)) == "ready"
                        for e in range(4) for i in range(plan.iterations_per_epoch))
             nursery.cancel_scope.cancel()
+
+
+async def test_a_trial_sharing_every_batch_plans_no_clip_when_it_joins(tmp_path):
+    """A search's trials read the very same batches: a trial joining a kept mount only adds
+    its readers to the batches planned already (planning their clips again took a trial over
+    10,000 videos seconds), and reads them."""
+    plan, scheduler, _ = scheduler_for(tmp_path, epochs=4)
+    (tmp_path / "trial").mkdir()
+    trial = make_plan(tmp_path / "trial", videos=plan.videos, epochs=4, k_epochs=2,
+                      task="trial", augmentation=[{
+                          "name": "crop", "branch_type": "single", "inputs": ["frame"],
+                          "outputs": ["c"], "config": [{"center_crop": {"size": [32, 32]}}]}])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.add_plan(trial)
+        assert trial.view_plan.cache_info().misses == 0  # no view of it planned
+        for e in range(4):
+            for i in range(trial.iterations_per_epoch):
+                key = view_key(trial, e, i)
+                assert scheduler.book.readers_of(key) == {plan.name, trial.name}
+                assert await scheduler.wait_view(key, trial.name) is not None
+        nursery.cancel_scope.cancel()
