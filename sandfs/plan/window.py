@@ -80,8 +80,8 @@ class WindowPlan:
 
 def plan_window(plans: Sequence[TaskPlan], window: int,
                 known: Container[ViewKey] = frozenset()) -> WindowPlan:
-    """The window's views, readers and each video's clips. Views `known` (planned already, in
-    the window a task joins) get their readers only: their clips are planned."""
+    """The window's views, readers and each video's clips. Views `known` (in the window a task
+    joins, planned already) get their readers only: their clips are planned already."""
     with collector_paused():  # its objects live as long as the window: nothing to collect
         return _plan_window(plans, window, known)
 

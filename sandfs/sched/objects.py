@@ -163,27 +163,31 @@ def object_graph(work: VideoWork, window: WindowPlan) -> nx.DiGraph:
 
 def disk_plans(plan: WindowPlan, budget_bytes: int, mode: str) -> dict[str, DiskPlan]:
     """What to keep on disk for each video of the window, within `budget_bytes`."""
-    room = int(budget_bytes * PRUNE_TARGET_FRACTION)
-    if not needs_pruning(plan, budget_bytes, mode):
-        return _leaves_only(plan, room)
-    return pruned_plans(plan, room)
+    if needs_pruning(plan, budget_bytes, mode):
+        return pruned_plans(plan, prune_room(budget_bytes))
+    return soonest_clips(plan, budget_bytes)
+
+
+def prune_room(budget_bytes: int) -> int:
+    """What pruning may keep of a store's budget (the rest absorbs writes in flight)."""
+    return int(budget_bytes * PRUNE_TARGET_FRACTION)
 
 
 def needs_pruning(plan: WindowPlan, budget_bytes: int, mode: str) -> bool:
     """Whether Algorithm 1 has work to do: not when every clip fits (it starts from every clip
     and stops at once), nor in the `leaves` ablation."""
-    room = int(budget_bytes * PRUNE_TARGET_FRACTION)
     if mode == "leaves":
         return False
-    if _leaves_nbytes(plan) <= room:
+    if _leaves_nbytes(plan) <= prune_room(budget_bytes):
         log.info("window %d: every clip fits on disk", plan.window)
         return False
     return True
 
 
 def soonest_clips(plan: WindowPlan, budget_bytes: int) -> dict[str, DiskPlan]:
-    """The clips needed soonest that fit on disk: what jobs keep until pruning has decided."""
-    return _leaves_only(plan, int(budget_bytes * PRUNE_TARGET_FRACTION))
+    """The clips needed soonest that fit on disk: what the `leaves` ablation and Algorithm 1
+    with every clip fitting keep, and what jobs keep until pruning has decided."""
+    return _leaves_only(plan, prune_room(budget_bytes))
 
 
 def pruned_plans(plan: WindowPlan, room: int) -> dict[str, DiskPlan]:

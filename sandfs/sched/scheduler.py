@@ -1,10 +1,11 @@
 """The materialization executor: keeps batches ready ahead of the trainers (SAND §5.3, §5.4).
 
-It composes the window book (tasks, positions, windows), the batch board (batches from planned
-to ready), the carry book (frames decoded ahead for later windows), the memory ledger (what
-a job may take against `memory_limit_bytes`), admission (what a job takes when it starts) and
-the job records that worker threads run (`work.py`); `policy.py` picks the next job. Nothing in
-the trio loop blocks.
+It composes the window book (tasks, positions, windows), the window planner (which windows
+and tasks' parts are planned: `planning.py`), the batch board (batches from planned to ready),
+the carry book (frames decoded ahead for later windows), the memory ledger (what a job may take
+against `memory_limit_bytes`), admission (what a job takes when it starts) and the job records
+that worker threads run (`work.py`); `policy.py` picks the next job. Nothing in the trio loop
+blocks.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from sandfs.cache import ObjectStore
 from sandfs.materialize import Materializer
 from sandfs.plan.failures import ViewFailures
 from sandfs.plan.task import TaskPlan
-from sandfs.plan.window import ViewKey, WindowPlan, plan_window, view_key
-from sandfs.sched import work
+from sandfs.plan.window import ViewKey, view_key
+from sandfs.sched import planning, work
 from sandfs.sched.admission import Admission
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import AssemblyJob, Job, JobResult, VideoJob, VideoJobKey
 from sandfs.sched.memory import MemoryLedger
-from sandfs.sched.objects import PRUNE_MODES, disk_plans, mark_read
+from sandfs.sched.objects import PRUNE_MODES, mark_read
 from sandfs.sched.passes import PassBook, Step
 from sandfs.sched.policy import (
     NOT_NEEDED,
@@ -39,13 +40,6 @@ from sandfs.stats import Stats
 from sandfs.status import SchedulerStatus
 
 log = logging.getLogger(__name__)
-
-# A window that takes this long to plan (1,000 short videos: 0.2 s) has its first batches made
-# before the next window is planned, when their videos are at most 1/FIRST_BATCHES_VIDEO_SHARE
-# of the window's; never longer than FIRST_BATCHES_WAIT_S (docs/performance.md §26).
-FIRST_BATCHES_FIRST_S = 0.1
-FIRST_BATCHES_VIDEO_SHARE = 8
-FIRST_BATCHES_WAIT_S = 5.0
 
 
 class Scheduler:
@@ -62,13 +56,11 @@ class Scheduler:
             raise ValueError(f"prune mode: expected one of {list(PRUNE_MODES)}, "
                              f"got {prune_mode!r}")
         self.policy = policy  # "fifo": the ablation
-        self.prune_mode = prune_mode
         self.tools = work.Tools(materializer, store, stats)
         self.store = store
         self.stats = stats
         self.workers = workers
         self.limiter = limiter
-        self.on_window_planned = on_window_planned
         self.book = WindowBook(list(plans))
         self.board = BatchBoard()
         self.failures = ViewFailures()
@@ -83,26 +75,25 @@ class Scheduler:
                                keeps_on_disk=store is not None, keeps_read=keeps_read)
         self.jobs_done = 0
         self.rebuilt_from_disk = 0
-        self.anticipated: dict[str, ViewKey] = {}  # a task's next batch, before its reader came
-        self._readers_came: set[str] = set()
         self._wakeup = trio.Event()
-        self._window_added = trio.Event()  # set (and replaced) each time a window is planned
-        self._first_batches: set[ViewKey] = set()  # made before the next window is planned
-        self._pruning = trio.CapacityLimiter(1)  # one window's Algorithm 1 at a time
+        self.planner = planning.WindowPlanner(
+            self.book, self.board, self.carry, self.failures, store, prune_mode, wake=self.wake,
+            on_window_planned=on_window_planned)
         self._nursery: trio.Nursery | None = None
 
     # -- life cycle -------------------------------------------------------------------------
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            await self._activate_windows(serving=False)
+            self._nursery = self.planner.nursery = nursery
+            first = await self.planner.activate()  # serving before a slow window's next
             task_status.started()
             while True:
-                await self._activate_windows()
+                await self._activate_windows(first)
                 self._dispatch()
                 await self._wakeup.wait()
                 self._wakeup = trio.Event()
+                first = await self.planner.activate()
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -119,7 +110,7 @@ class Scheduler:
         moves = (self.book.index(task, epoch, iteration) >= self.book.positions[task]
                  or key not in self.board.ready)
         self.book.opened(task, epoch, iteration, moves=moves)
-        self._reader_came(task)
+        self.planner.reader_came(task)
         self.wake()
 
     def released(self, task: str, epoch: int, iteration: int) -> bool:
@@ -153,10 +144,10 @@ class Scheduler:
         flights = self.board.flights
         flights.check(key)
         if not self.board.is_planned(key):
-            await self._window_planned(task, key.epoch)
+            await self.planner.window_planned(task, key.epoch)
         if not self.board.is_planned(key):
             return None
-        self._reader_came(task)
+        self.planner.reader_came(task)
         if key not in self.board.ready:
             event = flights.event(key)
             self.board.demanded.add(key)
@@ -170,17 +161,6 @@ class Scheduler:
                     del self.board.waiting[key]
         flights.check(key)
         return self.ready_view(key, task)
-
-    async def _window_planned(self, task: str, epoch: int) -> None:
-        """Wait while the window of the task's `epoch` is wanted but still being planned (a
-        reader that just jumped there), or the task's part of it is (`add_plan`): computing
-        its view on demand meanwhile would decode it twice."""
-        window = self.book.window_of_task(task, epoch)
-        while window is not None and (
-                (window not in self.book.windows and window in self.book.wanted())
-                or window in self.book.parts_pending.get(task, ())):
-            self.wake()
-            await self._window_added.wait()
 
     def ready_ahead(self, task: str, count: int) -> int:
         plan = self.book.plans[task]
@@ -207,46 +187,19 @@ class Scheduler:
             pending_jobs=len(self.pending_jobs()), memory_bytes=self.memory_bytes,
             memory_limit_bytes=self.memory_limit_bytes)
 
-    # -- windows ----------------------------------------------------------------------------
+    # -- windows and tasks (WindowPlanner) ---------------------------------------------------
 
-    async def _activate_windows(self, *, serving: bool = True) -> None:
-        """Plan the wanted windows; forget those behind them that no reader needs now (a
-        window ahead of the tasks, planned for a reader that jumped there, stays). After a
-        window slow to plan, its first batches are made before the next window is planned
-        (`_first_batches_first`); before the mount serves, that waits for the mount."""
-        wanted = self.book.wanted()
-        for window in sorted(wanted - set(self.book.windows)):
-            if self._first_batches:
-                if not serving:
-                    return
-                await self._make_first_batches()
-            started = trio.current_time()
-            planned = await trio.to_thread.run_sync(self._plan_window, window)
-            self._add_window(planned)
-            self._first_batches = self._first_batches_first(planned.plan,
-                                                            trio.current_time() - started)
-        for window in [w for w in self.book.windows if w < min(wanted, default=0)]:
-            self._drop_window(window)
-        await self._plan_future()
+    async def _activate_windows(self, first: set[ViewKey]) -> None:
+        """Plan the wanted windows, making the first batches of one slow to plan before the
+        next is planned (`WindowPlanner.activate`)."""
+        while first:
+            await self._make_first_batches(first)
+            first = await self.planner.activate()
 
-    def _first_batches_first(self, plan: WindowPlan, planning_s: float) -> set[ViewKey]:
-        """The batches waited for (or anticipated) in a window that took FIRST_BATCHES_FIRST_S
-        or more to plan, when their videos are few next to the window's: planning the next
-        window would take as long again before their passes could start. Their passes carry
-        nothing for the next window, which decodes those few videos again."""
-        if planning_s < FIRST_BATCHES_FIRST_S:
-            return set()
-        keys = {k for k in self.board.demanded if k in plan.views and k in self.board.views}
-        videos = {c.video_index for k in keys for c in self.board.views[k].plan.view_plan(
-            k.epoch, k.iteration).clips}
-        few = len(videos) * FIRST_BATCHES_VIDEO_SHARE <= len(plan.videos)
-        return keys if few else set()
-
-    async def _make_first_batches(self) -> None:
+    async def _make_first_batches(self, first: set[ViewKey]) -> None:
         """Run only the jobs of batches readers wait for (or are anticipated at) until the
         first batches are made, or fail, or no job can run."""
-        first, self._first_batches = self._first_batches, set()
-        with trio.move_on_after(FIRST_BATCHES_WAIT_S):
+        with trio.move_on_after(planning.FIRST_BATCHES_WAIT_S):
             while any(k in self.board.views and not self.board.flights.failed(k)
                       for k in first):
                 self._dispatch(demanded_only=True)
@@ -255,179 +208,14 @@ class Scheduler:
                 await self._wakeup.wait()
                 self._wakeup = trio.Event()
 
-    def _plan_window(self, window: int) -> work.PlannedWindow:
-        """In a thread: the window's plan, what is on disk, and what to keep there."""
-        planned = work.plan_active_window(list(self.book.plans.values()), window, self.store,
-                                          self.prune_mode)
-        if self.on_window_planned is not None:
-            self.on_window_planned()
-        return planned
-
-    async def _plan_future(self) -> None:
-        """Plan the windows a pass may carry for after each active one (`CarryBook.span`), for
-        no other use than carrying their frames: a job of the next window, started early,
-        carries for the windows after it."""
-        book = self.book
-        horizon = book.horizon(self.carry.span) if self.store is not None else set()
-        gone = set(book.future) - horizon  # active now, or behind every task
-        if gone:
-            book.future = {w: p for w, p in book.future.items() if w in horizon}
-            self.carry.forget(gone - set(book.windows))
-        for window in sorted(horizon - set(book.future)):
-            plans = list(book.plans.values())
-            book.future[window] = await trio.to_thread.run_sync(plan_window, plans, window)
-
-    def _add_window(self, planned: work.PlannedWindow) -> None:
-        plan, window = planned.plan, planned.plan.window
-        self.book.windows[window] = plan
-        self._note_window_added()
-        self.board.add_window(planned)
-        if planned.to_prune:
-            self._nursery.start_soon(self._prune, plan)
-        self._anticipate(plan)
-        self._fail_views(plan)
-        self.carry.frames_on_disk |= {VideoJobKey(window, p) for p in planned.frames_on_disk}
-        log.debug("window %d planned: %d videos, %d views, %d clips on disk", window,
-                  len(plan.videos), len(plan.views), len(planned.on_disk))
-
-    async def _prune(self, plan: WindowPlan) -> None:
-        """Algorithm 1 for a window whose clips do not all fit on disk, beside its first jobs
-        (10,000 short videos: 6.5 s before the mount could serve). Jobs started meanwhile keep
-        the soonest clips that fit; the others follow pruning. One window at a time: its
-        graphs take hundreds of MB at that size. Abandoned at shutdown."""
-        try:
-            kept = await trio.to_thread.run_sync(
-                disk_plans, plan, self.store.budget_bytes, self.prune_mode,
-                abandon_on_cancel=True, limiter=self._pruning)
-        except Exception:
-            log.exception("window %d: pruning failed; its jobs keep the soonest clips that fit",
-                          plan.window)
-            return
-        if self.book.windows.get(plan.window) is plan:
-            self.board.refine_disk_plans(plan.window, kept)
-
-    def _note_window_added(self) -> None:
-        """Wake the readers waiting for a window (or a task's part of one)."""
-        self._window_added.set()
-        self._window_added = trio.Event()
-
-    def _anticipate(self, plan: WindowPlan) -> None:
-        """Until a task's reader comes, the batch where the task stands counts as waited for
-        once its window is planned: the reader comes soon (a training script that starts with
-        the mount is still importing torch), and the passes that batch needs should not make
-        later epochs' clips first (`_should_pause`): a cold mount's first batch came 0.07 s
-        sooner (docs/performance.md §22)."""
-        for task, task_plan in self.book.plans.items():
-            at = self.book.position(task)
-            key = view_key(task_plan, at.epoch, at.iteration)
-            if (task not in self._readers_came and key in plan.views
-                    and key not in self.board.ready):
-                self.board.demanded.add(key)
-                self.anticipated[task] = key
-
-    def _reader_came(self, task: str) -> None:
-        """The task's reader opened or waits for a view: its own demand counts from now on.
-        The batch it was anticipated at stays demanded while another task still anticipates it
-        or a reader waits for it: a search's trials share their batches, and a trial opening
-        the batch another one was blocked on took that reader's demand away (its own read
-        waits in the kernel for the pages the first reader's is filling, never asking us)."""
-        self._readers_came.add(task)
-        key = self.anticipated.pop(task, None)
-        if (key is not None and key not in self.anticipated.values()
-                and not self.board.waiting[key]):
-            self.board.demanded.discard(key)
-
-    def _fail_views(self, plan: WindowPlan) -> None:
-        """Views that could not be planned fail for their readers: EIO, reported per task."""
-        for key, failed in plan.failed.items():
-            self.board.fail(key, failed.reason)
-            for task, _ in failed.readers:
-                self.failures.record(task, key.epoch, key.iteration, failed.reason)
-
-    def _drop_window(self, window: int) -> None:
-        plan = self.book.windows.pop(window)
-        self.carry.forget({window})
-        self.board.drop_window(window, plan.views)
-
-    # -- tasks joining and leaving ----------------------------------------------------------
-
     async def add_plan(self, plan: TaskPlan) -> None:
-        """Plan a new task into the active windows (and the windows to come), the window it
-        starts in first. When that took long (`_first_batches_first`) it returns then: the
-        other windows get their part once the task's first batch is made, and a reader that
-        gets there sooner waits for it (`_window_planned`)."""
-        self.carry.forget(self.book.future)
-        self.book.add_task(plan)
-        start = self.book.window_of_task(plan.name, 0)
-        windows = sorted(self.book.windows, key=lambda w: (w != start, w))
-        first = await self._add_part(plan, windows[0]) if windows else set()
-        if first and windows[1:]:
-            self.book.parts_pending[plan.name] = set(windows[1:])
-            self._nursery.start_soon(self._add_later_parts, plan, windows[1:], first)
-        else:
-            for window in windows[1:]:
-                await self._add_part(plan, window)
+        """Plan a new task into the active windows (`WindowPlanner.add_plan`)."""
+        await self.planner.add_plan(plan)
         self.wake()
-
-    async def _add_part(self, plan: TaskPlan, window: int) -> set[ViewKey]:
-        """The task's part of an active window; the batches to make before planning more."""
-        started = trio.current_time()
-        known = frozenset(self.book.windows[window].views)  # shared views: readers only
-        part, on_disk = await trio.to_thread.run_sync(work.plan_task_part, plan, window,
-                                                      self.store, known)
-        if self.book.plans.get(plan.name) is not plan or window not in self.book.windows:
-            return set()  # the task was removed, or the window dropped, meanwhile
-        if not known.isdisjoint(part.views) and not known.intersection(part.views) <= set(
-                self.book.windows[window].views):  # a shared view was released meanwhile
-            part, on_disk = await trio.to_thread.run_sync(work.plan_task_part, plan, window,
-                                                          self.store)
-            if self.book.plans.get(plan.name) is not plan or window not in self.book.windows:
-                return set()
-        self.board.add_part(window, self.book.merge(window, part), on_disk)
-        self._anticipate(part)
-        self._fail_views(part)
-        return self._first_batches_first(part, trio.current_time() - started)
-
-    async def _add_later_parts(self, plan: TaskPlan, windows: list[int],
-                               first: set[ViewKey]) -> None:
-        """`add_plan`'s other windows, after the task's first batches (at most
-        FIRST_BATCHES_WAIT_S). A failure leaves their views to be made on demand."""
-        with trio.move_on_after(FIRST_BATCHES_WAIT_S):
-            for key in first:
-                if key in self.board.views:
-                    await self.board.flights.event(key).wait()
-        try:
-            for window in windows:
-                if self.book.plans.get(plan.name) is not plan:
-                    return  # removed meanwhile
-                if window in self.book.windows:
-                    await self._add_part(plan, window)
-                self.book.parts_pending[plan.name].discard(window)
-                self._note_window_added()
-        except Exception:
-            if self.book.plans.get(plan.name) is plan:  # else removed while planned: no loss
-                log.exception("task %s: planning windows %s failed; their views are made on "
-                              "demand", plan.name, windows)
-        finally:
-            if self.book.plans.get(plan.name) is plan:
-                self.book.parts_pending.pop(plan.name, None)
-            self._note_window_added()
-            self.wake()
 
     async def remove_plan(self, name: str) -> None:
         """Forget a task: views no other task reads are released, in memory and on disk."""
-        self.carry.forget(self.book.future)
-        released = self.book.remove_task(name)
-        self.failures.forget(name)
-        self.anticipated.pop(name, None)  # its batch is dropped below, or another task's too
-        self._readers_came.discard(name)  # the name may be registered again
-        self.board.forget_pending(set(released))
-        for key in released:
-            self.board.drop(key, ready_too=True)
-        for ready in self.board.ready.values():
-            ready.readers_left.discard(name)
-        if self.store is not None:
-            await trio.to_thread.run_sync(work.release_clips, self.store, released)
+        await self.planner.remove_plan(name)
         self.wake()
 
     # -- choosing and starting jobs ---------------------------------------------------------

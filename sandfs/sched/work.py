@@ -40,7 +40,6 @@ from sandfs.sched.objects import (
     FramePack,
     Spot,
     clip_object_key,
-    disk_plans,
     frame_object_key,
     frame_packs,
     needs_pruning,
@@ -102,10 +101,9 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
                     or all(frame_object_key(work.info, k) in store for k in work.frame_keys)):
                 frames_on_disk.add(path)
     kept, to_prune = {}, False
-    if store is not None:  # pruning is left for later (Scheduler._prune): it takes long
+    if store is not None:  # pruning is left for later (WindowPlanner._prune): it takes long
         to_prune = needs_pruning(plan, store.budget_bytes, prune_mode)
-        kept = (soonest_clips(plan, store.budget_bytes) if to_prune
-                else disk_plans(plan, store.budget_bytes, prune_mode))
+        kept = soonest_clips(plan, store.budget_bytes)  # all pruning keeps when clips fit
     return PlannedWindow(plan, frozenset(on_disk), frozenset(frames_on_disk), kept, to_prune)
 
 

@@ -25,6 +25,7 @@ from sandfs.materialize import (
 )
 from sandfs.media.decode import DecodeError
 from sandfs.plan.window import ViewKey, plan_window, view_key
+from sandfs.sched import planning as planning_module
 from sandfs.sched import scheduler as scheduler_module
 from sandfs.sched.board import ReadyView
 from sandfs.sched.carry import CarryBook
@@ -878,13 +879,14 @@ async def test_once_its_reader_comes_the_task_s_own_reads_count(tmp_path, autoju
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         await trio.sleep(0.05)  # windows planned, one job blocked on the gate
-        assert scheduler.anticipated == {plan.name: first} and first in scheduler.board.demanded
+        assert scheduler.planner.anticipated == {plan.name: first}
+        assert first in scheduler.board.demanded
         scheduler.opened(plan.name, 0, 1)  # the reader starts elsewhere
-        assert not scheduler.anticipated and first not in scheduler.board.demanded
+        assert not scheduler.planner.anticipated and first not in scheduler.board.demanded
         gate.set()
         await settle(scheduler)
         nursery.cancel_scope.cancel()
-    assert not scheduler.anticipated
+    assert not scheduler.planner.anticipated
 
 
 async def test_a_trial_opening_a_shared_batch_keeps_the_blocked_reader_s_demand(tmp_path,
@@ -908,7 +910,7 @@ async def test_a_trial_opening_a_shared_batch_keeps_the_blocked_reader_s_demand(
         await nursery.start(scheduler.run)
         await scheduler.add_plan(trial)
         await trio.sleep(0.05)
-        assert set(scheduler.anticipated.values()) == {first}
+        assert set(scheduler.planner.anticipated.values()) == {first}
         scheduler.opened(plan.name, 0, 0)
         assert first in scheduler.board.demanded  # the trial still anticipates it
 
@@ -918,7 +920,7 @@ async def test_a_trial_opening_a_shared_batch_keeps_the_blocked_reader_s_demand(
         nursery.start_soon(read_first)
         await trio.sleep(0.05)
         scheduler.opened(trial.name, 0, 0)
-        assert not scheduler.anticipated
+        assert not scheduler.planner.anticipated
         assert first in scheduler.board.demanded  # A's reader still waits for it
         gate.set()
         await settle(scheduler)
@@ -939,9 +941,10 @@ async def test_a_task_registered_later_has_its_first_batch_waited_for_too(tmp_pa
         await trio.sleep(0.05)
         await scheduler.add_plan(later)
         first = view_key(later, 0, 0)
-        assert scheduler.anticipated[later.name] == first and first in scheduler.board.demanded
+        assert scheduler.planner.anticipated[later.name] == first
+        assert first in scheduler.board.demanded
         await scheduler.remove_plan(later.name)
-        assert later.name not in scheduler.anticipated
+        assert later.name not in scheduler.planner.anticipated
         assert first not in scheduler.board.demanded
         gate.set()
         await settle(scheduler)
@@ -951,7 +954,7 @@ async def test_a_task_registered_later_has_its_first_batch_waited_for_too(tmp_pa
 def recording_windows(scheduler: Scheduler, materializer: RecordingMaterializer,
                       events: list) -> None:
     """Each window planned and each video decoded, in order, into `events`."""
-    plan_window_of = scheduler._plan_window
+    plan_window_of = scheduler.planner.plan_active
     decode_each = materializer.decode_each
 
     def planning(window):
@@ -962,7 +965,7 @@ def recording_windows(scheduler: Scheduler, materializer: RecordingMaterializer,
         events.append(("decode", info.name))
         yield from decode_each(info, keys)
 
-    scheduler._plan_window = planning
+    scheduler.planner.plan_active = planning
     materializer.decode_each = decoding
 
 
@@ -971,7 +974,7 @@ async def test_a_window_slow_to_plan_makes_its_first_batch_before_the_next_is_pl
     """With many videos, planning a window takes long (1,000 short videos: 0.25 s): the mount
     serves once the first window is planned, and the first batch's passes run before the next
     window is planned instead of after it; every batch is still made."""
-    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_FIRST_S", 0.0)  # every window is slow
+    monkeypatch.setattr(planning_module, "FIRST_BATCHES_FIRST_S", 0.0)  # every window is slow
     plan, scheduler, materializer = scheduler_for(tmp_path, videos=40, epochs=4, workers=2)
     events = []
     recording_windows(scheduler, materializer, events)
@@ -991,7 +994,7 @@ async def test_windows_are_planned_before_serving_when_the_first_batch_is_much_o
         tmp_path, monkeypatch):
     """Passes started before the next window is planned carry nothing for it: with few videos
     (the first batch's 4 of 8) both windows are planned first, as planning costs little."""
-    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_FIRST_S", 0.0)
+    monkeypatch.setattr(planning_module, "FIRST_BATCHES_FIRST_S", 0.0)
     _, scheduler, _ = scheduler_for(tmp_path, videos=8, epochs=4, workers=2)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
@@ -1001,7 +1004,7 @@ async def test_windows_are_planned_before_serving_when_the_first_batch_is_much_o
 
 async def until_windows(scheduler: Scheduler, windows: set[int]) -> None:
     while set(scheduler.book.windows) != windows:
-        await scheduler._window_added.wait()
+        await scheduler.planner.window_added.wait()
 
 
 def joining_task(tmp_path, plan, name="later", seed=7):
@@ -1016,8 +1019,8 @@ async def test_a_joining_task_slow_to_plan_gets_its_later_windows_after_its_firs
     registering it returns once the window it starts in has its part, its first batch is made
     before the next window's part is planned, and a reader that gets there first waits for
     that part (its batch is made by the window's passes, not on demand)."""
-    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_FIRST_S", 0.0)
-    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_WAIT_S", 0.5)
+    monkeypatch.setattr(planning_module, "FIRST_BATCHES_FIRST_S", 0.0)
+    monkeypatch.setattr(planning_module, "FIRST_BATCHES_WAIT_S", 0.5)
     gate = threading.Event()  # no pass ends until it is set
     plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2, gate=gate)
     later = joining_task(tmp_path, plan)
@@ -1047,8 +1050,8 @@ async def test_a_joining_task_slow_to_plan_gets_its_later_windows_after_its_firs
 
 async def test_a_task_removed_before_its_later_windows_are_planned_leaves_no_part(
         tmp_path, monkeypatch):
-    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_FIRST_S", 0.0)
-    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_WAIT_S", 0.2)
+    monkeypatch.setattr(planning_module, "FIRST_BATCHES_FIRST_S", 0.0)
+    monkeypatch.setattr(planning_module, "FIRST_BATCHES_WAIT_S", 0.2)
     gate = threading.Event()
     plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2, gate=gate)
     later = joining_task(tmp_path, plan)
@@ -1075,8 +1078,8 @@ async def test_a_later_part_that_fails_to_plan_leaves_its_views_to_demand(tmp_pa
     """Registration returned before the task's part of window 1 was planned: when that
     planning fails, the error is logged, the scheduler and the other task go on, and a reader
     of those views is told no job will make them (the service then makes them on demand)."""
-    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_FIRST_S", 0.0)
-    monkeypatch.setattr(scheduler_module, "FIRST_BATCHES_WAIT_S", 0.2)
+    monkeypatch.setattr(planning_module, "FIRST_BATCHES_FIRST_S", 0.0)
+    monkeypatch.setattr(planning_module, "FIRST_BATCHES_WAIT_S", 0.2)
     gate = threading.Event()
     plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2, gate=gate)
     later = joining_task(tmp_path, plan)
@@ -1135,12 +1138,13 @@ async def test_pruning_runs_beside_the_first_jobs_and_its_plan_takes_over(tmp_pa
     budget = int(clips / objects.PRUNE_TARGET_FRACTION) // 2  # half of the clips fit
     release = threading.Event()
     pruned = objects.disk_plans
+    pruning = objects.pruned_plans
 
     def slow_pruning(*args):
         release.wait(5)
-        return pruned(*args)
+        return pruning(*args)
 
-    monkeypatch.setattr(scheduler_module, "disk_plans", slow_pruning)
+    monkeypatch.setattr(planning_module, "pruned_plans", slow_pruning)
     with ObjectStore(str(tmp_path / "cache"), budget) as store:
         plan, scheduler, _ = scheduler_for(tmp_path, store=store, workers=2)
         refined = trio.Event()

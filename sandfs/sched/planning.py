@@ -1,0 +1,278 @@
+"""Window planning for the scheduler: which k-epoch windows are planned (the current and next
+of each task, and those further ahead to carry frames for), each joining task's part of them,
+pruning what a window keeps on disk, and the batches a task's reader is anticipated at.
+
+A window or part slow to plan (thousands of videos) has its first batches made before the next
+is planned (`first_batches_first`): planning the next would hold their passes back as long
+again (docs/performance.md §26). The planner says which; the scheduler runs their jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from sandfs.cache import ObjectStore
+from sandfs.plan.failures import ViewFailures
+from sandfs.plan.task import TaskPlan
+from sandfs.plan.window import ViewKey, WindowPlan, plan_window, view_key
+from sandfs.sched import work
+from sandfs.sched.board import BatchBoard
+from sandfs.sched.carry import CarryBook
+from sandfs.sched.jobs import VideoJobKey
+from sandfs.sched.objects import prune_room, pruned_plans
+from sandfs.sched.windows import WindowBook
+
+log = logging.getLogger(__name__)
+
+# A window that takes this long to plan (1,000 short videos: 0.2 s) has its first batches made
+# before the next window is planned, when their videos are at most 1/FIRST_BATCHES_VIDEO_SHARE
+# of the window's; never longer than FIRST_BATCHES_WAIT_S.
+FIRST_BATCHES_FIRST_S = 0.1
+FIRST_BATCHES_VIDEO_SHARE = 8
+FIRST_BATCHES_WAIT_S = 5.0
+
+
+class WindowPlanner:
+    def __init__(self, book: WindowBook, board: BatchBoard, carry: CarryBook,
+                 failures: ViewFailures, store: ObjectStore | None, prune_mode: str, *,
+                 wake: Callable[[], None],
+                 on_window_planned: Callable[[], None] | None = None) -> None:
+        self.book, self.board, self.carry, self.failures = book, board, carry, failures
+        self.store, self.prune_mode = store, prune_mode
+        self.wake = wake  # the scheduler's: something to dispatch
+        self.on_window_planned = on_window_planned
+        self.anticipated: dict[str, ViewKey] = {}  # a task's next batch, before its reader came
+        self.window_added = trio.Event()  # set (and replaced) each time a window is planned
+        self.nursery: trio.Nursery | None = None  # the scheduler's, once it runs
+        self._readers_came: set[str] = set()
+        self._first_batches: set[ViewKey] = set()  # made before the next window is planned
+        self._pruning = trio.CapacityLimiter(1)  # one window's Algorithm 1 at a time
+
+    # -- windows ----------------------------------------------------------------------------
+
+    async def activate(self) -> set[ViewKey]:
+        """Plan the wanted windows; forget those behind them that no reader needs now (a
+        window ahead of the tasks, planned for a reader that jumped there, stays). Before a
+        window is planned after one slow to plan, it stops and returns that one's first
+        batches: the caller makes them, then asks again (an empty set: all planned)."""
+        wanted = self.book.wanted()
+        for window in sorted(wanted - set(self.book.windows)):
+            if self._first_batches:
+                first, self._first_batches = self._first_batches, set()
+                return first
+            started = trio.current_time()
+            planned = await trio.to_thread.run_sync(self.plan_active, window)
+            self._add_window(planned)
+            self._first_batches = self._first_batches_first(planned.plan,
+                                                             trio.current_time() - started)
+        for window in [w for w in self.book.windows if w < min(wanted, default=0)]:
+            self._drop_window(window)
+        await self._plan_future()
+        return set()
+
+    def plan_active(self, window: int) -> work.PlannedWindow:
+        """In a thread: the window's plan, what is on disk, and what to keep there."""
+        planned = work.plan_active_window(list(self.book.plans.values()), window, self.store,
+                                          self.prune_mode)
+        if self.on_window_planned is not None:
+            self.on_window_planned()
+        return planned
+
+    async def window_planned(self, task: str, epoch: int) -> None:
+        """Wait while the window of the task's `epoch` is wanted but still being planned (a
+        reader that just jumped there), or the task's part of it is (`add_plan`): computing
+        its view on demand meanwhile would decode it twice."""
+        window = self.book.window_of_task(task, epoch)
+        while window is not None and (
+                (window not in self.book.windows and window in self.book.wanted())
+                or window in self.book.parts_pending.get(task, ())):
+            self.wake()
+            await self.window_added.wait()
+
+    def _first_batches_first(self, plan: WindowPlan, planning_s: float) -> set[ViewKey]:
+        """The batches waited for (or anticipated) in a window that took FIRST_BATCHES_FIRST_S
+        or more to plan, when their videos are few next to the window's: planning the next
+        window would take as long again before their passes could start. Their passes carry
+        nothing for the next window, which decodes those few videos again."""
+        if planning_s < FIRST_BATCHES_FIRST_S:
+            return set()
+        keys = {k for k in self.board.demanded if k in plan.views and k in self.board.views}
+        videos = {c.video_index for k in keys for c in self.board.views[k].plan.view_plan(
+            k.epoch, k.iteration).clips}
+        few = len(videos) * FIRST_BATCHES_VIDEO_SHARE <= len(plan.videos)
+        return keys if few else set()
+
+    async def _plan_future(self) -> None:
+        """Plan the windows a pass may carry for after each active one (`CarryBook.span`), for
+        no other use than carrying their frames: a job of the next window, started early,
+        carries for the windows after it."""
+        book = self.book
+        horizon = book.horizon(self.carry.span) if self.store is not None else set()
+        gone = set(book.future) - horizon  # active now, or behind every task
+        if gone:
+            book.future = {w: p for w, p in book.future.items() if w in horizon}
+            self.carry.forget(gone - set(book.windows))
+        for window in sorted(horizon - set(book.future)):
+            plans = list(book.plans.values())
+            book.future[window] = await trio.to_thread.run_sync(plan_window, plans, window)
+
+    def _add_window(self, planned: work.PlannedWindow) -> None:
+        plan, window = planned.plan, planned.plan.window
+        self.book.windows[window] = plan
+        self._note_window_added()
+        self.board.add_window(planned)
+        if planned.to_prune:
+            self.nursery.start_soon(self._prune, plan)
+        self._anticipate(plan)
+        self._fail_views(plan)
+        self.carry.frames_on_disk |= {VideoJobKey(window, p) for p in planned.frames_on_disk}
+        log.debug("window %d planned: %d videos, %d views, %d clips on disk", window,
+                  len(plan.videos), len(plan.views), len(planned.on_disk))
+
+    async def _prune(self, plan: WindowPlan) -> None:
+        """Algorithm 1 for a window whose clips do not all fit on disk, beside its first jobs
+        (10,000 short videos: 6.5 s before the mount could serve). Jobs started meanwhile keep
+        the soonest clips that fit; the others follow pruning. One window at a time: its
+        graphs take hundreds of MB at that size. Abandoned at shutdown."""
+        try:
+            kept = await trio.to_thread.run_sync(
+                pruned_plans, plan, prune_room(self.store.budget_bytes),
+                abandon_on_cancel=True, limiter=self._pruning)
+        except Exception:
+            log.exception("window %d: pruning failed; its jobs keep the soonest clips that fit",
+                          plan.window)
+            return
+        if self.book.windows.get(plan.window) is plan:
+            self.board.refine_disk_plans(plan.window, kept)
+
+    def _note_window_added(self) -> None:
+        """Wake the readers waiting for a window (or a task's part of one)."""
+        self.window_added.set()
+        self.window_added = trio.Event()
+
+    def _fail_views(self, plan: WindowPlan) -> None:
+        """Views that could not be planned fail for their readers: EIO, reported per task."""
+        for key, failed in plan.failed.items():
+            self.board.fail(key, failed.reason)
+            for task, _ in failed.readers:
+                self.failures.record(task, key.epoch, key.iteration, failed.reason)
+
+    def _drop_window(self, window: int) -> None:
+        plan = self.book.windows.pop(window)
+        self.carry.forget({window})
+        self.board.drop_window(window, plan.views)
+
+    # -- the batch a task's reader comes to ------------------------------------------------
+
+    def _anticipate(self, plan: WindowPlan) -> None:
+        """Until a task's reader comes, the batch where the task stands counts as waited for
+        once its window is planned: the reader comes soon (a training script that starts with
+        the mount is still importing torch), and the passes that batch needs should not make
+        later epochs' clips first (`Scheduler._should_pause`): a cold mount's first batch came
+        0.07 s sooner (docs/performance.md §22)."""
+        for task, task_plan in self.book.plans.items():
+            at = self.book.position(task)
+            key = view_key(task_plan, at.epoch, at.iteration)
+            if (task not in self._readers_came and key in plan.views
+                    and key not in self.board.ready):
+                self.board.demanded.add(key)
+                self.anticipated[task] = key
+
+    def reader_came(self, task: str) -> None:
+        """The task's reader opened or waits for a view: its own demand counts from now on.
+        The batch it was anticipated at stays demanded while another task still anticipates it
+        or a reader waits for it: a search's trials share their batches, and a trial opening
+        the batch another one was blocked on took that reader's demand away (its own read
+        waits in the kernel for the pages the first reader's is filling, never asking us)."""
+        self._readers_came.add(task)
+        key = self.anticipated.pop(task, None)
+        if (key is not None and key not in self.anticipated.values()
+                and not self.board.waiting[key]):
+            self.board.demanded.discard(key)
+
+    # -- tasks joining and leaving ----------------------------------------------------------
+
+    async def add_plan(self, plan: TaskPlan) -> None:
+        """Plan a new task into the active windows (and the windows to come), the window it
+        starts in first. When that took long (`_first_batches_first`) it returns then: the
+        other windows get their part once the task's first batch is made, and a reader that
+        gets there sooner waits for it (`window_planned`)."""
+        self.carry.forget(self.book.future)
+        self.book.add_task(plan)
+        start = self.book.window_of_task(plan.name, 0)
+        windows = sorted(self.book.windows, key=lambda w: (w != start, w))
+        first = await self._add_part(plan, windows[0]) if windows else set()
+        if first and windows[1:]:
+            self.book.parts_pending[plan.name] = set(windows[1:])
+            self.nursery.start_soon(self._add_later_parts, plan, windows[1:], first)
+        else:
+            for window in windows[1:]:
+                await self._add_part(plan, window)
+
+    async def _add_part(self, plan: TaskPlan, window: int) -> set[ViewKey]:
+        """The task's part of an active window; the batches to make before planning more.
+        The views the window holds already (a search's trials share theirs) get readers only;
+        should one of them be released meanwhile, the part is planned again in full."""
+        started = trio.current_time()
+        known = frozenset(self.book.windows[window].views)
+        part, on_disk = await trio.to_thread.run_sync(work.plan_task_part, plan, window,
+                                                      self.store, known)
+        if not self._still_joining(plan, window):
+            return set()
+        if not known.intersection(part.views) <= self.book.windows[window].views.keys():
+            part, on_disk = await trio.to_thread.run_sync(work.plan_task_part, plan, window,
+                                                          self.store)
+            if not self._still_joining(plan, window):
+                return set()
+        self.board.add_part(window, self.book.merge(window, part), on_disk)
+        self._anticipate(part)
+        self._fail_views(part)
+        return self._first_batches_first(part, trio.current_time() - started)
+
+    def _still_joining(self, plan: TaskPlan, window: int) -> bool:
+        """Neither the task removed nor the window dropped while the part was planned."""
+        return self.book.plans.get(plan.name) is plan and window in self.book.windows
+
+    async def _add_later_parts(self, plan: TaskPlan, windows: list[int],
+                               first: set[ViewKey]) -> None:
+        """`add_plan`'s other windows, after the task's first batches (at most
+        FIRST_BATCHES_WAIT_S). A failure leaves their views to be made on demand."""
+        with trio.move_on_after(FIRST_BATCHES_WAIT_S):
+            for key in first:
+                if key in self.board.views:
+                    await self.board.flights.event(key).wait()
+        try:
+            for window in windows:
+                if self.book.plans.get(plan.name) is not plan:
+                    return  # removed meanwhile
+                if window in self.book.windows:
+                    await self._add_part(plan, window)
+                self.book.parts_pending[plan.name].discard(window)
+                self._note_window_added()
+        except Exception:
+            if self.book.plans.get(plan.name) is plan:  # else removed while planned: no loss
+                log.exception("task %s: planning windows %s failed; their views are made on "
+                              "demand", plan.name, windows)
+        finally:
+            if self.book.plans.get(plan.name) is plan:
+                self.book.parts_pending.pop(plan.name, None)
+            self._note_window_added()
+            self.wake()
+
+    async def remove_plan(self, name: str) -> None:
+        """Forget a task: views no other task reads are released, in memory and on disk."""
+        self.carry.forget(self.book.future)
+        released = self.book.remove_task(name)
+        self.failures.forget(name)
+        self.anticipated.pop(name, None)  # its batch is dropped below, or another task's too
+        self._readers_came.discard(name)  # the name may be registered again
+        self.board.forget_pending(set(released))
+        for key in released:
+            self.board.drop(key, ready_too=True)
+        for ready in self.board.ready.values():
+            ready.readers_left.discard(name)
+        if self.store is not None:
+            await trio.to_thread.run_sync(work.release_clips, self.store, released)
