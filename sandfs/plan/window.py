@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from sandfs.config.condition import ConditionError
 from sandfs.media.types import VideoInfo
-from sandfs.plan.task import StreamClip, TaskPlan
+from sandfs.plan.task import StreamClip, TaskPlan, ViewPlan
 from sandfs.runtime import collector_paused
 
 
@@ -76,6 +76,10 @@ class WindowPlan:
     # views that could not be planned (a condition failed): why, and their readers; they are
     # in neither `views` nor `readers`, and fail (EIO) instead of being made
     failed: dict[ViewKey, FailedView] = field(default_factory=dict)
+    # the views planned here (not `known` ones), resolved: the board holds them, rather than
+    # resolving them again (a task's plan keeps its last 4,096; 10,000 videos make 6,250 a
+    # window, and resolving those again took the event loop 2 s)
+    view_plans: dict[ViewKey, ViewPlan] = field(default_factory=dict)
 
 
 def plan_window(plans: Sequence[TaskPlan], window: int,
@@ -101,6 +105,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                     views[key] = (plan, epoch, iteration)
     frozen = {key: tuple(r) for key, r in readers.items()}
     failed: dict[ViewKey, FailedView] = {}
+    view_plans: dict[ViewKey, ViewPlan] = {}
     for key, (plan, epoch, iteration) in views.items():
         if key in known:
             continue
@@ -109,10 +114,11 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
         except ConditionError as exc:  # this view fails; the window and other tasks go on
             failed[key] = FailedView(str(exc), frozen.pop(key))
             continue
+        view_plans[key] = view
         for slot, clip in enumerate(view.clips):
             info = plan.videos[clip.video_index]
             work = videos.setdefault(info.path, VideoWork(info, plan, window))
             work.uses.append(ClipUse(key, slot, clip, frozen[key]))
     for key in failed:
         del views[key]
-    return WindowPlan(window, videos, views, frozen, failed)
+    return WindowPlan(window, videos, views, frozen, failed, view_plans)

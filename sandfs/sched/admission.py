@@ -91,5 +91,5 @@ class Admission:
         if not fits:
             return None
         state = self.board.views[key]
-        return AssemblyJob(key, state.plan, state.plan.view_plan(state.epoch, state.iteration),
+        return AssemblyJob(key, state.plan, state.view,
                            tuple(sorted(state.on_disk - state.in_memory)), {key: state})

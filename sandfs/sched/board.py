@@ -18,7 +18,7 @@ import numpy as np
 from sandfs.media.gop import keyframe_at_or_before
 from sandfs.media.types import VideoInfo
 from sandfs.npy import NpyBuffer, npy_buffer
-from sandfs.plan.task import TaskPlan
+from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.sched.flights import Flights
 from sandfs.sched.jobs import Job, JobResult, VideoJob, VideoJobKey
@@ -38,14 +38,20 @@ class ViewState:
     plan: TaskPlan
     epoch: int
     iteration: int
-    slots: int
+    view: ViewPlan  # held while the batch is active: a plan's cache keeps its last 4,096 only
     on_disk: set[int] = field(default_factory=set)
     buffer: NpyBuffer | None = None
     in_memory: set[int] = field(default_factory=set)
 
     @classmethod
-    def planned(cls, plan: TaskPlan, epoch: int, iteration: int) -> ViewState:
-        return cls(plan, epoch, iteration, len(plan.view_plan(epoch, iteration).clips))
+    def planned(cls, plan: TaskPlan, epoch: int, iteration: int,
+                view: ViewPlan | None = None) -> ViewState:
+        """`view`: the batch resolved already (by the window's planning), else resolved now."""
+        return cls(plan, epoch, iteration, view or plan.view_plan(epoch, iteration))
+
+    @property
+    def slots(self) -> int:
+        return len(self.view.clips)
 
     @property
     def nbytes(self) -> int:
@@ -72,6 +78,7 @@ class Recorded:
 class ReadyView:
     whole: np.ndarray  # the .npy file; the board keeps no other reference to its memory
     readers_left: set[str]  # tasks that will read it and have not yet
+    view: ViewPlan | None = None  # its plan, to mark its clips read once every reader has it
 
     @property
     def data(self) -> memoryview:
@@ -136,6 +143,14 @@ class BatchBoard:
         if len(state.on_disk) == state.slots:
             return "ready"
         return "materializing" if state.on_disk or state.in_memory else "planned"
+
+    def held_view(self, key: ViewKey) -> ViewPlan | None:
+        """The batch's plan, when it is active or ready."""
+        state = self.views.get(key)
+        if state is not None:
+            return state.view
+        ready = self.ready.get(key)
+        return ready.view if ready is not None else None
 
     def is_planned(self, key: ViewKey) -> bool:
         """True when the view is ready or a job is making (or will make) it."""
@@ -222,7 +237,8 @@ class BatchBoard:
         plan, window = planned.plan, planned.plan.window
         for key, (task_plan, epoch, iteration) in plan.views.items():
             if not self.is_planned(key):
-                self.plan(key, ViewState.planned(task_plan, epoch, iteration))
+                self.plan(key, ViewState.planned(task_plan, epoch, iteration,
+                                                 plan.view_plans.get(key)))
         for path, video in plan.videos.items():
             job = VideoJobKey(window, path)
             disk = self.disk_plans[job] = planned.disk_plans.get(path, DiskPlan())
@@ -256,7 +272,7 @@ class BatchBoard:
             if key in self.ready:
                 self.ready[key].readers_left |= readers
         for key, view in merged.new_views.items():
-            self.plan(key, ViewState.planned(*view))
+            self.plan(key, ViewState.planned(*view, merged.view_plans.get(key)))
         for path, uses in merged.uses.items():
             job = VideoJobKey(window, path)
             self.disk_plans.setdefault(job, DiskPlan())
@@ -280,7 +296,7 @@ class BatchBoard:
         others pending for their video's job."""
         plan, epoch, iteration = view
         state = ViewState.planned(plan, epoch, iteration)
-        for slot, clip in enumerate(plan.view_plan(epoch, iteration).clips):
+        for slot, clip in enumerate(state.view.clips):
             use = ClipUse(key, slot, clip, readers)
             info = plan.videos[clip.video_index]
             if stored(use, info):
@@ -293,8 +309,7 @@ class BatchBoard:
         """The array to fill the batch `key` in (a new one unless `reuse_buffer` gave it one)."""
         state = self.views[key]
         if state.buffer is None:
-            view = state.plan.view_plan(state.epoch, state.iteration)
-            state.buffer = npy_buffer(view.shape, view.dtype)
+            state.buffer = npy_buffer(state.view.shape, state.view.dtype)
         return state.buffer.array
 
     def reuse_buffer(self, key: ViewKey, *, spare_last_read: bool = True) -> bool:
@@ -312,8 +327,7 @@ class BatchBoard:
             ready = self.ready[old]
             if ready.nbytes == nbytes and ready.unshared():
                 del self.ready[old]
-                view = state.plan.view_plan(state.epoch, state.iteration)
-                state.buffer = npy_buffer(view.shape, view.dtype, into=ready.whole)
+                state.buffer = npy_buffer(state.view.shape, state.view.dtype, into=ready.whole)
                 return True
         return False
 
@@ -354,7 +368,7 @@ class BatchBoard:
         if state is None or state.buffer is None or len(state.in_memory) < state.slots:
             return None
         del self.views[key]
-        self.ready[key] = ReadyView(state.buffer.whole, readers())
+        self.ready[key] = ReadyView(state.buffer.whole, readers(), state.view)
         state.buffer = None  # the ready batch holds it alone now: a job's state must not pin it
         self.demanded.discard(key)
         self.flights.settle(key)

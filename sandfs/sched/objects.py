@@ -7,23 +7,19 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sandfs import ops as oplib
-from sandfs.cache import ObjectKey, ObjectStore, Stack, prune
+from sandfs.cache import ObjectGraph, ObjectKey, ObjectStore, Stack, prune
 from sandfs.materialize import FrameKey, Prefixed, clip_frame_keys
 from sandfs.media.gop import frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.ops.base import OpInstance
-from sandfs.plan.task import TaskPlan
+from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
-
-if TYPE_CHECKING:  # imported where used (0.06 s): only where the storage budget binds
-    import networkx as nx
 
 log = logging.getLogger(__name__)
 
@@ -117,10 +113,9 @@ def frame_packs(frame_keys: Iterable[FrameKey],
     return sorted(packs, key=lambda pack: pack.indices)
 
 
-def mark_read(store: ObjectStore, key: ViewKey, plan: TaskPlan, epoch: int,
-              iteration: int) -> None:
+def mark_read(store: ObjectStore, key: ViewKey, plan: TaskPlan, view: ViewPlan) -> None:
     """Every reader has the batch: its clips on disk are the first to evict."""
-    for slot, clip in enumerate(plan.view_plan(epoch, iteration).clips):
+    for slot, clip in enumerate(view.clips):
         use = ClipUse(key, slot, clip, ())
         store.mark_done(clip_object_key(use, plan.videos[clip.video_index]))
 
@@ -137,7 +132,7 @@ def clip_nbytes(plan: TaskPlan, use: ClipUse) -> int:
     return len(use.clip.frame_indices) * h * w * 3 * itemsize
 
 
-def object_graph(work: VideoWork, window: WindowPlan) -> nx.DiGraph:
+def object_graph(work: VideoWork, window: WindowPlan) -> ObjectGraph:
     """One video's objects in a window for pruning: video -> frames -> clips, with sizes and
     the cost (seconds) of the op that makes each from its parents."""
     info = work.info
@@ -145,20 +140,35 @@ def object_graph(work: VideoWork, window: WindowPlan) -> nx.DiGraph:
     frames = sorted(work.frames)
     decode_per_frame = (DECODE_SECONDS_PER_MPIXEL * mpixels
                         * frames_to_decode(info, frames) / max(1, len(frames)))
-    import networkx as nx
+    share = AUGMENT_SECONDS_PER_MPIXEL * mpixels  # a clip's op, per frame it is made from
+    frame_keys = sorted(work.frame_keys, key=repr)
+    position = {key: i for i, key in enumerate(frame_keys, start=1)}
+    clip_parents = [tuple(sorted(position[key] for key in clip_frame_keys(use.clip)))
+                    for use in work.uses]
+    return ObjectGraph(
+        names=(("video",), *(("frame", key) for key in frame_keys),
+               *(("clip", use.view, use.slot) for use in work.uses)),
+        parents=((), *((0,),) * len(frame_keys), *clip_parents),
+        nbytes=(0, *(frame_nbytes(info, key) for key in frame_keys),
+                *(clip_nbytes(window.views[use.view][0], use) for use in work.uses)),
+        make_seconds=(0.0, *(decode_per_frame,) * len(frame_keys),
+                      *(share * len(parents) for parents in clip_parents)))
 
-    graph = nx.DiGraph()
-    graph.add_node(("video",), nbytes=0)
-    for key in sorted(work.frame_keys, key=repr):
-        graph.add_node(("frame", key), nbytes=frame_nbytes(info, key))
-        graph.add_edge(("video",), ("frame", key), cost_seconds=decode_per_frame)
-    for use in work.uses:
-        node = ("clip", use.view, use.slot)
-        graph.add_node(node, nbytes=clip_nbytes(window.views[use.view][0], use))
-        share = AUGMENT_SECONDS_PER_MPIXEL * mpixels
-        for key in clip_frame_keys(use.clip):
-            graph.add_edge(("frame", key), node, cost_seconds=share)
-    return graph
+
+class _WindowGraphs(Sequence[ObjectGraph]):
+    """A window's object graphs, video by video, each built when pruning asks for it (after
+    `wait_turn`): one video's graph in memory at a time."""
+
+    def __init__(self, window: WindowPlan, wait_turn: Callable[[], object]) -> None:
+        self.window, self.paths, self.wait_turn = window, list(window.videos), wait_turn
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> ObjectGraph:  # type: ignore[override]
+        video = self.window.videos[self.paths[index]]  # past the end: IndexError ends a loop
+        self.wait_turn()
+        return object_graph(video, self.window)
 
 
 def disk_plans(plan: WindowPlan, budget_bytes: int, mode: str) -> dict[str, DiskPlan]:
@@ -190,10 +200,11 @@ def soonest_clips(plan: WindowPlan, budget_bytes: int) -> dict[str, DiskPlan]:
     return _leaves_only(plan, prune_room(budget_bytes))
 
 
-def pruned_plans(plan: WindowPlan, room: int) -> dict[str, DiskPlan]:
-    """Algorithm 1 over the window's object graphs (`prune`), within `room` bytes."""
-    paths = list(plan.videos)
-    graphs = [object_graph(plan.videos[p], plan) for p in paths]
+def pruned_plans(plan: WindowPlan, room: int,
+                 wait_turn: Callable[[], object] = lambda: None) -> dict[str, DiskPlan]:
+    """Algorithm 1 over the window's object graphs (`prune`), within `room` bytes; it calls
+    `wait_turn` before each video (the planner holds it back while it plans)."""
+    graphs = _WindowGraphs(plan, wait_turn)
     started = time.monotonic()
     chosen = prune(graphs, room)
     log.info("window %d: keeping %d bytes on disk (%d collapses, %d drops, +%.1fs "
@@ -201,7 +212,7 @@ def pruned_plans(plan: WindowPlan, room: int) -> dict[str, DiskPlan]:
              chosen.drops, chosen.added_recompute_seconds, time.monotonic() - started)
     return {path: DiskPlan(clips={Spot(node[1], node[2]) for node in cached if node[0] == "clip"},
                            frames=any(node[0] == "frame" for node in cached))
-            for path, cached in zip(paths, chosen.cached, strict=True)}
+            for path, cached in zip(graphs.paths, chosen.cached, strict=True)}
 
 
 def _leaves_nbytes(plan: WindowPlan) -> int:

@@ -132,7 +132,8 @@ class Scheduler:
         if not ready.readers_left and self.store is not None:
             found = self.book.view(key)
             if found is not None:
-                mark_read(self.store, key, *found[1])
+                plan, epoch, iteration = found[1]
+                mark_read(self.store, key, plan, ready.view or plan.view_plan(epoch, iteration))
         return ready.data
 
     def view_state(self, key: ViewKey) -> str:
@@ -372,6 +373,5 @@ class Scheduler:
         if state is None:
             return
         self.stats.add("views_materialized")
-        view = state.plan.view_plan(state.epoch, state.iteration)
         for _ in range(len(self.board.ready[key].readers_left) or 1):
-            self.tools.materializer.count_independent(state.plan, view)
+            self.tools.materializer.count_independent(state.plan, state.view)

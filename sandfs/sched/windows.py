@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sandfs.plan.task import TaskPlan
+from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
 from sandfs.sched.policy import NOT_NEEDED
 
@@ -29,6 +29,7 @@ class Merged:
     new_views: dict[ViewKey, ViewOf]  # batches no task planned before, in plan order
     more_readers: dict[ViewKey, frozenset[str]]  # tasks that read batches planned already
     uses: dict[str, list[ClipUse]]  # the new views' clips, by video
+    view_plans: dict[ViewKey, ViewPlan]  # the new views, resolved
 
 
 class WindowBook:
@@ -146,13 +147,16 @@ class WindowBook:
                 continue
             new_views[key] = base.views[key] = part.views[key]
             base.readers[key] = readers
+            if key in part.view_plans:
+                base.view_plans[key] = part.view_plans[key]
         uses = {}
         for path, work in part.videos.items():
             mine = [u for u in work.uses if u.view in new_views]
             if mine:
                 base.videos.setdefault(path, VideoWork(work.info, work.plan, window)).uses += mine
                 uses[path] = mine
-        return Merged(new_views, more_readers, uses)
+        return Merged(new_views, more_readers, uses,
+                      {k: base.view_plans[k] for k in new_views if k in base.view_plans})
 
     def remove_task(self, name: str) -> dict[ViewKey, ViewOf]:
         """Forget a task; the batches no other task reads, released from every window."""
@@ -170,6 +174,7 @@ class WindowBook:
                     continue
                 del window.readers[key]
                 released[key] = window.views.pop(key)
+                window.view_plans.pop(key, None)
             for work in window.videos.values():
                 work.uses = [u for u in work.uses if u.view not in released]
         return released

@@ -3,12 +3,21 @@ random graphs: the budget holds, a larger budget never costs more recompute, det
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import networkx as nx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandfs.cache.prune import prune, recompute_seconds
+from sandfs.cache.prune import ObjectGraph, PrunePlan, recompute_seconds
+from sandfs.cache.prune import prune as prune_graphs
+
+
+def prune(graphs: Sequence, budget_bytes: int) -> PrunePlan:
+    if not isinstance(graphs, CountingGraphs):
+        graphs = [ObjectGraph.from_networkx(graph) for graph in graphs]
+    return prune_graphs(graphs, budget_bytes)
 
 
 def video_graph(name: str, frames: dict[str, int], edges: list[tuple[str, str, float]],
@@ -90,6 +99,43 @@ def test_the_choice_is_global_across_videos():
     plan = prune([dear, cheap], 120)
     assert plan.cached == (frozenset({"c2"}), frozenset({"f1"}))
     assert plan.added_recompute_seconds == pytest.approx(0.01)
+
+
+def test_the_videos_walks_merge_by_the_rank_of_each_one_s_next_step():
+    """Each video's walk runs alone; their steps are taken in rank order across videos: the
+    cheap collapse of v1, then v2's, and v1's dear one only if the budget needs it."""
+    v1 = video_graph("v1", {"f1": 1.0, "f2": 1.0}, [("f1", "c1", 0.01), ("f2", "c2", 1.0)],
+                     {"f1": 10, "c1": 100, "f2": 10, "c2": 100})
+    v2 = video_graph("v2", {"f3": 1.0}, [("f3", "c3", 0.5)], {"f3": 10, "c3": 100})
+    plan = prune([v1, v2], 200)
+    assert plan.cached == (frozenset({"f1", "c2"}), frozenset({"f3"}))
+    assert (plan.collapses, plan.added_recompute_seconds) == (2, pytest.approx(0.51))
+    assert prune([v1, v2], 30).cached == (frozenset({"f1", "f2"}), frozenset({"f3"}))
+
+
+class CountingGraphs(Sequence):
+    """Graphs built when asked, as the scheduler's are: counts each one's reads."""
+
+    def __init__(self, graphs: list[nx.DiGraph]) -> None:
+        self.graphs, self.reads = graphs, [0] * len(graphs)
+
+    def __len__(self) -> int:
+        return len(self.graphs)
+
+    def __getitem__(self, index):
+        self.reads[index] += 1
+        return ObjectGraph.from_networkx(self.graphs[index])
+
+
+def test_each_graph_is_read_once_or_twice_when_drops_follow():
+    """A window's graphs need not be in memory together (10,000 short videos as networkx
+    graphs took 0.5 GB): each is read when its walk runs, again only for drops."""
+    graphs = CountingGraphs([chain_graph(f"{i}") for i in range(3)])
+    assert prune(graphs, 300).cached == (frozenset({"0f"}), frozenset({"1f"}),
+                                         frozenset({"2f"}))
+    assert graphs.reads == [1, 1, 1]
+    assert prune(graphs, 150).cached == (frozenset(), frozenset(), frozenset({"2f"}))
+    assert graphs.reads == [3, 3, 3]
 
 
 def test_drops_go_by_least_seconds_per_byte():

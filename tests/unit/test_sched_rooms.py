@@ -215,3 +215,15 @@ def test_where_every_clip_fits_disk_plans_keep_what_algorithm_1_keeps(tmp_path):
     assert all(plan.clips and not plan.frames for plan in kept.values())
     tight = disk_plans(window, budget // 2, "algorithm1")  # pruned: fewer bytes kept
     assert tight == pruned_plans(window, int(budget // 2 * PRUNE_TARGET_FRACTION)) != kept
+
+
+def test_pruning_asks_for_its_turn_before_each_video(tmp_path):
+    """The planner holds pruning back while it plans (`wait_turn`, before each video's
+    graph is built): a window's pruning yields between videos, never in the middle of one."""
+    window = plan_window([make_plan(tmp_path)], 0)
+    turns = []
+    pruned_plans(window, 0, lambda: turns.append(1))
+    assert len(turns) == 2 * len(window.videos)  # nothing fits: drops read each again
+    turns.clear()
+    pruned_plans(window, 1 << 40, lambda: turns.append(1))
+    assert len(turns) == len(window.videos)

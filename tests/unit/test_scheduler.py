@@ -472,10 +472,10 @@ def test_window_plan_groups_clips_by_video(tmp_path):
         assert len(work.uses) == 2  # one clip per epoch of the window
     for work in window.videos.values():
         graph = object_graph(work, window)
-        kinds = {node[0] for node in graph}
+        kinds = {name[0] for name in graph.names}
         assert kinds == {"video", "frame", "clip"}
-        assert {graph.nodes[n]["nbytes"] for n in graph if n[0] == "clip"} == {
-            clip_nbytes(plan, work.uses[0])}
+        assert {n for name, n in zip(graph.names, graph.nbytes, strict=True)
+                if name[0] == "clip"} == {clip_nbytes(plan, work.uses[0])}
 
 
 @pytest.mark.parametrize("tasks", [2, 4])
@@ -1123,6 +1123,30 @@ async def test_ending_a_task_whose_views_left_the_plan_cache_releases_them(tmp_p
             nursery.cancel_scope.cancel()
 
 
+def half_the_clips(plan) -> int:
+    """A store budget where pruning keeps about half of window 0's clips."""
+    from sandfs.sched import objects
+
+    window = plan_window([plan], 0)
+    clips = sum(clip_nbytes(window.views[u.view][0], u)
+                for video in window.videos.values() for u in video.uses)
+    return int(clips / objects.PRUNE_TARGET_FRACTION) // 2
+
+
+def window_0_refined(scheduler: Scheduler) -> trio.Event:
+    """Set once pruning's plan for window 0 has taken over."""
+    refined = trio.Event()
+    refine = scheduler.board.refine_disk_plans
+
+    def refining(window, kept):
+        refine(window, kept)
+        if window == 0:
+            refined.set()
+
+    scheduler.board.refine_disk_plans = refining
+    return refined
+
+
 async def test_pruning_runs_beside_the_first_jobs_and_its_plan_takes_over(tmp_path,
                                                                           monkeypatch):
     """Where a window's clips do not all fit on disk, Algorithm 1 decides what to keep; it
@@ -1132,10 +1156,7 @@ async def test_pruning_runs_beside_the_first_jobs_and_its_plan_takes_over(tmp_pa
     from sandfs.sched import objects
 
     plan, _, _ = scheduler_for(tmp_path)  # the plan the scheduler below makes
-    window = plan_window([plan], 0)
-    clips = sum(clip_nbytes(window.views[u.view][0], u)
-                for work in window.videos.values() for u in work.uses)
-    budget = int(clips / objects.PRUNE_TARGET_FRACTION) // 2  # half of the clips fit
+    budget = half_the_clips(plan)
     release = threading.Event()
     pruned = objects.disk_plans
     pruning = objects.pruned_plans
@@ -1147,15 +1168,7 @@ async def test_pruning_runs_beside_the_first_jobs_and_its_plan_takes_over(tmp_pa
     monkeypatch.setattr(planning_module, "pruned_plans", slow_pruning)
     with ObjectStore(str(tmp_path / "cache"), budget) as store:
         plan, scheduler, _ = scheduler_for(tmp_path, store=store, workers=2)
-        refined = trio.Event()
-        refine = scheduler.board.refine_disk_plans
-
-        def refining(window, kept):
-            refine(window, kept)
-            if window == 0:
-                refined.set()
-
-        scheduler.board.refine_disk_plans = refining
+        refined = window_0_refined(scheduler)
         async with trio.open_nursery() as nursery:
             await nursery.start(scheduler.run)
             soonest = objects.soonest_clips(scheduler.book.windows[0], budget)
@@ -1193,3 +1206,69 @@ async def test_a_trial_sharing_every_batch_plans_no_clip_when_it_joins(tmp_path)
                 assert scheduler.book.readers_of(key) == {plan.name, trial.name}
                 assert await scheduler.wait_view(key, trial.name) is not None
         nursery.cancel_scope.cancel()
+
+
+async def test_pruning_waits_while_a_joining_task_s_part_is_planned(tmp_path, monkeypatch):
+    """Pruning and planning are both pure Python in threads of one interpreter: beside
+    pruning, a task joining a kept mount of 10,000 videos took 13 s to plan its first part
+    instead of 2. Pruning only refines what jobs keep on disk, so it pauses between videos
+    while a window or part is planned, and finishes afterwards."""
+    from sandfs.sched import objects
+    from sandfs.sched import work as work_module
+
+    planning = threading.Event()  # set while the joining task's part is planned
+    built_while_planning = []
+    graph_of = objects.object_graph
+
+    def slow_graph(video, window):
+        built_while_planning.append(planning.is_set())
+        time.sleep(0.02)
+        return graph_of(video, window)
+
+    plan_part = work_module.plan_task_part
+
+    def slow_part(*args):
+        planning.set()
+        try:
+            time.sleep(0.3)
+            return plan_part(*args)
+        finally:
+            planning.clear()
+
+    monkeypatch.setattr(objects, "object_graph", slow_graph)
+    monkeypatch.setattr(work_module, "plan_task_part", slow_part)
+    plan, _, _ = scheduler_for(tmp_path, videos=24)
+    videos = len(plan_window([plan], 0).videos)
+    with ObjectStore(str(tmp_path / "cache"), half_the_clips(plan)) as store:
+        plan, scheduler, _ = scheduler_for(tmp_path, videos=24, store=store, workers=2)
+        refined = window_0_refined(scheduler)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(scheduler.run)
+            await trio.sleep(0.05)  # pruning window 0 has begun
+            assert built_while_planning and not refined.is_set()
+            await scheduler.add_plan(joining_task(tmp_path, plan))
+            with trio.fail_after(30):
+                await refined.wait()
+            # a video whose turn came just before the part began may still be built
+            assert sum(built_while_planning) <= 1
+            assert len(built_while_planning) >= videos
+            nursery.cancel_scope.cancel()
+
+
+def test_the_board_holds_the_batches_the_window_resolved(tmp_path):
+    """A task's plan keeps its last 4,096 resolved batches; a window of 10,000 videos holds
+    6,250, and the board resolving each again took the event loop 2 s a window. The board
+    takes the window's resolved batches, and keeps each until every reader has it."""
+    plan, scheduler, _ = scheduler_for(tmp_path)
+    planned = scheduler.planner.plan_active(0)
+    plan.view_plan.cache_clear()
+    scheduler.board.add_window(planned)
+    assert plan.view_plan.cache_info().misses == 0
+    key = view_key(plan, 0, 0)
+    assert scheduler.board.held_view(key) == plan._view_plan(0, 0)
+    state = scheduler.board.views[key]
+    state.in_memory = set(range(state.slots))
+    scheduler.board.buffer(key)
+    scheduler.board.complete_if_full(key, lambda: {plan.name})
+    assert scheduler.board.ready[key].view is state.view is scheduler.board.held_view(key)
+    assert plan.view_plan.cache_info().misses == 0
