@@ -11,13 +11,16 @@ videos of one batch rank by their decoding, `policy.priority`)."""
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
 
 from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.sched.jobs import VideoJobKey
 
 URGENT_JOBS_PER_TASK = 32  # ranked per dispatch, and those tied with the last of them
+_position = itemgetter(0)  # of an entry: (position in the task's read order, job)
 
 
 class UrgencyOrder:
@@ -27,9 +30,39 @@ class UrgencyOrder:
         self._cursor: dict[str, int] = {}
         self._jobs_of_view: dict[ViewKey, set[VideoJobKey]] = {}
 
-    def added(self) -> None:
-        """Clips became pending: the order is built again when next asked."""
+    def rebuild(self) -> None:
+        """Pending clips left (a window dropped): the order is built again when next asked."""
         self._order = None
+
+    def add(self, job: VideoJobKey, use: ClipUse) -> None:
+        """One clip became pending again: placed in each reader's order, the cursor moved back
+        to it if it is sooner (rebuilding cost O(pending clips) a clip: at 10,000 videos,
+        every clip a job could not keep rebuilt 100,000 entries)."""
+        if self._order is None:
+            return
+        self._jobs_of_view.setdefault(use.view, set()).add(job)
+        for task, position in use.readers:
+            entries = self._order.setdefault(task, [])
+            index = bisect.bisect_right(entries, position, key=_position)
+            entries.insert(index, (position, job))
+            self._cursor[task] = min(self._cursor.get(task, index), index)
+
+    def add_many(self, added: Iterable[tuple[VideoJobKey, ClipUse]],
+                 pending: Mapping[VideoJobKey, Sequence[ClipUse]]) -> None:
+        """Many clips became pending (a window, a task's part): merged into each reader's
+        order with the entries not passed yet and still pending."""
+        if self._order is None:
+            return
+        new: dict[str, list[tuple[int, VideoJobKey]]] = defaultdict(list)
+        for job, use in added:
+            self._jobs_of_view.setdefault(use.view, set()).add(job)
+            for task, position in use.readers:
+                new[task].append((position, job))
+        for task, entries in new.items():
+            old = self._order.get(task, [])[self._cursor.get(task, 0):]
+            entries += [entry for entry in old if pending.get(entry[1])]
+            entries.sort(key=_position)
+            self._order[task], self._cursor[task] = entries, 0
 
     def urgent(self, pending: Mapping[VideoJobKey, Sequence[ClipUse]],
                busy: set) -> set[VideoJobKey]:
@@ -70,7 +103,7 @@ class UrgencyOrder:
                     for task, position in use.readers:
                         order[task].append((position, job))
             for entries in order.values():
-                entries.sort(key=lambda entry: entry[0])
+                entries.sort(key=_position)
             self._order, self._jobs_of_view = dict(order), dict(jobs_of_view)
             self._cursor = dict.fromkeys(order, 0)
         return self._order
