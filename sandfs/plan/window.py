@@ -81,17 +81,31 @@ class WindowPlan:
     # window, and resolving those again took the event loop 2 s)
     view_plans: dict[ViewKey, ViewPlan] = field(default_factory=dict)
 
+    def snapshot(self) -> WindowPlan:
+        """A copy for a thread to read while tasks join and leave (they change this one)."""
+        return WindowPlan(self.window,
+                          {p: VideoWork(w.info, w.plan, w.window, list(w.uses))
+                           for p, w in self.videos.items()},
+                          dict(self.views), dict(self.readers), dict(self.failed),
+                          dict(self.view_plans))
+
 
 def plan_window(plans: Sequence[TaskPlan], window: int,
-                known: Container[ViewKey] = frozenset()) -> WindowPlan:
+                known: Container[ViewKey] = frozenset(), *,
+                lead: Container[str] | None = None,
+                skip: Container[str] = frozenset()) -> WindowPlan:
     """The window's views, readers and each video's clips. Views `known` (in the window a task
-    joins, planned already) get their readers only: their clips are planned already."""
+    joins, planned already) get their readers only: their clips are planned already. A
+    window's *lead* part (`lead`: video paths) holds only the batches with a lead video and
+    only the lead videos' clips, all of them in the window (each video is still decoded once
+    a window); its rest (`skip`: the lead videos) holds every batch and the other videos'."""
     with collector_paused():  # its objects live as long as the window: nothing to collect
-        return _plan_window(plans, window, known)
+        return _plan_window(plans, window, known, lead, skip)
 
 
 def _plan_window(plans: Sequence[TaskPlan], window: int,
-                 known: Container[ViewKey] = frozenset()) -> WindowPlan:
+                 known: Container[ViewKey] = frozenset(), lead: Container[str] | None = None,
+                 skip: Container[str] = frozenset()) -> WindowPlan:
     videos: dict[str, VideoWork] = {}
     views: dict[ViewKey, tuple[TaskPlan, int, int]] = {}
     readers: dict[ViewKey, list[tuple[str, int]]] = {}
@@ -99,6 +113,9 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
         for epoch in plan.window_epochs(window):
             for iteration in range(plan.iterations_per_epoch):
                 key = view_key(plan, epoch, iteration)
+                if lead is not None and key not in views and not any(
+                        plan.videos[i].path in lead for i in plan.batch_videos(epoch, iteration)):
+                    continue
                 position = epoch * plan.iterations_per_epoch + iteration
                 readers.setdefault(key, []).append((plan.name, position))
                 if key not in views:
@@ -117,6 +134,8 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
         view_plans[key] = view
         for slot, clip in enumerate(view.clips):
             info = plan.videos[clip.video_index]
+            if info.path in skip or (lead is not None and info.path not in lead):
+                continue
             work = videos.setdefault(info.path, VideoWork(info, plan, window))
             work.uses.append(ClipUse(key, slot, clip, frozen[key]))
     for key in failed:

@@ -4,7 +4,10 @@ pruning what a window keeps on disk, and the batches a task's reader is anticipa
 
 A window or part slow to plan (thousands of videos) has its first batches made before the next
 is planned (`first_batches_first`): planning the next would hold their passes back as long
-again (docs/performance.md §26). The planner says which; the scheduler runs their jobs.
+again (docs/performance.md §26). A large window where a task stands is planned in two parts:
+the videos of the task's next batches (each with all its clips in the window, so it is still
+decoded once), whose batches are made first, then the rest (§27). The planner says which;
+the scheduler runs their jobs.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import VideoJobKey
-from sandfs.sched.objects import prune_room, pruned_plans
+from sandfs.sched.objects import needs_pruning, prune_room, pruned_plans
 from sandfs.sched.windows import WindowBook
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,10 @@ T = TypeVar("T")
 FIRST_BATCHES_FIRST_S = 0.1
 FIRST_BATCHES_VIDEO_SHARE = 8
 FIRST_BATCHES_WAIT_S = 5.0
+# A window where a task stands with this many clips or more (about 0.15 s to plan) is planned in
+# two parts: the videos of each such task's next LEAD_BATCHES batches, then the rest.
+LEAD_CLIPS = 4_000
+LEAD_BATCHES = 4
 
 
 class WindowPlanner:
@@ -61,19 +68,31 @@ class WindowPlanner:
 
     async def activate(self) -> set[ViewKey]:
         """Plan the wanted windows; forget those behind them that no reader needs now (a
-        window ahead of the tasks, planned for a reader that jumped there, stays). Before a
-        window is planned after one slow to plan, it stops and returns that one's first
-        batches: the caller makes them, then asks again (an empty set: all planned)."""
+        window ahead of the tasks, planned for a reader that jumped there, stays). A large
+        window where a task stands is planned in two parts, its first batches' videos first
+        (`_lead_videos`). Before the rest of a window planned in part, or a window after one
+        slow to plan, it stops and returns the first batches: the caller makes them, then asks
+        again (an empty set: all planned)."""
         wanted = self.book.wanted()
-        for window in sorted(wanted - set(self.book.windows)):
+        while todo := self.book.rest_pending | (wanted - set(self.book.windows)):
+            window = min(todo)  # a lead part's rest before the windows after it
             if self._first_batches:
                 first, self._first_batches = self._first_batches, set()
                 return first
             started = trio.current_time()
-            planned = await self._plan_in_thread(self.plan_active, window)
-            self._add_window(planned)
-            self._first_batches = self._first_batches_first(planned.plan,
-                                                             trio.current_time() - started)
+            if window in self.book.rest_pending:
+                planned = await self._plan_rest(window)
+            else:
+                lead = self._lead_videos(window)
+                planned = await self._plan_in_thread(self.plan_active, window, lead)
+                self._add_window(planned)
+                if lead is not None:
+                    self.book.rest_pending.add(window)
+                    self._first_batches = self._lead_batches(planned.plan)
+                    continue
+            if planned is not None:
+                self._first_batches = self._first_batches_first(
+                    self.book.windows[window], trio.current_time() - started)
         for window in [w for w in self.book.windows if w < min(wanted, default=0)]:
             self._drop_window(window)
         await self._plan_future()
@@ -92,10 +111,12 @@ class WindowPlanner:
             if not self._planning:
                 self._quiet.set()
 
-    def plan_active(self, window: int) -> work.PlannedWindow:
-        """In a thread: the window's plan, what is on disk, and what to keep there."""
+    def plan_active(self, window: int, lead: frozenset[str] | None = None,
+                    skip: frozenset[str] = frozenset()) -> work.PlannedWindow:
+        """In a thread: the window's plan (or its lead part, or rest), what is on disk, and
+        what to keep there."""
         planned = work.plan_active_window(list(self.book.plans.values()), window, self.store,
-                                          self.prune_mode)
+                                          self.prune_mode, lead=lead, skip=skip)
         if self.on_window_planned is not None:
             self.on_window_planned()
         return planned
@@ -107,9 +128,59 @@ class WindowPlanner:
         window = self.book.window_of_task(task, epoch)
         while window is not None and (
                 (window not in self.book.windows and window in self.book.wanted())
+                or window in self.book.rest_pending
                 or window in self.book.parts_pending.get(task, ())):
             self.wake()
             await self.window_added.wait()
+
+    # -- windows planned in two parts ---------------------------------------------------------
+
+    def _lead_videos(self, window: int) -> frozenset[str] | None:
+        """The videos of the next LEAD_BATCHES batches of each task standing in the window,
+        when the window holds LEAD_CLIPS clips or more (None: plan it whole). 10,000 short
+        videos: the first window took 1.8 s to plan before any of its passes could start."""
+        plans = [p for p in self.book.plans.values() if p.window_epochs(window)]
+        clips = sum(len(p.window_epochs(window)) * len(p.videos) * p.sampling.samples_per_video
+                    for p in plans)
+        if clips < LEAD_CLIPS:
+            return None
+        lead = set()
+        for plan in plans:
+            at = self.book.positions[plan.name]
+            for index in range(at, at + LEAD_BATCHES):
+                epoch, iteration = divmod(index, plan.iterations_per_epoch)
+                if epoch < plan.epochs and plan.window_of(epoch) == window:
+                    lead |= {plan.videos[i].path for i in plan.batch_videos(epoch, iteration)}
+        return frozenset(lead) or None
+
+    def _lead_batches(self, plan: WindowPlan) -> set[ViewKey]:
+        """A lead part's batches where tasks stand: made before its rest is planned."""
+        return {k for k in self.board.demanded if k in plan.views and k in self.board.views}
+
+    async def _plan_rest(self, window: int) -> work.PlannedWindow | None:
+        """The rest of a window planned in part: its other batches and videos, merged in. A
+        task joining or leaving meanwhile changes what the rest holds: the window is then
+        planned again whole (None)."""
+        tasks = set(self.book.plans)
+        lead = frozenset(self.book.windows[window].videos)
+        planned = await self._plan_in_thread(self.plan_active, window, None, lead)
+        self.book.rest_pending.discard(window)
+        if window not in self.book.windows or set(self.book.plans) != tasks:
+            if window in self.book.windows:
+                self._drop_window(window)
+            self._note_window_added()
+            return None
+        self.book.extend(window, planned.plan)
+        self.board.add_window(planned)
+        self.carry.frames_on_disk |= {VideoJobKey(window, p) for p in planned.frames_on_disk}
+        whole = self.book.windows[window]
+        if self.store is not None and needs_pruning(whole, self.store.budget_bytes,
+                                                    self.prune_mode):
+            self.nursery.start_soon(self._prune, whole)
+        self._anticipate(whole)
+        self._fail_views(planned.plan)
+        self._note_window_added()
+        return planned
 
     def _first_batches_first(self, plan: WindowPlan, planning_s: float) -> set[ViewKey]:
         """The batches waited for (or anticipated) in a window that took FIRST_BATCHES_FIRST_S
@@ -157,7 +228,8 @@ class WindowPlanner:
         graphs take hundreds of MB at that size. Abandoned at shutdown."""
         try:
             kept = await trio.to_thread.run_sync(
-                pruned_plans, plan, prune_room(self.store.budget_bytes), self._quiet.wait,
+                pruned_plans, plan.snapshot(), prune_room(self.store.budget_bytes),
+                self._quiet.wait,
                 abandon_on_cancel=True, limiter=self._pruning)
         except Exception:
             log.exception("window %d: pruning failed; its jobs keep the soonest clips that fit",
@@ -179,6 +251,7 @@ class WindowPlanner:
                 self.failures.record(task, key.epoch, key.iteration, failed.reason)
 
     def _drop_window(self, window: int) -> None:
+        self.book.rest_pending.discard(window)
         plan = self.book.windows.pop(window)
         self.carry.forget({window})
         self.board.drop_window(window, plan.views)
@@ -218,6 +291,9 @@ class WindowPlanner:
         starts in first. When that took long (`_first_batches_first`) it returns then: the
         other windows get their part once the task's first batch is made, and a reader that
         gets there sooner waits for it (`window_planned`)."""
+        while self.book.rest_pending:  # a rest is planned with the tasks its lead part had
+            self.wake()
+            await self.window_added.wait()
         self.carry.forget(self.book.future)
         self.book.add_task(plan)
         start = self.book.window_of_task(plan.name, 0)

@@ -43,6 +43,8 @@ class WindowBook:
         self.future: dict[int, WindowPlan] = {}  # windows further ahead: only to carry frames
         # active windows a joining task has no part in yet, by task (Scheduler.add_plan)
         self.parts_pending: dict[str, set[int]] = {}
+        # active windows planned in part: their first batches' videos (WindowPlanner.activate)
+        self.rest_pending: set[int] = set()
 
     # -- positions --------------------------------------------------------------------------
 
@@ -157,6 +159,17 @@ class WindowBook:
                 uses[path] = mine
         return Merged(new_views, more_readers, uses,
                       {k: base.view_plans[k] for k in new_views if k in base.view_plans})
+
+    def extend(self, window: int, rest: WindowPlan) -> None:
+        """The rest of a window planned in part: its other batches and videos."""
+        base = self.windows[window]
+        for key, view in rest.views.items():
+            if key not in base.views:
+                base.views[key], base.readers[key] = view, rest.readers[key]
+                if key in rest.view_plans:
+                    base.view_plans[key] = rest.view_plans[key]
+        base.videos.update(rest.videos)
+        base.failed.update(rest.failed)
 
     def remove_task(self, name: str) -> dict[ViewKey, ViewOf]:
         """Forget a task; the batches no other task reads, released from every window."""
