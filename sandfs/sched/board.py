@@ -282,8 +282,11 @@ class BatchBoard:
             job = VideoJobKey(window, path)
             self.disk_plans.setdefault(job, DiskPlan())
             for use in uses:
+                state = self.views.get(use.view)
+                if state is None:
+                    continue  # its batch failed, or was made already
                 if Spot.of(use) in on_disk:
-                    self.views[use.view].on_disk.add(use.slot)
+                    state.on_disk.add(use.slot)
                 else:
                     self.pending.setdefault(job, []).append(use)
                     added.append((job, use))

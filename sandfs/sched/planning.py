@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 import trio
@@ -59,6 +59,7 @@ class WindowPlanner:
         self.nursery: trio.Nursery | None = None  # the scheduler's, once it runs
         self._readers_came: set[str] = set()
         self._first_batches: set[ViewKey] = set()  # made before the next window is planned
+        self._lead_views: dict[str, frozenset[ViewKey]] = {}  # a joining task's lead part's
         self._pruning = trio.CapacityLimiter(1)  # one window's Algorithm 1 at a time
         self._planning = 0  # windows and parts being planned in threads now
         self._quiet = threading.Event()  # set while none is: pruning goes on
@@ -135,11 +136,14 @@ class WindowPlanner:
 
     # -- windows planned in two parts ---------------------------------------------------------
 
-    def _lead_videos(self, window: int) -> frozenset[str] | None:
-        """The videos of the next LEAD_BATCHES batches of each task standing in the window,
-        when the window holds LEAD_CLIPS clips or more (None: plan it whole). 10,000 short
-        videos: the first window took 1.8 s to plan before any of its passes could start."""
-        plans = [p for p in self.book.plans.values() if p.window_epochs(window)]
+    def _lead_videos(self, window: int, tasks: Iterable[TaskPlan] | None = None
+                     ) -> frozenset[str] | None:
+        """The videos of the next LEAD_BATCHES batches of each task (of `tasks`) standing in
+        the window, when its part of the window holds LEAD_CLIPS clips or more (None: plan it
+        whole). 10,000 short videos: the first window took 1.8 s to plan before any of its
+        passes could start, a joining task's part as long before its first batch."""
+        plans = [p for p in (self.book.plans.values() if tasks is None else tasks)
+                 if p.window_epochs(window)]
         clips = sum(len(p.window_epochs(window)) * len(p.videos) * p.sampling.samples_per_video
                     for p in plans)
         if clips < LEAD_CLIPS:
@@ -298,39 +302,54 @@ class WindowPlanner:
         self.book.add_task(plan)
         start = self.book.window_of_task(plan.name, 0)
         windows = sorted(self.book.windows, key=lambda w: (w != start, w))
-        first = await self._add_part(plan, windows[0]) if windows else set()
-        if first and windows[1:]:
-            self.book.parts_pending[plan.name] = set(windows[1:])
-            self.nursery.start_soon(self._add_later_parts, plan, windows[1:], first)
+        if not windows:
+            return
+        lead = self._lead_videos(windows[0], [plan])
+        first = await self._add_part(plan, windows[0], lead=lead)
+        later: list[tuple[int, frozenset[str]]] = [(w, frozenset()) for w in windows[1:]]
+        if lead is not None and self._still_joining(plan, windows[0]):
+            later.insert(0, (windows[0], lead))  # the rest of its part of that window
+        if first and later:
+            self.book.parts_pending[plan.name] = {window for window, _ in later}
+            self.nursery.start_soon(self._add_later_parts, plan, later, first)
         else:
-            for window in windows[1:]:
-                await self._add_part(plan, window)
+            for window, skip in later:
+                await self._add_part(plan, window, skip=skip)
 
-    async def _add_part(self, plan: TaskPlan, window: int) -> set[ViewKey]:
-        """The task's part of an active window; the batches to make before planning more.
-        The views the window holds already (a search's trials share theirs) get readers only;
-        should one of them be released meanwhile, the part is planned again in full."""
+    async def _add_part(self, plan: TaskPlan, window: int, *,
+                        lead: frozenset[str] | None = None,
+                        skip: frozenset[str] = frozenset()) -> set[ViewKey]:
+        """The task's part of an active window (or its lead part, or the rest of it: `lead`,
+        `skip` as `plan_window`'s); the batches to make before planning more. The views the
+        window holds already (a search's trials share theirs) get readers only; should one of
+        them be released meanwhile, the part is planned again in full."""
         started = trio.current_time()
-        known = frozenset(self.book.windows[window].views)
+        own = self._lead_views.pop(plan.name, frozenset()) if skip else frozenset()
+        known = frozenset(self.book.windows[window].views) - own
         part, on_disk = await self._plan_in_thread(work.plan_task_part, plan, window,
-                                                   self.store, known)
+                                                   self.store, known, lead, skip)
         if not self._still_joining(plan, window):
             return set()
         if not known.intersection(part.views) <= self.book.windows[window].views.keys():
             part, on_disk = await self._plan_in_thread(work.plan_task_part, plan, window,
-                                                       self.store)
+                                                       self.store, frozenset(), lead, skip)
             if not self._still_joining(plan, window):
                 return set()
-        self.board.add_part(window, self.book.merge(window, part), on_disk)
+        merged = self.book.merge(window, part, own)
+        if lead is not None:
+            self._lead_views[plan.name] = frozenset(merged.new_views)
+        self.board.add_part(window, merged, on_disk)
         self._anticipate(part)
         self._fail_views(part)
+        if lead is not None:
+            return self._lead_batches(part)
         return self._first_batches_first(part, trio.current_time() - started)
 
     def _still_joining(self, plan: TaskPlan, window: int) -> bool:
         """Neither the task removed nor the window dropped while the part was planned."""
         return self.book.plans.get(plan.name) is plan and window in self.book.windows
 
-    async def _add_later_parts(self, plan: TaskPlan, windows: list[int],
+    async def _add_later_parts(self, plan: TaskPlan, windows: list[tuple[int, frozenset[str]]],
                                first: set[ViewKey]) -> None:
         """`add_plan`'s other windows, after the task's first batches (at most
         FIRST_BATCHES_WAIT_S). A failure leaves their views to be made on demand."""
@@ -339,17 +358,17 @@ class WindowPlanner:
                 if key in self.board.views:
                     await self.board.flights.event(key).wait()
         try:
-            for window in windows:
+            for window, skip in windows:
                 if self.book.plans.get(plan.name) is not plan:
                     return  # removed meanwhile
                 if window in self.book.windows:
-                    await self._add_part(plan, window)
+                    await self._add_part(plan, window, skip=skip)
                 self.book.parts_pending[plan.name].discard(window)
                 self._note_window_added()
         except Exception:
             if self.book.plans.get(plan.name) is plan:  # else removed while planned: no loss
                 log.exception("task %s: planning windows %s failed; their views are made on "
-                              "demand", plan.name, windows)
+                              "demand", plan.name, [window for window, _ in windows])
         finally:
             if self.book.plans.get(plan.name) is plan:
                 self.book.parts_pending.pop(plan.name, None)
@@ -362,6 +381,7 @@ class WindowPlanner:
         released = self.book.remove_task(name)
         self.failures.forget(name)
         self.anticipated.pop(name, None)  # its batch is dropped below, or another task's too
+        self._lead_views.pop(name, None)
         self._readers_came.discard(name)  # the name may be registered again
         self.board.forget_pending(set(released))
         for key in released:

@@ -93,7 +93,7 @@ class Scheduler:
                 self._dispatch()
                 await self._wakeup.wait()
                 self._wakeup = trio.Event()
-                first = await self.planner.activate()
+                first = await self._activate()
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -195,7 +195,25 @@ class Scheduler:
         next is planned (`WindowPlanner.activate`)."""
         while first:
             await self._make_first_batches(first)
+            first = await self._activate()
+
+    async def _activate(self) -> set[ViewKey]:
+        """`WindowPlanner.activate`, the jobs of batches readers are blocked on dispatched
+        meanwhile: planning a window of 10,000 videos takes 2 s, and a task that joined then
+        waited for it to its first batch. Other jobs wait: started before the window is
+        planned, they would carry nothing for it."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._dispatch_for_blocked_readers)
             first = await self.planner.activate()
+            nursery.cancel_scope.cancel()
+        return first
+
+    async def _dispatch_for_blocked_readers(self) -> None:
+        while True:
+            if self.board.waiting:
+                self._dispatch(demanded_only=True)
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
 
     async def _make_first_batches(self, first: set[ViewKey]) -> None:
         """Run only the jobs of batches readers wait for (or are anticipated at) until the

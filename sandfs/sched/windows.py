@@ -4,7 +4,7 @@ and further ahead only to carry frames), and who reads which batch when."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 
 from sandfs.plan.task import TaskPlan, ViewPlan
@@ -137,12 +137,16 @@ class WindowBook:
         self.open_positions[plan.name] = Counter()
         self.future.clear()  # planned again with the new task
 
-    def merge(self, window: int, part: WindowPlan) -> Merged:
+    def merge(self, window: int, part: WindowPlan, own: Container[ViewKey] = frozenset()
+              ) -> Merged:
         """Plan a joining task's part into an active window: a batch planned already (an
-        identical pipeline) gets one more reader."""
+        identical pipeline) gets one more reader. `own`: batches the task's lead part added,
+        whose readers are in already; the rest of its part adds the other videos' clips."""
         base = self.windows[window]
         new_views, more_readers = {}, {}
         for key, readers in part.readers.items():
+            if key in own:
+                continue
             if key in base.views:
                 base.readers[key] = base.readers[key] + readers
                 more_readers[key] = frozenset(task for task, _ in readers)
@@ -153,7 +157,7 @@ class WindowBook:
                 base.view_plans[key] = part.view_plans[key]
         uses = {}
         for path, work in part.videos.items():
-            mine = [u for u in work.uses if u.view in new_views]
+            mine = [u for u in work.uses if u.view in new_views or u.view in own]
             if mine:
                 base.videos.setdefault(path, VideoWork(work.info, work.plan, window)).uses += mine
                 uses[path] = mine

@@ -1013,6 +1013,15 @@ def joining_task(tmp_path, plan, name="later", seed=7):
                      seed=seed)
 
 
+def gated_join(tmp_path, monkeypatch):
+    """A mount of 40 videos whose passes end only once `gate` is set, a task to join it, and
+    its first batches waited for at most 0.5 s: (plan, scheduler, joining plan, gate)."""
+    monkeypatch.setattr(planning_module, "FIRST_BATCHES_WAIT_S", 0.5)
+    gate = threading.Event()
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2, gate=gate)
+    return plan, scheduler, joining_task(tmp_path, plan), gate
+
+
 async def test_a_joining_task_slow_to_plan_gets_its_later_windows_after_its_first_batch(
         tmp_path, monkeypatch):
     """On a kept mount with many videos, a new task's part of each window takes long to plan:
@@ -1020,10 +1029,7 @@ async def test_a_joining_task_slow_to_plan_gets_its_later_windows_after_its_firs
     before the next window's part is planned, and a reader that gets there first waits for
     that part (its batch is made by the window's passes, not on demand)."""
     monkeypatch.setattr(planning_module, "FIRST_BATCHES_FIRST_S", 0.0)
-    monkeypatch.setattr(planning_module, "FIRST_BATCHES_WAIT_S", 0.5)
-    gate = threading.Event()  # no pass ends until it is set
-    plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2, gate=gate)
-    later = joining_task(tmp_path, plan)
+    _, scheduler, later, gate = gated_join(tmp_path, monkeypatch)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         await until_windows(scheduler, {0, 1})  # after FIRST_BATCHES_WAIT_S
@@ -1366,4 +1372,41 @@ async def test_a_reader_past_a_window_s_lead_part_waits_for_its_rest(tmp_path, m
         await settle(scheduler)
         assert scheduler.book.rest_pending == set()
         assert got and got[0] is not None
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_joining_task_s_large_part_is_planned_from_its_first_batches_videos(
+        tmp_path, monkeypatch):
+    """A task joining a kept mount of 10,000 videos waited 2 s for its part of the window it
+    starts in. Where that part is large, the videos of its first batches are planned first
+    (registering returns then), and the rest of its part follows its first batch; a reader
+    past the lead part waits for the rest; every batch of both tasks is made."""
+    monkeypatch.setattr(planning_module, "LEAD_CLIPS", 1)
+    monkeypatch.setattr(planning_module, "LEAD_BATCHES", 1)
+    plan, scheduler, later, gate = gated_join(tmp_path, monkeypatch)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        gate.set()
+        await settle(scheduler)  # the first task's windows whole
+        gate.clear()
+        await scheduler.add_plan(later)
+        assert scheduler.book.parts_pending == {later.name: {0, 1}}
+        assert view_key(later, 0, 0) in scheduler.board.views
+        past = view_key(later, 0, 3)
+        assert past not in scheduler.board.views
+        got = []
+
+        async def read_past():
+            got.append(await scheduler.wait_view(past, later.name))
+
+        nursery.start_soon(read_past)
+        await trio.sleep(0.05)
+        assert not got  # waiting for the rest of the part, not None (made on demand)
+        gate.set()
+        await settle(scheduler)
+        assert scheduler.book.parts_pending == {}
+        assert got and got[0] is not None
+        assert all(view_key(p, e, i) in scheduler.board.ready
+                   for p in (plan, later) for e in range(4)
+                   for i in range(p.iterations_per_epoch))
         nursery.cancel_scope.cancel()
