@@ -1410,3 +1410,29 @@ async def test_a_joining_task_s_large_part_is_planned_from_its_first_batches_vid
                    for p in (plan, later) for e in range(4)
                    for i in range(p.iterations_per_epoch))
         nursery.cancel_scope.cancel()
+
+
+async def test_a_blocked_reader_s_batch_is_made_while_a_window_is_planned(tmp_path):
+    """Planning a window of 10,000 videos takes seconds, and no job started meanwhile: a task
+    that joined then waited that long for its first batch. The jobs of a batch a reader is
+    blocked on are dispatched while a window is planned."""
+    gate = threading.Event()  # no pass ends until it is set
+    plan, scheduler, _ = scheduler_for(tmp_path, epochs=6, workers=1, gate=gate)
+    held, planned = threading.Event(), scheduler.planner.plan_active
+
+    def slow_window_2(window, *part):
+        if window == 2:
+            held.wait(10)
+        return planned(window, *part)
+
+    scheduler.planner.plan_active = slow_window_2
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.opened(plan.name, 2, 0)  # into window 1: window 2 is planned now
+        await trio.sleep(0.05)
+        gate.set()
+        with trio.fail_after(5):
+            got = await scheduler.wait_view(view_key(plan, 2, 0), plan.name)
+        assert got is not None and not held.is_set()  # window 2 still being planned
+        held.set()
+        nursery.cancel_scope.cancel()
