@@ -125,6 +125,8 @@ class TaskPlan:
         self.out_hw = (out_shape.height, out_shape.width)
         self.out_dtype = out_shape.dtype
         self.shared = Interner()  # one object for equal parts of clips
+        self._fixed: dict[tuple[OpSpec, tuple[int, int]], OpInstance] = {}  # `_fixed_instance`
+        self._shapes: dict[tuple[OpSpec, FrameShape], FrameShape] = {}  # `_shape_after`
         self.view_plan = lru_cache(maxsize=4096)(self._view_plan)
         self.epoch_order = lru_cache(maxsize=64)(self._epoch_order)
         self.plan_key = lru_cache(maxsize=256)(self._plan_key)
@@ -285,23 +287,43 @@ class TaskPlan:
                 in_hw = (shape.height, shape.width)
                 if self.test_views and spec.name in TEST_VIEW_CROP_STEPS:
                     crop = view_index(self.test_views, sample).crop
-                    inst = fixed_crop(spec.params, crop, self.test_views.crops, in_hw)
-                else:
+                    inst = self.shared(fixed_crop(spec.params, crop, self.test_views.crops,
+                                                  in_hw))
+                elif op.random:
                     inst = self._shared_crop(spec, in_hw, static, epoch, info, sample, rng)
-                inst = self.shared(inst or oplib.draw_instance(spec.name, spec.params, rng,
-                                                               in_hw))
+                    inst = self.shared(inst or oplib.draw_instance(spec.name, spec.params, rng,
+                                                                   in_hw))
+                else:
+                    inst = self._fixed_instance(spec, in_hw)
                 if op.temporal:
                     frames = list(oplib.track_frames([inst], frames))
                 else:
                     spatial.append(inst)
-                shape = op.output_shape(spec.param_dict(), shape)
-                static = op.output_shape(spec.param_dict(), static)
+                shape = self._shape_after(op, spec, shape)
+                static = self._shape_after(op, spec, static)
             depths.append(len(spatial))
             branches.append((ps.step.name, _branch_label(ps, choice)))
         shared = self.shared
         return StreamClip(video_index, sample, stream, shared(tuple(frames)),
                           shared(tuple(spatial)), shared(tuple(depths)),
                           shared(tuple(branches)), self.source)
+
+    def _fixed_instance(self, spec: OpSpec, in_hw: tuple[int, int]) -> OpInstance:
+        """An op that draws nothing is the same instance for every clip of a frame size."""
+        key = (spec, in_hw)
+        inst = self._fixed.get(key)
+        if inst is None:
+            inst = self._fixed[key] = self.shared(
+                oplib.draw_instance(spec.name, spec.params, None, in_hw))
+        return inst
+
+    def _shape_after(self, op: oplib.OpType, spec: OpSpec, shape: FrameShape) -> FrameShape:
+        """The frame shape after the op: a few shapes in a dataset, asked for every clip."""
+        key = (spec, shape)
+        after = self._shapes.get(key)
+        if after is None:
+            after = self._shapes[key] = op.output_shape(spec.param_dict(), shape)
+        return after
 
     def _shared_crop(self, spec: OpSpec, in_hw: tuple[int, int], static: FrameShape, epoch: int,
                      info: VideoInfo, sample: int, own: np.random.Generator):
