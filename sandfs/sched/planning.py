@@ -227,9 +227,10 @@ class WindowPlanner:
 
     async def _prune(self, plan: WindowPlan) -> None:
         """Algorithm 1 for a window whose clips do not all fit on disk, beside its first jobs
-        (10,000 short videos: 6.5 s before the mount could serve). Jobs started meanwhile keep
-        the soonest clips that fit; the others follow pruning. One window at a time: its
-        graphs take hundreds of MB at that size. Abandoned at shutdown."""
+        (10,000 short videos: 4 s of a thread). Jobs started meanwhile keep the soonest clips
+        that fit; the others follow pruning. It reads a snapshot of the window (tasks join and
+        leave meanwhile), waits while the planner plans, runs one window at a time, and is
+        abandoned at shutdown."""
         try:
             kept = await trio.to_thread.run_sync(
                 pruned_plans, plan.snapshot(), prune_room(self.store.budget_bytes),
