@@ -220,7 +220,7 @@ def make_service(startup: Startup, mount: Mount, planned: Planned) -> ViewServic
         task_planner=partial(plan_new_task, settings, planned.scans, planned.plans),
         config_dir=os.path.dirname(configs[0].source_path) or "/",
         remote=mount.remote.as_status(), started=startup.started,
-        scan_status=startup.scan_status)
+        scan_status=startup.scan_status, freezes_windows=True)
 
 
 async def stop_on_signals(startup: Startup) -> None:

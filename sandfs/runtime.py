@@ -39,6 +39,12 @@
   ones again and again while they were made (and all of them at each full collection): 26% of
   planning 1,000 videos, 37% of 10,000 (docs/performance.md §26). Paused only while planning
   (`collector_paused`, from any thread); what others leave meanwhile is collected after.
+- **Planned windows frozen too:** once planned and on the board, a window's objects are
+  frozen like the imports' (`settle_collector`): each full collection walked every planned
+  window's objects with the GIL held, 2.2 s of the event loop as a window of 40,000 videos was
+  added (docs/performance.md §27). A window dropped later is freed by reference counting (its
+  objects refer to no cycle); a task that ends thaws them all (`thaw_collector`), since a
+  task's plan refers to itself and only the collector frees it.
 """
 
 from __future__ import annotations
@@ -88,9 +94,15 @@ def quick_gil_turns(interval_s: float = GIL_SWITCH_INTERVAL_S) -> None:
 
 
 def settle_collector() -> None:
-    """Once the daemon's modules are imported: the objects alive now live as long as the
-    process, so the cyclic collector stops walking them."""
+    """The objects alive now live long (the daemon's modules once imported, a window once
+    planned): the cyclic collector stops walking them."""
     gc.freeze()
+
+
+def thaw_collector() -> None:
+    """Objects frozen may have become garbage the collector alone can free (an ended task's
+    plan): it walks them again (they are frozen again with the next window)."""
+    gc.unfreeze()
 
 
 _pause = threading.Lock()

@@ -66,6 +66,7 @@ class ViewService:
         remote: Mapping[str, int] | None = None,
         started: float | None = None,
         scan_status: Callable[[], ScanStatus] | None = None,
+        freezes_windows: bool = False,
     ) -> None:
         self.registry = TaskRegistry(plans, task_texts=task_texts, checkpoint=checkpoint,
                                      task_planner=task_planner, config_dir=config_dir)
@@ -77,7 +78,8 @@ class ViewService:
                                    store=store, decode_ahead=decode_ahead,
                                    on_window_planned=self.registry.window_planned,
                                    policy=policy, prune_mode=prune_mode,
-                                   keeps_read=store_sizing is None or store_sizing.given)
+                                   keeps_read=store_sizing is None or store_sizing.given,
+                                   freezes_windows=freezes_windows)
         self.store = store
         # None: the store keeps the budget it was opened with, and every clip pruning keeps
         self.store_sizing = store_sizing

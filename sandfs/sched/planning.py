@@ -23,6 +23,7 @@ from sandfs.cache import ObjectStore
 from sandfs.plan.failures import ViewFailures
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import ViewKey, WindowPlan, plan_window, view_key
+from sandfs.runtime import settle_collector, thaw_collector
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
@@ -49,11 +50,13 @@ class WindowPlanner:
     def __init__(self, book: WindowBook, board: BatchBoard, carry: CarryBook,
                  failures: ViewFailures, store: ObjectStore | None, prune_mode: str, *,
                  wake: Callable[[], None],
-                 on_window_planned: Callable[[], None] | None = None) -> None:
+                 on_window_planned: Callable[[], None] | None = None,
+                 freezes_windows: bool = False) -> None:
         self.book, self.board, self.carry, self.failures = book, board, carry, failures
         self.store, self.prune_mode = store, prune_mode
         self.wake = wake  # the scheduler's: something to dispatch
         self.on_window_planned = on_window_planned
+        self.freezes_windows = freezes_windows  # Scheduler's
         self.anticipated: dict[str, ViewKey] = {}  # a task's next batch, before its reader came
         self.window_added = trio.Event()  # set (and replaced) each time a window is planned
         self.nursery: trio.Nursery | None = None  # the scheduler's, once it runs
@@ -183,6 +186,7 @@ class WindowPlanner:
             self.nursery.start_soon(self._prune, whole)
         self._anticipate(whole)
         self._fail_views(planned.plan)
+        self._settle()
         self._note_window_added()
         return planned
 
@@ -222,6 +226,7 @@ class WindowPlanner:
         self._anticipate(plan)
         self._fail_views(plan)
         self.carry.frames_on_disk |= {VideoJobKey(window, p) for p in planned.frames_on_disk}
+        self._settle()  # the window's objects live as long as it
         log.debug("window %d planned: %d videos, %d views, %d clips on disk", window,
                   len(plan.videos), len(plan.views), len(planned.on_disk))
 
@@ -242,6 +247,11 @@ class WindowPlanner:
             return
         if self.book.windows.get(plan.window) is plan:
             self.board.refine_disk_plans(plan.window, kept)
+
+    def _settle(self) -> None:
+        """A window or part just planned lives long: out of the collector's walks."""
+        if self.freezes_windows:
+            settle_collector()
 
     def _note_window_added(self) -> None:
         """Wake the readers waiting for a window (or a task's part of one)."""
@@ -342,6 +352,7 @@ class WindowPlanner:
         self.board.add_part(window, merged, on_disk)
         self._anticipate(part)
         self._fail_views(part)
+        self._settle()
         if lead is not None:
             return self._lead_batches(part)
         return self._first_batches_first(part, trio.current_time() - started)
@@ -389,5 +400,7 @@ class WindowPlanner:
             self.board.drop(key, ready_too=True)
         for ready in self.board.ready.values():
             ready.readers_left.discard(name)
+        if self.freezes_windows:  # the task's plan refers to itself: the collector frees it
+            thaw_collector()
         if self.store is not None:
             await trio.to_thread.run_sync(work.release_clips, self.store, released)

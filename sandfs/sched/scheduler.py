@@ -48,7 +48,10 @@ class Scheduler:
                  store: ObjectStore | None = None, decode_ahead: int = 0,
                  on_window_planned: Callable[[], None] | None = None,
                  policy: str = "priority", prune_mode: str = "algorithm1",
-                 keeps_read: bool = True) -> None:
+                 keeps_read: bool = True, freezes_windows: bool = False) -> None:
+        """`freezes_windows`: in the daemon, planned windows are frozen out of the cyclic
+        collector's walks (`runtime.settle_collector`), which changes the collector for the
+        whole process."""
         if policy not in POLICIES:
             raise ValueError(f"scheduling policy: expected one of {sorted(POLICIES)}, "
                              f"got {policy!r}")
@@ -78,7 +81,7 @@ class Scheduler:
         self._wakeup = trio.Event()
         self.planner = planning.WindowPlanner(
             self.book, self.board, self.carry, self.failures, store, prune_mode, wake=self.wake,
-            on_window_planned=on_window_planned)
+            on_window_planned=on_window_planned, freezes_windows=freezes_windows)
         self._nursery: trio.Nursery | None = None
 
     # -- life cycle -------------------------------------------------------------------------
