@@ -31,7 +31,7 @@ class MemoryLedger:
         self.book, self.board, self.carry, self.store = book, board, carry, store
         self.running = running  # the scheduler's running jobs, by key
         self._warned_over = False  # the limit is smaller than one decode pass: said once
-        self._iterations: tuple[tuple, int] = ((), 0)  # (the plans, iterations_in_memory)
+        self._iterations = (-1, 0)  # (the book's task generation, iterations_in_memory)
 
     @property
     def used_bytes(self) -> int:
@@ -117,11 +117,12 @@ class MemoryLedger:
 
     def iterations_in_memory(self) -> int:
         """How many iterations of every task's batches the limit holds (asked at every
-        dispatch: kept until the tasks change)."""
-        plans = tuple(self.book.plans.values())
-        if self._iterations[0] != plans:
-            per_iteration = sum(plan.view_nbytes(0, 0) for plan in plans)
-            self._iterations = plans, self.limit_bytes // max(1, per_iteration)
+        dispatch: kept while the same tasks run, by the book's generation; holding their
+        plans to compare kept an ended task's plan alive)."""
+        if self._iterations[0] != self.book.generation:
+            per_iteration = sum(plan.view_nbytes(0, 0) for plan in self.book.plans.values())
+            self._iterations = (self.book.generation,
+                                self.limit_bytes // max(1, per_iteration))
         return self._iterations[1]
 
     def evict(self, needed_bytes: int, *, keep: ViewKey | None, deadline: int,

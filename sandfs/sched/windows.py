@@ -45,6 +45,7 @@ class WindowBook:
         self.parts_pending: dict[str, set[int]] = {}
         # active windows planned in part: their first batches' videos (WindowPlanner.activate)
         self.rest_pending: set[int] = set()
+        self.generation = 0  # counts tasks joining and leaving
 
     # -- positions --------------------------------------------------------------------------
 
@@ -132,6 +133,7 @@ class WindowBook:
     # -- tasks joining and leaving ----------------------------------------------------------
 
     def add_task(self, plan: TaskPlan) -> None:
+        self.generation += 1
         self.plans[plan.name] = plan
         self.positions[plan.name] = 0
         self.open_positions[plan.name] = Counter()
@@ -177,6 +179,7 @@ class WindowBook:
 
     def remove_task(self, name: str) -> dict[ViewKey, ViewOf]:
         """Forget a task; the batches no other task reads, released from every window."""
+        self.generation += 1
         self.plans.pop(name, None)
         self.positions.pop(name, None)
         self.open_positions.pop(name, None)

@@ -1463,8 +1463,6 @@ async def test_planned_windows_are_frozen_and_an_ended_task_is_still_freed(tmp_p
             await scheduler.remove_plan(later.name)
             del later
             assert gc.get_freeze_count() == 0
-            scheduler.wake()
-            await settle(scheduler)  # a dispatch: the memory ledger's cache of plans moves on
             gc.collect()
             assert gone() is None
             nursery.cancel_scope.cancel()
