@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
 import trio
@@ -51,11 +51,13 @@ class WindowPlanner:
                  failures: ViewFailures, store: ObjectStore | None, prune_mode: str, *,
                  wake: Callable[[], None],
                  on_window_planned: Callable[[], None] | None = None,
+                 while_planning: Callable[[], Awaitable[None]] | None = None,
                  freezes_windows: bool = False) -> None:
         self.book, self.board, self.carry, self.failures = book, board, carry, failures
         self.store, self.prune_mode = store, prune_mode
         self.wake = wake  # the scheduler's: something to dispatch
         self.on_window_planned = on_window_planned
+        self.while_planning = while_planning  # run beside each planning thread, then cancelled
         self.freezes_windows = freezes_windows  # Scheduler's
         self.anticipated: dict[str, ViewKey] = {}  # a task's next batch, before its reader came
         self.window_added = trio.Event()  # set (and replaced) each time a window is planned
@@ -92,7 +94,7 @@ class WindowPlanner:
                 self._add_window(planned)
                 if lead is not None:
                     self.book.rest_pending.add(window)
-                    self._first_batches = self._lead_batches(planned.plan)
+                    self._first_batches = self._waited_batches(planned.plan)
                     continue
             if planned is not None:
                 self._first_batches = self._first_batches_first(
@@ -103,13 +105,19 @@ class WindowPlanner:
         return set()
 
     async def _plan_in_thread(self, plan: Callable[..., T], *args: object) -> T:
-        """Plan in a thread; pruning waits meanwhile. Both are pure Python and share one GIL:
-        at 10,000 videos a joining task's first part took 13 s beside pruning's 18 s, against
-        2 s alone; pruning only refines what the jobs keep on disk."""
+        """Plan in a thread, `while_planning` beside it (the scheduler's: jobs for blocked
+        readers); pruning waits meanwhile. Both are pure Python and share one GIL: at 10,000
+        videos a joining task's first part took 13 s beside pruning's 18 s, against 2 s alone;
+        pruning only refines what the jobs keep on disk."""
         self._planning += 1
         self._quiet.clear()
         try:
-            return await trio.to_thread.run_sync(plan, *args)
+            async with trio.open_nursery() as nursery:
+                if self.while_planning is not None:
+                    nursery.start_soon(self.while_planning)
+                planned = await trio.to_thread.run_sync(plan, *args)
+                nursery.cancel_scope.cancel()
+            return planned
         finally:
             self._planning -= 1
             if not self._planning:
@@ -160,8 +168,9 @@ class WindowPlanner:
                     lead |= {plan.videos[i].path for i in plan.batch_videos(epoch, iteration)}
         return frozenset(lead) or None
 
-    def _lead_batches(self, plan: WindowPlan) -> set[ViewKey]:
-        """A lead part's batches where tasks stand: made before its rest is planned."""
+    def _waited_batches(self, plan: WindowPlan) -> set[ViewKey]:
+        """The plan's batches readers wait for (or are anticipated at), not made yet: a lead
+        part's are made before its rest is planned."""
         return {k for k in self.board.demanded if k in plan.views and k in self.board.views}
 
     async def _plan_rest(self, window: int) -> work.PlannedWindow | None:
@@ -177,17 +186,7 @@ class WindowPlanner:
                 self._drop_window(window)
             self._note_window_added()
             return None
-        self.book.extend(window, planned.plan)
-        self.board.add_window(planned)
-        self.carry.frames_on_disk |= {VideoJobKey(window, p) for p in planned.frames_on_disk}
-        whole = self.book.windows[window]
-        if self.store is not None and needs_pruning(whole, self.store.budget_bytes,
-                                                    self.prune_mode):
-            self.nursery.start_soon(self._prune, whole)
-        self._anticipate(whole)
-        self._fail_views(planned.plan)
-        self._settle()
-        self._note_window_added()
+        self._add_window(planned)
         return planned
 
     def _first_batches_first(self, plan: WindowPlan, planning_s: float) -> set[ViewKey]:
@@ -197,7 +196,7 @@ class WindowPlanner:
         nothing for the next window, which decodes those few videos again."""
         if planning_s < FIRST_BATCHES_FIRST_S:
             return set()
-        keys = {k for k in self.board.demanded if k in plan.views and k in self.board.views}
+        keys = self._waited_batches(plan)
         videos = {c.video_index for k in keys for c in self.board.views[k].view.clips}
         few = len(videos) * FIRST_BATCHES_VIDEO_SHARE <= len(plan.videos)
         return keys if few else set()
@@ -217,18 +216,28 @@ class WindowPlanner:
             book.future[window] = await self._plan_in_thread(plan_window, plans, window)
 
     def _add_window(self, planned: work.PlannedWindow) -> None:
+        """A window planned (whole, or its lead part), or the rest of one planned in part. A
+        rest is pruned with its window once whole; a whole window says if it needs pruning
+        (`PlannedWindow.to_prune`, decided in its planning thread)."""
         plan, window = planned.plan, planned.plan.window
-        self.book.windows[window] = plan
-        self._note_window_added()
+        rest = window in self.book.windows
+        if rest:
+            self.book.extend(window, plan)
+        else:
+            self.book.windows[window] = plan
+        whole = self.book.windows[window]
         self.board.add_window(planned)
-        if planned.to_prune:
-            self.nursery.start_soon(self._prune, plan)
-        self._anticipate(plan)
+        if planned.to_prune or (rest and self.store is not None and needs_pruning(
+                whole, self.store.budget_bytes, self.prune_mode)):
+            self.nursery.start_soon(self._prune, whole)
+        self._anticipate(whole)
         self._fail_views(plan)
         self.carry.frames_on_disk |= {VideoJobKey(window, p) for p in planned.frames_on_disk}
         self._settle()  # the window's objects live as long as it
-        log.debug("window %d planned: %d videos, %d views, %d clips on disk", window,
-                  len(plan.videos), len(plan.views), len(planned.on_disk))
+        self._note_window_added()
+        log.debug("window %d planned%s: %d videos, %d views, %d clips on disk", window,
+                  " (its rest)" if rest else "", len(plan.videos), len(plan.views),
+                  len(planned.on_disk))
 
     async def _prune(self, plan: WindowPlan) -> None:
         """Algorithm 1 for a window whose clips do not all fit on disk, beside its first jobs
@@ -354,7 +363,7 @@ class WindowPlanner:
         self._fail_views(part)
         self._settle()
         if lead is not None:
-            return self._lead_batches(part)
+            return self._waited_batches(part)
         return self._first_batches_first(part, trio.current_time() - started)
 
     def _still_joining(self, plan: TaskPlan, window: int) -> bool:

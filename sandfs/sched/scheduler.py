@@ -81,7 +81,8 @@ class Scheduler:
         self._wakeup = trio.Event()
         self.planner = planning.WindowPlanner(
             self.book, self.board, self.carry, self.failures, store, prune_mode, wake=self.wake,
-            on_window_planned=on_window_planned, freezes_windows=freezes_windows)
+            on_window_planned=on_window_planned, while_planning=self._dispatch_for_blocked_readers,
+            freezes_windows=freezes_windows)
         self._nursery: trio.Nursery | None = None
 
     # -- life cycle -------------------------------------------------------------------------
@@ -94,12 +95,20 @@ class Scheduler:
             while True:
                 await self._activate_windows(first)
                 self._dispatch()
-                await self._wakeup.wait()
-                self._wakeup = trio.Event()
-                first = await self._activate()
+                await self._next_wakeup()
+                first = await self.planner.activate()
 
     def wake(self) -> None:
         self._wakeup.set()
+
+    async def _next_wakeup(self) -> None:
+        """Until `wake`. The main loop and the dispatcher beside a planning thread may wait
+        together: the event is replaced once, by whichever sees it first, so that neither is
+        left waiting on one no `wake` sets again."""
+        event = self._wakeup
+        await event.wait()
+        if self._wakeup is event:
+            self._wakeup = trio.Event()
 
     # -- what readers tell us and ask -------------------------------------------------------
 
@@ -198,25 +207,17 @@ class Scheduler:
         next is planned (`WindowPlanner.activate`)."""
         while first:
             await self._make_first_batches(first)
-            first = await self._activate()
-
-    async def _activate(self) -> set[ViewKey]:
-        """`WindowPlanner.activate`, the jobs of batches readers are blocked on dispatched
-        meanwhile: planning a window of 10,000 videos takes 2 s, and a task that joined then
-        waited for it to its first batch. Other jobs wait: started before the window is
-        planned, they would carry nothing for it."""
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._dispatch_for_blocked_readers)
             first = await self.planner.activate()
-            nursery.cancel_scope.cancel()
-        return first
 
     async def _dispatch_for_blocked_readers(self) -> None:
+        """Beside each planning thread (`WindowPlanner.while_planning`): the jobs of batches
+        readers are blocked on. Planning a window of 10,000 videos takes 2 s, and a task that
+        joined then waited for it to its first batch. Other jobs wait: started before the
+        window is planned, they would carry nothing for it."""
         while True:
             if self.board.waiting:
                 self._dispatch(demanded_only=True)
-            await self._wakeup.wait()
-            self._wakeup = trio.Event()
+            await self._next_wakeup()
 
     async def _make_first_batches(self, first: set[ViewKey]) -> None:
         """Run only the jobs of batches readers wait for (or are anticipated at) until the
@@ -227,8 +228,7 @@ class Scheduler:
                 self._dispatch(demanded_only=True)
                 if not self.running:
                     return
-                await self._wakeup.wait()
-                self._wakeup = trio.Event()
+                await self._next_wakeup()
 
     async def add_plan(self, plan: TaskPlan) -> None:
         """Plan a new task into the active windows (`WindowPlanner.add_plan`)."""

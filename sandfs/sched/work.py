@@ -92,7 +92,7 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
                        prune_mode: str, *, lead: Container[str] | None = None,
                        skip: Container[str] = frozenset()) -> PlannedWindow:
     """The window's plan (or its lead part or rest: `plan_window`), what is on disk already,
-    and what to keep there. A lead part is never pruned: its window is, once whole."""
+    and what to keep there. Parts are not pruned: their window is, once whole."""
     plan = plan_window(plans, window, lead=lead, skip=skip)
     on_disk, frames_on_disk = set(), set()
     # an empty store (a cold mount) holds none of them, and each key costs a digest
@@ -104,7 +104,8 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
                 frames_on_disk.add(path)
     kept, to_prune = {}, False
     if store is not None:  # pruning is left for later (WindowPlanner._prune): it takes long
-        to_prune = lead is None and needs_pruning(plan, store.budget_bytes, prune_mode)
+        to_prune = lead is None and not skip and needs_pruning(plan, store.budget_bytes,
+                                                               prune_mode)
         kept = soonest_clips(plan, store.budget_bytes)  # all pruning keeps when clips fit
     return PlannedWindow(plan, frozenset(on_disk), frozenset(frames_on_disk), kept, to_prune)
 

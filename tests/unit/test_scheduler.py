@@ -1468,3 +1468,41 @@ async def test_planned_windows_are_frozen_and_an_ended_task_is_still_freed(tmp_p
             nursery.cancel_scope.cancel()
     finally:
         gc.unfreeze()
+
+
+async def test_the_scheduler_keeps_dispatching_after_a_task_joins_beside_its_loop(
+        tmp_path, monkeypatch):
+    """While a task's part is planned in a thread, the jobs of blocked readers are dispatched
+    beside it, waiting for wake-ups as the scheduler's loop does; neither may be left waiting
+    on a wake-up the other replaced, or the scheduler stalls once the part is planned."""
+    from sandfs.sched import work as work_module
+
+    held, plan_part = threading.Event(), work_module.plan_task_part
+
+    def held_part(*args):
+        held.wait(10)
+        return plan_part(*args)
+
+    monkeypatch.setattr(work_module, "plan_task_part", held_part)
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=8, epochs=4, workers=2)
+    later = joining_task(tmp_path, plan)
+    joined = trio.Event()
+
+    async def join():
+        await scheduler.add_plan(later)
+        joined.set()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        nursery.start_soon(join)
+        with trio.fail_after(10):
+            for iteration in range(plan.iterations_per_epoch):  # wake-ups while it plans
+                assert await scheduler.wait_view(view_key(plan, 0, iteration), plan.name)
+            held.set()
+            await joined.wait()
+            for task in (plan, later):
+                for epoch in range(4):
+                    for iteration in range(task.iterations_per_epoch):
+                        key = view_key(task, epoch, iteration)
+                        assert await scheduler.wait_view(key, task.name) is not None
+        nursery.cancel_scope.cancel()
