@@ -112,11 +112,17 @@ class WindowPlanner:
         self._planning += 1
         self._quiet.clear()
         try:
+            failed: Exception | None = None
             async with trio.open_nursery() as nursery:
                 if self.while_planning is not None:
                     nursery.start_soon(self.while_planning)
-                planned = await trio.to_thread.run_sync(plan, *args)
+                try:
+                    planned = await trio.to_thread.run_sync(plan, *args)
+                except Exception as error:  # raised below as it is, not in an exception group
+                    failed = error
                 nursery.cancel_scope.cancel()
+            if failed is not None:
+                raise failed
             return planned
         finally:
             self._planning -= 1
