@@ -75,6 +75,40 @@ def test_board_states_and_failures_wake_waiters(tmp_path):
         board.flights.check(k)
 
 
+def test_a_batch_is_offered_for_reading_back_once_every_slot_is_made(tmp_path):
+    """A batch whose clips are on disk is read back into memory (an assembly job) only when no
+    slot still waits for a video job. The board keeps the batches that qualify as slots come in
+    and as batches leave, instead of walking every batch at each dispatch."""
+    plan = make_plan(tmp_path, videos=fake_videos(8), epochs=2)
+    work = next(iter(plan_window([plan], 0).videos.values()))
+    board = BatchBoard()
+    k = view_key(plan, 0, 0)
+    state = ViewState.planned(plan, 0, 0)
+    board.plan(k, state)
+    uses = [ClipUse(k, slot, clip, ()) for slot, clip in enumerate(state.view.clips)]
+    job = VideoJob(VideoJobKey(0, work.info.path), work, tuple(uses), frozenset(), frozenset(),
+                   False, False, 0, {}, {}, {}, {k: state})
+
+    def made_on_disk(slots) -> None:
+        board.record(job, JobResult(tuple(Placed(uses[s], False, True) for s in slots)))
+
+    def offered() -> list[ViewKey]:
+        return [v for _, v in board.job_states(set(), lambda v: 0, 16) if v == k]
+
+    made_on_disk(range(len(uses) - 1))
+    assert offered() == [] and board.covered == set()
+    made_on_disk([len(uses) - 1])
+    assert offered() == [k] and board.covered == {k}
+    assert [v for _, v in board.job_states({k}, lambda v: 0, 16)] == []  # busy: not twice
+    board.drop(k)
+    assert offered() == [] and board.covered == set()
+    again = ViewState.planned(plan, 0, 0)
+    board.plan(k, again, on_disk=range(again.slots))  # planned again, every clip on disk
+    assert offered() == [k]
+    board.fail(k, "DecodeError: broken")
+    assert offered() == [] and board.covered == set()
+
+
 async def test_flights_settle_every_waiter_once():
     flights = Flights()
     woke = []

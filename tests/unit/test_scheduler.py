@@ -171,6 +171,33 @@ async def test_jobs_run_in_read_order_and_fill_whole_windows(tmp_path):
             assert view_key(plan, epoch, iteration) in scheduler.board.ready
 
 
+async def test_a_hand_over_that_fails_in_the_loop_fails_its_job_not_the_daemon(
+        tmp_path, monkeypatch):
+    """Clips are handed to the trio loop without the job's thread waiting for it; an error
+    there (a bug) would end the whole trio run. It fails that job's batches only, when the
+    job ends, and every other batch is still made."""
+    plan, scheduler, _ = scheduler_for(tmp_path)
+    broken = plan.videos[plan.view_plan(0, 0).clips[0].video_index].path
+    hand_over = scheduler.passes.hand_over
+
+    def failing(job, part):
+        if job.key.path == broken:
+            raise RuntimeError("a bug in the loop")
+        hand_over(job, part)
+
+    monkeypatch.setattr(scheduler.passes, "hand_over", failing)
+    await run_until_settled(scheduler)
+    for epoch in range(plan.epochs):
+        for iteration in range(plan.iterations_per_epoch):
+            key = view_key(plan, epoch, iteration)
+            paths = {plan.videos[c.video_index].path
+                     for c in plan.view_plan(epoch, iteration).clips}
+            if broken in paths:
+                assert scheduler.board.flights.failed(key), key
+            else:
+                assert key in scheduler.board.ready, key
+
+
 async def read_all(plan, scheduler, after_read=None) -> dict:
     """Read every view in order, as a trainer does; their bytes by (epoch, iteration), None
     for one evicted before it was read (the service recomputes those)."""
