@@ -45,7 +45,9 @@ _WORK_COUNTERS = {
     "crop_ops_independent": "Crop operations the tasks would have run alone.",
     "clips_recomputed": "Clips built again after their frames were evicted.",
     "frames_from_disk": "Frames read back from the cache store instead of decoded.",
-    "frames_carried": "Frames kept in memory from one decode window to the next.",
+    "frames_carried": "Frames decoded for a later window and kept on disk for it.",
+    "clips_made_ahead": "Clips of the next window made by a decode pass, instead of carrying "
+                        "its frames.",
 }
 _CACHE_GAUGES = {"bytes_used": "Bytes the cache store holds on disk.",
                  "budget_bytes": "The cache store's storage budget in bytes.",

@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass, replace
 STATUS_VERSION = 1
 COUNTERS = ("frames_decoded", "frames_decoded_independent", "views_materialized",
             "views_recomputed", "aug_ops", "aug_ops_independent", "crop_ops",
-            "crop_ops_independent", "clips_recomputed", "frames_from_disk", "frames_carried")
+            "crop_ops_independent", "clips_recomputed", "frames_from_disk", "frames_carried",
+            "clips_made_ahead")
 EMPTY_CACHE = {"bytes_used": 0, "budget_bytes": 0, "objects": 0, "hits": 0, "misses": 0,
                "evictions": 0, "recomputed": 0, "corrupt_detected": 0}
 SCAN_PHASES = ("scanning", "planning", "ready", "failed", "stopped")
@@ -204,6 +205,7 @@ class MountStatus:
                           "clips_recomputed": counters["clips_recomputed"]},
             "frames_from_disk": counters["frames_from_disk"],
             "frames_carried": counters["frames_carried"],
+            "clips_made_ahead": counters["clips_made_ahead"],
             "queues": {"demand": self.ondemand_waiting + sched.demand_waiting,
                        "prematerialize": sched.pending_jobs},
             "bad_videos": [bad.to_json() for bad in self.bad_videos],

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sandfs.materialize import clip_frame_keys
 from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
-from sandfs.sched.jobs import AssemblyJob, VideoJob, VideoJobKey
+from sandfs.sched.jobs import AssemblyJob, Carry, VideoJob, VideoJobKey
 from sandfs.sched.memory import MemoryLedger
-from sandfs.sched.objects import DiskPlan, Spot, frame_nbytes
+from sandfs.sched.objects import DiskPlan, Spot, clip_nbytes, frame_nbytes, kept_frame_nbytes
 from sandfs.sched.windows import WindowBook
 
 
@@ -46,8 +47,13 @@ class Admission:
             job_key, self.book.later(job_key.window, self.carry.span),
             busy=set(self.running), pending=self.board.pending, active=self.book.windows,
             memory_room=self.memory.room_to_carry(free))
-        frame_bytes = sum(frame_nbytes(video.info, k)
-                          for k in video.frame_keys.union(*(c.keys for c in carry.values())))
+        ahead = self._ahead(job_key, carry[job_key.window + 1]) if (
+            job_key.window + 1 in carry) else []
+        if ahead:
+            del carry[job_key.window + 1]  # its clips are made instead, from the same frames
+        ahead_frames = {k for use in ahead for k in clip_frame_keys(use.clip)}
+        frame_bytes = sum(frame_nbytes(video.info, k) for k in video.frame_keys.union(
+            ahead_frames, *(c.keys for c in carry.values())))
         free = self.memory.make_room(frame_bytes - own_bytes, free)  # the carried frames
         uses, to_memory, to_disk, reserved = [], set(), set(), set()
         for use in sorted(self.board.pending[job_key],
@@ -70,14 +76,38 @@ class Admission:
                 uses.append(use)
         if not uses:
             return None
+        uses += ahead
+        ahead_spots = frozenset(Spot.of(use) for use in ahead)
         views = self.board.views
         return VideoJob(
-            job_key, video, tuple(uses), frozenset(to_memory), frozenset(to_disk),
+            job_key, video, tuple(uses), frozenset(to_memory), frozenset(to_disk) | ahead_spots,
             save_frames=disk.frames and self.keeps_on_disk, frames_on_disk=frames_on_disk,
             frame_bytes=frame_bytes, carry=carry,
             deadlines={u.view: min((pos for _, pos in u.readers), default=0) for u in uses},
             layouts={u.view: views[u.view].plan.sampling.layout for u in uses},
-            states={u.view: views[u.view] for u in uses})
+            states={u.view: views[u.view] for u in uses}, ahead=ahead_spots,
+            ahead_of=VideoJobKey(job_key.window + 1, job_key.path) if ahead else None)
+
+    def _ahead(self, job_key: VideoJobKey, carried: Carry) -> list[ClipUse]:
+        """The clips of the video's next window that this decode pass makes too, to disk,
+        where it would carry that window's frames there (`carried`: decode ahead asked for,
+        room on disk and in memory): when that window is active (its batches on the board),
+        pruning keeps every one of those clips on disk, and they take no more bytes than the
+        frames carried would. Carried frames are written and read back whole, then cropped;
+        the clips are written once and read back into their batches (docs/performance.md
+        §28)."""
+        following = VideoJobKey(job_key.window + 1, job_key.path)
+        window = self.book.windows.get(following.window)
+        pending = self.board.pending.get(following)
+        disk = self.board.disk_plans.get(following)
+        if (window is None or not pending or disk is None
+                or any(Spot.of(u) not in disk.clips or u.view not in self.board.views
+                       for u in pending)):
+            return []
+        info = window.videos[following.path].info
+        clip_bytes = sum(clip_nbytes(self.board.views[u.view].plan, u) for u in pending)
+        frame_bytes = sum(kept_frame_nbytes(info, k, carried.firsts.get(k)) for k in carried.keys)
+        return list(pending) if clip_bytes <= frame_bytes else []
 
     def read_from_disk(self, use: ClipUse, *, demanded: bool) -> bool:
         """May this clip, made into its batch in memory, be read from disk too (module doc)?"""

@@ -380,7 +380,7 @@ class BatchBoard:
                 state.in_memory.add(use.slot)
             self._note_slots(use.view, state)
             if video and not placed.in_memory and not placed.on_disk:
-                self.add_pending(job.key, use)  # could not be kept: later
+                self.add_pending(job.owner(use), use)  # could not be kept: later
         failed: dict[ViewKey, str] = {}
         for clip in result.failed:
             if self.views.get(clip.use.view) is job.states.get(clip.use.view):

@@ -21,10 +21,10 @@ from sandfs.materialize import FrameKey, clip_frame_keys
 from sandfs.ops.base import OpInstance
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey
+from sandfs.sched.objects import Spot
 
 if TYPE_CHECKING:
     from sandfs.sched.board import ViewState
-    from sandfs.sched.objects import Spot
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +60,14 @@ class VideoJob:
     # the batches it fills, as they were when it started: a batch dropped with its window (and
     # maybe planned again since, with a fresh buffer) no longer takes this job's results
     states: Mapping[ViewKey, ViewState] = field(repr=False)
+    # clips of the video's next window (active too) made by this pass, to disk, instead of
+    # carrying their frames there (`Admission.video`): the job of that window they came from
+    ahead: frozenset[Spot] = frozenset()
+    ahead_of: VideoJobKey | None = None
+
+    def owner(self, use: ClipUse) -> VideoJobKey:
+        """The job whose pending clip `use` was: this one, or the next window's (`ahead`)."""
+        return self.ahead_of if self.ahead_of and Spot.of(use) in self.ahead else self.key
 
     @property
     def frames(self) -> set[FrameKey]:
@@ -71,8 +79,11 @@ class VideoJob:
 
     @property
     def decode_keys(self) -> set[FrameKey]:
-        """What the decode pass produces: this window's frames and those it carries."""
-        return self.frames.union(*(c.keys for c in self.carry.values()))
+        """What the decode pass produces: this window's frames, those of the clips it makes
+        ahead, and those it carries."""
+        ahead = {key for use in self.uses if Spot.of(use) in self.ahead
+                 for key in clip_frame_keys(use.clip)}
+        return self.frames.union(ahead, *(c.keys for c in self.carry.values()))
 
     @property
     def views(self) -> set[ViewKey]:

@@ -126,6 +126,20 @@ def frame_nbytes(info: VideoInfo, frame: FrameKey) -> int:
     return height * width * 3
 
 
+def kept_frame_nbytes(info: VideoInfo, frame: FrameKey, first: OpInstance | None) -> int:
+    """Bytes of a decoded frame as a pass carries it: after its clips' first op (its
+    decoded size where that op's output size depends on the frame)."""
+    nbytes = frame_nbytes(info, frame)
+    if first is None:
+        return nbytes
+    height, width = frame[1][0] if frame[1] else (info.height, info.width)
+    shape = oplib.get_op(first.name).output_shape(dict(first.params),
+                                                  oplib.FrameShape(height, width))
+    if shape.height is None or shape.width is None:
+        return nbytes
+    return shape.height * shape.width * 3 * np.dtype(shape.dtype).itemsize
+
+
 def clip_nbytes(plan: TaskPlan, use: ClipUse) -> int:
     h, w = plan.out_hw
     itemsize = np.dtype(plan.out_dtype).itemsize

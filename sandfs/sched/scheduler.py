@@ -314,6 +314,8 @@ class Scheduler:
         """Claim the job's clips and buffers, and run it in a worker thread."""
         if isinstance(job, VideoJob):
             self.board.take_pending(job.key, job.uses)
+            if job.ahead_of is not None:
+                self.board.take_pending(job.ahead_of, job.uses)
             targets = {spot.view: self.board.buffer(spot.view) for spot in job.to_memory}
             self.carry.claim(job)
             # handed over without waiting for the loop: at 1,000 short videos the job threads

@@ -250,6 +250,8 @@ class _ClipMaker:
                 slot[...] = array  # made elsewhere: a shape the slot does not have
             stored = spot in job.to_disk and store.put(
                 clip_object_key(use, job.work.info), array, deadline=job.deadlines[use.view])
+            if stored and spot in job.ahead:
+                self.tools.stats.add("clips_made_ahead")
             self.placed.append(Placed(use, slot is not None, bool(stored)))
         self.report(self.take())
 
