@@ -1,7 +1,9 @@
 """What a job takes when it starts: room for the frames it decodes (and those it carries to
 later windows), the buffers of the batches it fills in memory, and the clips that pruning keeps
 on disk. A video job takes the pending clips whose batches fit in memory, plus those pruning
-keeps on disk; the rest wait for a later job. None: the job cannot start now.
+keeps on disk; the rest wait for a later job. A decode pass that would carry the next
+window's frames may take that window's clips instead, to disk (`_ahead`). None: the job cannot
+start now.
 
 A clip that goes into a batch in memory is also written to disk only where it may be read from
 there: always when reuse was asked for (`keeps_read`: a storage budget given), else when other
