@@ -103,8 +103,7 @@ class Admission:
         pending = self.board.pending.get(following)
         disk = self.board.disk_plans.get(following)
         if (window is None or not pending or disk is None
-                or any(Spot.of(u) not in disk.clips or u.view not in self.board.views
-                       for u in pending)):
+                or any(Spot.of(u) not in disk.clips for u in pending)):
             return []
         info = window.videos[following.path].info
         clip_bytes = sum(clip_nbytes(self.board.views[u.view].plan, u) for u in pending)

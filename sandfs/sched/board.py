@@ -62,11 +62,6 @@ class ViewState:
         """Does every slot have its clip, on disk or in memory (no video job owes it one)?"""
         return len(self.on_disk | self.in_memory) == self.slots
 
-    @property
-    def to_assemble(self) -> set[int]:
-        """Slots on disk and not in memory yet, when no slot still needs a video job."""
-        return self.on_disk - self.in_memory if self.covered else set()
-
 
 @dataclass(frozen=True, slots=True)
 class Recorded:
@@ -199,11 +194,12 @@ class BatchBoard:
             ), job
         for key in self.covered:  # batches to read back: those needed soon
             state = self.views[key]
-            if key in busy or not state.to_assemble:
+            on_disk_only = state.on_disk - state.in_memory  # to read back: no job owes a clip
+            if key in busy or not on_disk_only:
                 continue
             deadline, demanded = deadline_of(key), key in self.demanded
             if demanded or deadline < assemble_within:
-                yield JobState(f"a{key.parts}", demanded, deadline, len(state.to_assemble)), key
+                yield JobState(f"a{key.parts}", demanded, deadline, len(on_disk_only)), key
 
     def lead_work(self, use: ClipUse) -> int:
         """Frames x pixels a pass decodes to make this clip: from the keyframe before it."""

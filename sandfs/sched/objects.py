@@ -122,8 +122,12 @@ def mark_read(store: ObjectStore, key: ViewKey, plan: TaskPlan, view: ViewPlan) 
 
 def frame_nbytes(info: VideoInfo, frame: FrameKey) -> int:
     """RGB bytes of a decoded frame: full size, or its decode_resize."""
-    height, width = frame[1][0] if frame[1] else (info.height, info.width)
+    height, width = _decoded_hw(info, frame)
     return height * width * 3
+
+
+def _decoded_hw(info: VideoInfo, frame: FrameKey) -> tuple[int, int]:
+    return frame[1][0] if frame[1] else (info.height, info.width)
 
 
 def kept_frame_nbytes(info: VideoInfo, frame: FrameKey, first: OpInstance | None) -> int:
@@ -132,9 +136,8 @@ def kept_frame_nbytes(info: VideoInfo, frame: FrameKey, first: OpInstance | None
     nbytes = frame_nbytes(info, frame)
     if first is None:
         return nbytes
-    height, width = frame[1][0] if frame[1] else (info.height, info.width)
     shape = oplib.get_op(first.name).output_shape(dict(first.params),
-                                                  oplib.FrameShape(height, width))
+                                                  oplib.FrameShape(*_decoded_hw(info, frame)))
     if shape.height is None or shape.width is None:
         return nbytes
     return shape.height * shape.width * 3 * np.dtype(shape.dtype).itemsize
