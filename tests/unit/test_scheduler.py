@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from collections import Counter
 from dataclasses import dataclass, replace
 
@@ -129,12 +130,12 @@ class FakeAugmenter:
 
 
 def scheduler_for(tmp_path, *, videos=8, memory=1 << 30, workers=1, gate=None, epochs=4,
-                  store=None, decode_ahead=0, k_epochs=2):
+                  store=None, decode_ahead=0, k_epochs=2, materializer=None):
     plan = make_plan(tmp_path, videos=fake_videos(videos), epochs=epochs, k_epochs=k_epochs,
                      augmentation=[{"name": "crop", "branch_type": "single",
                                     "inputs": ["frame"], "outputs": ["c"],
                                     "config": [{"center_crop": {"size": [32, 32]}}]}])
-    materializer = RecordingMaterializer(gate)
+    materializer = materializer or RecordingMaterializer(gate)
     scheduler = Scheduler([plan], materializer, Stats(), workers=workers,
                           memory_limit_bytes=memory, limiter=trio.CapacityLimiter(workers),
                           store=store, decode_ahead=decode_ahead)
@@ -167,6 +168,43 @@ async def test_jobs_run_in_read_order_and_fill_whole_windows(tmp_path):
     # k_epochs=2, 4 epochs: two windows, each video decoded once per window
     assert sorted(materializer.decoded) == sorted([v.name for v in plan.videos] * 2)
     for epoch in range(4):
+        for iteration in range(plan.iterations_per_epoch):
+            assert view_key(plan, epoch, iteration) in scheduler.board.ready
+
+
+class FrameWatcher(RecordingMaterializer):
+    """Paints each frame only when the pass asks for it and, once the pass has taken its
+    last frame, counts how many of the frames it was handed are still alive."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alive_at_end: list[tuple[int, int]] = []  # (alive, handed) per pass
+
+    def decode_each(self, info, keys):
+        self.decoded.append(info.name)
+        handed = []
+        for index in sorted({i for i, _ in keys}):
+            frames = {k: np.full((info.height, info.width, 3), index % 255, np.uint8)
+                      for k in keys if k[0] == index}
+            handed += [weakref.ref(f) for f in frames.values()]
+            yield index, frames
+            del frames
+        self.alive_at_end.append((sum(r() is not None for r in handed), len(handed)))
+
+
+async def test_a_pass_lets_go_of_each_frame_once_its_last_clip_is_made(tmp_path):
+    """A pass held every frame it decoded until it ended: a whole video of full-size RGB
+    frames, whose pages the next pass touched fresh again. A frame no clip still needs (and
+    that no later window is carried or kept) is now let go as soon as its last clip is made:
+    when the pass has taken its last frame, only that frame is still referenced (the pass's
+    loop variable)."""
+    watcher = FrameWatcher()
+    plan, scheduler, _ = scheduler_for(tmp_path, materializer=watcher)
+    await run_until_settled(scheduler)
+    assert len(watcher.alive_at_end) == 2 * len(plan.videos)  # every pass, both windows
+    for alive, handed in watcher.alive_at_end:
+        assert handed > 1 and alive <= 1, (alive, handed)
+    for epoch in range(plan.epochs):
         for iteration in range(plan.iterations_per_epoch):
             assert view_key(plan, epoch, iteration) in scheduler.board.ready
 
