@@ -23,7 +23,12 @@ from sandfs.errors import UserError
 from sandfs.fuse.mounttable import is_mounted
 from sandfs.pids import wait_for_exit
 from sandfs.readiness import Readiness
-from sandfs.runtime import limit_malloc_arenas, quick_gil_turns, settle_collector
+from sandfs.runtime import (
+    keep_freed_memory,
+    limit_malloc_arenas,
+    quick_gil_turns,
+    settle_collector,
+)
 
 if TYPE_CHECKING:  # imported where used: it loads the ops registry (numpy, OpenCV)
     from sandfs.config.settings import MountSettings
@@ -177,6 +182,7 @@ def probes_ahead():
 
 def mount_foreground(configs, settings, warnings, args, probes) -> int:
     limit_malloc_arenas()  # before the daemon starts its threads
+    keep_freed_memory()
     quick_gil_turns()
     setup_logging(args.log_level)
     for warning in warnings:

@@ -19,6 +19,16 @@
   freed by another. Over 100 epochs (docs/performance.md §17) two arenas left the reader
   waiting 14.5-16.9 s in all (8 runs), against 15.3-19.1 s with glibc's default, at the
   same CPU.
+- **Freed memory kept for the next frames:** a fresh page costs this VM ~1.5 µs to fault in
+  (2.7 GB/s, against ~40 GB/s to write memory already mapped), and glibc gives memory back
+  early: blocks over its mmap threshold (128 KiB until a large block is freed, which raises
+  it) are unmapped when freed, and a heap top with twice the threshold free is trimmed. A
+  pass's frames (full-size RGB, 300-700 KB each) and clips (4.8 MB) were faulted in again and
+  again. With blocks under 32 MiB from the heaps and up to 64 MiB free at a heap's top kept,
+  cold SlowFast-size runs, four alternating pairs: 27% fewer page faults, the daemon 2.77
+  CPU-s against 2.90, the last batch 1.76 s against 1.84 s, peak RSS +35 MB
+  (docs/performance.md §29). Set where the daemon starts; a glibc setting the user made in the
+  environment (`MALLOC_*_`) wins.
 - **The GIL's turns:** a thread waiting for the GIL gets it once its holder has run Python for
   the switch interval, 5 ms by default. The daemon's job threads drop the GIL for every frame
   an op makes (OpenCV, numpy copies) and wait for it again after each, while the trio loop
@@ -63,8 +73,13 @@ log = logging.getLogger(__name__)
 BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
 HUGE_PAGES_ENV = "NUMPY_MADVISE_HUGEPAGE"
 MALLOC_ARENAS = 2
+MALLOC_MMAP_THRESHOLD = 32 << 20  # glibc's largest: smaller blocks come from the heaps
+MALLOC_TRIM_THRESHOLD = 64 << 20  # free at a heap's top kept up to this
+MALLOC_USER_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
+                   "MALLOC_MMAP_MAX_")
 GIL_SWITCH_INTERVAL_S = 0.0002
-_M_ARENA_MAX = -8  # glibc's malloc.h
+# glibc's malloc.h
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
 
 
 def numpy_environment() -> None:
@@ -77,14 +92,28 @@ def numpy_environment() -> None:
 def limit_malloc_arenas(count: int = MALLOC_ARENAS) -> bool:
     """Cap glibc's malloc arenas at `count` for the threads this process starts from now on;
     False where the C library has no such setting (not glibc)."""
+    return _mallopt(_M_ARENA_MAX, count, "arenas")
+
+
+def keep_freed_memory() -> bool:
+    """Blocks under MALLOC_MMAP_THRESHOLD come from malloc's heaps, and up to
+    MALLOC_TRIM_THRESHOLD free at a heap's top stays mapped, for the next ones; False where
+    the C library has no such setting or the user set one in the environment."""
+    if any(name in os.environ for name in MALLOC_USER_ENV):
+        return False
+    return (_mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD, "mmap threshold")
+            and _mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD, "trim threshold"))
+
+
+def _mallopt(param: int, value: int, what: str) -> bool:
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    done = bool(mallopt(_M_ARENA_MAX, count))
+    done = bool(mallopt(param, value))
     if not done:
-        log.debug("malloc arenas left as they are: mallopt refused %d", count)
+        log.debug("malloc %s left as it is: mallopt refused %d", what, value)
     return done
 
 
