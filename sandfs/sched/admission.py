@@ -25,6 +25,11 @@ from sandfs.sched.memory import MemoryLedger
 from sandfs.sched.objects import DiskPlan, Spot, clip_nbytes, frame_nbytes, kept_frame_nbytes
 from sandfs.sched.windows import WindowBook
 
+# The next window's clips are made in the pass when they take at most this many times the
+# bytes of the frames it would carry there: the clips are written once, where carried frames
+# are written, read back and augmented by a job of their own (docs/performance.md §29).
+AHEAD_BYTES_RATIO = 2
+
 
 class Admission:
     def __init__(self, *, book: WindowBook, board: BatchBoard, carry: CarryBook,
@@ -94,10 +99,10 @@ class Admission:
         """The clips of the video's next window that this decode pass makes too, to disk,
         where it would carry that window's frames there (`carried`: decode ahead asked for,
         room on disk and in memory): when that window is active (its batches on the board),
-        pruning keeps every one of those clips on disk, and they take no more bytes than the
-        frames carried would. Carried frames are written and read back whole, then cropped;
-        the clips are written once and read back into their batches (docs/performance.md
-        §28)."""
+        pruning keeps every one of those clips on disk, and they take at most AHEAD_BYTES_RATIO
+        times the bytes of the frames carried. Carried frames are written and read back whole
+        by a job of their own, then cropped; the clips are written once and read back into
+        their batches (docs/performance.md §28, §29)."""
         following = VideoJobKey(job_key.window + 1, job_key.path)
         window = self.book.windows.get(following.window)
         pending = self.board.pending.get(following)
@@ -108,7 +113,7 @@ class Admission:
         info = window.videos[following.path].info
         clip_bytes = sum(clip_nbytes(self.board.views[u.view].plan, u) for u in pending)
         frame_bytes = sum(kept_frame_nbytes(info, k, carried.firsts.get(k)) for k in carried.keys)
-        return list(pending) if clip_bytes <= frame_bytes else []
+        return list(pending) if clip_bytes <= AHEAD_BYTES_RATIO * frame_bytes else []
 
     def read_from_disk(self, use: ClipUse, *, demanded: bool) -> bool:
         """May this clip, made into its batch in memory, be read from disk too (module doc)?"""
