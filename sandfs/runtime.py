@@ -25,9 +25,9 @@
   it) are unmapped when freed, and a heap top with twice the threshold free is trimmed. A
   pass's frames (full-size RGB, 300-700 KB each) and clips (4.8 MB) were faulted in again and
   again. With blocks under 32 MiB from the heaps and up to 64 MiB free at a heap's top kept,
-  cold SlowFast-size runs, four alternating pairs: 27% fewer page faults, the daemon 2.77
-  CPU-s against 2.90, the last batch 1.76 s against 1.84 s, peak RSS +35 MB
-  (docs/performance.md §29). Set where the daemon starts; a glibc setting the user made in the
+  cold SlowFast-size runs, five alternating pairs: 22% fewer page faults, the daemon 2.73
+  CPU-s against 2.83, the last batch 1.74 s against 1.78 s, peak RSS +32 MB (medians,
+  docs/performance.md §29). Set where the daemon starts; a glibc setting the user made in the
   environment (`MALLOC_*_`) wins.
 - **The GIL's turns:** a thread waiting for the GIL gets it once its holder has run Python for
   the switch interval, 5 ms by default. The daemon's job threads drop the GIL for every frame
