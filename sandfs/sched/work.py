@@ -243,7 +243,8 @@ class _ClipMaker:
         by converting frames only later clips (or windows) use."""
         job, store = self.job, self.tools.store
         use = job.uses[position]
-        converted(frames, clip_frame_keys(use.clip))
+        keys = clip_frame_keys(use.clip)
+        converted(frames, keys)
         spot = Spot.of(use)
         slot = self.targets[use.view][use.slot] if spot in job.to_memory else None
         outs = {} if slot is None else {position: as_thwc(slot, job.layouts[use.view])}
@@ -259,14 +260,14 @@ class _ClipMaker:
             if stored and spot in job.ahead:
                 self.tools.stats.add("clips_made_ahead")
             self.placed.append(Placed(use, slot is not None, bool(stored)))
-        self.release(use, frames)
+        self.release(keys, frames)
         self.report(self.take())
 
-    def release(self, use: ClipUse, frames: dict[FrameKey, object]) -> None:
-        """Drop the frames of `use`'s clip that nothing needs any more."""
-        for key in clip_frame_keys(use.clip):
-            self.uses_left[key] -= 1
-            if self.uses_left[key] <= 0 and key not in self.kept:
+    def release(self, keys: set[FrameKey], frames: dict[FrameKey, object]) -> None:
+        """A clip of these frames was made: drop those nothing needs any more."""
+        self.uses_left.subtract(keys)
+        for key in keys - self.kept:
+            if not self.uses_left[key]:
                 frames.pop(key, None)
 
     def take(self) -> JobResult:
