@@ -49,10 +49,14 @@ ARENAS = textwrap.dedent("""
 """)
 
 
+def _fresh(code: str, *args: str, env: dict | None = None) -> str:
+    """What `code` prints, run in a fresh interpreter (with `args`, in `env`)."""
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=60, check=True, env=env).stdout
+
+
 def _arenas(mode: str) -> int:
-    done = subprocess.run([sys.executable, "-c", ARENAS, mode], capture_output=True, text=True,
-                          timeout=60, check=True)
-    return int(done.stdout)
+    return int(_fresh(ARENAS, mode))
 
 
 def test_threads_started_after_the_limit_share_two_malloc_arenas():
@@ -80,10 +84,8 @@ FAULTS = textwrap.dedent("""
 """)
 
 
-def _faults(mode: str, **env: str) -> int:
-    done = subprocess.run([sys.executable, "-c", FAULTS, mode], capture_output=True, text=True,
-                          timeout=60, check=True, env={**os.environ, **env})
-    return int(done.stdout)
+def _faults(mode: str) -> int:
+    return int(_fresh(FAULTS, mode))
 
 
 def test_memory_freed_by_one_pass_is_the_next_pass_s_without_new_page_faults():
@@ -97,11 +99,9 @@ def test_memory_freed_by_one_pass_is_the_next_pass_s_without_new_page_faults():
 
 
 def test_a_malloc_setting_the_user_made_wins():
-    done = subprocess.run(
-        [sys.executable, "-c", "from sandfs.runtime import keep_freed_memory as k; print(k())"],
-        capture_output=True, text=True, timeout=60, check=True,
-        env={**os.environ, "MALLOC_TRIM_THRESHOLD_": "1000000"})
-    assert done.stdout.strip() == "False"
+    done = _fresh("from sandfs.runtime import keep_freed_memory as k; print(k())",
+                  env=os.environ | {"MALLOC_TRIM_THRESHOLD_": "1000000"})
+    assert done.strip() == "False"
 
 
 def test_the_daemon_s_threads_take_turns_at_the_gil_sooner_than_python_s_default():
@@ -133,9 +133,7 @@ SETTLED = textwrap.dedent("""
 
 def test_the_daemon_s_collector_stops_walking_the_objects_its_imports_left():
     """A full collection walked every module's objects with the GIL held (runtime.py)."""
-    done = subprocess.run([sys.executable, "-c", SETTLED], capture_output=True, text=True,
-                          timeout=60, check=True)
-    walked_before, frozen, walked_after, collected = map(int, done.stdout.split())
+    walked_before, frozen, walked_after, collected = map(int, _fresh(SETTLED).split())
     assert walked_before > 10_000
     assert frozen >= walked_before
     assert walked_after < walked_before / 10
@@ -145,9 +143,7 @@ def test_the_daemon_s_collector_stops_walking_the_objects_its_imports_left():
 def _threads_after_import(env: dict) -> tuple[str, int]:
     code = ("import os, sandfs.__main__, numpy; "
             f"print(os.environ.get('{BLAS_THREADS_ENV}'), len(os.listdir('/proc/self/task')))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=True, env=env)
-    value, threads = done.stdout.split()
+    value, threads = _fresh(code, env=env).split()
     return value, int(threads)
 
 
@@ -178,9 +174,7 @@ HUGE_PAGES = textwrap.dedent("""
 
 
 def _huge_kb(env: dict) -> int:
-    done = subprocess.run([sys.executable, "-c", HUGE_PAGES], capture_output=True, text=True,
-                          timeout=60, check=True, env=env)
-    return int(done.stdout)
+    return int(_fresh(HUGE_PAGES, env=env))
 
 
 def test_the_command_advises_no_huge_pages_for_numpy_arrays():
