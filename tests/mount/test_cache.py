@@ -248,8 +248,8 @@ def test_random_kills_while_reading_lose_no_bytes(tmp_path, config_path, kills):
 def test_decode_ahead_decodes_less_and_serves_the_same_views(tmp_path, dataset_dir):
     """Six one-epoch windows read in order: with --decode-ahead 3 a video's decode pass keeps
     the next three windows' frames on disk (resized, as all their clips start so), or makes
-    the next window's clips where they are smaller, so each video is decoded twice, not six
-    times, and every view is still the reference view."""
+    the next window's clips where they take at most twice the room, so each video is decoded
+    twice, not six times, and every view is still the reference view."""
     config = write_config(tmp_path / "six.yaml", task_config(
         dataset_dir, epochs=6, engine={"k_epochs": 1, "workers": 2}))
     plan = build_plan(config)
