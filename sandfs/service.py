@@ -173,6 +173,15 @@ class ViewService:
         state = self.scheduler.view_state(key)
         return self.engine.state(key) if state == "planned" else state
 
+    def view_readers(self, task: str, epoch: int, iteration: int) -> int:
+        """user.sand.readers: how many tasks read this view. Identical views of several tasks
+        (a search's trials) are one object, and the page cache serves all but its first
+        reader; a view with one reader gains nothing from it (`sandfs.reading`)."""
+        key = view_key(self.tasks[task], epoch, iteration)
+        return sum(1 for plan in self.tasks.values()
+                   if epoch < plan.epochs and iteration < plan.iterations_per_epoch
+                   and view_key(plan, epoch, iteration) == key)
+
     def opened_view(self, task: str, epoch: int, iteration: int) -> None:
         """A trainer opened this view: that is where the task stands (deadlines count from it)."""
         self.scheduler.opened(task, epoch, iteration)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sandfs import reading
+
 try:
     import torch
     from torch.utils.data import Dataset, get_worker_info
@@ -89,24 +91,19 @@ class ViewDataset(Dataset):
 
 
 def read_view(path: str | os.PathLike[str], *, shared: bool = False) -> torch.Tensor:
-    """The view at `path` as a tensor. `shared`: in shared memory, for a DataLoader worker to
-    hand to the main process as it is; a tensor in ordinary memory is copied into shared
-    memory there, 19 MB more to write (and fresh pages to fault in) per SlowFast-size batch
-    (docs/performance.md §20). Either way the data is read once, straight into the tensor."""
-    with open(path, "rb", buffering=0) as file:
-        version = np.lib.format.read_magic(file)
-        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                       else np.lib.format.read_array_header_2_0)
-        shape, fortran_order, dtype = read_header(file)
-        if fortran_order or dtype.hasobject:  # never a view: whatever np.load makes of it
-            file.seek(0)
-            return torch.from_numpy(np.load(file, allow_pickle=False))
-        clips = new_tensor(shape, dtype, shared=shared)
-        data = memoryview(clips.numpy()).cast("B")
-        got = file.readinto(data)
-        if got != data.nbytes:
-            raise OSError(f"{path}: {got} bytes of data where its header says {data.nbytes}")
-    return clips
+    """The view at `path` as a tensor, read once, straight into it (`sandfs.reading`: with
+    O_DIRECT where this task is its only reader). `shared`: in shared memory, for a DataLoader
+    worker to hand to the main process as it is; a tensor in ordinary memory is copied into
+    shared memory there, 19 MB more to write (and fresh pages to fault in) per SlowFast-size
+    batch (docs/performance.md §20)."""
+    made: list[torch.Tensor] = []
+
+    def new_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        made.append(new_tensor(shape, dtype, shared=shared))  # again if read again
+        return made[-1].numpy()
+
+    array = reading.read_view(path, new_array)
+    return made[-1] if made else torch.from_numpy(array)
 
 
 def new_tensor(shape: tuple[int, ...], dtype: np.dtype, *, shared: bool) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """The extended attributes a mount serves: `user.sand.meta`, `labels` and `state` on views,
-frames and source videos, and `user.sand.classes` on a task's directory."""
+frames and source videos, `user.sand.readers` on views, and `user.sand.classes` on a task's
+directory."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from sandfs.service import ViewService
 
 XATTR_PREFIX = b"user.sand."
 XATTRS = (b"user.sand.meta", b"user.sand.labels", b"user.sand.state")
+VIEW_XATTRS = (*XATTRS, b"user.sand.readers")  # how many tasks read the view
 TASK_XATTRS = (b"user.sand.classes",)  # on a task's directory: its sorted class names
 
 ATTR_KINDS = ("view", "aug", "video_file")  # the nodes that carry XATTRS
@@ -18,15 +20,19 @@ ATTR_KINDS = ("view", "aug", "video_file")  # the nodes that carry XATTRS
 def xattr_names(node: Node) -> list[bytes]:
     if node.kind == "task":
         return list(TASK_XATTRS)
+    if node.kind == "view":
+        return list(VIEW_XATTRS)
     return list(XATTRS) if node.kind in ATTR_KINDS else []
 
 
 def xattr_bytes(service: ViewService, node: Node, name: bytes, exists: bool) -> bytes | None:
     """The value of attribute `name` on `node`, or None when it has none (`exists`: whether the
     node is still in the namespace)."""
-    if node.kind == "task" and name in TASK_XATTRS and exists:
+    if node.kind == "task":
+        if name not in TASK_XATTRS or not exists:
+            return None
         return json.dumps(service.tasks[node.task].class_names).encode()
-    if name not in XATTRS or node.kind not in ATTR_KINDS:
+    if name not in xattr_names(node):
         return None
     value = xattr_value(service, node, name.removeprefix(XATTR_PREFIX).decode())
     return json.dumps(value).encode() if not isinstance(value, str) else value.encode()
@@ -38,6 +44,8 @@ def xattr_value(service: ViewService, node: Node, attr: str):
     if node.kind == "view":
         if attr == "state":
             return service.view_state(node.task, node.epoch, node.iteration)
+        if attr == "readers":
+            return str(service.view_readers(node.task, node.epoch, node.iteration))
         meta = service.view_meta(node.task, node.epoch, node.iteration)
         return meta if attr == "meta" else [s["label"] for s in meta["samples"]]
     plan = service.tasks[node.task]

@@ -21,6 +21,7 @@ from sandfs.sched.flights import ObjectFailed
 from tests.helpers.operations import CTX, errno_of
 
 XATTRS = {b"user.sand.meta", b"user.sand.labels", b"user.sand.state"}
+VIEW_XATTRS = XATTRS | {b"user.sand.readers"}
 
 
 async def test_every_view_equals_the_reference(fs, plan, expected_view):
@@ -135,7 +136,8 @@ async def test_an_unexpected_error_is_logged_once_and_becomes_eio(fs, monkeypatc
 
 async def test_view_xattrs(fs, plan):
     view = await fs.inode("t0/1/0/view")
-    assert set(await fs.ops.listxattr(view, CTX)) == XATTRS
+    assert set(await fs.ops.listxattr(view, CTX)) == VIEW_XATTRS
+    assert await fs.getxattr("t0/1/0/view", "user.sand.readers") == b"1"
     assert await fs.getxattr("t0/1/0/view", "user.sand.state") in (
         b"planned", b"materializing", b"ready")
     await fs.read("t0/1/0/view")
@@ -164,6 +166,9 @@ async def test_source_video_and_frame_xattrs(fs):
     ("t0/0/0/view", b"user.sand"),
     ("t0/0/0/view", b"security.selinux"),
     ("t0/videos/archery/archery_000.mp4", b"user.sand.metaa"),
+    ("t0/videos/archery/archery_000.mp4", b"user.sand.readers"),
+    ("t0/videos/archery/archery_000/frame0/aug0", b"user.sand.readers"),
+    ("t0", b"user.sand.readers"),
     ("t0", b"user.sand.meta"),
     ("", b"user.sand.meta"),
     (".sand/status.json", b"user.sand.state"),

@@ -4,12 +4,15 @@ counts."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 
+from sandfs.reading import open_view, read_view, sole_reader
 from tests.helpers.harness import mount_sandfs, task_config, write_config
 from tests.helpers.pagecache import cached_pages, wait_uncached
 
@@ -88,3 +91,34 @@ def test_a_task_s_views_leave_the_page_cache_once_read(mounted):
     data = read(path)
     assert wait_uncached(path) == 0
     assert read(path) == data
+
+
+def test_a_view_says_how_many_tasks_read_it_and_is_read_past_the_page_cache_by_one(
+        tmp_path, dataset_dir):
+    """`user.sand.readers`: the trials' shared views have three readers, another seed's one.
+    `sandfs.reading` opens a view with one reader O_DIRECT (the daemon's reply lands in the
+    reader's array, no page-cache copy) and a shared one through the page cache, which then
+    serves the next trial."""
+    paths = [write_config(tmp_path / f"{t}.yaml", task_config(dataset_dir, task=t))
+             for t in TRIALS]
+    other = write_config(tmp_path / "other.yaml", task_config(dataset_dir, task="other", seed=7))
+    with mount_sandfs(tmp_path, [*paths, other]) as m:
+        trial_views = [m.path(t, "1", "2", "view") for t in TRIALS]
+        own_view = m.path("other", "1", "2", "view")
+        assert [os.getxattr(p, "user.sand.readers") for p in trial_views] == [b"3"] * 3
+        assert os.getxattr(own_view, "user.sand.readers") == b"1"
+        assert sole_reader(own_view) and not sole_reader(trial_views[0])
+        whole = read(own_view)
+        for path, direct in ((own_view, True), (trial_views[0], False)):
+            fd = open_view(path, sole_reader(path))
+            try:
+                assert bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT) == direct
+                if direct:  # any offset and size, into an unaligned buffer
+                    assert os.pread(fd, 777, 12345) == whole[12345:13122]
+            finally:
+                os.close(fd)
+        assert np.array_equal(read_view(own_view), np.load(own_view))
+        first = read_view(trial_views[0])
+        assert cached_pages(trial_views[1]) > 0  # the next trial reads it from the page cache
+        assert np.array_equal(read_view(trial_views[1]), first)
+        assert np.array_equal(read_view(trial_views[2]), first)

@@ -77,8 +77,9 @@ paths = st.one_of(
               st.sampled_from(["view", "view", "view", *JUNK])),
     st.tuples(st.just("t0"), st.just("0"), st.just("0"), st.just("view"), st.sampled_from(JUNK)),
 )
-xattr_names = st.sampled_from(["user.sand.meta", "user.sand.labels", "user.sand.state",
-                               "user.sand.nope", "user.other", "trusted.sand.meta"])
+VIEW_XATTRS = {"user.sand.meta", "user.sand.labels", "user.sand.state", "user.sand.readers"}
+xattr_names = st.sampled_from([*sorted(VIEW_XATTRS), "user.sand.nope", "user.other",
+                               "trusted.sand.meta"])
 
 
 class MountMachine(RuleBasedStateMachine):
@@ -147,8 +148,7 @@ class MountMachine(RuleBasedStateMachine):
         expected = self.model.lookup(parts)
         if self.missing(expected, os.getxattr, self.path(parts), name):
             return
-        if expected[0] != "view" or name not in ("user.sand.meta", "user.sand.labels",
-                                                 "user.sand.state"):
+        if expected[0] != "view" or name not in VIEW_XATTRS:
             with pytest.raises(OSError) as caught:
                 os.getxattr(self.path(parts), name)
             assert caught.value.errno in (errno.ENODATA, errno.EOPNOTSUPP), caught.value
@@ -161,6 +161,8 @@ class MountMachine(RuleBasedStateMachine):
             assert json.loads(value) == json.loads(json.dumps(view_meta))
         elif name == "user.sand.labels":
             assert json.loads(value) == [s["label"] for s in view_meta["samples"]]
+        elif name == "user.sand.readers":
+            assert value == b"1"  # one task on the mount
         else:
             assert value in (b"planned", b"materializing", b"ready")
 
@@ -170,8 +172,7 @@ class MountMachine(RuleBasedStateMachine):
         if self.missing(expected, os.listxattr, self.path(parts)):
             return
         if expected[0] == "view":
-            assert set(os.listxattr(self.path(parts))) == {
-                "user.sand.meta", "user.sand.labels", "user.sand.state"}
+            assert set(os.listxattr(self.path(parts))) == VIEW_XATTRS
         elif parts == ("t0",):  # a task's directory: its class names
             assert os.listxattr(self.path(parts)) == ["user.sand.classes"]
         else:

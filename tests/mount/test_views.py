@@ -101,7 +101,8 @@ def test_every_video_exactly_once_per_epoch(mounted, config_path):
 def test_xattrs(mounted):
     path = mounted.path("t0", "1", "0", "view")
     names = set(os.listxattr(path))
-    assert names == {"user.sand.meta", "user.sand.labels", "user.sand.state"}
+    assert names == {"user.sand.meta", "user.sand.labels", "user.sand.state", "user.sand.readers"}
+    assert os.getxattr(path, "user.sand.readers") == b"1"
     assert os.getxattr(path, "user.sand.state") in (b"planned", b"materializing", b"ready")
     read(path)
     assert os.getxattr(path, "user.sand.state") == b"ready"

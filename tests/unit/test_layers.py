@@ -24,7 +24,7 @@ RANK = {  # a module may import modules of the same or a lower rank only
     "fuse": 6,
     "daemon": 7,
     "cli": 8, "__main__": 8, "__init__": 8, "watch": 8,
-    "torch": 9, "client": 9, "ray": 10,  # client side: what a training script imports
+    "torch": 9, "client": 9, "reading": 9, "ray": 10,  # client side: what a training script imports
 }
 
 
