@@ -71,6 +71,7 @@ from common import (
 )
 from peers import PEERS, PeerFeed, check_peer, peer_unavailable, peer_version, task_plans
 
+from sandfs import reading
 from sandfs.client import register_task
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -173,7 +174,8 @@ def write_task_configs(scenario: str, dataset_root: Path, extensions: list[str],
 
 
 class SandfsFeed:
-    """One task's batches read from the mount, epoch by epoch, in iteration order."""
+    """One task's batches read from the mount, epoch by epoch, in iteration order, the way
+    the README tells users to read them (`sandfs.reading`, which `sandfs.torch` uses too)."""
 
     def __init__(self, mountpoint: Path, task: str) -> None:
         self.task_dir = mountpoint / task
@@ -185,8 +187,7 @@ class SandfsFeed:
         for iteration in sorted(int(n) for n in os.listdir(epoch_dir) if n.isdigit()):
             path = epoch_dir / str(iteration) / "view"
             self.ready_at_open.append(os.getxattr(path, "user.sand.state") == b"ready")
-            with open(path, "rb") as f:
-                batch = np.load(f)
+            batch = reading.read_view(path)
             meta = json.loads(os.getxattr(path, "user.sand.meta"))
             yield batch, [sample["label_index"] for sample in meta["samples"]]
 

@@ -7,6 +7,9 @@ has every view of epoch 0 ready in memory, two scenarios, each repeated:
 
 - `one_reader`: one process reads each view of task t0, dropping the file's page cache first
   (posix_fadvise DONTNEED), so every byte comes from the daemon.
+- `one_reader_direct`: the same, each view opened with O_DIRECT, as `sandfs.reading` opens a
+  view that only one task reads: the daemon's reply goes straight into the reader's buffer,
+  with no page-cache copy (these views have four readers; the scenario opens them so anyway).
 - `four_trials`: four processes, reader k reading task t{k}'s views in the same order, page
   caches dropped before the round: what a search's trials reading in step get.
 
@@ -28,6 +31,8 @@ from pathlib import Path
 
 import yaml
 from common import emit, machine_busy_cores, machine_info, sandfs_mount, tree_cpu_seconds
+
+from sandfs.reading import open_view
 
 TASKS = ("t0", "t1", "t2", "t3")
 CLIPS, FRAMES, SIDE = 4, 32, 224
@@ -77,10 +82,11 @@ def drop_page_cache(path: Path) -> None:
         os.close(fd)
 
 
-def read_whole(path: Path, buffer: bytearray) -> int:
-    """Read the file into `buffer` (preallocated, as a trainer's loader would) in large reads."""
+def read_whole(path: Path, buffer: bytearray, direct: bool = False) -> int:
+    """Read the file into `buffer` (preallocated, as a trainer's loader would) in large reads;
+    `direct`: opened with O_DIRECT."""
     view, done = memoryview(buffer), 0
-    with open(path, "rb", buffering=0) as f:
+    with open(open_view(path, direct), "rb", buffering=0) as f:
         while n := f.readinto(view[done:]):
             done += n
     return done
@@ -94,12 +100,12 @@ def reader(paths: list[Path], size: int, start, results) -> None:
     results.put((total, time.perf_counter() - started))
 
 
-def one_reader(paths: list[Path], size: int) -> tuple[int, float]:
+def one_reader(paths: list[Path], size: int, direct: bool = False) -> tuple[int, float]:
     buffer, total, elapsed = bytearray(size), 0, 0.0
     for path in paths:
         drop_page_cache(path)
         started = time.perf_counter()
-        total += read_whole(path, buffer)
+        total += read_whole(path, buffer, direct)
         elapsed += time.perf_counter() - started
     return total, elapsed
 
@@ -159,6 +165,8 @@ def main() -> None:
                     read_whole(path, bytearray(size))
             emit({"view_bytes": size, "views_per_task": len(paths)})
             measure("one_reader", args.repeats, mount.pid, lambda: one_reader(paths, size))
+            measure("one_reader_direct", args.repeats, mount.pid,
+                    lambda: one_reader(paths, size, direct=True))
             measure("four_trials", args.repeats, mount.pid,
                     lambda: four_trials(mount.mountpoint, size))
     emit({"busy_cores_after": machine_busy_cores()})
