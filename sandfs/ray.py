@@ -4,7 +4,7 @@ data-parallel ranks whose tasks live exactly as long as they do.
     with sandfs.ray.task(config, name="trial3") as view:      # in a Tune trial or Train worker
         for epoch in range(view.epochs):
             for it in range(view.iterations_per_epoch):
-                batch = np.load(view.path(epoch, it))
+                batch = view.read(epoch, it)  # np.load(view.path(epoch, it)), cheaper
 
 `task()` makes sure its node has a daemon and a mount, registers the task there and holds its
 lease (see sandfs.client): leaving the block, an exception, ASHA stopping the trial or a SIGKILL

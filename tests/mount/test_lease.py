@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from sandfs.client import prepare_task, register_task
@@ -90,6 +91,7 @@ def test_a_handle_ends_its_task_on_close(tmp_path, dataset_dir):
             assert view.path(1, 2) == str(m.path("trial", "1", "2", "view"))
             with open(view.path(1, 2), "rb") as f:  # the same pipeline and seed: same batch
                 assert f.read() == m.path("base", "1", "2", "view").read_bytes()
+            assert np.array_equal(view.read(1, 2), np.load(m.path("base", "1", "2", "view")))
             with pytest.raises(IndexError):
                 view.path(2, 0)
             with pytest.raises(UserError, match="already registered"):
