@@ -16,13 +16,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sandfs.materialize import clip_frame_keys
-from sandfs.plan.window import ClipUse, ViewKey
+from sandfs.materialize import FrameKey
+from sandfs.plan.window import ClipUse, VideoWork, ViewKey
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import AssemblyJob, Carry, VideoJob, VideoJobKey
 from sandfs.sched.memory import MemoryLedger
-from sandfs.sched.objects import DiskPlan, Spot, clip_nbytes, frame_nbytes, kept_frame_nbytes
+from sandfs.sched.objects import (
+    DiskPlan,
+    Spot,
+    clip_nbytes,
+    frame_nbytes,
+    kept_frame_nbytes,
+    pass_frame_bytes,
+)
 from sandfs.sched.windows import WindowBook
 
 # The next window's clips are made in the pass when they take at most this many times the
@@ -46,7 +53,9 @@ class Admission:
         video = self.book.windows[job_key.window].videos[job_key.path]
         disk = self.board.disk_plans.get(job_key, DiskPlan())
         frames_on_disk = job_key in self.carry.frames_on_disk
-        own_bytes = sum(frame_nbytes(video.info, k) for k in video.frame_keys)
+        pending = self.board.pending[job_key]
+        kept = video.frame_keys if disk.frames and self.keeps_on_disk else frozenset()
+        own_bytes = self._frame_bytes(video, pending, kept, frames_on_disk)
         free = self.memory.room_for_frames(own_bytes, demanded=demanded)
         if free is None:
             return None
@@ -58,13 +67,12 @@ class Admission:
             job_key.window + 1 in carry) else []
         if ahead:
             del carry[job_key.window + 1]  # its clips are made instead, from the same frames
-        ahead_frames = {k for use in ahead for k in clip_frame_keys(use.clip)}
-        frame_bytes = sum(frame_nbytes(video.info, k) for k in video.frame_keys.union(
-            ahead_frames, *(c.keys for c in carry.values())))
-        free = self.memory.make_room(frame_bytes - own_bytes, free)  # the carried frames
+        frame_bytes = self._frame_bytes(video, [*pending, *ahead],
+                                        kept.union(*(c.keys for c in carry.values())),
+                                        frames_on_disk)
+        free = self.memory.make_room(frame_bytes - own_bytes, free)  # ahead or carried
         uses, to_memory, to_disk, reserved = [], set(), set(), set()
-        for use in sorted(self.board.pending[job_key],
-                          key=lambda u: self.book.deadline_of(u.view)):
+        for use in sorted(pending, key=lambda u: self.book.deadline_of(u.view)):
             spot = Spot.of(use)
             keep = spot in disk.clips and self.keeps_on_disk
             wanted = demanded and use.view in self.board.demanded
@@ -94,6 +102,19 @@ class Admission:
             layouts={u.view: views[u.view].plan.sampling.layout for u in uses},
             states={u.view: views[u.view] for u in uses}, ahead=ahead_spots,
             ahead_of=VideoJobKey(job_key.window + 1, job_key.path) if ahead else None)
+
+    @staticmethod
+    def _frame_bytes(video: VideoWork, uses: list[ClipUse], held: frozenset[FrameKey],
+                     frames_on_disk: bool) -> int:
+        """What a job over `uses` holds of decoded frames at most (the ledger charges it while
+        it runs): a pass its peak, frames read from disk all of the window's at once. Each
+        pass lets a frame go after its last clip, so it held less than all its frames: charged
+        them all, a pass started when memory was full of the first batches could neither carry
+        the next window's frames nor make its clips, and that window decoded the video again
+        (docs/performance.md §30). Clips a later job makes instead only lower the peak."""
+        if frames_on_disk:
+            return sum(frame_nbytes(video.info, k) for k in video.frame_keys)
+        return pass_frame_bytes(video.info, uses, held)
 
     def _ahead(self, job_key: VideoJobKey, carried: Carry) -> list[ClipUse]:
         """The clips of the video's next window that this decode pass makes too, to disk,

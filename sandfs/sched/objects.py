@@ -5,6 +5,7 @@ the video. Pruning (Algorithm 1, `sandfs.cache.prune`) picks the clips and frame
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -124,6 +125,48 @@ def frame_nbytes(info: VideoInfo, frame: FrameKey) -> int:
     """RGB bytes of a decoded frame: full size, or its decode_resize."""
     height, width = _decoded_hw(info, frame)
     return height * width * 3
+
+
+def first_reader(use: ClipUse) -> int:
+    """The soonest position at which a task reads the clip's batch."""
+    return min((position for _, position in use.readers), default=0)
+
+
+def making_order(uses: Sequence[ClipUse]) -> list[int]:
+    """The order a decode pass makes its clips in (positions in `uses`): the clips of its
+    soonest batch first, a reader may be waiting for them; then each as soon as its frames
+    are in, so that its frames are let go early. A clip is made once its frames are in and
+    those before it are made."""
+    soonest = min(map(first_reader, uses), default=0)
+    return sorted(range(len(uses)), key=lambda p: (
+        first_reader(uses[p]) != soonest, max(uses[p].clip.frame_indices),
+        first_reader(uses[p])))
+
+
+def pass_frame_bytes(info: VideoInfo, uses: Sequence[ClipUse],
+                     held: Iterable[FrameKey] = ()) -> int:
+    """The most bytes of decoded frames a pass making `uses` holds at once, in RGB: each
+    frame from its decoding until its last clip is made (`making_order`), the `held` ones
+    (kept on disk, carried to later windows) until the pass ends."""
+    released_after: dict[FrameKey, int] = {}
+    made_at = -1
+    for position in making_order(uses):
+        clip = uses[position].clip
+        made_at = max(made_at, max(clip.frame_indices))
+        for key in clip_frame_keys(clip):
+            released_after[key] = max(released_after.get(key, -1), made_at)
+    for key in held:
+        released_after[key] = math.inf
+    change: defaultdict[float, int] = defaultdict(int)
+    for key, last in released_after.items():
+        nbytes = frame_nbytes(info, key)
+        change[key[0]] += nbytes
+        change[last + 1] -= nbytes
+    peak = held_now = 0
+    for index in sorted(change):
+        held_now += change[index]
+        peak = max(peak, held_now)
+    return peak
 
 
 def _decoded_hw(info: VideoInfo, frame: FrameKey) -> tuple[int, int]:

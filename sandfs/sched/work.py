@@ -43,6 +43,7 @@ from sandfs.sched.objects import (
     clip_object_key,
     frame_object_key,
     frame_packs,
+    making_order,
     needs_pruning,
     soonest_clips,
 )
@@ -207,15 +208,15 @@ class _ClipMaker:
             *(c.keys for c in job.carry.values()))
 
     def make_while_decoding(self) -> Generator[None, None, dict[FrameKey, object]]:
-        """Decode the pass, making the clips in the order their batches are read, each as soon
-        as its frames are in and those read before it are made, and handed over on its own;
-        yielding after each while clips that need more decoding remain; the frames. The pass
-        keeps every frame it decodes until it ends anyway, so a clip read later waits at no
-        cost: the first batch's clip at the end of a video no longer waits for the clips of
-        later epochs that the decoder passed on the way, nor for their making."""
+        """Decode the pass, making the clips in `making_order`, each as soon as its frames are
+        in and those before it are made, and handed over on its own; yielding after each while
+        clips that need more decoding remain; the frames kept or carried. The soonest batch's
+        clip at the end of a video does not wait for the clips of later epochs the decoder
+        passed on the way, nor for their making; those are made after it, then each as its
+        frames come, so their frames are let go early (Admission charges the pass its peak:
+        `pass_frame_bytes`)."""
         job = self.job
-        order = sorted(range(len(job.uses)), key=lambda p: (
-            job.deadlines[job.uses[p].view], max(job.uses[p].clip.frame_indices)))
+        order = making_order(job.uses)
         lasts = [max(job.uses[p].clip.frame_indices) for p in order]
         frames: dict[FrameKey, object] = {}
         made = 0

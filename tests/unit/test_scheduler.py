@@ -25,13 +25,20 @@ from sandfs.materialize import (
     to_layout,
 )
 from sandfs.media.decode import DecodeError
-from sandfs.plan.window import ViewKey, plan_window, view_key
+from sandfs.plan.task import StreamClip
+from sandfs.plan.window import ClipUse, ViewKey, plan_window, view_key
 from sandfs.sched import planning as planning_module
 from sandfs.sched import scheduler as scheduler_module
 from sandfs.sched.admission import AHEAD_BYTES_RATIO
 from sandfs.sched.board import ReadyView
 from sandfs.sched.carry import CarryBook
-from sandfs.sched.objects import clip_nbytes, frame_nbytes, object_graph
+from sandfs.sched.objects import (
+    clip_nbytes,
+    frame_nbytes,
+    making_order,
+    object_graph,
+    pass_frame_bytes,
+)
 from sandfs.sched.policy import JobState, pick_next, under_pressure
 from sandfs.sched.scheduler import Scheduler
 from sandfs.sched.windows import Position
@@ -208,6 +215,88 @@ async def test_a_pass_lets_go_of_each_frame_once_its_last_clip_is_made(tmp_path)
     for epoch in range(plan.epochs):
         for iteration in range(plan.iterations_per_epoch):
             assert view_key(plan, epoch, iteration) in scheduler.board.ready
+
+
+def hand_made_use(frames, first_read: int, slot: int = 0) -> ClipUse:
+    clip = StreamClip(video_index=0, sample=0, stream=0, frame_indices=tuple(frames), ops=(),
+                      step_depths=(), branches=())
+    return ClipUse(ViewKey(("t",), first_read, 0), slot, clip, (("t", first_read),))
+
+
+def test_a_pass_makes_its_soonest_clips_first_then_each_as_its_frames_come():
+    uses = [hand_made_use(range(80, 90), first_read=5), hand_made_use(range(60, 70), 0),
+            hand_made_use(range(0, 10), 3), hand_made_use(range(20, 30), 0, slot=1),
+            hand_made_use(range(40, 50), 1)]
+    assert making_order(uses) == [3, 1, 2, 4, 0]
+
+
+def test_what_a_pass_holds_at_most():
+    """Frames 64x48 RGB (9,216 bytes): a clip's frames go once it is made; frames of clips
+    that wait for the soonest clip are held until then; held frames stay to the end."""
+    info = fake_videos(1)[0]
+    frame = 64 * 48 * 3
+    apart = [hand_made_use(range(0, 10), 0), hand_made_use(range(20, 30), 1)]
+    assert pass_frame_bytes(info, apart) == 10 * frame
+    waiting = [hand_made_use(range(20, 30), 0), hand_made_use(range(0, 10), 1)]
+    assert pass_frame_bytes(info, waiting) == 20 * frame  # the first 10 wait for frame 29
+    kept_first = {(i, None) for i in range(5)}  # kept or carried: held to the end
+    assert pass_frame_bytes(info, apart, held=kept_first) == 15 * frame
+    kept_after = {(i, None) for i in range(40, 45)}  # decoded once the clips' frames are gone
+    assert pass_frame_bytes(info, apart, held=kept_after) == 10 * frame
+
+
+class PeakWatcher(RecordingMaterializer):
+    """Records, per pass, the most bytes of the frames it was handed still alive at once
+    (measured as each new frame is handed over, before the pass makes its clips with it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.peaks: list[tuple[str, int]] = []  # (video, bytes) per pass
+
+    def decode_each(self, info, keys):
+        self.decoded.append(info.name)
+        handed, peak = [], 0
+        for index in sorted({i for i, _ in keys}):
+            frames = {k: np.full((info.height, info.width, 3), index % 255, np.uint8)
+                      for k in keys if k[0] == index}
+            handed += [weakref.ref(f) for f in frames.values()]
+            peak = max(peak, sum(f.nbytes for r in handed if (f := r()) is not None))
+            yield index, frames
+            del frames
+        self.peaks.append((info.name, peak))
+
+
+@pytest.mark.parametrize("decode_ahead", [0, 1])
+async def test_a_pass_holds_no_more_frames_than_it_is_charged(tmp_path, decode_ahead):
+    """The memory ledger charges a running pass the most its frames take at once (each let go
+    after its last clip, the soonest batch's clips made first), not all of them: charged them
+    all, a pass started in a full memory could not carry the next window's frames, and that
+    window decoded the video again. Every pass holds at most its charge, and some are
+    charged less than all their frames."""
+    watcher = PeakWatcher()
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        _, scheduler, _ = scheduler_for(tmp_path, materializer=watcher, store=store,
+                                        decode_ahead=decode_ahead, epochs=6)
+        charged = []
+        admit = scheduler.admit.video
+
+        def recording(job_key, *, demanded):
+            job = admit(job_key, demanded=demanded)
+            if job is not None:
+                charged.append((job.work.info.name, job.frame_bytes, sum(
+                    frame_nbytes(job.work.info, k) for k in job.decode_keys)))
+            return job
+
+        scheduler.admit.video = recording
+        await run_until_settled(scheduler)
+    assert sorted(name for name, _ in watcher.peaks) == sorted(name for name, _, _ in charged)
+    charges = {}  # a video's passes, in the order they started (and ended: one at a time)
+    for name, charge, every_frame in charged:
+        charges.setdefault(name, []).append((charge, every_frame))
+    for name, peak in watcher.peaks:
+        charge, every_frame = charges[name].pop(0)
+        assert 0 < peak <= charge <= every_frame, (name, peak, charge, every_frame)
+    assert any(charge < every_frame for _, charge, every_frame in charged)
 
 
 async def test_a_hand_over_that_fails_in_the_loop_fails_its_job_not_the_daemon(
