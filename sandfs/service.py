@@ -177,10 +177,10 @@ class ViewService:
         """user.sand.readers: how many tasks read this view. Identical views of several tasks
         (a search's trials) are one object, and the page cache serves all but its first
         reader; a view with one reader gains nothing from it (`sandfs.reading`)."""
-        key = view_key(self.tasks[task], epoch, iteration)
+        sharing = self.tasks[task].sharing_key  # not view_key: a stat draws no window
         return sum(1 for plan in self.tasks.values()
-                   if epoch < plan.epochs and iteration < plan.iterations_per_epoch
-                   and view_key(plan, epoch, iteration) == key)
+                   if plan.sharing_key == sharing and epoch < plan.epochs
+                   and iteration < plan.iterations_per_epoch)
 
     def opened_view(self, task: str, epoch: int, iteration: int) -> None:
         """A trainer opened this view: that is where the task stands (deadlines count from it)."""

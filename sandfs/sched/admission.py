@@ -27,6 +27,7 @@ from sandfs.sched.objects import (
     DiskPlan,
     Spot,
     clip_nbytes,
+    first_reader,
     frame_nbytes,
     kept_frame_nbytes,
     pass_frame_bytes,
@@ -99,7 +100,7 @@ class Admission:
             job_key, video, tuple(uses), frozenset(to_memory), frozenset(to_disk) | ahead_spots,
             save_frames=disk.frames and self.keeps_on_disk, frames_on_disk=frames_on_disk,
             frame_bytes=frame_bytes, carry=carry,
-            deadlines={u.view: min((pos for _, pos in u.readers), default=0) for u in uses},
+            deadlines={u.view: first_reader(u) for u in uses},
             layouts={u.view: views[u.view].plan.sampling.layout for u in uses},
             states={u.view: views[u.view] for u in uses}, ahead=ahead_spots,
             ahead_of=VideoJobKey(job_key.window + 1, job_key.path) if ahead else None)

@@ -137,10 +137,10 @@ def making_order(uses: Sequence[ClipUse]) -> list[int]:
     soonest batch first, a reader may be waiting for them; then each as soon as its frames
     are in, so that its frames are let go early. A clip is made once its frames are in and
     those before it are made."""
-    soonest = min(map(first_reader, uses), default=0)
+    firsts = [first_reader(use) for use in uses]
+    soonest = min(firsts, default=0)
     return sorted(range(len(uses)), key=lambda p: (
-        first_reader(uses[p]) != soonest, max(uses[p].clip.frame_indices),
-        first_reader(uses[p])))
+        firsts[p] != soonest, max(uses[p].clip.frame_indices), firsts[p]))
 
 
 def pass_frame_bytes(info: VideoInfo, uses: Sequence[ClipUse],
