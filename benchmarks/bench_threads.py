@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Are threads enough? The daemon's hot path (selective decode -> RGB -> resize/crop/flip ->
-copy into a batch) run by 1 thread, 2 threads and 2 processes over the same work; if threads
-scale like processes, the GIL does not cap throughput on this machine.
+copy into a batch) run by N threads and by N processes over the same work, for each N in
+--workers; where threads scale like processes, the GIL does not cap the job threads on this
+machine (the daemon's FUSE replies, which hold it too, are not in this path).
 
-Usage: benchmarks/bench_threads.py [--videos 8] [--size 340x256] [--repeats 3]
+Usage: benchmarks/bench_threads.py [--videos 8] [--size 340x256] [--repeats 3] [--workers 1 2]
 Prints one JSON object per configuration, then a summary line.
 """
 
@@ -76,7 +77,11 @@ def main() -> None:
     parser.add_argument("--size", default="340x256")
     parser.add_argument("--chunks", type=int, default=4, help="work items per configuration")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
+                        help="thread and process counts to run (a many-core machine: 1 2 4 8)")
     args = parser.parse_args()
+    if min(args.workers) < 1:
+        parser.error("--workers: counts of 1 or more")
     width, height = (int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory() as root:
         make_dataset(root, classes=1, videos_per_class=args.videos, num_frames=(200, 250),
@@ -85,7 +90,9 @@ def main() -> None:
         run_batch((infos[:1], 0))  # warm-up
         clips = args.chunks * len(infos)
         results = {}
-        for mode, workers in (("threads", 1), ("threads", 2), ("processes", 2)):
+        counts = sorted(set(args.workers))
+        configs = [(mode, n) for n in counts for mode in ("threads", "processes")]
+        for mode, workers in configs:
             seconds = [timed(mode, workers, infos, args.chunks) for _ in range(args.repeats)]
             median = statistics.median(seconds)
             results[(mode, workers)] = clips / median
@@ -93,10 +100,13 @@ def main() -> None:
                               "clips": clips, "median_seconds": round(median, 3),
                               "clips_per_second": round(clips / median, 2),
                               "size": args.size, "cores": os.cpu_count(), "git": git_sha()}))
-    one = results[("threads", 1)]
-    print(json.dumps({"bench": "threads_summary",
-                      "threads_2_speedup": round(results[("threads", 2)] / one, 2),
-                      "processes_2_speedup": round(results[("processes", 2)] / one, 2)}))
+    one = results[("threads", counts[0])]
+    print(json.dumps({"bench": "threads_summary", "baseline": f"{counts[0]} thread(s)",
+                      **{f"{mode}_{n}_speedup": round(rate / one, 2)
+                         for (mode, n), rate in results.items()},
+                      **{f"threads_over_processes_{n}":
+                         round(results[("threads", n)] / results[("processes", n)], 2)
+                         for n in counts}}))
 
 
 if __name__ == "__main__":
