@@ -69,9 +69,9 @@ class Admission:
             job_key.window + 1 in carry) else []
         if ahead:
             del carry[job_key.window + 1]  # its clips are made instead, from the same frames
-        frame_bytes = self._frame_bytes(video, [*pending, *ahead],
-                                        kept.union(*(c.keys for c in carry.values())),
-                                        frames_on_disk)
+        frame_bytes = own_bytes if not (ahead or carry) else self._frame_bytes(
+            video, [*pending, *ahead], kept.union(*(c.keys for c in carry.values())),
+            frames_on_disk)  # the same pass again only where it makes or carries more
         free = self.memory.make_room(frame_bytes - own_bytes, free)  # ahead or carried
         uses, to_memory, to_disk, reserved = [], set(), set(), set()
         for use in sorted(pending, key=lambda u: self.book.deadline_of(u.view)):

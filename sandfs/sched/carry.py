@@ -20,7 +20,7 @@ from sandfs.cache import ObjectStore
 from sandfs.materialize import first_ops
 from sandfs.plan.window import ClipUse, WindowPlan
 from sandfs.sched.jobs import Carry, VideoJob, VideoJobKey
-from sandfs.sched.objects import frame_nbytes
+from sandfs.sched.objects import first_reader, frame_nbytes
 
 CARRY_STORE_FRACTION = 0.5  # frames carried for later windows: while the store is below this
 CARRY_MEMORY_SHARE = 4  # and within this fraction (1/N) of the memory limit
@@ -77,7 +77,7 @@ class CarryBook:
             if nbytes + size > room:
                 break
             nbytes += size
-            deadline = min(pos for u in work.uses for _, pos in u.readers)
+            deadline = min(map(first_reader, work.uses))
             carry[index] = Carry(frozenset(keys), deadline, first_ops(u.clip for u in work.uses))
         return carry
 

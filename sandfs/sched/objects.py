@@ -282,7 +282,7 @@ def _leaves_nbytes(plan: WindowPlan) -> int:
 
 def _leaves_only(plan: WindowPlan, room: int) -> dict[str, DiskPlan]:
     """Final clips only, the soonest needed first, as long as they fit."""
-    uses = sorted(((min(pos for _, pos in u.readers), path, u)
+    uses = sorted(((first_reader(u), path, u)
                    for path, work in plan.videos.items() for u in work.uses),
                   key=lambda item: (item[0], item[1], item[2].slot))
     plans = {path: DiskPlan() for path in plan.videos}
