@@ -7,7 +7,8 @@ CPU free). After each epoch one JSON line gives that epoch's figures: the daemon
 (from /proc, all its threads: a busy machine does not inflate them), frames decoded, aug ops,
 frames carried and read back, store bytes written and read, evictions and rebuilds, the daemon's
 RSS and peak RSS, the cache dir's size, the bytes the kernel wrote to disk meanwhile (the whole
-machine's: a store that outgrows the writeback threshold shows here, docs/performance.md §19)
+machine's: a store that outgrows the writeback threshold shows here,
+docs/performance.md#the-store-and-the-disk)
 and the reader's waits. The last line sums it up (with the store's budget, as the daemon sized
 it or as given):
 

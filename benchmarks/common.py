@@ -200,8 +200,8 @@ def compile_sandfs() -> None:
 def settle_disk() -> None:
     """Write out what earlier passes left dirty in the page cache, so that no pass pays for
     another's writeback: a 10-epoch sandfs pass leaves ~1.2 GB of cache files, and the
-    kernel's flusher costs whichever pass runs next 10-40% of its speed (docs/performance.md
-    §18)."""
+    kernel's flusher costs whichever pass runs next 10-40% of its speed
+    (docs/performance.md#benchmark-pitfalls)."""
     os.sync()
 
 
@@ -345,7 +345,7 @@ def machine_cpu_seconds() -> tuple[float, float]:
 def machine_written_bytes() -> int:
     """Bytes the kernel has written from the page cache to disk so far (/proc/vmstat
     nr_written, the whole machine): what a cache that outlives the kernel's writeback
-    threshold costs (docs/performance.md §19). 0 where it cannot be read."""
+    threshold costs (docs/performance.md#the-store-and-the-disk). 0 where it cannot be read."""
     try:
         with open("/proc/vmstat") as f:
             pages = next(int(line.split()[1]) for line in f if line.startswith("nr_written "))

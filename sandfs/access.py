@@ -1,6 +1,7 @@
 """Who may read what through the mount: a task's owner, the modes its tree is served with, and
 whether that owner could read a video directly, so that the mount never hands anyone bytes
-(raw, decoded or derived) or names they could not read themselves (docs/contract.md §13).
+(raw, decoded or derived) or names they could not read themselves
+(docs/contract.md#ownership-and-permissions).
 
 The check is the kernel's discretionary one, computed from stat bits: search (x) on every
 directory above the dataset, list (r and x) on every directory from the dataset root down to

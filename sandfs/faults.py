@@ -2,7 +2,7 @@
 
 At the nth time (1-based) the named point is reached, the action runs: kill9 (SIGKILL this
 process), raise (RuntimeError), sleep (10 s), enospc (OSError ENOSPC). Unset: a no-op.
-Where each point sits and what crash tests assert: docs/testplan.md §5.
+Where each point sits and what crash tests assert: docs/testplan.md#fault-points.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `np.load` on a view works. This reads it for about half the cost when the view has one
 reader: it is opened with O_DIRECT, so the daemon's reply lands in the caller's array, where
 through the page cache the kernel first copies it into cache pages, then into the array, and
-drops the pages after (docs/performance.md §30). A view several tasks read (a search's
+drops the pages after (docs/performance.md#the-readers-side). A view several tasks read (a search's
 trials share one object, `user.sand.readers` > 1) is read through the page cache, which
 serves all but its first reader. Anything that is not a sandfs view is read as a plain file.
 """

@@ -11,12 +11,12 @@
   zeroing 2 MB. The daemon touches fresh memory for every batch buffer of its first windows,
   and zeroing them was 10% of its CPU. Without the advice, cold SlowFast-size runs, two rounds
   of eight alternating pairs: the daemon 3.52 and 3.80 CPU-s against 3.74 and 3.95 (medians),
-  less in 14 of 16 pairs; with four readers no difference (docs/performance.md §23). Set before
-  numpy is imported, like the BLAS threads; a value the user set wins.
+  less in 14 of 16 pairs; with four readers no difference (docs/performance.md#fresh-pages). Set
+  before numpy is imported, like the BLAS threads; a value the user set wins.
 - **malloc arenas:** glibc gives each thread that finds the others' arenas busy an arena of its
   own, up to 8 per core, and a freed block goes back to the arena it came from. The daemon's jobs
   run in trio's cached worker threads, so the frames and clips one thread allocates are often
-  freed by another. Over 100 epochs (docs/performance.md §17) two arenas left the reader
+  freed by another. Over 100 epochs (docs/performance.md#memory) two arenas left the reader
   waiting 14.5-16.9 s in all (8 runs), against 15.3-19.1 s with glibc's default, at the
   same CPU.
 - **Freed memory kept for the next frames:** a fresh page costs this VM ~1.5 µs to fault in
@@ -27,8 +27,8 @@
   again. With blocks under 32 MiB from the heaps and up to 64 MiB free at a heap's top kept,
   cold SlowFast-size runs, five alternating pairs: 22% fewer page faults, the daemon 2.73
   CPU-s against 2.83, the last batch 1.74 s against 1.78 s, peak RSS +32 MB (medians,
-  docs/performance.md §29). Set where the daemon starts; a glibc setting the user made in the
-  environment (`MALLOC_*_`) wins.
+  docs/performance.md#fresh-pages). Set where the daemon starts; a glibc setting the user made in
+  the environment (`MALLOC_*_`) wins.
 - **The GIL's turns:** a thread waiting for the GIL gets it once its holder has run Python for
   the switch interval, 5 ms by default. The daemon's job threads drop the GIL for every frame
   an op makes (OpenCV, numpy copies) and wait for it again after each, while the trio loop
@@ -36,25 +36,27 @@
   carried frames took 6-8 ms of a job thread's time for 3 ms of CPU. At 0.2 ms, cold
   SlowFast-size runs, six alternating pairs each: 2% sooner to the last batch with one reader
   (2.25 s against 2.30 s) and with four (2.81 s against 2.87 s); 1 ms gave 1.5%, 0.05 ms no
-  more than 0.2 ms and more CPU (docs/performance.md §24). Set where the daemon starts.
+  more than 0.2 ms and more CPU (docs/performance.md#threads-and-the-gil). Set where the daemon
+  starts.
 - **The collector's old objects:** the daemon's imports leave ~49k objects the collector
   tracks (modules' functions, classes, their dicts) that live as long as it does, and each full
   collection walks them all: 10-12 ms with the GIL held, one of which came during a cold mount's
   startup (21 ms of collections in all before the last batch). Frozen once the daemon's modules
   are imported (`gc.freeze`), they are not walked again: 3 ms. Cold SlowFast-size mounts, eight
   alternating pairs, medians: `sandfs mount` 0.295 s against 0.309 s and the first batch 0.507
-  s against 0.533 s after launch, sooner in all eight (docs/performance.md §25).
+  s against 0.533 s after launch, sooner in all eight (docs/performance.md#cold-start).
 - **No collections while a window is planned:** a window's plan is a few hundred thousand
   objects that live as long as the window, made in one go, and the collector walked the young
   ones again and again while they were made (and all of them at each full collection): 26% of
-  planning 1,000 videos, 37% of 10,000 (docs/performance.md §26). Paused only while planning
-  (`collector_paused`, from any thread); what others leave meanwhile is collected after.
+  planning 1,000 videos, 37% of 10,000 (docs/performance.md#planning-and-scheduling-at-scale).
+  Paused only while planning (`collector_paused`, from any thread); what others leave meanwhile
+  is collected after.
 - **Planned windows frozen too:** once planned and on the board, a window's objects are
   frozen like the imports' (`settle_collector`): each full collection walked every planned
   window's objects with the GIL held, 2.2 s of the event loop as a window of 40,000 videos was
-  added (docs/performance.md §27). A window dropped later is freed by reference counting (its
-  objects refer to no cycle); a task that ends thaws them all (`thaw_collector`), since a
-  task's plan refers to itself and only the collector frees it.
+  added (docs/performance.md#planning-and-scheduling-at-scale). A window dropped later is freed by
+  reference counting (its objects refer to no cycle); a task that ends thaws them all
+  (`thaw_collector`), since a task's plan refers to itself and only the collector frees it.
 """
 
 from __future__ import annotations

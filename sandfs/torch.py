@@ -95,7 +95,7 @@ def read_view(path: str | os.PathLike[str], *, shared: bool = False) -> torch.Te
     O_DIRECT where this task is its only reader). `shared`: in shared memory, for a DataLoader
     worker to hand to the main process as it is; a tensor in ordinary memory is copied into
     shared memory there, 19 MB more to write (and fresh pages to fault in) per SlowFast-size
-    batch (docs/performance.md §20)."""
+    batch (docs/performance.md#the-readers-side)."""
     made: list[torch.Tensor] = []
 
     def new_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

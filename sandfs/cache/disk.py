@@ -90,7 +90,7 @@ def parts_checksum(parts: Sequence[bytes | memoryview]) -> int:
 class Stack:
     """Arrays of one shape and dtype to store as one object, their `np.stack`, without making
     it: stored raw, they are written part by part. (The stacked copy of a run's carried frames,
-    ~400 MB of fresh memory, cost 0.36 CPU-s here: docs/performance.md §21.)"""
+    ~400 MB of fresh memory, cost 0.36 CPU-s here: docs/performance.md#fresh-pages.)"""
 
     parts: tuple[np.ndarray, ...]
 

@@ -22,7 +22,8 @@ the whole ObjectStore round trip on local disk, header and xxh3 checksum include
     340x256x3 float32 (normalized): lz4 1.69 / 0.35 (0.27), zstd 1.64 / 0.98 (0.21)
 
 (Timed by hand on other frames, the ratios were lz4 0.64, zstd 0.51, PNG 0.47: real footage
-compresses less than these synthetic frames; the ranking is the same. docs/performance.md §7.)
+compresses less than these synthetic frames; the ranking is the same.
+docs/performance.md#the-store-and-the-disk.)
 
 The default (`choose_format`), Liquid-style. On 2 cores the CPU is the bottleneck and local disk
 reads (~1.7 GB/s) are not, so compression buys capacity, never speed, and pays only while the

@@ -6,7 +6,7 @@ background threshold (or after ~30 s); an object deleted before that is never wr
 A store far larger than that threshold keeps objects every reader has read, and the kernel
 then writes everything the run makes: a 100-epoch run wrote 22 GB and stalled its writes in
 the kernel's dirty throttling, 0.81-0.83 of the ideal against 0.97 with a store that stayed
-under the threshold (docs/performance.md §19).
+under the threshold (docs/performance.md#the-store-and-the-disk).
 
 So, unless a budget is given, the store keeps the larger of that threshold and what the run
 needs (STORE_WINDOWS windows of every distinct task's batches), within the storage budget's

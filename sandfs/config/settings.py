@@ -62,7 +62,7 @@ PRUNE_ENV, PRUNE_MODES = "SANDFS_PRUNE", ("algorithm1", "leaves")
 # memory_limit is split: objects the engine builds on demand (decoded frames, intermediates)
 # get this share, batches prepared ahead of the readers the rest.
 ON_DEMAND_MEMORY_SHARE = Fraction(1, 4)
-# The default memory_limit is what the run needs (docs/performance.md §8): per task, the
+# The default memory_limit is what the run needs (docs/performance.md#memory): per task, the
 # batches the scheduler holds in memory (those needed within 16 iterations: 8 ready ahead of
 # its reader and as many being filled; later ones wait on disk); per worker, the frames of one
 # decode pass (a 10 s 340x256 video decoded whole with decode-ahead: ~60 MB of RGB; bigger

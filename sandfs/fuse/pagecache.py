@@ -5,7 +5,8 @@ copied to the kernel once and its other readers get it from the page cache. Once
 have read it, those pages only take memory. Kept, the page cache grew by one batch per read
 until the kernel reclaimed on every allocation, and each read copied into fresh pages: serving
 a ready 19 MB view went from ~14 ms to ~46 ms of daemon CPU after a few epochs
-(docs/performance.md §15). Dropped, the next view's read reuses the freed pages.
+(docs/performance.md#fuse-serving-and-the-page-cache). Dropped, the next view's read reuses the
+freed pages.
 
 The kernel call waits for pages locked by a read in flight, which only this daemon's trio loop
 answers: it runs in a thread of its own, never in the loop.

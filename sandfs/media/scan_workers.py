@@ -22,13 +22,13 @@ _WORKER_START_TIMEOUT_SECONDS = 120.0
 STOP_POLL_SECONDS = 0.2  # how soon a scan run in another thread sees its stop event
 # A worker's start (an interpreter and PyAV, ~0.1-0.2 s of CPU) pays for itself only over this
 # many probes (~4 ms each): a second one started for 16 files made `sandfs mount` 45 ms slower,
-# starting beside the daemon's own imports on a 2-core machine (docs/performance.md §21).
+# starting beside the daemon's own imports on a 2-core machine (docs/performance.md#cold-start).
 FILES_PER_WORKER = 32
 WORKERS_AHEAD = 1  # started before the daemon's imports: the dataset's size is not known yet
 # Jobs sent to a worker at once: the next ones wait in its pipe, so the worker never waits for
 # this process to wake up and take a reply (~2.5 ms a probe here, more while the daemon
 # imports). 16 short videos with a busy thread beside the scan: 96-107 ms with 4, 122-130 with
-# 2, 180-190 with 1 (60 ms of probing; docs/performance.md §22).
+# 2, 180-190 with 1 (60 ms of probing; docs/performance.md#cold-start).
 IN_FLIGHT = 4
 
 

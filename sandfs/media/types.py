@@ -20,7 +20,7 @@ _LIMIT_ENV = {  # variable -> (field, parser)
 @dataclass(frozen=True, slots=True)
 class MediaLimits:
     """Knobs against hostile input: size bombs and files that hang a decoder are rejected
-    before or during the scan (docs/testplan.md §4.2). Env overrides: SANDFS_MAX_PIXELS,
+    before or during the scan (docs/testplan.md#tier-media). Env overrides: SANDFS_MAX_PIXELS,
     SANDFS_MAX_FILE_BYTES, SANDFS_DECODE_TIMEOUT."""
 
     max_pixels: int = 4096 * 2304  # width * height of the coded picture
@@ -52,7 +52,7 @@ class FramePts(Sequence):
     """A video's frame pts by frame index, held compactly: a constant-rate video's as runs of
     one step (three numbers a run), any other's as an array of int64. As a tuple, a 300-frame
     video's pts took 12.5 KB with their int objects: 2.9 GB for Kinetics-400's 240k videos, in
-    the daemon and in the command that scans (docs/performance.md §26). Immutable; equal to
+    the daemon and in the command that scans (docs/performance.md#memory). Immutable; equal to
     a sequence of the same numbers; `of` gives equal values one representation."""
 
     __slots__ = ("_len", "_runs", "_starts", "_values")
@@ -178,7 +178,7 @@ PERMISSION_DENIED = "permission_denied"  # the reason of a video its reader may 
 
 @dataclass(frozen=True, slots=True)
 class BadVideo:
-    """A file left out of every epoch, with a reason code (docs/contract.md §11) and a human
+    """A file left out of every epoch, with a reason code (docs/contract.md#status-json) and a human
     detail."""
 
     rel_path: str

@@ -4,8 +4,8 @@ every view, as a pure function of (config, usable videos). Nothing here decodes.
 Randomness is derived from the task's *data key*: the dataset's identity (identity.py: its tag,
 relative paths and sizes, never its location), the dataset section without the path, labels and
 shard, and the seed, not the task's name. Tasks with identical pipelines and seeds get identical
-views (docs/contract.md §8), wherever each reads the data from, and the ranks of a sharded task
-(shard.py) share one permutation per epoch and the clips of every video. Clip starts lie on a
+views (docs/contract.md#determinism), wherever each reads the data from, and the ranks of a sharded
+task (shard.py) share one permutation per epoch and the clips of every video. Clip starts lie on a
 frame grid with one random phase per (video, k-epoch window): the shared frame pool of SAND
 §5.2, which makes the clips of one window overlap so a video is decoded once per window.
 """
@@ -432,7 +432,8 @@ INTERNED_MAX = 1 << 16  # distinct values an Interner keeps at once
 class Interner:
     """One object for equal values: the clips of a window share their frame lists, op
     instances (a flip has two, a crop a few thousand places) and branch records instead of
-    each holding its own, 1,356 bytes a clip before (docs/performance.md §26). Cleared when
+    each holding its own, 1,356 bytes a clip before
+    (docs/performance.md#planning-and-scheduling-at-scale). Cleared when
     full: draws of continuous values (a random resized crop's scale) never repeat, and clips
     keep what they hold."""
 

@@ -10,7 +10,7 @@ there: always when reuse was asked for (`keeps_read`: a storage budget given), e
 tasks read it too (a search, whose later trials read it again), when its batch is far enough
 ahead that nearer ones may push it out of memory unread, or when memory is short. The others
 are read once, from memory: writing them cost a cold run 8% of the daemon's CPU
-(docs/performance.md §20), and a restart decodes them again."""
+(docs/performance.md#the-store-and-the-disk), and a restart decodes them again."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from sandfs.sched.windows import WindowBook
 
 # The next window's clips are made in the pass when they take at most this many times the
 # bytes of the frames it would carry there: the clips are written once, where carried frames
-# are written, read back and augmented by a job of their own (docs/performance.md §29).
+# are written, read back and augmented by a job of their own (docs/performance.md#decoding-ahead).
 AHEAD_BYTES_RATIO = 2
 
 
@@ -113,7 +113,7 @@ class Admission:
         pass lets a frame go after its last clip, so it held less than all its frames: charged
         them all, a pass started when memory was full of the first batches could neither carry
         the next window's frames nor make its clips, and that window decoded the video again
-        (docs/performance.md §30). Clips a later job makes instead only lower the peak."""
+        (docs/performance.md#memory). Clips a later job makes instead only lower the peak."""
         if frames_on_disk:
             return sum(frame_nbytes(video.info, k) for k in video.frame_keys)
         return pass_frame_bytes(video.info, uses, held)
@@ -125,7 +125,7 @@ class Admission:
         pruning keeps every one of those clips on disk, and they take at most AHEAD_BYTES_RATIO
         times the bytes of the frames carried. Carried frames are written and read back whole
         by a job of their own, then cropped; the clips are written once and read back into
-        their batches (docs/performance.md §28, §29)."""
+        their batches (docs/performance.md#decoding-ahead)."""
         following = VideoJobKey(job_key.window + 1, job_key.path)
         window = self.book.windows.get(following.window)
         pending = self.board.pending.get(following)

@@ -6,7 +6,7 @@ The ledger holds: memory_bytes <= limit, with one exception. A job a blocked rea
 takes its frames and that reader's batch even over the limit when no other job runs and no
 carried frames wait to be written — nothing else would free memory, and half-filled batches
 would wait forever for the frames that fill them. So it goes over by at most one decode pass
-and the batches that pass fills for blocked readers (docs/performance.md §13)."""
+and the batches that pass fills for blocked readers (docs/performance.md#memory)."""
 
 from __future__ import annotations
 
@@ -90,8 +90,8 @@ class MemoryLedger:
         A read batch's buffer of its size is taken first, memory short or not: that memory is
         counted already and its pages are mapped, where a new buffer's fresh pages cost this
         VM 0.6-1.8 s a GiB to touch (a cold run's daemon: 3.6 CPU-s instead of 4.2,
-        docs/performance.md §21). A read batch is then gone for whoever reads it again (it is
-        built again, from disk if its clips are there), as it was once memory ran short."""
+        docs/performance.md#fresh-pages). A read batch is then gone for whoever reads it again (it
+        is built again, from disk if its clips are there), as it was once memory ran short."""
         state = self.board.views[key]
         if state.buffer is not None:
             return True, free

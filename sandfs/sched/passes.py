@@ -5,7 +5,8 @@ whether a pass should pause; it owns no other state.
 
 A pass pauses only for a job a blocked reader waits for, when it has no clip that reader
 waits for left, at most one paused pass per worker: pausing for any job needed sooner kept
-more passes open and left less memory to carry frames ahead (docs/performance.md §16).
+more passes open and left less memory to carry frames ahead
+(docs/performance.md#planning-and-scheduling-at-scale).
 """
 
 from __future__ import annotations

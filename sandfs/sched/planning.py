@@ -4,10 +4,10 @@ pruning what a window keeps on disk, and the batches a task's reader is anticipa
 
 A window or part slow to plan (thousands of videos) has its first batches made before the next
 is planned (`first_batches_first`): planning the next would hold their passes back as long
-again (docs/performance.md §26). A large window where a task stands is planned in two parts:
-the videos of the task's next batches (each with all its clips in the window, so it is still
-decoded once), whose batches are made first, then the rest (§27). The planner says which;
-the scheduler runs their jobs.
+again (docs/performance.md#planning-and-scheduling-at-scale). A large window where a task stands is
+planned in two parts: the videos of the task's next batches (each with all its clips in the
+window, so it is still decoded once), whose batches are made first, then the rest. The planner
+says which; the scheduler runs their jobs.
 """
 
 from __future__ import annotations
@@ -293,7 +293,7 @@ class WindowPlanner:
         once its window is planned: the reader comes soon (a training script that starts with
         the mount is still importing torch), and the passes that batch needs should not make
         later epochs' clips first (`Scheduler._should_pause`): a cold mount's first batch came
-        0.07 s sooner (docs/performance.md §22)."""
+        0.07 s sooner (docs/performance.md#cold-start)."""
         for task, task_plan in self.book.plans.items():
             at = self.book.position(task)
             key = view_key(task_plan, at.epoch, at.iteration)

@@ -14,7 +14,8 @@ The jobs ranked are those each task needs soonest and those a blocked reader wai
 Every worker takes jobs whenever there are any: worker threads run at a lower CPU priority
 (`work.BACKGROUND_NICE`), so trainers and the FUSE loop come first on a busy CPU. Halving the
 workers once every task was ahead (MinatoLoader's queue-occupancy rule) left a core idle while
-the next window's decode passes waited, and its start stalled (docs/performance.md §15).
+the next window's decode passes waited, and its start stalled
+(docs/performance.md#planning-and-scheduling-at-scale).
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ jobs are added and walked from a cursor that passes the jobs already done.
 
 Ranking every pending job at every dispatch cost the trio loop O(jobs): with 1,000 videos (two
 windows, 2,000 jobs of a few milliseconds each) it spent 28 of the run's 55 CPU-s choosing jobs,
-and a batch of 8 small clips took 0.38 s (docs/performance.md §25). A job's deadline is the
-soonest position a reader of its clips stands at, so in each task's order the first pending
-jobs are the most urgent; all jobs at the position of the last one taken are taken too (the
-videos of one batch rank by their decoding, `policy.priority`)."""
+and a batch of 8 small clips took 0.38 s (docs/performance.md#planning-and-scheduling-at-scale). A
+job's deadline is the soonest position a reader of its clips stands at, so in each task's order
+the first pending jobs are the most urgent; all jobs at the position of the last one taken are
+taken too (the videos of one batch rank by their decoding, `policy.priority`)."""
 
 from __future__ import annotations
 

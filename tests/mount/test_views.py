@@ -78,7 +78,7 @@ def test_a_view_maps_into_memory_as_numpy_maps_npy_files(mounted, config_path):
     """`np.load(path, mmap_mode="r")` (a shared read-only mapping) works on a view and gives
     the reference array: views are never opened with direct_io, which makes the kernel refuse
     shared mappings (ENODEV) without an init flag libfuse 3.14 cannot set
-    (docs/performance.md §20)."""
+    (docs/performance.md#the-readers-side)."""
     plan = build_plan(config_path)
     path = mounted.path("t0", "1", "0", "view")
     mapped = np.load(path, mmap_mode="r")
