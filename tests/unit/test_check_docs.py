@@ -147,3 +147,30 @@ def test_the_readmes_complete_config_is_valid(tmp_path):
     config = load_task_config(str(config_file))
     assert config.task == "slowfast_k400"
     assert config.dataset.sampling.frames_per_video == 32
+
+
+def _documented(section: str) -> set[str]:
+    """The backticked names in the first column of the table under `## section` in config.md."""
+    text = (ROOT / "docs" / "config.md").read_text(encoding="utf-8")
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([^`]+)`", body, re.M)) | {
+        name for cell in re.findall(r"^\| (`[^|]+`) \|", body, re.M)
+        for name in re.findall(r"`([^`]+)`", cell)}
+
+
+def test_config_md_documents_every_key_the_loader_takes():
+    from sandfs.config import loader, ownership, settings
+
+    keys = {k for k in loader.TOP_KEYS if k not in ("dataset", "engine", "access")}
+    keys |= {f"dataset.{k}" for k in loader.DATASET_KEYS if k != "sampling"}
+    keys |= {f"dataset.sampling.{k}" for k in loader.SAMPLING_KEYS}
+    keys |= {f"engine.{k}" for k in settings.ENGINE_FIELDS}
+    keys |= {f"access.{k}" for k in ownership.ACCESS_KEYS}
+    assert keys - _documented("Every key") == set()
+
+
+def test_config_md_documents_every_built_in_step():
+    from sandfs.ops import get_op, op_names
+
+    built_in = {n for n in op_names() if type(get_op(n)).__module__.startswith("sandfs.")}
+    assert built_in - _documented("Built-in steps") == set()
