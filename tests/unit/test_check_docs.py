@@ -174,3 +174,24 @@ def test_config_md_documents_every_built_in_step():
 
     built_in = {n for n in op_names() if type(get_op(n)).__module__.startswith("sandfs.")}
     assert built_in - _documented("Built-in steps") == set()
+
+
+def _flags(parser) -> set[str]:
+    """Every long option of a parser and of its subcommands, recursively."""
+    import argparse
+
+    found = set()
+    for action in parser._actions:
+        found |= {s for s in action.option_strings if s.startswith("--")}
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _flags(sub)
+    return found
+
+
+def test_commands_md_names_every_flag():
+    from sandfs.cli import build_parser
+
+    text = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    assert {f for f in _flags(build_parser()) if f != "--help"} - set(
+        re.findall(r"--[a-z][a-z-]*", text)) == set()
