@@ -47,6 +47,7 @@ from sandfs.plan.build import build_plans, plan_new_task
 from sandfs.plan.checkpoint import load_plan_state, save_plan_state
 from sandfs.plan.mount import dataset_key
 from sandfs.plan.task import TaskPlan
+from sandfs.registration import admit_upload
 from sandfs.remote.options import is_remote_url
 from sandfs.remote.stats import RemoteStats
 from sandfs.sched.ondemand import OnDemandObjects
@@ -218,7 +219,8 @@ def make_service(startup: Startup, mount: Mount, planned: Planned) -> ViewServic
         policy=settings.scheduling, prune_mode=settings.prune_mode,
         checkpoint=partial(save_plan_state, settings.cache_dir),
         task_planner=partial(plan_new_task, settings, planned.scans, planned.plans),
-        config_dir=os.path.dirname(configs[0].source_path) or "/",
+        admit=partial(admit_upload, settings=settings,
+                      config_dir=os.path.dirname(configs[0].source_path) or "/"),
         remote=mount.remote.as_status(), started=startup.started,
         scan_status=startup.scan_status, freezes_windows=True)
 
