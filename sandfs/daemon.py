@@ -48,7 +48,7 @@ from sandfs.plan.checkpoint import load_plan_state, save_plan_state
 from sandfs.plan.mount import dataset_key
 from sandfs.plan.task import TaskPlan
 from sandfs.registration import admit_upload
-from sandfs.remote.options import is_remote_url
+from sandfs.remote.options import is_remote_url, thaw_options
 from sandfs.remote.stats import RemoteStats
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.service import ViewService
@@ -112,8 +112,9 @@ def fetch_remote(configs: Sequence[TaskConfig], settings: MountSettings
         return list(configs), settings, RemoteStats()
     from sandfs.remote.datasets import RemoteSpec, prepare_remote_datasets  # local data: never
 
-    specs = {c.task: RemoteSpec.of(c.dataset.video_dataset_path, dict(c.dataset.storage_options),
-                                   c.dataset.manifest, c.dataset.extensions) for c in remote}
+    specs = {c.task: RemoteSpec.of(c.dataset.video_dataset_path,
+                                   thaw_options(c.dataset.storage_options), c.dataset.manifest,
+                                   c.dataset.extensions) for c in remote}
     copies = prepare_remote_datasets(specs.values(), cache_dir=settings.cache_dir,
                                      budget_bytes=settings.storage_budget_bytes)
     local = [replace(c, dataset=replace(c.dataset, video_dataset_path=copies.root(specs[c.task])))

@@ -31,10 +31,12 @@ from sandfs.config.settings import read_engine_section
 from sandfs.config.yamlsafe import ConfigError, Value, read_yaml
 from sandfs.remote.options import (
     STREAMING_REFUSAL,
+    FrozenOptions,
     RemoteConfigError,
     check_dataset_url,
     check_manifest,
     check_storage_options,
+    freeze_options,
     is_remote_url,
 )
 
@@ -239,11 +241,10 @@ def _remote(value: Value, check: Callable[..., Any], *args: Any) -> Any:
         raise value.error(str(exc)) from None
 
 
-def _storage_options(value: Value) -> tuple[tuple[str, str | bool | int | float], ...]:
+def _storage_options(value: Value) -> FrozenOptions:
     if not isinstance(value.data, dict):
         raise value.error("storage_options must be a mapping of option names to values")
-    raw = {key: item.data for key, item in value.data.items()}
-    return tuple(sorted(_remote(value, check_storage_options, raw).items()))
+    return freeze_options(_remote(value, check_storage_options, fields.plain(value)))
 
 
 def _manifest(value: Value, *, base_dir: str) -> str:
