@@ -157,3 +157,21 @@ def test_every_way_in_refuses_what_the_mount_refuses_for_the_same_reason(
         assert m.path("t0", "1", "0", "view").read_bytes()
         # refused uploads are logged as warnings, the layout one as its own line
         m.expected_log_errors = 0
+
+
+def test_a_ray_nodes_first_task_is_refused_for_the_mounts_reason(tmp_path, dataset_dir, capsys,
+                                                                 monkeypatch):
+    """On a node without a mount, `sandfs.ray.task` has the node's daemon actor start one with
+    the task: a refusal comes back as `sandfs mount`'s one line, not a log dump."""
+    sandray = pytest.importorskip("sandfs.ray")
+    path = bad_config(tmp_path, dataset_dir, "oversize")
+    settings = sandray.DaemonSettings(mountpoint=f"{tmp_path}/{{node}}/mnt",
+                                      cache_dir=f"{tmp_path}/{{node}}/cache")
+    actor = sandray.NodeDaemon(settings, "node0")
+    prepared = client.prepare_task(path)
+    with pytest.raises(UserError) as caught:
+        actor.ensure_mount(prepared.config.task, prepared.text)
+    capsys.readouterr()
+    mounted = Mounted(Path(actor.mountpoint), None, tmp_path / "unused.log", Path(actor.cache_dir))
+    assert str(caught.value) == by_mount(mounted, path, capsys, monkeypatch)
+    assert not os.listdir(actor.mountpoint)
