@@ -162,13 +162,16 @@ def cmd_mount(args: argparse.Namespace) -> int:
 
 def mount_configs(args: argparse.Namespace
                   ) -> tuple[list[TaskConfig], MountSettings, list[str]]:
-    """The tasks' configs, the mount's settings and their warnings."""
-    from sandfs.config.loader import load_task_configs
+    """The tasks' configs, checked as every task joining a mount is (`sandfs.registration`),
+    the mount's settings and their warnings."""
     from sandfs.config.settings import mount_settings
+    from sandfs.registration import check_task, load_mount_configs
 
-    configs = load_task_configs(args.config)
+    configs = load_mount_configs(args.config)
     with settings_check():
         settings, warnings = mount_settings(configs, engine_overrides(args), args.mountpoint)
+    for config in configs:
+        check_task(config, settings, live=False)
     return configs, settings, warnings
 
 
@@ -205,16 +208,13 @@ def mount_foreground(configs, settings, warnings, args, probes) -> int:
 
 
 def scan_ahead(configs, settings, probes):
-    """The layout checked and the cache dir prepared (the scan keeps its index there), the
-    scan of the local datasets started (`ScanAhead`); remote ones are fetched by the daemon."""
+    """The cache dir prepared (the scan keeps its index there), the scan of the local datasets
+    started (`ScanAhead`); remote ones are fetched by the daemon."""
     from sandfs.cache.setup import prepare_cache_dir
-    from sandfs.fuse.layout import check_layout
     from sandfs.media.datasets import ScanAhead
     from sandfs.plan.mount import dataset_key
     from sandfs.remote.options import is_remote_url
 
-    check_layout(settings.mountpoint, settings.cache_dir,
-                 [c.dataset.video_dataset_path for c in configs])
     prepare_cache_dir(settings.cache_dir)
     local = [dataset_key(c) for c in configs if not is_remote_url(c.dataset.video_dataset_path)]
     return ScanAhead(local, settings.cache_dir, settings.workers, settings.media_limits, probes)
@@ -223,10 +223,7 @@ def scan_ahead(configs, settings, probes):
 def mount_background(configs, settings, warnings, args: argparse.Namespace) -> int:
     """Start the daemon detached and return once it serves (or print why it could not)."""
     from sandfs.cache.setup import LOG_NAME, check_cache_dir, open_log
-    from sandfs.fuse.layout import check_layout
 
-    check_layout(settings.mountpoint, settings.cache_dir,
-                 [c.dataset.video_dataset_path for c in configs])
     check_cache_dir(settings.cache_dir)  # before anything is written in it
     log_path = os.path.join(settings.cache_dir, LOG_NAME)
     log_fd = open_log(settings.cache_dir)
@@ -412,30 +409,21 @@ def cmd_task(args: argparse.Namespace) -> int:
     # a bad file is a bad config (exit status 2) whether or not the mount is live
     cfg = load_task_configs([args.config])[0] if args.task_command == "add" else None
     read_status(mountpoint)  # a clear error when it is not a live sandfs mount
-    tasks_dir = os.path.join(mountpoint, ".sand", "tasks")
     if cfg is not None:
-        return task_add(tasks_dir, args.config, cfg)
-    return task_remove(tasks_dir, args.name)
+        return task_add(mountpoint, args.config, cfg)
+    return task_remove(os.path.join(mountpoint, ".sand", "tasks"), args.name)
 
 
-def task_add(tasks_dir: str, config_path: str, cfg: TaskConfig) -> int:
-    """`cfg`: the file loaded, its own errors with its line numbers."""
-    from sandfs.config.loader import BASE_DIR_MARK
+def task_add(mountpoint: str, config_path: str, cfg: TaskConfig) -> int:
+    """`cfg`: the file loaded, its own errors with its line numbers; the daemon checks it
+    against the mount (`sandfs.registration`)."""
+    from sandfs.registration import upload_task
     from sandfs.tasks import ignored_engine_note
 
     with open(config_path, encoding="utf-8") as f:
         text = f.read()
-    base_dir = os.path.dirname(os.path.abspath(config_path))
-    target = os.path.join(tasks_dir, f"{cfg.task}.yaml")
-    try:
-        with open(target, "x", encoding="utf-8") as f:
-            f.write(f"{BASE_DIR_MARK} {base_dir}\n{text}")
-    except FileExistsError as exc:
-        raise UserError(f"task {cfg.task} is already registered on this mount") from exc
-    except OSError as exc:
-        status = read_status(os.path.dirname(os.path.dirname(tasks_dir)))
-        reason = status.get("task_errors", {}).get(cfg.task) or exc.strerror
-        raise UserError(f"the daemon refused task {cfg.task}: {reason}") from exc
+    upload_task(mountpoint, cfg.task, text, os.path.dirname(os.path.abspath(config_path)),
+                read_status)
     if note := ignored_engine_note(cfg):
         print(f"sandfs: {note}", file=sys.stderr)
     print(f"sandfs: task {cfg.task} registered")

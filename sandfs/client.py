@@ -27,6 +27,7 @@ from sandfs.config.schema import Shard, TaskConfig
 from sandfs.config.yamlsafe import read_yaml
 from sandfs.errors import UserError
 from sandfs.plan.shard import rank_task_name
+from sandfs.registration import upload_task
 
 ConfigSource = str | os.PathLike[str] | Mapping[str, Any]
 
@@ -134,7 +135,7 @@ def register_task(mountpoint: str | os.PathLike[str], config: ConfigSource | Pre
     prepared = config if isinstance(config, PreparedTask) else prepare_task(
         config, name=name, shard=shard)
     read_status(mount)  # a clear error when it is not a live sandfs mount
-    write_task_file(mount, prepared.config.task, prepared.text)
+    upload_task(mount, prepared.config.task, prepared.text, os.getcwd(), read_status)
     return attach(mount, prepared.config, hold=hold)
 
 
@@ -150,19 +151,6 @@ def attach(mountpoint: str, cfg: TaskConfig, *, hold: bool) -> TaskHandle:
             os.close(lease)
         raise
     return TaskHandle(TaskView(mountpoint, cfg.task, cfg.epochs, iterations), lease)
-
-
-def write_task_file(mountpoint: str, task: str, text: str) -> None:
-    """Write NAME.yaml into `.sand/tasks/`: closing it registers the task; a refusal becomes a
-    UserError with the daemon's reason. (`sandfs task add` does the same.)"""
-    try:
-        with open(tasks_dir(mountpoint, f"{task}.yaml"), "x", encoding="utf-8") as f:
-            f.write(text)
-    except FileExistsError as exc:
-        raise UserError(f"task {task} is already registered on {mountpoint}") from exc
-    except OSError as exc:
-        reason = read_status(mountpoint).get("task_errors", {}).get(task) or exc.strerror
-        raise UserError(f"the daemon at {mountpoint} refused task {task}: {reason}") from exc
 
 
 def read_status(mountpoint: str) -> dict:

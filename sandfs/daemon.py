@@ -47,7 +47,8 @@ from sandfs.plan.build import build_plans, plan_new_task
 from sandfs.plan.checkpoint import load_plan_state, save_plan_state
 from sandfs.plan.mount import dataset_key
 from sandfs.plan.task import TaskPlan
-from sandfs.remote.options import is_remote_url
+from sandfs.registration import admit_upload
+from sandfs.remote.options import is_remote_url, thaw_options
 from sandfs.remote.stats import RemoteStats
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.service import ViewService
@@ -111,8 +112,9 @@ def fetch_remote(configs: Sequence[TaskConfig], settings: MountSettings
         return list(configs), settings, RemoteStats()
     from sandfs.remote.datasets import RemoteSpec, prepare_remote_datasets  # local data: never
 
-    specs = {c.task: RemoteSpec.of(c.dataset.video_dataset_path, dict(c.dataset.storage_options),
-                                   c.dataset.manifest, c.dataset.extensions) for c in remote}
+    specs = {c.task: RemoteSpec.of(c.dataset.video_dataset_path,
+                                   thaw_options(c.dataset.storage_options), c.dataset.manifest,
+                                   c.dataset.extensions) for c in remote}
     copies = prepare_remote_datasets(specs.values(), cache_dir=settings.cache_dir,
                                      budget_bytes=settings.storage_budget_bytes)
     local = [replace(c, dataset=replace(c.dataset, video_dataset_path=copies.root(specs[c.task])))
@@ -218,7 +220,8 @@ def make_service(startup: Startup, mount: Mount, planned: Planned) -> ViewServic
         policy=settings.scheduling, prune_mode=settings.prune_mode,
         checkpoint=partial(save_plan_state, settings.cache_dir),
         task_planner=partial(plan_new_task, settings, planned.scans, planned.plans),
-        config_dir=os.path.dirname(configs[0].source_path) or "/",
+        admit=partial(admit_upload, settings=settings,
+                      config_dir=os.path.dirname(configs[0].source_path) or "/"),
         remote=mount.remote.as_status(), started=startup.started,
         scan_status=startup.scan_status, freezes_windows=True)
 

@@ -37,6 +37,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from sandfs.client import PreparedTask, TaskView, attach, prepare_task, register_task
 from sandfs.config.schema import Shard
+from sandfs.errors import UserError
 from sandfs.pids import wait_for_exit
 from sandfs.status import serves
 
@@ -92,20 +93,30 @@ class NodeDaemon:
         argv = ["mount", self.mountpoint, "--foreground", "--cache-dir", self.cache_dir,
                 "--config", first, *self.settings.mount_args]
         with open(f"{self.cache_dir}.log", "ab") as log:
+            started_at = log.tell()  # where this start's lines begin
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "sandfs", *argv],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
-        self._wait_served()
+        self._wait_served(started_at)
         return MountInfo(self.mountpoint, task)
 
-    def _wait_served(self) -> None:
+    def _wait_served(self, log_start: int) -> None:
+        """Until the mount serves; a refused config is a UserError with `sandfs mount`'s
+        one-line reason (the one every other way in gives), anything else a RuntimeError with
+        the log's tail."""
         deadline = time.monotonic() + self.settings.mount_timeout_s
         while not self.serving():
             if self.process.poll() is not None or time.monotonic() > deadline:
-                with open(f"{self.cache_dir}.log", errors="replace") as f:
-                    tail = f.read()[-2000:]
+                with open(f"{self.cache_dir}.log", "rb") as f:
+                    f.seek(log_start)
+                    tail = f.read().decode(errors="replace")[-2000:]
+                exited = self.process.poll() is not None
                 self.stop()
+                reason = next((line.removeprefix("sandfs: ") for line in
+                               reversed(tail.splitlines()) if line.startswith("sandfs: ")), None)
+                if exited and reason:
+                    raise UserError(reason)
                 raise RuntimeError(f"sandfs did not mount {self.mountpoint} on node "
                                    f"{self.node_id}:\n{tail}")
             time.sleep(0.05)

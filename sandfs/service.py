@@ -39,7 +39,7 @@ from sandfs.status import (
     ScanStatus,
     TaskStatus,
 )
-from sandfs.tasks import TaskRegistry, ignored_engine_note, refusal
+from sandfs.tasks import Admit, TaskRegistry, ignored_engine_note, refusal
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class ViewService:
         decode_ahead: int = 0,
         checkpoint: Callable[[dict], None] | None = None,
         task_planner: Callable[[TaskConfig, dict[tuple, int]], TaskPlan] | None = None,
-        config_dir: str = "/",
+        admit: Admit | None = None,
         policy: str = "priority",
         prune_mode: str = "algorithm1",
         remote: Mapping[str, int] | None = None,
@@ -69,7 +69,7 @@ class ViewService:
         freezes_windows: bool = False,
     ) -> None:
         self.registry = TaskRegistry(plans, task_texts=task_texts, checkpoint=checkpoint,
-                                     task_planner=task_planner, config_dir=config_dir)
+                                     task_planner=task_planner, admit=admit)
         self.engine = engine  # objects made on demand
         self.stats = stats
         self.materializer = Materializer(stats)
@@ -128,7 +128,7 @@ class ViewService:
 
     async def add_task_file(self, file_name: str, text: str, writer: tuple[int, int]) -> None:
         """A YAML written to .sand/tasks/NAME.yaml (see `TaskRegistry.load_file`)."""
-        await self.add_task(self.registry.load_file(file_name, text, writer), text)
+        await self.add_task(await self.registry.load_file(file_name, text, writer), text)
 
     async def add_task(self, cfg: TaskConfig, text: str) -> None:
         """Register a task on the live mount. Windows already planned keep what they share;

@@ -4,21 +4,11 @@ froze."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import trio
 
-from sandfs.access import (
-    Owner,
-    check_owner_paths,
-    owner_may_read,
-    owner_of,
-    privileged,
-    stamped,
-)
-from sandfs.config.loader import load_task_config
+from sandfs.access import Owner, owner_may_read, owner_of, privileged
 from sandfs.config.schema import TaskConfig
 from sandfs.config.settings import ENGINE_FIELDS
 from sandfs.errors import UserError
@@ -39,13 +29,19 @@ def ignored_engine_note(cfg: TaskConfig) -> str | None:
 
 
 MOUNT_GENERATION = 0  # the registration count of a mount config's task (the first one)
+# Task files are parsed and checked in worker threads of their own: a slow one (a large YAML,
+# a slow disk behind a labels path) never holds the event loop, nor the threads of other work.
+UPLOAD_THREADS = 2
+
+# (file name, text, writer's (uid, gid)) -> the config, checked against the mount, or raises
+Admit = Callable[[str, str, tuple[int, int]], TaskConfig]
 
 
 class TaskRegistry:
     def __init__(self, plans: Sequence[TaskPlan], *, task_texts: dict[str, str] | None = None,
                  checkpoint: Callable[[dict], None] | None = None,
                  task_planner: Callable[[TaskConfig, dict[tuple, int]], TaskPlan] | None = None,
-                 config_dir: str = "/") -> None:
+                 admit: Admit | None = None) -> None:
         self.tasks = {p.name: p for p in plans}
         self.task_texts = task_texts or {}
         self.task_errors: dict[str, str] = {}  # why a registration was refused, by task name
@@ -54,7 +50,8 @@ class TaskRegistry:
         self.generations = dict.fromkeys(self.tasks, MOUNT_GENERATION)  # registrations by name
         self.checkpoint = checkpoint
         self.task_planner = task_planner  # plans a task registered on the live mount
-        self.config_dir = config_dir  # where relative paths of such a task point from
+        self.admit = admit  # loads and checks a task file (`registration.admit_upload`)
+        self.upload_limiter = trio.CapacityLimiter(UPLOAD_THREADS)
 
     def window_planned(self) -> None:
         """In a worker thread, after a window was planned: checkpoint what coordination froze."""
@@ -62,20 +59,13 @@ class TaskRegistry:
         if self.checkpoint is not None and coordination is not None and coordination.changed:
             self.checkpoint(coordination.state())
 
-    def load_file(self, file_name: str, text: str, writer: tuple[int, int]) -> TaskConfig:
-        """A YAML written to .sand/tasks/NAME.yaml by the FUSE request of `writer` (uid, gid),
-        whom the task belongs to unless its `access:` says otherwise. Relative paths in it are
-        resolved against the folder named by a first line `# sandfs-base-dir: DIR` (`sandfs
-        task add` writes it), else against the folder of the mount's first config."""
-        path = os.path.join(self.config_dir, file_name)
-        cfg = load_task_config(path, text=text, check_paths=False)
-        if f"{cfg.task}.yaml" != file_name:
-            raise UserError(f"{file_name}: the file must be named after its task: "
-                            f"{cfg.task}.yaml")
-        access = stamped(cfg.access, *writer)
-        # before the daemon looks at its paths: whether they exist is the owner's to know only
-        check_owner_paths(cfg, owner_of(replace(cfg, access=access)))
-        return replace(load_task_config(path, text=text), access=access)
+    async def load_file(self, file_name: str, text: str, writer: tuple[int, int]) -> TaskConfig:
+        """A YAML written to .sand/tasks/NAME.yaml by `writer` (uid, gid), loaded and checked
+        in a worker thread (`admit`)."""
+        if self.admit is None or self.task_planner is None:
+            raise UserError("this mount does not take new tasks")
+        return await trio.to_thread.run_sync(self.admit, file_name, text, writer,
+                                             limiter=self.upload_limiter)
 
     def refused(self, name: str, reason: str, writer_uid: int) -> None:
         """A task file written by `writer_uid` was refused: status.json tells them why."""

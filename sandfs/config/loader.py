@@ -31,10 +31,12 @@ from sandfs.config.settings import read_engine_section
 from sandfs.config.yamlsafe import ConfigError, Value, read_yaml
 from sandfs.remote.options import (
     STREAMING_REFUSAL,
+    FrozenOptions,
     RemoteConfigError,
     check_dataset_url,
     check_manifest,
     check_storage_options,
+    freeze_options,
     is_remote_url,
 )
 
@@ -81,30 +83,33 @@ _EXTENSION_RE = re.compile(r"\.[^./\\\s]+")
 
 
 def load_task_config(
-    path: str | os.PathLike[str], *, text: str | None = None, check_paths: bool = True
+    path: str | os.PathLike[str], *, text: str | None = None, check_paths: bool = True,
+    before_paths: Callable[[TaskConfig], TaskConfig] | None = None,
 ) -> TaskConfig:
-    """Load and validate one task config. `text` replaces reading `path` (which still names the
-    file in errors and anchors relative paths, unless the text starts with a `BASE_DIR_MARK`
-    line naming the folder to anchor them to: how `sandfs task add` hands a config to a live
-    mount); `check_paths=False` skips the checks that the dataset directory and labels CSV
-    exist."""
+    """Load and validate one task config, parsing its text once. `text` replaces reading
+    `path` (which still names the file in errors and anchors relative paths, unless the text
+    starts with a `BASE_DIR_MARK` line naming the folder to anchor them to: how `sandfs task
+    add` hands a config to a live mount; errors then name that folder's file and count lines
+    from the line after the mark, as in the user's own file). `before_paths` sees (and may
+    amend) the config before the checks that the dataset directory and labels CSV exist;
+    `check_paths=False` skips those checks."""
     file = os.fspath(path)
     if text is None:
         text = _read_text(file)
     elif len(text.encode()) > MAX_CONFIG_BYTES:
         raise _too_large(file)
-    root = read_yaml(text, file)
+    base_dir, first_line = os.path.dirname(os.path.abspath(file)), 1
+    if text.startswith(BASE_DIR_MARK):
+        base_dir = text.partition("\n")[0].removeprefix(BASE_DIR_MARK).strip()
+        file, first_line = os.path.join(base_dir, os.path.basename(file)), 0
+    root = read_yaml(text, file, first_line=first_line)
     entries = fields.mapping(root, TOP_KEYS, required=("task", "seed", "epochs", "dataset"))
-    base_dir = os.path.dirname(os.path.abspath(file))
-    first_line = text.partition("\n")[0]
-    if first_line.startswith(BASE_DIR_MARK):
-        base_dir = first_line.removeprefix(BASE_DIR_MARK).strip()
     task = _task_name(entries["task"])
     seed = fields.integer(entries["seed"], minimum=0, maximum=MAX_SEED)
     epochs = fields.integer(entries["epochs"], minimum=1, maximum=MAX_EPOCHS)
-    dataset = _dataset(entries["dataset"], base_dir, check_paths)
+    dataset = _dataset(entries["dataset"], base_dir)
     engine, engine_given = read_engine_section(entries.get("engine"), base_dir)
-    return TaskConfig(
+    config = TaskConfig(
         task=task,
         seed=seed,
         epochs=epochs,
@@ -115,16 +120,22 @@ def load_task_config(
         source_text=text,
         access=read_access_section(entries.get("access")),
     )
+    if before_paths is not None:
+        config = before_paths(config)
+    if check_paths:
+        _check_paths(config.dataset, entries["dataset"])
+    return config
 
 
 def load_task_configs(
-    paths: Iterable[str | os.PathLike[str]], *, check_paths: bool = True
+    paths: Iterable[str | os.PathLike[str]], *, check_paths: bool = True,
+    before_paths: Callable[[TaskConfig], TaskConfig] | None = None,
 ) -> list[TaskConfig]:
     """Load several configs; a task name given twice is an error at the second `task:`."""
     configs: list[TaskConfig] = []
     first_file: dict[str, str] = {}
     for path in paths:
-        config = load_task_config(path, check_paths=check_paths)
+        config = load_task_config(path, check_paths=check_paths, before_paths=before_paths)
         if config.task in first_file:
             task_value = read_yaml(config.source_text, os.fspath(path)).data["task"]
             raise task_value.error(
@@ -133,6 +144,17 @@ def load_task_configs(
         first_file[config.task] = os.fspath(path)
         configs.append(config)
     return configs
+
+
+def _check_paths(dataset: DatasetConfig, value: Value) -> None:
+    """The dataset directory and the labels CSV exist (errors at their values)."""
+    entries = value.data
+    path = dataset.video_dataset_path
+    if not is_remote_url(path) and not os.path.isdir(path):
+        problem = "is not a directory" if os.path.exists(path) else "does not exist"
+        raise entries["video_dataset_path"].error(f"the dataset directory {path} {problem}")
+    if dataset.labels not in LABEL_KINDS and not os.path.isfile(dataset.labels):
+        raise entries["labels"].error(f"the labels file {dataset.labels} does not exist")
 
 
 # --- sections ----------------------------------------------------------------------------------
@@ -169,16 +191,14 @@ def _task_name(value: Value) -> str:
     return name
 
 
-def _dataset(value: Value, base_dir: str, check_paths: bool) -> DatasetConfig:
+def _dataset(value: Value, base_dir: str) -> DatasetConfig:
     required = ("tag", "video_dataset_path", "sampling", "augmentation")
     entries = fields.mapping(value, DATASET_KEYS, required=required)
     tag = fields.string(entries["tag"], what="a dataset tag")
     input_source = _optional(entries, "input_source", _input_source, "file")
-    path = _dataset_path(entries["video_dataset_path"], base_dir, check_paths)
+    path = _dataset_path(entries["video_dataset_path"], base_dir)
     extensions = _optional(entries, "extensions", _extensions, DEFAULT_EXTENSIONS)
-    labels = _optional(
-        entries, "labels", partial(_labels, base_dir=base_dir, check_paths=check_paths), "dirname"
-    )
+    labels = _optional(entries, "labels", partial(_labels, base_dir=base_dir), "dirname")
     sampling = _sampling(entries["sampling"])
     source_hw = sampling.decode_resize[0] if sampling.decode_resize else None
     augmentation = parse_pipeline(entries["augmentation"], sampling.frames_per_video, source_hw)
@@ -204,17 +224,13 @@ def _input_source(value: Value) -> str:
     return "file"
 
 
-def _dataset_path(value: Value, base_dir: str, check_paths: bool) -> str:
+def _dataset_path(value: Value, base_dir: str) -> str:
     text = fields.string(value, what="a directory of videos, or an s3:// or http(s):// URL")
     if is_remote_url(text):
         return _remote(value, check_dataset_url, text)
     # the real directory: the same data reached through a symlink is the same dataset (the
     # path seeds the draws and decides which tasks share frames)
-    path = os.path.realpath(fields.resolve_path(text, base_dir))
-    if check_paths and not os.path.isdir(path):
-        problem = "is not a directory" if os.path.exists(path) else "does not exist"
-        raise value.error(f"the dataset directory {path} {problem}")
-    return path
+    return os.path.realpath(fields.resolve_path(text, base_dir))
 
 
 def _remote(value: Value, check: Callable[..., Any], *args: Any) -> Any:
@@ -225,11 +241,10 @@ def _remote(value: Value, check: Callable[..., Any], *args: Any) -> Any:
         raise value.error(str(exc)) from None
 
 
-def _storage_options(value: Value) -> tuple[tuple[str, str | bool | int | float], ...]:
+def _storage_options(value: Value) -> FrozenOptions:
     if not isinstance(value.data, dict):
         raise value.error("storage_options must be a mapping of option names to values")
-    raw = {key: item.data for key, item in value.data.items()}
-    return tuple(sorted(_remote(value, check_storage_options, raw).items()))
+    return freeze_options(_remote(value, check_storage_options, fields.plain(value)))
 
 
 def _manifest(value: Value, *, base_dir: str) -> str:
@@ -247,17 +262,14 @@ def _extensions(value: Value) -> tuple[str, ...]:
     return tuple(extensions)
 
 
-def _labels(value: Value, *, base_dir: str, check_paths: bool) -> str:
+def _labels(value: Value, *, base_dir: str) -> str:
     what = "dirname, none or the path of a .csv file (video,label)"
     text = fields.string(value, what=what)
     if text in LABEL_KINDS:
         return text
     if not text.lower().endswith(".csv"):
         raise value.error(f"expected {what}, got {text!r}{fields.did_you_mean(text, LABEL_KINDS)}")
-    path = fields.resolve_path(text, base_dir)
-    if check_paths and not os.path.isfile(path):
-        raise value.error(f"the labels file {path} does not exist")
-    return path
+    return fields.resolve_path(text, base_dir)
 
 
 def _sampling(value: Value) -> SamplingConfig:

@@ -113,8 +113,9 @@ class DatasetConfig:
     labels: str  # "dirname" | "none" | absolute path of a CSV (video,label)
     sampling: SamplingConfig
     augmentation: tuple[AugStep, ...]
-    # a remote dataset: options handed to fsspec (sorted items), and a file listing its videos
-    storage_options: tuple[tuple[str, str | bool | int | float], ...] = ()
+    # a remote dataset: options handed to fsspec (`remote.options.freeze_options`: sorted
+    # items, mappings likewise), and a file listing its videos
+    storage_options: tuple[tuple[str, Any], ...] = ()
     manifest: str | None = None  # absolute path or URL
 
 

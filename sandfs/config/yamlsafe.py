@@ -83,28 +83,60 @@ def child_path(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else key
 
 
-def read_yaml(text: str, file: str) -> Value:
-    """Parse one YAML document into a Value tree; raise ConfigError on anything non-plain."""
+def read_yaml(text: str, file: str, *, first_line: int = 1) -> Value:
+    """Parse one YAML document into a Value tree; raise ConfigError on anything non-plain.
+    `first_line`: the line number the text's first line has in the file the user wrote (a
+    line sandfs put before it does not count). Parsing stops at MAX_NODES values or MAX_DEPTH
+    levels while it composes, before the rest of an oversized text is read."""
+    loader = None
     try:
-        node = yaml.compose(text, Loader=_CoreLoader)
+        loader = _CoreLoader(text)  # checks every character first
+        node = loader.get_single_node()
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        line, col = (mark.line + first_line, mark.column + 1) if mark else (first_line, 1)
         raise ConfigError(file, line, col, "<yaml>", _yaml_message(e)) from None
     except yaml.reader.ReaderError as e:
         line, col = _position(text, e.position)
+        line += first_line - 1
         char = e.character if isinstance(e.character, str) else chr(e.character)
         message = f"a YAML file may not contain the character {char!r}"
         raise ConfigError(file, line, col, "<yaml>", message) from None
     except RecursionError:
         raise ConfigError(file, 1, 1, "<yaml>", "nested too deeply") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     if node is None:
         raise ConfigError(file, 1, 1, "<document>", "the file is empty; expected a task config")
-    return _Builder(file).build(node, "", 0)
+    return _Builder(file, first_line - 1).build(node, "", 0)
 
 
 class _CoreLoader(yaml.SafeLoader):
-    """Resolves untagged plain scalars by YAML 1.2 core rules (decimal-only integers)."""
+    """Resolves untagged plain scalars by YAML 1.2 core rules (decimal-only integers), and
+    counts the nodes it composes: a text of a million values stops at the budget, not after
+    its whole tree is built (aliases are counted where they are written; the builder counts
+    what they expand to)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.nodes_left = MAX_NODES
+        self.depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        mark = self.peek_event().start_mark
+        self.nodes_left -= 1
+        if self.nodes_left < 0:
+            raise yaml.composer.ComposerError(
+                None, None, f"the document expands to more than {MAX_NODES} values", mark)
+        if self.depth >= MAX_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
     def resolve(self, kind: type, value: str, implicit: tuple[bool, bool]) -> str:
         if kind is yaml.ScalarNode:
@@ -125,12 +157,13 @@ def _core_tag(value: str) -> str:
 
 
 class _Builder:
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, line_offset: int = 0) -> None:
         self.file = file
+        self.line_offset = line_offset
         self.nodes_left = MAX_NODES
 
     def build(self, node: yaml.Node, path: str, depth: int) -> Value:
-        line, col = node.start_mark.line + 1, node.start_mark.column + 1
+        line, col = node.start_mark.line + 1 + self.line_offset, node.start_mark.column + 1
         where = Value(None, self.file, path, line, col)
         self.nodes_left -= 1
         if self.nodes_left < 0:
@@ -157,7 +190,8 @@ class _Builder:
         where.data = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
-                line, col = key_node.start_mark.line + 1, key_node.start_mark.column + 1
+                line = key_node.start_mark.line + 1 + self.line_offset
+                col = key_node.start_mark.column + 1
                 raise ConfigError(
                     self.file,
                     line,

@@ -13,7 +13,6 @@ from sandfs.media.datasets import DatasetKey, scan_all
 from sandfs.media.types import DatasetScan
 from sandfs.plan.mount import dataset_key, known_paths, plan_tasks
 from sandfs.plan.task import TaskPlan
-from sandfs.remote.options import is_remote_url
 
 
 def build_plans(configs: Sequence[TaskConfig], scans: dict[DatasetKey, DatasetScan],
@@ -41,9 +40,6 @@ def plan_new_task(settings: MountSettings, scans: dict[DatasetKey, DatasetScan],
     """In a worker thread: scan the task's dataset if it is new, and plan it with the others,
     its epoch 0 where the leading task on its dataset stands (`leaders`: mount epoch by
     dataset identity key; a dataset no task reads yet starts at 0)."""
-    if is_remote_url(cfg.dataset.video_dataset_path):
-        raise UserError(f"task {cfg.task}: a task added to a live mount reads a local dataset; "
-                        f"give remote datasets ({cfg.dataset.video_dataset_path}) to sandfs mount")
     key = dataset_key(cfg)
     if key not in scans:
         scans.update(scan_all([key], settings.cache_dir, settings.workers,

@@ -4,7 +4,9 @@ that sandfs without the `remote` extra still serves local datasets."""
 
 from __future__ import annotations
 
+import copy
 import importlib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +14,8 @@ from typing import Any
 from sandfs.errors import UserError
 
 __all__ = ["RemoteError", "Store", "describe_error", "is_retryable", "open_store"]
+
+log = logging.getLogger(__name__)
 
 INSTALL_HINT = "install sandfs[remote] (pip install 'sandfs[remote]')"
 # the package each protocol needs besides fsspec
@@ -50,25 +54,22 @@ class Store:
 
 
 def open_store(url: str, storage_options: Mapping[str, Any], timeout_s: float) -> Store:
-    """The filesystem for `url` (normalised by `options.check_dataset_url`). Every connect and
-    every read waits at most `timeout_s`; the backends' own retries are turned off because the
+    """The filesystem for `url` (normalised by `options.check_dataset_url`), opened with the
+    user's options and sandfs's bounds merged in (`bounded_options`): every connect and every
+    read waits at most `timeout_s`, and the backends' own retries are turned off because the
     fetcher retries with its own bounded backoff."""
     protocol = url.partition("://")[0]
     fsspec = _require("fsspec")
     _require(_BACKENDS[protocol])
-    options = dict(storage_options)
-    options["skip_instance_cache"] = True  # a fresh client: no session from a dead server
-    if protocol == "s3":
-        options["config_kwargs"] = {
-            "connect_timeout": timeout_s, "read_timeout": timeout_s,
-            "retries": {"total_max_attempts": 1},
-        }
-    else:
-        import aiohttp
-
-        options["client_kwargs"] = {"timeout": aiohttp.ClientTimeout(
-            total=None, connect=timeout_s, sock_connect=timeout_s, sock_read=timeout_s)}
+    options, notes = bounded_options(protocol, storage_options, timeout_s)
+    if notes:
+        log.info("%s: sandfs's bounds merged into storage_options: %s", url, "; ".join(notes))
     try:
+        if protocol != "s3":
+            import aiohttp
+
+            client = options["client_kwargs"]
+            client["timeout"] = aiohttp.ClientTimeout(**client["timeout"])
         fs = fsspec.filesystem(protocol, **options)
     except (TypeError, ValueError) as exc:
         raise RemoteError(f"{url}: bad storage_options: {exc}") from exc
@@ -78,6 +79,50 @@ def open_store(url: str, storage_options: Mapping[str, Any], timeout_s: float) -
     else:
         root = url
     return Store(fs=fs, protocol=protocol, root=root)
+
+
+def bounded_options(protocol: str, storage_options: Mapping[str, Any], timeout_s: float
+                    ) -> tuple[dict[str, Any], list[str]]:
+    """The user's options (client_kwargs and config_kwargs as s3fs documents them) with
+    sandfs's bounds merged in, and a note for each bound sandfs set."""
+    if protocol == "s3":
+        bounds: dict[str, Any] = {"config_kwargs": {
+            "connect_timeout": timeout_s, "read_timeout": timeout_s,
+            "retries": {"total_max_attempts": 1}}}
+    else:  # aiohttp's ClientTimeout fields; `timeout: N` alone is a total
+        bounds = {"client_kwargs": {"timeout": {
+            "connect": timeout_s, "sock_connect": timeout_s, "sock_read": timeout_s}}}
+    options = copy.deepcopy(dict(storage_options))
+    client = options.get("client_kwargs")
+    if isinstance(client, dict) and isinstance(client.get("timeout"), int | float):
+        client["timeout"] = {"total": client["timeout"]}
+    merged, notes = merge_bounds(options, bounds)
+    merged["skip_instance_cache"] = True  # a fresh client: no session from a dead server
+    return merged, notes
+
+
+def merge_bounds(user: Mapping[str, Any], bounds: Mapping[str, Any], where: str = ""
+                 ) -> tuple[dict[str, Any], list[str]]:
+    """`user` with `bounds` merged in: a bound the user left out is added, a number the user
+    set is kept where it is tighter (no larger), else the bound replaces it; every other
+    option of the user's is kept as written. Notes name what the bounds set."""
+    merged, notes = dict(user), []
+    for key, bound in bounds.items():
+        name, given = f"{where}{key}", user.get(key)
+        if isinstance(bound, Mapping):
+            inner, inner_notes = merge_bounds(given if isinstance(given, Mapping) else {},
+                                              bound, f"{name}.")
+            merged[key], notes = inner, notes + inner_notes
+        elif _is_number(given) and given <= bound:
+            continue  # the user's is tighter
+        else:
+            merged[key] = bound
+            notes.append(f"{name}={bound}" + ("" if given is None else f" (not {given!r})"))
+    return merged, notes
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _require(module: str) -> Any:

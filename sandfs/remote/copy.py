@@ -24,7 +24,7 @@ from typing import Any
 
 from sandfs.remote.connect import RemoteError, open_store
 from sandfs.remote.fetch import Fetcher, RetryPolicy, parallel_map
-from sandfs.remote.options import check_dataset_url, check_storage_options
+from sandfs.remote.options import check_dataset_url, check_storage_options, endpoint_of
 from sandfs.remote.source import RemoteEntry, list_dataset, manifest_entries, read_manifest
 from sandfs.remote.stats import RemoteStats
 
@@ -75,7 +75,7 @@ def log_progress(url: str, every_s: float = 10.0) -> Callable[[FetchProgress], N
 def dataset_digest(url: str, storage_options: Mapping[str, Any], manifest: str | None,
                    extensions: Sequence[str]) -> str:
     """Names the copy: what selects the files (credentials do not)."""
-    key = [check_dataset_url(url), storage_options.get("endpoint_url"), manifest,
+    key = [check_dataset_url(url), endpoint_of(storage_options), manifest,
            sorted(e.lower() for e in extensions)]
     return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
 

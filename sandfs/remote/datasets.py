@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandfs.remote.copy import LocalCopy, dataset_digest, log_progress, prepare_remote_dataset
-from sandfs.remote.options import check_dataset_url, check_storage_options
+from sandfs.remote.options import (
+    FrozenOptions,
+    check_dataset_url,
+    check_storage_options,
+    freeze_options,
+    thaw_options,
+)
 from sandfs.remote.stats import RemoteStats
 
 __all__ = ["RemoteCopies", "RemoteSpec", "prepare_remote_datasets"]
@@ -20,7 +26,7 @@ class RemoteSpec:
     share one copy)."""
 
     url: str
-    storage_options: tuple[tuple[str, Any], ...]  # sorted items
+    storage_options: FrozenOptions
     manifest: str | None
     extensions: tuple[str, ...]
 
@@ -28,12 +34,12 @@ class RemoteSpec:
     def of(cls, url: str, storage_options: Mapping[str, Any] | None, manifest: str | None,
            extensions: Iterable[str]) -> RemoteSpec:
         options = check_storage_options(storage_options)
-        return cls(check_dataset_url(url), tuple(sorted(options.items())), manifest,
+        return cls(check_dataset_url(url), freeze_options(options), manifest,
                    tuple(e.lower() for e in extensions))
 
     @property
     def digest(self) -> str:
-        return dataset_digest(self.url, dict(self.storage_options), self.manifest,
+        return dataset_digest(self.url, thaw_options(self.storage_options), self.manifest,
                               self.extensions)
 
 
@@ -67,7 +73,7 @@ def prepare_remote_datasets(specs: Iterable[RemoteSpec], *, cache_dir: str,
     left = budget_bytes
     for spec in unique:
         copy = prepare_remote_dataset(
-            spec.url, storage_options=dict(spec.storage_options), manifest=spec.manifest,
+            spec.url, storage_options=thaw_options(spec.storage_options), manifest=spec.manifest,
             cache_dir=cache_dir, extensions=spec.extensions, timeout_s=timeout_s,
             budget_bytes=left, keep=keep, workers=workers,
             progress=log_progress(spec.url, progress_every_s))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 __all__ = [
@@ -19,7 +20,10 @@ __all__ = [
     "check_dataset_url",
     "check_manifest",
     "check_storage_options",
+    "endpoint_of",
+    "freeze_options",
     "is_remote_url",
+    "thaw_options",
 ]
 
 REMOTE_SCHEMES = ("s3", "http", "https")
@@ -29,13 +33,16 @@ STREAMING_REFUSAL = (
     "streaming is not supported; a remote video_dataset_path (s3://, http://, https://) is "
     "fetched once into the cache dir with input_source: file"
 )
-# keys sandfs sets itself to bound every request (see connect.py)
+# keys sandfs sets itself (see connect.py); client_kwargs and config_kwargs are the user's,
+# sandfs's bounds merged into them
 RESERVED_OPTIONS = frozenset(
-    {"asynchronous", "loop", "skip_instance_cache", "config_kwargs", "client_kwargs",
-     "use_listings_cache"}
+    {"asynchronous", "loop", "skip_instance_cache", "use_listings_cache"}
 )
+NESTED_OPTIONS = ("client_kwargs", "config_kwargs")  # mappings, as s3fs documents them
+MAX_OPTION_DEPTH = 8
 _URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 Scalar = str | bool | int | float
+Option = Scalar | Mapping[str, "Option"]
 
 
 class RemoteConfigError(ValueError):
@@ -67,24 +74,64 @@ def check_dataset_url(text: str) -> str:
     return f"{scheme}://{rest}".rstrip("/")
 
 
-def check_storage_options(options: object) -> dict[str, Scalar]:
-    """A flat mapping of option names to strings, booleans or numbers, handed to fsspec
-    (endpoint_url, anon, key, secret, region_name, ...)."""
+def check_storage_options(options: object) -> dict[str, Option]:
+    """A mapping of option names to strings, booleans, numbers or mappings of them, handed
+    to fsspec as s3fs documents them (endpoint_url, anon, key, secret, client_kwargs:
+    {region_name, endpoint_url}, config_kwargs: {s3: {addressing_style: path}}, ...)."""
     if options is None:
         return {}
     if not isinstance(options, Mapping):
         raise RemoteConfigError("storage_options must be a mapping of option names to values")
-    checked: dict[str, Scalar] = {}
+    checked: dict[str, Option] = {}
     for key, value in options.items():
         if not isinstance(key, str) or not key.isidentifier():
             raise RemoteConfigError(f"storage_options key {key!r} is not an option name")
         if key in RESERVED_OPTIONS:
             raise RemoteConfigError(f"storage_options key {key!r} is set by sandfs itself")
-        if not isinstance(value, Scalar):
-            raise RemoteConfigError(f"storage_options {key}: expected a string, boolean or "
-                                    f"number, got {type(value).__name__}")
-        checked[key] = value
+        if key in NESTED_OPTIONS and not isinstance(value, Mapping):
+            raise RemoteConfigError(f"storage_options {key}: expected a mapping, got "
+                                    f"{type(value).__name__}")
+        checked[key] = _option(key, value, 1)
     return checked
+
+
+def _option(where: str, value: object, depth: int) -> Option:
+    if isinstance(value, Scalar):
+        return value
+    if not isinstance(value, Mapping):
+        raise RemoteConfigError(f"storage_options {where}: expected a string, boolean, number "
+                                f"or mapping, got {type(value).__name__}")
+    if depth >= MAX_OPTION_DEPTH:
+        raise RemoteConfigError(f"storage_options {where}: nested deeper than "
+                                f"{MAX_OPTION_DEPTH} levels")
+    nested: dict[str, Option] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            raise RemoteConfigError(f"storage_options {where}: key {key!r} is not a name")
+        nested[key] = _option(f"{where}.{key}", item, depth + 1)
+    return nested
+
+
+FrozenOptions = tuple[tuple[str, Any], ...]
+
+
+def freeze_options(options: Mapping[str, Option]) -> FrozenOptions:
+    """Checked options as sorted (key, value) pairs, mappings likewise: hashable, for a frozen
+    config. `thaw_options` gives the mapping back."""
+    return tuple(sorted((key, freeze_options(value) if isinstance(value, Mapping) else value)
+                        for key, value in options.items()))
+
+
+def thaw_options(frozen: FrozenOptions) -> dict[str, Option]:
+    return {key: thaw_options(value) if isinstance(value, tuple) else value
+            for key, value in frozen}
+
+
+def endpoint_of(options: Mapping[str, Any]) -> str | None:
+    """The endpoint the options name, at the top or in client_kwargs (s3fs takes both)."""
+    client = options.get("client_kwargs")
+    nested = client.get("endpoint_url") if isinstance(client, Mapping) else None
+    return options.get("endpoint_url") or nested
 
 
 def check_manifest(text: str, base_dir: str) -> str:

@@ -7,12 +7,15 @@ from __future__ import annotations
 import errno
 import json
 import os
+import threading
 from types import SimpleNamespace
 
 import pyfuse3
 import pytest
+import trio
 import yaml
 
+from sandfs.config import yamlsafe
 from sandfs.fuse.operations import MAX_TASK_FILE_BYTES
 from tests.helpers.harness import task_config
 from tests.helpers.operations import CTX, Listing, errno_of
@@ -202,3 +205,56 @@ async def test_listing_a_task_of_a_million_epochs_pages_from_any_offset(fs, data
     plan = fs.ops.service.tasks["long"]
     assert await fs.listdir("long/999999", room=2) == list(
         map(str, range(plan.iterations_per_epoch)))
+
+
+def hold_parses(monkeypatch, until: threading.Event) -> tuple[list[int], threading.Event]:
+    """Every parse of a task YAML waits at its root node until `until` is set: the thread of
+    each parse, and an event set once one began."""
+    compose = yamlsafe._CoreLoader.compose_node
+    threads: list[int] = []
+    began = threading.Event()
+
+    def held(loader, parent, index):
+        if parent is None:  # the document's root: once per parse
+            threads.append(threading.get_ident())
+            began.set()
+            assert until.wait(10), "the parse was never released"
+        return compose(loader, parent, index)
+
+    monkeypatch.setattr(yamlsafe._CoreLoader, "compose_node", held)
+    return threads, began
+
+
+async def test_a_task_file_is_parsed_once(fs, dataset_dir, monkeypatch):
+    released = threading.Event()
+    released.set()
+    parses, _ = hold_parses(monkeypatch, released)
+    await fs.write_new(".sand/tasks/t1.yaml", task_yaml(dataset_dir, task="t1"))
+    assert "t1" in fs.ops.service.tasks
+    assert len(parses) == 1
+
+
+async def test_a_large_task_file_is_parsed_while_other_tasks_are_read(fs, dataset_dir,
+                                                                      monkeypatch):
+    """The parse runs in a worker thread: held there until a view of t0 was read, it does not
+    hold the read (parsed on the event loop, it would wait for the read forever)."""
+    expected = await fs.read("t0/0/1/view")
+    read_done = threading.Event()
+    parses, began = hold_parses(monkeypatch, read_done)
+    monkeypatch.setattr(yamlsafe, "MAX_NODES", 1000)  # small enough for any upload cap
+    text = ("x: [" + ",".join(["1"] * 2000) + "]\n").encode()  # refused after all
+    refused = []
+
+    async def upload() -> None:
+        refused.append(await errno_of(fs.write_new(".sand/tasks/big.yaml", text)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(upload)
+        assert await trio.to_thread.run_sync(began.wait, 10)  # the upload is being parsed
+        try:
+            assert await fs.read("t0/0/1/view") == expected
+        finally:
+            read_done.set()
+    assert parses != [threading.get_ident()] and len(parses) == 1
+    assert refused == [errno.EINVAL]
+    assert "more than 1000 values" in (await status(fs))["task_errors"]["big"]

@@ -23,6 +23,7 @@ from sandfs.fuse.operations import SandOperations
 from sandfs.media.types import DatasetScan, MediaLimits
 from sandfs.plan.build import plan_new_task
 from sandfs.plan.task import TaskPlan
+from sandfs.registration import admit_upload
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.service import ViewService
 from sandfs.stats import Stats
@@ -36,7 +37,7 @@ def make_service(plans: Sequence[TaskPlan], *, task_texts: dict[str, str] | None
     """A service as the daemon builds it, without a disk store. With `scans` (and `cache_dir`),
     tasks can join through .sand/tasks, planned by the daemon's own `plan_new_task`."""
     engine = OnDemandObjects(workers=workers, memory_budget_bytes=64 << 20)
-    planner = None
+    planner = admit = None
     if scans is not None:
         settings = MountSettings(mountpoint="/nonexistent", cache_dir=str(cache_dir),
                                  workers=workers, k_epochs=plans[0].k_epochs, decode_ahead=0,
@@ -45,8 +46,9 @@ def make_service(plans: Sequence[TaskPlan], *, task_texts: dict[str, str] | None
                                  cache_format="auto", scheduling="priority",
                                  prune_mode="algorithm1", media_limits=MediaLimits())
         planner = partial(plan_new_task, settings, scans, list(plans))
+        admit = partial(admit_upload, settings=settings, config_dir=config_dir)
     return ViewService(plans, engine=engine, stats=Stats(), task_texts=task_texts,
-                       task_planner=planner, config_dir=config_dir)
+                       task_planner=planner, admit=admit)
 
 
 @asynccontextmanager

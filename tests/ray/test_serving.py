@@ -66,6 +66,6 @@ def test_the_wait_for_a_new_mount_ends_when_its_scan_does(daemon, monkeypatch):
         return read_status(mountpoint)
 
     monkeypatch.setattr(sandray, "_status", scanning_for_three_polls)
-    daemon._wait_served()
+    daemon._wait_served(0)
     assert len(polls) == 3 and daemon.serving()
 

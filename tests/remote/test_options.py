@@ -16,6 +16,8 @@ from sandfs.remote import (
     dataset_digest,
     is_remote_url,
 )
+from sandfs.remote.connect import bounded_options
+from sandfs.remote.options import endpoint_of, freeze_options, thaw_options
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -45,18 +47,56 @@ def test_local_paths_are_not_urls():
     assert not is_remote_url("relative/s3:/x")
 
 
-def test_storage_options_are_flat_scalars():
-    options = {"endpoint_url": "http://x", "anon": True, "max_concurrency": 2, "t": 1.5}
+def test_storage_options_as_fsspec_users_write_them():
+    options = {"endpoint_url": "http://x", "anon": True, "max_concurrency": 2, "t": 1.5,
+               "client_kwargs": {"region_name": "eu-west-1", "endpoint_url": "http://ceph"},
+               "config_kwargs": {"s3": {"addressing_style": "path"}}}
     assert check_storage_options(options) == options
+    assert thaw_options(freeze_options(options)) == options
+    hash(freeze_options(options))  # a frozen config's field
+    assert endpoint_of(options) == "http://x"
+    assert endpoint_of({"client_kwargs": {"endpoint_url": "http://ceph"}}) == "http://ceph"
     assert check_storage_options(None) == {}
     with pytest.raises(RemoteConfigError, match="mapping"):
         check_storage_options(["anon"])
-    with pytest.raises(RemoteConfigError, match="anon: expected a string, boolean or number"):
+    with pytest.raises(RemoteConfigError, match="anon: expected a string, boolean, number or"):
         check_storage_options({"anon": [True]})
+    with pytest.raises(RemoteConfigError, match=r"client_kwargs\.headers\.x: expected"):
+        check_storage_options({"client_kwargs": {"headers": {"x": [1]}}})
+    with pytest.raises(RemoteConfigError, match="client_kwargs: expected a mapping"):
+        check_storage_options({"client_kwargs": "x"})
     with pytest.raises(RemoteConfigError, match="set by sandfs itself"):
-        check_storage_options({"config_kwargs": "x"})
+        check_storage_options({"skip_instance_cache": False})
     with pytest.raises(RemoteConfigError, match="not an option name"):
         check_storage_options({"end point": "x"})
+    deep: dict = {"v": 1}
+    for _ in range(10):
+        deep = {"k": deep}
+    with pytest.raises(RemoteConfigError, match="nested deeper than 8 levels"):
+        check_storage_options({"config_kwargs": deep})
+
+
+def test_sandfs_bounds_merge_into_the_users_options():
+    user = {"key": "k", "client_kwargs": {"region_name": "eu-west-1",
+                                          "endpoint_url": "http://ceph"},
+            "config_kwargs": {"s3": {"addressing_style": "path"}, "connect_timeout": 3,
+                              "read_timeout": 600, "retries": {"mode": "standard"}}}
+    merged, notes = bounded_options("s3", user, 10.0)
+    assert merged["client_kwargs"] == user["client_kwargs"]  # region and endpoint kept
+    assert merged["config_kwargs"] == {
+        "s3": {"addressing_style": "path"},  # the user's addressing kept
+        "connect_timeout": 3,  # the user's is tighter
+        "read_timeout": 10.0,  # sandfs's is
+        "retries": {"mode": "standard", "total_max_attempts": 1}}
+    assert merged["key"] == "k" and merged["skip_instance_cache"] is True
+    assert notes == ["config_kwargs.read_timeout=10.0 (not 600)",
+                     "config_kwargs.retries.total_max_attempts=1"]
+    assert user["config_kwargs"]["read_timeout"] == 600  # the caller's mapping untouched
+    merged, notes = bounded_options("https", {"client_kwargs": {"timeout": 5,
+                                                                "trust_env": True}}, 10.0)
+    assert merged["client_kwargs"] == {"trust_env": True, "timeout": {
+        "total": 5, "connect": 10.0, "sock_connect": 10.0, "sock_read": 10.0}}
+    assert len(notes) == 3
 
 
 def test_manifest_is_a_url_or_a_path_against_the_config_folder():

@@ -69,6 +69,32 @@ def test_an_s3_dataset_gives_the_local_views(dataset_dir, local_views, s3, tmp_p
     assert size <= first["bytes_fetched"] <= 1.05 * size
 
 
+def test_an_s3_dataset_with_a_region_and_path_style_as_fsspec_users_write_them(
+        dataset_dir, local_views, s3, tmp_path):
+    """storage_options with the endpoint and a region in client_kwargs and path-style
+    addressing in config_kwargs: the mount serves the local views, and its log says which of
+    sandfs's bounds it merged in."""
+    region = "eu-central-1"
+    bucket = f"{s3.bucket[:40]}-{region}"
+    client = s3.client()
+    client.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})
+    for path in dataset_dir.rglob("*.mp4"):
+        client.put_object(Bucket=bucket, Key=f"videos/{path.relative_to(dataset_dir)}",
+                          Body=path.read_bytes())
+    options = {"key": "testing", "secret": "testing",
+               "client_kwargs": {"endpoint_url": s3.endpoint, "region_name": region},
+               "config_kwargs": {"s3": {"addressing_style": "path"}}}
+    config = task_config(Path("unused"), epochs=EPOCHS)
+    config["dataset"] |= {"video_dataset_path": f"s3://{bucket}/videos",
+                          "storage_options": options}
+    path = write_config(tmp_path / "regional.yaml", config)
+    with mount_sandfs(tmp_path, [path], name="regional") as mounted:
+        assert every_view(mounted) == local_views
+        log = mounted.log_text()
+    assert ("sandfs's bounds merged into storage_options: config_kwargs.connect_timeout="
+            in log)
+
+
 def test_an_unreachable_store_is_one_line_and_exit_1(tmp_path, dataset_dir):
     import subprocess
     import sys

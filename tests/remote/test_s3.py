@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sandfs.remote import RemoteError, prepare_remote_dataset
+from sandfs.remote.connect import open_store
 from tests.helpers.stores import EXTENSIONS, TREE, VIDEOS, file_bytes
 
 pytest.importorskip("s3fs")  # the remote extra
@@ -84,3 +85,34 @@ def test_keys_that_cannot_be_local_files_are_left_out(s3, cache_dir, caplog):
     assert "leaving out 'twice//empty-part.mp4': not a plain relative path" in caplog.text
     assert "leaving out 'clip.mp4': also the name of a folder" in caplog.text
     assert Path(copy.root, "clip.mp4/inner.mp4").read_bytes() == b"inner"
+
+
+def regional_bucket(s3, region: str) -> tuple[dict, str]:
+    """s3's objects copied into a bucket of `region`; the options reaching it as s3fs users
+    write them: endpoint and region in client_kwargs, path-style addressing in config_kwargs."""
+    bucket = f"{s3.bucket[:40]}-{region}"
+    client = s3.client()
+    client.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})
+    for rel, size in TREE.items():
+        client.put_object(Bucket=bucket, Key=f"data/{rel}", Body=file_bytes(rel, size, 0))
+    return {"key": "testing", "secret": "testing",
+            "client_kwargs": {"endpoint_url": s3.endpoint, "region_name": region},
+            "config_kwargs": {"s3": {"addressing_style": "path"}, "read_timeout": 2}}, bucket
+
+
+def test_nested_options_reach_the_client_with_sandfs_bounds_merged(s3, cache_dir, caplog):
+    options, bucket = regional_bucket(s3, "eu-west-1")
+    caplog.set_level("INFO", logger="sandfs.remote.connect")
+    copy = prepare_remote_dataset(f"s3://{bucket}/data", storage_options=options,
+                                  cache_dir=cache_dir, extensions=EXTENSIONS, timeout_s=5,
+                                  manifest=None)
+    assert [e.rel_path for e in copy.entries] == VIDEOS
+    store = open_store(f"s3://{bucket}/data", options, timeout_s=5)
+    store.fs.connect()
+    meta = store.fs.s3.meta
+    assert meta.region_name == "eu-west-1"
+    assert meta.config.s3 == {"addressing_style": "path"}
+    assert (meta.config.connect_timeout, meta.config.read_timeout) == (5, 2)  # 2: the user's
+    assert meta.config.retries["total_max_attempts"] == 1
+    assert ("sandfs's bounds merged into storage_options: config_kwargs.connect_timeout=5; "
+            "config_kwargs.retries.total_max_attempts=1") in caplog.text

@@ -21,7 +21,7 @@ RANK = {  # a module may import modules of the same or a lower rank only
     "materialize": 3,
     "sched": 4,
     "service": 5, "tasks": 5, "metrics": 5, "startup": 5,
-    "fuse": 6,
+    "fuse": 6, "registration": 6,
     "daemon": 7,
     "cli": 8, "__main__": 8, "__init__": 8, "watch": 8,
     "torch": 9, "client": 9, "reading": 9, "ray": 10,  # client side: what a training script imports

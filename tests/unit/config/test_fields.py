@@ -95,11 +95,12 @@ BAD_CONFIGS = [
         "names no bucket",
     ),
     (
-        "storage-options-nested",
-        [("tag: train ", "tag: train\n  storage_options: {client: {region: x}}")],
+        "storage-options-list",
+        [("tag: train ", "tag: train\n  storage_options: {client_kwargs: {region: [x]}}")],
         "dataset.storage_options",
         6,
-        "storage_options client: expected a string, boolean or number, got dict",
+        "storage_options client_kwargs.region: expected a string, boolean, number or mapping, "
+        "got list",
     ),
     (
         "extension-no-dot",

@@ -14,6 +14,7 @@ from sandfs.config.settings import (
     DECODE_WORKING_SET_BYTES,
     MIN_MEMORY_LIMIT,
     ON_DEMAND_MEMORY_SHARE,
+    check_views_fit,
     default_memory_limit,
     default_storage_budget,
     merge_engines,
@@ -141,6 +142,13 @@ def _settings(text: str = BASE, overrides: dict | None = None, environ: dict | N
     return mount_settings([config], overrides or {}, mountpoint, environ or {})
 
 
+def _fitted(text: str):
+    """The settings of a mount of `text`, its view checked against them."""
+    settings, warnings = _settings(text)
+    check_views_fit(load_task_config("/cfg/task.yaml", text=text, check_paths=False), settings)
+    return settings, warnings
+
+
 def test_mount_settings_resolve_every_default_once(tmp_path):
     settings, warnings = _settings(environ={"XDG_CACHE_HOME": str(tmp_path)})
     assert warnings == []
@@ -216,16 +224,16 @@ def test_a_view_larger_than_the_batch_memory_is_refused_naming_task_size_and_lim
                   ("[{random_crop: {size: [16, 16]}}]", "[{random_crop: {size: [8192, 8192]}}]"),
                   ("storage_budget: 1G", "memory_limit: 1G"))
     with pytest.raises(UserError) as caught:
-        _settings(huge)
+        _fitted(huge)
     message = str(caught.value)
     view_nbytes = 2 * 4 * 8192 * 8192 * 3 + 128  # 2 videos x 4 frames, RGB, .npy header
     assert "task demo" in message and "/cfg/task.yaml" in message
     assert f"a view of {view_nbytes} bytes (2x4x8192x8192x3 uint8)" in message
     assert f"memory_limit {2**30}" in message and "\n" not in message
     fits = edited(("storage_budget: 1G", "memory_limit: 9K"))  # 6912 bytes for batches
-    assert _settings(fits)[0].batch_memory_bytes == 6912
+    assert _fitted(fits)[0].batch_memory_bytes == 6912
     with pytest.raises(UserError, match=r"a view of 6272 bytes .* does not fit the 6144 bytes"):
-        _settings(edited(("storage_budget: 1G", "memory_limit: 8K")))
+        _fitted(edited(("storage_budget: 1G", "memory_limit: 8K")))
 
 
 def test_view_shape_counts_every_path_and_the_layout():

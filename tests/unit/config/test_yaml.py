@@ -6,6 +6,7 @@ import pickle
 
 import pytest
 
+from sandfs.config import yamlsafe
 from sandfs.config.loader import ConfigError, load_task_config
 from sandfs.config.yamlsafe import read_yaml
 from tests.helpers.config_texts import FILE, PROB22, edited, error_of, load
@@ -143,6 +144,26 @@ def test_anchors_and_aliases_work_but_cannot_explode():
         read_yaml("a: &a [*a]", FILE)
 
 
+def test_a_long_document_stops_at_the_budget_while_it_is_composed(monkeypatch):
+    """The composer stops at MAX_NODES: the text after that point is never parsed (a syntax
+    error there is not reached), and no tree of the whole text is built first."""
+    monkeypatch.setattr(yamlsafe, "MAX_NODES", 1000)
+    text = "x: [" + ",".join(["1"] * 5000) + "]\n" + "y: [unclosed\n"
+    err = error_of(text)
+    assert (err.key, err.line) == ("<yaml>", 1) and "more than 1000 values" in err.message
+    built = []
+    monkeypatch.setattr(yamlsafe._Builder, "build", lambda *a: built.append(a))
+    error_of(text)
+    assert built == []  # refused before any Value was built
+
+
+def test_lines_count_from_first_line():
+    with pytest.raises(ConfigError) as info:
+        read_yaml("task: a\nseed: 0\n  epochs: 3\n", FILE, first_line=2)
+    assert info.value.line == 4
+    assert read_yaml("a: 1\n", FILE, first_line=2).data["a"].line == 2
+
+
 @pytest.mark.parametrize(
     ("text", "line", "key", "fragment"),
     [
@@ -156,7 +177,7 @@ def test_anchors_and_aliases_work_but_cannot_explode():
         ("task: a\n\tseed: 0\n", 2, "<yaml>", "indent YAML with spaces only"),
         ("? [a, b]\n: c\n", 1, "<document>", "plain name"),
         ("task: x\nseed: \x07\n", 2, "<yaml>", "may not contain the character '\\x07'"),
-        ("a: " + "[" * 1000 + "]" * 1000, 1, "<yaml>", "nested too deeply"),
+        ("a: " + "[" * 1000 + "]" * 1000, 1, "<yaml>", "nested deeper than 64 levels"),
     ],
 )
 def test_document_level_errors(text, line, key, fragment):
