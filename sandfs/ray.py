@@ -25,7 +25,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from sandfs.client import PreparedTask, TaskView, attach, prepare_task, register_task
 from sandfs.config.schema import Shard
 from sandfs.errors import UserError
+from sandfs.launch import sandfs_argv, sandfs_env
 from sandfs.pids import wait_for_exit
 from sandfs.status import serves
 
@@ -95,9 +95,8 @@ class NodeDaemon:
         with open(f"{self.cache_dir}.log", "ab") as log:
             started_at = log.tell()  # where this start's lines begin
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "sandfs", *argv],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                sandfs_argv(*argv), env=sandfs_env(), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_served(started_at)
         return MountInfo(self.mountpoint, task)
 
