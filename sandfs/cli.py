@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from sandfs import __version__
 from sandfs.config.schema import TaskConfig
 from sandfs.config.yamlsafe import ConfigError
+from sandfs.distribution import DISTRIBUTION, foreign_sandfs
 from sandfs.errors import UserError
 from sandfs.fuse.mounttable import is_mounted
 from sandfs.pids import wait_for_exit
@@ -61,7 +62,8 @@ def seconds(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sandfs", description=__doc__.split(".")[0])
-    parser.add_argument("--version", action="version", version=f"sandfs {__version__}")
+    parser.add_argument("--version", action="version",
+                        version=f"sandfs {__version__} ({DISTRIBUTION})")
     sub = parser.add_subparsers(dest="command", required=True)
 
     mount = sub.add_parser("mount", help="mount the views of one or more tasks")
@@ -119,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if (clash := foreign_sandfs()) is not None:
+        print(f"sandfs: {clash}", file=sys.stderr)
+        return 1
     try:
         commands = {"mount": cmd_mount, "unmount": cmd_unmount, "status": cmd_status,
                     "plan": cmd_plan, "task": cmd_task}
