@@ -68,7 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     mount = sub.add_parser("mount", help="mount the views of one or more tasks")
     mount.add_argument("mountpoint", nargs="?", help="default: the config's engine.mountpoint")
-    mount.add_argument("--config", action="append", required=True, metavar="TASK.yaml")
+    mount.add_argument("--config", action="append", default=[], metavar="TASK.yaml",
+                       help="a task to serve from the start; repeat it for more. Without any, "
+                            "the mount serves the tasks that join it (sandfs task add, "
+                            "sandfs.torch.join_task, sandfs.ray)")
     mount.add_argument("--cache-dir")
     mount.add_argument("--budget", metavar="SIZE",
                        help="storage budget, e.g. 200G (default: the store sizes itself, "
@@ -196,7 +199,8 @@ def mount_foreground(configs, settings, warnings, args, probes) -> int:
     for warning in warnings:
         log.warning("%s", warning)
     readiness = Readiness(os.environ.get("NOTIFY_SOCKET"), args.ready_fd)
-    status = f"serving {settings.mountpoint}: {', '.join(c.task for c in configs)}"
+    status = (f"serving {settings.mountpoint}: "
+              f"{', '.join(c.task for c in configs) or 'no task yet (tasks join it)'}")
     try:
         # the scan runs in a thread, its probes in the worker started ahead, while this one
         # imports and mounts

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 
 from sandfs import reading
+from sandfs.client import ConfigSource, TaskHandle, register_task
+from sandfs.plan.shard import shard_from_env
 
 try:
     import torch
@@ -52,6 +54,7 @@ class ViewDataset(Dataset):
     def __init__(self, mountpoint: str | os.PathLike[str], task: str, epoch: int = 0) -> None:
         self.root = Path(mountpoint) / task
         self.task = task
+        self.lease: TaskHandle | None = None  # set by join_task: the task ends with it
         if not self.root.is_dir():
             raise FileNotFoundError(f"{self.root}: no task {task!r} on the mount "
                                     f"(is {mountpoint} a sandfs mount serving it?)")
@@ -69,6 +72,20 @@ class ViewDataset(Dataset):
         for epoch in range(start, self.num_epochs):
             self.set_epoch(epoch)
             yield epoch
+
+    def close(self) -> None:
+        """End the task this dataset registered (`join_task`); nothing for one it did not."""
+        if self.lease is not None:
+            self.lease.close()
+
+    def __enter__(self) -> ViewDataset:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "lease": None}  # a worker's copy never ends the task
 
     def sampler(self) -> EpochSampler:
         """The sampler to give DataLoader: each pass yields the keys of the epoch set then."""
@@ -119,6 +136,25 @@ class ViewDataset(Dataset):
         if not 0 <= epoch < self.num_epochs:
             raise ValueError(f"task {self.task} has epochs 0..{self.num_epochs - 1}, "
                              f"not {epoch}")
+
+
+def join_task(mountpoint: str | os.PathLike[str], config: ConfigSource, *,
+              name: str | None = None,
+              environ: Mapping[str, str] = os.environ) -> ViewDataset:
+    """Register this process's share of task `config` on the live mount at `mountpoint` and
+    return its dataset. Under torchrun (WORLD_SIZE and RANK set) that is rank RANK's shard,
+    the task `NAME.rRANK` (`dataset.sampling.shard`: every video once per epoch across the
+    ranks); otherwise the whole task. `config` and `name` are as `sandfs.client.prepare_task`
+    takes them. The task is held by a lease: it ends with `dataset.close()`, the `with` block,
+    or this process however it exits, so a crashed run leaves nothing behind."""
+    handle = register_task(mountpoint, config, name=name, shard=shard_from_env(environ))
+    try:
+        dataset = ViewDataset(mountpoint, handle.view.task)
+    except BaseException:
+        handle.close()
+        raise
+    dataset.lease = handle
+    return dataset
 
 
 class EpochSampler(Sampler[Key]):
