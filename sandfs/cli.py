@@ -399,7 +399,7 @@ def format_status(status: dict) -> str:
     for name, task in status["tasks"].items():
         lines.append(f"  task {name}: epoch {task['epoch']} iteration {task['iteration']}, "
                      f"{task['ready_ahead']} ready ahead, {task['views_served']} views served, "
-                     f"stalled {task['stall_seconds']:.2f}s")
+                     f"reads waited {task['stall_seconds']:.2f}s")
     decoded, independent = status["frames_decoded"], status["frames_decoded_independent"]
     lines.append(f"  frames decoded {decoded} (independent decoding: {independent}), "
                  f"views materialized {status['views_materialized']}")
