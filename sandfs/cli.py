@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     mount.add_argument("--budget", metavar="SIZE",
                        help="storage budget, e.g. 200G (default: the store sizes itself, "
                        "within a quarter of the free disk)")
+    mount.add_argument("--memory-limit", metavar="SIZE",
+                       help="memory for prepared batches and decoding, e.g. 8G (default: what "
+                            "the tasks need; a quarter of RAM for a mount without tasks)")
     mount.add_argument("--k-epochs", type=int, metavar="K")
     mount.add_argument("--decode-ahead", type=int, metavar="N",
                        help="later windows a decode pass also prepares frames for (default 3)")
@@ -152,6 +155,7 @@ def engine_overrides(args: argparse.Namespace) -> dict:
     return {
         "cache_dir": args.cache_dir,
         "storage_budget_bytes": args.budget,
+        "memory_limit_bytes": args.memory_limit,
         "k_epochs": args.k_epochs,
         "decode_ahead": args.decode_ahead,
         "workers": args.workers,  # "auto" given on the command line wins over a config's number

@@ -42,6 +42,7 @@ CLI_FLAGS = {
     "mountpoint": "MOUNTPOINT",
     "cache_dir": "--cache-dir",
     "storage_budget_bytes": "--budget",
+    "memory_limit_bytes": "--memory-limit",
     "k_epochs": "--k-epochs",
     "workers": "--workers",
     "decode_ahead": "--decode-ahead",

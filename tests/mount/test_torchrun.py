@@ -19,9 +19,10 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "torchrun_ddp.py"
 
 def test_a_mount_without_tasks_serves_the_tasks_that_join(tmp_path, dataset_dir):
     config = write_config(tmp_path / "t0.yaml", task_config(dataset_dir))
-    with mount_sandfs(tmp_path, []) as mounted:
+    with mount_sandfs(tmp_path, [], extra_args=("--memory-limit", "300M")) as mounted:
         status = json.loads(run_cli("status", str(mounted.mountpoint), "--json").stdout)
         assert status["tasks"] == {} and status["frames_decoded"] == 0
+        assert status["memory_limit_bytes"] == 300 << 20
         added = run_cli("task", "add", str(mounted.mountpoint), str(config))
         assert added.returncode == 0, added.stderr
         assert (mounted.path("t0", "0", "0", "view")).stat().st_size > 0
