@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sandfs.distribution import DISTRIBUTION
+from sandfs.distribution import DISTRIBUTION, foreign_sandfs
 from tests.helpers.harness import forgiving_teardown, require_fuse, task_config, write_config
 from tests.helpers.mountwatch import is_mounted
 
@@ -121,15 +121,18 @@ def test_the_docs_install_lines_work_in_a_fresh_venv(tmp_path, dataset_dir):
 
 
 def test_the_pypi_sandfs_beside_it_is_named_not_a_strange_failure(tmp_path):
-    """PyPI's `sandfs` installs an import package of the same name: with it in the
-    environment the command says so and what to do."""
+    """PyPI's `sandfs` installs an import package of the same name: with its dist-info beside
+    this package the command says so and what to do."""
+    (tmp_path / "sandfs").symlink_to(REPO / "sandfs")
     info = tmp_path / "sandfs-0.8.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sandfs\nVersion: 0.8.0\n"
                                    "Summary: A lazy, copy-on-write sandbox filesystem\n")
-    done = subprocess.run([sys.executable, "-m", "sandfs", "status", str(tmp_path)],
+    done = subprocess.run([sys.executable, "-P", "-m", "sandfs", "status", str(tmp_path)],
                           capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO}"})
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert done.returncode == 1
     assert "unrelated PyPI project 'sandfs' 0.8.0" in done.stderr
     assert "pip uninstall sandfs" in done.stderr
+    (info / "METADATA").write_text("Name: sandfs\nSummary: A FUSE view filesystem that ...\n")
+    assert foreign_sandfs(str(tmp_path)) is None  # this project under its former name
