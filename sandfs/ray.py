@@ -13,9 +13,9 @@ all end the task. In a Ray Train worker the task is rank `world_rank` of `world_
 
 The daemon of a node is a named, detached actor (`num_cpus=0`, pinned to its node) that runs
 `sandfs mount --foreground` as a child process and stays. The mount starts with the first task
-that reaches the node, whose `engine:` settings (k_epochs, workers, memory) become the mount's. An actor that finds its node's
-mount served by a daemon it did not start (its predecessor was killed) stops that daemon and
-mounts afresh. `stop_daemons()` unmounts and removes them all.
+that reaches the node, whose `engine:` settings (k_epochs, workers, memory) become the mount's.
+An actor that finds its node's mount served by a daemon it did not start (its predecessor was
+killed) stops that daemon and mounts afresh. `stop_daemons()` unmounts and removes them all.
 """
 
 from __future__ import annotations
