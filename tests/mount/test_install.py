@@ -98,7 +98,7 @@ def test_the_docs_install_lines_work_in_a_fresh_venv(tmp_path, dataset_dir):
     venv = fresh_venv(tmp_path)
     elsewhere = tmp_path / "elsewhere"
     (elsewhere / "sandfs").mkdir(parents=True)  # a folder named like the package, as a clone's
-    for line in doc_install_lines():
+    for line in dict.fromkeys(doc_install_lines()):  # each distinct line once
         run_in(venv, line, elsewhere, SANDFS_SRC=str(wheel))
     listed = run_in(venv, "pip list --format=freeze", elsewhere)
     assert f"{DISTRIBUTION}==" in listed and "\nsandfs==" not in f"\n{listed}"
