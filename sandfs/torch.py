@@ -103,7 +103,8 @@ class ViewDataset(Dataset):
 
     @property
     def classes(self) -> list[str]:
-        """The task's class names, sorted: a label_index indexes this list."""
+        """The task's class names (sorted, or "0".."N" for class-index labels): a
+        label_index indexes this list."""
         return json.loads(os.getxattr(self.root, CLASSES_XATTR))
 
     def path(self, iteration: int, epoch: int | None = None) -> Path:
