@@ -14,8 +14,6 @@ from __future__ import annotations
 import glob
 import os
 
-import sandfs
-
 DISTRIBUTION = "sandfs-views"
 SUMMARY_MARK = "FUSE view filesystem"  # in this project's Summary, under either name
 
@@ -23,7 +21,7 @@ SUMMARY_MARK = "FUSE view filesystem"  # in this project's Summary, under either
 def foreign_sandfs(where: str | None = None) -> str | None:
     """Why the folder holding this `sandfs` package (or `where`) also holds PyPI's unrelated
     `sandfs` project, or None."""
-    where = where or os.path.dirname(os.path.dirname(os.path.abspath(sandfs.__file__)))
+    where = where or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for info in glob.glob(os.path.join(glob.escape(where), "sandfs-*.dist-info")):
         summary = _summary(os.path.join(info, "METADATA"))
         if summary is not None and SUMMARY_MARK not in summary:

@@ -13,9 +13,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-import sandfs
-
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(sandfs.__file__)))
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # holds sandfs/
 
 
 def sandfs_argv(*args: str) -> list[str]:
