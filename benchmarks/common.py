@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.helpers
+from sandfs.launch import sandfs_argv
 from tests.helpers.mountwatch import is_mounted, mounts_under
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -392,7 +393,7 @@ def sandfs_mount(workdir: Path, configs: Sequence[Path], *, k_epochs: int, worke
     log_path = workdir / f"{name}.log"
     shutil.rmtree(cache_dir, ignore_errors=True)
     mountpoint.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-m", "sandfs", "mount", str(mountpoint), "--foreground",
+    args = [*sandfs_argv("mount"), str(mountpoint), "--foreground",
             "--cache-dir", str(cache_dir), "--k-epochs", str(k_epochs), "--workers", str(workers),
             *extra_args]
     for config in configs:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from sandfs import __version__
 from sandfs.config.schema import TaskConfig
 from sandfs.config.yamlsafe import ConfigError
+from sandfs.distribution import DISTRIBUTION, foreign_sandfs
 from sandfs.errors import UserError
 from sandfs.fuse.mounttable import is_mounted
 from sandfs.pids import wait_for_exit
@@ -61,16 +62,23 @@ def seconds(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sandfs", description=__doc__.split(".")[0])
-    parser.add_argument("--version", action="version", version=f"sandfs {__version__}")
+    parser.add_argument("--version", action="version",
+                        version=f"sandfs {__version__} ({DISTRIBUTION})")
     sub = parser.add_subparsers(dest="command", required=True)
 
     mount = sub.add_parser("mount", help="mount the views of one or more tasks")
     mount.add_argument("mountpoint", nargs="?", help="default: the config's engine.mountpoint")
-    mount.add_argument("--config", action="append", required=True, metavar="TASK.yaml")
+    mount.add_argument("--config", action="append", default=[], metavar="TASK.yaml",
+                       help="a task to serve from the start; repeat it for more. Without any, "
+                            "the mount serves the tasks that join it (sandfs task add, "
+                            "sandfs.torch.join_task, sandfs.ray)")
     mount.add_argument("--cache-dir")
     mount.add_argument("--budget", metavar="SIZE",
                        help="storage budget, e.g. 200G (default: the store sizes itself, "
                        "within a quarter of the free disk)")
+    mount.add_argument("--memory-limit", metavar="SIZE",
+                       help="memory for prepared batches and decoding, e.g. 8G (default: what "
+                            "the tasks need; a quarter of RAM for a mount without tasks)")
     mount.add_argument("--k-epochs", type=int, metavar="K")
     mount.add_argument("--decode-ahead", type=int, metavar="N",
                        help="later windows a decode pass also prepares frames for (default 3)")
@@ -119,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if (clash := foreign_sandfs()) is not None:
+        print(f"sandfs: {clash}", file=sys.stderr)
+        return 1
     try:
         commands = {"mount": cmd_mount, "unmount": cmd_unmount, "status": cmd_status,
                     "plan": cmd_plan, "task": cmd_task}
@@ -144,6 +155,7 @@ def engine_overrides(args: argparse.Namespace) -> dict:
     return {
         "cache_dir": args.cache_dir,
         "storage_budget_bytes": args.budget,
+        "memory_limit_bytes": args.memory_limit,
         "k_epochs": args.k_epochs,
         "decode_ahead": args.decode_ahead,
         "workers": args.workers,  # "auto" given on the command line wins over a config's number
@@ -191,7 +203,8 @@ def mount_foreground(configs, settings, warnings, args, probes) -> int:
     for warning in warnings:
         log.warning("%s", warning)
     readiness = Readiness(os.environ.get("NOTIFY_SOCKET"), args.ready_fd)
-    status = f"serving {settings.mountpoint}: {', '.join(c.task for c in configs)}"
+    status = (f"serving {settings.mountpoint}: "
+              f"{', '.join(c.task for c in configs) or 'no task yet (tasks join it)'}")
     try:
         # the scan runs in a thread, its probes in the worker started ahead, while this one
         # imports and mounts
@@ -390,7 +403,7 @@ def format_status(status: dict) -> str:
     for name, task in status["tasks"].items():
         lines.append(f"  task {name}: epoch {task['epoch']} iteration {task['iteration']}, "
                      f"{task['ready_ahead']} ready ahead, {task['views_served']} views served, "
-                     f"stalled {task['stall_seconds']:.2f}s")
+                     f"reads waited {task['stall_seconds']:.2f}s")
     decoded, independent = status["frames_decoded"], status["frames_decoded_independent"]
     lines.append(f"  frames decoded {decoded} (independent decoding: {independent}), "
                  f"views materialized {status['views_materialized']}")

@@ -45,7 +45,8 @@ from sandfs.metrics import open_metrics_port, serve_metrics
 from sandfs.ops import isolated
 from sandfs.plan.build import build_plans, plan_new_task
 from sandfs.plan.checkpoint import load_plan_state, save_plan_state
-from sandfs.plan.mount import dataset_key
+from sandfs.plan.coordination import Coordination
+from sandfs.plan.mount import dataset_key, mount_coordination
 from sandfs.plan.task import TaskPlan
 from sandfs.registration import admit_upload
 from sandfs.remote.options import is_remote_url, thaw_options
@@ -75,6 +76,7 @@ class Planned:
 
     scans: dict[DatasetKey, DatasetScan]
     plans: list[TaskPlan]
+    coordination: Coordination  # the mount's: tasks that join later plan with it
     store: ObjectStore
     store_sizing: StoreSizing
 
@@ -200,12 +202,12 @@ def scan_and_plan(startup: Startup, mount: Mount) -> Planned:
     scans |= scan_all([k for k in keys if k not in scans], settings.cache_dir, settings.workers,
                       settings.media_limits, progress, stop=startup.stop_scan)  # remote copies
     startup.enter("planning")
-    plans = build_plans(mount.configs, scans, settings.k_epochs,
-                        load_plan_state(settings.cache_dir))
+    coordination = mount_coordination(mount.configs, load_plan_state(settings.cache_dir))
+    plans = build_plans(mount.configs, scans, settings.k_epochs, coordination)
     sizing = store_sizing(settings)
     store = open_store(settings, plans, sizing)
     mount.resources.callback(store.close)
-    return Planned(scans, plans, store, sizing)
+    return Planned(scans, plans, coordination, store, sizing)
 
 
 def make_service(startup: Startup, mount: Mount, planned: Planned) -> ViewService:
@@ -219,9 +221,9 @@ def make_service(startup: Startup, mount: Mount, planned: Planned) -> ViewServic
         store_sizing=planned.store_sizing, decode_ahead=settings.decode_ahead,
         policy=settings.scheduling, prune_mode=settings.prune_mode,
         checkpoint=partial(save_plan_state, settings.cache_dir),
-        task_planner=partial(plan_new_task, settings, planned.scans, planned.plans),
-        admit=partial(admit_upload, settings=settings,
-                      config_dir=os.path.dirname(configs[0].source_path) or "/"),
+        task_planner=partial(plan_new_task, settings, planned.scans, planned.coordination),
+        admit=partial(admit_upload, settings=settings, config_dir=(
+            os.path.dirname(configs[0].source_path) if configs else "") or "/"),
         remote=mount.remote.as_status(), started=startup.started,
         scan_status=startup.scan_status, freezes_windows=True)
 

@@ -12,10 +12,10 @@ all end the task. In a Ray Train worker the task is rank `world_rank` of `world_
 (`dataset.sampling.shard`), named `NAME.rR`, on the mount of the worker's own node.
 
 The daemon of a node is a named, detached actor (`num_cpus=0`, pinned to its node) that runs
-`sandfs mount --foreground` as a child process and stays. `sandfs mount` needs a first task, so
-the mount starts with the first task that reaches the node. An actor that finds its node's
-mount served by a daemon it did not start (its predecessor was killed) stops that daemon and
-mounts afresh. `stop_daemons()` unmounts and removes them all.
+`sandfs mount --foreground` as a child process and stays. The mount starts with the first task
+that reaches the node, whose `engine:` settings (k_epochs, workers, memory) become the mount's.
+An actor that finds its node's mount served by a daemon it did not start (its predecessor was
+killed) stops that daemon and mounts afresh. `stop_daemons()` unmounts and removes them all.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from sandfs.client import PreparedTask, TaskView, attach, prepare_task, register_task
 from sandfs.config.schema import Shard
 from sandfs.errors import UserError
+from sandfs.launch import sandfs_argv, sandfs_env
 from sandfs.pids import wait_for_exit
 from sandfs.status import serves
 
@@ -95,9 +95,8 @@ class NodeDaemon:
         with open(f"{self.cache_dir}.log", "ab") as log:
             started_at = log.tell()  # where this start's lines begin
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "sandfs", *argv],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                sandfs_argv(*argv), env=sandfs_env(), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_served(started_at)
         return MountInfo(self.mountpoint, task)
 

@@ -154,6 +154,7 @@ class ViewService:
         released (memory and disk)."""
         self.registry.remove(name)
         self.frames.forget(name)
+        self.stats.forget_task(name)
         await self.scheduler.remove_plan(name)
         await self._fit_store()
         log.info("task %s ended", name)

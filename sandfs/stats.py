@@ -27,6 +27,12 @@ class Stats:
         with self._lock:
             self._stall_seconds[task] = self._stall_seconds.get(task, 0.0) + seconds
 
+    def forget_task(self, task: str) -> None:
+        """A task ended: a later task of the same name starts from zero."""
+        with self._lock:
+            self._task.pop(task, None)
+            self._stall_seconds.pop(task, None)
+
     def get(self, name: str) -> int:
         with self._lock:
             return self._counts[name]

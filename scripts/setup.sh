@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs everything sandfs needs on a fresh Debian machine: system packages and a venv in .venv.
+# Installs what sandfs and its demo need on a fresh Debian machine: system packages, and a venv
+# in .venv with torch and the package (scripts/test.sh adds the test extras).
 # Idempotent: a second run only checks. Usage: [TORCH_INDEX_URL=URL] scripts/setup.sh
 # sandfs's daemon needs no torch; the demo, tests, benchmarks and sandfs.torch do. Where the
 # default index resolves torch to a CUDA build (PyPI on Linux x86_64), pass PyTorch's CPU index:
@@ -32,7 +33,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     torch_index=()
     [ -n "${TORCH_INDEX_URL:-}" ] && torch_index=(--index-url "$TORCH_INDEX_URL")
     .venv/bin/pip install -q --disable-pip-version-check "${torch_index[@]}" torch==2.13.0
-    .venv/bin/pip install -q --disable-pip-version-check -e ".[test]"
+    # the distribution was called "sandfs" before (PyPI's "sandfs" is another project): a venv
+    # made then holds it, and its editable finder would shadow this one
+    .venv/bin/pip uninstall -y -q --disable-pip-version-check sandfs 2>/dev/null || true
+    .venv/bin/pip install -q --disable-pip-version-check -e .
     echo "$want" > "$stamp"
 fi
 # A CUDA build on a machine without an NVIDIA GPU is several GB that can never be used.

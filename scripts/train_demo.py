@@ -45,8 +45,10 @@ def main() -> None:
     dataset = ViewDataset(args.mount, args.task)
     model = TinyVideoNet(len(dataset.classes))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    # batch_size=None: every view is a whole batch already
-    loader = DataLoader(dataset, batch_size=None, num_workers=args.workers)
+    # batch_size=None: every view is a whole batch already; the sampler hands the workers
+    # (epoch, iteration) keys, so they read the epoch set here (persistent workers too)
+    loader = DataLoader(dataset, batch_size=None, sampler=dataset.sampler(),
+                        num_workers=args.workers, persistent_workers=args.workers > 0)
     for epoch in dataset.epochs():
         if epoch >= args.epochs:
             break

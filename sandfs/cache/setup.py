@@ -72,7 +72,7 @@ def open_store(settings: MountSettings, plans: Sequence[TaskPlan],
                sizing: StoreSizing) -> ObjectStore:
     """The store, sized by `sizing` for `plans`."""
     budget = settings.storage_budget_bytes
-    biggest = max(p.view_nbytes(0, 0) for p in plans)
+    biggest = max((p.view_nbytes(0, 0) for p in plans), default=0)  # none: tasks join later
     if budget < biggest:
         raise UserError(f"storage budget {budget} bytes is smaller than one batch ({biggest} "
                         f"bytes); raise --budget / engine.storage_budget")

@@ -19,7 +19,7 @@ from sandfs.ops.base import FrameShape, OpParamError
 
 SOURCE_STREAM = "frame"  # the decoded clip every pipeline starts from
 ELSE = "else"
-PROB_TOLERANCE = 1e-6
+PROB_TOLERANCE = 1e-3  # three branches of 0.333 each; the planner scales them to sum to 1
 BRANCH_TYPES = ("single", "conditional", "random", "multi", "merge")
 COMMON_KEYS = ("name", "branch_type", "inputs", "outputs")
 EXTRA_KEYS = {
@@ -202,7 +202,8 @@ def _parse_branches(step: AugStep, value: Value) -> _ParsedStep:
     if kind == "random":
         total = math.fsum(b.prob or 0.0 for b in branches)
         if abs(total - 1) > PROB_TOLERANCE:
-            raise branches_value.error(f"branch probabilities must sum to 1, got {total:g}")
+            raise branches_value.error(f"branch probabilities must sum to 1 (within "
+                                       f"{PROB_TOLERANCE:g}), got {total:g}")
     return _ParsedStep(replace(step, branches=tuple(branches)), value, items, op_values)
 
 

@@ -42,6 +42,7 @@ CLI_FLAGS = {
     "mountpoint": "MOUNTPOINT",
     "cache_dir": "--cache-dir",
     "storage_budget_bytes": "--budget",
+    "memory_limit_bytes": "--memory-limit",
     "k_epochs": "--k-epochs",
     "workers": "--workers",
     "decode_ahead": "--decode-ahead",
@@ -176,13 +177,16 @@ def default_memory_limit(configs: Sequence[TaskConfig], workers: int,
     each (ready ahead of its reader, and being filled), and each worker's decode working set;
     then the on-demand share on top. Within half of RAM, and at least MIN_MEMORY_LIMIT. Tasks
     with the same dataset section and seed (a search's identical trials) read the same batches,
-    held once: they count once."""
+    held once: they count once. A mount without tasks (its tasks join later) takes a quarter
+    of RAM: what they need is not known yet."""
+    if physical_bytes is None:
+        physical_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if not configs:
+        return max(MIN_MEMORY_LIMIT, physical_bytes // 4)
     distinct = {(config.dataset, config.seed): config for config in configs}
     views = sum(npy_nbytes(*view_shape(config.dataset)) for config in distinct.values())
     scheduler = views * BATCHES_IN_MEMORY + workers * DECODE_WORKING_SET_BYTES
     needed = int(scheduler / (1 - ON_DEMAND_MEMORY_SHARE))
-    if physical_bytes is None:
-        physical_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return max(MIN_MEMORY_LIMIT, min(needed, physical_bytes // 2))
 
 

@@ -172,8 +172,9 @@ def draw_instance(
     return OpInstance(name, params, _to_params(drawn))
 
 
-def _out_hw(op: OpType, params: Mapping[str, Any], in_hw: tuple[int, int]) -> tuple[int, int]:
-    shape = op.output_shape(params, FrameShape(in_hw[0], in_hw[1]))
+def _out_hw(op: OpType, params: Mapping[str, Any], drawn: Mapping[str, Any],
+            in_hw: tuple[int, int]) -> tuple[int, int]:
+    shape = op.drawn_shape(params, drawn, FrameShape(in_hw[0], in_hw[1]))
     return (shape.height, shape.width)
 
 
@@ -184,7 +185,7 @@ def draw_chain(
     instances = []
     for name, params in ops:
         instances.append(draw_instance(name, params, rng, in_hw))
-        in_hw = _out_hw(get_op(name), dict(params), in_hw)
+        in_hw = _out_hw(get_op(name), dict(params), dict(instances[-1].drawn), in_hw)
     return instances
 
 
@@ -218,7 +219,7 @@ def track_chain(instances: Iterable[OpInstance], window: Window, in_hw: tuple[in
     for inst in instances:
         op, params, drawn = get_op(inst.name), dict(inst.params), dict(inst.drawn)
         window = op.track(params, drawn, window, in_hw)
-        in_hw = _out_hw(op, params, in_hw)
+        in_hw = _out_hw(op, params, drawn, in_hw)
     return window
 
 

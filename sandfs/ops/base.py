@@ -75,6 +75,12 @@ class OpType:
         """The frame shape after this op (static; None dims stay unknown)."""
         return shape
 
+    def drawn_shape(self, params: Mapping[str, Any], drawn: Mapping[str, Any],
+                    shape: FrameShape) -> FrameShape:
+        """The frame shape after this op as drawn for one clip (a random op whose output size
+        is drawn knows it only then). Default: `output_shape`."""
+        return self.output_shape(params, shape)
+
     def output_frames(self, params: Mapping[str, Any], num_frames: int) -> int:
         """Clip length after this op (temporal ops change it)."""
         return num_frames

@@ -6,6 +6,9 @@ Parameters follow torchvision's transforms; sizes are [H, W] (an int means squar
 |---------------------|------------------------------------------------------------------------|
 | resize              | shape: [H, W] exact, or size: N (smaller edge to N, aspect kept, as     |
 |                     | torchvision; size: [H, W] means shape), interpolation (bilinear)        |
+| random_short_side_  | min_size, max_size, interpolation (bilinear): the shorter side to a     |
+| scale               | size drawn per clip in [min_size, max_size], aspect kept (PySlowFast's  |
+|                     | random_short_side_scale_jitter); a fixed-size crop must follow          |
 | random_crop         | size                                                                   |
 | center_crop         | size                                                                   |
 | random_resized_crop | size, scale ([0.08, 1.0]), ratio ([3/4, 4/3]), interpolation (bilinear)|
@@ -33,7 +36,15 @@ from __future__ import annotations
 import cv2
 
 from sandfs.ops.base import OpType
-from sandfs.ops.geometry import CenterCrop, Flip, RandomCrop, RandomResizedCrop, Resize, Rotate
+from sandfs.ops.geometry import (
+    CenterCrop,
+    Flip,
+    RandomCrop,
+    RandomResizedCrop,
+    RandomShortSideScale,
+    Resize,
+    Rotate,
+)
 from sandfs.ops.pixels import (
     ColorJitter,
     GaussianBlur,
@@ -54,6 +65,7 @@ cv2.setNumThreads(1)
 
 BUILTIN_OPS: tuple[type[OpType], ...] = (
     Resize,
+    RandomShortSideScale,
     RandomCrop,
     CenterCrop,
     RandomResizedCrop,

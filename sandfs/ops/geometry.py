@@ -162,6 +162,55 @@ class Resize(OpType):
     # track: the window is unchanged, only its pixel scale (derived from in_hw) changes
 
 
+class RandomShortSideScale(OpType):
+    """PySlowFast's random_short_side_scale_jitter (and pytorchvideo's RandomShortSideScale):
+    the shorter side to a size drawn per clip, uniform in [min_size, max_size] and rounded to
+    a pixel, the longer one floor(size * long / short): aspect kept. The frame size varies by
+    clip, so a fixed-size step (a crop) must follow."""
+
+    name = "random_short_side_scale"
+    random = True
+
+    def validate(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        check_keys(self.name, raw, ("min_size", "max_size", "interpolation"),
+                   required=("min_size", "max_size"))
+        low, high = positive_int("min_size", raw["min_size"]), positive_int("max_size",
+                                                                            raw["max_size"])
+        if low > high:
+            raise OpParamError("max_size", f"max_size must be at least min_size ({low}), "
+                               f"got {high}")
+        return {"min_size": low, "max_size": high,
+                "interpolation": interpolation_name(raw, "bilinear")}
+
+    def output_shape(self, params: Mapping[str, Any], shape: FrameShape) -> FrameShape:
+        return replace(shape, height=None, width=None)  # drawn per clip
+
+    def drawn_shape(self, params, drawn, shape: FrameShape) -> FrameShape:
+        if shape.height is None or shape.width is None:
+            return replace(shape, height=None, width=None)
+        out_h, out_w = self.out_hw(drawn["size"], (shape.height, shape.width))
+        return replace(shape, height=out_h, width=out_w)
+
+    def draw(self, params, rng: np.random.Generator, in_hw: HW) -> Params:
+        return (("size", round(uniform(rng, (params["min_size"], params["max_size"])))),)
+
+    @staticmethod
+    def out_hw(size: int, in_hw: HW) -> HW:
+        in_h, in_w = in_hw
+        if in_w < in_h:
+            return (math.floor(in_h / in_w * size), size)
+        return (size, math.floor(in_w / in_h * size))
+
+    def apply(self, params, drawn, frame: np.ndarray):
+        out_h, out_w = self.out_hw(drawn["size"], _frame_hw(frame))
+        if (out_h, out_w) == _frame_hw(frame):
+            return np.ascontiguousarray(frame)
+        flag = INTERPOLATIONS[params["interpolation"]]
+        return cv2.resize(frame, (out_w, out_h), interpolation=flag)
+
+    # track: the window is unchanged, only its pixel scale (derived from in_hw) changes
+
+
 class RandomResizedCrop(OpType):
     name = "random_resized_crop"
     random = True

@@ -11,13 +11,14 @@ from sandfs.config.settings import MountSettings
 from sandfs.errors import UserError
 from sandfs.media.datasets import DatasetKey, scan_all
 from sandfs.media.types import DatasetScan
+from sandfs.plan.coordination import Coordination
 from sandfs.plan.mount import dataset_key, known_paths, plan_tasks
 from sandfs.plan.task import TaskPlan
 
 
 def build_plans(configs: Sequence[TaskConfig], scans: dict[DatasetKey, DatasetScan],
-                k_epochs: int, frozen_state: dict | None = None) -> list[TaskPlan]:
-    plans = plan_tasks(configs, scans, k_epochs=k_epochs, frozen_state=frozen_state)
+                k_epochs: int, coordination: Coordination | None = None) -> list[TaskPlan]:
+    plans = plan_tasks(configs, scans, k_epochs=k_epochs, coordination=coordination)
     for cfg, plan in zip(configs, plans, strict=True):
         check_plan(cfg, plan)
     return plans
@@ -35,7 +36,7 @@ def check_plan(cfg: TaskConfig, plan: TaskPlan) -> None:
 
 
 def plan_new_task(settings: MountSettings, scans: dict[DatasetKey, DatasetScan],
-                  plans: Sequence[TaskPlan], cfg: TaskConfig,
+                  coordination: Coordination, cfg: TaskConfig,
                   leaders: Mapping[tuple, int]) -> TaskPlan:
     """In a worker thread: scan the task's dataset if it is new, and plan it with the others,
     its epoch 0 where the leading task on its dataset stands (`leaders`: mount epoch by
@@ -45,7 +46,6 @@ def plan_new_task(settings: MountSettings, scans: dict[DatasetKey, DatasetScan],
         scans.update(scan_all([key], settings.cache_dir, settings.workers,
                               settings.media_limits))
     found = scans[key]
-    coordination = plans[0].coordination
     videos, refused = owner_videos(cfg, owner_of(cfg), found.videos)
     identity = coordination.identity(cfg.dataset.tag, videos)
     coordination.join(cfg, leaders.get(identity.key, 0))

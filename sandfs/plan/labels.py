@@ -1,6 +1,6 @@
-"""Labels from a CSV file (`labels: FILE.csv`): which class each video of a task is.
+"""Labels from a file (`labels: FILE`): which class each video of a task is.
 
-Two layouts are read:
+Three layouts are read:
 
 - `video,label` rows, optionally under a header row. A header is recognized by its names
   (case-insensitive): a video column named video, path or file, and a label column named
@@ -9,9 +9,15 @@ Two layouts are read:
   (with or without the extension) or, when no two videos share it, by its file name alone.
 - Kinetics: a header `label,youtube_id,time_start,time_end,split`; a row names the video file
   `{youtube_id}_{time_start:06d}_{time_end:06d}` (any extension, in any folder).
+- PySlowFast (`train.csv`, `val.csv`): `path label_index` lines, space-separated, no header.
 
-The classes are every label of the file, sorted. Videos without a label and rows that match no
-video are counted (and logged) so that a misspelled file never shifts labels silently.
+The classes are every label of the file, sorted; where every label is a whole number (a class
+index, as PySlowFast's are), the classes are `0`..the largest, so a clip's `label_index` is
+that number. Videos without a label and rows that match no video are counted (and logged) so
+that a misspelled file never shifts labels silently; a file with no row, or none naming a
+video of the task, is a UserError.
+
+`parse_label_rows` is pure (text in, rows out); `read_label_csv` only reads the file.
 """
 
 from __future__ import annotations
@@ -50,12 +56,49 @@ class Labels:
 
 
 def read_label_csv(path: str) -> list[LabelRow]:
-    """The rows of a labels CSV (either layout). UserError when it cannot be read."""
+    """The rows of a labels file (any layout). UserError when it cannot be read or has no
+    row."""
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = [(n, row) for n, row in enumerate(csv.reader(f), 1) if any(row)]
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
         raise UserError(f"labels file {path}: {exc}") from None
+    return parse_label_rows(data, path)
+
+
+def parse_label_rows(data: bytes | str, source: str) -> list[LabelRow]:
+    """The rows of a labels file's contents; `source` names it in errors."""
+    try:
+        text = data.decode("utf-8-sig") if isinstance(data, bytes) else data
+        lines = text.splitlines()
+        first = next((line for line in lines if line.strip()), "")
+        if first and "," not in first and len(first.split()) == 2:
+            rows = _pyslowfast_rows(lines, source)
+        else:
+            rows = _csv_rows([(n, row) for n, row in enumerate(csv.reader(lines), 1)
+                              if any(row)])
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise UserError(f"labels file {source}: {exc}") from None
+    if not rows:
+        raise UserError(f"labels file {source}: no labelled row: expected `video,label` CSV "
+                        f"rows, a Kinetics CSV or PySlowFast's `path label_index` lines")
+    return rows
+
+
+def _pyslowfast_rows(lines: Sequence[str], source: str) -> list[LabelRow]:
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        fields = line.split()
+        if len(fields) != 2 or not _is_index(fields[1]):
+            raise UserError(f"labels file {source}:{n}: expected `path label_index` (as the "
+                            f"file's first line), got {line.strip()!r}")
+        rows.append(LabelRow(n, fields[0], fields[1]))
+    return rows
+
+
+def _csv_rows(rows: list[tuple[int, list[str]]]) -> list[LabelRow]:
     if not rows:
         return []
     header = [cell.strip().lower() for cell in rows[0][1]]
@@ -86,25 +129,53 @@ def _kinetics_rows(rows, header: list[str]) -> list[LabelRow]:
     return out
 
 
+def _is_index(label: str) -> bool:
+    return label.isascii() and label.isdigit() and (label == "0" or label[0] != "0")
+
+
+def label_classes(rows: Sequence[LabelRow]) -> tuple[str, ...]:
+    """The class names a label_index indexes: `0`..the largest where every label is a class
+    index, else the labels sorted."""
+    labels = {r.label for r in rows}
+    if labels and all(_is_index(label) for label in labels):
+        return tuple(str(i) for i in range(max(map(int, labels)) + 1))
+    return tuple(sorted(labels))
+
+
 def match_labels(task: str, rows: Sequence[LabelRow], videos: Sequence[VideoInfo]) -> Labels:
     """Each video's label: the row naming its relative path (with or without extension) or,
-    when unique among the videos, its file name (with or without extension)."""
+    when unique among the videos, its file name (with or without extension). UserError when
+    no row names any video (a file for another dataset, or paths from another root)."""
     names = _video_names(videos)
     labels: list[str | None] = [None] * len(videos)
     unmatched = 0
     for row in rows:
-        index = names.get(row.video) if row.video else None
+        index = _lookup(names, row.video)
         if index is None:
             unmatched += 1
             continue
         labels[index] = row.label
-    result = Labels(tuple(labels), tuple(sorted({r.label for r in rows})),
-                    labels.count(None), unmatched)
+    if rows and videos and unmatched == len(rows):
+        raise UserError(f"task {task}: labels: none of the {len(rows)} rows names a video of "
+                        f"the task (line {rows[0].line} names {rows[0].video!r}; a video is "
+                        f"named by its path under video_dataset_path, or its file name)")
+    result = Labels(tuple(labels), label_classes(rows), labels.count(None), unmatched)
     if result.videos_without_label or result.rows_without_video:
         log.warning("task %s: labels: %d of %d videos have no label, %d of %d rows match no "
                     "video", task, result.videos_without_label, len(videos),
                     result.rows_without_video, len(rows))
     return result
+
+
+def _lookup(names: dict[str, int], video: str) -> int | None:
+    """The video a row names: by the whole name, else by its longest tail that names one (an
+    absolute path, or one under another root, as PySlowFast's files give them)."""
+    parts = video.strip("/").split("/")
+    for start in range(len(parts)):
+        tail = "/".join(parts[start:])
+        if tail and tail in names:
+            return names[tail]
+    return None
 
 
 def _video_names(videos: Sequence[VideoInfo]) -> dict[str, int]:

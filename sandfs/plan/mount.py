@@ -23,15 +23,25 @@ def known_paths(found: DatasetScan) -> list[str]:
     return [*(b.rel_path for b in found.bad), *(v.rel_path for v in found.videos)]
 
 
-def plan_tasks(configs: Sequence[TaskConfig], scans: Mapping[tuple, DatasetScan], *,
-               k_epochs: int, coordinate: bool = True,
-               frozen_state: dict | None = None) -> list[TaskPlan]:
-    """The plans of all the tasks of a mount. `coordinate=False` plans each task on its own
-    with fresh randomness per clip (for measuring what coordination saves and costs);
-    `frozen_state`: the coordination checkpoint of an earlier run (same windows, same views)."""
+def mount_coordination(configs: Sequence[TaskConfig], frozen_state: dict | None = None, *,
+                       coordinate: bool = True) -> Coordination:
+    """What the tasks of a mount share, from the checkpoint of an earlier run if any."""
     coordination = Coordination(configs, coordinate=coordinate)
     if frozen_state is not None:
         coordination.load(frozen_state)
+    return coordination
+
+
+def plan_tasks(configs: Sequence[TaskConfig], scans: Mapping[tuple, DatasetScan], *,
+               k_epochs: int, coordinate: bool = True,
+               frozen_state: dict | None = None,
+               coordination: Coordination | None = None) -> list[TaskPlan]:
+    """The plans of all the tasks of a mount. `coordinate=False` plans each task on its own
+    with fresh randomness per clip (for measuring what coordination saves and costs);
+    `frozen_state`: the coordination checkpoint of an earlier run (same windows, same views);
+    `coordination`: the mount's own, made beforehand (a mount without tasks has one too)."""
+    if coordination is None:
+        coordination = mount_coordination(configs, frozen_state, coordinate=coordinate)
     plans = []
     for cfg in configs:
         found = scans[dataset_key(cfg)]

@@ -123,4 +123,11 @@ def format_plan(report: dict) -> str:
         f"{n} task(s): {frames:,}" for n, frames in sorted(by_tasks.items())))
     lines.append(f"  views: {total.get('views', 0):,} materialized for "
                  f"{total.get('view_reads', 0):,} reads (identical pipelines share views)")
+    lines.append(FRAMES_NOTE)
     return "\n".join(lines)
+
+
+# the scan knows the keyframes, not which frames are references: the decoder's skips are unknown
+FRAMES_NOTE = ("  frames decoded are upper bounds, both sides: the decoder skips the "
+               "non-reference frames no clip needs\n  (H.264/HEVC/MPEG-4), which a plan cannot "
+               "count; a mount decodes at most as many")

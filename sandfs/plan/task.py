@@ -299,7 +299,8 @@ class TaskPlan:
                     frames = list(oplib.track_frames([inst], frames))
                 else:
                     spatial.append(inst)
-                shape = self._shape_after(op, spec, shape)
+                shape = (op.drawn_shape(spec.param_dict(), dict(inst.drawn), shape) if op.random
+                         else self._shape_after(op, spec, shape))
                 static = self._shape_after(op, spec, static)
             depths.append(len(spatial))
             branches.append((ps.step.name, _branch_label(ps, choice)))
@@ -352,8 +353,9 @@ class TaskPlan:
         step = ps.step
         if step.branch_type == "random":
             probs = np.array([b.prob for b in step.branches], dtype=np.float64)
+            cumulative = np.cumsum(probs) / probs.sum()  # 0.333 x 3: each a third, exactly
             draw = unit_draws(*clip_key, "branch", prefix)[0]
-            return int(min(np.searchsorted(np.cumsum(probs), draw, side="right"), len(probs) - 1))
+            return int(min(np.searchsorted(cumulative, draw, side="right"), len(probs) - 1))
         if step.branch_type == "conditional":
             for i, branch in enumerate(step.branches):
                 if branch.condition is None or self._holds(step.name, branch.condition, epoch,

@@ -17,7 +17,7 @@ __all__ = ["RemoteError", "Store", "describe_error", "is_retryable", "open_store
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = "install sandfs[remote] (pip install 'sandfs[remote]')"
+INSTALL_HINT = "install the remote extra (pip install 'sandfs-views[remote]')"
 # the package each protocol needs besides fsspec
 _BACKENDS = {"s3": "s3fs", "http": "aiohttp", "https": "aiohttp"}
 # failures a retry cannot cure

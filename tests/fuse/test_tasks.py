@@ -132,6 +132,18 @@ async def test_unlinking_a_task_file_ends_the_task_and_a_new_registration_has_ne
     assert await errno_of(fs.ops.getattr(old_view, CTX)) == errno.ENOENT
 
 
+async def test_a_task_registered_again_under_its_name_starts_its_figures_from_zero(
+        fs, dataset_dir):
+    await fs.write_new(".sand/tasks/t1.yaml", task_yaml(dataset_dir, task="t1", seed=7))
+    await fs.read("t1/0/0/view")
+    await fs.read("t1/0/1/view")
+    assert (await status(fs))["tasks"]["t1"]["views_served"] == 2
+    await fs.ops.unlink(await fs.inode(".sand/tasks"), b"t1.yaml", CTX)
+    await fs.write_new(".sand/tasks/t1.yaml", task_yaml(dataset_dir, task="t1", seed=7))
+    again = (await status(fs))["tasks"]["t1"]
+    assert (again["views_served"], again["stall_seconds"]) == (0, 0)
+
+
 async def test_a_trial_identical_to_another_shares_its_view_inodes(fs, dataset_dir):
     """A search's trials read one object per view (the page cache serves the later readers);
     ending one trial leaves the other's views as they are."""

@@ -45,7 +45,7 @@ def make_service(plans: Sequence[TaskPlan], *, task_texts: dict[str, str] | None
                                  storage_budget_given=True,
                                  cache_format="auto", scheduling="priority",
                                  prune_mode="algorithm1", media_limits=MediaLimits())
-        planner = partial(plan_new_task, settings, scans, list(plans))
+        planner = partial(plan_new_task, settings, scans, plans[0].coordination)
         admit = partial(admit_upload, settings=settings, config_dir=config_dir)
     return ViewService(plans, engine=engine, stats=Stats(), task_texts=task_texts,
                        task_planner=planner, admit=admit)

@@ -178,6 +178,12 @@ def test_missing_dataset_and_empty_epochs_are_clear_errors(tmp_path, dataset_dir
     assert not is_mounted(tmp_path / "m")
 
 
+def test_mount_help_says_config_repeats_and_is_optional():
+    done = run_cli("mount", "--help")
+    assert done.returncode == 0
+    assert "repeat it for more" in done.stdout and "Without any" in done.stdout
+
+
 def test_plan_prints_the_merged_plan_without_mounting(tmp_path, dataset_dir):
     slow = write_config(tmp_path / "slow.yaml", task_config(
         dataset_dir, task="slow", seed=1, sampling={"frames_per_video": 6, "frame_stride": 2}))
@@ -187,6 +193,7 @@ def test_plan_prints_the_merged_plan_without_mounting(tmp_path, dataset_dir):
     assert done.returncode == 0, done.stderr
     assert "plan of 2 task(s) over 3 epochs (k=2, 2 window(s))" in done.stdout  # 3 it has
     assert "frame grid 2" in done.stdout and "frames decoded:" in done.stdout
+    assert "frames decoded are upper bounds" in done.stdout  # the skipped frames are unknown
     report = json.loads(run_cli("plan", "--config", str(slow), "--config", str(mae),
                                 "--json").stdout)
     total = report["total"]

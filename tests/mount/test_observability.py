@@ -54,7 +54,7 @@ def test_status_watch_draws_the_task(mounted):
     assert cells[1:4] == ["t0", f"{task['epoch']}/{task['epochs']}",
                           f"{task['iteration']}/{task['iterations_per_epoch']}"]
     assert cells[5] == "2"  # views served (ready ahead moves while the scheduler works)
-    assert "decode amplification" in done.stdout and done.stderr == ""
+    assert "decoding saved" in done.stdout and done.stderr == ""
 
 
 def test_metrics_port_serves_get_metrics_on_loopback(tmp_path, config_path):

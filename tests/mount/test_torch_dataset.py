@@ -77,19 +77,47 @@ def test_set_epoch_and_bounds(setup):
         ViewDataset(mounted.mountpoint, "nope")
 
 
+@pytest.mark.parametrize("num_workers", [1, 2])
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
-def test_dataloader_workers(setup, start_method):
+def test_persistent_workers_read_the_epoch_the_main_process_set(setup, start_method,
+                                                                num_workers):
+    """The sampler carries the epoch in its keys: workers started once (persistent) read
+    epoch 1 after set_epoch(1), never their copy's epoch 0 again."""
     mounted, plan = setup
     dataset = ViewDataset(mounted.mountpoint, "t0")
     loader = torch.utils.data.DataLoader(
-        dataset, batch_size=None, shuffle=False, num_workers=2, pin_memory=False,
-        multiprocessing_context=start_method, persistent_workers=False)
-    for epoch in (0, 1):
-        dataset.set_epoch(epoch)  # workers start per epoch and see the dataset as set
+        dataset, batch_size=None, sampler=dataset.sampler(), num_workers=num_workers,
+        multiprocessing_context=start_method, persistent_workers=True)
+    for epoch in dataset.epochs():
         items = list(loader)
-        assert len(items) == plan.iterations_per_epoch
+        assert len(items) == len(loader) == plan.iterations_per_epoch
+        assert [meta["epoch"] for _, _, meta in items] == [epoch] * len(items)
         for iteration, item in enumerate(items):
             assert_item(item, expected_item(plan, epoch, iteration))
+
+
+def test_a_worker_without_the_sampler_is_refused_not_a_repeated_epoch(setup):
+    """Without `sampler=dataset.sampler()` a worker gets bare indices and cannot know the
+    epoch: that is an error naming the fix, never epoch 0's batches again."""
+    mounted, _ = setup
+    dataset = ViewDataset(mounted.mountpoint, "t0")
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=1,
+                                         persistent_workers=True)
+    dataset.set_epoch(1)
+    with pytest.raises(TypeError, match=r"pass sampler=dataset\.sampler\(\)"):
+        next(iter(loader))
+
+
+def test_the_sampler_follows_set_epoch(setup):
+    mounted, plan = setup
+    dataset = ViewDataset(mounted.mountpoint, "t0")
+    sampler = dataset.sampler()
+    assert list(sampler) == [(0, i) for i in range(plan.iterations_per_epoch)]
+    sampler.set_epoch(2)  # DistributedSampler's spelling sets the dataset's epoch
+    assert dataset.epoch == 2 and next(iter(sampler)) == (2, 0)
+    assert_item(dataset[(1, 0)], expected_item(plan, 1, 0))  # a key names its own epoch
+    with pytest.raises(ValueError, match=r"epochs 0\.\.2"):
+        dataset[(plan.epochs, 0)]
 
 
 class SharedProbe(torch.utils.data.Dataset):
@@ -101,8 +129,8 @@ class SharedProbe(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, iteration: int):
-        clips = self.dataset[iteration][0]
+    def __getitem__(self, key):
+        clips = self.dataset[key][0]
         return clips.is_shared(), clips
 
 
@@ -112,7 +140,8 @@ def test_a_worker_reads_into_shared_memory_the_main_process_keeps(setup):
     mounted, plan = setup
     dataset = ViewDataset(mounted.mountpoint, "t0")
     assert not dataset[0][0].is_shared()
-    loader = torch.utils.data.DataLoader(SharedProbe(dataset), batch_size=None, num_workers=1)
+    loader = torch.utils.data.DataLoader(SharedProbe(dataset), batch_size=None, num_workers=1,
+                                         sampler=dataset.sampler())
     for iteration, (in_shared_memory, clips) in enumerate(loader):
         assert in_shared_memory
         assert np.array_equal(clips.numpy(), expected_item(plan, 0, iteration)[0])

@@ -159,4 +159,4 @@ def test_without_the_remote_extra_a_url_says_what_to_install(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
-    assert "install sandfs[remote]" in done.stdout, done.stderr
+    assert "pip install 'sandfs-views[remote]'" in done.stdout, done.stderr

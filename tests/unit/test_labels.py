@@ -10,9 +10,10 @@ import pytest
 
 from sandfs.config.loader import load_task_config
 from sandfs.errors import UserError
+from sandfs.media.scan import scan_dataset
 from sandfs.plan.labels import match_labels, read_label_csv
 from sandfs.plan.task import TaskPlan
-from tests.helpers.harness import task_config, write_config
+from tests.helpers.harness import run_cli, task_config, write_config
 from tests.helpers.operations import make_service
 from tests.helpers.plans import FAKE_DATASET, fake_videos
 
@@ -97,3 +98,57 @@ def test_a_plan_reports_its_label_counts(tmp_path):
     assert plan.label_match.rows_without_video == 1
     figures = make_service([plan]).status()["tasks"]["t0"]
     assert (figures["videos_without_label"], figures["label_rows_without_video"]) == (2, 1)
+
+
+def test_pyslowfast_lines_are_paths_and_class_indexes(tmp_path):
+    """PySlowFast's `path label_index` lines: absolute paths or paths under another root
+    name a video by their longest tail; the classes are 0..the largest index, so a clip's
+    label_index is the file's number (never the place of "10" among sorted strings)."""
+    text = ("/data/k400/train/c0/v000.mp4 10\n"
+            "c1/v001.mp4 2\n"
+            "elsewhere/v002.mp4 0\n"
+            "\n")
+    found = labels_of(tmp_path, text)
+    assert found.labels[:3] == ("10", "2", "0")
+    assert found.classes == tuple(str(i) for i in range(11))
+    assert [found.classes.index(label) for label in found.labels[:3]] == [10, 2, 0]
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("", "no labelled row"),
+    ("\n\n", "no labelled row"),
+    ("video,label\n", "no labelled row"),
+    ("c0/v000.mp4 1\nc1/v001.mp4 dog\n", r"labels\.csv:2: expected `path label_index`"),
+    ("c0/v000.mp4 1\nc1/v001.mp4 1 extra\n", r"labels\.csv:2:"),
+    ("ghost/a.mp4 1\nghost/b.mp4 2\n", "none of the 2 rows names a video of the task"),
+    ("video,label\nnope,dog\n", "none of the 1 rows names a video"),
+])
+def test_a_file_that_labels_nothing_is_an_error(tmp_path, text, error):
+    with pytest.raises(UserError, match=error):
+        labels_of(tmp_path, text)
+
+
+def test_a_mount_with_a_labels_file_that_labels_nothing_fails(tmp_path, dataset_dir):
+    """Through the command a user runs: `sandfs plan` plans as the mount does."""
+    (tmp_path / "train.csv").write_text("/other/root/x.mp4 0\n/other/root/y.mp4 1\n")
+    cfg = task_config(dataset_dir)
+    cfg["dataset"]["labels"] = str(tmp_path / "train.csv")
+    done = run_cli("plan", "--config", str(write_config(tmp_path / "t.yaml", cfg)))
+    assert done.returncode == 1
+    assert "none of the 2 rows names a video of the task" in done.stderr
+
+
+def test_pyslowfast_labels_reach_the_views(tmp_path, dataset_dir):
+    lines = [f"/k400/train/{p.relative_to(dataset_dir)} {i % 3 + 5}"
+             for i, p in enumerate(sorted(dataset_dir.rglob("*.mp4")))]
+    (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
+    cfg = task_config(dataset_dir)
+    cfg["dataset"]["labels"] = str(tmp_path / "train.csv")
+    done = run_cli("plan", "--config", str(write_config(tmp_path / "t.yaml", cfg)), "--json")
+    assert done.returncode == 0, done.stderr
+    cfg = load_task_config(tmp_path / "t.yaml")
+    videos = scan_dataset(cfg.dataset.video_dataset_path, cfg.dataset.extensions).videos
+    plan = TaskPlan(cfg, videos, k_epochs=2)
+    assert plan.class_names == [str(i) for i in range(8)]
+    assert sorted({plan.label_index(label) for label in plan.labels}) == [5, 6, 7]
+    assert plan.label_match.videos_without_label == 0

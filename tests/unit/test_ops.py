@@ -14,6 +14,7 @@ from sandfs.ops import FrameShape, OpInstance, OpParamError, OpType, Window
 
 BUILTIN_NAMES = {
     "resize",
+    "random_short_side_scale",
     "random_crop",
     "center_crop",
     "random_resized_crop",
@@ -221,6 +222,55 @@ def test_color_jitter_after_normalize_is_a_shape_error():
     ]
     with pytest.raises(OpParamError, match="uint8"):
         ops.chain_shape(chain, FrameShape(10, 10), 4)
+
+
+# --- random_short_side_scale (PySlowFast's random_short_side_scale_jitter) ---
+
+
+def test_short_side_scale_draws_sizes_over_the_whole_range_per_clip():
+    sizes = drawn_values("random_short_side_scale", {"min_size": 32, "max_size": 40},
+                         (48, 64), "size")
+    assert min(sizes) == 32 and max(sizes) == 40 and set(sizes) == set(range(32, 41))
+    again = drawn_values("random_short_side_scale", {"min_size": 32, "max_size": 40},
+                         (48, 64), "size")
+    assert sizes == again  # the seed decides
+
+
+@pytest.mark.parametrize(("in_hw", "size", "out_hw"), [
+    ((48, 64), 40, (40, 53)),  # PySlowFast: new_w = floor(w / h * size)
+    ((64, 48), 40, (53, 40)),
+    ((240, 320), 256, (256, 341)),
+    ((50, 50), 50, (50, 50)),
+])
+def test_short_side_scale_keeps_the_aspect_like_pyslowfast(in_hw, size, out_hw):
+    op = ops.get_op("random_short_side_scale")
+    params = ops.validate_op("random_short_side_scale", {"min_size": size, "max_size": size})
+    inst = ops.draw_instance("random_short_side_scale", params, np.random.default_rng(0), in_hw)
+    assert dict(inst.drawn)["size"] == size
+    out = ops.apply_instance(inst, [noise(in_hw)])[0]
+    assert out.shape == (*out_hw, 3) and out.flags.c_contiguous
+    assert op.out_hw(size, in_hw) == out_hw
+
+
+def test_short_side_scale_then_a_crop_has_a_static_shape():
+    jitter = ops.validate_op("random_short_side_scale", {"min_size": 256, "max_size": 320})
+    crop = ops.validate_op("random_crop", {"size": 224})
+    assert ops.chain_shape([("random_short_side_scale", jitter)], FrameShape(240, 320),
+                           8) == (FrameShape(None, None), 8)
+    assert ops.chain_shape([("random_short_side_scale", jitter), ("random_crop", crop)],
+                           FrameShape(240, 320), 8) == (FrameShape(224, 224), 8)
+
+
+@pytest.mark.parametrize(("raw", "key", "message"), [
+    ({"min_size": 320, "max_size": 256}, "max_size", "at least min_size"),
+    ({"min_size": 0, "max_size": 256}, "min_size", "positive int"),
+    ({"min_size": 256}, "max_size", "needs 'max_size'"),
+    ({"min_size": 1, "max_size": 2, "scale": 3}, "scale", "no parameter 'scale'"),
+])
+def test_short_side_scale_refuses_bad_parameters(raw, key, message):
+    with pytest.raises(OpParamError, match=message) as info:
+        ops.validate_op("random_short_side_scale", raw)
+    assert info.value.key == key
 
 
 # --- determinism ---

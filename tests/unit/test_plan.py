@@ -7,6 +7,7 @@ import pytest
 from scipy import stats as scistats
 
 from sandfs.config.loader import load_task_config
+from sandfs.config.yamlsafe import ConfigError
 from sandfs.plan import task as task_module
 from sandfs.plan.abstract import stream_paths
 from sandfs.plan.task import TaskPlan
@@ -81,6 +82,28 @@ def test_random_branch_frequencies_follow_prob(tmp_path):
     flips = [dict(c.branches)["maybe_flip"] == "0"
              for i in range(plan.iterations_per_epoch) for c in plan.view_plan(0, i).clips]
     assert 0.4 < np.mean(flips) < 0.6
+
+
+def test_three_branches_of_a_third_each_are_drawn_alike(tmp_path):
+    """0.333 three times is within the tolerance of 1, and the planner scales the branches
+    to sum to 1: each takes a third, the last no more than the others."""
+    third = [{"prob": 0.333, "config": [{"flip": {"direction": d}}]}
+             for d in ("horizontal", "vertical")] + [{"prob": 0.333, "config": []}]
+    augmentation = [
+        {"name": "resize", "branch_type": "single", "inputs": ["frame"], "outputs": ["r"],
+         "config": [{"resize": {"shape": [36, 48]}}]},
+        {"name": "three", "branch_type": "random", "inputs": ["r"], "outputs": ["out"],
+         "branches": third},
+    ]
+    plan = make_plan(tmp_path, videos=fake_videos(900), augmentation=augmentation,
+                     sampling={"videos_per_batch": 4, "frames_per_video": 2})
+    counts = np.bincount([int(dict(c.branches)["three"]) for epoch in (0, 1)
+                          for i in range(plan.iterations_per_epoch)
+                          for c in plan.view_plan(epoch, i).clips], minlength=3)
+    assert scistats.chisquare(counts).pvalue > 0.01
+    with pytest.raises(ConfigError, match=r"sum to 1 \(within 0.001\), got 0.99"):
+        make_plan(tmp_path, augmentation=[augmentation[0], {
+            **augmentation[1], "branches": [{**third[0], "prob": 0.66}, third[1]]}])
 
 
 def test_multi_and_merge_streams(tmp_path):

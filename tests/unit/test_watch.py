@@ -44,10 +44,19 @@ def test_the_table_shows_each_task_and_the_daemon():
     row = next(line for line in text.splitlines() if "t0" in line).split()
     assert row[1:8] == ["t0", "│", "1/3", "│", "5/8", "│", "4"]  # epoch, iteration, ready ahead
     assert "0.75" in row
-    assert "2.50" in text  # decode amplification: 1000 independent / 400 decoded
+    assert "2.50x fewer frames" in text  # decoding saved: 1000 independent / 400 decoded
     assert "0.75" in text.split("cache hit rate")[1].splitlines()[0]  # 3 hits of 4 reads
     assert "10.0 MiB of 100.0 MiB" in text and "demand 2, prematerialize 7" in text
     assert text.split("failures")[1].split()[1] == "2"  # a bad video, a corrupt object
+
+
+def test_a_long_task_name_is_shown_whole_at_80_columns():
+    status = copy.deepcopy(STATUS)
+    name = "slowfast_r50_k400_lr0.1_wd1e-4_mixup.r3"
+    status["tasks"] = {name: status["tasks"]["t0"]}
+    console = Console(file=io.StringIO(), width=80, color_system=None)
+    console.print(render_watch("/mnt/sand", Reading(100.0, status), None))
+    assert name in console.file.getvalue()
 
 
 def test_batches_per_second_come_from_two_readings():

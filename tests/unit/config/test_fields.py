@@ -276,7 +276,8 @@ BAD_CONFIGS = [
         20,
         "2 final outputs (extra, out)",
     ),
-    ("prob-sum", [(PROB22, "prob: 0.4")], f"{STEP1}.branches", 22, "sum to 1, got 0.9"),
+    ("prob-sum", [(PROB22, "prob: 0.4")], f"{STEP1}.branches", 22,
+     "sum to 1 (within 0.001), got 0.9"),
     ("prob-nan", [(PROB22, "prob: .nan")], f"{STEP1}.branches[0].prob", 22, "finite"),
     ("prob-range", [(PROB22, "prob: 1.5")], f"{STEP1}.branches[0].prob", 22, "[0, 1]"),
     (

@@ -185,6 +185,8 @@ def test_the_default_memory_limit_is_what_the_tasks_and_workers_need():
                                              + 2 * DECODE_WORKING_SET_BYTES) / scheduler_share))
     assert two - one == pytest.approx(view * BATCHES_IN_MEMORY / scheduler_share, abs=1)
     assert default_memory_limit([config], 64, physical_bytes=4 << 30) == 2 << 30  # half of RAM
+    assert default_memory_limit([], 2, physical_bytes=8 << 30) == 2 << 30  # no task yet: 1/4
+    assert default_memory_limit([], 2, physical_bytes=512 << 20) == MIN_MEMORY_LIMIT
     assert BATCHES_IN_MEMORY == DISPLACE_HORIZON  # what the scheduler keeps
     settings = _settings()[0]
     assert settings.memory_limit_bytes == default_memory_limit([config], settings.workers)
