@@ -376,7 +376,7 @@ EXIT_CASES = [  # (command line with {d}: a folder, {c}: a good config, {b}: a b
 
 @pytest.mark.parametrize(("line", "code"), EXIT_CASES, ids=[c[0] for c in EXIT_CASES])
 def test_exit_status_is_the_documented_one(tmp_path, dataset_dir, config_path, line, code):
-    """The README: 0 success, 2 a bad config or argument, 1 anything else; one line."""
+    """docs/commands.md#exit-status: 0 success, 2 a bad config or argument, 1 anything else."""
     bad = write_config(tmp_path / "bad.yaml", task_config(dataset_dir, epochs=0))
     empty = write_config(tmp_path / "empty.yaml", task_config(
         dataset_dir, sampling={"videos_per_batch": 50, "drop_last": True}))

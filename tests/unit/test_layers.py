@@ -1,7 +1,7 @@
-"""Imports flow one way, as README's "Architecture" draws it: leaves (media, ops, status and the
-small shared modules) -> config -> plan and cache -> materialize -> sched -> service and tasks ->
-fuse -> daemon -> cli. Only media imports av; only the FUSE layer and the daemon import pyfuse3;
-no two modules import each other, even through a function-level import."""
+"""Imports flow one way, as docs/design.md#which-module-owns-what draws it: leaves (media, ops,
+status and the small shared modules) -> config -> plan and cache -> materialize -> sched ->
+service and tasks -> fuse -> daemon -> cli. Only media imports av; only the FUSE layer and the
+daemon import pyfuse3; no two modules import each other, even through a function-level import."""
 
 from __future__ import annotations
 
