@@ -94,6 +94,8 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
     owners = {c.task: owner_of(c) for c in configs}
     prepare_mountpoint(settings.mountpoint)
     configs, settings, remote = fetch_remote(configs, settings)
+    # every path is absolute by now; a folder a user may write must not stay the daemon's cwd
+    os.chdir("/")
     startup = Startup(workers=settings.workers, memory_limit_bytes=settings.memory_limit_bytes,
                       tasks=owners)
     with contextlib.ExitStack() as resources:
