@@ -185,7 +185,7 @@ def decode_each(info: VideoInfo, indices: Iterable[int],
 
 @contextmanager
 def _open_scanned(info: VideoInfo) -> Iterator[tuple[InputContainer, VideoStream]]:
-    with open_regular_file(info.path) as file:
+    with open_regular_file(info.path, info.identity) as file:
         file_stat = os.fstat(file.fileno())
         if (file_stat.st_size, file_stat.st_mtime_ns) != (info.size_bytes, info.mtime_ns):
             raise DecodeError(info.name, "file changed since the dataset scan")
