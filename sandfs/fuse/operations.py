@@ -241,11 +241,9 @@ class SandOperations(pyfuse3.Operations):
     def check_source(self, node: Node, fd: int) -> None:
         """EIO (and a status.json failure) for a source changed since the scan: its size and
         frames were planned from the file as scanned, and passing it through would cut it."""
-        info = self.service.tasks[node.task].videos[node.video]
-        st = os.fstat(fd)
-        if (st.st_size, st.st_mtime_ns) != (info.size_bytes, info.mtime_ns) or (
-                info.identity not in (None, (st.st_dev, st.st_ino))):
-            self.failed(node, "source_changed: the file changed since the dataset scan")
+        changed = self.service.tasks[node.task].videos[node.video].changed(os.fstat(fd))
+        if changed:
+            self.failed(node, f"source_changed: {changed}")
             raise fuse_error(errno.EIO)
 
     def failed(self, node: Node, reason: str) -> None:

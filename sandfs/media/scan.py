@@ -68,6 +68,7 @@ class _Target:
     mtime_ns: int
     device: int
     inode: int
+    access: tuple[int, int, int]  # st_uid, st_gid, st_mode
 
     @property
     def key(self) -> IndexKey:
@@ -224,6 +225,7 @@ def _video_info(target: _Target, facts: ProbeFacts) -> VideoInfo:
         size_bytes=target.size_bytes,
         mtime_ns=target.mtime_ns,
         identity=(target.device, target.inode),
+        access=target.access,
         **shared,
     )
 
@@ -340,6 +342,7 @@ def _check_file(real_root: str, candidate: _Candidate, limits: MediaLimits) -> _
     return _Target(
         candidate.rel_path, candidate.name, path, file_stat.st_size, file_stat.st_mtime_ns,
         file_stat.st_dev, file_stat.st_ino,
+        (file_stat.st_uid, file_stat.st_gid, file_stat.st_mode),
     )  # fmt: skip
 
 

@@ -171,9 +171,21 @@ class VideoInfo:
     stream_index: int = 0
     # (st_dev, st_ino) the scan found at `path`: every later open must reach that file
     identity: tuple[int, int] | None = None
+    # (st_uid, st_gid, st_mode) the scan found: who may read it was decided from these
+    access: tuple[int, int, int] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "frame_pts", FramePts.of(self.frame_pts))
+
+    def changed(self, st: os.stat_result) -> str | None:
+        """Why the file whose fstat is `st` is not this video as scanned, or None."""
+        if self.identity is not None and (st.st_dev, st.st_ino) != self.identity:
+            return "not the file the dataset scan found"
+        if (st.st_size, st.st_mtime_ns) != (self.size_bytes, self.mtime_ns):
+            return "the file changed since the dataset scan"
+        if self.access is not None and (st.st_uid, st.st_gid, st.st_mode) != self.access:
+            return "its owner, group or mode changed since the dataset scan"
+        return None
 
     def timestamp_seconds(self, index: int) -> float | None:
         """frame.time of frame `index` (pts * time_base), or None when the stream has no pts."""

@@ -76,6 +76,17 @@ def test_a_video_whose_folder_was_swapped_after_the_scan_is_not_decoded(tmp_path
         pass
 
 
+def test_a_video_whose_mode_changed_since_the_scan_is_not_decoded(tmp_path):
+    """Who may read it was decided from the mode the scan saw; a chmod, which keeps the size
+    and the mtime, takes effect at the next decode."""
+    make_dataset(tmp_path / "ds", classes=["cls"], videos_per_class=1, num_frames=(8, 8))
+    info = scan_dataset(tmp_path / "ds", [".mp4"], workers=1).videos[0]
+    assert decode_frames(info, [0]).frames
+    os.chmod(info.path, 0o600)
+    with pytest.raises(DecodeError, match="owner, group or mode changed since the dataset scan"):
+        decode_frames(info, [0])
+
+
 def test_the_walk_stays_on_the_datasets_filesystem(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root to mount a tmpfs")
