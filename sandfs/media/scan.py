@@ -324,14 +324,15 @@ def _check_file(real_root: str, candidate: _Candidate, limits: MediaLimits) -> _
         return BadVideo(candidate.rel_path, reason, detail)
 
     file_stat = candidate.link_stat
-    if not isinstance(file_stat, OSError) and stat.S_ISLNK(file_stat.st_mode):
+    linked = not isinstance(file_stat, OSError) and stat.S_ISLNK(file_stat.st_mode)
+    if linked:
         path = os.path.realpath(path)
         file_stat = _stat_no_symlinks(path)
     if isinstance(file_stat, OSError):
         return bad("open_invalid", f"cannot stat: {file_stat.strerror}")
     if not stat.S_ISREG(file_stat.st_mode):
         return bad("not_regular", f"not a regular file ({_file_kind(file_stat.st_mode)})")
-    if os.path.commonpath([real_root, path]) != real_root:
+    if linked and os.path.commonpath([real_root, path]) != real_root:
         return bad("outside_root", "symlink resolves outside the dataset root")
     if file_stat.st_size == 0:
         return bad("open_invalid", "empty file")
