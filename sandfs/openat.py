@@ -11,7 +11,7 @@ import os
 Identity = tuple[int, int]  # (st_dev, st_ino)
 
 _SYS_OPENAT2 = 437  # the same number on every Linux architecture
-_RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x04, 0x08
+_RESOLVE_NO_SYMLINKS = 0x04
 AT_FDCWD = -100
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -23,17 +23,17 @@ class _OpenHow(ctypes.Structure):
                 ("resolve", ctypes.c_uint64)]
 
 
-def open_no_symlinks(path: str, flags: int, dir_fd: int | None = None) -> int:
-    """A descriptor of `path` reached through no symlink at all: absolute, or relative to
-    `dir_fd` and never leaving it (no "..", no absolute path). A folder swapped for a link
-    since the path was resolved gives ELOOP instead of the link's target. openat2 where the
-    kernel has it (5.6), else a walk that opens one component at a time with O_NOFOLLOW."""
+def open_no_symlinks(path: str, flags: int) -> int:
+    """A descriptor of the absolute, resolved `path` reached through no symlink at all: a
+    folder swapped for a link since the path was resolved gives ELOOP (or ENOTDIR) instead of
+    the link's target. openat2 with RESOLVE_NO_SYMLINKS where the kernel has it (5.6), else a
+    walk that opens one component at a time with O_NOFOLLOW."""
     global _openat2_missing
+    if not path.startswith("/"):
+        raise OSError(errno.EINVAL, "not an absolute path", path)
     if not _openat2_missing:
-        resolve = _RESOLVE_NO_SYMLINKS | (_RESOLVE_BENEATH if dir_fd is not None else 0)
-        how = _OpenHow(flags | os.O_CLOEXEC, 0, resolve)
-        start = AT_FDCWD if dir_fd is None else dir_fd
-        fd = _libc.syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_long(start),
+        how = _OpenHow(flags | os.O_CLOEXEC, 0, _RESOLVE_NO_SYMLINKS)
+        fd = _libc.syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_long(AT_FDCWD),
                            ctypes.c_char_p(os.fsencode(path)), ctypes.byref(how),
                            ctypes.c_size_t(ctypes.sizeof(how)))
         if fd >= 0:
@@ -42,17 +42,15 @@ def open_no_symlinks(path: str, flags: int, dir_fd: int | None = None) -> int:
         if code not in (errno.ENOSYS, errno.EPERM):  # EPERM: a seccomp filter refuses it
             raise OSError(code, os.strerror(code), path)
         _openat2_missing = True
-    return _walk_open(path, flags, dir_fd)
+    return _walk_open(path, flags)
 
 
-def _walk_open(path: str, flags: int, dir_fd: int | None) -> int:
+def _walk_open(path: str, flags: int) -> int:
     """open_no_symlinks without openat2: each folder opened with O_DIRECTORY | O_NOFOLLOW
     relative to the one before, the last component with O_NOFOLLOW."""
     parts = [p for p in path.split("/") if p not in ("", ".")]
-    if ".." in parts or (dir_fd is not None and path.startswith("/")):
-        raise OSError(errno.EXDEV, "path leaves its folder", path)
     folder_flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    current = os.open("/" if dir_fd is None else ".", folder_flags, dir_fd=dir_fd)
+    current = os.open("/", folder_flags)
     try:
         for part in parts[:-1]:
             following = os.open(part, folder_flags, dir_fd=current)

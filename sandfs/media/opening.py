@@ -28,13 +28,12 @@ class FileReplacedError(OSError):
 
 
 @contextmanager
-def open_regular_file(path: str, identity: Identity | None = None,
-                      dir_fd: int | None = None) -> Iterator[BinaryIO]:
+def open_regular_file(path: str, identity: Identity | None = None) -> Iterator[BinaryIO]:
     """Opens `path` for reading through no symlink (`open_no_symlinks`) and without blocking
     on a FIFO (O_NONBLOCK), and refuses anything but a regular file, and, given `identity`,
     any file but that one (FileReplacedError): the checks are made on the descriptor, so
     what is read is what was checked."""
-    fd = open_no_symlinks(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd)
+    fd = open_no_symlinks(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         file_stat = os.fstat(fd)
         if not stat.S_ISREG(file_stat.st_mode):

@@ -41,15 +41,9 @@ def test_no_symlink_is_followed_anywhere_in_the_path(tmp_path, opener):
         with pytest.raises(OSError) as caught:
             openat.open_no_symlinks(str(tmp_path / path), os.O_RDONLY)
         assert caught.value.errno in (errno.ELOOP, errno.ENOTDIR)
-    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fd = openat.open_no_symlinks("real/f", os.O_RDONLY, dir_fd=folder)
-        os.close(fd)
-        for path in ("../" + tmp_path.name + "/real/f", "/etc/passwd", "link/f"):
-            with pytest.raises(OSError):
-                openat.open_no_symlinks(path, os.O_RDONLY, dir_fd=folder)
-    finally:
-        os.close(folder)
+    with pytest.raises(OSError) as caught:
+        openat.open_no_symlinks("real/f", os.O_RDONLY)
+    assert caught.value.errno == errno.EINVAL
 
 
 def test_a_video_whose_folder_was_swapped_after_the_scan_is_not_decoded(tmp_path, opener):
