@@ -26,7 +26,8 @@ def check_dataset_place(dataset: str, cache_dir: str) -> None:
             raise UserError(f"dataset directory {dataset} holds or lies in the sandfs mount "
                             f"{mount}: it would scan served views")
     cache = real_path(cache_dir)
-    if inside(cache, dataset) or inside(dataset, cache):
+    copies = os.path.join(cache, REMOTE_COPIES)  # where a remote dataset's copy is served from
+    if inside(cache, dataset) or (inside(dataset, cache) and not inside(dataset, copies)):
         raise UserError(f"dataset directory {dataset} holds or lies in the cache dir {cache}")
 
 
@@ -58,6 +59,9 @@ def resolve_outside_mounts(path: str, mounts: Sequence[str] | None = None) -> st
 
 
 MAX_LINKS = 40  # as the kernel's path walk
+
+
+REMOTE_COPIES = "remote"  # the cache dir's folder of fetched remote datasets (remote/copy.py)
 
 
 def inside(path: str, folder: str) -> bool:
