@@ -19,7 +19,7 @@ from sandfs.media.opening import FileReplacedError, open_regular_file
 from sandfs.media.scan import ScanTooLarge, scan_dataset
 from sandfs.media.synth import make_dataset, write_test_video
 from sandfs.media.types import MediaLimits
-from sandfs.placement import resolve_outside_mounts
+from sandfs.placement import check_dataset_place, resolve_outside_mounts
 
 
 @pytest.fixture(params=["openat2", "walk"])
@@ -113,6 +113,15 @@ def test_a_path_into_a_sandfs_mount_is_refused_before_it_is_touched(tmp_path):
     for path in ("/mnt-of-sandfs/t0", str(tmp_path / "link"), str(tmp_path / "link" / "a")):
         with pytest.raises(UserError, match=f"{path} lies in the sandfs mount /mnt-of-sandfs"):
             resolve_outside_mounts(path, ["/mnt-of-sandfs"])
+
+
+def test_a_dataset_may_not_hold_or_lie_in_the_cache_dir_but_its_remote_copies(tmp_path):
+    cache = tmp_path / "cache"
+    for dataset in (tmp_path, cache, cache / "objects"):
+        with pytest.raises(UserError, match="holds or lies in the cache dir"):
+            check_dataset_place(str(dataset), str(cache))
+    check_dataset_place(str(cache / "remote" / "1ff9541954e1c8e2"), str(cache))
+    check_dataset_place(str(tmp_path / "data"), str(cache))
 
 
 def test_scans_no_task_uses_are_forgotten_and_each_user_holds_a_bounded_number(tmp_path):

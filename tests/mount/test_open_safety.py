@@ -198,8 +198,8 @@ def test_h5_a_run_time_task_may_not_scan_the_mount_and_the_mount_still_unmounts(
             outcome = nobody(write_task, m.path(".sand", "tasks", f"{name}.yaml"), text)
             assert outcome == ("errno", errno.EINVAL), name
         errors = task_errors(m)
-        assert "holds or lies in the sandfs mount" in errors["up"]
-        assert "inside" in errors
+        assert f"mountpoint {m.mountpoint} is the dataset directory" in errors["up"]
+        assert f"lies in the sandfs mount {m.mountpoint}" in errors["inside"]
         assert not m.path("up").exists()
 
 
