@@ -12,6 +12,7 @@ what the kernel would allow but never the reverse.
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import stat
@@ -21,6 +22,8 @@ from dataclasses import dataclass, replace
 from sandfs.config.schema import AccessConfig, TaskConfig
 from sandfs.errors import UserError
 from sandfs.media.types import PERMISSION_DENIED, BadVideo, VideoInfo
+from sandfs.openat import Identity, open_no_symlinks
+from sandfs.placement import resolve_outside_mounts
 
 READ, SEARCH = 4, 1
 LIST = READ | SEARCH
@@ -152,10 +155,11 @@ class AccessCheck:
         return all(self.may("/".join(parents[:i]) or "/", SEARCH)
                    for i in range(1, len(parents) + 1)) and self.may(path, want)
 
-    def blocked_at(self, root: str, path: str) -> str | None:
-        """None when the owner may read `path` (a file under `root`) and list every folder from
-        `root` down to it; else the dataset-relative name to report: the file, or the first
-        folder it cannot list ("." for the root itself)."""
+    def blocked_at(self, root: str, path: str, identity: Identity | None = None) -> str | None:
+        """None when the owner may read `path` (a file under `root`, the one the scan found
+        there: `identity`) and list every folder from `root` down to it; else the
+        dataset-relative name to report: the file, or the first folder it cannot list ("."
+        for the root itself)."""
         if not self.reachable(root, LIST):
             return "."
         rel_parts = os.path.relpath(path, root).split("/")
@@ -163,7 +167,23 @@ class AccessCheck:
             folder = os.path.join(root, *rel_parts[:depth])
             if not self.may(folder, LIST):
                 return "/".join(rel_parts[:depth])
-        return None if self.may(path, READ) else "/".join(rel_parts)
+        return None if self.may_read_file(path, identity) else "/".join(rel_parts)
+
+    def may_read_file(self, path: str, identity: Identity | None) -> bool:
+        """The read check made on the file a descriptor holds, reached through no symlink:
+        a folder swapped for a link since the scan cannot point it at another file."""
+        try:
+            fd = open_no_symlinks(path, os.O_PATH | os.O_NOFOLLOW)
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if identity is not None and (st.st_dev, st.st_ino) != identity:
+                return False
+            return stat.S_ISREG(st.st_mode) and allowed(
+                st, self.owner.uid, self.owner.groups, READ, _has_acl(f"/proc/self/fd/{fd}"))
+        finally:
+            os.close(fd)
 
 
 def _has_acl(path: str) -> bool:
@@ -176,18 +196,54 @@ def _has_acl(path: str) -> bool:
 
 def check_owner_paths(cfg: TaskConfig, owner: Owner) -> None:
     """Refuse a task whose owner may not list its dataset folder or read its labels file, in
-    words that do not tell whether the path exists: the daemon reads them as root."""
+    words that do not tell whether the path exists: the daemon reads them as root. Each path
+    is checked as written (the paths of `cfg` are not resolved yet), then resolved; a refusal
+    names it as written, never where its links lead."""
     if owner.uid == 0 or daemon_uid() != 0:
         return
     check = AccessCheck(owner)
     labels = cfg.dataset.labels
     wanted = [(cfg.dataset.video_dataset_path, LIST)]
     if labels not in ("dirname", "none"):
-        wanted += [(labels, READ), (os.path.realpath(labels), READ)]
+        wanted.append((labels, READ))
     for path, want in wanted:
-        if not check.reachable(path, want):
+        real = resolve_outside_mounts(path)  # before any stat: it may lead into this mount
+        if not (check.reachable(path, want) and check.reachable(real, want)):
             raise UserError(f"{cfg.source_path}: task {cfg.task}: its owner (uid {owner.uid}) "
                             f"may not {'list' if want == LIST else 'read'} {path}")
+
+
+def read_owner_file(path: str, owner: Owner, max_bytes: int) -> bytes:
+    """The bytes of the regular file at `path` (absolute, as the task wrote it), read once
+    through one descriptor that reached it by no symlink past its folder, and checked on that
+    descriptor: a regular file (a FIFO, device or symlink is refused before a byte is read),
+    at most `max_bytes`, readable by `owner`. OSError otherwise; a file the owner may not read
+    and a missing one get the same words."""
+    folder, name = os.path.split(path)
+    real_folder = resolve_outside_mounts(folder)
+    checked = owner.uid != 0 and daemon_uid() == 0
+    check = AccessCheck(owner)
+    if checked and not (check.reachable(folder, SEARCH) and check.reachable(real_folder, SEARCH)):
+        raise PermissionError(errno.EACCES, f"its owner (uid {owner.uid}) may not read it")
+    try:
+        fd = open_no_symlinks(os.path.join(real_folder, name),
+                              os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symlink; name the file itself") from None
+        raise PermissionError(errno.EACCES, f"its owner (uid {owner.uid}) may not read it"
+                              if checked else error.strerror) from None
+    with os.fdopen(fd, "rb") as file:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if checked and not allowed(st, owner.uid, owner.groups, READ,
+                                   _has_acl(f"/proc/self/fd/{fd}")):
+            raise PermissionError(errno.EACCES, f"its owner (uid {owner.uid}) may not read it")
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes")
+    return data
 
 
 def owner_videos(cfg: TaskConfig, owner: Owner, videos: Sequence[VideoInfo]
@@ -199,7 +255,7 @@ def owner_videos(cfg: TaskConfig, owner: Owner, videos: Sequence[VideoInfo]
         return videos, ()
     root = cfg.dataset.video_dataset_path
     check = AccessCheck(owner)
-    blocked = {v.rel_path: check.blocked_at(root, v.path) for v in videos}
+    blocked = {v.rel_path: check.blocked_at(root, v.path, v.identity) for v in videos}
     kept = [v for v in videos if blocked[v.rel_path] is None]
     if len(kept) == len(videos):
         return videos, ()
@@ -209,12 +265,13 @@ def owner_videos(cfg: TaskConfig, owner: Owner, videos: Sequence[VideoInfo]
     return tuple(kept), refusals(blocked, owner.uid)
 
 
-def owner_may_read(cfg: TaskConfig, owner: Owner, path: str) -> bool:
-    """Is the video at `path` still the owner's to read (checked again at each open of its
-    bytes or frames: a chmod after the task was planned takes effect there)?"""
+def owner_may_read(cfg: TaskConfig, owner: Owner, video: VideoInfo) -> bool:
+    """Is `video` still the owner's to read (checked again at each open of its bytes or
+    frames: a chmod after the task was planned takes effect there)?"""
     if owner.uid == 0 or daemon_uid() != 0:
         return True
-    return AccessCheck(owner).blocked_at(cfg.dataset.video_dataset_path, path) is None
+    root = cfg.dataset.video_dataset_path
+    return AccessCheck(owner).blocked_at(root, video.path, video.identity) is None
 
 
 def refusals(blocked: dict[str, str | None], uid: int) -> tuple[BadVideo, ...]:

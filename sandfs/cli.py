@@ -21,7 +21,7 @@ from sandfs.config.schema import TaskConfig
 from sandfs.config.yamlsafe import ConfigError
 from sandfs.distribution import DISTRIBUTION, foreign_sandfs
 from sandfs.errors import UserError
-from sandfs.fuse.mounttable import is_mounted
+from sandfs.mounttable import is_mounted
 from sandfs.pids import wait_for_exit
 from sandfs.readiness import Readiness
 from sandfs.runtime import (

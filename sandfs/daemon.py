@@ -37,7 +37,7 @@ from sandfs.fuse.mountpoint import (
     quiet_late_replies,
 )
 from sandfs.fuse.operations import SandOperations
-from sandfs.media.datasets import DatasetKey, ScanAhead, bad_videos, scan_all
+from sandfs.media.datasets import DatasetKey, ScanAhead, ScanBook, bad_videos, scan_all
 from sandfs.media.scan import StderrProgress
 from sandfs.media.scan_workers import ScanStopped
 from sandfs.media.types import DatasetScan, ScanProgress
@@ -94,6 +94,8 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
     owners = {c.task: owner_of(c) for c in configs}
     prepare_mountpoint(settings.mountpoint)
     configs, settings, remote = fetch_remote(configs, settings)
+    # every path is absolute by now; a folder a user may write must not stay the daemon's cwd
+    os.chdir("/")
     startup = Startup(workers=settings.workers, memory_limit_bytes=settings.memory_limit_bytes,
                       tasks=owners)
     with contextlib.ExitStack() as resources:
@@ -221,7 +223,9 @@ def make_service(startup: Startup, mount: Mount, planned: Planned) -> ViewServic
         store_sizing=planned.store_sizing, decode_ahead=settings.decode_ahead,
         policy=settings.scheduling, prune_mode=settings.prune_mode,
         checkpoint=partial(save_plan_state, settings.cache_dir),
-        task_planner=partial(plan_new_task, settings, planned.scans, planned.coordination),
+        task_planner=partial(plan_new_task, settings, ScanBook(
+            planned.scans, settings.cache_dir, settings.workers, settings.media_limits),
+            planned.coordination),
         admit=partial(admit_upload, settings=settings, config_dir=(
             os.path.dirname(configs[0].source_path) if configs else "") or "/"),
         remote=mount.remote.as_status(), started=startup.started,

@@ -16,6 +16,7 @@ import time
 POINTS = {
     "after_decode", "cache_write_mid", "after_write_before_rename", "after_rename_before_index",
     "batch_assemble", "serving_read", "evict_mid", "scan_video",
+    "plan_task",
 }
 _lock = threading.Lock()
 _hits: dict[str, int] = {}

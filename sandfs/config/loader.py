@@ -11,6 +11,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -29,6 +30,8 @@ from sandfs.config.schema import (
 )
 from sandfs.config.settings import read_engine_section
 from sandfs.config.yamlsafe import ConfigError, Value, read_yaml
+from sandfs.errors import UserError
+from sandfs.placement import resolve_outside_mounts
 from sandfs.remote.options import (
     STREAMING_REFUSAL,
     FrozenOptions,
@@ -91,8 +94,9 @@ def load_task_config(
     starts with a `BASE_DIR_MARK` line naming the folder to anchor them to: how `sandfs task
     add` hands a config to a live mount; errors then name that folder's file and count lines
     from the line after the mark, as in the user's own file). `before_paths` sees (and may
-    amend) the config before the checks that the dataset directory and labels CSV exist;
-    `check_paths=False` skips those checks."""
+    amend) the config while its dataset path is still as written (the owner's check must not
+    resolve it: `sandfs.access`), before it is resolved and before the checks that the dataset
+    directory and labels CSV exist; `check_paths=False` skips those checks."""
     file = os.fspath(path)
     if text is None:
         text = _read_text(file)
@@ -122,6 +126,7 @@ def load_task_config(
     )
     if before_paths is not None:
         config = before_paths(config)
+    config = _resolved(config, entries["dataset"])
     if check_paths:
         _check_paths(config.dataset, entries["dataset"])
     return config
@@ -146,6 +151,18 @@ def load_task_configs(
     return configs
 
 
+def _resolved(config: TaskConfig, value: Value) -> TaskConfig:
+    """`config` with its local dataset's real directory: the same data reached through a
+    symlink is the same dataset (the path seeds the draws and decides which tasks share
+    frames). A path into a sandfs mount is refused before anything in it is touched (a live
+    mount's daemon checks a task's paths in its own event loop)."""
+    path = config.dataset.video_dataset_path
+    if is_remote_url(path):
+        return config
+    real = _outside_mounts(value.data["video_dataset_path"], path)
+    return replace(config, dataset=replace(config.dataset, video_dataset_path=real))
+
+
 def _check_paths(dataset: DatasetConfig, value: Value) -> None:
     """The dataset directory and the labels CSV exist (errors at their values)."""
     entries = value.data
@@ -153,8 +170,18 @@ def _check_paths(dataset: DatasetConfig, value: Value) -> None:
     if not is_remote_url(path) and not os.path.isdir(path):
         problem = "is not a directory" if os.path.exists(path) else "does not exist"
         raise entries["video_dataset_path"].error(f"the dataset directory {path} {problem}")
-    if dataset.labels not in LABEL_KINDS and not os.path.isfile(dataset.labels):
-        raise entries["labels"].error(f"the labels file {dataset.labels} does not exist")
+    labels = dataset.labels
+    if labels not in LABEL_KINDS and not os.path.isfile(_outside_mounts(entries["labels"],
+                                                                         labels)):
+        raise entries["labels"].error(f"the labels file {labels} does not exist")
+
+
+def _outside_mounts(value: Value, path: str) -> str:
+    """The real path; one into a sandfs mount is an error at `value`."""
+    try:
+        return resolve_outside_mounts(path)
+    except UserError as exc:
+        raise value.error(str(exc)) from None
 
 
 # --- sections ----------------------------------------------------------------------------------
@@ -228,9 +255,7 @@ def _dataset_path(value: Value, base_dir: str) -> str:
     text = fields.string(value, what="a directory of videos, or an s3:// or http(s):// URL")
     if is_remote_url(text):
         return _remote(value, check_dataset_url, text)
-    # the real directory: the same data reached through a symlink is the same dataset (the
-    # path seeds the draws and decides which tasks share frames)
-    return os.path.realpath(fields.resolve_path(text, base_dir))
+    return fields.resolve_path(text, base_dir)  # as written; resolved by `_resolved`
 
 
 def _remote(value: Value, check: Callable[..., Any], *args: Any) -> Any:

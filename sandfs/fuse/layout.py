@@ -4,11 +4,11 @@ to import: the command line checks it before it starts the scan ahead of the dae
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
 from sandfs.errors import UserError
-from sandfs.fuse.mounttable import SANDFS_FSTYPE, mountpoints
+from sandfs.mounttable import SANDFS_FSTYPE, mountpoints
+from sandfs.placement import check_dataset_place, inside, real_path
 from sandfs.remote.options import is_remote_url
 
 
@@ -28,21 +28,7 @@ def check_layout(mountpoint: str, cache_dir: str, dataset_dirs: Iterable[str]) -
         if inside(dataset, real_mountpoint):
             raise UserError(f"dataset directory {dataset} is inside the mountpoint "
                             f"{mountpoint}: the mount would hide the videos it reads")
+        check_dataset_place(dataset, cache_dir)
     if inside(cache_dir, mountpoint) or inside(real_path(cache_dir), real_mountpoint):
         raise UserError(f"cache dir {cache_dir} is inside the mountpoint {mountpoint}; "
                         f"give a --cache-dir outside it")
-
-
-def inside(path: str, folder: str) -> bool:
-    """`path` is `folder` or below it (both absolute, normalized)."""
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-def real_path(path: str) -> str:
-    """The path with links resolved, without touching `path` itself unless it is a link (it may
-    be a stale or hung mount)."""
-    path = os.path.abspath(path)
-    if os.path.islink(path):
-        return os.path.realpath(path)
-    parent, name = os.path.split(path)
-    return os.path.join(os.path.realpath(parent), name) if name else path

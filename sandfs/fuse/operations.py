@@ -32,6 +32,7 @@ from sandfs.fuse.pagecache import PageDropper
 from sandfs.fuse.readahead import set_readahead
 from sandfs.fuse.xattrs import xattr_bytes, xattr_names
 from sandfs.metrics import render_metrics
+from sandfs.openat import open_no_symlinks
 from sandfs.sched.flights import ObjectFailed
 from sandfs.service import ViewService
 from sandfs.startup import Startup
@@ -229,7 +230,7 @@ class SandOperations(pyfuse3.Operations):
 
     def open_source(self, node: Node) -> int:
         path = self.service.tasks[node.task].videos[node.video].path
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_no_symlinks(path, os.O_RDONLY | os.O_NOFOLLOW)  # a swapped folder: ELOOP
         try:
             self.check_source(node, fd)
         except BaseException:
@@ -240,10 +241,9 @@ class SandOperations(pyfuse3.Operations):
     def check_source(self, node: Node, fd: int) -> None:
         """EIO (and a status.json failure) for a source changed since the scan: its size and
         frames were planned from the file as scanned, and passing it through would cut it."""
-        info = self.service.tasks[node.task].videos[node.video]
-        st = os.fstat(fd)
-        if (st.st_size, st.st_mtime_ns) != (info.size_bytes, info.mtime_ns):
-            self.failed(node, "source_changed: the file changed since the dataset scan")
+        changed = self.service.tasks[node.task].videos[node.video].changed(os.fstat(fd))
+        if changed:
+            self.failed(node, f"source_changed: {changed}")
             raise fuse_error(errno.EIO)
 
     def failed(self, node: Node, reason: str) -> None:

@@ -3,16 +3,19 @@ tasks read it; `ScanAhead` starts it before the daemon imports and mounts."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from functools import partial
 from threading import Event
 
+from sandfs.errors import UserError
 from sandfs.media.scan import scan_dataset
 from sandfs.media.scan_workers import STOP_POLL_SECONDS, ProbeWorkers, ScanStopped, check_stop
 from sandfs.media.types import BadVideo, DatasetScan, MediaLimits, ScanProgress
@@ -36,15 +39,79 @@ def scan_all(datasets: Iterable[DatasetKey], cache_dir: str | None, workers: int
         if key in scans:
             continue
         check_stop(stop)
-        tag = hashlib.sha1(repr(key).encode()).hexdigest()[:12]
         scans[key] = found = scan_dataset(
             key[0], key[1], limits=limits, workers=workers, stop=stop, started=started,
             progress=None if progress is None else partial(progress, key),
-            index_path=os.path.join(cache_dir, f"scan-{tag}.json") if cache_dir else None,
+            index_path=index_path(cache_dir, key) if cache_dir else None,
         )
         log.info("dataset %s: %d usable videos, %d left out", key[0], len(found.videos),
                  len(found.bad))
     return scans
+
+
+def index_path(cache_dir: str, key: DatasetKey) -> str:
+    """Where the scan index of a dataset is kept."""
+    return os.path.join(cache_dir, f"scan-{hashlib.sha1(repr(key).encode()).hexdigest()[:12]}.json")
+
+
+class ScanBook:
+    """The scans of a live mount: one per dataset key that a task reads or a registration is
+    planning with (`held`). A scan no task uses any more is forgotten, in memory and its index
+    file, when the next one is taken; an owner other than root and the daemon's user holds at
+    most `limits.max_scans_per_owner` scans made for them. Thread-safe: registrations plan in
+    worker threads."""
+
+    def __init__(self, scans: dict[DatasetKey, DatasetScan], cache_dir: str | None,
+                 workers: int, limits: MediaLimits) -> None:
+        self._scans = scans  # the mount's own, made at startup
+        self._made_for: dict[DatasetKey, int] = {}  # uid whose registration made a scan
+        self._held: dict[DatasetKey, int] = {}  # registrations planning with each key now
+        self._lock = threading.Lock()
+        self.cache_dir, self.workers, self.limits = cache_dir, workers, limits
+
+    @contextmanager
+    def held(self, key: DatasetKey, uid: int, in_use: Callable[[], set[DatasetKey]],
+             privileged: bool) -> Iterator[DatasetScan]:
+        """The scan of `key`, made now if unknown, kept while the block runs; `in_use()`: the
+        keys of the mount's tasks (asked under the lock: a registration that held a key has
+        joined its task by the time it lets go)."""
+        with self._lock:
+            self._forget(in_use())
+            if key not in self._scans:
+                self._check_quota(uid, privileged)
+            self._held[key] = self._held.get(key, 0) + 1
+        try:
+            found = self._scans.get(key)
+            if found is None:
+                found = scan_all([key], self.cache_dir, self.workers, self.limits)[key]
+                with self._lock:
+                    self._scans.setdefault(key, found)
+                    self._made_for.setdefault(key, uid)
+            yield found
+        finally:
+            with self._lock:
+                self._held[key] -= 1
+                if not self._held[key]:
+                    del self._held[key]
+
+    def __contains__(self, key: DatasetKey) -> bool:
+        return key in self._scans
+
+    def _check_quota(self, uid: int, privileged: bool) -> None:
+        mine = sum(by == uid for by in self._made_for.values())
+        if not privileged and mine >= self.limits.max_scans_per_owner:
+            raise UserError(f"uid {uid} already holds {mine} dataset scans, the most a user "
+                            f"may (SANDFS_MAX_SCANS_PER_OWNER={self.limits.max_scans_per_owner}"
+                            f"): remove a task on another dataset first")
+
+    def _forget(self, in_use: set[DatasetKey]) -> None:
+        for key in [k for k in self._scans if k not in in_use and k not in self._held]:
+            del self._scans[key]
+            self._made_for.pop(key, None)
+            if self.cache_dir:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(index_path(self.cache_dir, key))
+            log.info("dataset %s: no task reads it any more, its scan is forgotten", key[0])
 
 
 def bad_videos(scans: dict[DatasetKey, DatasetScan]) -> list[BadVideo]:

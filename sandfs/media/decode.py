@@ -185,10 +185,10 @@ def decode_each(info: VideoInfo, indices: Iterable[int],
 
 @contextmanager
 def _open_scanned(info: VideoInfo) -> Iterator[tuple[InputContainer, VideoStream]]:
-    with open_regular_file(info.path) as file:
-        file_stat = os.fstat(file.fileno())
-        if (file_stat.st_size, file_stat.st_mtime_ns) != (info.size_bytes, info.mtime_ns):
-            raise DecodeError(info.name, "file changed since the dataset scan")
+    with open_regular_file(info.path, info.identity) as file:
+        changed = info.changed(os.fstat(file.fileno()))
+        if changed:
+            raise DecodeError(info.name, changed)
         with av.open(file) as container:
             yield container, open_stream(container, info.stream_index)
 

@@ -1,7 +1,9 @@
-"""Opening a video for the probe and the decoder: a regular file only, its scanned stream set
-up for a single-threaded decode, and PyAV's errors described without its file name. Apart
-from decode.py, so that the probe workers (fresh interpreters, started while the daemon mounts)
-do not import numpy: 50 ms of their 160 ms start."""
+"""Opening a video for the probe and the decoder: a regular file only, reached through no
+symlink and checked on its descriptor (a root daemon opens what a user's task names:
+docs/deploy.md#what-the-daemon-opens), its scanned stream set up for a single-threaded decode,
+and PyAV's errors described without its file name. Apart from decode.py, so that the probe
+workers (fresh interpreters, started while the daemon mounts) do not import numpy: 50 ms of
+their 160 ms start."""
 
 from __future__ import annotations
 
@@ -14,19 +16,30 @@ from typing import BinaryIO
 from av.container import InputContainer
 from av.video.stream import VideoStream
 
+from sandfs.openat import Identity, open_no_symlinks
+
 
 class NotRegularFileError(OSError):
     pass
 
 
+class FileReplacedError(OSError):
+    """The file opened is not the one the scan recorded: moved, swapped or replaced since."""
+
+
 @contextmanager
-def open_regular_file(path: str) -> Iterator[BinaryIO]:
-    """Opens `path` for reading without following a final symlink and without blocking on a
-    FIFO (O_NOFOLLOW | O_NONBLOCK), and refuses anything but a regular file."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+def open_regular_file(path: str, identity: Identity | None = None) -> Iterator[BinaryIO]:
+    """Opens `path` for reading through no symlink (`open_no_symlinks`) and without blocking
+    on a FIFO (O_NONBLOCK), and refuses anything but a regular file, and, given `identity`,
+    any file but that one (FileReplacedError): the checks are made on the descriptor, so
+    what is read is what was checked."""
+    fd = open_no_symlinks(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        file_stat = os.fstat(fd)
+        if not stat.S_ISREG(file_stat.st_mode):
             raise NotRegularFileError(f"not a regular file: {path!r}")
+        if identity is not None and (file_stat.st_dev, file_stat.st_ino) != identity:
+            raise FileReplacedError(f"not the file the scan found: {path!r}")
         file = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)

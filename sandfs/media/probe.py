@@ -39,6 +39,7 @@ from av.stream import Disposition
 from av.video.stream import VideoStream
 
 from sandfs.media.opening import (
+    FileReplacedError,
     NotRegularFileError,
     describe_error,
     open_regular_file,
@@ -71,10 +72,6 @@ STILL_CODECS = frozenset({"png", "bmp", "gif", "tiff", "webp", "jpeg2000", "jpeg
                           "ppm", "pgm", "pbm", "pam", "sgi", "targa", "dpx", "exr"})
 
 
-class _FileReplacedError(Exception):
-    pass
-
-
 def probe_video(
     path: str, limits: MediaLimits, identity: tuple[int, int] | None = None
 ) -> ProbeResult:
@@ -100,7 +97,7 @@ def probe_video(
         if result.codec in STILL_CODECS:
             return ProbeFailure("not_a_video", f"a still {result.codec} picture, not a video")
         return result
-    except _FileReplacedError:
+    except FileReplacedError:
         return ProbeFailure("open_invalid", "file replaced during the scan")
     except NotRegularFileError as error:
         return ProbeFailure("not_regular", str(error))
@@ -115,10 +112,7 @@ def probe_video(
 
 @contextlib.contextmanager
 def _open_checked(path: str, identity: tuple[int, int] | None) -> Iterator[InputContainer]:
-    with open_regular_file(path) as file:
-        file_stat = os.fstat(file.fileno())
-        if identity and (file_stat.st_dev, file_stat.st_ino) != identity:
-            raise _FileReplacedError(path)
+    with open_regular_file(path, identity) as file:
         # FFmpeg reading the checked descriptor's file itself: no Python read callbacks. (The
         # opening's own decoding is left alone: options that make avformat_find_stream_info
         # skip frames were measured to lose the display matrix, i.e. the rotation.)

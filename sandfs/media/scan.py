@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from threading import Event
 from typing import TextIO
 
+from sandfs.errors import UserError
 from sandfs.media.scan_index import IndexKey, load_index, save_index
 from sandfs.media.scan_workers import ProbeJob, ProbeWorkers, check_stop, probe_files
 from sandfs.media.types import (
@@ -38,16 +39,22 @@ from sandfs.media.types import (
     ScanProgress,
     VideoInfo,
 )
+from sandfs.openat import open_no_symlinks
 
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[ScanProgress], None]
 
 
+class ScanTooLarge(UserError):
+    """A dataset holds more files than a scan may list."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Candidate:
     rel_path: str
     name: str  # VIDEO name: rel_path without extension
+    link_stat: os.stat_result | OSError  # from the walk's folder descriptor
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +68,7 @@ class _Target:
     mtime_ns: int
     device: int
     inode: int
+    access: tuple[int, int, int]  # st_uid, st_gid, st_mode
 
     @property
     def key(self) -> IndexKey:
@@ -129,7 +137,7 @@ def _vetted_targets(
     real_root: str, extensions: Iterable[str], limits: MediaLimits, stop: Event | None = None
 ) -> tuple[list[_Target], list[BadVideo]]:
     """The files to probe, and those refused by name or by stat alone."""
-    named, bad = _claim_names(_list_candidates(real_root, extensions))
+    named, bad = _claim_names(_list_candidates(real_root, extensions, limits))
     targets: list[_Target] = []
     for candidate in named:
         check_stop(stop)  # a stat of a huge dataset on a network disk takes a while
@@ -216,6 +224,8 @@ def _video_info(target: _Target, facts: ProbeFacts) -> VideoInfo:
         path=target.path,
         size_bytes=target.size_bytes,
         mtime_ns=target.mtime_ns,
+        identity=(target.device, target.inode),
+        access=target.access,
         **shared,
     )
 
@@ -223,13 +233,23 @@ def _video_info(target: _Target, facts: ProbeFacts) -> VideoInfo:
 # ---------------------------------------------------------------------------- names
 
 
-def _list_candidates(real_root: str, extensions: Iterable[str]) -> list[_Candidate]:
-    """Files under `real_root` with a wanted extension, sorted by relative path; hidden
-    files and folders are skipped, symlinked folders are not entered."""
+def _list_candidates(real_root: str, extensions: Iterable[str],
+                     limits: MediaLimits) -> list[_Candidate]:
+    """Files under `real_root` with a wanted extension, sorted by relative path, each with its
+    lstat; hidden files and folders are skipped, symlinked folders and other filesystems (a
+    mount inside the dataset, sandfs's own included) are not entered. The walk holds each
+    folder by its descriptor, so a folder swapped for a link meanwhile leads nowhere else.
+    ScanTooLarge past `limits.max_scan_files` files."""
     wanted = {"." + ext.lower().lstrip(".") for ext in extensions}
-    candidates = []
-    for dir_path, dir_names, file_names in os.walk(real_root, onerror=_log_walk_error):
-        dir_names[:] = [d for d in dir_names if not d.startswith(".")]
+    root_device = os.stat(real_root).st_dev
+    candidates, listed = [], 0
+    for dir_path, dir_names, file_names, dir_fd in os.fwalk(real_root, onerror=_log_walk_error):
+        dir_names[:] = [d for d in dir_names if not d.startswith(".")
+                        and _same_device(d, dir_fd, dir_path, root_device)]
+        listed += len(file_names)
+        if listed > limits.max_scan_files:
+            raise ScanTooLarge(f"dataset {real_root} holds more than max_scan_files="
+                               f"{limits.max_scan_files} files (SANDFS_MAX_SCAN_FILES)")
         rel_dir = os.path.relpath(dir_path, real_root)
         for file_name in file_names:
             ext = os.path.splitext(file_name)[1]
@@ -237,9 +257,27 @@ def _list_candidates(real_root: str, extensions: Iterable[str]) -> list[_Candida
                 continue
             rel_path = file_name if rel_dir == "." else f"{rel_dir}/{file_name}"
             rel_path = rel_path.replace(os.sep, "/")
-            candidates.append(_Candidate(rel_path, rel_path[: len(rel_path) - len(ext)]))
+            candidates.append(_Candidate(rel_path, rel_path[: len(rel_path) - len(ext)],
+                                         _lstat(file_name, dir_fd)))
     candidates.sort(key=lambda c: c.rel_path)
     return candidates
+
+
+def _same_device(name: str, dir_fd: int, dir_path: str, device: int) -> bool:
+    try:
+        if os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_dev == device:
+            return True
+    except OSError:
+        return True  # fwalk meets the error again and reports it
+    log.warning("not scanning %s: another filesystem", ascii(os.path.join(dir_path, name)))
+    return False
+
+
+def _lstat(name: str, dir_fd: int) -> os.stat_result | OSError:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as error:
+        return error
 
 
 def _log_walk_error(error: OSError) -> None:
@@ -277,22 +315,24 @@ def _ancestor_folders(name: str) -> list[str]:
 
 
 def _check_file(real_root: str, candidate: _Candidate, limits: MediaLimits) -> _Target | BadVideo:
-    """Vets a candidate with lstat/stat/realpath only: nothing is opened here."""
+    """Vets a candidate by its stat only: nothing is opened for reading here. A symlink is
+    followed to its target, which must be a regular file under the root, reached through no
+    further link."""
     path = os.path.join(real_root, candidate.rel_path)
 
     def bad(reason: str, detail: str) -> BadVideo:
         return BadVideo(candidate.rel_path, reason, detail)
 
-    try:
-        link_stat = os.lstat(path)
-        if stat.S_ISLNK(link_stat.st_mode):
-            path = os.path.realpath(path)
-        file_stat = os.stat(path) if stat.S_ISLNK(link_stat.st_mode) else link_stat
-    except OSError as error:
-        return bad("open_invalid", f"cannot stat: {error.strerror}")
+    file_stat = candidate.link_stat
+    linked = not isinstance(file_stat, OSError) and stat.S_ISLNK(file_stat.st_mode)
+    if linked:
+        path = os.path.realpath(path)
+        file_stat = _stat_no_symlinks(path)
+    if isinstance(file_stat, OSError):
+        return bad("open_invalid", f"cannot stat: {file_stat.strerror}")
     if not stat.S_ISREG(file_stat.st_mode):
         return bad("not_regular", f"not a regular file ({_file_kind(file_stat.st_mode)})")
-    if os.path.commonpath([real_root, path]) != real_root:
+    if linked and os.path.commonpath([real_root, path]) != real_root:
         return bad("outside_root", "symlink resolves outside the dataset root")
     if file_stat.st_size == 0:
         return bad("open_invalid", "empty file")
@@ -303,7 +343,20 @@ def _check_file(real_root: str, candidate: _Candidate, limits: MediaLimits) -> _
     return _Target(
         candidate.rel_path, candidate.name, path, file_stat.st_size, file_stat.st_mtime_ns,
         file_stat.st_dev, file_stat.st_ino,
+        (file_stat.st_uid, file_stat.st_gid, file_stat.st_mode),
     )  # fmt: skip
+
+
+def _stat_no_symlinks(path: str) -> os.stat_result | OSError:
+    """The stat of what `path` names through no symlink (O_PATH: a FIFO is not opened)."""
+    try:
+        fd = open_no_symlinks(path, os.O_PATH | os.O_NOFOLLOW)
+    except OSError as error:
+        return error
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
 
 
 def _file_kind(mode: int) -> str:

@@ -5,7 +5,6 @@ crashing demuxer or decoder takes only its own process down)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import time
 from collections import deque
@@ -139,14 +138,8 @@ def probe_files(
 
 def _start_worker() -> _Worker:
     """A fresh interpreter that probes what it is sent (see `sandfs.workerproc`)."""
-    worker = start_worker_process(_WORKER_CODE, _worker_env())
+    worker = start_worker_process(_WORKER_CODE)
     return _Worker(worker.process, worker.jobs, worker.replies, started=time.monotonic())
-
-
-def _worker_env() -> dict[str, str]:
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    python_path = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": python_path}
 
 
 def _send(worker: _Worker, job: ProbeJob, limits: MediaLimits) -> None:

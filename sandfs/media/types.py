@@ -14,6 +14,9 @@ _LIMIT_ENV = {  # variable -> (field, parser)
     "SANDFS_MAX_PIXELS": ("max_pixels", int),
     "SANDFS_MAX_FILE_BYTES": ("max_file_bytes", int),
     "SANDFS_DECODE_TIMEOUT": ("decode_timeout_seconds", float),
+    "SANDFS_MAX_SCAN_FILES": ("max_scan_files", int),
+    "SANDFS_MAX_LABELS_BYTES": ("max_labels_bytes", int),
+    "SANDFS_MAX_SCANS_PER_OWNER": ("max_scans_per_owner", int),
 }
 
 
@@ -21,12 +24,16 @@ _LIMIT_ENV = {  # variable -> (field, parser)
 class MediaLimits:
     """Knobs against hostile input: size bombs and files that hang a decoder are rejected
     before or during the scan (docs/testplan.md#tier-media). Env overrides: SANDFS_MAX_PIXELS,
-    SANDFS_MAX_FILE_BYTES, SANDFS_DECODE_TIMEOUT."""
+    SANDFS_MAX_FILE_BYTES, SANDFS_DECODE_TIMEOUT, SANDFS_MAX_SCAN_FILES,
+    SANDFS_MAX_LABELS_BYTES, SANDFS_MAX_SCANS_PER_OWNER."""
 
     max_pixels: int = 4096 * 2304  # width * height of the coded picture
     max_file_bytes: int = 8 << 30
     max_frames: int = 200_000
     decode_timeout_seconds: float = 30.0
+    max_scan_files: int = 2_000_000  # files a dataset walk lists before it gives up
+    max_labels_bytes: int = 64 << 20  # a labels CSV, read whole into memory
+    max_scans_per_owner: int = 8  # scans a live mount keeps for one user's tasks
 
     @classmethod
     def from_env(
@@ -162,9 +169,23 @@ class VideoInfo:
     codec: str = ""
     pix_fmt: str = ""
     stream_index: int = 0
+    # (st_dev, st_ino) the scan found at `path`: every later open must reach that file
+    identity: tuple[int, int] | None = None
+    # (st_uid, st_gid, st_mode) the scan found: who may read it was decided from these
+    access: tuple[int, int, int] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "frame_pts", FramePts.of(self.frame_pts))
+
+    def changed(self, st: os.stat_result) -> str | None:
+        """Why the file whose fstat is `st` is not this video as scanned, or None."""
+        if self.identity is not None and (st.st_dev, st.st_ino) != self.identity:
+            return "not the file the dataset scan found"
+        if (st.st_size, st.st_mtime_ns) != (self.size_bytes, self.mtime_ns):
+            return "the file changed since the dataset scan"
+        if self.access is not None and (st.st_uid, st.st_gid, st.st_mode) != self.access:
+            return "its owner, group or mode changed since the dataset scan"
+        return None
 
     def timestamp_seconds(self, index: int) -> float | None:
         """frame.time of frame `index` (pts * time_base), or None when the stream has no pts."""

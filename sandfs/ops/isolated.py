@@ -234,8 +234,7 @@ def _exit(worker: WorkerProcess) -> str:
 
 def _start_worker() -> WorkerProcess:
     # the daemon's own import path, so the worker imports the op class as the daemon did
-    path = os.pathsep.join(p for p in sys.path if p)
-    worker = start_worker_process(_WORKER_CODE, {**os.environ, "PYTHONPATH": path})
+    worker = start_worker_process(_WORKER_CODE, sys.path)
     try:
         if worker.replies.poll(START_TIMEOUT_SECONDS) and worker.replies.recv() == _READY:
             return worker

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sandfs.access import owner_of, owner_videos
+from sandfs.access import Owner, owner_of, owner_videos, privileged
 from sandfs.config.schema import TaskConfig
 from sandfs.config.settings import MountSettings
 from sandfs.errors import UserError
-from sandfs.media.datasets import DatasetKey, scan_all
+from sandfs.faults import fault_point
+from sandfs.media.datasets import DatasetKey, ScanBook
 from sandfs.media.types import DatasetScan
 from sandfs.plan.coordination import Coordination
+from sandfs.plan.labels import read_labels
 from sandfs.plan.mount import dataset_key, known_paths, plan_tasks
 from sandfs.plan.task import TaskPlan
 
@@ -35,24 +37,36 @@ def check_plan(cfg: TaskConfig, plan: TaskPlan) -> None:
             f"an epoch would be empty")
 
 
-def plan_new_task(settings: MountSettings, scans: dict[DatasetKey, DatasetScan],
-                  coordination: Coordination, cfg: TaskConfig,
-                  leaders: Mapping[tuple, int]) -> TaskPlan:
+def plan_new_task(settings: MountSettings, scans: ScanBook, coordination: Coordination,
+                  cfg: TaskConfig, leaders: Mapping[tuple, int]) -> TaskPlan:
     """In a worker thread: scan the task's dataset if it is new, and plan it with the others,
     its epoch 0 where the leading task on its dataset stands (`leaders`: mount epoch by
-    dataset identity key; a dataset no task reads yet starts at 0)."""
-    key = dataset_key(cfg)
-    if key not in scans:
-        scans.update(scan_all([key], settings.cache_dir, settings.workers,
-                              settings.media_limits))
-    found = scans[key]
-    videos, refused = owner_videos(cfg, owner_of(cfg), found.videos)
+    dataset identity key; a dataset no task reads yet starts at 0). Its labels file is read
+    before anything else, once (docs/deploy.md#what-the-daemon-opens)."""
+    owner = owner_of(cfg)
+    labels = cfg.dataset.labels
+    # read before the scan, through one checked descriptor: never reopened by path
+    labels_data = None if labels in ("dirname", "none") else read_labels(
+        labels, owner, settings.media_limits.max_labels_bytes)
+
+    def in_use() -> set[DatasetKey]:
+        return {dataset_key(c) for c in coordination.task_configs()}
+
+    with scans.held(dataset_key(cfg), owner.uid, in_use, privileged(owner.uid)) as found:
+        return _plan_joining(settings, coordination, cfg, leaders, found, owner, labels_data)
+
+
+def _plan_joining(settings: MountSettings, coordination: Coordination, cfg: TaskConfig,
+                  leaders: Mapping[tuple, int], found: DatasetScan, owner: Owner,
+                  labels_data: bytes | None) -> TaskPlan:
+    fault_point("plan_task")
+    videos, refused = owner_videos(cfg, owner, found.videos)
     identity = coordination.identity(cfg.dataset.tag, videos)
     coordination.join(cfg, leaders.get(identity.key, 0))
     try:
         plan = TaskPlan(cfg, videos, k_epochs=settings.k_epochs,
                         all_rel_paths=known_paths(found), coordination=coordination,
-                        identity=identity, refused=refused)
+                        identity=identity, refused=refused, labels_data=labels_data)
         check_plan(cfg, plan)
     except Exception:  # a refused task leaves nothing in the coordination
         coordination.remove(cfg.task)

@@ -138,6 +138,11 @@ class Coordination:
             self._offsets.pop(name, None)
             self.changed = True
 
+    def task_configs(self) -> list[TaskConfig]:
+        """The configs of the tasks that shape windows now."""
+        with self._lock:
+            return list(self._configs.values())
+
     def join(self, cfg: TaskConfig, mount_epoch: int) -> None:
         """Register a task that joins a live mount where the leading task on its dataset stands
         at `mount_epoch` (its epoch offset); a checkpointed offset of the same task wins, so a

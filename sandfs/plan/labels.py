@@ -17,17 +17,20 @@ that number. Videos without a label and rows that match no video are counted (an
 that a misspelled file never shifts labels silently; a file with no row, or none naming a
 video of the task, is a UserError.
 
-`parse_label_rows` is pure (text in, rows out); `read_label_csv` only reads the file.
+`parse_label_rows` is pure (bytes in, rows out); `read_labels` only reads the file, once, as
+the task's owner could (docs/deploy.md#what-the-daemon-opens).
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sandfs.access import Owner, read_owner_file
 from sandfs.errors import UserError
 from sandfs.media.types import VideoInfo
 
@@ -55,15 +58,15 @@ class Labels:
     rows_without_video: int
 
 
-def read_label_csv(path: str) -> list[LabelRow]:
-    """The rows of a labels file (any layout). UserError when it cannot be read or has no
-    row."""
+def read_labels(path: str, owner: Owner, max_bytes: int) -> bytes:
+    """The labels file's bytes, read once, as its owner could, through one checked descriptor
+    (`read_owner_file`): the planner parses these bytes and never opens the path again.
+    UserError, naming the path as the task wrote it, when it cannot be read."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        return read_owner_file(path, owner, max_bytes)
     except OSError as exc:
-        raise UserError(f"labels file {path}: {exc}") from None
-    return parse_label_rows(data, path)
+        limit = " (SANDFS_MAX_LABELS_BYTES)" if exc.errno == errno.EFBIG else ""
+        raise UserError(f"labels file {path}: {exc.strerror}{limit}") from None
 
 
 def parse_label_rows(data: bytes | str, source: str) -> list[LabelRow]:

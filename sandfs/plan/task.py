@@ -20,15 +20,16 @@ from functools import lru_cache
 import numpy as np
 
 from sandfs import ops as oplib
+from sandfs.access import owner_of
 from sandfs.config.condition import ConditionError
 from sandfs.config.schema import TEST_VIEW_CROP_STEPS, Condition, OpSpec, TaskConfig
-from sandfs.media.types import BadVideo, VideoInfo
+from sandfs.media.types import BadVideo, MediaLimits, VideoInfo
 from sandfs.npy import npy_nbytes
 from sandfs.ops.base import FrameShape, OpInstance, Window
 from sandfs.plan.abstract import PathStep, StreamPath, stream_paths
 from sandfs.plan.coordination import Coordination
 from sandfs.plan.identity import DatasetIdentity, data_fingerprint
-from sandfs.plan.labels import Labels, match_labels, read_label_csv
+from sandfs.plan.labels import Labels, match_labels, parse_label_rows, read_labels
 from sandfs.plan.seeds import below, derive_seed, rng_for, unit_draws
 from sandfs.plan.shard import shard_positions
 from sandfs.plan.steps import source_shape, step_ops
@@ -92,11 +93,14 @@ class TaskPlan:
         coordination: Coordination | None = None,
         identity: DatasetIdentity | None = None,
         refused: Sequence[BadVideo] = (),
+        labels_data: bytes | None = None,
     ) -> None:
         """`videos`: the scan's usable videos; `identity`: theirs (None: the coordination
         computes it, once for all the tasks given the same sequence); `refused`: the scan's
-        videos left out because the task's owner may not read them."""
+        videos left out because the task's owner may not read them; `labels_data`: the bytes
+        of its labels CSV, read when it was registered (None: read now, `read_labels`)."""
         self.cfg = cfg
+        self.labels_data = labels_data
         self.name = cfg.task
         self.sampling = cfg.dataset.sampling
         self.test_views = self.sampling.test_views  # None: training draws (testviews.py)
@@ -185,7 +189,10 @@ class TaskPlan:
             labels = [top(v.rel_path) for v in self.videos]
             every = {top(r) for r in (*all_rel_paths, *(v.rel_path for v in self.videos))}
             return labels, sorted(c for c in every if c is not None)
-        self.label_match = match_labels(self.name, read_label_csv(mode), self.videos)
+        data = self.labels_data
+        if data is None:  # planned at mount: the mount's own config, read now
+            data = read_labels(mode, owner_of(self.cfg), MediaLimits.from_env().max_labels_bytes)
+        self.label_match = match_labels(self.name, parse_label_rows(data, mode), self.videos)
         return list(self.label_match.labels), list(self.label_match.classes)
 
     def label_index(self, label: str | None) -> int | None:

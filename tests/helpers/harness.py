@@ -74,7 +74,7 @@ def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 def start_daemon(mountpoint: Path, configs: Sequence[Path], cache_dir: Path, log_path: Path,
                  extra_args: Sequence[str] = (), env: dict | None = None,
-                 wrapper: Sequence[str] = ()) -> subprocess.Popen:
+                 wrapper: Sequence[str] = (), cwd: Path | None = None) -> subprocess.Popen:
     """The daemon in the foreground, its output into `log_path`; `wrapper` is a command that
     execs its arguments (so the process is the daemon's), e.g. to run it as another user."""
     args = ["mount", str(mountpoint), "--foreground", "--cache-dir", str(cache_dir)]
@@ -84,6 +84,7 @@ def start_daemon(mountpoint: Path, configs: Sequence[Path], cache_dir: Path, log
         return subprocess.Popen(
             [*wrapper, *sandfs_command(*args, *extra_args)], stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True, env={**os.environ, **(env or {})},
+            cwd=cwd,
         )
 
 
@@ -130,8 +131,10 @@ def check_log(mounted: Mounted) -> None:
 
 @contextlib.contextmanager
 def mount_sandfs(workdir: Path, configs: Sequence[Path], *, extra_args: Sequence[str] = (),
-                 env: dict | None = None, name: str = "mnt") -> Iterator[Mounted]:
-    """Mount, yield, and always unmount: strictly on success, forgivingly on failure."""
+                 env: dict | None = None, name: str = "mnt",
+                 cwd: Path | None = None) -> Iterator[Mounted]:
+    """Mount, yield, and always unmount: strictly on success, forgivingly on failure. `cwd`:
+    the folder the daemon is started from (default: the test's)."""
     require_fuse()
     mountpoint, cache_dir = workdir / name, workdir / f"{name}-cache"
     with contextlib.suppress(OSError):  # a stale mount answers ENOTCONN: sandfs cleans it
@@ -139,7 +142,8 @@ def mount_sandfs(workdir: Path, configs: Sequence[Path], *, extra_args: Sequence
     log_path = workdir / f"{name}.log"
     process = None
     try:
-        process = start_daemon(mountpoint, configs, cache_dir, log_path, extra_args, env)
+        process = start_daemon(mountpoint, configs, cache_dir, log_path, extra_args, env,
+                               cwd=cwd)
         wait_mounted(mountpoint, process, log_path)
         mounted = Mounted(mountpoint, process, log_path, cache_dir)
         yield mounted

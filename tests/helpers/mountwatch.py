@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from sandfs.fuse.mounttable import SANDFS_FSTYPE, is_mounted, mountpoints
+from sandfs.mounttable import SANDFS_FSTYPE, is_mounted, mountpoints
 from sandfs.status import serves as serving
 
 __all__ = ["SANDFS_FSTYPE", "is_mounted", "mounts_under", "served_by", "serving", "wait_served"]

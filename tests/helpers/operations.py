@@ -20,6 +20,7 @@ import trio
 
 from sandfs.config.settings import MountSettings
 from sandfs.fuse.operations import SandOperations
+from sandfs.media.datasets import ScanBook
 from sandfs.media.types import DatasetScan, MediaLimits
 from sandfs.plan.build import plan_new_task
 from sandfs.plan.task import TaskPlan
@@ -45,7 +46,8 @@ def make_service(plans: Sequence[TaskPlan], *, task_texts: dict[str, str] | None
                                  storage_budget_given=True,
                                  cache_format="auto", scheduling="priority",
                                  prune_mode="algorithm1", media_limits=MediaLimits())
-        planner = partial(plan_new_task, settings, scans, plans[0].coordination)
+        book = ScanBook(scans, str(cache_dir), workers, settings.media_limits)
+        planner = partial(plan_new_task, settings, book, plans[0].coordination)
         admit = partial(admit_upload, settings=settings, config_dir=config_dir)
     return ViewService(plans, engine=engine, stats=Stats(), task_texts=task_texts,
                        task_planner=planner, admit=admit)

@@ -195,3 +195,12 @@ def test_commands_md_names_every_flag():
     text = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
     assert {f for f in _flags(build_parser()) if f != "--help"} - set(
         re.findall(r"--[a-z][a-z-]*", text)) == set()
+
+
+def test_commands_md_names_every_environment_variable():
+    from sandfs.config import settings
+    from sandfs.media import types
+
+    text = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    variables = {*types._LIMIT_ENV, settings.SCHEDULING_ENV, settings.PRUNE_ENV}
+    assert variables - set(re.findall(r"SANDFS_[A-Z_]+", text)) == set()

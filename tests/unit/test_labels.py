@@ -4,14 +4,16 @@ without extension and unique file names; what matches nothing is counted, never 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import replace
 
 import pytest
 
+from sandfs.access import Owner
 from sandfs.config.loader import load_task_config
 from sandfs.errors import UserError
 from sandfs.media.scan import scan_dataset
-from sandfs.plan.labels import match_labels, read_label_csv
+from sandfs.plan.labels import match_labels, parse_label_rows, read_labels
 from sandfs.plan.task import TaskPlan
 from tests.helpers.harness import run_cli, task_config, write_config
 from tests.helpers.operations import make_service
@@ -23,7 +25,7 @@ VIDEOS = fake_videos(6)  # c0/v000, c1/v001, c2/v002, c0/v003, c1/v004, c2/v005
 def labels_of(tmp_path, text: str, videos=VIDEOS):
     path = tmp_path / "labels.csv"
     path.write_text(text)
-    return match_labels("t0", read_label_csv(str(path)), videos)
+    return match_labels("t0", parse_label_rows(path.read_bytes(), str(path)), videos)
 
 
 @pytest.mark.parametrize("header", ["video,label", "Video,Label", "VIDEO, label", "path,class",
@@ -78,12 +80,35 @@ def test_a_kinetics_csv_names_videos_by_youtube_id_and_times(tmp_path):
     assert found.rows_without_video == 1
 
 
+DAEMON = Owner(os.geteuid(), os.getegid(), frozenset(), 0o400)
+
+
 def test_an_unreadable_labels_file_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match=r"labels file .*missing\.csv"):
-        read_label_csv(str(tmp_path / "missing.csv"))
+        read_labels(str(tmp_path / "missing.csv"), DAEMON, 1 << 20)
     (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00video")
     with pytest.raises(UserError, match=r"bin\.csv"):
-        read_label_csv(str(tmp_path / "bin.csv"))
+        parse_label_rows(read_labels(str(tmp_path / "bin.csv"), DAEMON, 1 << 20), "bin.csv")
+
+
+def test_a_labels_file_is_read_only_when_it_is_a_regular_file_within_the_cap(tmp_path):
+    """A FIFO would hang the read and grow memory with what is fed to it; a symlink could be
+    swapped to point anywhere; a huge file would be held whole in memory."""
+    good = tmp_path / "good.csv"
+    good.write_text("video,label\na,x\n")
+    assert read_labels(str(good), DAEMON, 1 << 20) == good.read_bytes()
+    os.mkfifo(tmp_path / "fifo.csv")
+    (tmp_path / "link.csv").symlink_to(good)
+    (tmp_path / "linked").symlink_to(tmp_path)
+    refusals = {"fifo.csv": "not a regular file", "link.csv": "a symlink",
+                "good.csv": "larger than 8 bytes"}
+    for name, words in refusals.items():
+        cap = 8 if name == "good.csv" else 1 << 20
+        with pytest.raises(UserError, match=f"labels file .*{name}: {words}"):
+            read_labels(str(tmp_path / name), DAEMON, cap)
+    # a symlinked folder above the file is resolved once, then opened through no link
+    assert read_labels(str(tmp_path / "linked" / "good.csv"), DAEMON, 1 << 20) == (
+        good.read_bytes())
 
 
 def test_a_plan_reports_its_label_counts(tmp_path):
