@@ -1,0 +1,151 @@
+"""Who holds a process's GIL, and for how long: `py-spy record --gil --threads` run beside a
+benchmark's daemon, its samples summed by thread role.
+
+py-spy with `--gil` keeps only the samples of the thread holding the GIL, so `samples / rate`
+is the time the GIL was held while it sampled. Threads are grouped by role (`thread_role`):
+`loop` (the main thread: trio and pyfuse3's handlers), `job VideoJobKey` (decode passes),
+`job ViewKey` (batches read back from disk), `plan`, `save_carried`... On a machine busy with
+other work a thread preempted while it holds the GIL still holds it: the figures are those of
+a quiet machine only (`cpu_others_s` says how quiet it was).
+What holds the GIL does not spread over cores, so `1 / GIL held per batch` bounds the batches a
+second one daemon can serve on any machine.
+
+Sampling is non-blocking (the daemon is never paused) unless asked: its figures are those of
+an undisturbed run, at the price of a rare torn sample.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_RATE_HZ = 250
+STOP_TIMEOUT_S = 30.0
+# "thread (0x7f12...): NAME;frame;frame COUNT"; py-spy leaves out ": NAME" for unnamed threads
+RAW_LINE = re.compile(r"^thread \((?:0x)?[0-9A-Fa-f]+\)(?:: ([^;]*))?(?:;.*)? (\d+)$")
+TO_THREAD = " from "  # trio names a worker thread "FUNCTION from TASK"
+LOOP_THREAD = "MainThread"
+
+
+def py_spy() -> str | None:
+    """The py-spy next to this interpreter (the venv's), else the one on PATH."""
+    beside = Path(sys.executable).with_name("py-spy")
+    return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+def thread_role(name: str | None) -> str:
+    """`loop`; a trio worker thread ("FUNCTION from TASK") by its function, or by its trio
+    task's name up to the first "(" where the function has no name (a partial: the scheduler's
+    jobs, "job VideoJobKey(...)"); another thread by its name without a trailing number."""
+    if name is None:
+        return "unnamed"
+    if name == LOOP_THREAD:
+        return "loop"
+    if TO_THREAD in name:
+        function, task = name.split(TO_THREAD, 1)
+        return function if function != "None" else task.split("(", 1)[0].strip() or "trio"
+    return re.sub(r"[-_ ]?\d+$", "", name) or name
+
+
+def parse_raw(text: str) -> Counter[str]:
+    """Samples per thread role in py-spy's raw (collapsed stack) output."""
+    samples: Counter[str] = Counter()
+    for line in text.splitlines():
+        match = RAW_LINE.match(line.strip())
+        if match:
+            samples[thread_role(match.group(1))] += int(match.group(2))
+    return samples
+
+
+@dataclass(frozen=True, slots=True)
+class GilProfile:
+    """The GIL held while sampled, in seconds, by thread role."""
+
+    rate_hz: int
+    by_role_s: dict[str, float]
+    lagging: bool  # py-spy said it fell behind: fewer samples than `rate_hz` a second
+
+    @property
+    def held_s(self) -> float:
+        return sum(self.by_role_s.values())
+
+    def per_batch(self, batches: int, wall_s: float | None = None) -> dict:
+        """The figures a benchmark reports beside its batches/s: GIL ms per batch served, by
+        role (`loop` and the worker threads together as `threads`), and the ceiling."""
+        if batches < 1:
+            raise ValueError("no batch served: nothing to divide the GIL's time by")
+        per_batch_ms = self.held_s * 1e3 / batches
+        by_role = {role: round(s * 1e3 / batches, 2)
+                   for role, s in sorted(self.by_role_s.items(), key=lambda kv: -kv[1])}
+        loop_ms = self.by_role_s.get("loop", 0.0) * 1e3 / batches
+        record = {"gil_ms_per_batch": round(per_batch_ms, 2),
+                  "gil_ms_per_batch_loop": round(loop_ms, 2),
+                  "gil_ms_per_batch_threads": round(per_batch_ms - loop_ms, 2),
+                  "gil_ms_per_batch_by_role": by_role,
+                  "gil_ceiling_batches_per_s": (round(1e3 / per_batch_ms, 1) if per_batch_ms
+                                                else None),
+                  "gil_rate_hz": self.rate_hz, "gil_sampler_lagging": self.lagging}
+        if wall_s:
+            record["gil_held_share"] = round(self.held_s / wall_s, 3)
+        return record
+
+
+class GilSampler:
+    """`with GilSampler(pid) as sampler: ...` samples `pid` for the block; then
+    `sampler.profile` is what it found. RuntimeError if py-spy is missing or cannot attach
+    (it needs ptrace rights over the process: the same user, and a yama ptrace_scope of 0, or
+    root)."""
+
+    def __init__(self, pid: int, rate_hz: int = DEFAULT_RATE_HZ, blocking: bool = False) -> None:
+        self.pid, self.rate_hz, self.blocking = pid, rate_hz, blocking
+        self.profile: GilProfile | None = None
+        self._dir: tempfile.TemporaryDirectory | None = None
+        self._process: subprocess.Popen | None = None
+
+    def __enter__(self) -> GilSampler:
+        executable = py_spy()
+        if executable is None:
+            raise RuntimeError("py-spy is not installed (pip install py-spy)")
+        self._dir = tempfile.TemporaryDirectory(prefix="sandfs-gil-")
+        args = [executable, "record", "--gil", "--threads", "--format", "raw",
+                "--rate", str(self.rate_hz), "--pid", str(self.pid),
+                "--output", str(self._out), *([] if self.blocking else ["--nonblocking"])]
+        self._process = subprocess.Popen(args, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        return self
+
+    @property
+    def _out(self) -> Path:
+        return Path(self._dir.name) / "gil.txt"
+
+    def __exit__(self, *exc_info) -> None:
+        try:
+            self.profile = self._stop()
+        finally:
+            self._dir.cleanup()
+
+    def _stop(self) -> GilProfile:
+        """SIGINT makes py-spy write what it sampled and exit."""
+        process = self._process
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        try:
+            _, stderr = process.communicate(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
+        said = stderr.decode(errors="replace")
+        if not self._out.exists():
+            raise RuntimeError(f"py-spy wrote no samples (exit {process.returncode}):\n"
+                               f"{said[-2000:]}")
+        samples = parse_raw(self._out.read_text())
+        return GilProfile(self.rate_hz,
+                          {role: n / self.rate_hz for role, n in samples.items()},
+                          lagging="behind" in said)

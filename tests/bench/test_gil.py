@@ -1,0 +1,68 @@
+"""The GIL measurement of the benchmarks (benchmarks/gil.py): py-spy's samples summed by thread
+role, and a real daemon sampled while a reader reads its views. The figure is a benchmark's;
+here only that the measurement runs and adds up."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from common import MixedDatasetSpec, VideoKind, sandfs_mount
+from gil import GilProfile, GilSampler, parse_raw, py_spy, thread_role
+from test_bench_mount import task_config
+
+RAW = """\
+thread (0x7F0A): MainThread;<module> (sandfs/__main__.py:5);run (trio/_core/_run.py:2532) 30
+thread (9563): None from job VideoJobKey(window=0, path='a.mp4');Thread._bootstrap (x.py:1) 12
+thread (9564): None from job VideoJobKey(window=1, path='b.mp4');Thread._bootstrap (x.py:1) 8
+thread (9565): plan from planner;Thread._bootstrap (threading.py:1002) 5
+thread (9566): scan-ahead_0;Thread._bootstrap (threading.py:1002) 1
+thread (9567);Thread._bootstrap (threading.py:1002) 2
+py-spy> a line that is not a sample
+"""
+
+
+def test_samples_are_summed_by_thread_role():
+    assert parse_raw(RAW) == {"loop": 30, "job VideoJobKey": 20, "plan": 5, "scan-ahead": 1,
+                              "unnamed": 2}
+    assert thread_role("pread from <nursery>") == "pread"
+
+
+def test_the_figures_per_batch_add_up():
+    profile = GilProfile(250, {"loop": 0.12, "job VideoJobKey": 0.08}, lagging=False)
+    figures = profile.per_batch(10, wall_s=0.5)
+    assert figures["gil_ms_per_batch"] == 20.0
+    assert figures["gil_ms_per_batch_loop"] == 12.0
+    assert figures["gil_ms_per_batch_threads"] == 8.0
+    assert figures["gil_ms_per_batch_by_role"] == {"loop": 12.0, "job VideoJobKey": 8.0}
+    assert figures["gil_ceiling_batches_per_s"] == 50.0
+    assert figures["gil_held_share"] == 0.4
+    with pytest.raises(ValueError, match="no batch"):
+        profile.per_batch(0)
+
+
+@pytest.mark.skipif(py_spy() is None, reason="py-spy is not installed (the bench extra)")
+def test_a_daemon_serving_views_is_sampled_by_thread(tmp_path):
+    dataset = tmp_path / "videos"
+    MixedDatasetSpec(classes=1, videos_per_class=4, kinds=(VideoKind("libx264", ".mp4", 96, 64),),
+                     seconds=(2, 2), gop_frames=25).write(dataset)
+    config = task_config(dataset, tmp_path / "clips.yaml")
+    with (sandfs_mount(tmp_path, [config], k_epochs=1, workers=1) as mount,
+          GilSampler(mount.pid, rate_hz=500) as sampler):
+        for iteration in range(2):
+            view = mount.mountpoint / "clips" / "0" / str(iteration) / "view"
+            assert np.load(view).shape[0] == 2
+    profile = sampler.profile
+    assert profile.held_s > 0
+    assert "loop" in profile.by_role_s  # the trio thread answered the reads
+    assert profile.per_batch(2)["gil_ms_per_batch"] > 0
+
+
+@pytest.mark.skipif(py_spy() is None, reason="py-spy is not installed (the bench extra)")
+def test_a_process_it_cannot_sample_is_an_error_with_py_spys_words():
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with pytest.raises(RuntimeError, match="py-spy wrote no samples"), GilSampler(gone.pid):
+        time.sleep(0.5)
