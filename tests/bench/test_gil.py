@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 from common import MixedDatasetSpec, VideoKind, sandfs_mount
-from gil import GilProfile, GilSampler, parse_raw, py_spy, thread_role
+from gil import GilProfile, GilSampler, on_cpu_share, parse_raw, py_spy, thread_role
 from test_bench_mount import task_config
 
 RAW = """\
@@ -24,20 +24,34 @@ py-spy> a line that is not a sample
 """
 
 
-def test_samples_are_summed_by_thread_role():
-    assert parse_raw(RAW) == {"loop": 30, "job VideoJobKey": 20, "plan": 5, "scan-ahead": 1,
-                              "unnamed": 2}
+def test_samples_are_summed_by_thread_and_role():
+    assert parse_raw(RAW) == {(None, "loop"): 30, (9563, "job VideoJobKey"): 12,
+                              (9564, "job VideoJobKey"): 8, (9565, "plan"): 5,
+                              (9566, "scan-ahead"): 1, (9567, "unnamed"): 2}
     assert thread_role("pread from <nursery>") == "pread"
 
 
+def test_a_thread_preempted_while_holding_the_gil_is_counted_for_its_time_on_a_cpu():
+    before = {7: (1_000, 500), 8: (0, 0)}
+    after = {7: (4_000, 1_500), 8: (2_000, 0), 9: (300, 100)}
+    assert on_cpu_share(before, after, 7) == 0.75
+    assert on_cpu_share(before, after, 8) == 1.0
+    assert on_cpu_share(before, after, 9) == 0.75  # born meanwhile
+    assert on_cpu_share(before, after, 10) == 1.0  # gone: unknown
+    assert on_cpu_share(before, after, None) == 1.0
+
+
 def test_the_figures_per_batch_add_up():
-    profile = GilProfile(250, {"loop": 0.12, "job VideoJobKey": 0.08}, lagging=False)
+    profile = GilProfile(250, {"loop": 0.12, "job VideoJobKey": 0.08},
+                         {"loop": 0.06, "job VideoJobKey": 0.04}, lagging=False)
     figures = profile.per_batch(10, wall_s=0.5)
     assert figures["gil_ms_per_batch"] == 20.0
     assert figures["gil_ms_per_batch_loop"] == 12.0
     assert figures["gil_ms_per_batch_threads"] == 8.0
     assert figures["gil_ms_per_batch_by_role"] == {"loop": 12.0, "job VideoJobKey": 8.0}
-    assert figures["gil_ceiling_batches_per_s"] == 50.0
+    assert figures["gil_cpu_ms_per_batch"] == 10.0
+    assert figures["gil_cpu_ms_per_batch_loop"] == 6.0
+    assert figures["gil_ceiling_batches_per_s"] == 100.0  # from the time on a CPU
     assert figures["gil_held_share"] == 0.4
     with pytest.raises(ValueError, match="no batch"):
         profile.per_batch(0)
@@ -55,7 +69,7 @@ def test_a_daemon_serving_views_is_sampled_by_thread(tmp_path):
             view = mount.mountpoint / "clips" / "0" / str(iteration) / "view"
             assert np.load(view).shape[0] == 2
     profile = sampler.profile
-    assert profile.held_s > 0
+    assert 0 < profile.held_cpu_s <= profile.held_s
     assert "loop" in profile.by_role_s  # the trio thread answered the reads
     assert profile.per_batch(2)["gil_ms_per_batch"] > 0
 
