@@ -637,7 +637,8 @@ SANDFS_KEYS = (*COMMON_KEYS, *COLD_KEYS, "cpu_s_cold", "cpu_s_per_batch_cold",
                "daemon_peak_rss_mb", "cpu_daemon_s", "stall_s_total", "frames_decoded",
                "frames_decoded_independent", "views_materialized", "mount_s", "head_start_s",
                "first_batch_kept_mount_s", "gil_ms_per_batch", "gil_ms_per_batch_loop",
-               "gil_ms_per_batch_threads", "gil_ceiling_batches_per_s", "gil_held_share")
+               "gil_ms_per_batch_threads", "gil_cpu_ms_per_batch", "gil_cpu_ms_per_batch_loop",
+               "gil_cpu_ms_per_batch_threads", "gil_ceiling_batches_per_s", "gil_held_share")
 
 
 def summary_record(scenario: str, mode: str, measured: list[dict], tasks, peers: list[str],

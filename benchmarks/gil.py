@@ -133,6 +133,15 @@ class GilProfile:
             record["gil_held_share"] = round(self.held_s / wall_s, 3)
         return record
 
+    def per_gb(self, nbytes: int) -> dict:
+        """GIL ms per GB served (`bench_read`): as sampled, on a CPU, the loop's on a CPU."""
+        gb = nbytes / 1e9
+        return {"gil_ms_per_gb": round(self.held_s * 1e3 / gb, 1),
+                "gil_cpu_ms_per_gb": round(self.held_cpu_s * 1e3 / gb, 1),
+                "gil_cpu_ms_per_gb_loop": round(self.by_role_cpu_s.get("loop", 0.0) * 1e3 / gb,
+                                                1),
+                "gil_sampler_lagging": self.lagging}
+
 
 class GilSampler:
     """`with GilSampler(pid) as sampler: ...` samples `pid` for the block; then

@@ -53,6 +53,9 @@ def test_the_figures_per_batch_add_up():
     assert figures["gil_cpu_ms_per_batch_loop"] == 6.0
     assert figures["gil_ceiling_batches_per_s"] == 100.0  # from the time on a CPU
     assert figures["gil_held_share"] == 0.4
+    assert profile.per_gb(2 * 10**9) == {"gil_ms_per_gb": 100.0, "gil_cpu_ms_per_gb": 50.0,
+                                         "gil_cpu_ms_per_gb_loop": 30.0,
+                                         "gil_sampler_lagging": False}
     with pytest.raises(ValueError, match="no batch"):
         profile.per_batch(0)
 
