@@ -140,6 +140,9 @@ def parse_args() -> argparse.Namespace:
                              "ms per batch served, by thread (benchmarks/gil.py)")
     parser.add_argument("--gil-rate", type=int, default=DEFAULT_RATE_HZ,
                         help=f"py-spy's samples a second with --gil (default {DEFAULT_RATE_HZ})")
+    parser.add_argument("--gil-raw", type=Path,
+                        help="with --gil, keep py-spy's samples of each sandfs pass here, "
+                             "one file a pass (collapsed stacks: flamegraph.pl, speedscope)")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/sandfs-bench/data"))
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/sandfs-bench"),
                         help="mounts, cache dirs and daemon logs go in a temp folder here")
@@ -376,7 +379,13 @@ def measure_sandfs(tasks: list[TaskSpec], workdir: Path, args, gpu_s: float,
 
 
 def sampled_gil(pid: int, args) -> contextlib.AbstractContextManager[GilSampler | None]:
-    return GilSampler(pid, args.gil_rate) if args.gil else contextlib.nullcontext()
+    if not args.gil:
+        return contextlib.nullcontext()
+    raw = None
+    if args.gil_raw is not None:
+        args.gil_raw.mkdir(parents=True, exist_ok=True)
+        raw = args.gil_raw / f"gil-{time.strftime('%H%M%S')}-{pid}.txt"
+    return GilSampler(pid, args.gil_rate, keep_raw=raw)
 
 
 def first_batch_on_kept_mount(mountpoint: Path, task: TaskSpec) -> float:

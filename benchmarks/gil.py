@@ -149,8 +149,10 @@ class GilSampler:
     (it needs ptrace rights over the process: the same user, and a yama ptrace_scope of 0, or
     root)."""
 
-    def __init__(self, pid: int, rate_hz: int = DEFAULT_RATE_HZ, blocking: bool = False) -> None:
-        self.pid, self.rate_hz, self.blocking = pid, rate_hz, blocking
+    def __init__(self, pid: int, rate_hz: int = DEFAULT_RATE_HZ, blocking: bool = False,
+                 keep_raw: Path | None = None) -> None:
+        """`keep_raw`: copy py-spy's samples there (collapsed stacks, for a flame graph)."""
+        self.pid, self.rate_hz, self.blocking, self.keep_raw = pid, rate_hz, blocking, keep_raw
         self.profile: GilProfile | None = None
         self._times: dict[int, tuple[int, int]] = {}
         self._dir: tempfile.TemporaryDirectory | None = None
@@ -194,6 +196,8 @@ class GilSampler:
         if not self._out.exists():
             raise RuntimeError(f"py-spy wrote no samples (exit {process.returncode}):\n"
                                f"{said[-2000:]}")
+        if self.keep_raw is not None:
+            shutil.copyfile(self._out, self.keep_raw)
         wall: Counter[str] = Counter()
         on_cpu: Counter[str] = Counter()
         for (tid, role), count in parse_raw(self._out.read_text()).items():
