@@ -5,6 +5,7 @@ directory."""
 from __future__ import annotations
 
 import json
+import weakref
 from collections import OrderedDict
 
 from sandfs.fuse.namespace import Node
@@ -33,21 +34,22 @@ class PlannedValues:
     alone, and a reader asks twice a view: `os.getxattr` tries a 128-byte buffer first, and
     each try is a request that worked the whole value out again (9% of the event loop's GIL
     time serving SlowFast-size batches, docs/performance.md#the-gil-per-batch-served). Kept
-    with the plan they came from: a task registered again under its name has a new one."""
+    with a weak reference to the plan they came from: a task registered again under its name
+    has a new one, and an ended task's plan is not held alive here."""
 
     def __init__(self, size: int = PLANNED_VALUES_KEPT) -> None:
         self.size = size
-        self._kept: OrderedDict[tuple, tuple[object, bytes]] = OrderedDict()
+        self._kept: OrderedDict[tuple, tuple[weakref.ref, bytes]] = OrderedDict()
 
     def get(self, service: ViewService, node: Node, attr: str) -> bytes:
         plan = service.tasks[node.task]
         key = (node.task, node.epoch, node.iteration, attr)
         kept = self._kept.get(key)
-        if kept is not None and kept[0] is plan:
+        if kept is not None and kept[0]() is plan:
             self._kept.move_to_end(key)
             return kept[1]
         value = encoded(xattr_value(service, node, attr))
-        self._kept[key] = (plan, value)
+        self._kept[key] = (weakref.ref(plan), value)
         if len(self._kept) > self.size:
             self._kept.popitem(last=False)
         return value

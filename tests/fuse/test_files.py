@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import copy
 import errno
+import gc
 import io
 import json
 import os
 import random
+import weakref
 
 import numpy as np
 import pyfuse3
@@ -169,6 +171,10 @@ async def test_a_views_planned_values_are_worked_out_once_for_repeated_requests(
     monkeypatch.setitem(service.tasks, "t0", copy.copy(service.tasks["t0"]))
     assert await fs.getxattr("t0/1/0/view", "user.sand.meta") == meta
     assert len(calls) == 3
+    ended = weakref.ref(service.tasks["t0"])  # that plan ends: its kept values do not hold it
+    service.tasks["t0"] = copy.copy(service.tasks["t0"])
+    gc.collect()
+    assert ended() is None
     assert await fs.getxattr("t0/1/0/view", "user.sand.state") != b"ready"
     await fs.read("t0/1/0/view")
     assert await fs.getxattr("t0/1/0/view", "user.sand.state") == b"ready"
