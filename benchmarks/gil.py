@@ -16,19 +16,24 @@ an undisturbed run, at the price of a rare torn sample.
 
 from __future__ import annotations
 
+import os
 import re
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_RATE_HZ = 250
+START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
+SAMPLING = b"Sampling process"  # what py-spy prints once it samples
 # "thread (0x7f12...): NAME;frame;frame COUNT"; py-spy leaves out ": NAME" for unnamed threads
 RAW_LINE = re.compile(r"^thread \((0x[0-9A-Fa-f]+|\d+)\)(?:: ([^;]*))?(?:;.*)? (\d+)$")
 TO_THREAD = " from "  # trio names a worker thread "FUNCTION from TASK"
@@ -155,6 +160,7 @@ class GilSampler:
         self.pid, self.rate_hz, self.blocking, self.keep_raw = pid, rate_hz, blocking, keep_raw
         self.profile: GilProfile | None = None
         self._times: dict[int, tuple[int, int]] = {}
+        self._said = b""  # py-spy's words (it writes them to stdout)
         self._dir: tempfile.TemporaryDirectory | None = None
         self._process: subprocess.Popen | None = None
 
@@ -168,8 +174,24 @@ class GilSampler:
                 "--rate", str(self.rate_hz), "--pid", str(self.pid),
                 "--output", str(self._out), *([] if self.blocking else ["--nonblocking"])]
         self._process = subprocess.Popen(args, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self._said = self._until_sampling()
         return self
+
+    def _until_sampling(self) -> bytes:
+        """What py-spy says until it samples (it attaches first, 0.1-1 s on a busy machine),
+        or exits: the block is measured from then on."""
+        said, out = b"", self._process.stdout
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while SAMPLING not in said:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([out], [], [], left)[0]:
+                break
+            chunk = os.read(out.fileno(), 4096)
+            if not chunk:  # it exited
+                break
+            said += chunk
+        return said
 
     @property
     def _out(self) -> Path:
@@ -188,11 +210,11 @@ class GilSampler:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
         try:
-            _, stderr = process.communicate(timeout=STOP_TIMEOUT_S)
+            rest, _ = process.communicate(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             process.kill()
-            _, stderr = process.communicate()
-        said = stderr.decode(errors="replace")
+            rest, _ = process.communicate()
+        said = (self._said + rest).decode(errors="replace")
         if not self._out.exists():
             raise RuntimeError(f"py-spy wrote no samples (exit {process.returncode}):\n"
                                f"{said[-2000:]}")
