@@ -32,6 +32,7 @@ scenario and mode (medians over --repeats, ratios taken within one repeat).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -50,6 +51,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 from common import (
+    KINETICS_KINDS,
     DatasetSpec,
     MixedDatasetSpec,
     PeakMemory,
@@ -69,6 +71,7 @@ from common import (
     summary,
     tree_cpu_seconds,
 )
+from gil import DEFAULT_RATE_HZ, GilSampler, py_spy
 from peers import PEERS, PeerFeed, check_peer, peer_unavailable, peer_version, task_plans
 
 from sandfs import reading
@@ -84,9 +87,13 @@ SCENARIOS = {
     "slowfast224x4": [(f"slowfast224s{i}", "slowfast224.yaml") for i in range(4)],
     # the single task over many short small videos (--videos 1024): the scheduler's own cost
     "many": [("many", "single.yaml")],
+    # SlowFast-size batches on Kinetics-like H.264, 340x256 to 720p (common.KINETICS_KINDS)
+    "kinetics224": [("kinetics224", "slowfast224.yaml")],
 }
-# on the mixed-codec dataset; `many` on 3 s 160x120 H.264; the others on H.264 340x256
+# on the mixed-codec dataset; `kinetics224` on Kinetics-like H.264; `many` on 3 s 160x120 H.264;
+# the others on H.264 340x256
 MIXED_SCENARIOS = {"slowfast224", "slowfast224x4"}
+KINETICS_SCENARIOS = {"kinetics224"}
 SHORT_SCENARIOS = {"many"}
 MODES = ("raw", "gpu")
 CLASSES = 4
@@ -113,7 +120,7 @@ def parse_args() -> argparse.Namespace:
                         help="simulated GPU step per batch, ms (default 40)")
     parser.add_argument("--modes", nargs="+", choices=MODES,
                         help="default: both (quick: raw)")
-    parser.add_argument("--peers", nargs="+", choices=list(PEERS), default=list(PEERS),
+    parser.add_argument("--peers", nargs="*", choices=list(PEERS), default=list(PEERS),
                         help="peer loaders to measure (default: all; those not installed are "
                              "skipped with the reason)")
     parser.add_argument("--seed", type=int,
@@ -128,11 +135,21 @@ def parse_args() -> argparse.Namespace:
                              "real H.264 encodes usually have 2-3)")
     parser.add_argument("--workers", type=int, default=2,
                         help="sandfs --workers and DataLoader num_workers per task")
+    parser.add_argument("--gil", action="store_true",
+                        help="sample the daemon with py-spy --gil during the sandfs pass: GIL "
+                             "ms per batch served, by thread (benchmarks/gil.py)")
+    parser.add_argument("--gil-rate", type=int, default=DEFAULT_RATE_HZ,
+                        help=f"py-spy's samples a second with --gil (default {DEFAULT_RATE_HZ})")
+    parser.add_argument("--gil-raw", type=Path,
+                        help="with --gil, keep py-spy's samples of each sandfs pass here, "
+                             "one file a pass (collapsed stacks: flamegraph.pl, speedscope)")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/sandfs-bench/data"))
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/sandfs-bench"),
                         help="mounts, cache dirs and daemon logs go in a temp folder here")
     args = parser.parse_args()
     fill_defaults(parser, args, DEFAULTS, positive=["videos", "epochs", "repeats"])
+    if args.gil and py_spy() is None:
+        parser.error("--gil needs py-spy (pip install py-spy)")
     if args.videos % CLASSES:
         parser.error(f"--videos must be a multiple of {CLASSES}")
     if args.epochs <= args.k_epochs:
@@ -337,7 +354,8 @@ def measure_sandfs(tasks: list[TaskSpec], workdir: Path, args, gpu_s: float,
                            lambda task=task: SandfsFeed(mount.mountpoint, task.name))
                 for task in tasks]
         status_ready = mount.status()
-        cold = run_trainers(jobs, tree_pid=mount.pid)
+        with sampled_gil(mount.pid, args) as sampler:
+            cold = run_trainers(jobs, tree_pid=mount.pid)
         status_cold = mount.status()
         daemon_peak_mb = peak_rss_mb(mount.pid)
         views = {task.name: {key: read_view(mount.mountpoint, task.name, *key)
@@ -353,7 +371,21 @@ def measure_sandfs(tasks: list[TaskSpec], workdir: Path, args, gpu_s: float,
     sandfs["first_batch_kept_mount_s"] = round(kept_s, 3)
     sandfs["head_start_s"] = round(min(t["started"] for t in cold["trainers"]) - mount.ready_at, 3)
     sandfs["cpu_daemon_head_start_s"] = round(cold["cpu_at_start_s"] - mount.ready_cpu_s, 2)
+    if sampler is not None:  # from the mount serving to the last batch read
+        sandfs |= sampler.profile.per_batch(sandfs["batches"],
+                                            max(t["finished"] for t in cold["trainers"])
+                                            - mount.ready_at)
     return SandfsPass(sandfs, ideal_record(cold, gpu_s), views)
+
+
+def sampled_gil(pid: int, args) -> contextlib.AbstractContextManager[GilSampler | None]:
+    if not args.gil:
+        return contextlib.nullcontext()
+    raw = None
+    if args.gil_raw is not None:
+        args.gil_raw.mkdir(parents=True, exist_ok=True)
+        raw = args.gil_raw / f"gil-{time.strftime('%H%M%S')}-{pid}.txt"
+    return GilSampler(pid, args.gil_rate, keep_raw=raw)
 
 
 def first_batch_on_kept_mount(mountpoint: Path, task: TaskSpec) -> float:
@@ -613,7 +645,9 @@ PEER_KEYS = (*COMMON_KEYS, *COLD_KEYS, "cpu_loader_workers_s")
 SANDFS_KEYS = (*COMMON_KEYS, *COLD_KEYS, "cpu_s_cold", "cpu_s_per_batch_cold",
                "daemon_peak_rss_mb", "cpu_daemon_s", "stall_s_total", "frames_decoded",
                "frames_decoded_independent", "views_materialized", "mount_s", "head_start_s",
-               "first_batch_kept_mount_s")
+               "first_batch_kept_mount_s", "gil_ms_per_batch", "gil_ms_per_batch_loop",
+               "gil_ms_per_batch_threads", "gil_cpu_ms_per_batch", "gil_cpu_ms_per_batch_loop",
+               "gil_cpu_ms_per_batch_threads", "gil_ceiling_batches_per_s", "gil_held_share")
 
 
 def summary_record(scenario: str, mode: str, measured: list[dict], tasks, peers: list[str],
@@ -675,6 +709,9 @@ def make_datasets(args, scenarios: list[str]) -> dict[str, Dataset]:
         per_class = args.videos // CLASSES
         if scenario in MIXED_SCENARIOS:
             spec = MixedDatasetSpec(CLASSES, per_class)
+        elif scenario in KINETICS_SCENARIOS:
+            spec = MixedDatasetSpec(CLASSES, per_class, KINETICS_KINDS, seconds=(10, 10),
+                                    tag="kinetics")
         elif scenario in SHORT_SCENARIOS:
             spec = DatasetSpec(CLASSES, per_class, width=160, height=120, seconds=(3, 3),
                                bframes=args.bframes)
@@ -712,6 +749,7 @@ def main() -> int:
     params = {"quick": args.quick, "videos": args.videos, "epochs": args.epochs,
               "repeats": args.repeats, "gpu_ms": args.gpu_ms, "k_epochs": args.k_epochs,
               "decode_ahead": args.decode_ahead, "workers": args.workers,
+              "gil_rate_hz": args.gil_rate if args.gil else None,
               "modes": args.modes, "peers": peers}
     busy_cores = machine_busy_cores()
     if busy_cores > BUSY_MACHINE_CORES:

@@ -14,14 +14,16 @@ has every view of epoch 0 ready in memory, two scenarios, each repeated:
   caches dropped before the round: what a search's trials reading in step get.
 
 Reported per scenario: MB/s (the median over repeats), and the daemon's CPU seconds per GB
-served (utime + stime from /proc/PID/stat, over all repeats).
+served (utime + stime from /proc/PID/stat, over all repeats); with --gil, the GIL ms per GB
+served (py-spy, `gil.py`: as sampled, on a CPU, and the trio loop's part).
 
-Usage: benchmarks/bench_read.py [--repeats 5] [--videos 16] [--data-dir DIR]
+Usage: benchmarks/bench_read.py [--repeats 5] [--videos 16] [--data-dir DIR] [--gil]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import statistics
@@ -31,6 +33,7 @@ from pathlib import Path
 
 import yaml
 from common import emit, machine_busy_cores, machine_info, sandfs_mount, tree_cpu_seconds
+from gil import DEFAULT_RATE_HZ, GilSampler
 
 from sandfs.reading import open_view
 
@@ -129,17 +132,21 @@ def four_trials(mountpoint: Path, size: int) -> tuple[int, float]:
     return total, elapsed
 
 
-def measure(name: str, repeats: int, pid: int, run) -> dict:
+def measure(name: str, repeats: int, pid: int, run, gil_rate: int = 0) -> dict:
+    """`gil_rate`: also sample the daemon's GIL at this rate (py-spy), 0: not."""
     rates, served, cpu = [], 0, 0.0
-    for _ in range(repeats):
-        cpu_before = tree_cpu_seconds(pid)
-        total, elapsed = run()
-        cpu += tree_cpu_seconds(pid) - cpu_before
-        served += total
-        rates.append(total / elapsed / 1e6)
+    with GilSampler(pid, gil_rate) if gil_rate else contextlib.nullcontext() as sampler:
+        for _ in range(repeats):
+            cpu_before = tree_cpu_seconds(pid)
+            total, elapsed = run()
+            cpu += tree_cpu_seconds(pid) - cpu_before
+            served += total
+            rates.append(total / elapsed / 1e6)
     record = {"scenario": name, "mb_per_s_median": round(statistics.median(rates)),
               "mb_per_s": [round(r) for r in rates],
               "daemon_cpu_s_per_gb": round(cpu / (served / 1e9), 3)}
+    if sampler is not None:
+        record |= sampler.profile.per_gb(served)
     emit(record)
     return record
 
@@ -147,6 +154,8 @@ def measure(name: str, repeats: int, pid: int, run) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--gil", action="store_true",
+                        help="also the daemon's GIL ms per GB (py-spy --gil, benchmarks/gil.py)")
     parser.add_argument("--videos", type=int, default=16)
     parser.add_argument("--data-dir", type=Path,
                         default=Path(tempfile.gettempdir()) / "sandfs-bench-data")
@@ -164,11 +173,12 @@ def main() -> None:
                 for path in view_paths(mount.mountpoint, task):
                     read_whole(path, bytearray(size))
             emit({"view_bytes": size, "views_per_task": len(paths)})
-            measure("one_reader", args.repeats, mount.pid, lambda: one_reader(paths, size))
+            rate = DEFAULT_RATE_HZ if args.gil else 0
+            measure("one_reader", args.repeats, mount.pid, lambda: one_reader(paths, size), rate)
             measure("one_reader_direct", args.repeats, mount.pid,
-                    lambda: one_reader(paths, size, direct=True))
+                    lambda: one_reader(paths, size, direct=True), rate)
             measure("four_trials", args.repeats, mount.pid,
-                    lambda: four_trials(mount.mountpoint, size))
+                    lambda: four_trials(mount.mountpoint, size), rate)
     emit({"busy_cores_after": machine_busy_cores()})
 
 

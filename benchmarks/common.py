@@ -133,13 +133,15 @@ class DatasetSpec:
 
 @dataclass(frozen=True, slots=True)
 class VideoKind:
-    """One codec and frame size of a mixed dataset; B-frames in a fixed pattern."""
+    """One codec and frame size of a mixed dataset; B-frames in a fixed pattern; `fps` None:
+    the dataset's."""
 
     codec: str
     ext: str
     width: int
     height: int
     bframes: int = 0
+    fps: int | None = None
 
 
 # What real training sets mix: H.264 with B-frames (the common case), VP9 (web video, no
@@ -148,11 +150,19 @@ MIXED_KINDS = (VideoKind("libx264", ".mp4", 640, 360, bframes=3),
                VideoKind("libvpx-vp9", ".webm", 256, 144),
                VideoKind("mpeg4", ".mp4", 480, 270, bframes=2),
                VideoKind("libx265", ".mp4", 426, 240, bframes=3))
+# Kinetics-400 as its users have it: 10 s clips re-encoded with x264's defaults (a keyframe every
+# 250 frames, 3 B-frames), 25 or 30 fps, short side 256 (340x256, 456x256) up to 720p; a
+# quarter of the videos 720p, whose decoding dominates.
+KINETICS_KINDS = (VideoKind("libx264", ".mp4", 340, 256, bframes=3, fps=25),
+                  VideoKind("libx264", ".mp4", 456, 256, bframes=3, fps=30),
+                  VideoKind("libx264", ".mp4", 640, 360, bframes=3, fps=25),
+                  VideoKind("libx264", ".mp4", 1280, 720, bframes=3, fps=30))
 
 
 @dataclass(frozen=True, slots=True)
 class MixedDatasetSpec:
-    """Like DatasetSpec, video i of every class of kind `kinds[i % len(kinds)]`."""
+    """Like DatasetSpec, video i of every class of kind `kinds[i % len(kinds)]`; `tag` names
+    the mix."""
 
     classes: int
     videos_per_class: int
@@ -160,11 +170,12 @@ class MixedDatasetSpec:
     fps: int = 25
     seconds: tuple[int, int] = (8, 10)
     gop_frames: int = 250
+    tag: str = "mixed"
 
     @property
     def name(self) -> str:
         codecs = "+".join(kind.codec.removeprefix("lib") for kind in self.kinds)
-        return (f"{self.classes}x{self.videos_per_class}-mixed-{codecs}-{self.fps}fps"
+        return (f"{self.classes}x{self.videos_per_class}-{self.tag}-{codecs}-{self.fps}fps"
                 f"-{self.seconds[0]}to{self.seconds[1]}s-gop{self.gop_frames}")
 
     @property
@@ -182,10 +193,11 @@ class MixedDatasetSpec:
             folder.mkdir(parents=True)
             for i in range(self.videos_per_class):
                 kind = self.kinds[(label + i) % len(self.kinds)]
+                fps = kind.fps or self.fps
                 write_test_video(folder / f"class{label:02d}_{i:03d}{kind.ext}",
-                                 num_frames=rng.randint(self.seconds[0] * self.fps,
-                                                        self.seconds[1] * self.fps),
-                                 width=kind.width, height=kind.height, fps=self.fps,
+                                 num_frames=rng.randint(self.seconds[0] * fps,
+                                                        self.seconds[1] * fps),
+                                 width=kind.width, height=kind.height, fps=fps,
                                  codec=kind.codec, gop=self.gop_frames, bframes=kind.bframes,
                                  b_adapt=not kind.bframes, noise=True,
                                  seed=rng.randrange(1 << 30))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import math
 import mmap
 import os
 import re
@@ -173,7 +174,7 @@ def _checked_header(kind_code: int, fmt_code: int, ndim: int, dtype_str: bytes, 
         raise CorruptObjectError(f"bad ndim {ndim} or dtype {dtype_name!r}")
     dtype = np.dtype(dtype_name)
     shape = tuple(shape[:ndim])
-    if int(np.prod(shape, dtype=object)) * dtype.itemsize > MAX_OBJECT_BYTES:
+    if math.prod(shape) * dtype.itemsize > MAX_OBJECT_BYTES:  # exact: Python ints
         raise CorruptObjectError(f"shape {shape} {dtype} exceeds {MAX_OBJECT_BYTES} bytes")
     key = ObjectKey(KINDS_BY_CODE[kind_code], digest)
     return Header(key, CODECS_BY_CODE[fmt_code], shape, dtype, payload_nbytes, payload_checksum)

@@ -30,7 +30,7 @@ from sandfs.fuse.inodes import Inodes
 from sandfs.fuse.namespace import Namespace, Node
 from sandfs.fuse.pagecache import PageDropper
 from sandfs.fuse.readahead import set_readahead
-from sandfs.fuse.xattrs import xattr_bytes, xattr_names
+from sandfs.fuse.xattrs import PlannedValues, xattr_bytes, xattr_names
 from sandfs.metrics import render_metrics
 from sandfs.openat import open_no_symlinks
 from sandfs.sched.flights import ObjectFailed
@@ -77,6 +77,7 @@ class SandOperations(pyfuse3.Operations):
         self.gate = Gate(self.namespace)
         self.inodes = Inodes(self.namespace.identity)
         self.mountpoint = mountpoint  # to set its readahead once it serves; None: leave it
+        self.planned = PlannedValues()  # views' meta and labels, asked twice each
         self.looked_up: dict[int, Node] = {}  # thread id -> the view path it looked up last
         self.files: dict[int, OpenFile] = {}
         self.uploads: dict[Node, Upload] = {}  # task YAMLs being written to .sand/tasks
@@ -406,7 +407,7 @@ class SandOperations(pyfuse3.Operations):
         await self.gate.contents(node, ctx)
         node = await self.namespace.prepared(node)
         value = None if not node.task else (  # the root and .sand carry none
-            xattr_bytes(self.service, node, name, self.namespace.exists(node)))
+            xattr_bytes(self.service, node, name, self.namespace.exists(node), self.planned))
         if value is None:
             raise fuse_error(pyfuse3.ENOATTR)
         return value

@@ -5,6 +5,8 @@ directory."""
 from __future__ import annotations
 
 import json
+import weakref
+from collections import OrderedDict
 
 from sandfs.fuse.namespace import Node
 from sandfs.service import ViewService
@@ -15,6 +17,8 @@ VIEW_XATTRS = (*XATTRS, b"user.sand.readers")  # how many tasks read the view
 TASK_XATTRS = (b"user.sand.classes",)  # on a task's directory: its sorted class names
 
 ATTR_KINDS = ("view", "aug", "video_file")  # the nodes that carry XATTRS
+PLANNED_ATTRS = ("meta", "labels")  # a view's attributes that its plan alone decides
+PLANNED_VALUES_KEPT = 256  # views: a few batches ahead of each of many readers
 
 
 def xattr_names(node: Node) -> list[bytes]:
@@ -25,16 +29,49 @@ def xattr_names(node: Node) -> list[bytes]:
     return list(XATTRS) if node.kind in ATTR_KINDS else []
 
 
-def xattr_bytes(service: ViewService, node: Node, name: bytes, exists: bool) -> bytes | None:
+class PlannedValues:
+    """The encoded `meta` and `labels` of the views asked last. They follow from the task's plan
+    alone, and a reader asks twice a view: `os.getxattr` tries a 128-byte buffer first, and
+    each try is a request that worked the whole value out again (9% of the event loop's GIL
+    time serving SlowFast-size batches, docs/performance.md#the-gil-per-batch-served). Kept
+    with a weak reference to the plan they came from: a task registered again under its name
+    has a new one, and an ended task's plan is not held alive here."""
+
+    def __init__(self, size: int = PLANNED_VALUES_KEPT) -> None:
+        self.size = size
+        self._kept: OrderedDict[tuple, tuple[weakref.ref, bytes]] = OrderedDict()
+
+    def get(self, service: ViewService, node: Node, attr: str) -> bytes:
+        plan = service.tasks[node.task]
+        key = (node.task, node.epoch, node.iteration, attr)
+        kept = self._kept.get(key)
+        if kept is not None and kept[0]() is plan:
+            self._kept.move_to_end(key)
+            return kept[1]
+        value = encoded(xattr_value(service, node, attr))
+        self._kept[key] = (weakref.ref(plan), value)
+        if len(self._kept) > self.size:
+            self._kept.popitem(last=False)
+        return value
+
+
+def xattr_bytes(service: ViewService, node: Node, name: bytes, exists: bool,
+                planned: PlannedValues | None = None) -> bytes | None:
     """The value of attribute `name` on `node`, or None when it has none (`exists`: whether the
-    node is still in the namespace)."""
+    node is still in the namespace); a view's planned values through `planned` if given."""
     if node.kind == "task":
         if name not in TASK_XATTRS or not exists:
             return None
         return json.dumps(service.tasks[node.task].class_names).encode()
     if name not in xattr_names(node):
         return None
-    value = xattr_value(service, node, name.removeprefix(XATTR_PREFIX).decode())
+    attr = name.removeprefix(XATTR_PREFIX).decode()
+    if planned is not None and node.kind == "view" and attr in PLANNED_ATTRS:
+        return planned.get(service, node, attr)
+    return encoded(xattr_value(service, node, attr))
+
+
+def encoded(value) -> bytes:
     return json.dumps(value).encode() if not isinstance(value, str) else value.encode()
 
 

@@ -191,7 +191,9 @@ class VideoInfo:
         """frame.time of frame `index` (pts * time_base), or None when the stream has no pts."""
         if not self.frame_pts or self.time_base is None:
             return None
-        return float(self.frame_pts[index] * self.time_base)
+        # the exact rational, rounded once (int / int is): float(pts * time_base) without
+        # making a Fraction, 5.3 us against 0.56, 128 times for a SlowFast-size batch's meta
+        return self.frame_pts[index] * self.time_base.numerator / self.time_base.denominator
 
 
 PERMISSION_DENIED = "permission_denied"  # the reason of a video its reader may not read

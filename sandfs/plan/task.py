@@ -237,7 +237,8 @@ class TaskPlan:
     def view_nbytes(self, epoch: int, iteration: int) -> int:
         """The view file's size: asked at every dispatch of the scheduler, so kept per batch
         size (a full batch, or an epoch's last)."""
-        count = len(self.batch_videos(epoch, iteration))
+        per_batch = self.sampling.videos_per_batch  # a slice's length: no list of its videos
+        count = len(self.epoch_order(epoch)[iteration * per_batch : (iteration + 1) * per_batch])
         nbytes = self._view_nbytes.get(count)
         if nbytes is None:
             nbytes = self._view_nbytes[count] = npy_nbytes(self.view_shape(count),

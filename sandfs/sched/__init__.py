@@ -1,1 +1,28 @@
-"""Scheduling view materialization (SAND §5.4): a pure priority policy and its executor."""
+"""Scheduling view materialization (SAND §5.4): a pure priority policy and its executor.
+
+One writer per piece of state: each is changed only by its owner's methods, which the modules in
+the last column call; everyone else reads it. All of it lives on the trio thread (a job's thread
+reads `BatchBoard.demanded` only, to ask whether it is empty).
+
+    state                                     owner, the only writer        its methods' callers
+    tasks, positions, windows, future ones    windows.WindowBook (0)        planning, scheduler
+    batches planned and ready, pending clips  board.BatchBoard              planning, scheduler
+    `demanded`, `waiting`: readers' demand    board.BatchBoard (1)          scheduler, planning
+    the board's views failed or in flight     flights.Flights               board, scheduler
+    frames carried ahead, their bytes         carry.CarryBook (2)           scheduler, planning
+    running jobs                              scheduler.Scheduler (3)       -
+    paused passes, clips handed over          passes.PassBook (4)           scheduler
+    failed views, per task                    plan.failures.ViewFailures    scheduler, planning
+
+(0) `planning` still assigns some of the book's windows itself. (1) `wait_started`/
+`wait_ended` (a reader blocked in `Scheduler.wait_view`), `anticipate`/`unanticipate`
+(`WindowPlanner`), and the board's own completion and drops. (2) `claim`/`release` (the windows
+a running pass carries for), `hold`/`written` (carried bytes waiting to be written),
+`note_on_disk`/`forget`. (3) `_start` and `_finish`; `memory` and `admission` get a read-only
+view of it. (4) `pause`, `resume`, `no_job_took_the_worker`, `hand_over`, `ended`.
+
+`memory.MemoryLedger` and `admission.Admission` own no state: they derive what a job may take
+from the board, the carry book and the running jobs. `work` runs in worker threads on frozen
+records (`jobs`) and touches none of it. `tests/unit/test_sched_ownership.py` checks the table's
+writers and that the modules import one another without a cycle.
+"""

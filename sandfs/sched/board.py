@@ -10,57 +10,22 @@ from __future__ import annotations
 import sys
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
 from sandfs.media.gop import keyframe_at_or_before
 from sandfs.media.types import VideoInfo
-from sandfs.npy import NpyBuffer, npy_buffer
-from sandfs.plan.task import TaskPlan, ViewPlan
+from sandfs.npy import npy_buffer
+from sandfs.plan.task import ViewPlan
 from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.sched.flights import Flights
-from sandfs.sched.jobs import Job, JobResult, VideoJob, VideoJobKey
+from sandfs.sched.jobs import Job, JobResult, PlannedWindow, VideoJob, VideoJobKey
 from sandfs.sched.objects import DiskPlan, Spot
 from sandfs.sched.policy import JobState
 from sandfs.sched.urgency import UrgencyOrder
-
-if TYPE_CHECKING:
-    from sandfs.sched.windows import Merged, ViewOf
-    from sandfs.sched.work import PlannedWindow
-
-
-@dataclass(slots=True)
-class ViewState:
-    """A batch of an active window: which slots are filled, in memory and on disk."""
-
-    plan: TaskPlan
-    epoch: int
-    iteration: int
-    view: ViewPlan  # held while the batch is active: a plan's cache keeps its last 4,096 only
-    on_disk: set[int] = field(default_factory=set)
-    buffer: NpyBuffer | None = None
-    in_memory: set[int] = field(default_factory=set)
-
-    @classmethod
-    def planned(cls, plan: TaskPlan, epoch: int, iteration: int,
-                view: ViewPlan | None = None) -> ViewState:
-        """`view`: the batch resolved already (by the window's planning), else resolved now."""
-        return cls(plan, epoch, iteration, view or plan.view_plan(epoch, iteration))
-
-    @property
-    def slots(self) -> int:
-        return len(self.view.clips)
-
-    @property
-    def nbytes(self) -> int:
-        return self.plan.view_nbytes(self.epoch, self.iteration)
-
-    @property
-    def covered(self) -> bool:
-        """Does every slot have its clip, on disk or in memory (no video job owes it one)?"""
-        return len(self.on_disk | self.in_memory) == self.slots
+from sandfs.sched.viewstate import ViewState
+from sandfs.sched.windows import Merged, ViewOf
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +80,14 @@ class BatchBoard:
         self.views: dict[ViewKey, ViewState] = {}  # batches of active windows, not ready yet
         self.ready: OrderedDict[ViewKey, ReadyView] = OrderedDict()
         self.pending: dict[VideoJobKey, list[ClipUse]] = {}  # clips no job made yet
-        self.demanded: set[ViewKey] = set()  # a reader is blocked on it
+        # a reader is blocked on it, or expected there soon: read anywhere (a job's thread
+        # reads whether it is empty), written by the demand methods below and on completion
+        self.demanded: set[ViewKey] = set()
         self.flights = Flights()
         self.disk_plans: dict[VideoJobKey, DiskPlan] = {}  # what pruning keeps on disk
         self.made: set[Spot] = set()  # made in this run: a second time is a recompute
         self.evicted_unread = 0
-        self.waiting: Counter[ViewKey] = Counter()  # readers blocked on each batch
+        self.waiting: Counter[ViewKey] = Counter()  # readers blocked on each batch (ditto)
         self.urgency = UrgencyOrder()  # the pending jobs in each task's read order
         # batches of `views` with every slot's clip made: the only ones to read back from disk.
         # Slots are only ever added to a batch's state, so a batch stays here until it leaves
@@ -131,6 +98,29 @@ class BatchBoard:
     @property
     def demand_waiting(self) -> int:
         return self.waiting.total()
+
+    # -- demand: `demanded` and `waiting` change here only ------------------------------------
+
+    def wait_started(self, key: ViewKey) -> None:
+        """A reader blocks on the batch `key`: its jobs come first until it is made."""
+        self.demanded.add(key)
+        self.waiting[key] += 1
+
+    def wait_ended(self, key: ViewKey) -> None:
+        """That reader stopped waiting (the batch was made, failed, or the read was
+        interrupted); the batch stays demanded until it is made or dropped."""
+        self.waiting[key] -= 1
+        if not self.waiting[key]:
+            del self.waiting[key]
+
+    def anticipate(self, key: ViewKey) -> None:
+        """A reader is expected at `key` soon (`WindowPlanner._anticipate`)."""
+        self.demanded.add(key)
+
+    def unanticipate(self, key: ViewKey) -> None:
+        """No reader is expected at `key` any more: no longer demanded, unless one waits."""
+        if not self.waiting[key]:
+            self.demanded.discard(key)
 
     # -- reading ----------------------------------------------------------------------------
 

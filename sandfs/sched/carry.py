@@ -12,12 +12,13 @@ window, whose start then waited for the whole dataset to be decoded (a 100-epoch
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
+import numpy as np
 import trio
 
 from sandfs.cache import ObjectStore
-from sandfs.materialize import first_ops
+from sandfs.materialize import FrameKey, first_ops
 from sandfs.plan.window import ClipUse, WindowPlan
 from sandfs.sched.jobs import Carry, VideoJob, VideoJobKey
 from sandfs.sched.objects import first_reader, frame_nbytes
@@ -33,7 +34,7 @@ class CarryBook:
         self.memory_limit_bytes = memory_limit_bytes
         self.decode_ahead = decode_ahead  # later windows a decode pass prepares frames for
         self.carried: set[VideoJobKey] = set()  # a running job decodes their frames
-        self.nbytes = 0  # frames decoded for later windows, waiting to be written
+        self.nbytes = 0  # frames decoded for later windows, waiting to be written (`hold`)
         self.frames_on_disk: set[VideoJobKey] = set()  # frames all on disk
         self.limiter = trio.CapacityLimiter(1)  # writes beside the workers, one at a time
 
@@ -80,6 +81,19 @@ class CarryBook:
             deadline = min(map(first_reader, work.uses))
             carry[index] = Carry(frozenset(keys), deadline, first_ops(u.clip for u in work.uses))
         return carry
+
+    def hold(self, carried: Mapping[int, Mapping[FrameKey, np.ndarray]]) -> int:
+        """A job's carried frames wait in memory to be written: their bytes, counted until
+        `written`."""
+        nbytes = sum(f.nbytes for frames in carried.values() for f in frames.values())
+        self.nbytes += nbytes
+        return nbytes
+
+    def written(self, job: VideoJob, nbytes: int) -> None:
+        """The frames `hold` counted are written (or given up): memory and the job's later
+        windows are free again."""
+        self.nbytes -= nbytes
+        self.release(job)
 
     def claim(self, job: VideoJob) -> None:
         self.carried |= self._carried_by(job)

@@ -4,6 +4,7 @@
   frames kept on disk), and every clip it takes is augmented once and written into its batch's
   slot in memory and/or to disk.
 - an *assembly job*: one batch whose clips are on disk, read back into memory.
+- a *planned window*: what a planning thread hands back (`PlannedWindow`).
 
 A job that raises fails every batch it fills. A step that fails on a clip fails only that
 clip's batch (`Failed`): the other tasks sharing the video's decode pass get theirs.
@@ -13,18 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sandfs.materialize import FrameKey, clip_frame_keys
 from sandfs.ops.base import OpInstance
 from sandfs.plan.task import TaskPlan, ViewPlan
-from sandfs.plan.window import ClipUse, VideoWork, ViewKey
-from sandfs.sched.objects import Spot
-
-if TYPE_CHECKING:
-    from sandfs.sched.board import ViewState
+from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
+from sandfs.sched.objects import DiskPlan, Spot
+from sandfs.sched.viewstate import ViewState
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,3 +130,14 @@ class JobResult:
     # frames decoded for later windows, by window: written once the batches are handed over
     carried: Mapping[int, Mapping[FrameKey, np.ndarray]] = field(default_factory=dict)
     failed: tuple[Failed, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedWindow:
+    """What a planning thread hands back: a window (or its part) and what is on disk for it."""
+
+    plan: WindowPlan
+    on_disk: frozenset[Spot]  # clips on disk already
+    frames_on_disk: frozenset[str]  # videos whose frames are all on disk already
+    disk_plans: Mapping[str, DiskPlan]  # what to keep on disk, by video
+    to_prune: bool = False  # disk_plans keep the soonest clips until pruning decides

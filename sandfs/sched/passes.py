@@ -28,6 +28,18 @@ class PassBook:
         self.handed_over: dict[VideoJobKey, set[Spot]] = {}
         self.fruitless = False  # a pause freed a worker no new job took: none till a job ends
 
+    def pause(self, key: VideoJobKey, step: Step) -> None:
+        """A pass paused between two clips; `step` resumes it."""
+        self.paused[key] = step
+
+    def resume(self, key: VideoJobKey) -> Step:
+        return self.paused.pop(key)
+
+    def no_job_took_the_worker(self) -> None:
+        """The worker a pause freed found no new job (short of memory): no pass pauses
+        again until a job ends and frees some."""
+        self.fruitless = True
+
     def hand_over(self, job: VideoJob, part: JobResult) -> None:
         self.handed_over.setdefault(job.key, set()).update(Spot.of(p.use) for p in part.placed)
 

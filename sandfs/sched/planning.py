@@ -238,7 +238,8 @@ class WindowPlanner:
             self.nursery.start_soon(self._prune, whole)
         self._anticipate(whole)
         self._fail_views(plan)
-        self.carry.frames_on_disk |= {VideoJobKey(window, p) for p in planned.frames_on_disk}
+        self.carry.note_on_disk({VideoJobKey(window, p) for p in planned.frames_on_disk},
+                                [window])
         self._settle()  # the window's objects live as long as it
         self._note_window_added()
         log.debug("window %d planned%s: %d videos, %d views, %d clips on disk", window,
@@ -299,7 +300,7 @@ class WindowPlanner:
             key = view_key(task_plan, at.epoch, at.iteration)
             if (task not in self._readers_came and key in plan.views
                     and key not in self.board.ready):
-                self.board.demanded.add(key)
+                self.board.anticipate(key)
                 self.anticipated[task] = key
 
     def reader_came(self, task: str) -> None:
@@ -310,9 +311,8 @@ class WindowPlanner:
         waits in the kernel for the pages the first reader's is filling, never asking us)."""
         self._readers_came.add(task)
         key = self.anticipated.pop(task, None)
-        if (key is not None and key not in self.anticipated.values()
-                and not self.board.waiting[key]):
-            self.board.demanded.discard(key)
+        if key is not None and key not in self.anticipated.values():
+            self.board.unanticipate(key)
 
     # -- tasks joining and leaving ----------------------------------------------------------
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from functools import partial
+from types import MappingProxyType
 
 import trio
 
@@ -69,12 +70,14 @@ class Scheduler:
         self.failures = ViewFailures()
         self.carry = CarryBook(store, memory_limit_bytes=memory_limit_bytes,
                                decode_ahead=decode_ahead)
+        # written here only (`_start`, `_finish`); the ledger and admission read it
         self.running: dict[VideoJobKey | ViewKey, Job] = {}
+        running = MappingProxyType(self.running)
         self.passes = PassBook(workers)  # paused jobs stay in `running`: they hold memory
         self.memory = MemoryLedger(memory_limit_bytes, book=self.book, board=self.board,
-                                   carry=self.carry, running=self.running, store=store)
+                                   carry=self.carry, running=running, store=store)
         self.admit = Admission(book=self.book, board=self.board, carry=self.carry,
-                               memory=self.memory, running=self.running,
+                               memory=self.memory, running=running,
                                keeps_on_disk=store is not None, keeps_read=keeps_read)
         self.jobs_done = 0
         self.rebuilt_from_disk = 0
@@ -167,15 +170,12 @@ class Scheduler:
         self.planner.reader_came(task)
         if key not in self.board.ready:
             event = flights.event(key)
-            self.board.demanded.add(key)
-            self.board.waiting[key] += 1
+            self.board.wait_started(key)
             self.wake()
             try:
                 await event.wait()
             finally:
-                self.board.waiting[key] -= 1
-                if not self.board.waiting[key]:
-                    del self.board.waiting[key]
+                self.board.wait_ended(key)
         flights.check(key)
         return self.ready_view(key, task)
 
@@ -219,7 +219,7 @@ class Scheduler:
         joined then waited for it to its first batch. Other jobs wait: started before the
         window is planned, they would carry nothing for it."""
         while True:
-            if self.board.waiting:
+            if self.board.demand_waiting:
                 self._dispatch(demanded_only=True)
             await self._next_wakeup()
 
@@ -274,7 +274,7 @@ class Scheduler:
             if job is None:
                 if not paused:
                     return
-                passes.fruitless = True  # until a job ends and frees memory
+                passes.no_job_took_the_worker()
                 soonest = min(paused.values(), key=lambda o: o[0].deadline_iterations)
                 self._resume(soonest[1])
                 continue
@@ -300,7 +300,7 @@ class Scheduler:
                         for state, key in self._job_states()))
 
     def _resume(self, key: VideoJobKey) -> None:
-        step = self.passes.paused.pop(key)
+        step = self.passes.resume(key)
         assert self._nursery is not None
         self._nursery.start_soon(self._run, self.running[key], step, name=f"job {key}")
 
@@ -351,7 +351,7 @@ class Scheduler:
                 self.carry.note_on_disk(result.saved, self._planned_windows())
         finally:
             if paused:  # a pause ends this run, not the job
-                self.passes.paused[job.key] = step
+                self.passes.pause(job.key, step)
             else:
                 self._finish(job, result)
             self.wake()
@@ -361,8 +361,7 @@ class Scheduler:
         self.passes.ended(job.key)
         self.jobs_done += 1
         if result is not None and result.carried:  # written beside the workers
-            nbytes = sum(f.nbytes for fs in result.carried.values() for f in fs.values())
-            self.carry.nbytes += nbytes
+            nbytes = self.carry.hold(result.carried)
             self._nursery.start_soon(self._keep_carried, job, result.carried, nbytes)
         elif isinstance(job, VideoJob):
             self.carry.release(job)
@@ -373,8 +372,7 @@ class Scheduler:
                                                   limiter=self.carry.limiter)
             self.carry.note_on_disk(saved, self._planned_windows())
         finally:
-            self.carry.nbytes -= nbytes
-            self.carry.release(job)
+            self.carry.written(job, nbytes)
             self.wake()
 
     def _planned_windows(self) -> set[int]:

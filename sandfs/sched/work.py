@@ -33,11 +33,11 @@ from sandfs.sched.jobs import (
     Failed,
     JobResult,
     Placed,
+    PlannedWindow,
     VideoJob,
     VideoJobKey,
 )
 from sandfs.sched.objects import (
-    DiskPlan,
     FramePack,
     Spot,
     clip_object_key,
@@ -63,15 +63,6 @@ class Tools:
     materializer: Materializer
     store: ObjectStore | None
     stats: Stats
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedWindow:
-    plan: WindowPlan
-    on_disk: frozenset[Spot]  # clips on disk already
-    frames_on_disk: frozenset[str]  # videos whose frames are all on disk already
-    disk_plans: Mapping[str, DiskPlan]  # what to keep on disk, by video
-    to_prune: bool = False  # disk_plans keep the soonest clips until pruning decides
 
 
 def yield_to_readers() -> None:

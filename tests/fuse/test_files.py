@@ -4,11 +4,14 @@ attributes (ENODATA for names that are not there)."""
 
 from __future__ import annotations
 
+import copy
 import errno
+import gc
 import io
 import json
 import os
 import random
+import weakref
 
 import numpy as np
 import pyfuse3
@@ -146,6 +149,35 @@ async def test_view_xattrs(fs, plan):
     assert meta == plan.view_meta(plan.view_plan(1, 0))
     labels = json.loads(await fs.getxattr("t0/1/0/view", "user.sand.labels"))
     assert labels == [sample["label"] for sample in meta["samples"]]
+
+
+async def test_a_views_planned_values_are_worked_out_once_for_repeated_requests(fs, monkeypatch):
+    """os.getxattr asks twice a value longer than 128 bytes (a small try, then the value),
+    each try a request: the second answers from the first. A task registered again (a new
+    plan under its name) is worked out anew; the state never comes from before."""
+    service, calls = fs.ops.service, []
+
+    def counting(*args):
+        calls.append(args)
+        return type(service).view_meta(service, *args)
+
+    monkeypatch.setattr(service, "view_meta", counting)
+    meta = await fs.getxattr("t0/1/0/view", "user.sand.meta")
+    assert await fs.getxattr("t0/1/0/view", "user.sand.meta") == meta
+    assert len(calls) == 1
+    labels = await fs.getxattr("t0/1/0/view", "user.sand.labels")
+    assert await fs.getxattr("t0/1/0/view", "user.sand.labels") == labels
+    assert len(calls) == 2
+    monkeypatch.setitem(service.tasks, "t0", copy.copy(service.tasks["t0"]))
+    assert await fs.getxattr("t0/1/0/view", "user.sand.meta") == meta
+    assert len(calls) == 3
+    ended = weakref.ref(service.tasks["t0"])  # that plan ends: its kept values do not hold it
+    service.tasks["t0"] = copy.copy(service.tasks["t0"])
+    gc.collect()
+    assert ended() is None
+    assert await fs.getxattr("t0/1/0/view", "user.sand.state") != b"ready"
+    await fs.read("t0/1/0/view")
+    assert await fs.getxattr("t0/1/0/view", "user.sand.state") == b"ready"
 
 
 async def test_source_video_and_frame_xattrs(fs):

@@ -11,7 +11,18 @@ import numpy as np
 import pytest
 
 from sandfs.cache import ObjectStore
-from sandfs.cache.disk import _FIELDS, HEADER_NBYTES, MAGIC, checksum
+from sandfs.cache.disk import (
+    _FIELDS,
+    HEADER_NBYTES,
+    MAGIC,
+    MAX_NDIM,
+    VERSION,
+    CorruptObjectError,
+    checksum,
+    decode_header,
+)
+from sandfs.cache.formats import CODECS_BY_CODE
+from sandfs.cache.keys import KIND_CODES, KINDS
 from tests.helpers.reliability import record
 from tests.helpers.store import SHAPES, key, make_array
 
@@ -171,3 +182,16 @@ def test_verify_payloads_reports_without_deleting(make_store):
     assert len(problems) == 1 and "payload checksum mismatch" in problems[0]
     assert os.path.exists(path)
     store.get(next(iter(arrays)))  # leaves the store consistent for the teardown check
+
+
+@pytest.mark.parametrize("shape", [(1 << 20, 1 << 20), ((1 << 64) - 1,) * 8])
+def test_a_header_whose_shape_is_too_large_is_corrupt(shape):
+    """Past MAX_OBJECT_BYTES the header is taken for corrupt, not allocated; the product is
+    exact for the largest fields the format holds (eight 2^64 - 1 dimensions)."""
+    some = key(KINDS[0])
+    fields = _FIELDS.pack(MAGIC, VERSION, KIND_CODES[some.kind], next(iter(CODECS_BY_CODE)),
+                          len(shape), b"|u1", some.digest,
+                          *shape, *(0,) * (MAX_NDIM - len(shape)), 0, 0)
+    header = fields + struct.pack("<Q", checksum(fields))
+    with pytest.raises(CorruptObjectError, match="exceeds"):
+        decode_header(header)

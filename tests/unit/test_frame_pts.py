@@ -62,3 +62,16 @@ def test_a_video_keeps_its_pts_compactly():
     assert isinstance(videos[0].frame_pts, FramePts)
     assert videos[5].timestamp_seconds(2) == float(Fraction(5 + 2 * 512, 12800))
     assert held / len(videos) < 2000  # bytes a video, its names included
+
+
+def test_a_frames_time_is_its_exact_pts_times_time_base_rounded_once():
+    rng = random.Random(0)
+    for _ in range(2_000):
+        time_base = Fraction(rng.randint(1, 1001), rng.choice([1, 25, 12800, 30000, 90000,
+                                                               2**31 - 1]))
+        pts = [rng.randint(-2**40, 2**62) for _ in range(3)]
+        video = VideoInfo(name="c/v", rel_path="c/v.mp4", path="/d/c/v.mp4", size_bytes=1,
+                          mtime_ns=0, width=2, height=2, num_frames=3, frame_pts=tuple(pts),
+                          time_base=time_base)
+        assert [video.timestamp_seconds(i) for i in range(3)] == [float(p * time_base)
+                                                                  for p in pts]

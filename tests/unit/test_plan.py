@@ -153,6 +153,8 @@ def test_view_sizes_are_exact(tmp_path, layout):
     assert shape == ((4, 4, 32, 32, 3) if layout == "NTHWC" else (4, 3, 4, 32, 32))
     header = 128
     assert plan.view_nbytes(0, 0) == header + int(np.prod(shape))
+    last = plan.view_plan(0, 2).shape  # 10 videos: the epoch's last batch has 2
+    assert last[0] == 2 and plan.view_nbytes(0, 2) == header + int(np.prod(last))
 
 
 def test_plan_report_counts_sharing(tmp_path):

@@ -72,7 +72,7 @@ def test_the_board_ranks_a_far_batch_a_reader_is_blocked_on():
     board = BatchBoard()
     for i in range(300):
         board.add_pending(job(i), use(i))
-    board.demanded.add(view(250))
+    board.wait_started(view(250))
     ranked = {key for _, key in board.job_states(set(), lambda key: key.iteration,
                                                   assemble_within=16)}
     assert job(250) in ranked
