@@ -140,6 +140,9 @@ def video_steps(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarra
     returns what was not reported. Paused, it holds its decoder and frames; any thread may
     resume it, one at a time."""
     info = job.work.info
+    # the window's frames as the pass starts: a task joining meanwhile adds its clips to the
+    # window's video, and the pass did not decode their frames
+    window_frames = job.frames
     maker = _ClipMaker(tools, job, targets, report)
     saved, carried = [], {}
     with isolated.one_pass():
@@ -147,7 +150,7 @@ def video_steps(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarra
         if frames is None:
             frames = yield from maker.make_while_decoding()
             if job.save_frames and _save_frames(tools.store, info,
-                                                {k: frames[k] for k in job.frames}):
+                                                {k: frames[k] for k in window_frames}):
                 saved.append(job.key)
             carried = {later: {k: frames[k] for k in c.keys} for later, c in job.carry.items()}
         else:  # every frame at hand: clip by clip, the soonest needed first (admission order)
