@@ -295,7 +295,14 @@ class WindowPlanner:
         self.window_added = trio.Event()
 
     def _fail_views(self, plan: WindowPlan) -> None:
-        """Views that could not be planned fail for their readers: EIO, reported per task."""
+        """Views that could not be planned fail for their readers: EIO, reported per task,
+        and logged once a window."""
+        if plan.failed:
+            key, first = next(iter(plan.failed.items()))
+            log.warning("window %d: %d batches could not be planned (EIO), the first "
+                        "%d/%d of %s: %s", plan.window, len(plan.failed), key.epoch,
+                        key.iteration, ", ".join(sorted({t for t, _ in first.readers})),
+                        first.reason)
         for key, failed in plan.failed.items():
             self.board.fail(key, failed.reason)
             for task, _ in failed.readers:

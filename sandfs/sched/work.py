@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sandfs.cache import ObjectStore
+from sandfs.faults import fault_point
 from sandfs.materialize import (
     Augmenter,
     FrameKey,
@@ -140,6 +141,7 @@ def video_steps(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarra
     returns what was not reported. Paused, it holds its decoder and frames; any thread may
     resume it, one at a time."""
     info = job.work.info
+    fault_point("decode", readers(job.uses))
     # the window's frames as the pass starts: a task joining meanwhile adds its clips to the
     # window's video, and the pass did not decode their frames
     window_frames = job.frames
@@ -243,6 +245,7 @@ class _ClipMaker:
         spot = Spot.of(use)
         slot = self.targets[use.view][use.slot] if spot in job.to_memory else None
         outs = {} if slot is None else {position: as_thwc(slot, job.layouts[use.view])}
+        fault_point("augment", readers([use]))
         [clip] = augment_each(self.augmenter, [position], frames, outs)
         if isinstance(clip, str):
             self.failed.append(Failed(use, clip))
@@ -270,6 +273,11 @@ class _ClipMaker:
         taken = JobResult(tuple(self.placed), failed=tuple(self.failed))
         self.placed, self.failed = [], []
         return taken
+
+
+def readers(uses: Sequence[ClipUse]) -> set[str]:
+    """The tasks that read these clips (whose work a fault point is reached for)."""
+    return {task for use in uses for task, _ in use.readers}
 
 
 def augment_each(augmenter: Augmenter, positions: Sequence[int],
