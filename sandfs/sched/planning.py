@@ -153,7 +153,11 @@ class WindowPlanner:
         planned = work.plan_active_window(list(self.book.plans.values()), window, self.store,
                                           self.prune_mode, lead=lead, skip=skip)
         if self.on_window_planned is not None:
-            self.on_window_planned()
+            try:
+                self.on_window_planned()
+            except OSError as exc:  # the checkpoint on a full disk: planning goes on
+                log.warning("window %d: checkpointing the plan state failed (%s): a restart "
+                            "may plan it again differently", window, exc)
         return planned
 
     async def window_planned(self, task: str, epoch: int) -> None:

@@ -3,6 +3,7 @@ in-process on trio with a fake materializer that records which video each job de
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -1684,3 +1685,18 @@ async def test_the_scheduler_keeps_dispatching_after_a_task_joins_beside_its_loo
                         key = view_key(task, epoch, iteration)
                         assert await scheduler.wait_view(key, task.name) is not None
         nursery.cancel_scope.cancel()
+
+
+def test_a_plan_checkpoint_on_a_full_disk_does_not_stop_planning(tmp_path):
+    """The plan state's checkpoint (written after each window) failing with ENOSPC: the window
+    is planned all the same; it ended the scheduler, and the mount with it."""
+    plan = make_plan(tmp_path, videos=fake_videos(4), epochs=4)
+
+    def full_disk() -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    scheduler = Scheduler([plan], RecordingMaterializer(None), Stats(), workers=1,
+                          memory_limit_bytes=1 << 30, limiter=trio.CapacityLimiter(1),
+                          on_window_planned=full_disk)
+    planned = scheduler.planner.plan_active(0)
+    assert planned.plan.views
