@@ -70,21 +70,26 @@ class ViewReader:
         return not self._thread.is_alive()
 
 
-def register_and_remove(mountpoint: Path, name: str, text: str) -> list[int]:
-    """Write a task YAML into .sand/tasks and remove it again, as a user would with cp and rm:
-    the errnos met on the way (a refusal is an error on the write, not a failure here)."""
+def write_task(mountpoint: Path, name: str, text: str) -> list[int]:
+    """Register through .sand/tasks/NAME.yaml; the errnos of a refusal (none: registered)."""
     path = mountpoint / ".sand" / "tasks" / f"{name}.yaml"
-    met = []
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.write(fd, text.encode())
         finally:
-            os.close(fd)
+            os.close(fd)  # closing it registers the task, or refuses it
     except OSError as exc:
-        met.append(exc.errno or 0)
+        return [exc.errno or 0]
+    return []
+
+
+def register_and_remove(mountpoint: Path, name: str, text: str) -> list[int]:
+    """Write a task YAML into .sand/tasks and remove it again, as a user would with cp and rm:
+    the errnos met on the way (a refusal is an error on the write, not a failure here)."""
+    met = write_task(mountpoint, name, text)
     try:
-        os.unlink(path)
+        os.unlink(mountpoint / ".sand" / "tasks" / f"{name}.yaml")
     except OSError as exc:
         met.append(exc.errno or 0)
     return met
