@@ -269,13 +269,14 @@ class Scheduler:
             if best.key in paused:
                 self._resume(paused[best.key][1])
                 continue
-            job_key = options[best.key][1]
+            job_key, job = options[best.key][1], None
             try:
                 job = self._admitted(job_key, demanded=best.demanded)
                 if job is not None:
                     self._start(job)
             except Exception as exc:  # one task's work: its batches fail, not the scheduler
-                self._work_failed(self._views_of(job_key), job_key, exc, in_loop=True)
+                views = self._views_of(job_key) | (job.views if job is not None else set())
+                self._work_failed(views, job_key, exc, in_loop=True)
                 continue
             if job is None:
                 if not paused:
