@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from types import MappingProxyType
 
+import numpy as np
 import trio
 
 from sandfs.cache import ObjectStore
@@ -345,11 +346,14 @@ class Scheduler:
 
     def _start(self, job: Job) -> None:
         """Claim the job's clips and buffers, and run it in a worker thread."""
-        fault_point("job_start", self._tasks_of(job.key))
         if isinstance(job, VideoJob):
-            # the buffers first: a view too large to allocate (MemoryError) fails its job
-            # before the job takes its clips
-            targets = {spot.view: self.board.buffer(spot.view) for spot in job.to_memory}
+            # the buffers first: a batch too large to allocate (MemoryError) fails alone, and
+            # the pass goes on for the other tasks' batches
+            targets, failed = self._buffers(job)
+            if failed:
+                job = job.without(set(failed))
+                if not job.uses:
+                    return
             self.board.take_pending(job.key, job.uses)
             if job.ahead_of is not None:
                 self.board.take_pending(job.ahead_of, job.uses)
@@ -362,10 +366,25 @@ class Scheduler:
             steps = work.JobSteps(work.video_steps(self.tools, job, targets, report))
             step = partial(steps.run, partial(self._asks_to_pause, job))
         else:
+            fault_point("job_start", self.book.readers_of(job.key))
             step = partial(work.assemble, self.tools, job, {job.key: self.board.buffer(job.key)})
         self.running[job.key] = job
         assert self._nursery is not None
         self._nursery.start_soon(self._run, job, step, name=f"job {job.key}")
+
+    def _buffers(self, job: VideoJob) -> tuple[dict[ViewKey, np.ndarray], set[ViewKey]]:
+        """The buffers of the batches the job fills in memory, and the batches whose buffer
+        could not be had (failed now, each alone)."""
+        targets, failed = {}, set()
+        for view in {spot.view for spot in job.to_memory}:
+            try:
+                fault_point("job_start", self.book.readers_of(view))
+                targets[view] = self.board.buffer(view)
+            except Exception as exc:
+                self._work_failed({view}, f"batch {view.epoch}/{view.iteration}", exc,
+                                  in_loop=True)
+                failed.add(view)
+        return targets, failed
 
     async def _run(self, job: Job, step: Step) -> None:
         """Run a job (or its next steps) in a worker thread; paused, it waits in `paused`."""

@@ -245,8 +245,12 @@ class _ClipMaker:
         spot = Spot.of(use)
         slot = self.targets[use.view][use.slot] if spot in job.to_memory else None
         outs = {} if slot is None else {position: as_thwc(slot, job.layouts[use.view])}
-        fault_point("augment", readers([use]))
-        [clip] = augment_each(self.augmenter, [position], frames, outs)
+        try:
+            fault_point("augment", readers([use]))
+        except Exception as exc:  # as a failing step: this clip's batch alone
+            clip: np.ndarray | str = f"{type(exc).__name__}: {exc}"
+        else:
+            [clip] = augment_each(self.augmenter, [position], frames, outs)
         if isinstance(clip, str):
             self.failed.append(Failed(use, clip))
         else:

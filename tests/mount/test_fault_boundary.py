@@ -59,6 +59,15 @@ def two_tasks(tmp_path_factory, dataset_dir) -> tuple[Path, Path]:
     return healthy, write_config(root / "victim.yaml", victim)
 
 
+@pytest.fixture(scope="module")
+def sharing_tasks(tmp_path_factory, dataset_dir) -> tuple[Path, Path]:
+    """`healthy` and `victim` on the same videos: their decode passes are shared."""
+    root = tmp_path_factory.mktemp("sharing")
+    healthy = write_config(root / "healthy.yaml", task_config(dataset_dir, task="healthy"))
+    victim = write_config(root / "victim.yaml", task_config(dataset_dir, task="victim", seed=3))
+    return healthy, victim
+
+
 def read_views(m, task: str, keys) -> tuple[dict, dict]:
     """(bytes of each view read, errno of each that failed)."""
     read, failed = {}, {}
@@ -72,9 +81,24 @@ def read_views(m, task: str, keys) -> tuple[dict, dict]:
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_a_fault_in_one_tasks_work_fails_that_task_alone(tmp_path, two_tasks, stage):
-    refs = references(*two_tasks)
-    fault = f"{stage}:{'*' if stage in EVERY_TIME else 1}:{ACTIONS[stage]}:victim"
-    with mount_sandfs(tmp_path, list(two_tasks), env={"SANDFS_FAULT": fault}) as m:
+    check_one_task_fails(tmp_path, two_tasks, stage, "*" if stage in EVERY_TIME else "1")
+
+
+# a decode pass and its admission serve every task reading the video: a failure there fails
+# the pass's batches, whoever reads them (docs/contract.md#7-errors); the other stages fail the
+# task's own batches or clips even in a pass shared with another task
+PER_TASK_IN_A_SHARED_PASS = [s for s in STAGES if s not in ("decode", "admission")]
+
+
+@pytest.mark.parametrize("stage", PER_TASK_IN_A_SHARED_PASS)
+def test_a_fault_every_time_fails_one_task_of_a_shared_pass(tmp_path, sharing_tasks, stage):
+    check_one_task_fails(tmp_path, sharing_tasks, stage, "*")
+
+
+def check_one_task_fails(tmp_path, tasks: tuple[Path, Path], stage: str, nth: str) -> None:
+    refs = references(*tasks)
+    fault = f"{stage}:{nth}:{ACTIONS[stage]}:victim"
+    with mount_sandfs(tmp_path, list(tasks), env={"SANDFS_FAULT": fault}) as m:
         victim_read, victim_failed = read_views(m, "victim", refs["victim"])
         healthy_read, healthy_failed = read_views(m, "healthy", refs["healthy"])
         status = json.loads(m.path(".sand", "status.json").read_bytes())
