@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,6 +45,9 @@ MEMORY_LIMIT = "96M"
 HUNGRY_HW = (720, 960)  # a resource-hungry task's frames: 66 MB batches against MEMORY_LIMIT
 # a fault at every stage, each for a task of its own name: registering it fires the point
 FAULTS = ",".join(f"{stage}:*:raise:fault-{stage.replace('_', '-')}" for stage in STAGES)
+# a decode pass (and its admission) is every reading task's: a task whose pass fails there
+# reads a copy of the videos, its passes its own (docs/contract.md#7-errors)
+OWN_PASSES = {"decode", "admission"}
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -116,6 +120,7 @@ class HealthyReader:
 class Chaos:
     def __init__(self, workdir: Path, dataset: Path, seed: int, minutes: float) -> None:
         self.workdir, self.dataset = workdir, dataset
+        self.own_copy = workdir / "videos-copy"  # the same files at another path
         self.rng = random.Random(seed)
         self.report = Report(seed, minutes)
         self.mountpoint = workdir / "mnt"
@@ -139,8 +144,9 @@ class Chaos:
         if self.report.disk_fill == "tmpfs":
             subprocess.run(["umount", "-l", str(self.cache_disk)], capture_output=True)
 
-    def config(self, name: str, **overrides) -> dict:
-        config = task_config(self.dataset, task=name, **{"epochs": 1000, **overrides})
+    def config(self, name: str, dataset: Path | None = None, **overrides) -> dict:
+        config = task_config(dataset or self.dataset, task=name,
+                             **{"epochs": 1000, **overrides})
         config["engine"] = {"k_epochs": 1, "memory_limit": MEMORY_LIMIT}
         return config
 
@@ -155,7 +161,9 @@ class Chaos:
         if kind == "fault":
             stage = self.rng.choice(STAGES)
             name = f"fault-{stage.replace('_', '-')}"
-            return name, yaml.safe_dump(self.config(name, seed=self.rng.randrange(100)))
+            dataset = self.own_copy if stage in OWN_PASSES else None
+            return name, yaml.safe_dump(self.config(name, dataset,
+                                                    seed=self.rng.randrange(100)))
         name = self.next_name({"valid": "trial", "invalid": "bad", "hungry": "huge"}[kind])
         config = self.config(name, seed=self.rng.randrange(100))
         if kind == "invalid":
@@ -200,7 +208,7 @@ class Chaos:
             if accepted:
                 self.holders[name] = holder
             else:
-                holder.wait(timeout=30)
+                end(holder)
         if accepted:
             self.registered.add(name)
             if kind in ("hungry", "fault"):
@@ -215,8 +223,7 @@ class Chaos:
         holder = self.holders.pop(name, None)
         if holder is not None:
             self.report.operations["kill_lease_holder"] += 1
-            holder.send_signal(signal.SIGKILL)
-            holder.wait(timeout=30)
+            end(holder)
         elif self.rng.random() < 0.5:
             self.report.operations["remove_cli"] += 1
             subprocess.run(sandfs_command("task", "remove", str(self.mountpoint), name),
@@ -253,8 +260,7 @@ class Chaos:
             return
         self.report.operations["kill_reader"] += 1
         victim = self.rng.choice(alive)
-        victim.send_signal(signal.SIGKILL)
-        victim.wait(timeout=30)
+        end(victim)
         self.readers.remove(victim)
 
     def op_corrupt(self) -> None:
@@ -315,11 +321,18 @@ class Chaos:
 
     def cleanup(self) -> None:
         for process in [*self.holders.values(), *self.readers]:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGKILL)
-            process.wait(timeout=30)
+            end(process)
         if self.filler is not None:
             self.filler.unlink(missing_ok=True)
+
+
+def end(process: subprocess.Popen) -> None:
+    """SIGKILL (a kill mid-read, or a lease let go the hard way), reaped, its pipe closed."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    if process.stdout is not None:
+        process.stdout.close()
 
 
 # a lease holder: registers through the client, says so, and holds the lease until killed
@@ -359,6 +372,7 @@ def run_chaos(minutes: float, seed: int, workdir: Path | None = None) -> Report:
         make_dataset(dataset, classes=3, videos_per_class=4, num_frames=(24, 40),
                      size=(64, 48), seed=1, gop=12)
         chaos = Chaos(workdir, dataset, seed, minutes)
+        shutil.copytree(dataset, chaos.own_copy)
         chaos.mount_cache_disk()
         stack.callback(chaos.unmount_cache_disk)
         config = write_config(workdir / "healthy.yaml", chaos.config(
