@@ -29,7 +29,7 @@ from sandfs.cache.setup import open_store, store_sizing
 from sandfs.cache.sizing import StoreSizing
 from sandfs.config.schema import TaskConfig
 from sandfs.config.settings import MountSettings
-from sandfs.errors import UserError
+from sandfs.errors import DaemonFailed, UserError
 from sandfs.fuse.mountpoint import (
     check_fuse_available,
     fuse_options,
@@ -171,7 +171,7 @@ async def start_serving(nursery: trio.Nursery, startup: Startup, mount: Mount,
     try:
         planned = await trio.to_thread.run_sync(scan_and_plan, startup, mount)
         service = make_service(startup, mount, planned)
-        await nursery.start(service.run)
+        await nursery.start(run_service, startup, service, nursery.cancel_scope)
     except ScanStopped:
         return  # unmounted or signalled meanwhile
     except Exception as exc:
@@ -184,6 +184,25 @@ async def start_serving(nursery: trio.Nursery, startup: Startup, mount: Mount,
         f"{p.name} ({len(p.videos)} videos, {p.iterations_per_epoch} iterations/epoch)"
         for p in planned.plans))
     on_ready()
+
+
+async def run_service(startup: Startup, service: ViewService, serving: trio.CancelScope, *,
+                      task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """The scheduler, until cancelled. An error that leaves it is its own state broken (each
+    task's work fails that task alone, inside it): the mount ends cleanly — the reason logged,
+    `serving` cancelled with the FUSE loop's requests (a reader waiting for a batch would keep
+    `pyfuse3.main` from returning), unmounted, `run_daemon` raising it (exit status 1)."""
+    try:
+        await service.run(task_status=task_status)
+    except Exception as error:
+        exc = error
+        while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]  # the nurseries' wrapping: the reason is inside
+        log.critical("the scheduler failed: %s: %s; unmounting", type(exc).__name__, exc,
+                     exc_info=error)
+        startup.fail(DaemonFailed(f"the scheduler failed ({type(exc).__name__}: {exc}); "
+                                  f"the mount was ended"))
+        serving.cancel()
 
 
 def scan_and_plan(startup: Startup, mount: Mount) -> Planned:

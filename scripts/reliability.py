@@ -8,6 +8,10 @@ run (skipped: no FUSE, not root) is absent rather than zero.
 
     scripts/reliability.py            # the stress tier: 50 kill -9 cycles, 32 readers, ...
     scripts/reliability.py --quick    # the default tier's sizes (3 kills, 8 readers)
+    scripts/reliability.py --chaos 5 [--seed S]   # the chaos run (tests/helpers/chaos.py)
+
+The chaos run prints one JSON report instead, and exits 1 when anything went wrong; the seed
+of a failing run replays the same operations.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -51,7 +56,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="the default tier's sizes instead of the stress tier's")
+    parser.add_argument("--chaos", type=float, metavar="MINUTES",
+                        help="run the chaos run for MINUTES against one real mount")
+    parser.add_argument("--seed", type=int, help="the chaos run's seed (default: random)")
     args = parser.parse_args()
+    if args.chaos is not None:
+        return chaos(args.chaos, args.seed)
     marks = "not stress" if args.quick else "stress or not stress"
     with tempfile.TemporaryDirectory(prefix="sandfs-reliability-") as folder:
         report = os.path.join(folder, "counts.jsonl")
@@ -68,6 +78,16 @@ def main() -> int:
     if done.returncode:
         print(done.stdout, file=sys.stderr)
     return done.returncode
+
+
+def chaos(minutes: float, seed: int | None) -> int:
+    sys.path.insert(0, str(ROOT))
+    from tests.helpers.chaos import run_chaos
+
+    seed = random.randrange(1 << 32) if seed is None else seed
+    report = run_chaos(minutes, seed)
+    print(json.dumps({"tier": "chaos", **report.to_json()}))
+    return 0 if report.ok() else 1
 
 
 if __name__ == "__main__":

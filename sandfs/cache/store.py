@@ -110,7 +110,11 @@ class ObjectStore:
         if self._lock_fd is None:
             return
         with self._lock:
-            save_snapshot(self.root, self.disk, self._index)
+            try:
+                save_snapshot(self.root, self.disk, self._index)
+            except OSError as exc:  # a full disk: the objects are safe, the index is rebuilt
+                log.warning("cache %s: the index snapshot was not saved (%s); the next start "
+                            "reads the objects' headers instead", self.root, exc)
         os.close(self._lock_fd)  # releases the flock
         self._lock_fd = None
 

@@ -263,7 +263,11 @@ class SandOperations(pyfuse3.Operations):
         handle = self.files.get(fh)
         if handle is None:
             raise fuse_error(errno.EBADF)
-        fault_point("serving_read")
+        try:
+            fault_point("serving_read", handle.node.task)
+        except Exception as exc:  # for this task's status.json too, not only the log
+            self.failed(handle.node, f"{type(exc).__name__}: {exc}")
+            raise
         if handle.fd >= 0:
             self.check_source(handle.node, handle.fd)  # replaced in place since the open?
             return await trio.to_thread.run_sync(os.pread, handle.fd, size, off)

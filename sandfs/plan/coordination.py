@@ -180,8 +180,7 @@ class Coordination:
         data = self._data_of(cfg.task)
         if not self.coordinate:
             return independent_pool(cfg, data)
-        self._freeze(data, window)
-        pool = self._pools[(data, window)]
+        pool, _ = self._frozen(cfg, data, window)
         stride = cfg.dataset.sampling.frame_stride
         if stride % pool.grid:  # joined after the window froze: a finer grid for this task
             pool = replace(pool, grid=math.gcd(pool.grid, stride))
@@ -191,8 +190,7 @@ class Coordination:
         if not self.coordinate:
             return {}
         data = self._data_of(cfg.task)
-        self._freeze(data, window)
-        return self._crops[(data, window)]
+        return self._frozen(cfg, data, window)[1]
 
     def _data_of(self, name: str) -> DataKey:
         with self._lock:
@@ -200,17 +198,25 @@ class Coordination:
                 raise KeyError(f"task {name!r} has no dataset identity bound (plan it first)")
             return self._data[name]
 
-    def _freeze(self, data: DataKey, window: int) -> None:
+    def _frozen(self, cfg: TaskConfig, data: DataKey, window: int
+                ) -> tuple[FramePool, dict[CropContext, tuple[int, int]]]:
+        """The window's pool and crop windows on the dataset, frozen the first time they are
+        asked for. A task removed while a window was planned for it in a thread gets its own,
+        frozen for no one: that plan is dropped, and no other task's window depends on it."""
+        key = (data, window)
         with self._lock:
-            if (data, window) in self._pools:
-                return
-            sharing = [c for name, c in self._configs.items() if self._data.get(name) == data]
-            # evaluation tasks (test_views) draw nothing: they must not widen others' pools
-            sharing = [c for c in sharing if not c.dataset.sampling.test_views] or sharing
-            self._shapers[(data, window)] = {c.task: config_fingerprint(c) for c in sharing}
-            self._pools[(data, window)] = shared_pool(data, sharing)
-            self._crops[(data, window)] = shared_crop_windows(sharing, data)
-            self.changed = True
+            if key not in self._pools:
+                sharing = [c for name, c in self._configs.items()
+                           if self._data.get(name) == data]
+                if not sharing:
+                    return shared_pool(data, [cfg]), shared_crop_windows([cfg], data)
+                # evaluation tasks (test_views) draw nothing: they must not widen others' pools
+                sharing = [c for c in sharing if not c.dataset.sampling.test_views] or sharing
+                self._shapers[key] = {c.task: config_fingerprint(c) for c in sharing}
+                self._pools[key] = shared_pool(data, sharing)
+                self._crops[key] = shared_crop_windows(sharing, data)
+                self.changed = True
+            return self._pools[key], self._crops[key]
 
     # -- checkpoint --------------------------------------------------------------------------
 

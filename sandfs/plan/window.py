@@ -11,6 +11,7 @@ from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 
 from sandfs.config.condition import ConditionError
+from sandfs.faults import fault_point
 from sandfs.media.types import VideoInfo
 from sandfs.plan.task import StreamClip, TaskPlan, ViewPlan
 from sandfs.runtime import collector_paused
@@ -127,9 +128,14 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
         if key in known:
             continue
         try:
+            fault_point("planning", plan.name)
             view = plan.view_plan(epoch, iteration)
         except ConditionError as exc:  # this view fails; the window and other tasks go on
             failed[key] = FailedView(str(exc), frozen.pop(key))
+            continue
+        except Exception as exc:  # a bug or MemoryError planning it: so does this one
+            failed[key] = FailedView(f"planning failed: {type(exc).__name__}: {exc}",
+                                     frozen.pop(key))
             continue
         view_plans[key] = view
         for slot, clip in enumerate(view.clips):

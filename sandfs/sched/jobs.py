@@ -13,7 +13,7 @@ clip's batch (`Failed`): the other tasks sharing the video's decode pass get the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -62,6 +62,13 @@ class VideoJob:
     # carrying their frames there (`Admission.video`): the job of that window they came from
     ahead: frozenset[Spot] = frozenset()
     ahead_of: VideoJobKey | None = None
+
+    def without(self, views: set[ViewKey]) -> VideoJob:
+        """This job without the clips of `views` (batches that failed before it started)."""
+        return replace(self, uses=tuple(u for u in self.uses if u.view not in views),
+                       to_memory=frozenset(s for s in self.to_memory if s.view not in views),
+                       to_disk=frozenset(s for s in self.to_disk if s.view not in views),
+                       ahead=frozenset(s for s in self.ahead if s.view not in views))
 
     def owner(self, use: ClipUse) -> VideoJobKey:
         """The job whose pending clip `use` was: this one, or the next window's (`ahead`)."""

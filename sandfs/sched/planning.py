@@ -29,7 +29,7 @@ from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import VideoJobKey
 from sandfs.sched.objects import needs_pruning, prune_room, pruned_plans
-from sandfs.sched.windows import WindowBook
+from sandfs.sched.windows import ViewOf, WindowBook
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -69,6 +69,10 @@ class WindowPlanner:
         self._planning = 0  # windows and parts being planned in threads now
         self._quiet = threading.Event()  # set while none is: pruning goes on
         self._quiet.set()
+        # held while a window is planned in a thread from the tasks of the book, and by tasks
+        # joining and leaving: a window planned for a task removed meanwhile kept its readers,
+        # and the dispatcher's deadlines looked the task up (KeyError)
+        self.tasks_steady = trio.Lock()
 
     # -- windows ----------------------------------------------------------------------------
 
@@ -78,7 +82,19 @@ class WindowPlanner:
         window where a task stands is planned in two parts, its first batches' videos first
         (`_lead_videos`). Before the rest of a window planned in part, or a window after one
         slow to plan, it stops and returns the first batches: the caller makes them, then asks
-        again (an empty set: all planned)."""
+        again (an empty set: all planned). A window a reader came to while the windows ahead
+        were planned is planned too: the reader's wake-up went to the dispatcher beside that
+        planning, and nothing would have woken the scheduler for it again."""
+        while True:
+            first = await self._activate_once()
+            if first or not self.unplanned():
+                return first
+
+    def unplanned(self) -> set[int]:
+        """Wanted windows not planned (or planned in part) yet."""
+        return self.book.rest_pending | (self.book.wanted() - set(self.book.windows))
+
+    async def _activate_once(self) -> set[ViewKey]:
         wanted = self.book.wanted()
         while todo := self.book.rest_pending | (wanted - set(self.book.windows)):
             window = min(todo)  # a lead part's rest before the windows after it
@@ -86,16 +102,17 @@ class WindowPlanner:
                 first, self._first_batches = self._first_batches, set()
                 return first
             started = trio.current_time()
-            if window in self.book.rest_pending:
-                planned = await self._plan_rest(window)
-            else:
-                lead = self._lead_videos(window)
-                planned = await self._plan_in_thread(self.plan_active, window, lead)
-                self._add_window(planned)
-                if lead is not None:
-                    self.book.rest_pending.add(window)
-                    self._first_batches = self._waited_batches(planned.plan)
-                    continue
+            async with self.tasks_steady:
+                if window in self.book.rest_pending:
+                    planned = await self._plan_rest(window)
+                else:
+                    lead = self._lead_videos(window)
+                    planned = await self._plan_in_thread(self.plan_active, window, lead)
+                    self._add_window(planned)
+                    if lead is not None:
+                        self.book.rest_pending.add(window)
+                        self._first_batches = self._waited_batches(planned.plan)
+                        continue
             if planned is not None:
                 self._first_batches = self._first_batches_first(
                     self.book.windows[window], trio.current_time() - started)
@@ -136,7 +153,11 @@ class WindowPlanner:
         planned = work.plan_active_window(list(self.book.plans.values()), window, self.store,
                                           self.prune_mode, lead=lead, skip=skip)
         if self.on_window_planned is not None:
-            self.on_window_planned()
+            try:
+                self.on_window_planned()
+            except OSError as exc:  # the checkpoint on a full disk: planning goes on
+                log.warning("window %d: checkpointing the plan state failed (%s): a restart "
+                            "may plan it again differently", window, exc)
         return planned
 
     async def window_planned(self, task: str, epoch: int) -> None:
@@ -218,8 +239,11 @@ class WindowPlanner:
             book.future = {w: p for w, p in book.future.items() if w in horizon}
             self.carry.forget(gone - set(book.windows))
         for window in sorted(horizon - set(book.future)):
-            plans = list(book.plans.values())
-            book.future[window] = await self._plan_in_thread(plan_window, plans, window)
+            async with self.tasks_steady:
+                if window not in book.horizon(self.carry.span):  # a task left meanwhile
+                    continue
+                plans = list(book.plans.values())
+                book.future[window] = await self._plan_in_thread(plan_window, plans, window)
 
     def _add_window(self, planned: work.PlannedWindow) -> None:
         """A window planned (whole, or its lead part), or the rest of one planned in part. A
@@ -275,7 +299,14 @@ class WindowPlanner:
         self.window_added = trio.Event()
 
     def _fail_views(self, plan: WindowPlan) -> None:
-        """Views that could not be planned fail for their readers: EIO, reported per task."""
+        """Views that could not be planned fail for their readers: EIO, reported per task,
+        and logged once a window."""
+        if plan.failed:
+            key, first = next(iter(plan.failed.items()))
+            log.warning("window %d: %d batches could not be planned (EIO), the first "
+                        "%d/%d of %s: %s", plan.window, len(plan.failed), key.epoch,
+                        key.iteration, ", ".join(sorted({t for t, _ in first.readers})),
+                        first.reason)
         for key, failed in plan.failed.items():
             self.board.fail(key, failed.reason)
             for task, _ in failed.readers:
@@ -321,11 +352,17 @@ class WindowPlanner:
         starts in first. When that took long (`_first_batches_first`) it returns then: the
         other windows get their part once the task's first batch is made, and a reader that
         gets there sooner waits for it (`window_planned`)."""
-        while self.book.rest_pending:  # a rest is planned with the tasks its lead part had
-            self.wake()
-            await self.window_added.wait()
-        self.carry.forget(self.book.future)
-        self.book.add_task(plan)
+        while True:
+            while self.book.rest_pending:  # a rest is planned with the tasks its lead part had
+                self.wake()
+                await self.window_added.wait()
+            async with self.tasks_steady:
+                if self.book.rest_pending:
+                    continue
+                self.carry.forget(self.book.future)
+                self.book.add_task(plan)
+                break
+        self._note_window_added()  # a reader waiting on the task set looks again
         start = self.book.window_of_task(plan.name, 0)
         windows = sorted(self.book.windows, key=lambda w: (w != start, w))
         if not windows:
@@ -349,17 +386,17 @@ class WindowPlanner:
         `skip` as `plan_window`'s); the batches to make before planning more. The views the
         window holds already (a search's trials share theirs) get readers only; should one of
         them be released meanwhile, the part is planned again in full."""
+        if not self._still_joining(plan, window):  # dropped while earlier parts were planned
+            return set()
         started = trio.current_time()
         own = self._lead_views.pop(plan.name, frozenset()) if skip else frozenset()
         known = frozenset(self.book.windows[window].views) - own
-        part, on_disk = await self._plan_in_thread(work.plan_task_part, plan, window,
-                                                   self.store, known, lead, skip)
-        if not self._still_joining(plan, window):
+        part, on_disk = await self._plan_part(plan, window, known, lead, skip)
+        if part is None:
             return set()
         if not known.intersection(part.views) <= self.book.windows[window].views.keys():
-            part, on_disk = await self._plan_in_thread(work.plan_task_part, plan, window,
-                                                       self.store, frozenset(), lead, skip)
-            if not self._still_joining(plan, window):
+            part, on_disk = await self._plan_part(plan, window, frozenset(), lead, skip)
+            if part is None:
                 return set()
         merged = self.book.merge(window, part, own)
         if lead is not None:
@@ -371,6 +408,22 @@ class WindowPlanner:
         if lead is not None:
             return self._waited_batches(part)
         return self._first_batches_first(part, trio.current_time() - started)
+
+    async def _plan_part(self, plan: TaskPlan, window: int, known: frozenset[ViewKey],
+                         lead: frozenset[str] | None, skip: frozenset[str]
+                         ) -> tuple[WindowPlan | None, frozenset]:
+        """`work.plan_task_part` in a thread; (None, ...) when the task left or the window was
+        dropped meanwhile, whatever planning it raised (it planned for a task gone)."""
+        try:
+            part, on_disk = await self._plan_in_thread(work.plan_task_part, plan, window,
+                                                       self.store, known, lead, skip)
+        except Exception:
+            if self._still_joining(plan, window):
+                raise
+            return None, frozenset()
+        if not self._still_joining(plan, window):
+            return None, frozenset()
+        return part, on_disk
 
     def _still_joining(self, plan: TaskPlan, window: int) -> bool:
         """Neither the task removed nor the window dropped while the part was planned."""
@@ -404,6 +457,13 @@ class WindowPlanner:
 
     async def remove_plan(self, name: str) -> None:
         """Forget a task: views no other task reads are released, in memory and on disk."""
+        async with self.tasks_steady:
+            released = self._forget(name)
+        self._note_window_added()  # its readers waiting for a part of a window look again
+        if self.store is not None:
+            await trio.to_thread.run_sync(work.release_clips, self.store, released)
+
+    def _forget(self, name: str) -> dict[ViewKey, ViewOf]:
         self.carry.forget(self.book.future)
         released = self.book.remove_task(name)
         self.failures.forget(name)
@@ -417,5 +477,4 @@ class WindowPlanner:
             ready.readers_left.discard(name)
         if self.freezes_windows:  # the task's plan refers to itself: the collector frees it
             thaw_collector()
-        if self.store is not None:
-            await trio.to_thread.run_sync(work.release_clips, self.store, released)
+        return released

@@ -15,9 +15,11 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from types import MappingProxyType
 
+import numpy as np
 import trio
 
 from sandfs.cache import ObjectStore
+from sandfs.faults import fault_point
 from sandfs.materialize import Materializer
 from sandfs.plan.failures import ViewFailures
 from sandfs.plan.task import TaskPlan
@@ -100,6 +102,7 @@ class Scheduler:
             first = await self.planner.activate()  # serving before a slow window's next
             task_status.started()
             while True:
+                fault_point("scheduler")  # the loop itself: the daemon must stop, cleanly
                 await self._activate_windows(first)
                 self._dispatch()
                 await self._next_wakeup()
@@ -267,10 +270,15 @@ class Scheduler:
             if best.key in paused:
                 self._resume(paused[best.key][1])
                 continue
-            job_key = options[best.key][1]
-            job = (self.admit.video(job_key, demanded=best.demanded)
-                   if isinstance(job_key, VideoJobKey)
-                   else self.admit.assembly(job_key, demanded=best.demanded))
+            job_key, job = options[best.key][1], None
+            try:
+                job = self._admitted(job_key, demanded=best.demanded)
+                if job is not None:
+                    self._start(job)
+            except Exception as exc:  # one task's work: its batches fail, not the scheduler
+                views = self._views_of(job_key) | (job.views if job is not None else set())
+                self._work_failed(views, job_key, exc, in_loop=True)
+                continue
             if job is None:
                 if not paused:
                     return
@@ -278,7 +286,33 @@ class Scheduler:
                 soonest = min(paused.values(), key=lambda o: o[0].deadline_iterations)
                 self._resume(soonest[1])
                 continue
-            self._start(job)
+
+    def _admitted(self, job_key: VideoJobKey | ViewKey, *, demanded: bool) -> Job | None:
+        fault_point("admission", self._tasks_of(job_key))
+        if isinstance(job_key, VideoJobKey):
+            return self.admit.video(job_key, demanded=demanded)
+        return self.admit.assembly(job_key, demanded=demanded)
+
+    def _views_of(self, job_key: VideoJobKey | ViewKey) -> set[ViewKey]:
+        """The batches a job not started yet would make clips for."""
+        if isinstance(job_key, ViewKey):
+            return {job_key}
+        return {u.view for u in self.board.pending.get(job_key, ())}
+
+    def _tasks_of(self, job_key: VideoJobKey | ViewKey) -> set[str]:
+        return {task for view in self._views_of(job_key) for task in self.book.readers_of(view)}
+
+    def _work_failed(self, views: set[ViewKey], what: object, exc: Exception, *,
+                     in_loop: bool = False) -> None:
+        """A job (or its admission, start, or a batch's completion) raised: its batches fail
+        (EIO; a read of one puts the reason in status.json), logged once with a bug's
+        traceback when it raised in the trio loop; the other batches, tasks and the scheduler
+        go on."""
+        reason = f"{type(exc).__name__}: {exc}"
+        log.error("job for %s failed: %s", what, reason,
+                  exc_info=in_loop and not isinstance(exc, (OSError, MemoryError)))
+        for view in views:
+            self.board.fail(view, reason)
 
     def _in_threads(self) -> int:
         return len(self.running) - len(self.passes.paused)
@@ -313,10 +347,16 @@ class Scheduler:
     def _start(self, job: Job) -> None:
         """Claim the job's clips and buffers, and run it in a worker thread."""
         if isinstance(job, VideoJob):
+            # the buffers first: a batch too large to allocate (MemoryError) fails alone, and
+            # the pass goes on for the other tasks' batches
+            targets, failed = self._buffers(job)
+            if failed:
+                job = job.without(set(failed))
+                if not job.uses:
+                    return
             self.board.take_pending(job.key, job.uses)
             if job.ahead_of is not None:
                 self.board.take_pending(job.ahead_of, job.uses)
-            targets = {spot.view: self.board.buffer(spot.view) for spot in job.to_memory}
             self.carry.claim(job)
             # handed over without waiting for the loop: at 1,000 short videos the job threads
             # spent a sixth of their time waiting for it. The loop takes calls in the order
@@ -326,10 +366,25 @@ class Scheduler:
             steps = work.JobSteps(work.video_steps(self.tools, job, targets, report))
             step = partial(steps.run, partial(self._asks_to_pause, job))
         else:
+            fault_point("job_start", self.book.readers_of(job.key))
             step = partial(work.assemble, self.tools, job, {job.key: self.board.buffer(job.key)})
         self.running[job.key] = job
         assert self._nursery is not None
         self._nursery.start_soon(self._run, job, step, name=f"job {job.key}")
+
+    def _buffers(self, job: VideoJob) -> tuple[dict[ViewKey, np.ndarray], set[ViewKey]]:
+        """The buffers of the batches the job fills in memory, and the batches whose buffer
+        could not be had (failed now, each alone)."""
+        targets, failed = {}, set()
+        for view in {spot.view for spot in job.to_memory}:
+            try:
+                fault_point("job_start", self.book.readers_of(view))
+                targets[view] = self.board.buffer(view)
+            except Exception as exc:
+                self._work_failed({view}, f"batch {view.epoch}/{view.iteration}", exc,
+                                  in_loop=True)
+                failed.add(view)
+        return targets, failed
 
     async def _run(self, job: Job, step: Step) -> None:
         """Run a job (or its next steps) in a worker thread; paused, it waits in `paused`."""
@@ -339,16 +394,12 @@ class Scheduler:
             if isinstance(job, VideoJob) and job.key in self._lost_parts:
                 raise self._lost_parts.pop(job.key)  # paused or not, the job fails
             paused = result is None
-        except Exception as exc:  # a broken video: its views fail (EIO), nothing else does
-            reason = f"{type(exc).__name__}: {exc}"
-            what = job.work.info.rel_path if isinstance(job, VideoJob) else job.key
-            log.error("job for %s failed: %s", what, reason)
-            for view in self.passes.unmade_views(job):
-                self.board.fail(view, reason)
-        else:
             if not paused:
                 self._record(job, result)
                 self.carry.note_on_disk(result.saved, self._planned_windows())
+        except Exception as exc:  # a broken video: its views fail (EIO), nothing else does
+            what = job.work.info.rel_path if isinstance(job, VideoJob) else job.key
+            self._work_failed(self.passes.unmade_views(job), what, exc)
         finally:
             if paused:  # a pause ends this run, not the job
                 self.passes.pause(job.key, step)
@@ -371,6 +422,9 @@ class Scheduler:
             saved = await trio.to_thread.run_sync(work.save_carried, self.tools, job, carried,
                                                   limiter=self.carry.limiter)
             self.carry.note_on_disk(saved, self._planned_windows())
+        except Exception:  # the later windows decode for themselves; nothing fails
+            log.exception("keeping the frames of %s for later windows failed",
+                          job.work.info.rel_path)
         finally:
             self.carry.written(job, nbytes)
             self.wake()
@@ -403,9 +457,13 @@ class Scheduler:
             for task in self.book.readers_of(view):
                 self.failures.record(task, view.epoch, view.iteration, reason)
         for view in recorded.touched:
-            self._complete_if_full(view)
+            try:
+                self._complete_if_full(view)
+            except Exception as exc:  # this batch fails; the job's others are made
+                self._work_failed({view}, view, exc, in_loop=True)
 
     def _complete_if_full(self, key: ViewKey) -> None:
+        fault_point("assembly", self.book.readers_of(key))
         state = self.board.complete_if_full(key, partial(self.book.readers_of, key))
         if state is None:
             return

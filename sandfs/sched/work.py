@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sandfs.cache import ObjectStore
+from sandfs.faults import fault_point
 from sandfs.materialize import (
     Augmenter,
     FrameKey,
@@ -140,6 +141,10 @@ def video_steps(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarra
     returns what was not reported. Paused, it holds its decoder and frames; any thread may
     resume it, one at a time."""
     info = job.work.info
+    fault_point("decode", readers(job.uses))
+    # the window's frames as the pass starts: a task joining meanwhile adds its clips to the
+    # window's video, and the pass did not decode their frames
+    window_frames = job.frames
     maker = _ClipMaker(tools, job, targets, report)
     saved, carried = [], {}
     with isolated.one_pass():
@@ -147,7 +152,7 @@ def video_steps(tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarra
         if frames is None:
             frames = yield from maker.make_while_decoding()
             if job.save_frames and _save_frames(tools.store, info,
-                                                {k: frames[k] for k in job.frames}):
+                                                {k: frames[k] for k in window_frames}):
                 saved.append(job.key)
             carried = {later: {k: frames[k] for k in c.keys} for later, c in job.carry.items()}
         else:  # every frame at hand: clip by clip, the soonest needed first (admission order)
@@ -240,7 +245,12 @@ class _ClipMaker:
         spot = Spot.of(use)
         slot = self.targets[use.view][use.slot] if spot in job.to_memory else None
         outs = {} if slot is None else {position: as_thwc(slot, job.layouts[use.view])}
-        [clip] = augment_each(self.augmenter, [position], frames, outs)
+        try:
+            fault_point("augment", readers([use]))
+        except Exception as exc:  # as a failing step: this clip's batch alone
+            clip: np.ndarray | str = f"{type(exc).__name__}: {exc}"
+        else:
+            [clip] = augment_each(self.augmenter, [position], frames, outs)
         if isinstance(clip, str):
             self.failed.append(Failed(use, clip))
         else:
@@ -267,6 +277,11 @@ class _ClipMaker:
         taken = JobResult(tuple(self.placed), failed=tuple(self.failed))
         self.placed, self.failed = [], []
         return taken
+
+
+def readers(uses: Sequence[ClipUse]) -> set[str]:
+    """The tasks that read these clips (whose work a fault point is reached for)."""
+    return {task for use in uses for task, _ in use.readers}
 
 
 def augment_each(augmenter: Augmenter, positions: Sequence[int],

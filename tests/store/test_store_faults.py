@@ -136,3 +136,19 @@ def test_kill9_then_reopen(tmp_path, spec, persisted, temps):
             got = store.get(key("frame", i))
             assert got is None or np.array_equal(got, make_array(i, SHAPES["frame"]))
         assert store.stats()["corrupt_detected"] == 0
+
+
+def test_a_full_disk_at_close_loses_the_snapshot_only(make_store, monkeypatch):
+    """The index snapshot cannot be written at close (ENOSPC): the store still closes and
+    releases its directory; the next open reads the objects' headers."""
+    store = make_store()
+    store.put(key("frame", 1), make_array(1, (8, 8, 3)))
+
+    def full_disk(*args) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("sandfs.cache.store.save_snapshot", full_disk)
+    store.close()
+    monkeypatch.undo()
+    again = make_store()
+    assert again.get(key("frame", 1)) is not None

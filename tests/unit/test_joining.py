@@ -40,3 +40,13 @@ def test_a_copy_of_the_videos_elsewhere_is_the_same_dataset(tmp_path):
     moved = replace(cfg, dataset=replace(cfg.dataset, video_dataset_path="/elsewhere/copy"))
     assert joining_epoch(registry, moved, videos) == 2
     assert joining_epoch(registry, cfg, fake_videos(11)) == 0  # other videos: another one
+
+
+def test_a_task_removed_while_its_window_is_planned_freezes_nothing(tmp_path):
+    """A window planned in a thread for a task removed meanwhile (C4): its pool is its own,
+    frozen for no one, instead of `max()` of no task at all."""
+    plan = make_plan(tmp_path, epochs=5)
+    plan.coordination.remove(plan.name)
+    view = plan.view_plan(4, 0)  # window 2: never frozen
+    assert view.clips
+    assert plan.coordination.state()["windows"] == []

@@ -3,6 +3,7 @@ in-process on trio with a fake materializer that records which video each job de
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -1683,4 +1684,52 @@ async def test_the_scheduler_keeps_dispatching_after_a_task_joins_beside_its_loo
                     for iteration in range(task.iterations_per_epoch):
                         key = view_key(task, epoch, iteration)
                         assert await scheduler.wait_view(key, task.name) is not None
+        nursery.cancel_scope.cancel()
+
+
+def test_a_plan_checkpoint_on_a_full_disk_does_not_stop_planning(tmp_path):
+    """The plan state's checkpoint (written after each window) failing with ENOSPC: the window
+    is planned all the same; it ended the scheduler, and the mount with it."""
+    plan = make_plan(tmp_path, videos=fake_videos(4), epochs=4)
+
+    def full_disk() -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    scheduler = Scheduler([plan], RecordingMaterializer(None), Stats(), workers=1,
+                          memory_limit_bytes=1 << 30, limiter=trio.CapacityLimiter(1),
+                          on_window_planned=full_disk)
+    planned = scheduler.planner.plan_active(0)
+    assert planned.plan.views
+
+
+async def test_a_reader_that_came_while_windows_ahead_were_planned_is_not_lost(tmp_path):
+    """Review H6: a reader jumped to a window while the windows ahead were planned in a thread;
+    its wake-up went to the dispatcher beside that planning, and the window was planned only
+    when something else woke the scheduler (a job ending: here 5 s later; a 20 s to 2 min
+    hang where no job ran)."""
+    gate = threading.Event()
+    gate.set()
+    plan, scheduler, _ = scheduler_for(tmp_path, epochs=8, k_epochs=1, gate=gate)
+    planner = scheduler.planner
+    original, jumped = planner._plan_future, []
+
+    async def then_a_reader_jumps() -> None:
+        await original()
+        if not jumped and not gate.is_set():
+            jumped.append(True)
+            scheduler.opened(plan.name, 6, 0)
+            await scheduler._next_wakeup()  # taken beside planning, as the dispatcher does
+
+    planner._plan_future = then_a_reader_jumps
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await settle(scheduler)
+        gate.clear()  # the jobs that follow hold their workers: they wake no one meanwhile
+        scheduler.opened(plan.name, 1, 0)
+        give_up = time.monotonic() + 2
+        while 6 not in scheduler.book.windows and time.monotonic() < give_up:
+            with trio.move_on_after(0.01):
+                await planner.window_added.wait()
+        gate.set()
+        assert jumped and 6 in scheduler.book.windows
         nursery.cancel_scope.cancel()
