@@ -56,7 +56,8 @@ from sandfs.media.synth import write_test_video
 from sandfs.media.types import DatasetScan, VideoInfo
 from sandfs.plan.mount import plan_tasks
 from sandfs.plan.window import plan_window
-from sandfs.sched.objects import _leaves_nbytes, pruned_plans
+from sandfs.sched.objects import leaves_nbytes
+from sandfs.sched.pruning import pruned_plans
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 TASKS = {"small": "single.yaml", "slowfast": "slowfast.yaml"}
@@ -228,7 +229,7 @@ def plan_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, v
               "plan_bytes_per_clip": round(plan_bytes / clips, 1)}
     if clips <= args.prune_max_clips:
         window = plan_window0(config, scan, args.k_epochs)[1]
-        room = _leaves_nbytes(window) // 2
+        room = leaves_nbytes(window) // 2
         cpu = time.process_time()
         pruned_plans(window, room)
         record["prune_cpu_s"] = round(time.process_time() - cpu, 2)

@@ -28,7 +28,8 @@ from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import VideoJobKey
-from sandfs.sched.objects import needs_pruning, prune_room, pruned_plans
+from sandfs.sched.objects import needs_pruning, prune_room
+from sandfs.sched.pruning import pruned_plans
 from sandfs.sched.windows import ViewOf, WindowBook
 
 log = logging.getLogger(__name__)
