@@ -88,6 +88,9 @@ class _Steps:
     clip: np.ndarray  # fast videos: the clip dropped; -1 for a step of a slow video
 
 
+_EMPTY = _Steps(*(np.zeros(0),) * 5)
+
+
 def prune_flat(graphs: FlatGraphs, budget_bytes: int,
                graph_of: Callable[[int], ObjectGraph],
                wait_turn: Callable[[], object] = lambda: None) -> FlatPrunePlan:
@@ -97,40 +100,41 @@ def prune_flat(graphs: FlatGraphs, budget_bytes: int,
     if budget_bytes < 0:
         raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
     slow = _collapsible(graphs)
-    total = int(graphs.clip_nbytes.sum())
-    collapse_walks = {}
+    collapses = {}
     for video in np.flatnonzero(slow).tolist():
         wait_turn()
-        collapse_walks[video] = _walk(_Video(graph_of(video)), "collapse")
-    total, collapse_seconds, took = _merge(list(collapse_walks.values()), total, budget_bytes)
-    collapsed = dict(zip(collapse_walks, took, strict=True))
-    drop_walks: dict[int, list[_Taken]] = {}
-    order = np.zeros(0, np.int64)
-    steps = _Steps(*(np.zeros(0),) * 5)
-    if total > budget_bytes:
-        for video in collapse_walks:
+        collapses[video] = _walk(_Video(graph_of(video)), "collapse")
+    total, collapse_seconds, took = _merge(list(collapses.values()),
+                                           int(graphs.clip_nbytes.sum()), budget_bytes)
+    drops: dict[int, list[_Taken]] = {}
+    steps = _EMPTY
+    if total > budget_bytes:  # every collapse taken: the walks go on from their ends
+        for video in collapses:
             wait_turn()
             walked = _Video(graph_of(video))
             _walk(walked, "collapse")
-            drop_walks[video] = _walk(walked, "drop")
-        steps = _concat(_fast_drops(graphs, ~slow, wait_turn), _slow_drops(drop_walks))
-        order = _merge_order(steps)
-        remaining = total - np.cumsum(steps.saved_nbytes[order])
-        fits = np.flatnonzero(remaining <= budget_bytes)
-        order = order[:fits[0] + 1] if len(fits) else order
-        total -= int(steps.saved_nbytes[order].sum())
-    drop_seconds = float(np.cumsum(steps.added_seconds[order])[-1]) if len(order) else 0.0
+            drops[video] = _walk(walked, "drop")
+        steps = _taken(_concat(_fast_drops(graphs, ~slow, wait_turn), _slow_drops(drops)),
+                       total, budget_bytes)
+        total -= int(steps.saved_nbytes.sum())
     clips_kept = np.ones(len(graphs.clip_video), bool)
-    taken = steps.clip[order].astype(np.int64)
-    clips_kept[taken[taken >= 0]] = False
+    clips_kept[steps.clip[steps.clip >= 0].astype(np.int64)] = False
     frames_kept = np.zeros(graphs.videos, bool)
-    dropped = np.bincount(steps.walk[order].astype(np.int64), minlength=graphs.videos)
-    for video in collapse_walks:
-        _apply_slow(graphs, video, graph_of(video),
-                    collapse_walks[video][:collapsed[video]]
-                    + drop_walks.get(video, [])[:dropped[video]], clips_kept, frames_kept)
+    dropped = np.bincount(steps.walk.astype(np.int64), minlength=graphs.videos)
+    for video, took_video in zip(collapses, took, strict=True):
+        _apply_slow(graphs, video, graph_of(video), collapses[video][:took_video]
+                    + drops.get(video, [])[:dropped[video]], clips_kept, frames_kept)
+    drop_seconds = float(np.cumsum(steps.added_seconds)[-1]) if len(steps.walk) else 0.0
     return FlatPrunePlan(clips_kept, frames_kept, total, collapse_seconds + drop_seconds,
-                         sum(took), len(order))
+                         sum(took), len(steps.walk))
+
+
+def _taken(steps: _Steps, total: int, budget_bytes: int) -> _Steps:
+    """The steps `_merge` takes, in its order, until the total fits (module doc)."""
+    order = _merge_order(steps)
+    fits = np.flatnonzero(total - np.cumsum(steps.saved_nbytes[order]) <= budget_bytes)
+    order = order[:fits[0] + 1] if len(fits) else order
+    return _Steps(*(getattr(steps, name)[order] for name in _Steps.__slots__))
 
 
 def _collapsible(graphs: FlatGraphs) -> np.ndarray:
@@ -169,7 +173,7 @@ def _fast_drops(graphs: FlatGraphs, fast: np.ndarray,
         active[chosen] = False
         needed[_gather(graphs.frame_ids, starts, chosen)] = True
     if not found:
-        return _Steps(*(np.zeros(0),) * 5)
+        return _EMPTY
     columns = [np.concatenate(c) for c in zip(*found, strict=True)]
     by_walk = np.argsort(columns[0], kind="stable")  # each walk's steps in pass order
     return _Steps(*(c[by_walk] for c in columns))
@@ -199,14 +203,13 @@ def _slow_drops(walks: dict[int, list[_Taken]]) -> _Steps:
     rows = [(video, *step.order[0], step.saved_nbytes, step.added_seconds)
             for video, walk in walks.items() for step in walk]
     if not rows:
-        return _Steps(*(np.zeros(0),) * 5)
+        return _EMPTY
     video, ratio, _, saved, added = (np.array(c) for c in zip(*rows, strict=True))
     return _Steps(video, ratio, saved, added, np.full(len(rows), -1))
 
 
 def _concat(*parts: _Steps) -> _Steps:
-    columns = [np.concatenate([getattr(p, name) for p in parts])
-               for name in ("walk", "seconds_per_byte", "saved_nbytes", "added_seconds", "clip")]
+    columns = [np.concatenate([getattr(p, name) for p in parts]) for name in _Steps.__slots__]
     steps = _Steps(*columns)
     by_walk = np.argsort(steps.walk, kind="stable")
     return _Steps(*(c[by_walk] for c in columns))

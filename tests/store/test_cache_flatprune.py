@@ -142,3 +142,11 @@ def test_a_collapse_that_saves_a_little_is_taken():
     assert prune([graph], 205).cached == (frozenset({"f1", "f2"}),)
     assert (plan.total_nbytes, plan.collapses, plan.drops) == (200, 1, 0)
     assert not plan.clips_kept.any() and plan.frames_kept.all()
+
+
+def test_an_empty_window_keeps_nothing():
+    empty = np.zeros(0, np.int64)
+    flat = FlatGraphs(empty, empty, np.zeros(0), np.zeros(1, np.int64), empty, empty,
+                      np.zeros(0))
+    plan = prune_flat(flat, 0, [].__getitem__)
+    assert (plan.total_nbytes, plan.collapses, plan.drops, len(plan.clips_kept)) == (0, 0, 0, 0)
