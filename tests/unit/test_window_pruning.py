@@ -1,6 +1,7 @@
 """What a window keeps on disk (`sched.pruning`) is what Algorithm 1 over the window's object
 graphs (`cache.prune.prune` over `objects.object_graph`, the implementation it replaces) keeps,
-on planned windows: one task, and tasks whose clips share frames enough to collapse."""
+on planned windows: one task, tasks whose clips share frames enough to collapse, and clips
+that repeat a frame (a video shorter than a clip's span)."""
 
 from __future__ import annotations
 
@@ -22,14 +23,16 @@ def reference(window, room: int) -> dict[str, DiskPlan]:
 
 
 def windows(tmp_path):
-    for folder in ("one", "dense0", "dense1"):
+    for folder in ("one", "dense0", "dense1", "short"):
         (tmp_path / folder).mkdir()
     one = make_plan(tmp_path / "one", videos=fake_videos(30))
+    repeating = make_plan(tmp_path / "short", videos=fake_videos(9, num_frames=5),
+                          sampling={"frames_per_video": 6})  # clips repeat their last frame
     short = fake_videos(12, num_frames=14)  # many clips on few frames: collapses save
     dense = [make_plan(tmp_path / f"dense{i}", videos=short, task=f"t{i}", seed=i,
                        sampling={"samples_per_video": 3, "frames_per_video": 6})
              for i in range(2)]
-    return [plan_window([one], 0), plan_window(dense, 0)]
+    return [plan_window([one], 0), plan_window(dense, 0), plan_window([repeating], 0)]
 
 
 @pytest.mark.parametrize("share", [1.0, 0.8, 0.5, 0.2, 0.0])
