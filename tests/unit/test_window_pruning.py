@@ -5,12 +5,15 @@ that repeat a frame (a video shorter than a clip's span)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 
 from sandfs.cache.prune import prune
 from sandfs.plan.window import plan_window
 from sandfs.sched.objects import DiskPlan, Spot, leaves_nbytes, object_graph
-from sandfs.sched.pruning import pruned_plans
+from sandfs.sched.pruning import pruned_plans, window_graphs
 from tests.helpers.plans import fake_videos, make_plan
 
 
@@ -46,3 +49,25 @@ def test_the_dense_window_collapses(tmp_path):
     window = windows(tmp_path)[1]
     room = int(leaves_nbytes(window) * 0.5)
     assert any(plan.frames for plan in pruned_plans(window, room).values())
+
+
+def test_the_columns_cost_model_is_object_graph_s(tmp_path):
+    """Decode seconds a frame (frames a pass decodes, as `frames_to_decode` counts them: runs
+    from keyframes, none for a video that cannot seek) and a clip's op seconds, exactly."""
+    videos = fake_videos(12, num_frames=60)
+    videos = [replace(v, seekable=False) if i % 4 == 1 else
+              replace(v, keyframe_indices=()) if i % 4 == 2 else
+              replace(v, keyframe_indices=(0, 7, 30, 31)) if i % 4 == 3 else v
+              for i, v in enumerate(videos)]
+    (tmp_path / "t").mkdir()
+    window = plan_window([make_plan(tmp_path / "t", videos=videos, k_epochs=3,
+                                    sampling={"samples_per_video": 2})], 0)
+    paths = list(window.videos)
+    graphs = window_graphs(window, paths)
+    for index, path in enumerate(paths):
+        graph = object_graph(window.videos[path], window)
+        clips = np.flatnonzero(graphs.clip_video == index)
+        assert graphs.frame_seconds[index] == graph.make_seconds[1]
+        assert graphs.clip_seconds[clips].tolist() == [
+            s for s, parents in zip(graph.make_seconds, graph.parents, strict=True)
+            if parents and parents != (0,)]
