@@ -130,7 +130,7 @@ def fetch_remote(configs: Sequence[TaskConfig], settings: MountSettings
 def serve_mount(startup: Startup, mount: Mount, on_ready: Callable[[], None],
                 on_stopping: Callable[[], None]) -> None:
     mountpoint = mount.settings.mountpoint
-    operations = SandOperations(startup, mountpoint)
+    operations = SandOperations(startup, mountpoint, mount.settings.limits)
     quiet_late_replies()
     try:
         pyfuse3.init(operations, mountpoint, fuse_options())
@@ -156,7 +156,8 @@ async def serve(startup: Startup, mount: Mount, on_ready: Callable[[], None],
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stop_on_signals, startup, name="signals")
         if listeners:
-            nursery.start_soon(serve_metrics, startup.status_for, listeners)
+            nursery.start_soon(serve_metrics, startup.status_for, listeners,
+                               mount.settings.limits.metrics_connections)
         nursery.start_soon(start_serving, nursery, startup, mount, on_ready, name="startup")
         await pyfuse3.main()
         startup.stop()  # unmounted during the scan: it stops
@@ -248,7 +249,7 @@ def make_service(startup: Startup, mount: Mount, planned: Planned) -> ViewServic
         admit=partial(admit_upload, settings=settings, config_dir=(
             os.path.dirname(configs[0].source_path) if configs else "") or "/"),
         remote=mount.remote.as_status(), started=startup.started,
-        scan_status=startup.scan_status, freezes_windows=True)
+        scan_status=startup.scan_status, freezes_windows=True, limits=settings.limits)
 
 
 async def stop_on_signals(startup: Startup) -> None:

@@ -153,7 +153,9 @@ class Namespace:
             if owner is None or not self.exists(node):
                 return NodeAccess(uid, gid, 0)
             mode = owner.dir_mode if node.is_dir else owner.file_mode
-            return NodeAccess(owner.uid, owner.gid, 0o600 if node.kind == "task_yaml" else mode)
+            # its YAML, and its lease (whose last close ends the task), are the owner's alone
+            private = node.kind in ("task_yaml", "task_lease")
+            return NodeAccess(owner.uid, owner.gid, 0o600 if private else mode)
         if node.kind == "tasks":
             return NodeAccess(uid, gid, 0o1777 if uid == 0 else 0o755)
         return NodeAccess(uid, gid, 0o555 if node.is_dir else 0o444)

@@ -31,6 +31,7 @@ from sandfs.sched.jobs import VideoJobKey
 from sandfs.sched.objects import needs_pruning, prune_room
 from sandfs.sched.pruning import pruned_plans
 from sandfs.sched.windows import ViewOf, WindowBook
+from sandfs.threads import limiter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -135,7 +136,8 @@ class WindowPlanner:
                 if self.while_planning is not None:
                     nursery.start_soon(self.while_planning)
                 try:
-                    planned = await trio.to_thread.run_sync(plan, *args)
+                    planned = await trio.to_thread.run_sync(plan, *args,
+                                                            limiter=limiter("planning"))
                 except Exception as error:  # raised below as it is, not in an exception group
                     failed = error
                 nursery.cancel_scope.cancel()
