@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -90,6 +91,7 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
     The caller has checked the layout and prepared the cache dir (`cli.mount_foreground`), and
     may have started the scan of the local datasets (`scan_ahead`)."""
     check_fuse_available()
+    raise_fd_limit()
     # known before the scan: the tasks' directories answer at once while it runs
     owners = {c.task: owner_of(c) for c in configs}
     prepare_mountpoint(settings.mountpoint)
@@ -104,6 +106,18 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
         serve_mount(startup, mount, on_ready, on_stopping)
     if startup.failure is not None:
         raise startup.failure
+
+
+def raise_fd_limit() -> None:
+    """The soft RLIMIT_NOFILE up to the hard one: users' handles hold none of the daemon's fds
+    (docs/deploy.md#limits), but a scan, the store and the metrics port may want many."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("raising the open-file limit from %d to %d failed: %s", soft, hard, exc)
 
 
 def fetch_remote(configs: Sequence[TaskConfig], settings: MountSettings
