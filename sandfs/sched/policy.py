@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sandfs.access import privileged
+
 MEMORY_PRESSURE_FRACTION = 0.8
 NOT_NEEDED = 1 << 40  # deadline of work no reader is heading for
 
@@ -49,6 +51,14 @@ def fifo_priority(job: JobState, *, memory_pressure: bool) -> tuple:
 
 
 POLICIES = {"priority": priority, "fifo": fifo_priority}
+
+
+def makes_ahead_unread(registrar: int | None) -> bool:
+    """Are a task's views made ahead before anyone reads it? Those of the mount's configs and
+    of root or the daemon's user: yes, so the first epoch is ready. Another user's: no, only
+    once a reader opens one of its views, so that tasks nobody reads cost nobody
+    anything (docs/deploy.md#limits)."""
+    return registrar is None or privileged(registrar)
 
 
 def pick_next(jobs: Iterable[JobState], *, memory_pressure: bool,

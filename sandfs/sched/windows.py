@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
-from sandfs.sched.policy import NOT_NEEDED
+from sandfs.sched.policy import NOT_NEEDED, makes_ahead_unread
 
 ViewOf = tuple[TaskPlan, int, int]  # (plan, epoch, iteration) of a batch
 
@@ -39,6 +39,7 @@ class WindowBook:
         # views open right now, per task (position -> count): readers behind the latest open
         # (a second trainer, a prefetching loader, a re-read) keep their windows planned
         self.open_positions: dict[str, Counter[int]] = {name: Counter() for name in self.plans}
+        self.unread: set[str] = set()  # tasks that make nothing ahead until first read
         self.windows: dict[int, WindowPlan] = {}
         self.future: dict[int, WindowPlan] = {}  # windows further ahead: only to carry frames
         # active windows a joining task has no part in yet, by task (Scheduler.add_plan)
@@ -61,6 +62,7 @@ class WindowBook:
         if moves:
             self.positions[task] = index
         self.open_positions[task][index] += 1
+        self.unread.discard(task)
 
     def released(self, task: str, epoch: int, iteration: int) -> None:
         opened = self.open_positions.get(task)
@@ -86,6 +88,7 @@ class WindowBook:
         ahead = [pos - at
                  for window in self.windows.values()
                  for task, pos in window.readers.get(key, ())
+                 if task not in self.unread
                  for at in (self.positions[task], *self.open_positions[task])
                  if pos >= at]
         return min(ahead, default=NOT_NEEDED)
@@ -98,7 +101,8 @@ class WindowBook:
         for name, plan in self.plans.items():
             per_epoch = plan.iterations_per_epoch
             current = plan.window_of(self.positions[name] // per_epoch)
-            wanted |= {w for w in (current, current + 1) if plan.window_epochs(w)}
+            nearest = (current,) if name in self.unread else (current, current + 1)
+            wanted |= {w for w in nearest if plan.window_epochs(w)}
             wanted |= {plan.window_of(p // per_epoch) for p in self.open_positions[name]}
         return wanted
 
@@ -137,6 +141,8 @@ class WindowBook:
         self.plans[plan.name] = plan
         self.positions[plan.name] = 0
         self.open_positions[plan.name] = Counter()
+        if not makes_ahead_unread(plan.cfg.access.registrar):
+            self.unread.add(plan.name)
         self.future.clear()  # planned again with the new task
 
     def merge(self, window: int, part: WindowPlan, own: Container[ViewKey] = frozenset()
@@ -183,6 +189,7 @@ class WindowBook:
         self.plans.pop(name, None)
         self.positions.pop(name, None)
         self.open_positions.pop(name, None)
+        self.unread.discard(name)
         self.parts_pending.pop(name, None)
         self.future.clear()
         released: dict[ViewKey, ViewOf] = {}

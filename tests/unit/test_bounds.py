@@ -19,8 +19,12 @@ from sandfs.config.loader import load_task_config
 from sandfs.config.settings import mount_settings
 from sandfs.daemon import raise_fd_limit
 from sandfs.errors import UserError
-from sandfs.sched.windows import Position
+from sandfs.plan.task import TaskPlan
+from sandfs.plan.window import plan_window, view_key
+from sandfs.sched.policy import NOT_NEEDED
+from sandfs.sched.windows import Position, WindowBook
 from sandfs.tasks import TaskRegistry
+from tests.helpers.plans import make_plan
 from tests.helpers.users import NOBODY
 
 OTHER = 4242
@@ -153,3 +157,20 @@ def test_the_daemon_raises_its_soft_fd_limit_to_the_hard_one():
         assert resource.getrlimit(resource.RLIMIT_NOFILE) == (was[1], was[1])
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, was)
+
+
+def test_another_users_task_makes_nothing_ahead_until_it_is_read(tmp_path):
+    """H4: the views of a task another user registered and never read are needed by no one
+    (the workers make them on demand only), nor is its next window; root's are made ahead."""
+    root = make_plan(tmp_path, task="root", epochs=10)
+    joined = make_plan(tmp_path, task="user", epochs=10, seed=1)
+    user = TaskPlan(replace(joined.cfg, access=stamped(joined.cfg.access, NOBODY, NOBODY)),
+                    joined.videos, k_epochs=2)
+    book = WindowBook([root])
+    book.add_task(user)
+    book.windows[0] = plan_window([root, user], 0)
+    assert book.deadline_of(view_key(root, 0, 1)) == 1
+    assert book.deadline_of(view_key(user, 0, 1)) == NOT_NEEDED
+    assert book.wanted() == {0, 1}  # root's current and next, the user's current
+    book.opened("user", 0, 0, moves=True)
+    assert book.deadline_of(view_key(user, 0, 1)) == 1
