@@ -39,7 +39,7 @@ class WindowBook:
         # views open right now, per task (position -> count): readers behind the latest open
         # (a second trainer, a prefetching loader, a re-read) keep their windows planned
         self.open_positions: dict[str, Counter[int]] = {name: Counter() for name in self.plans}
-        self.unread: set[str] = set()  # tasks that make nothing ahead until first read
+        self.unread: set[str] = set()  # tasks planned into no window until first read
         self.windows: dict[int, WindowPlan] = {}
         self.future: dict[int, WindowPlan] = {}  # windows further ahead: only to carry frames
         # active windows a joining task has no part in yet, by task (Scheduler.add_plan)
@@ -96,15 +96,23 @@ class WindowBook:
     # -- windows ----------------------------------------------------------------------------
 
     def wanted(self) -> set[int]:
-        """Each task's current and next window, and the windows of the views open now."""
+        """Each task's current and next window, and the windows of the views open now (none
+        for a task no reader came to yet)."""
         wanted = set()
         for name, plan in self.plans.items():
+            if name in self.unread:
+                continue
             per_epoch = plan.iterations_per_epoch
             current = plan.window_of(self.positions[name] // per_epoch)
-            nearest = (current,) if name in self.unread else (current, current + 1)
-            wanted |= {w for w in nearest if plan.window_epochs(w)}
+            wanted |= {w for w in (current, current + 1) if plan.window_epochs(w)}
             wanted |= {plan.window_of(p // per_epoch) for p in self.open_positions[name]}
         return wanted
+
+    def planned_plans(self) -> list[TaskPlan]:
+        """The tasks new windows are planned for: not those no reader came to yet, whose views
+        are made on demand until the window after their first read (the same bytes: the
+        window's draws are frozen for every task on the dataset alike)."""
+        return [plan for name, plan in self.plans.items() if name not in self.unread]
 
     def horizon(self, span: int) -> set[int]:
         """The `span` windows after each active one that are not active themselves."""

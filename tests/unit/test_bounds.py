@@ -160,8 +160,8 @@ def test_the_daemon_raises_its_soft_fd_limit_to_the_hard_one():
 
 
 def test_another_users_task_makes_nothing_ahead_until_it_is_read(tmp_path):
-    """H4: the views of a task another user registered and never read are needed by no one
-    (the workers make them on demand only), nor is its next window; root's are made ahead."""
+    """H4: a task another user registered and never read is planned into no window and its
+    views are needed by no one (made on demand only); root's are made ahead."""
     root = make_plan(tmp_path, task="root", epochs=10)
     joined = make_plan(tmp_path, task="user", epochs=10, seed=1)
     user = TaskPlan(replace(joined.cfg, access=stamped(joined.cfg.access, NOBODY, NOBODY)),
@@ -171,6 +171,9 @@ def test_another_users_task_makes_nothing_ahead_until_it_is_read(tmp_path):
     book.windows[0] = plan_window([root, user], 0)
     assert book.deadline_of(view_key(root, 0, 1)) == 1
     assert book.deadline_of(view_key(user, 0, 1)) == NOT_NEEDED
-    assert book.wanted() == {0, 1}  # root's current and next, the user's current
+    assert book.wanted() == {0, 1} and book.planned_plans() == [root]
+    book.positions["user"] = 2 * user.iterations_per_epoch * 5  # its window 5: not wanted
+    assert book.wanted() == {0, 1}
     book.opened("user", 0, 0, moves=True)
     assert book.deadline_of(view_key(user, 0, 1)) == 1
+    assert book.planned_plans() == [root, user]
