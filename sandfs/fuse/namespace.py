@@ -12,6 +12,7 @@ the configs give (`needs_tasks` says which requests must wait for the tasks).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -59,6 +60,7 @@ SAND_DIR = ".sand"
 STATUS = "status.json"
 METRICS = "metrics"  # the status in the Prometheus text format
 LEASE_SUFFIX = ".lease"  # .sand/tasks/NAME.lease: open while the task must live (not listed)
+META_FILE = "meta.json"  # ITERATION/meta.json: user.sand.meta, also past the xattr size limit
 
 
 class VideoTree:
@@ -162,8 +164,9 @@ class Namespace:
 
     def task_path(self, node: Node) -> str:
         """Where a view, frame or source file is in its task's tree (for status.json)."""
-        if node.kind == "view":
-            return f"{node.epoch}/{node.iteration}/view"
+        if node.kind in ("view", "meta"):
+            leaf = "view" if node.kind == "view" else META_FILE
+            return f"{node.epoch}/{node.iteration}/{leaf}"
         video = self.service.tasks[node.task].videos[node.video]
         if node.kind == "video_file":
             return f"videos/{video.rel_path}"
@@ -221,9 +224,8 @@ class Namespace:
         return replace(parent, kind="iteration", iteration=iteration)
 
     def _child_iteration(self, parent: Node, name: str) -> Node | None:
-        if name != "view":
-            return None
-        return replace(parent, kind="view")
+        kind = {"view": "view", META_FILE: "meta"}.get(name)
+        return None if kind is None else replace(parent, kind=kind)
 
     def _child_videos(self, parent: Node, name: str) -> Node | None:
         entry = self.video_tree(parent.task).entries.get(parent.folder, {}).get(name)
@@ -286,7 +288,7 @@ class Namespace:
             case "tasks":
                 return [f"{t}.yaml" for t in sorted(self.service.task_texts)]
             case "iteration":
-                return ["view"]
+                return ["view", META_FILE]
             case "videos":
                 return list(self.video_tree(node.task).entries.get(node.folder, {}))
             case "frame":
@@ -318,6 +320,8 @@ class Namespace:
                 return fplan.nbytes if fplan else 0
             case "task_yaml":
                 return len(service.task_texts[node.task].encode())
+            case "meta":
+                return len(meta_bytes(service, node))
         return 0
 
 
@@ -325,3 +329,9 @@ def ext_of(rel_path: str) -> str:
     leaf = rel_path.rsplit("/", 1)[-1]
     dot = leaf.rfind(".")
     return leaf[dot:] if dot > 0 else ""
+
+
+def meta_bytes(service: ViewService, node: Node) -> bytes:
+    """ITERATION/meta.json: the view's `user.sand.meta`, which a large batch makes longer than
+    the kernel lets an xattr be (64 KiB)."""
+    return json.dumps(service.view_meta(node.task, node.epoch, node.iteration)).encode()

@@ -29,7 +29,7 @@ from sandfs.faults import fault_point
 from sandfs.fuse.gate import Gate
 from sandfs.fuse.handlers import fuse_error, handler, read_only
 from sandfs.fuse.inodes import Inodes
-from sandfs.fuse.namespace import Namespace, Node
+from sandfs.fuse.namespace import Namespace, Node, meta_bytes
 from sandfs.fuse.pagecache import PageDropper
 from sandfs.fuse.readahead import set_readahead
 from sandfs.fuse.xattrs import PlannedValues, xattr_bytes, xattr_names
@@ -231,7 +231,7 @@ class SandOperations(pyfuse3.Operations):
         fh = self._next_fh
         self._next_fh += 1
         self.files[fh] = OpenFile(node, inode, ctx.uid)
-        if node.kind in ("status", "metrics", "task_yaml"):
+        if node.kind in ("status", "metrics", "task_yaml", "meta"):
             self.files[fh].data = self.small_file(node, ctx.uid)
         info.fh = fh
         return info
@@ -289,6 +289,8 @@ class SandOperations(pyfuse3.Operations):
         if node.kind in ("status", "metrics"):  # each user sees their own tasks only
             record = self.startup.status_for(None if privileged(viewer) else viewer)
             return record.to_bytes() if node.kind == "status" else render_metrics(record)
+        if node.kind == "meta":
+            return meta_bytes(self.service, node)
         return self.service.task_texts[node.task].encode()
 
     @handler

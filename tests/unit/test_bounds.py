@@ -4,6 +4,7 @@ settings, and a checkpoint that cannot be saved (docs/deploy.md#limits)."""
 from __future__ import annotations
 
 import errno
+import json
 import resource
 import threading
 from dataclasses import replace
@@ -177,3 +178,20 @@ def test_another_users_task_makes_nothing_ahead_until_it_is_read(tmp_path):
     book.opened("user", 0, 0, moves=True)
     assert book.deadline_of(view_key(user, 0, 1)) == 1
     assert book.planned_plans() == [root, user]
+
+
+def test_view_dataset_reads_a_meta_past_the_xattr_limit_from_meta_json(tmp_path, monkeypatch):
+    """M4: the kernel answers E2BIG for an xattr over 64 KiB; ViewDataset then reads
+    ITERATION/meta.json, the same JSON."""
+    from sandfs import torch as sandfs_torch
+
+    meta = {"samples": [{"label_index": i, "frame_indices": list(range(64))}
+                        for i in range(300)]}
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+
+    def too_big(path, name):
+        raise OSError(errno.E2BIG, "Argument list too long")
+
+    monkeypatch.setattr(sandfs_torch.os, "getxattr", too_big)
+    assert sandfs_torch.view_meta(tmp_path / "view") == meta
+    assert len(json.dumps(meta)) > 64 << 10
