@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import chain
 
-from sandfs.access import NodeAccess, Owner
+from sandfs.access import NodeAccess, Owner, privileged
 from sandfs.metrics import render_metrics
 from sandfs.service import ViewService
 from sandfs.startup import NotServing, Startup, as_startup
@@ -61,6 +61,14 @@ STATUS = "status.json"
 METRICS = "metrics"  # the status in the Prometheus text format
 LEASE_SUFFIX = ".lease"  # .sand/tasks/NAME.lease: open while the task must live (not listed)
 META_FILE = "meta.json"  # ITERATION/meta.json: user.sand.meta, also past the xattr size limit
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """Who lists a directory: `/` and `.sand/tasks/` show each user the tasks they may read."""
+
+    uid: int
+    gid: int
 
 
 class VideoTree:
@@ -162,6 +170,18 @@ class Namespace:
             return NodeAccess(uid, gid, 0o1777 if uid == 0 else 0o755)
         return NodeAccess(uid, gid, 0o555 if node.is_dir else 0o444)
 
+    def may_see(self, task: str, kind: str, viewer: Viewer | None) -> bool:
+        """May `viewer` read the task's directory (or YAML)? Its name is listed only then."""
+        if viewer is None or privileged(viewer.uid):
+            return True
+        generation = self.generation(task)
+        if generation is None:
+            return False
+        access = self.access(Node(kind, task=task, generation=generation))
+        if access.uid == viewer.uid:
+            return True
+        return bool(access.mode & (0o040 if access.gid == viewer.gid else 0o004))
+
     def task_path(self, node: Node) -> str:
         """Where a view, frame or source file is in its task's tree (for status.json)."""
         if node.kind in ("view", "meta"):
@@ -254,16 +274,19 @@ class Namespace:
 
     # -- listing -----------------------------------------------------------------------------
 
-    def children(self, node: Node, start: int = 0) -> Iterator[tuple[int, str, Node]]:
+    def children(self, node: Node, start: int = 0, viewer: Viewer | None = None
+                 ) -> Iterator[tuple[int, str, Node]]:
         """The entries of a directory from offset `start`, in a stable order: (offset of the
         next entry, name, node). Made as the kernel pages through the directory, so a page
-        costs what it returns, however many epochs a task has."""
-        for position, name in enumerate(self.child_names(node, start), start + 1):
+        costs what it returns, however many epochs a task has. `viewer` (None: all) sees in
+        `/` and `.sand/tasks/` only what they may read."""
+        for position, name in enumerate(self.child_names(node, start, viewer), start + 1):
             child = self.child(node, name)
             if child is not None:
                 yield position, name, child
 
-    def child_names(self, node: Node, start: int = 0) -> Iterable[str]:
+    def child_names(self, node: Node, start: int = 0, viewer: Viewer | None = None
+                    ) -> Iterable[str]:
         """The names of a directory's entries from offset `start`."""
         if not self.exists(node):
             return ()
@@ -277,16 +300,18 @@ class Namespace:
             case "frames":
                 info = self.service.tasks[node.task].videos[node.video]
                 return (f"frame{i}" for i in range(start, info.num_frames))
-        return self._small_listing(node)[start:]
+        return self._small_listing(node, viewer)[start:]
 
-    def _small_listing(self, node: Node) -> list[str]:
+    def _small_listing(self, node: Node, viewer: Viewer | None = None) -> list[str]:
         match node.kind:
             case "sand":  # known before the tasks are
                 return [STATUS, METRICS, "tasks"]
             case "root":
-                return [SAND_DIR, *sorted(self.service.tasks)]
+                return [SAND_DIR, *sorted(t for t in self.service.tasks
+                                          if self.may_see(t, "task", viewer))]
             case "tasks":
-                return [f"{t}.yaml" for t in sorted(self.service.task_texts)]
+                return [f"{t}.yaml" for t in sorted(self.service.task_texts)
+                        if self.may_see(t, "task_yaml", viewer)]
             case "iteration":
                 return ["view", META_FILE]
             case "videos":

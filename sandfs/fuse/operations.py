@@ -29,7 +29,7 @@ from sandfs.faults import fault_point
 from sandfs.fuse.gate import Gate
 from sandfs.fuse.handlers import fuse_error, handler, read_only
 from sandfs.fuse.inodes import Inodes
-from sandfs.fuse.namespace import Namespace, Node, meta_bytes
+from sandfs.fuse.namespace import Namespace, Node, Viewer, meta_bytes
 from sandfs.fuse.pagecache import PageDropper
 from sandfs.fuse.readahead import set_readahead
 from sandfs.fuse.xattrs import PlannedValues, xattr_bytes, xattr_names
@@ -83,6 +83,7 @@ class SandOperations(pyfuse3.Operations):
         self.planned = PlannedValues()  # views' meta and labels, asked twice each
         self.looked_up: dict[int, Node] = {}  # thread id -> the view path it looked up last
         self.files: dict[int, OpenFile] = {}
+        self.dirs: dict[int, tuple[int, Viewer]] = {}  # open directories: inode, who opened
         self.uploads: dict[Node, Upload] = {}  # task YAMLs being written to .sand/tasks
         self.leases: dict[Node, int] = {}  # open handles on .sand/tasks/NAME.lease
         self.limits = limits
@@ -193,12 +194,16 @@ class SandOperations(pyfuse3.Operations):
         if not node.is_dir:
             raise fuse_error(errno.ENOTDIR)
         await self.gate.lookup(node, None, ctx)  # its readdir then answers at once
-        return inode
+        fh = self._next_fh
+        self._next_fh += 1
+        self.dirs[fh] = (inode, Viewer(ctx.uid, ctx.gid))  # / and .sand/tasks list per user
+        return fh
 
     @handler
     async def readdir(self, fh, start_id, token):
-        node = await self.namespace.prepared(self.inodes.node(fh))
-        for position, name, child in self.namespace.children(node, start_id):
+        inode, viewer = self.dirs.get(fh, (fh, None))
+        node = await self.namespace.prepared(self.inodes.node(inode))
+        for position, name, child in self.namespace.children(node, start_id, viewer):
             attr = self.attributes(child)
             if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, position):
                 self.inodes.drop_unheld(attr.st_ino)  # the page is full: not sent
@@ -206,7 +211,7 @@ class SandOperations(pyfuse3.Operations):
             self.inodes.held(attr.st_ino)  # readdirplus: the kernel counts it as a lookup
 
     async def releasedir(self, fh):
-        pass
+        self.dirs.pop(fh, None)
 
     # -- files -------------------------------------------------------------------------------
 

@@ -201,3 +201,23 @@ def test_a_metrics_connection_flood_holds_few_daemon_fds(mounted):
         for conn in conns:
             conn.close()
     assert len(read(m.path("t0", "2", "0", "view"))) > 0
+
+
+def listdir(path) -> list[str]:
+    return sorted(os.listdir(path))
+
+
+def test_a_user_lists_only_the_tasks_they_may_read(mounted):
+    m = mounted
+    write_task(m.path(".sand", "tasks", "open.yaml"), task_text(m.data, "open",
+                                                              access={"mode": "0444"}))
+    assert register_as_nobody(m, "own") == ("ok", None)
+    try:
+        # L2: root's private t0 is not listed to nobody; the shared one and their own are
+        assert as_user(NOBODY, listdir, m.mountpoint) == ("ok", [".sand", "open", "own"])
+        assert as_user(NOBODY, listdir, m.path(".sand", "tasks")) == ("ok", ["own.yaml"])
+        assert listdir(m.mountpoint) == [".sand", "open", "own", "t0"]
+        assert listdir(m.path(".sand", "tasks")) == ["open.yaml", "own.yaml", "t0.yaml"]
+    finally:
+        os.unlink(m.path(".sand", "tasks", "open.yaml"))
+        os.unlink(m.path(".sand", "tasks", "own.yaml"))
