@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import resource
 import threading
 from dataclasses import replace
@@ -22,6 +23,7 @@ from sandfs.daemon import raise_fd_limit
 from sandfs.errors import UserError
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import plan_window, view_key
+from sandfs.ratelog import RateLimitedLog
 from sandfs.sched.policy import NOT_NEEDED
 from sandfs.sched.windows import Position, WindowBook
 from sandfs.tasks import TaskRegistry
@@ -195,3 +197,18 @@ def test_view_dataset_reads_a_meta_past_the_xattr_limit_from_meta_json(tmp_path,
     monkeypatch.setattr(sandfs_torch.os, "getxattr", too_big)
     assert sandfs_torch.view_meta(tmp_path / "view") == meta
     assert len(json.dumps(meta)) > 64 << 10
+
+
+def test_per_file_warnings_are_rate_limited(caplog):
+    """L3: a walk over a huge tree logs `burst` warnings a period, then how many it dropped."""
+    now = [0.0]
+    warnings = RateLimitedLog(logging.getLogger("sandfs.test"), burst=3, period_s=60.0,
+                              clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="sandfs.test"):
+        for i in range(1000):
+            warnings.warning("cannot list %s", i)
+        now[0] = 61.0
+        warnings.warning("cannot list %s", "late")
+    assert [r.getMessage() for r in caplog.records] == [
+        "cannot list 0", "cannot list 1", "cannot list 2",
+        "997 more such warnings dropped in 61 s", "cannot list late"]

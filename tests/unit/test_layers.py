@@ -16,7 +16,7 @@ RANK = {  # a module may import modules of the same or a lower rank only
     "ops": 0, "media": 0, "faults": 0, "errors": 0, "stats": 0, "npy": 0,
     "fileio": 0, "status": 0, "remote": 0, "readiness": 0, "workerproc": 0, "pids": 0,
     "runtime": 0, "distribution": 0, "launch": 0, "openat": 0, "mounttable": 0,
-    "placement": 0, "threads": 0,
+    "placement": 0, "threads": 0, "ratelog": 0,
     "config": 1, "access": 1, "bounds": 1,
     "plan": 2, "cache": 2,
     "materialize": 3,
