@@ -23,10 +23,12 @@ import trio
 
 from sandfs.access import privileged
 from sandfs.errors import UserError
+from sandfs.ratelog import RateLimitedLog
 from sandfs.status import MountStatus
 from sandfs.threads import limiter
 
 log = logging.getLogger(__name__)
+ACCEPT_WARNINGS = RateLimitedLog(log)  # out of fds, accept fails ten times a second
 LOOPBACK = "127.0.0.1"  # never another interface: the figures name the user's tasks
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 MAX_REQUEST_BYTES = 8192
@@ -216,7 +218,7 @@ async def accept_within(listener: trio.SocketListener, slots: trio.Semaphore,
                 stream = await listener.accept()
             except OSError as exc:  # EMFILE and the like: never the mount's end
                 slots.release()
-                log.warning("metrics port: accept failed: %s", exc)
+                ACCEPT_WARNINGS.warning("metrics port: accept failed: %s", exc)
                 await trio.sleep(ACCEPT_RETRY_SECONDS)
                 continue
             nursery.start_soon(served_then_release, serve, stream, slots)
