@@ -4,12 +4,12 @@ and further ahead only to carry frames), and who reads which batch when."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
-from sandfs.sched.policy import NOT_NEEDED, makes_ahead_unread
+from sandfs.sched.policy import NOT_NEEDED, makes_ahead_unread, share_owner
 
 ViewOf = tuple[TaskPlan, int, int]  # (plan, epoch, iteration) of a batch
 
@@ -40,6 +40,7 @@ class WindowBook:
         # (a second trainer, a prefetching loader, a re-read) keep their windows planned
         self.open_positions: dict[str, Counter[int]] = {name: Counter() for name in self.plans}
         self.unread: set[str] = set()  # tasks planned into no window until first read
+        self.owners = {p.name: owner_key(p) for p in plans}  # whose share each task's jobs use
         self.windows: dict[int, WindowPlan] = {}
         self.future: dict[int, WindowPlan] = {}  # windows further ahead: only to carry frames
         # active windows a joining task has no part in yet, by task (Scheduler.add_plan)
@@ -108,6 +109,11 @@ class WindowBook:
             wanted |= {plan.window_of(p // per_epoch) for p in self.open_positions[name]}
         return wanted
 
+    def owners_of(self, keys: Iterable[ViewKey]) -> set[int]:
+        """The owners (`share_owner`) of the tasks that read these batches."""
+        return {self.owners[task] for key in keys for window in self.windows.values()
+                for task, _ in window.readers.get(key, ()) if task in self.owners}
+
     def planned_plans(self) -> list[TaskPlan]:
         """The tasks new windows are planned for: not those no reader came to yet, whose views
         are made on demand until the window after their first read (the same bytes: the
@@ -149,6 +155,7 @@ class WindowBook:
         self.plans[plan.name] = plan
         self.positions[plan.name] = 0
         self.open_positions[plan.name] = Counter()
+        self.owners[plan.name] = owner_key(plan)
         if not makes_ahead_unread(plan.cfg.access.registrar):
             self.unread.add(plan.name)
         self.future.clear()  # planned again with the new task
@@ -198,6 +205,7 @@ class WindowBook:
         self.positions.pop(name, None)
         self.open_positions.pop(name, None)
         self.unread.discard(name)
+        self.owners.pop(name, None)
         self.parts_pending.pop(name, None)
         self.future.clear()
         released: dict[ViewKey, ViewOf] = {}
@@ -213,3 +221,7 @@ class WindowBook:
             for work in window.videos.values():
                 work.uses = [u for u in work.uses if u.view not in released]
         return released
+
+
+def owner_key(plan: TaskPlan) -> int:
+    return share_owner(plan.cfg.access.owner, plan.cfg.access.registrar)

@@ -24,7 +24,7 @@ from sandfs.errors import UserError
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import plan_window, view_key
 from sandfs.ratelog import RateLimitedLog
-from sandfs.sched.policy import NOT_NEEDED
+from sandfs.sched.policy import NOT_NEEDED, JobState, pick_next
 from sandfs.sched.windows import Position, WindowBook
 from sandfs.tasks import TaskRegistry
 from tests.helpers.plans import make_plan
@@ -162,15 +162,21 @@ def test_the_daemon_raises_its_soft_fd_limit_to_the_hard_one():
         resource.setrlimit(resource.RLIMIT_NOFILE, was)
 
 
-def test_another_users_task_makes_nothing_ahead_until_it_is_read(tmp_path):
-    """H4: a task another user registered and never read is planned into no window and its
-    views are needed by no one (made on demand only); root's are made ahead."""
+def two_owners(tmp_path) -> tuple[TaskPlan, TaskPlan, WindowBook]:
+    """Root's task `root` and nobody's `user` (registered on the live mount) in a book."""
     root = make_plan(tmp_path, task="root", epochs=10)
     joined = make_plan(tmp_path, task="user", epochs=10, seed=1)
     user = TaskPlan(replace(joined.cfg, access=stamped(joined.cfg.access, NOBODY, NOBODY)),
                     joined.videos, k_epochs=2)
     book = WindowBook([root])
     book.add_task(user)
+    return root, user, book
+
+
+def test_another_users_task_makes_nothing_ahead_until_it_is_read(tmp_path):
+    """H4: a task another user registered and never read is planned into no window and its
+    views are needed by no one (made on demand only); root's are made ahead."""
+    root, user, book = two_owners(tmp_path)
     book.windows[0] = plan_window([root, user], 0)
     assert book.deadline_of(view_key(root, 0, 1)) == 1
     assert book.deadline_of(view_key(user, 0, 1)) == NOT_NEEDED
@@ -212,3 +218,25 @@ def test_per_file_warnings_are_rate_limited(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "cannot list 0", "cannot list 1", "cannot list 2",
         "997 more such warnings dropped in 61 s", "cannot list late"]
+
+
+def test_workers_are_shared_fairly_between_owners():
+    """H4: the owner with fewer jobs running goes first, among jobs some reader needs; a
+    blocked reader's job first of all; with one owner, deadlines decide as before."""
+    root = JobState("root", False, deadline_iterations=0, remaining_work=5, owner_load=1)
+    user = JobState("user", False, deadline_iterations=7, remaining_work=5, owner_load=0)
+    idle = JobState("idle", False, deadline_iterations=NOT_NEEDED, remaining_work=1)
+    blocked = JobState("blocked", True, deadline_iterations=9, remaining_work=9, owner_load=3)
+    assert pick_next([root, user, idle], memory_pressure=False) is user
+    assert pick_next([root, idle], memory_pressure=False) is root
+    assert pick_next([root, user, blocked], memory_pressure=False) is blocked
+    alone = replace(user, owner_load=1)
+    assert pick_next([root, alone], memory_pressure=False) is root
+
+
+def test_the_window_book_knows_whose_batches_a_job_makes(tmp_path):
+    root, user, book = two_owners(tmp_path)
+    book.opened("user", 0, 0, moves=True)
+    book.windows[0] = plan_window([root, user], 0)
+    assert book.owners_of([view_key(root, 0, 0)]) == {-1}
+    assert book.owners_of([view_key(root, 0, 0), view_key(user, 0, 1)]) == {-1, NOBODY}
