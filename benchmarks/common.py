@@ -397,13 +397,16 @@ class Mount:
 @contextlib.contextmanager
 def sandfs_mount(workdir: Path, configs: Sequence[Path], *, k_epochs: int, workers: int,
                  name: str = "mnt", extra_args: Sequence[str] = (),
-                 env: dict[str, str] | None = None) -> Iterator[Mount]:
+                 env: dict[str, str] | None = None, keep_cache: bool = False
+                 ) -> Iterator[Mount]:
     """A fresh mount with an empty cache dir (so every mount starts cold); always unmounted, the
     daemon always gone and its cache dir removed on exit, whatever happened (exceptions, Ctrl-C).
+    `keep_cache`: the cache dir is neither emptied first nor removed after (a warm remount).
     The daemon's log stays in `workdir`."""
     mountpoint, cache_dir = workdir / name, workdir / f"{name}-cache"
     log_path = workdir / f"{name}.log"
-    shutil.rmtree(cache_dir, ignore_errors=True)
+    if not keep_cache:
+        shutil.rmtree(cache_dir, ignore_errors=True)
     mountpoint.mkdir(parents=True, exist_ok=True)
     args = [*sandfs_argv("mount"), str(mountpoint), "--foreground",
             "--cache-dir", str(cache_dir), "--k-epochs", str(k_epochs), "--workers", str(workers),
@@ -430,7 +433,8 @@ def sandfs_mount(workdir: Path, configs: Sequence[Path], *, k_epochs: int, worke
             if fd is not None:
                 os.close(fd)
         unmount(mountpoint, process)
-        shutil.rmtree(cache_dir, ignore_errors=True)
+        if not keep_cache:
+            shutil.rmtree(cache_dir, ignore_errors=True)
 
 
 def wait_ready(ready_fd: int, log_path: Path) -> None:

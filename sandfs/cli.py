@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     mount.add_argument("--workers", metavar="N", help="worker threads, or auto")
     mount.add_argument("--metrics-port", type=int, metavar="PORT",
                        help="also serve GET /metrics on 127.0.0.1:PORT (Prometheus)")
+    mount.add_argument("--limit", action="append", metavar="NAME=N",
+                       help="a per-user or total bound, e.g. handles_per_uid=256 "
+                            "(docs/deploy.md#limits; repeat for several)")
     mount.add_argument("--foreground", action="store_true",
                        help="stay attached (tests, systemd: READY=1 to $NOTIFY_SOCKET)")
     mount.add_argument("--log-level", default="INFO", type=str.upper,
@@ -160,6 +163,7 @@ def engine_overrides(args: argparse.Namespace) -> dict:
         "decode_ahead": args.decode_ahead,
         "workers": args.workers,  # "auto" given on the command line wins over a config's number
         "metrics_port": args.metrics_port,
+        "limits": args.limit,
     }
 
 

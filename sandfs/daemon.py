@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -90,6 +91,7 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
     The caller has checked the layout and prepared the cache dir (`cli.mount_foreground`), and
     may have started the scan of the local datasets (`scan_ahead`)."""
     check_fuse_available()
+    raise_fd_limit()
     # known before the scan: the tasks' directories answer at once while it runs
     owners = {c.task: owner_of(c) for c in configs}
     prepare_mountpoint(settings.mountpoint)
@@ -104,6 +106,18 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
         serve_mount(startup, mount, on_ready, on_stopping)
     if startup.failure is not None:
         raise startup.failure
+
+
+def raise_fd_limit() -> None:
+    """The soft RLIMIT_NOFILE up to the hard one: users' handles hold none of the daemon's fds
+    (docs/deploy.md#limits), but a scan, the store and the metrics port may want many."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("raising the open-file limit from %d to %d failed: %s", soft, hard, exc)
 
 
 def fetch_remote(configs: Sequence[TaskConfig], settings: MountSettings
@@ -130,7 +144,7 @@ def fetch_remote(configs: Sequence[TaskConfig], settings: MountSettings
 def serve_mount(startup: Startup, mount: Mount, on_ready: Callable[[], None],
                 on_stopping: Callable[[], None]) -> None:
     mountpoint = mount.settings.mountpoint
-    operations = SandOperations(startup, mountpoint)
+    operations = SandOperations(startup, mountpoint, mount.settings.limits)
     quiet_late_replies()
     try:
         pyfuse3.init(operations, mountpoint, fuse_options())
@@ -156,7 +170,8 @@ async def serve(startup: Startup, mount: Mount, on_ready: Callable[[], None],
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stop_on_signals, startup, name="signals")
         if listeners:
-            nursery.start_soon(serve_metrics, startup.status_for, listeners)
+            nursery.start_soon(serve_metrics, startup.status_for, listeners,
+                               mount.settings.limits.metrics_connections)
         nursery.start_soon(start_serving, nursery, startup, mount, on_ready, name="startup")
         await pyfuse3.main()
         startup.stop()  # unmounted during the scan: it stops
@@ -248,7 +263,7 @@ def make_service(startup: Startup, mount: Mount, planned: Planned) -> ViewServic
         admit=partial(admit_upload, settings=settings, config_dir=(
             os.path.dirname(configs[0].source_path) if configs else "") or "/"),
         remote=mount.remote.as_status(), started=startup.started,
-        scan_status=startup.scan_status, freezes_windows=True)
+        scan_status=startup.scan_status, freezes_windows=True, limits=settings.limits)
 
 
 async def stop_on_signals(startup: Startup) -> None:

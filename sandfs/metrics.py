@@ -23,13 +23,17 @@ import trio
 
 from sandfs.access import privileged
 from sandfs.errors import UserError
+from sandfs.ratelog import RateLimitedLog
 from sandfs.status import MountStatus
+from sandfs.threads import limiter
 
 log = logging.getLogger(__name__)
+ACCEPT_WARNINGS = RateLimitedLog(log)  # out of fds, accept fails ten times a second
 LOOPBACK = "127.0.0.1"  # never another interface: the figures name the user's tasks
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 MAX_REQUEST_BYTES = 8192
 REQUEST_SECONDS = 5.0  # a client that sends no full request in time is dropped
+ACCEPT_RETRY_SECONDS = 0.1  # after a failed accept (out of fds): try again, never spin
 SOCKET_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 StatusFor = Callable[[int | None], MountStatus]  # the record a uid may see (None: all of it)
 
@@ -194,8 +198,38 @@ async def open_metrics_port(port: int) -> list[trio.SocketListener]:
                         f"({exc.strerror or exc})") from None
 
 
-async def serve_metrics(status_for: StatusFor, listeners: list[trio.SocketListener]) -> None:
-    await trio.serve_listeners(partial(answer, status_for), listeners)
+async def serve_metrics(status_for: StatusFor, listeners: list[trio.SocketListener],
+                        max_connections: int = 16) -> None:
+    """Answer on every listener, with at most `max_connections` open at once (Limits.
+    metrics_connections): past it, clients wait in the kernel's backlog, holding no fd of the
+    daemon's (a flood of idle connections never reaches its fd limit)."""
+    slots = trio.Semaphore(max_connections)
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            nursery.start_soon(accept_within, listener, slots, partial(answer, status_for))
+
+
+async def accept_within(listener: trio.SocketListener, slots: trio.Semaphore,
+                        serve: Callable[[trio.SocketStream], object]) -> None:
+    async with trio.open_nursery() as nursery:
+        while True:
+            await slots.acquire()
+            try:
+                stream = await listener.accept()
+            except OSError as exc:  # EMFILE and the like: never the mount's end
+                slots.release()
+                ACCEPT_WARNINGS.warning("metrics port: accept failed: %s", exc)
+                await trio.sleep(ACCEPT_RETRY_SECONDS)
+                continue
+            nursery.start_soon(served_then_release, serve, stream, slots)
+
+
+async def served_then_release(serve: Callable, stream: trio.SocketStream,
+                              slots: trio.Semaphore) -> None:
+    try:
+        await serve(stream)
+    finally:
+        slots.release()
 
 
 async def answer(status_for: StatusFor, stream: trio.SocketStream) -> None:
@@ -206,7 +240,8 @@ async def answer(status_for: StatusFor, stream: trio.SocketStream) -> None:
                 head = await read_head(stream)
                 ends = Connection(stream.socket.getpeername()[:2],
                                   stream.socket.getsockname()[:2])
-                uid = await trio.to_thread.run_sync(client_uid, ends)
+                uid = await trio.to_thread.run_sync(client_uid, ends,
+                                                    limiter=limiter("metrics"))
                 viewer = None if uid is None or privileged(uid) else uid
                 status = None if uid is None else partial(status_for, viewer)
                 await stream.send_all(response(head, status))

@@ -15,6 +15,7 @@ import trio
 from sandfs.cache import ObjectStore
 from sandfs.cache.sizing import StoreSizing
 from sandfs.config.condition import ConditionError
+from sandfs.config.limits import DEFAULT_LIMITS, Limits
 from sandfs.config.schema import TaskConfig
 from sandfs.fileio import DAMAGED
 from sandfs.materialize import Materializer
@@ -40,6 +41,7 @@ from sandfs.status import (
     TaskStatus,
 )
 from sandfs.tasks import Admit, TaskRegistry, ignored_engine_note, refusal
+from sandfs.threads import limiter
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +69,10 @@ class ViewService:
         started: float | None = None,
         scan_status: Callable[[], ScanStatus] | None = None,
         freezes_windows: bool = False,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self.registry = TaskRegistry(plans, task_texts=task_texts, checkpoint=checkpoint,
-                                     task_planner=task_planner, admit=admit)
+                                     task_planner=task_planner, admit=admit, limits=limits)
         self.engine = engine  # objects made on demand
         self.stats = stats
         self.materializer = Materializer(stats)
@@ -165,7 +168,7 @@ class ViewService:
             return
         size = self.store_sizing.store_bytes(self.scheduler.book.plans.values())
         if size != self.store.budget_bytes:
-            await trio.to_thread.run_sync(self.store.resize, size)
+            await trio.to_thread.run_sync(self.store.resize, size, limiter=limiter("store"))
 
     # -- batch views -------------------------------------------------------------------------
 
@@ -291,7 +294,8 @@ class ViewService:
             tasks=tasks, counters={key: stats.get(key) for key in COUNTERS},
             cache=EMPTY_CACHE if self.store is None else self.store.stats(),
             bad_videos=tuple(bad), task_errors=dict(self.task_errors), remote=self.remote,
-            isolated_ops=isolated.status(), failures=self.failures.entries(),
+            isolated_ops=isolated.status(),
+            failures=self.failures.entries() + self.registry.state_failures(),
             failures_total=self.failures.total, state_files_rebuilt=DAMAGED.count,
             scan=None if self.scan_status is None else self.scan_status())
 

@@ -4,16 +4,24 @@ froze."""
 
 from __future__ import annotations
 
+import errno
+import logging
 from collections.abc import Callable, Sequence
 
 import trio
 
 from sandfs.access import Owner, owner_may_read, owner_of, privileged
+from sandfs.bounds import LimitReached, Quota
+from sandfs.config.limits import DEFAULT_LIMITS, Limits
 from sandfs.config.schema import TaskConfig
 from sandfs.config.settings import ENGINE_FIELDS
 from sandfs.errors import UserError
 from sandfs.plan.task import TaskPlan
 from sandfs.sched.windows import Position
+from sandfs.status import Failure
+from sandfs.threads import limiter
+
+log = logging.getLogger(__name__)
 
 
 def ignored_engine_note(cfg: TaskConfig) -> str | None:
@@ -41,7 +49,7 @@ class TaskRegistry:
     def __init__(self, plans: Sequence[TaskPlan], *, task_texts: dict[str, str] | None = None,
                  checkpoint: Callable[[dict], None] | None = None,
                  task_planner: Callable[[TaskConfig, dict[tuple, int]], TaskPlan] | None = None,
-                 admit: Admit | None = None) -> None:
+                 admit: Admit | None = None, limits: Limits = DEFAULT_LIMITS) -> None:
         self.tasks = {p.name: p for p in plans}
         self.task_texts = task_texts or {}
         self.task_errors: dict[str, str] = {}  # why a registration was refused, by task name
@@ -52,12 +60,27 @@ class TaskRegistry:
         self.task_planner = task_planner  # plans a task registered on the live mount
         self.admit = admit  # loads and checks a task file (`registration.admit_upload`)
         self.upload_limiter = trio.CapacityLimiter(UPLOAD_THREADS)
+        self.limits = limits
+        self.registering = Quota("registrations being planned", limits.registrations_per_uid,
+                                 per_uid_errno=errno.EAGAIN, setting="registrations")
+        self.checkpoint_failure: str | None = None  # written by the planning thread only
 
     def window_planned(self) -> None:
         """In a worker thread, after a window was planned: checkpoint what coordination froze."""
         coordination = next(iter(self.tasks.values())).coordination if self.tasks else None
         if self.checkpoint is not None and coordination is not None and coordination.changed:
-            self.checkpoint(coordination.state())
+            try:
+                self.checkpoint(coordination.state())
+                self.checkpoint_failure = None
+            except OSError as exc:  # out of fds or disk: the mount serves on, unsaved
+                if self.checkpoint_failure is None:
+                    log.warning("saving the plan checkpoint failed: %s", exc)
+                self.checkpoint_failure = f"not saved: {exc}"
+
+    def state_failures(self) -> tuple[Failure, ...]:
+        """status.json's entry for a checkpoint that could not be saved (root's to see)."""
+        reason = self.checkpoint_failure
+        return () if reason is None else (Failure("", "plan-state.json", reason, 1),)
 
     async def load_file(self, file_name: str, text: str, writer: tuple[int, int]) -> TaskConfig:
         """A YAML written to .sand/tasks/NAME.yaml by `writer` (uid, gid), loaded and checked
@@ -94,13 +117,19 @@ class TaskRegistry:
         if self.task_planner is None:
             raise UserError("this mount does not take new tasks")
         owner = owner_of(cfg)
+        registrar = owner.uid if cfg.access.registrar is None else cfg.access.registrar
+        self.check_room(owner.uid, registrar)
         leaders = self.leading_epochs(cfg, position)
+        self.registering.take(registrar)
         try:
-            plan = await trio.to_thread.run_sync(self.task_planner, cfg, leaders)
+            plan = await trio.to_thread.run_sync(self.task_planner, cfg, leaders,
+                                                 limiter=limiter("registration"))
         except UserError:
             raise
         except Exception as exc:  # e.g. an unreadable labels file: refused, with the reason
             raise refusal(cfg.task, exc) from exc
+        finally:
+            self.registering.give(registrar)
         self.tasks[cfg.task] = plan
         self.owners[cfg.task] = owner
         self.generations[cfg.task] = self.generations.get(cfg.task, -1) + 1
@@ -108,6 +137,20 @@ class TaskRegistry:
         self.task_errors.pop(cfg.task, None)
         self.error_writers.pop(cfg.task, None)
         return plan
+
+    def check_room(self, owner: int, registrar: int) -> None:
+        """LimitReached past `tasks_total`, or, for a registrar other than root and the
+        daemon's user, past `tasks_per_uid` tasks of `owner` (those being planned count)."""
+        limits = self.limits
+        if len(self.tasks) + sum(self.registering.held.values()) >= limits.tasks_total:
+            raise LimitReached(errno.ENOSPC, f"the mount holds its limit of "
+                                             f"{limits.tasks_total} tasks (tasks_total)")
+        if privileged(registrar):
+            return
+        owned = sum(o.uid == owner for o in self.owners.values()) + self.registering.held[owner]
+        if owned >= limits.tasks_per_uid:
+            raise LimitReached(errno.EDQUOT, f"uid {owner} holds its limit of "
+                                             f"{limits.tasks_per_uid} tasks (tasks_per_uid)")
 
     def leading_epochs(self, cfg: TaskConfig, position: Callable[[str], Position]
                        ) -> dict[tuple, int]:

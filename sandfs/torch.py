@@ -14,6 +14,7 @@ without another copy.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -34,6 +35,7 @@ except ImportError as exc:  # torch is an optional dependency of sandfs
 
 CLASSES_XATTR = "user.sand.classes"
 META_XATTR = "user.sand.meta"
+META_FILE = "meta.json"
 NO_LABEL = -1
 Key = tuple[int, int]  # (epoch, iteration): what the sampler hands a worker
 
@@ -117,7 +119,7 @@ class ViewDataset(Dataset):
                              f"{self.iterations(epoch)} iterations, not {iteration}")
         path = self.path(iteration, epoch)
         clips = read_view(path, shared=get_worker_info() is not None)
-        meta = json.loads(os.getxattr(path, META_XATTR))
+        meta = view_meta(path)
         labels = [NO_LABEL if s["label_index"] is None else s["label_index"]
                   for s in meta["samples"]]
         return clips, torch.tensor(labels, dtype=torch.int64), meta
@@ -176,6 +178,17 @@ class EpochSampler(Sampler[Key]):
     def __iter__(self) -> Iterator[Key]:
         epoch = self.dataset.epoch
         return ((epoch, iteration) for iteration in range(self.dataset.iterations(epoch)))
+
+
+def view_meta(path: Path) -> dict:
+    """The view's `user.sand.meta`; past the kernel's 64 KiB xattr limit (E2BIG), the same
+    JSON from ITERATION/meta.json."""
+    try:
+        return json.loads(os.getxattr(path, META_XATTR))
+    except OSError as exc:
+        if exc.errno != errno.E2BIG:
+            raise
+        return json.loads((path.parent / META_FILE).read_bytes())
 
 
 def read_view(path: str | os.PathLike[str], *, shared: bool = False) -> torch.Tensor:

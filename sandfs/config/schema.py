@@ -130,6 +130,7 @@ class EngineConfig:
     cache_format: str = "auto"  # auto | raw | lz4 | zstd | png (all lossless)
     decode_ahead: int = 3  # later windows whose frames a decode pass keeps on disk for them
     metrics_port: int | None = None  # serve GET /metrics on 127.0.0.1:PORT (None: no server)
+    limits: tuple[tuple[str, int], ...] = ()  # (name, value) of config/limits.py's Limits
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 from sandfs.config import fields
+from sandfs.config.limits import DEFAULT_LIMITS, Limits, parse_limit_flags, read_limits_section
 from sandfs.config.pipeline import view_shape
 from sandfs.config.schema import EngineConfig, TaskConfig
 from sandfs.config.yamlsafe import Value
@@ -36,6 +37,7 @@ ENGINE_FIELDS = {
     "cache_format": "cache_format",
     "decode_ahead": "decode_ahead",
     "metrics_port": "metrics_port",
+    "limits": "limits",
 }
 # The command line flag that overrides each EngineConfig field (errors name what the user typed).
 CLI_FLAGS = {
@@ -91,6 +93,7 @@ class MountSettings:
     prune_mode: str  # PRUNE_MODES
     media_limits: MediaLimits
     metrics_port: int | None = None  # the loopback port of GET /metrics (None: none)
+    limits: Limits = DEFAULT_LIMITS  # what one user may hold (config/limits.py)
 
     @property
     def on_demand_memory_bytes(self) -> int:
@@ -107,7 +110,10 @@ def mount_settings(
 ) -> tuple[MountSettings, list[str]]:
     """The settings of a mount of `configs` and the warnings about configs that disagree.
     `overrides`: command line values by EngineConfig field (None: not given). Raises UserError
-    with one line naming the flag, variable or task at fault."""
+    with one line naming the flag, variable or task at fault. `overrides["limits"]`: the
+    `--limit NAME=N` flags, set over the config's `limits:` one by one."""
+    overrides = dict(overrides)
+    limit_flags = overrides.pop("limits", None) or ()
     engine, warnings = cli_engine(configs, overrides)
     mountpoint = mountpoint or engine.mountpoint
     if not mountpoint:
@@ -130,6 +136,7 @@ def mount_settings(
         prune_mode=prune_mode,
         media_limits=media_limits(environ),
         metrics_port=engine.metrics_port,
+        limits=mount_limits(engine.limits, limit_flags),
     )
     return settings, warnings
 
@@ -142,6 +149,13 @@ def cli_engine(configs: Sequence[TaskConfig], overrides: Mapping[str, Any]
     except ValueError as exc:
         name, _, reason = str(exc).partition(": ")
         raise UserError(f"{CLI_FLAGS.get(name, name)}: {reason}") from None
+
+
+def mount_limits(configured: Sequence[tuple[str, int]], flags: Sequence[str]) -> Limits:
+    try:
+        return DEFAULT_LIMITS.updated(dict(configured) | dict(parse_limit_flags(flags)))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def check_views_fit(config: TaskConfig, settings: MountSettings) -> None:
@@ -238,6 +252,7 @@ def read_engine_section(value: Value | None, base_dir: str
         "cache_format": partial(fields.choice, choices=CACHE_FORMATS),
         "decode_ahead": partial(fields.integer, minimum=INTEGER_MINIMUMS["decode_ahead"]),
         "metrics_port": partial(fields.integer, minimum=PORTS[0], maximum=PORTS[1]),
+        "limits": read_limits_section,
     }
     settings = {
         ENGINE_FIELDS[key]: readers[key](item)

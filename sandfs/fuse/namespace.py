@@ -12,13 +12,14 @@ the configs give (`needs_tasks` says which requests must wait for the tasks).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import chain
 
-from sandfs.access import NodeAccess, Owner
+from sandfs.access import NodeAccess, Owner, privileged
 from sandfs.metrics import render_metrics
 from sandfs.service import ViewService
 from sandfs.startup import NotServing, Startup, as_startup
@@ -59,6 +60,15 @@ SAND_DIR = ".sand"
 STATUS = "status.json"
 METRICS = "metrics"  # the status in the Prometheus text format
 LEASE_SUFFIX = ".lease"  # .sand/tasks/NAME.lease: open while the task must live (not listed)
+META_FILE = "meta.json"  # ITERATION/meta.json: user.sand.meta, also past the xattr size limit
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """Who lists a directory: `/` and `.sand/tasks/` show each user the tasks they may read."""
+
+    uid: int
+    gid: int
 
 
 class VideoTree:
@@ -153,15 +163,30 @@ class Namespace:
             if owner is None or not self.exists(node):
                 return NodeAccess(uid, gid, 0)
             mode = owner.dir_mode if node.is_dir else owner.file_mode
-            return NodeAccess(owner.uid, owner.gid, 0o600 if node.kind == "task_yaml" else mode)
+            # its YAML, and its lease (whose last close ends the task), are the owner's alone
+            private = node.kind in ("task_yaml", "task_lease")
+            return NodeAccess(owner.uid, owner.gid, 0o600 if private else mode)
         if node.kind == "tasks":
             return NodeAccess(uid, gid, 0o1777 if uid == 0 else 0o755)
         return NodeAccess(uid, gid, 0o555 if node.is_dir else 0o444)
 
+    def may_see(self, task: str, kind: str, viewer: Viewer | None) -> bool:
+        """May `viewer` read the task's directory (or YAML)? Its name is listed only then."""
+        if viewer is None or privileged(viewer.uid):
+            return True
+        generation = self.generation(task)
+        if generation is None:
+            return False
+        access = self.access(Node(kind, task=task, generation=generation))
+        if access.uid == viewer.uid:
+            return True
+        return bool(access.mode & (0o040 if access.gid == viewer.gid else 0o004))
+
     def task_path(self, node: Node) -> str:
         """Where a view, frame or source file is in its task's tree (for status.json)."""
-        if node.kind == "view":
-            return f"{node.epoch}/{node.iteration}/view"
+        if node.kind in ("view", "meta"):
+            leaf = "view" if node.kind == "view" else META_FILE
+            return f"{node.epoch}/{node.iteration}/{leaf}"
         video = self.service.tasks[node.task].videos[node.video]
         if node.kind == "video_file":
             return f"videos/{video.rel_path}"
@@ -219,9 +244,8 @@ class Namespace:
         return replace(parent, kind="iteration", iteration=iteration)
 
     def _child_iteration(self, parent: Node, name: str) -> Node | None:
-        if name != "view":
-            return None
-        return replace(parent, kind="view")
+        kind = {"view": "view", META_FILE: "meta"}.get(name)
+        return None if kind is None else replace(parent, kind=kind)
 
     def _child_videos(self, parent: Node, name: str) -> Node | None:
         entry = self.video_tree(parent.task).entries.get(parent.folder, {}).get(name)
@@ -250,16 +274,19 @@ class Namespace:
 
     # -- listing -----------------------------------------------------------------------------
 
-    def children(self, node: Node, start: int = 0) -> Iterator[tuple[int, str, Node]]:
+    def children(self, node: Node, start: int = 0, viewer: Viewer | None = None
+                 ) -> Iterator[tuple[int, str, Node]]:
         """The entries of a directory from offset `start`, in a stable order: (offset of the
         next entry, name, node). Made as the kernel pages through the directory, so a page
-        costs what it returns, however many epochs a task has."""
-        for position, name in enumerate(self.child_names(node, start), start + 1):
+        costs what it returns, however many epochs a task has. `viewer` (None: all) sees in
+        `/` and `.sand/tasks/` only what they may read."""
+        for position, name in enumerate(self.child_names(node, start, viewer), start + 1):
             child = self.child(node, name)
             if child is not None:
                 yield position, name, child
 
-    def child_names(self, node: Node, start: int = 0) -> Iterable[str]:
+    def child_names(self, node: Node, start: int = 0, viewer: Viewer | None = None
+                    ) -> Iterable[str]:
         """The names of a directory's entries from offset `start`."""
         if not self.exists(node):
             return ()
@@ -273,18 +300,20 @@ class Namespace:
             case "frames":
                 info = self.service.tasks[node.task].videos[node.video]
                 return (f"frame{i}" for i in range(start, info.num_frames))
-        return self._small_listing(node)[start:]
+        return self._small_listing(node, viewer)[start:]
 
-    def _small_listing(self, node: Node) -> list[str]:
+    def _small_listing(self, node: Node, viewer: Viewer | None = None) -> list[str]:
         match node.kind:
             case "sand":  # known before the tasks are
                 return [STATUS, METRICS, "tasks"]
             case "root":
-                return [SAND_DIR, *sorted(self.service.tasks)]
+                return [SAND_DIR, *sorted(t for t in self.service.tasks
+                                          if self.may_see(t, "task", viewer))]
             case "tasks":
-                return [f"{t}.yaml" for t in sorted(self.service.task_texts)]
+                return [f"{t}.yaml" for t in sorted(self.service.task_texts)
+                        if self.may_see(t, "task_yaml", viewer)]
             case "iteration":
-                return ["view"]
+                return ["view", META_FILE]
             case "videos":
                 return list(self.video_tree(node.task).entries.get(node.folder, {}))
             case "frame":
@@ -316,6 +345,8 @@ class Namespace:
                 return fplan.nbytes if fplan else 0
             case "task_yaml":
                 return len(service.task_texts[node.task].encode())
+            case "meta":
+                return len(meta_bytes(service, node))
         return 0
 
 
@@ -323,3 +354,9 @@ def ext_of(rel_path: str) -> str:
     leaf = rel_path.rsplit("/", 1)[-1]
     dot = leaf.rfind(".")
     return leaf[dot:] if dot > 0 else ""
+
+
+def meta_bytes(service: ViewService, node: Node) -> bytes:
+    """ITERATION/meta.json: the view's `user.sand.meta`, which a large batch makes longer than
+    the kernel lets an xattr be (64 KiB)."""
+    return json.dumps(service.view_meta(node.task, node.epoch, node.iteration)).encode()

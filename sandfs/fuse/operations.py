@@ -21,13 +21,15 @@ import pyfuse3
 import trio
 
 from sandfs.access import NodeAccess, privileged
+from sandfs.bounds import LimitReached, Quota
+from sandfs.config.limits import DEFAULT_LIMITS, Limits
 from sandfs.config.loader import ConfigError
 from sandfs.errors import UserError
 from sandfs.faults import fault_point
 from sandfs.fuse.gate import Gate
 from sandfs.fuse.handlers import fuse_error, handler, read_only
 from sandfs.fuse.inodes import Inodes
-from sandfs.fuse.namespace import Namespace, Node
+from sandfs.fuse.namespace import Namespace, Node, Viewer, meta_bytes
 from sandfs.fuse.pagecache import PageDropper
 from sandfs.fuse.readahead import set_readahead
 from sandfs.fuse.xattrs import PlannedValues, xattr_bytes, xattr_names
@@ -36,12 +38,12 @@ from sandfs.openat import open_no_symlinks
 from sandfs.sched.flights import ObjectFailed
 from sandfs.service import ViewService
 from sandfs.startup import Startup
+from sandfs.threads import limiter
 
 log = logging.getLogger(__name__)
 
 IMMUTABLE_TIMEOUT = 3600.0  # views never change once planned: let the kernel cache them
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC
-MAX_TASK_FILE_BYTES = 1 << 20
 MAX_LOOKUPS_KEPT = 4096  # threads whose last view lookup is remembered
 TASK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
 
@@ -58,8 +60,8 @@ class Upload:
 class OpenFile:
     node: Node
     inode: int
+    uid: int  # of the process that opened it: its handles count against its limit
     data: bytes | memoryview | None = None  # at the first read (views), or at open (small files)
-    fd: int = -1  # source video passthrough
     registered: bool = False  # a task upload that was handed to the service
     lock: trio.Lock = field(default_factory=trio.Lock)
 
@@ -69,7 +71,8 @@ class SandOperations(pyfuse3.Operations):
     enable_writeback_cache = False
     enable_acl = False
 
-    def __init__(self, service: ViewService | Startup, mountpoint: str | None = None) -> None:
+    def __init__(self, service: ViewService | Startup, mountpoint: str | None = None,
+                 limits: Limits = DEFAULT_LIMITS) -> None:
         super().__init__()
         self.pages = PageDropper()  # started and closed by whoever owns the FUSE session
         self.namespace = Namespace(service)
@@ -80,8 +83,15 @@ class SandOperations(pyfuse3.Operations):
         self.planned = PlannedValues()  # views' meta and labels, asked twice each
         self.looked_up: dict[int, Node] = {}  # thread id -> the view path it looked up last
         self.files: dict[int, OpenFile] = {}
+        self.dirs: dict[int, tuple[int, Viewer]] = {}  # open directories: inode, who opened
         self.uploads: dict[Node, Upload] = {}  # task YAMLs being written to .sand/tasks
         self.leases: dict[Node, int] = {}  # open handles on .sand/tasks/NAME.lease
+        self.limits = limits
+        self.handles = Quota("open handles", limits.handles_per_uid, limits.handles_total,
+                             per_uid_errno=errno.EMFILE, total_errno=errno.ENFILE,
+                             setting="handles")
+        self.upload_slots = Quota("task files being written", limits.uploads_per_uid,
+                                  limits.uploads_total, setting="uploads")
         self._next_fh = 1
         self._next_upload = 1
         self.mounted_ns = time.time_ns()
@@ -184,12 +194,16 @@ class SandOperations(pyfuse3.Operations):
         if not node.is_dir:
             raise fuse_error(errno.ENOTDIR)
         await self.gate.lookup(node, None, ctx)  # its readdir then answers at once
-        return inode
+        fh = self._next_fh
+        self._next_fh += 1
+        self.dirs[fh] = (inode, Viewer(ctx.uid, ctx.gid))  # / and .sand/tasks list per user
+        return fh
 
     @handler
     async def readdir(self, fh, start_id, token):
-        node = await self.namespace.prepared(self.inodes.node(fh))
-        for position, name, child in self.namespace.children(node, start_id):
+        inode, viewer = self.dirs.get(fh, (fh, None))
+        node = await self.namespace.prepared(self.inodes.node(inode))
+        for position, name, child in self.namespace.children(node, start_id, viewer):
             attr = self.attributes(child)
             if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, position):
                 self.inodes.drop_unheld(attr.st_ino)  # the page is full: not sent
@@ -197,7 +211,7 @@ class SandOperations(pyfuse3.Operations):
             self.inodes.held(attr.st_ino)  # readdirplus: the kernel counts it as a lookup
 
     async def releasedir(self, fh):
-        pass
+        self.dirs.pop(fh, None)
 
     # -- files -------------------------------------------------------------------------------
 
@@ -211,41 +225,65 @@ class SandOperations(pyfuse3.Operations):
         if node.kind in ("video_file", "aug") and \
                 not self.service.registry.may_read(node.task, node.video):
             raise fuse_error(errno.EACCES)  # its owner lost access to the video since
-        handle = OpenFile(node, inode)
+        if node.kind == "task_lease" and not self.may_end(node.task, ctx.uid):
+            raise fuse_error(errno.EACCES)  # closing it would end another user's task
+        self.take_handle(node, ctx.uid)
+        try:
+            info = await self.open_handle(node, ctx.uid)
+        except BaseException:
+            self.handles.give(ctx.uid)
+            raise
+        fh = self._next_fh
+        self._next_fh += 1
+        self.files[fh] = OpenFile(node, inode, ctx.uid)
+        if node.kind in ("status", "metrics", "task_yaml", "meta"):
+            self.files[fh].data = self.small_file(node, ctx.uid)
+        info.fh = fh
+        return info
+
+    def take_handle(self, node: Node, uid: int) -> None:
+        """Count a handle of `uid`: EMFILE past its limit, ENFILE past the mount's (with a
+        status.json failure on the task, once per distinct path)."""
+        try:
+            self.handles.take(uid)
+        except LimitReached as exc:
+            if node.task:
+                self.service.failures.record(node.task, self.namespace.task_path(node)
+                                             if node.kind in ("view", "video_file", "aug")
+                                             else node.kind, str(exc))
+            raise fuse_error(exc.errno) from exc
+
+    async def open_handle(self, node: Node, uid: int) -> pyfuse3.FileInfo:
         info = pyfuse3.FileInfo()
         info.keep_cache = self.is_immutable(node)
         if node.kind == "view":
             self.service.opened_view(node.task, node.epoch, node.iteration)
         elif node.kind == "video_file":
-            handle.fd = self.open_source(node)
+            await self.read_source(node, 0, 0)  # EIO now for a changed file, not at the read
         elif node.kind == "task_lease":
             self.take_lease(node)
-        elif node.kind in ("status", "metrics", "task_yaml"):
-            handle.data = self.small_file(node, ctx.uid)
-            info.direct_io = node.kind != "task_yaml"  # its size changes between getattr and read
-        fh = self._next_fh
-        self._next_fh += 1
-        self.files[fh] = handle
-        info.fh = fh
+        elif node.kind in ("status", "metrics"):
+            info.direct_io = True  # its size changes between getattr and read
         return info
 
-    def open_source(self, node: Node) -> int:
-        path = self.service.tasks[node.task].videos[node.video].path
-        fd = open_no_symlinks(path, os.O_RDONLY | os.O_NOFOLLOW)  # a swapped folder: ELOOP
-        try:
-            self.check_source(node, fd)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
-    def check_source(self, node: Node, fd: int) -> None:
-        """EIO (and a status.json failure) for a source changed since the scan: its size and
-        frames were planned from the file as scanned, and passing it through would cut it."""
-        changed = self.service.tasks[node.task].videos[node.video].changed(os.fstat(fd))
+    async def read_source(self, node: Node, offset: int, size: int) -> bytes:
+        """Bytes of a source video, opened for this read only: a handle holds no fd of the
+        daemon's, so no number of open handles can exhaust them."""
+        info = self.service.tasks[node.task].videos[node.video]
+        st, data = await trio.to_thread.run_sync(pread_file, info.path, offset, size,
+                                                 limiter=limiter("source_reads"))
+        # its size and frames were planned from the file as scanned: passing a changed one
+        # through would cut it (and another file in its place is not the task owner's)
+        changed = info.changed(st)
         if changed:
             self.failed(node, f"source_changed: {changed}")
             raise fuse_error(errno.EIO)
+        return data
+
+    def may_end(self, task: str, uid: int) -> bool:
+        """Its owner, root and the daemon's user may end a task (unlink, or its lease)."""
+        owner = self.service.registry.owners.get(task)
+        return privileged(uid) or (owner is not None and owner.uid == uid)
 
     def failed(self, node: Node, reason: str) -> None:
         where = self.namespace.task_path(node)
@@ -256,6 +294,8 @@ class SandOperations(pyfuse3.Operations):
         if node.kind in ("status", "metrics"):  # each user sees their own tasks only
             record = self.startup.status_for(None if privileged(viewer) else viewer)
             return record.to_bytes() if node.kind == "status" else render_metrics(record)
+        if node.kind == "meta":
+            return meta_bytes(self.service, node)
         return self.service.task_texts[node.task].encode()
 
     @handler
@@ -268,9 +308,8 @@ class SandOperations(pyfuse3.Operations):
         except Exception as exc:  # for this task's status.json too, not only the log
             self.failed(handle.node, f"{type(exc).__name__}: {exc}")
             raise
-        if handle.fd >= 0:
-            self.check_source(handle.node, handle.fd)  # replaced in place since the open?
-            return await trio.to_thread.run_sync(os.pread, handle.fd, size, off)
+        if handle.node.kind == "video_file":
+            return await self.read_source(handle.node, off, size)
         if handle.data is None:
             async with handle.lock:
                 if handle.data is None:
@@ -295,16 +334,15 @@ class SandOperations(pyfuse3.Operations):
         handle = self.files.pop(fh, None)
         if handle is None:
             return
-        if handle.fd >= 0:
-            os.close(handle.fd)
+        self.handles.give(handle.uid)
         node = handle.node
         if node.kind == "view" and self.namespace.exists(node):
             if handle.data is None:  # nothing came through this handle: the page cache served it
                 self.service.view_read_from_page_cache(node.task, node.epoch, node.iteration)
             if self.service.released_view(node.task, node.epoch, node.iteration):
                 self.pages.drop(handle.inode)  # every reader has it: the kernel's copy serves none
-        if node.kind == "task_upload":
-            self.uploads.pop(handle.node, None)
+        if node.kind == "task_upload" and self.uploads.pop(node, None) is not None:
+            self.upload_slots.give(handle.uid)
         if node.kind == "task_lease":
             await self.drop_lease(node)
 
@@ -344,17 +382,32 @@ class SandOperations(pyfuse3.Operations):
         if task in self.service.tasks:
             raise fuse_error(errno.EEXIST)
         node = Node("task_upload", task=task, generation=self._next_upload)
+        self.take_upload(task, ctx.uid)
+        try:
+            self.take_handle(node, ctx.uid)
+        except BaseException:
+            self.upload_slots.give(ctx.uid)
+            raise
         self._next_upload += 1
         self.uploads[node] = Upload((ctx.uid, ctx.gid))
         attr = self.attributes(node)
         fh = self._next_fh
         self._next_fh += 1
-        self.files[fh] = OpenFile(node, attr.st_ino)
+        self.files[fh] = OpenFile(node, attr.st_ino, ctx.uid)
         info = pyfuse3.FileInfo()
         info.fh = fh
         info.direct_io = True
         self.inodes.held(attr.st_ino)
         return info, attr
+
+    def take_upload(self, task: str, uid: int) -> None:
+        """EDQUOT past the uploads `uid` may write at once, ENOSPC past the mount's (the
+        reason in status.json's task_errors)."""
+        try:
+            self.upload_slots.take(uid)
+        except LimitReached as exc:
+            self.service.registry.refused(task, str(exc), uid)
+            raise fuse_error(exc.errno) from exc
 
     @handler
     async def write(self, fh, off, buf):
@@ -362,7 +415,7 @@ class SandOperations(pyfuse3.Operations):
         if handle is None or handle.node.kind != "task_upload" or handle.registered:
             raise fuse_error(errno.EROFS)
         data = self.uploads[handle.node].data
-        if off + len(buf) > MAX_TASK_FILE_BYTES:
+        if off + len(buf) > self.limits.upload_bytes:
             raise fuse_error(errno.EFBIG)
         data[len(data):] = bytes(max(0, off - len(data)))
         data[off : off + len(buf)] = buf
@@ -381,6 +434,10 @@ class SandOperations(pyfuse3.Operations):
         try:
             text = bytes(upload.data).decode("utf-8")
             await self.service.add_task_file(file_name, text, upload.writer)
+        except LimitReached as exc:
+            self.service.registry.refused(handle.node.task, str(exc), upload.writer[0])
+            log.warning("task file %s refused: %s", file_name, exc)
+            raise fuse_error(exc.errno) from exc
         except (ConfigError, UserError, UnicodeDecodeError) as exc:
             self.service.registry.refused(handle.node.task, str(exc), upload.writer[0])
             log.warning("task file %s refused: %s", file_name, exc)
@@ -395,7 +452,7 @@ class SandOperations(pyfuse3.Operations):
         task = os.fsdecode(name).removesuffix(".yaml")
         if not os.fsdecode(name).endswith(".yaml") or task not in self.service.tasks:
             raise fuse_error(errno.ENOENT)
-        if not privileged(ctx.uid) and self.service.registry.owners[task].uid != ctx.uid:
+        if not self.may_end(task, ctx.uid):
             raise fuse_error(errno.EPERM)  # the sticky bit's rule, kept by the daemon too
         await self.service.remove_task(task)
 
@@ -441,3 +498,12 @@ class SandOperations(pyfuse3.Operations):
         stat_.f_bsize = stat_.f_frsize = 1 << 20
         stat_.f_namemax = 255
         return stat_
+
+
+def pread_file(path: str, offset: int, size: int) -> tuple[os.stat_result, bytes]:
+    """In a thread: (fstat, `size` bytes at `offset`) of a file, reached through no symlink."""
+    fd = open_no_symlinks(path, os.O_RDONLY | os.O_NOFOLLOW)  # a swapped folder: ELOOP
+    try:
+        return os.fstat(fd), os.pread(fd, size, offset) if size else b""
+    finally:
+        os.close(fd)

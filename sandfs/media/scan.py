@@ -40,8 +40,10 @@ from sandfs.media.types import (
     VideoInfo,
 )
 from sandfs.openat import open_no_symlinks
+from sandfs.ratelog import RateLimitedLog
 
 log = logging.getLogger(__name__)
+WALK_WARNINGS = RateLimitedLog(log)  # one a folder: a flood on a huge or dead tree
 
 ProgressCallback = Callable[[ScanProgress], None]
 
@@ -269,7 +271,8 @@ def _same_device(name: str, dir_fd: int, dir_path: str, device: int) -> bool:
             return True
     except OSError:
         return True  # fwalk meets the error again and reports it
-    log.warning("not scanning %s: another filesystem", ascii(os.path.join(dir_path, name)))
+    WALK_WARNINGS.warning("not scanning %s: another filesystem",
+                          ascii(os.path.join(dir_path, name)))
     return False
 
 
@@ -281,7 +284,7 @@ def _lstat(name: str, dir_fd: int) -> os.stat_result | OSError:
 
 
 def _log_walk_error(error: OSError) -> None:
-    log.warning("cannot list %s: %s", ascii(error.filename), ascii(error.strerror))
+    WALK_WARNINGS.warning("cannot list %s: %s", ascii(error.filename), ascii(error.strerror))
 
 
 def _claim_names(candidates: list[_Candidate]) -> tuple[list[_Candidate], list[BadVideo]]:

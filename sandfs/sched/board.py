@@ -162,7 +162,8 @@ class BatchBoard:
         return [key for key, uses in self.pending.items() if uses]
 
     def job_states(self, busy: set, deadline_of: Callable[[ViewKey], int],
-                   assemble_within: int):
+                   assemble_within: int,
+                   owner_load: Callable[[Iterable[ViewKey]], int] | None = None):
         """(JobState, job key) of the jobs that could run now and are worth ranking: the video
         jobs each task needs soonest and those with clips for a batch a reader is blocked on
         (`UrgencyOrder`), and reading back the batches needed within `assemble_within`
@@ -181,6 +182,7 @@ class BatchBoard:
                 deadline_iterations=deadline,
                 remaining_work=len({i for u in uses for i in u.clip.frame_indices}) + len(uses),
                 lead_work=self.lead_work(soonest),
+                owner_load=owner_load(u.view for u in uses) if owner_load else 0,
             ), job
         for key in self.covered:  # batches to read back: those needed soon
             state = self.views[key]
@@ -189,7 +191,9 @@ class BatchBoard:
                 continue
             deadline, demanded = deadline_of(key), key in self.demanded
             if demanded or deadline < assemble_within:
-                yield JobState(f"a{key.parts}", demanded, deadline, len(on_disk_only)), key
+                load = owner_load([key]) if owner_load else 0
+                yield JobState(f"a{key.parts}", demanded, deadline, len(on_disk_only),
+                               owner_load=load), key
 
     def lead_work(self, use: ClipUse) -> int:
         """Frames x pixels a pass decodes to make this clip: from the keyframe before it."""

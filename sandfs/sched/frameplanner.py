@@ -13,6 +13,7 @@ from sandfs.plan.failures import ViewFailures
 from sandfs.plan.frames import FramePlan, VideoUses, frame_plan, video_uses
 from sandfs.plan.task import TaskPlan
 from sandfs.sched.flights import Flights
+from sandfs.threads import limiter
 
 MAX_VIDEOS_KEPT = 256  # (plan, epoch, video) uses kept: a few clips each
 
@@ -43,7 +44,8 @@ class FramePlanner:
                 continue
             self._flights.event(key)
             try:
-                return self._kept_uses(key, await trio.to_thread.run_sync(video_uses, *key))
+                return self._kept_uses(key, await trio.to_thread.run_sync(
+                    video_uses, *key, limiter=limiter("planning")))
             finally:
                 self._flights.settle(key)
         return uses

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from sandfs import ops as oplib
-from sandfs.cache import ObjectGraph, ObjectKey, ObjectStore, Stack, prune
+from sandfs.cache import ObjectGraph, ObjectKey, ObjectStore, Stack
 from sandfs.materialize import FrameKey, Prefixed, clip_frame_keys
 from sandfs.media.gop import frames_to_decode
 from sandfs.media.types import VideoInfo
@@ -196,11 +195,7 @@ def object_graph(work: VideoWork, window: WindowPlan) -> ObjectGraph:
     """One video's objects in a window for pruning: video -> frames -> clips, with sizes and
     the cost (seconds) of the op that makes each from its parents."""
     info = work.info
-    mpixels = info.width * info.height / 1e6
-    frames = sorted(work.frames)
-    decode_per_frame = (DECODE_SECONDS_PER_MPIXEL * mpixels
-                        * frames_to_decode(info, frames) / max(1, len(frames)))
-    share = AUGMENT_SECONDS_PER_MPIXEL * mpixels  # a clip's op, per frame it is made from
+    decode_per_frame, share = video_seconds(work)
     frame_keys = sorted(work.frame_keys, key=repr)
     position = {key: i for i, key in enumerate(frame_keys, start=1)}
     clip_parents = [tuple(sorted(position[key] for key in clip_frame_keys(use.clip)))
@@ -215,27 +210,14 @@ def object_graph(work: VideoWork, window: WindowPlan) -> ObjectGraph:
                       *(share * len(parents) for parents in clip_parents)))
 
 
-class _WindowGraphs(Sequence[ObjectGraph]):
-    """A window's object graphs, video by video, each built when pruning asks for it (after
-    `wait_turn`): one video's graph in memory at a time."""
-
-    def __init__(self, window: WindowPlan, wait_turn: Callable[[], object]) -> None:
-        self.window, self.paths, self.wait_turn = window, list(window.videos), wait_turn
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, index: int) -> ObjectGraph:  # type: ignore[override]
-        video = self.window.videos[self.paths[index]]  # past the end: IndexError ends a loop
-        self.wait_turn()
-        return object_graph(video, self.window)
-
-
-def disk_plans(plan: WindowPlan, budget_bytes: int, mode: str) -> dict[str, DiskPlan]:
-    """What to keep on disk for each video of the window, within `budget_bytes`."""
-    if needs_pruning(plan, budget_bytes, mode):
-        return pruned_plans(plan, prune_room(budget_bytes))
-    return soonest_clips(plan, budget_bytes)
+def video_seconds(work: VideoWork) -> tuple[float, float]:
+    """The cost model of a video's objects: (seconds to decode one of its frames, seconds of
+    a clip's op per frame it is made from)."""
+    info = work.info
+    mpixels = info.width * info.height / 1e6
+    frames = sorted(work.frames)
+    return (DECODE_SECONDS_PER_MPIXEL * mpixels * frames_to_decode(info, frames)
+            / max(1, len(frames)), AUGMENT_SECONDS_PER_MPIXEL * mpixels)
 
 
 def prune_room(budget_bytes: int) -> int:
@@ -248,7 +230,7 @@ def needs_pruning(plan: WindowPlan, budget_bytes: int, mode: str) -> bool:
     and stops at once), nor in the `leaves` ablation."""
     if mode == "leaves":
         return False
-    if _leaves_nbytes(plan) <= prune_room(budget_bytes):
+    if leaves_nbytes(plan) <= prune_room(budget_bytes):
         log.info("window %d: every clip fits on disk", plan.window)
         return False
     return True
@@ -260,22 +242,7 @@ def soonest_clips(plan: WindowPlan, budget_bytes: int) -> dict[str, DiskPlan]:
     return _leaves_only(plan, prune_room(budget_bytes))
 
 
-def pruned_plans(plan: WindowPlan, room: int,
-                 wait_turn: Callable[[], object] = lambda: None) -> dict[str, DiskPlan]:
-    """Algorithm 1 over the window's object graphs (`prune`), within `room` bytes; it calls
-    `wait_turn` before each video (the planner holds it back while it plans)."""
-    graphs = _WindowGraphs(plan, wait_turn)
-    started = time.monotonic()
-    chosen = prune(graphs, room)
-    log.info("window %d: keeping %d bytes on disk (%d collapses, %d drops, +%.1fs "
-             "recompute) in %.2fs", plan.window, chosen.total_nbytes, chosen.collapses,
-             chosen.drops, chosen.added_recompute_seconds, time.monotonic() - started)
-    return {path: DiskPlan(clips={Spot(node[1], node[2]) for node in cached if node[0] == "clip"},
-                           frames=any(node[0] == "frame" for node in cached))
-            for path, cached in zip(graphs.paths, chosen.cached, strict=True)}
-
-
-def _leaves_nbytes(plan: WindowPlan) -> int:
+def leaves_nbytes(plan: WindowPlan) -> int:
     return sum(clip_nbytes(plan.views[use.view][0], use)
                for work in plan.videos.values() for use in work.uses)
 

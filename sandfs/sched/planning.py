@@ -28,8 +28,10 @@ from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import VideoJobKey
-from sandfs.sched.objects import needs_pruning, prune_room, pruned_plans
+from sandfs.sched.objects import needs_pruning, prune_room
+from sandfs.sched.pruning import pruned_plans
 from sandfs.sched.windows import ViewOf, WindowBook
+from sandfs.threads import limiter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -134,7 +136,8 @@ class WindowPlanner:
                 if self.while_planning is not None:
                     nursery.start_soon(self.while_planning)
                 try:
-                    planned = await trio.to_thread.run_sync(plan, *args)
+                    planned = await trio.to_thread.run_sync(plan, *args,
+                                                            limiter=limiter("planning"))
                 except Exception as error:  # raised below as it is, not in an exception group
                     failed = error
                 nursery.cancel_scope.cancel()
@@ -150,7 +153,7 @@ class WindowPlanner:
                     skip: frozenset[str] = frozenset()) -> work.PlannedWindow:
         """In a thread: the window's plan (or its lead part, or rest), what is on disk, and
         what to keep there."""
-        planned = work.plan_active_window(list(self.book.plans.values()), window, self.store,
+        planned = work.plan_active_window(self.book.planned_plans(), window, self.store,
                                           self.prune_mode, lead=lead, skip=skip)
         if self.on_window_planned is not None:
             try:
@@ -242,7 +245,7 @@ class WindowPlanner:
             async with self.tasks_steady:
                 if window not in book.horizon(self.carry.span):  # a task left meanwhile
                     continue
-                plans = list(book.plans.values())
+                plans = book.planned_plans()
                 book.future[window] = await self._plan_in_thread(plan_window, plans, window)
 
     def _add_window(self, planned: work.PlannedWindow) -> None:
@@ -365,7 +368,7 @@ class WindowPlanner:
         self._note_window_added()  # a reader waiting on the task set looks again
         start = self.book.window_of_task(plan.name, 0)
         windows = sorted(self.book.windows, key=lambda w: (w != start, w))
-        if not windows:
+        if not windows or plan.name in self.book.unread:  # planned once a reader comes
             return
         lead = self._lead_videos(windows[0], [plan])
         first = await self._add_part(plan, windows[0], lead=lead)

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sandfs.access import privileged
+
 MEMORY_PRESSURE_FRACTION = 0.8
 NOT_NEEDED = 1 << 40  # deadline of work no reader is heading for
 
@@ -34,13 +36,16 @@ class JobState:
     deadline_iterations: int  # iterations before its first pending clip is needed
     remaining_work: int  # unprocessed edges of its subtree: frames to decode + clips to make
     lead_work: int = 0  # decoding before its soonest clip is made: frames x pixels
+    owner_load: int = 0  # jobs running for the owner of its readers (the least loaded one)
 
 
 def priority(job: JobState, *, memory_pressure: bool) -> tuple:
     if memory_pressure and not job.demanded:
         return (1, job.remaining_work, job.deadline_iterations, job.key)
-    return (int(not job.demanded), job.deadline_iterations, -job.lead_work, job.remaining_work,
-            job.key)
+    # workers are shared fairly between the owners of the tasks: the owner with the fewest
+    # jobs running goes first (on a mount of one owner all are equal: deadlines decide)
+    return (int(not job.demanded), job.deadline_iterations >= NOT_NEEDED, job.owner_load,
+            job.deadline_iterations, -job.lead_work, job.remaining_work, job.key)
 
 
 def fifo_priority(job: JobState, *, memory_pressure: bool) -> tuple:
@@ -50,6 +55,22 @@ def fifo_priority(job: JobState, *, memory_pressure: bool) -> tuple:
 
 
 POLICIES = {"priority": priority, "fifo": fifo_priority}
+
+
+def share_owner(owner: int | None, registrar: int | None) -> int:
+    """Whom a task's jobs count for in the fair share: its owner (-1: the daemon's user, the
+    owner of the mount's configs)."""
+    if owner is not None:
+        return owner
+    return -1 if registrar is None else registrar
+
+
+def makes_ahead_unread(registrar: int | None) -> bool:
+    """Are a task's views made ahead before anyone reads it? Those of the mount's configs and
+    of root or the daemon's user: yes, so the first epoch is ready. Another user's: no, only
+    once a reader opens one of its views, so that tasks nobody reads cost nobody
+    anything (docs/deploy.md#limits)."""
+    return registrar is None or privileged(registrar)
 
 
 def pick_next(jobs: Iterable[JobState], *, memory_pressure: bool,

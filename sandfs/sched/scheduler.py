@@ -11,7 +11,8 @@ blocks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from types import MappingProxyType
 
@@ -251,7 +252,18 @@ class Scheduler:
 
     def _job_states(self):
         return self.board.job_states(set(self.running) | self.carry.carried, self.book.deadline_of,
-                                     self.memory.horizon())
+                                     self.memory.horizon(), self._owner_load())
+
+    def _owner_load(self) -> Callable[[Iterable[ViewKey]], int] | None:
+        """With tasks of several owners: how many jobs run for the least loaded owner of some
+        batches (policy.priority shares the workers by it); None with one owner."""
+        if len(set(self.book.owners.values())) < 2:
+            return None
+        load: Counter[int] = Counter()
+        for job in self.running.values():
+            views = [u.view for u in job.uses] if isinstance(job, VideoJob) else [job.key]
+            load.update(self.book.owners_of(views))
+        return lambda views: min((load[o] for o in self.book.owners_of(views)), default=0)
 
     def _dispatch(self, *, demanded_only: bool = False) -> None:
         passes = self.passes

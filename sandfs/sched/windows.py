@@ -4,12 +4,12 @@ and further ahead only to carry frames), and who reads which batch when."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
-from sandfs.sched.policy import NOT_NEEDED
+from sandfs.sched.policy import NOT_NEEDED, makes_ahead_unread, share_owner
 
 ViewOf = tuple[TaskPlan, int, int]  # (plan, epoch, iteration) of a batch
 
@@ -39,6 +39,8 @@ class WindowBook:
         # views open right now, per task (position -> count): readers behind the latest open
         # (a second trainer, a prefetching loader, a re-read) keep their windows planned
         self.open_positions: dict[str, Counter[int]] = {name: Counter() for name in self.plans}
+        self.unread: set[str] = set()  # tasks planned into no window until first read
+        self.owners = {p.name: owner_key(p) for p in plans}  # whose share each task's jobs use
         self.windows: dict[int, WindowPlan] = {}
         self.future: dict[int, WindowPlan] = {}  # windows further ahead: only to carry frames
         # active windows a joining task has no part in yet, by task (Scheduler.add_plan)
@@ -61,6 +63,7 @@ class WindowBook:
         if moves:
             self.positions[task] = index
         self.open_positions[task][index] += 1
+        self.unread.discard(task)
 
     def released(self, task: str, epoch: int, iteration: int) -> None:
         opened = self.open_positions.get(task)
@@ -86,6 +89,7 @@ class WindowBook:
         ahead = [pos - at
                  for window in self.windows.values()
                  for task, pos in window.readers.get(key, ())
+                 if task not in self.unread
                  for at in (self.positions[task], *self.open_positions[task])
                  if pos >= at]
         return min(ahead, default=NOT_NEEDED)
@@ -93,14 +97,28 @@ class WindowBook:
     # -- windows ----------------------------------------------------------------------------
 
     def wanted(self) -> set[int]:
-        """Each task's current and next window, and the windows of the views open now."""
+        """Each task's current and next window, and the windows of the views open now (none
+        for a task no reader came to yet)."""
         wanted = set()
         for name, plan in self.plans.items():
+            if name in self.unread:
+                continue
             per_epoch = plan.iterations_per_epoch
             current = plan.window_of(self.positions[name] // per_epoch)
             wanted |= {w for w in (current, current + 1) if plan.window_epochs(w)}
             wanted |= {plan.window_of(p // per_epoch) for p in self.open_positions[name]}
         return wanted
+
+    def owners_of(self, keys: Iterable[ViewKey]) -> set[int]:
+        """The owners (`share_owner`) of the tasks that read these batches."""
+        return {self.owners[task] for key in keys for window in self.windows.values()
+                for task, _ in window.readers.get(key, ()) if task in self.owners}
+
+    def planned_plans(self) -> list[TaskPlan]:
+        """The tasks new windows are planned for: not those no reader came to yet, whose views
+        are made on demand until the window after their first read (the same bytes: the
+        window's draws are frozen for every task on the dataset alike)."""
+        return [plan for name, plan in self.plans.items() if name not in self.unread]
 
     def horizon(self, span: int) -> set[int]:
         """The `span` windows after each active one that are not active themselves."""
@@ -137,6 +155,9 @@ class WindowBook:
         self.plans[plan.name] = plan
         self.positions[plan.name] = 0
         self.open_positions[plan.name] = Counter()
+        self.owners[plan.name] = owner_key(plan)
+        if not makes_ahead_unread(plan.cfg.access.registrar):
+            self.unread.add(plan.name)
         self.future.clear()  # planned again with the new task
 
     def merge(self, window: int, part: WindowPlan, own: Container[ViewKey] = frozenset()
@@ -183,6 +204,8 @@ class WindowBook:
         self.plans.pop(name, None)
         self.positions.pop(name, None)
         self.open_positions.pop(name, None)
+        self.unread.discard(name)
+        self.owners.pop(name, None)
         self.parts_pending.pop(name, None)
         self.future.clear()
         released: dict[ViewKey, ViewOf] = {}
@@ -198,3 +221,7 @@ class WindowBook:
             for work in window.videos.values():
                 work.uses = [u for u in work.uses if u.view not in released]
         return released
+
+
+def owner_key(plan: TaskPlan) -> int:
+    return share_owner(plan.cfg.access.owner, plan.cfg.access.registrar)

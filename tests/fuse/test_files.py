@@ -180,6 +180,14 @@ async def test_a_views_planned_values_are_worked_out_once_for_repeated_requests(
     assert await fs.getxattr("t0/1/0/view", "user.sand.state") == b"ready"
 
 
+async def test_meta_json_is_the_meta_xattr_as_a_file(fs):
+    """ITERATION/meta.json serves user.sand.meta also where a large batch makes it longer than
+    the kernel's 64 KiB xattr limit (E2BIG)."""
+    text = await fs.read("t0/1/0/meta.json")
+    assert text == await fs.getxattr("t0/1/0/view", "user.sand.meta")
+    assert (await fs.stat("t0/1/0/meta.json")).st_size == len(text)
+
+
 async def test_source_video_and_frame_xattrs(fs):
     video = "t0/videos/juggling/juggling_000.mp4"
     meta = json.loads(await fs.getxattr(video, "user.sand.meta"))

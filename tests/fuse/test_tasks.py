@@ -16,7 +16,7 @@ import trio
 import yaml
 
 from sandfs.config import yamlsafe
-from sandfs.fuse.operations import MAX_TASK_FILE_BYTES
+from sandfs.config.limits import DEFAULT_LIMITS
 from tests.helpers.harness import task_config
 from tests.helpers.operations import CTX, Listing, errno_of
 from tests.helpers.reference import reference_view
@@ -98,7 +98,7 @@ async def test_an_upload_takes_sparse_writes_and_truncation_up_to_a_limit(fs):
     size.st_size = 2
     fields = SimpleNamespace(update_size=True)  # `>` and cp truncate what they write
     assert (await fs.ops.setattr(attr.st_ino, size, fields, info.fh, CTX)).st_size == 2
-    assert await errno_of(fs.ops.write(info.fh, MAX_TASK_FILE_BYTES, b"x")) == errno.EFBIG
+    assert await errno_of(fs.ops.write(info.fh, DEFAULT_LIMITS.upload_bytes, b"x")) == errno.EFBIG
     await fs.ops.release(info.fh)  # closed without a flush: nothing is registered
     assert fs.ops.uploads == {}
     assert await fs.listdir(".sand/tasks") == ["t0.yaml"]

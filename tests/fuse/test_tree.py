@@ -80,7 +80,7 @@ async def test_listings(fs):
     assert await fs.listdir(".sand/tasks") == ["t0.yaml"]
     assert await fs.listdir("t0") == ["videos", "0", "1", "2"]
     assert await fs.listdir("t0/2") == ["0", "1", "2"]  # 12 videos, 4 per batch
-    assert await fs.listdir("t0/2/2") == ["view"]
+    assert await fs.listdir("t0/2/2") == ["view", "meta.json"]
     assert await fs.listdir("t0/videos") == ["archery", "bowling", "juggling"]
     names = await fs.listdir("t0/videos/bowling")
     assert sorted(names) == sorted(f"bowling_{i:03d}{e}" for i in range(4) for e in ("", ".mp4"))
@@ -98,7 +98,8 @@ async def test_listed_attributes_match_lookup(fs):
     fh = await fs.ops.opendir(await fs.inode("t0/0/0"), CTX)
     listing = Listing()
     await fs.ops.readdir(fh, 0, listing)
-    [(name, attr, next_id)] = listing.entries
+    [(name, attr, next_id), (meta, _, _)] = listing.entries
+    assert meta == "meta.json"
     looked_up = await fs.stat("t0/0/0/view")
     assert (name, next_id) == ("view", 1)
     assert (attr.st_ino, attr.st_size, attr.st_mode) == (

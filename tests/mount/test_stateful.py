@@ -60,7 +60,7 @@ class Model:
                 return ("dir", set(iterations))
             if parts[2] in iterations:
                 if len(parts) == 3:
-                    return ("dir", {"view"})
+                    return ("dir", {"view", "meta.json"})
                 if parts[3:] == ("view",):
                     return ("view", int(parts[1]), int(parts[2]))
         return None

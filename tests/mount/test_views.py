@@ -44,7 +44,7 @@ def test_tree_lists_epochs_iterations_and_videos(mounted, config_path):
     assert sorted(os.listdir(mounted.mountpoint)) == [".sand", "t0"]
     assert sorted(os.listdir(mounted.path("t0"))) == sorted(["videos", "0", "1", "2"])
     assert os.listdir(mounted.path("t0", "0")) == [str(i) for i in range(3)]
-    assert os.listdir(mounted.path("t0", "0", "2")) == ["view"]
+    assert sorted(os.listdir(mounted.path("t0", "0", "2"))) == ["meta.json", "view"]
     assert sorted(os.listdir(mounted.path("t0", "videos"))) == sorted(
         ["archery", "bowling", "juggling"])
     names = sorted(os.listdir(mounted.path("t0", "videos", "archery")))

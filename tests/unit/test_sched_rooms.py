@@ -15,13 +15,8 @@ from sandfs.sched.board import BatchBoard, ReadyView, ViewState
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.flights import Flights, ObjectFailed
 from sandfs.sched.jobs import AssemblyJob, JobResult, Placed, VideoJob, VideoJobKey
-from sandfs.sched.objects import (
-    PRUNE_TARGET_FRACTION,
-    Spot,
-    clip_nbytes,
-    disk_plans,
-    pruned_plans,
-)
+from sandfs.sched.objects import PRUNE_TARGET_FRACTION, Spot, clip_nbytes
+from sandfs.sched.pruning import disk_plans, pruned_plans
 from sandfs.sched.scheduler import Scheduler
 from sandfs.sched.windows import Position, WindowBook
 from sandfs.stats import Stats
@@ -251,13 +246,19 @@ def test_where_every_clip_fits_disk_plans_keep_what_algorithm_1_keeps(tmp_path):
     assert tight == pruned_plans(window, int(budget // 2 * PRUNE_TARGET_FRACTION)) != kept
 
 
-def test_pruning_asks_for_its_turn_before_each_video(tmp_path):
-    """The planner holds pruning back while it plans (`wait_turn`, before each video's
-    graph is built): a window's pruning yields between videos, never in the middle of one."""
+def test_pruning_asks_for_its_turn_before_each_video(tmp_path, monkeypatch):
+    """The planner holds pruning back while it plans (`wait_turn`, before each video is read
+    and between the walk's passes): a window's pruning yields between videos, never in the
+    middle of one."""
+    from sandfs.sched import pruning
+
     window = plan_window([make_plan(tmp_path)], 0)
-    turns = []
-    pruned_plans(window, 0, lambda: turns.append(1))
-    assert len(turns) == 2 * len(window.videos)  # nothing fits: drops read each again
-    turns.clear()
-    pruned_plans(window, 1 << 40, lambda: turns.append(1))
-    assert len(turns) == len(window.videos)
+    events = []
+    seconds_of = pruning.video_seconds
+    monkeypatch.setattr(pruning, "video_seconds",
+                        lambda work: events.append("video") or seconds_of(work))
+    for room in (0, 1 << 40):
+        events.clear()
+        pruned_plans(window, room, lambda: events.append("turn"))
+        assert events.count("video") == len(window.videos)
+        assert all(events[i - 1] == "turn" for i, e in enumerate(events) if e == "video")

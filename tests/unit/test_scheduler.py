@@ -1339,12 +1339,13 @@ async def test_pruning_runs_beside_the_first_jobs_and_its_plan_takes_over(tmp_pa
     the soonest clips that fit kept, pruning runs beside the first jobs, and the jobs started
     after it follow its plan; every batch is still made."""
     from sandfs.sched import objects
+    from sandfs.sched import pruning as pruning_module
 
     plan, _, _ = scheduler_for(tmp_path)  # the plan the scheduler below makes
     budget = half_the_clips(plan)
     release = threading.Event()
-    pruned = objects.disk_plans
-    pruning = objects.pruned_plans
+    pruned = pruning_module.disk_plans
+    pruning = pruning_module.pruned_plans
 
     def slow_pruning(*args):
         release.wait(5)
@@ -1398,17 +1399,17 @@ async def test_pruning_waits_while_a_joining_task_s_part_is_planned(tmp_path, mo
     pruning, a task joining a kept mount of 10,000 videos took 13 s to plan its first part
     instead of 2. Pruning only refines what jobs keep on disk, so it pauses between videos
     while a window or part is planned, and finishes afterwards."""
-    from sandfs.sched import objects
+    from sandfs.sched import pruning
     from sandfs.sched import work as work_module
 
     planning = threading.Event()  # set while the joining task's part is planned
     built_while_planning = []
-    graph_of = objects.object_graph
+    seconds_of = pruning.video_seconds  # called as each video is read
 
-    def slow_graph(video, window):
+    def slow_read(video):
         built_while_planning.append(planning.is_set())
         time.sleep(0.02)
-        return graph_of(video, window)
+        return seconds_of(video)
 
     plan_part = work_module.plan_task_part
 
@@ -1420,7 +1421,7 @@ async def test_pruning_waits_while_a_joining_task_s_part_is_planned(tmp_path, mo
         finally:
             planning.clear()
 
-    monkeypatch.setattr(objects, "object_graph", slow_graph)
+    monkeypatch.setattr(pruning, "video_seconds", slow_read)
     monkeypatch.setattr(work_module, "plan_task_part", slow_part)
     plan, _, _ = scheduler_for(tmp_path, videos=24)
     videos = len(plan_window([plan], 0).videos)
@@ -1464,7 +1465,7 @@ async def test_a_task_leaving_while_a_window_is_pruned_does_not_fail_the_pruning
     """Pruning reads its window in a thread while tasks join and leave; a task that left
     took its batches out of the window mid-read, and pruning failed with a KeyError (found
     at 10,000 videos). It reads a snapshot taken when it starts."""
-    from sandfs.sched import objects
+    from sandfs.sched import pruning as pruning_module
 
     release = threading.Event()
     pruning = planning_module.pruned_plans
@@ -1474,7 +1475,7 @@ async def test_a_task_leaving_while_a_window_is_pruned_does_not_fail_the_pruning
         return pruning(*args)
 
     left, joined = [], threading.Event()
-    size_of = objects.clip_nbytes
+    size_of = pruning_module.clip_nbytes
 
     def leaving(plan, use):
         if joined.is_set() and not left:  # pruning's first clip: the joined task leaves now
@@ -1482,7 +1483,7 @@ async def test_a_task_leaving_while_a_window_is_pruned_does_not_fail_the_pruning
         return size_of(plan, use)
 
     monkeypatch.setattr(planning_module, "pruned_plans", held_pruning)
-    monkeypatch.setattr(objects, "clip_nbytes", leaving)
+    monkeypatch.setattr(pruning_module, "clip_nbytes", leaving)
     plan, _, _ = scheduler_for(tmp_path)
     with ObjectStore(str(tmp_path / "cache"), half_the_clips(plan)) as store:
         plan, scheduler, _ = scheduler_for(tmp_path, store=store, workers=2)

@@ -1,0 +1,260 @@
+"""Dataset scale: what a mount costs as the dataset grows from 1,000 to 250,000 videos.
+
+The dataset: --sources short H.264 videos (320x240, 3 s at 30 fps, a keyframe a second),
+hard-linked to one path each, 1,000 to a folder (a folder is a class), so a large dataset costs
+no disk. Two tasks, one at a time: `small` (configs/single.yaml: 8 clips of 16x112x112) and
+`slowfast` (configs/slowfast.yaml: 8 clips of 32x112x112, stride 2), k = --k-epochs.
+
+Per size and task:
+- mount (through `sandfs mount`, a fresh cache dir, then a remount on the same cache dir, its
+  scan index kept): seconds from the launch to `sandfs mount` returning and to the first batch
+  in hand, cold and warm; epoch-0 batches/s over --batches batches read one after the other
+  after the first (each batch's videos are decoded for their window: the same work at every
+  size); the daemon's peak RSS (VmHWM) and its process tree's sampled peak; the pruning the
+  daemon logged by then.
+- plan (in this process, on scan results copied from the sources' probes, no mount): planning
+  seconds (CPU) of the tasks' plans and of window 0, plan bytes a clip (what tracemalloc sees
+  the task plans and the window plan hold, over the window's clips), and Algorithm 1's CPU
+  seconds over window 0 with room for half its clips (skipped above --prune-max-clips).
+One JSON object per line.
+
+    .venv/bin/python benchmarks/bench_scale.py --sizes 1000 10000
+    .venv/bin/python benchmarks/bench_scale.py --sizes 1000 --parts plan
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import re
+import shutil
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (
+    PeakMemory,
+    compile_sandfs,
+    emit,
+    machine_info,
+    peak_rss_mb,
+    sandfs_mount,
+    settle_disk,
+)
+
+from sandfs.config.loader import load_task_config
+from sandfs.media.scan import scan_dataset
+from sandfs.media.synth import write_test_video
+from sandfs.media.types import DatasetScan, VideoInfo
+from sandfs.plan.mount import plan_tasks
+from sandfs.plan.window import plan_window
+from sandfs.sched.objects import leaves_nbytes
+from sandfs.sched.pruning import pruned_plans
+
+CONFIGS = Path(__file__).resolve().parent / "configs"
+TASKS = {"small": "single.yaml", "slowfast": "slowfast.yaml"}
+FOLDER_VIDEOS = 1000
+SOURCE_FRAMES, SOURCE_FPS, SOURCE_WH = 90, 30, (320, 240)
+PRUNED_LINE = re.compile(r"window (\d+): keeping (\d+) bytes on disk \((\d+) collapses, "
+                         r"(\d+) drops.*\) in ([\d.]+)s")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=sorted(TASKS))
+    parser.add_argument("--parts", nargs="+", choices=("mount", "plan"),
+                        default=["mount", "plan"])
+    parser.add_argument("--batches", type=int, default=120,
+                        help="epoch-0 batches timed after the first (default 120)")
+    parser.add_argument("--k-epochs", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--sources", type=int, default=16, help="distinct videos linked")
+    parser.add_argument("--prune-max-clips", type=int, default=300_000,
+                        help="skip the in-process pruning figure above this many clips")
+    parser.add_argument("--work-dir", type=Path,
+                        help="where datasets, caches and logs go (default: a temporary dir)")
+    args = parser.parse_args()
+    if min(args.sizes) < 1 or args.batches < 1 or args.sources < 1:
+        parser.error("--sizes, --batches and --sources must be >= 1")
+    return args
+
+
+# -- the dataset ------------------------------------------------------------------------------
+
+
+def write_sources(root: Path, count: int) -> list[Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        path = root / f"source_{i:03d}.mp4"
+        if not path.exists():
+            write_test_video(path, num_frames=SOURCE_FRAMES, width=SOURCE_WH[0],
+                             height=SOURCE_WH[1], fps=SOURCE_FPS, gop=SOURCE_FPS, noise=True,
+                             seed=i)
+        paths.append(path)
+    return paths
+
+
+def link_dataset(root: Path, sources: list[Path], videos: int) -> Path:
+    """`videos` hard links to the sources, 1,000 to a folder; made once per size."""
+    done = root / ".complete"
+    if done.exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    for i in range(videos):
+        folder = root / f"c{i // FOLDER_VIDEOS:03d}"
+        if i % FOLDER_VIDEOS == 0:
+            folder.mkdir(parents=True)
+        (folder / f"v{i:06d}.mp4").hardlink_to(sources[i % len(sources)])
+    done.touch()
+    return root
+
+
+def task_config(task: str, root: Path, work_dir: Path) -> Path:
+    config = yaml.safe_load((CONFIGS / TASKS[task]).read_text())
+    config["task"] = task
+    config["dataset"]["video_dataset_path"] = str(root)
+    path = work_dir / f"{task}-{root.name}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+# -- through the mount ------------------------------------------------------------------------
+
+
+def read_batch(mountpoint: Path, task: str, iteration: int) -> np.ndarray:
+    return np.load(mountpoint / task / "0" / str(iteration) / "view")
+
+
+def pruning_logged(log_path: Path, since: int) -> list[dict]:
+    text = log_path.read_text(errors="replace")[since:]
+    return [{"window": int(w), "kept_bytes": int(b), "collapses": int(c), "drops": int(d),
+             "seconds": float(s)} for w, b, c, d, s in PRUNED_LINE.findall(text)]
+
+
+def mounted_run(work_dir: Path, config: Path, task: str, args, *, warm: bool) -> dict:
+    """One mount: the launch to serving and to the first batch; when cold, epoch-0 batches/s
+    and the peak memory too."""
+    log_path = work_dir / "mnt.log"
+    since = log_path.stat().st_size if log_path.exists() else 0
+    settle_disk()
+    pid = [0]
+    with PeakMemory(lambda: [pid[0]] if pid[0] else []) as tree, \
+            sandfs_mount(work_dir, [config], k_epochs=args.k_epochs, workers=args.workers,
+                         keep_cache=True) as mount:  # the cold mount's for the warm one
+        pid[0] = mount.pid
+        first = read_batch(mount.mountpoint, task, 0)
+        record = {"mount_s": round(mount.mount_s, 2),
+                  "first_batch_s": round(time.monotonic() - mount.launched_at, 2),
+                  "batch_shape": list(first.shape)}
+        if not warm:
+            iterations = mount.status()["tasks"][task]["iterations_per_epoch"]
+            count = min(args.batches, iterations - 1)
+            started = time.monotonic()
+            for iteration in range(1, count + 1):
+                read_batch(mount.mountpoint, task, iteration)
+            seconds = time.monotonic() - started
+            record.update(batches=count, batches_per_s=round(count / seconds, 2),
+                          daemon_peak_rss_mb=peak_rss_mb(mount.pid))
+        record["pruning"] = pruning_logged(log_path, since)
+    if not warm:
+        record["tree_peak_rss_mb"] = tree.peak_mb
+    return record
+
+
+def mount_record(work_dir: Path, root: Path, task: str, videos: int, args) -> dict:
+    config = task_config(task, root, work_dir)
+    shutil.rmtree(work_dir / "mnt-cache", ignore_errors=True)
+    cold = mounted_run(work_dir, config, task, args, warm=False)
+    warm = mounted_run(work_dir, config, task, args, warm=True)
+    shutil.rmtree(work_dir / "mnt-cache", ignore_errors=True)
+    return {"record": "mount", "videos": videos, "task": task, "cold": cold, "warm": warm}
+
+
+# -- in this process --------------------------------------------------------------------------
+
+
+def source_infos(sources: list[Path], args) -> list[VideoInfo]:
+    scan = scan_dataset(sources[0].parent, [".mp4"], workers=args.workers)
+    assert len(scan.videos) == len(sources) and not scan.bad, scan.bad
+    return sorted(scan.videos, key=lambda v: v.rel_path)
+
+
+def copied_scan(root: Path, infos: list[VideoInfo], videos: int) -> DatasetScan:
+    """The scan a mount of the linked dataset gets, without probing it again."""
+    copies = []
+    for i in range(videos):
+        rel = f"c{i // FOLDER_VIDEOS:03d}/v{i:06d}"
+        copies.append(dataclasses.replace(infos[i % len(infos)], name=rel,
+                                          rel_path=f"{rel}.mp4", path=f"{root}/{rel}.mp4"))
+    return DatasetScan(str(root), tuple(copies), ())
+
+
+def plan_window0(config: Path, scan: DatasetScan, k_epochs: int):
+    cfg = load_task_config(config)
+    scans = {(cfg.dataset.video_dataset_path, cfg.dataset.extensions): scan}
+    cpu = time.process_time()
+    plans = plan_tasks([cfg], scans, k_epochs=k_epochs)
+    tasks_s = time.process_time() - cpu
+    window = plan_window(plans, 0)
+    return plans, window, tasks_s, time.process_time() - cpu - tasks_s
+
+
+def plan_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, videos: int,
+                args) -> dict:
+    config = task_config(task, root, work_dir)
+    scan = copied_scan(root, infos, videos)
+    gc.collect()
+    plans, window, tasks_s, window_s = plan_window0(config, scan, args.k_epochs)
+    clips = sum(len(work.uses) for work in window.videos.values())
+    del plans, window
+    gc.collect()
+    tracemalloc.start()
+    held = plan_window0(config, scan, args.k_epochs)[:2]
+    plan_bytes = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del held
+    record = {"record": "plan", "videos": videos, "task": task, "window_clips": clips,
+              "task_plans_cpu_s": round(tasks_s, 3), "window_cpu_s": round(window_s, 3),
+              "planning_us_per_clip": round((tasks_s + window_s) / clips * 1e6, 2),
+              "plan_bytes_per_clip": round(plan_bytes / clips, 1)}
+    if clips <= args.prune_max_clips:
+        window = plan_window0(config, scan, args.k_epochs)[1]
+        room = leaves_nbytes(window) // 2
+        cpu = time.process_time()
+        pruned_plans(window, room)
+        record["prune_cpu_s"] = round(time.process_time() - cpu, 2)
+    return record
+
+
+def main() -> int:
+    args = parse_args()
+    emit({"bench": "scale", "params": {**vars(args), "work_dir": str(args.work_dir)},
+          "machine": machine_info()})
+    compile_sandfs()
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as temp:
+        work_dir = args.work_dir or Path(temp)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        sources = write_sources(work_dir / "sources", args.sources)
+        infos = source_infos(sources, args) if "plan" in args.parts else []
+        for videos in sorted(args.sizes):
+            root = link_dataset(work_dir / f"videos-{videos}", sources, videos)
+            for task in args.tasks:
+                if "plan" in args.parts:
+                    emit(plan_record(work_dir, root, infos, task, videos, args))
+                if "mount" in args.parts:
+                    emit(mount_record(work_dir, root, task, videos, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

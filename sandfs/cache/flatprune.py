@@ -1,0 +1,251 @@
+"""Algorithm 1 (`prune`) over a whole window at once, its objects as columns: the same decisions
+as `prune` over the same graphs, in numpy where a video's walk has a closed form.
+
+A window's graphs are flat: video -> frames (each decoded straight from the video, all at the
+video's decode seconds a frame) -> clips (leaves, made from a set of frames). `FlatGraphs` holds
+them as arrays: per clip its video, bytes, seconds and frames (CSR into per-frame columns).
+
+Where no collapse of a video can save space, its collapse walk is empty and its drop walk only
+drops clips: each step drops the cached clip of least (seconds per byte saved, -bytes, position),
+its seconds being the decodes of its frames not needed yet (summed one by one, in `prune`'s
+order) and its own op. That is `prune`'s walk (its lazily updated heap keeps every cached clip's
+current rank, and ranks only fall as frames become needed); here all such videos take their
+next step together. No collapse saves space when the video's clips' bytes are at most the
+smallest bytes of one clip's frames: a collapse uncaches only clips all of whose frames it
+caches, so it caches at least one clip's frames and uncaches at most every clip. The other
+videos walk as in `prune`, one graph at a time (`graph_of`).
+
+The merge of the videos' drop walks is a sort: taking the least next step of every walk takes
+a walk's steps in blocks, each led by a step ranked above every earlier one of its walk, and the
+blocks in the order of their leaders; so the steps go by (the highest rank of their walk so far,
+walk, position in the walk).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from sandfs.cache.prune import ObjectGraph, _merge, _Taken, _Video, _walk
+
+
+@dataclass(frozen=True, slots=True)
+class FlatGraphs:
+    """A window's flat object graphs. Clips are grouped by video, videos in order 0..V-1, and a
+    video's clips in its graph's node order; frame ids index the frame columns."""
+
+    clip_video: np.ndarray  # int64 [C], non-decreasing
+    clip_nbytes: np.ndarray  # int64 [C]
+    clip_seconds: np.ndarray  # float64 [C]: the op that makes the clip from its frames
+    clip_frames: np.ndarray  # int64 [C + 1]: clip i's frames are frame_ids[clip_frames[i]:...]
+    frame_ids: np.ndarray  # int64: distinct within a clip; a frame belongs to one video
+    frame_nbytes: np.ndarray  # int64 [F]
+    frame_seconds: np.ndarray  # float64 [V]: decoding one frame of the video
+
+    def __post_init__(self) -> None:
+        clips, videos = len(self.clip_video), len(self.frame_seconds)
+        if not (len(self.clip_nbytes) == len(self.clip_seconds) == clips
+                and len(self.clip_frames) == clips + 1 and self.clip_frames[0] == 0
+                and self.clip_frames[-1] == len(self.frame_ids)):
+            raise ValueError("flat graphs need bytes, seconds and frames for every clip")
+        if clips and (np.any(np.diff(self.clip_video) < 0) or self.clip_video[0] < 0
+                      or self.clip_video[-1] >= videos):
+            raise ValueError("flat graphs need clips grouped by video, videos in order")
+        if np.any(np.diff(self.clip_frames) < 1):
+            raise ValueError("every clip is made from at least one frame")
+        if len(self.frame_ids) and (self.frame_ids.min() < 0
+                                    or self.frame_ids.max() >= len(self.frame_nbytes)):
+            raise ValueError("frame ids must index the frame columns")
+        if (np.any(self.clip_nbytes < 0) or np.any(self.frame_nbytes < 0)
+                or not np.all(self.clip_seconds >= 0) or not np.all(self.frame_seconds >= 0)):
+            raise ValueError("bytes and seconds must be >= 0")
+
+    @property
+    def videos(self) -> int:
+        return len(self.frame_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class FlatPrunePlan:
+    clips_kept: np.ndarray  # bool [C]
+    frames_kept: np.ndarray  # bool [V]: whether any frame of the video is kept
+    total_nbytes: int
+    added_recompute_seconds: float
+    collapses: int
+    drops: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Steps:
+    """Drop steps of several walks, each walk's in order: what the merge weighs."""
+
+    walk: np.ndarray  # the video
+    seconds_per_byte: np.ndarray
+    saved_nbytes: np.ndarray
+    added_seconds: np.ndarray
+    clip: np.ndarray  # fast videos: the clip dropped; -1 for a step of a slow video
+
+
+_EMPTY = _Steps(*(np.zeros(0),) * 5)
+
+
+def prune_flat(graphs: FlatGraphs, budget_bytes: int,
+               graph_of: Callable[[int], ObjectGraph],
+               wait_turn: Callable[[], object] = lambda: None) -> FlatPrunePlan:
+    """`prune` over the window's graphs: the same objects kept, bytes and steps. `graph_of(v)`
+    builds video v's `ObjectGraph` (its leaves in the order of its clips here) for the videos
+    whose collapses need the general walk; `wait_turn` is called between stages."""
+    if budget_bytes < 0:
+        raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
+    slow = _collapsible(graphs)
+    collapses = {}
+    for video in np.flatnonzero(slow).tolist():
+        wait_turn()
+        collapses[video] = _walk(_Video(graph_of(video)), "collapse")
+    total, collapse_seconds, took = _merge(list(collapses.values()),
+                                           int(graphs.clip_nbytes.sum()), budget_bytes)
+    drops: dict[int, list[_Taken]] = {}
+    steps = _EMPTY
+    if total > budget_bytes:  # every collapse taken: the walks go on from their ends
+        for video in collapses:
+            wait_turn()
+            walked = _Video(graph_of(video))
+            _walk(walked, "collapse")
+            drops[video] = _walk(walked, "drop")
+        steps = _taken(_concat(_fast_drops(graphs, ~slow, wait_turn), _slow_drops(drops)),
+                       total, budget_bytes)
+        total -= int(steps.saved_nbytes.sum())
+    clips_kept = np.ones(len(graphs.clip_video), bool)
+    clips_kept[steps.clip[steps.clip >= 0].astype(np.int64)] = False
+    frames_kept = np.zeros(graphs.videos, bool)
+    dropped = np.bincount(steps.walk.astype(np.int64), minlength=graphs.videos)
+    for video, took_video in zip(collapses, took, strict=True):
+        _apply_slow(graphs, video, graph_of(video), collapses[video][:took_video]
+                    + drops.get(video, [])[:dropped[video]], clips_kept, frames_kept)
+    drop_seconds = float(np.cumsum(steps.added_seconds)[-1]) if len(steps.walk) else 0.0
+    return FlatPrunePlan(clips_kept, frames_kept, total, collapse_seconds + drop_seconds,
+                         sum(took), len(steps.walk))
+
+
+def _taken(steps: _Steps, total: int, budget_bytes: int) -> _Steps:
+    """The steps `_merge` takes, in its order, until the total fits (module doc)."""
+    order = _merge_order(steps)
+    fits = np.flatnonzero(total - np.cumsum(steps.saved_nbytes[order]) <= budget_bytes)
+    order = order[:fits[0] + 1] if len(fits) else order
+    return _Steps(*(getattr(steps, name)[order] for name in _Steps.__slots__))
+
+
+def _collapsible(graphs: FlatGraphs) -> np.ndarray:
+    """Per video, whether a collapse might save space (module doc): its walk is the general
+    one."""
+    video, nbytes = graphs.clip_video, graphs.clip_nbytes
+    frame_bytes = np.add.reduceat(graphs.frame_nbytes[graphs.frame_ids], graphs.clip_frames[:-1])
+    clips_bytes = np.bincount(video, weights=nbytes, minlength=graphs.videos)
+    least_frames = np.full(graphs.videos, np.inf)
+    np.minimum.at(least_frames, video, frame_bytes)
+    return clips_bytes > least_frames
+
+
+def _fast_drops(graphs: FlatGraphs, fast: np.ndarray,
+                wait_turn: Callable[[], object]) -> _Steps:
+    """The drop walks of the `fast` videos, all at once: step t of every walk at pass t."""
+    video, starts = graphs.clip_video, graphs.clip_frames
+    counts = np.diff(starts)
+    sums = _frame_sums(graphs.frame_seconds, int(counts.max(initial=0)))
+    position = np.arange(len(video)) - np.searchsorted(video, video)
+    needed = np.zeros(len(graphs.frame_nbytes), bool)
+    active = fast[video] & (graphs.clip_nbytes > 0)
+    found: list[tuple[np.ndarray, ...]] = []
+    while active.any():
+        wait_turn()
+        clips = np.flatnonzero(active)
+        frames = _gather(graphs.frame_ids, starts, clips)
+        unneeded = np.add.reduceat(~needed[frames], _offsets(counts[clips]))
+        added = sums[video[clips], unneeded] + graphs.clip_seconds[clips]
+        saved = graphs.clip_nbytes[clips]
+        ratio = added / saved
+        rank = np.lexsort((position[clips], -saved, ratio, video[clips]))
+        first = rank[np.r_[True, video[clips][rank[1:]] != video[clips][rank[:-1]]]]
+        chosen = clips[first]
+        found.append((video[chosen], ratio[first], saved[first], added[first], chosen))
+        active[chosen] = False
+        needed[_gather(graphs.frame_ids, starts, chosen)] = True
+    if not found:
+        return _EMPTY
+    columns = [np.concatenate(c) for c in zip(*found, strict=True)]
+    by_walk = np.argsort(columns[0], kind="stable")  # each walk's steps in pass order
+    return _Steps(*(c[by_walk] for c in columns))
+
+
+def _frame_sums(frame_seconds: np.ndarray, most: int) -> np.ndarray:
+    """[video, n]: n of the video's frame decodes summed one by one from 0, as `prune` sums
+    them (a float sum depends on its order)."""
+    sums = np.zeros((len(frame_seconds), most + 1))
+    for n in range(1, most + 1):
+        sums[:, n] = sums[:, n - 1] + frame_seconds
+    return sums
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+
+
+def _gather(values: np.ndarray, starts: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """values[starts[r]:starts[r + 1]] for each r of `rows`, concatenated."""
+    counts = starts[rows + 1] - starts[rows]
+    within = np.arange(counts.sum()) - np.repeat(_offsets(counts), counts)
+    return values[np.repeat(starts[rows], counts) + within]
+
+
+def _slow_drops(walks: dict[int, list[_Taken]]) -> _Steps:
+    rows = [(video, *step.order[0], step.saved_nbytes, step.added_seconds)
+            for video, walk in walks.items() for step in walk]
+    if not rows:
+        return _EMPTY
+    video, ratio, _, saved, added = (np.array(c) for c in zip(*rows, strict=True))
+    return _Steps(video, ratio, saved, added, np.full(len(rows), -1))
+
+
+def _concat(*parts: _Steps) -> _Steps:
+    columns = [np.concatenate([getattr(p, name) for p in parts]) for name in _Steps.__slots__]
+    steps = _Steps(*columns)
+    by_walk = np.argsort(steps.walk, kind="stable")
+    return _Steps(*(c[by_walk] for c in columns))
+
+
+def _merge_order(steps: _Steps) -> np.ndarray:
+    """The order `_merge` takes the steps in (module doc): by the highest (seconds per byte,
+    -bytes) of the step's walk so far, then walk, then position in the walk."""
+    count = len(steps.walk)
+    if not count:
+        return np.zeros(0, np.int64)
+    ratio, negative = steps.seconds_per_byte, -steps.saved_nbytes
+    by_rank = np.lexsort((negative, ratio))
+    new = np.r_[True, (ratio[by_rank][1:] != ratio[by_rank][:-1])
+                | (negative[by_rank][1:] != negative[by_rank][:-1])]
+    rank = np.empty(count, np.int64)
+    rank[by_rank] = np.cumsum(new) - 1
+    walk = steps.walk.astype(np.int64)
+    offset = walk * (int(rank.max()) + 1)  # walks in order: one running max serves them all
+    highest = np.maximum.accumulate(rank + offset) - offset
+    return np.lexsort((np.arange(count), walk, highest))
+
+
+def _apply_slow(graphs: FlatGraphs, video: int, graph: ObjectGraph, steps: list[_Taken],
+                clips_kept: np.ndarray, frames_kept: np.ndarray) -> None:
+    """A slow video's result: its leaves minus what its steps uncached, plus what they
+    cached."""
+    walked = _Video(graph)
+    cached = set(walked.leaves())
+    for step in steps:
+        cached.difference_update(step.uncache)
+        cached.update(step.cache)
+    clips = np.flatnonzero(graphs.clip_video == video)
+    leaves = [graph.names[i] for i in range(len(graph.names)) if not walked.children[i]
+              and i != walked.root]
+    if len(leaves) != len(clips):
+        raise ValueError(f"graph_of({video}) has {len(leaves)} leaves for {len(clips)} clips")
+    clips_kept[clips] = [name in cached for name in leaves]
+    frames_kept[video] = bool(cached.difference(leaves))

@@ -1,0 +1,73 @@
+"""What a window keeps on disk (`sched.pruning`) is what Algorithm 1 over the window's object
+graphs (`cache.prune.prune` over `objects.object_graph`, the implementation it replaces) keeps,
+on planned windows: one task, tasks whose clips share frames enough to collapse, and clips
+that repeat a frame (a video shorter than a clip's span)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from sandfs.cache.prune import prune
+from sandfs.plan.window import plan_window
+from sandfs.sched.objects import DiskPlan, Spot, leaves_nbytes, object_graph
+from sandfs.sched.pruning import pruned_plans, window_graphs
+from tests.helpers.plans import fake_videos, make_plan
+
+
+def reference(window, room: int) -> dict[str, DiskPlan]:
+    paths = list(window.videos)
+    chosen = prune([object_graph(window.videos[p], window) for p in paths], room)
+    return {path: DiskPlan({Spot(n[1], n[2]) for n in cached if n[0] == "clip"},
+                           any(n[0] == "frame" for n in cached))
+            for path, cached in zip(paths, chosen.cached, strict=True)}
+
+
+def windows(tmp_path):
+    for folder in ("one", "dense0", "dense1", "short"):
+        (tmp_path / folder).mkdir()
+    one = make_plan(tmp_path / "one", videos=fake_videos(30))
+    repeating = make_plan(tmp_path / "short", videos=fake_videos(9, num_frames=5),
+                          sampling={"frames_per_video": 6})  # clips repeat their last frame
+    short = fake_videos(12, num_frames=14)  # many clips on few frames: collapses save
+    dense = [make_plan(tmp_path / f"dense{i}", videos=short, task=f"t{i}", seed=i,
+                       sampling={"samples_per_video": 3, "frames_per_video": 6})
+             for i in range(2)]
+    return [plan_window([one], 0), plan_window(dense, 0), plan_window([repeating], 0)]
+
+
+@pytest.mark.parametrize("share", [1.0, 0.8, 0.5, 0.2, 0.0])
+def test_keeps_what_the_general_walk_keeps(tmp_path, share):
+    for index, window in enumerate(windows(tmp_path)):
+        room = int(leaves_nbytes(window) * share)
+        assert pruned_plans(window, room) == reference(window, room), (index, share)
+
+
+def test_the_dense_window_collapses(tmp_path):
+    window = windows(tmp_path)[1]
+    room = int(leaves_nbytes(window) * 0.5)
+    assert any(plan.frames for plan in pruned_plans(window, room).values())
+
+
+def test_the_columns_cost_model_is_object_graph_s(tmp_path):
+    """Decode seconds a frame (frames a pass decodes, as `frames_to_decode` counts them: runs
+    from keyframes, none for a video that cannot seek) and a clip's op seconds, exactly."""
+    videos = fake_videos(12, num_frames=60)
+    videos = [replace(v, seekable=False) if i % 4 == 1 else
+              replace(v, keyframe_indices=()) if i % 4 == 2 else
+              replace(v, keyframe_indices=(0, 7, 30, 31)) if i % 4 == 3 else v
+              for i, v in enumerate(videos)]
+    (tmp_path / "t").mkdir()
+    window = plan_window([make_plan(tmp_path / "t", videos=videos, k_epochs=3,
+                                    sampling={"samples_per_video": 2})], 0)
+    paths = list(window.videos)
+    graphs = window_graphs(window, paths)
+    for index, path in enumerate(paths):
+        graph = object_graph(window.videos[path], window)
+        clips = np.flatnonzero(graphs.clip_video == index)
+        assert graphs.frame_seconds[index] == graph.make_seconds[1]
+        assert graphs.clip_seconds[clips].tolist() == [
+            s for s, parents in zip(graph.make_seconds, graph.parents, strict=True)
+            if parents and parents != (0,)]
