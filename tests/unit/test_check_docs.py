@@ -204,3 +204,9 @@ def test_commands_md_names_every_environment_variable():
     text = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
     variables = {*types._LIMIT_ENV, settings.SCHEDULING_ENV, settings.PRUNE_ENV}
     assert variables - set(re.findall(r"SANDFS_[A-Z_]+", text)) == set()
+
+
+def test_every_results_file_is_in_the_index():
+    index = (ROOT / "benchmarks" / "results" / "INDEX.md").read_text(encoding="utf-8")
+    files = {p.name for p in (ROOT / "benchmarks" / "results").glob("*.jsonl")}
+    assert {name for name in files if f"`{name}`" not in index} == set()
