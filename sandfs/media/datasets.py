@@ -169,10 +169,10 @@ class ScanBad(Sequence[BadVideo]):
 class ScanAhead:
     """The scan of a mount's local datasets, started in a thread as soon as the configs, the
     layout and the cache dir are checked: its probes run on the other core while the daemon
-    imports and mounts, and the daemon takes the result (`join`) where it would have started
-    scanning. What the scan reported before the daemon listened is replayed to it. `probes`
-    (started ahead) are the scan's, closed when it ends; `close` (also on leaving the `with`
-    block) stops a scan no one took."""
+    imports and mounts, and the daemon takes the listings (`join`) where it would have started
+    scanning; their probes go on until `close`. What the scan reported before the daemon
+    listened is replayed to it. `probes` (started ahead) are the scan's; `close` (also on
+    leaving the `with` block) stops the probes, and a scan no one took."""
 
     def __init__(self, datasets: Iterable[DatasetKey], cache_dir: str | None, workers: int,
                  limits: MediaLimits, probes: ProbeWorkers) -> None:
