@@ -47,7 +47,7 @@ def scan_all(datasets: Iterable[DatasetKey], cache_dir: str | None, workers: int
                        index_path=index_path(cache_dir, key) if cache_dir else None)
         if lazy is not None:
             scans[key] = found = lazy.start(key, **options)
-            log.info("dataset %s: %d files listed, %d left out, %d probed already", key[0],
+            log.info("dataset %s: %d files listed, %d left out, %d known from the index", key[0],
                      len(found.listed or ()), len(found.bad), found.probes.probed)
             continue
         scans[key] = found = scan_dataset(key[0], key[1], stop=stop, **options)

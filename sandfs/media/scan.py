@@ -38,6 +38,7 @@ from sandfs.media.scan_workers import (
 )
 from sandfs.media.types import (
     PACKETS,
+    PERMISSION_DENIED,
     BadVideo,
     DatasetScan,
     ListedVideo,
@@ -443,6 +444,9 @@ def _check_file(real_root: str, candidate: _Candidate, limits: MediaLimits) -> _
         return bad("not_regular", f"not a regular file ({_file_kind(file_stat.st_mode)})")
     if linked and os.path.commonpath([real_root, path]) != real_root:
         return bad("outside_root", "symlink resolves outside the dataset root")
+    if not os.access(path, os.R_OK):  # a daemon that is not root: out of the listing, as a
+        # root daemon's owner filter leaves it (a probe's refusal would keep its slots)
+        return bad(PERMISSION_DENIED, f"the daemon's user (uid {os.geteuid()}) cannot read it")
     if file_stat.st_size == 0:
         return bad("open_invalid", "empty file")
     if file_stat.st_size > limits.max_file_bytes:
