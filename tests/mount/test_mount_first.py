@@ -51,7 +51,7 @@ def large_dataset(tmp_path_factory, dataset_dir) -> Path:
 @pytest.fixture
 def large_config(tmp_path, large_dataset) -> Path:
     """A task skipping short videos: its mount serves once every video is probed (a lazy
-    scan's startup is the listing alone: tests/mount/test_lazy_scan.py)."""
+    scan's startup is the listing alone: tests/mount/test_cold_mount.py)."""
     return write_config(tmp_path / "large.yaml", task_config(
         large_dataset, epochs=1, sampling={"short_video": "skip"}))
 
