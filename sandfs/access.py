@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from sandfs.config.schema import AccessConfig, TaskConfig
 from sandfs.errors import UserError
-from sandfs.media.types import PERMISSION_DENIED, BadVideo, VideoInfo
+from sandfs.media.types import PERMISSION_DENIED, BadVideo, ListedVideo, VideoInfo
 from sandfs.openat import Identity, open_no_symlinks
 from sandfs.placement import resolve_outside_mounts
 
@@ -265,7 +265,7 @@ def owner_videos(cfg: TaskConfig, owner: Owner, videos: Sequence[VideoInfo]
     return tuple(kept), refusals(blocked, owner.uid)
 
 
-def owner_may_read(cfg: TaskConfig, owner: Owner, video: VideoInfo) -> bool:
+def owner_may_read(cfg: TaskConfig, owner: Owner, video: ListedVideo | VideoInfo) -> bool:
     """Is `video` still the owner's to read (checked again at each open of its bytes or
     frames: a chmod after the task was planned takes effect there)?"""
     if owner.uid == 0 or daemon_uid() != 0:

@@ -38,7 +38,7 @@ from sandfs.fuse.mountpoint import (
     quiet_late_replies,
 )
 from sandfs.fuse.operations import SandOperations
-from sandfs.media.datasets import DatasetKey, ScanAhead, ScanBook, bad_videos, scan_all
+from sandfs.media.datasets import DatasetKey, ScanAhead, ScanBad, ScanBook, scan_all
 from sandfs.media.scan import StderrProgress
 from sandfs.media.scan_workers import ScanStopped
 from sandfs.media.types import DatasetScan, ScanProgress
@@ -237,6 +237,9 @@ def scan_and_plan(startup: Startup, mount: Mount) -> Planned:
     scans = {} if ahead is None else ahead.join(progress, startup.stop_scan)
     scans |= scan_all([k for k in keys if k not in scans], settings.cache_dir, settings.workers,
                       settings.media_limits, progress, stop=startup.stop_scan)  # remote copies
+    for key in {dataset_key(c) for c in mount.configs if needs_whole_scan(c)}:
+        if scans[key].probes is not None:
+            scans[key].probes.wait_all(startup.stop_scan)
     startup.enter("planning")
     coordination = mount_coordination(mount.configs, load_plan_state(settings.cache_dir))
     plans = build_plans(mount.configs, scans, settings.k_epochs, coordination)
@@ -246,12 +249,18 @@ def scan_and_plan(startup: Startup, mount: Mount) -> Planned:
     return Planned(scans, plans, coordination, store, sizing)
 
 
+def needs_whole_scan(cfg: TaskConfig) -> bool:
+    """A task skipping short videos places only those probed long enough: its mount serves
+    once every video is probed (docs/contract.md#lazy-scan)."""
+    return cfg.dataset.sampling.short_video == "skip"
+
+
 def make_service(startup: Startup, mount: Mount, planned: Planned) -> ViewService:
     settings, configs = mount.settings, mount.configs
     return ViewService(
         planned.plans, engine=OnDemandObjects(workers=settings.workers,
                                               memory_budget_bytes=settings.on_demand_memory_bytes),
-        stats=Stats(), bad_videos=bad_videos(planned.scans),
+        stats=Stats(), bad_videos=ScanBad(planned.scans),
         task_texts={c.task: c.source_text for c in configs},
         memory_limit_bytes=settings.batch_memory_bytes, store=planned.store,
         store_sizing=planned.store_sizing, decode_ahead=settings.decode_ahead,

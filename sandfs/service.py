@@ -86,7 +86,7 @@ class ViewService:
         self.store = store
         # None: the store keeps the budget it was opened with, and every clip pruning keeps
         self.store_sizing = store_sizing
-        self.bad_videos = list(bad_videos)
+        self.bad_videos = bad_videos  # a lazy scan's grow while serving (ScanBad)
         self.read_ahead = read_ahead  # how far status.json's ready_ahead looks
         # time.monotonic() when the mount began (its uptime counts from there): the daemon
         # mounts before it scans, and the service comes after the scan

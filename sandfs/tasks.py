@@ -98,7 +98,7 @@ class TaskRegistry:
     def may_read(self, name: str, video: int) -> bool:
         """May the task's owner still read this video of it directly?"""
         plan = self.tasks[name]
-        return owner_may_read(plan.cfg, self.owners[name], plan.videos[video])
+        return owner_may_read(plan.cfg, self.owners[name], plan.listed[video])
 
     def visible(self, uid: int) -> tuple[set[str], set[str]]:
         """(tasks, task errors) that `uid` may see in status.json: its own, or all for root and

@@ -12,6 +12,7 @@ the configs give (`needs_tasks` says which requests must wait for the tasks).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,7 +20,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import chain
 
+import trio
+
 from sandfs.access import NodeAccess, Owner, privileged
+from sandfs.media.probebook import ProbeLost
+from sandfs.media.scan_workers import ScanStopped
+from sandfs.media.types import VideoInfo
 from sandfs.metrics import render_metrics
 from sandfs.service import ViewService
 from sandfs.startup import NotServing, Startup, as_startup
@@ -131,7 +137,7 @@ class Namespace:
         plan = self.service.tasks[task]
         built = self._video_trees.get(task)
         if built is None or built[0] is not plan:  # new, or a task re-registered under the name
-            built = (plan, VideoTree([(v.name, ext_of(v.rel_path)) for v in plan.videos]))
+            built = (plan, VideoTree([(v.name, ext_of(v.rel_path)) for v in plan.listed]))
             self._video_trees[task] = built
         return built[1]
 
@@ -187,7 +193,7 @@ class Namespace:
         if node.kind in ("view", "meta"):
             leaf = "view" if node.kind == "view" else META_FILE
             return f"{node.epoch}/{node.iteration}/{leaf}"
-        video = self.service.tasks[node.task].videos[node.video]
+        video = self.service.tasks[node.task].listed[node.video]
         if node.kind == "video_file":
             return f"videos/{video.rel_path}"
         return f"videos/{video.name}/frame{node.frame}/aug{node.depth}"
@@ -196,9 +202,21 @@ class Namespace:
         """`node`, once what the synchronous calls on it read is planned, off the event loop:
         which aug{D} a frame directory holds, and their sizes. Await it right before them."""
         plans = node.kind == "frame" or (node.kind == "aug" and node.depth > 0)
-        if plans and self.exists(node):
+        if node.video >= 0 and self.exists(node):
+            videos = self.service.tasks[node.task].videos
+            if videos.known(node.video) is None:  # a lazy scan's, not probed yet
+                with contextlib.suppress(ScanStopped, ProbeLost):  # stopping: no frames
+                    await trio.to_thread.run_sync(videos.usable, node.video,
+                                                  abandon_on_cancel=True)
+        if plans and self.exists(node) and self.probed(node) is not None:
             await self.service.plan_frames(node.task, node.video)
         return node
+
+    def probed(self, node: Node) -> VideoInfo | None:
+        """The node's video as probed (`prepared` waits for it); None when found bad: its
+        source file passes through, it has no frames (docs/contract.md#lazy-scan)."""
+        found = self.service.tasks[node.task].videos.known(node.video)
+        return found if isinstance(found, VideoInfo) else None
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -259,8 +277,8 @@ class Namespace:
 
     def _child_frames(self, parent: Node, name: str) -> Node | None:
         frame = parse_number(name, "frame")
-        info = self.service.tasks[parent.task].videos[parent.video]
-        if frame is None or frame >= info.num_frames:
+        info = self.probed(parent)
+        if frame is None or info is None or frame >= info.num_frames:
             return None
         return replace(parent, kind="frame", frame=frame)
 
@@ -298,8 +316,8 @@ class Namespace:
                 plan = self.service.tasks[node.task]
                 return map(str, range(start, plan.iterations_per_epoch))
             case "frames":
-                info = self.service.tasks[node.task].videos[node.video]
-                return (f"frame{i}" for i in range(start, info.num_frames))
+                info = self.probed(node)
+                return (f"frame{i}" for i in range(start, info.num_frames if info else 0))
         return self._small_listing(node, viewer)[start:]
 
     def _small_listing(self, node: Node, viewer: Viewer | None = None) -> list[str]:
@@ -339,7 +357,7 @@ class Namespace:
             case "view":
                 return service.tasks[node.task].view_nbytes(node.epoch, node.iteration)
             case "video_file":
-                return service.tasks[node.task].videos[node.video].size_bytes
+                return service.tasks[node.task].listed[node.video].size_bytes
             case "aug":
                 fplan = service.frame_plan(node.task, node.video, node.frame, node.depth)
                 return fplan.nbytes if fplan else 0

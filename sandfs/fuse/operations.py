@@ -269,7 +269,7 @@ class SandOperations(pyfuse3.Operations):
     async def read_source(self, node: Node, offset: int, size: int) -> bytes:
         """Bytes of a source video, opened for this read only: a handle holds no fd of the
         daemon's, so no number of open handles can exhaust them."""
-        info = self.service.tasks[node.task].videos[node.video]
+        info = self.service.tasks[node.task].listed[node.video]
         st, data = await trio.to_thread.run_sync(pread_file, info.path, offset, size,
                                                  limiter=limiter("source_reads"))
         # its size and frames were planned from the file as scanned: passing a changed one

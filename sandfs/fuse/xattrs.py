@@ -9,6 +9,7 @@ import weakref
 from collections import OrderedDict
 
 from sandfs.fuse.namespace import Node
+from sandfs.media.types import VideoInfo
 from sandfs.service import ViewService
 
 XATTR_PREFIX = b"user.sand."
@@ -86,16 +87,18 @@ def xattr_value(service: ViewService, node: Node, attr: str):
         meta = service.view_meta(node.task, node.epoch, node.iteration)
         return meta if attr == "meta" else [s["label"] for s in meta["samples"]]
     plan = service.tasks[node.task]
-    info = plan.videos[node.video]
     label = plan.labels[node.video]
     if attr == "labels":
         return [label]
     if attr == "state":
         return "ready"  # source files and single frames are served straight from the video
-    meta = {"task": node.task, "video": info.name, "label": label,
-            "label_index": plan.label_index(label), "rotation": info.rotation,
-            "num_frames": info.num_frames, "width": info.width, "height": info.height,
-            "codec": info.codec}
+    meta = {"task": node.task, "video": plan.listed[node.video].name, "label": label,
+            "label_index": plan.label_index(label)}
+    info = plan.videos.known(node.video)  # probed: Namespace.prepared waited for it
+    if not isinstance(info, VideoInfo):  # found bad: its bytes pass through, no frames
+        return meta | {"bad": info.reason if info else None}
+    meta |= {"rotation": info.rotation, "num_frames": info.num_frames, "width": info.width,
+             "height": info.height, "codec": info.codec}
     if node.kind == "aug":
         fplan = service.frame_plan(node.task, node.video, node.frame, node.depth)
         meta |= {"frame_index": node.frame, "depth": node.depth,

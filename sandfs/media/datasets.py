@@ -1,5 +1,7 @@
 """Scanning every dataset of a mount: one scan per (dataset root, extensions), however many
-tasks read it; `ScanAhead` starts it before the daemon imports and mounts."""
+tasks read it; `ScanAhead` starts it before the daemon imports and mounts. A daemon's scans are
+lazy (`LazyScans`): they return once the datasets are listed, their probes go on behind the
+first batches (docs/contract.md#lazy-scan)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
@@ -16,7 +18,7 @@ from functools import partial
 from threading import Event
 
 from sandfs.errors import UserError
-from sandfs.media.scan import scan_dataset
+from sandfs.media.scan import scan_dataset, start_lazy_scan
 from sandfs.media.scan_workers import STOP_POLL_SECONDS, ProbeWorkers, ScanStopped, check_stop
 from sandfs.media.types import BadVideo, DatasetScan, MediaLimits, ScanProgress
 
@@ -29,21 +31,26 @@ DatasetProgress = Callable[[DatasetKey, ScanProgress], None]
 def scan_all(datasets: Iterable[DatasetKey], cache_dir: str | None, workers: int,
              limits: MediaLimits, progress: DatasetProgress | None = None,
              stop: Event | None = None, started: ProbeWorkers | None = None,
-             ) -> dict[DatasetKey, DatasetScan]:
+             lazy: LazyScans | None = None) -> dict[DatasetKey, DatasetScan]:
     """Unchanged files come from the scan index kept in `cache_dir` (None: no index);
     `progress(key, ScanProgress)` hears how far each dataset's scan is (see `scan_dataset`).
     Raises ScanStopped soon after `stop` is set (from another thread). `started`: probe
-    workers started ahead, for the first dataset that needs any."""
+    workers started ahead, for the first dataset that needs any. `lazy`: the scans return once
+    listed and probe on in its threads (`start_lazy_scan`)."""
     scans: dict[DatasetKey, DatasetScan] = {}
     for key in datasets:
         if key in scans:
             continue
         check_stop(stop)
-        scans[key] = found = scan_dataset(
-            key[0], key[1], limits=limits, workers=workers, stop=stop, started=started,
-            progress=None if progress is None else partial(progress, key),
-            index_path=index_path(cache_dir, key) if cache_dir else None,
-        )
+        options = dict(limits=limits, workers=workers, started=started,
+                       progress=None if progress is None else partial(progress, key),
+                       index_path=index_path(cache_dir, key) if cache_dir else None)
+        if lazy is not None:
+            scans[key] = found = lazy.start(key, **options)
+            log.info("dataset %s: %d files listed, %d left out, %d known from the index", key[0],
+                     len(found.listed or ()), len(found.bad), found.probes.probed)
+            continue
+        scans[key] = found = scan_dataset(key[0], key[1], stop=stop, **options)
         log.info("dataset %s: %d usable videos, %d left out", key[0], len(found.videos),
                  len(found.bad))
     return scans
@@ -114,17 +121,58 @@ class ScanBook:
             log.info("dataset %s: no task reads it any more, its scan is forgotten", key[0])
 
 
-def bad_videos(scans: dict[DatasetKey, DatasetScan]) -> list[BadVideo]:
-    return [b for found in scans.values() for b in found.bad]
+class LazyScans:
+    """The probes of a mount's lazy scans, one thread each; `close` (or setting `stop`) ends
+    them. Owned by whoever serves their plans: waiters on a probe get ScanStopped once
+    stopped."""
+
+    def __init__(self, stop: Event) -> None:
+        self.stop = stop
+        self._threads: list[threading.Thread] = []
+
+    def start(self, key: DatasetKey, **options) -> DatasetScan:
+        found, thread = start_lazy_scan(key[0], key[1], stop=self.stop, **options)
+        self._threads.append(thread)
+        return found
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self._threads:
+            thread.join()
+
+
+class ScanBad(Sequence[BadVideo]):
+    """The files the scans left out so far: refused by name or stat when listed, or by their
+    probe (a lazy scan's grow as it probes). What status.json's `bad_videos` lists."""
+
+    def __init__(self, scans: dict[DatasetKey, DatasetScan]) -> None:
+        self._scans = scans
+
+    def _now(self) -> list[BadVideo]:
+        found = []
+        for scan in self._scans.values():
+            book = scan.probes
+            found += [b for b in scan.bad if book is None or book.known(b.rel_path) is None]
+            found += [] if book is None else book.bad()
+        return found
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self._now()[index]
+
+    def __iter__(self) -> Iterator[BadVideo]:
+        return iter(self._now())
 
 
 class ScanAhead:
     """The scan of a mount's local datasets, started in a thread as soon as the configs, the
     layout and the cache dir are checked: its probes run on the other core while the daemon
-    imports and mounts, and the daemon takes the result (`join`) where it would have started
-    scanning. What the scan reported before the daemon listened is replayed to it. `probes`
-    (started ahead) are the scan's, closed when it ends; `close` (also on leaving the `with`
-    block) stops a scan no one took."""
+    imports and mounts, and the daemon takes the listings (`join`) where it would have started
+    scanning; their probes go on until `close`. What the scan reported before the daemon
+    listened is replayed to it. `probes` (started ahead) are the scan's; `close` (also on
+    leaving the `with` block) stops the probes, and a scan no one took."""
 
     def __init__(self, datasets: Iterable[DatasetKey], cache_dir: str | None, workers: int,
                  limits: MediaLimits, probes: ProbeWorkers) -> None:
@@ -132,6 +180,7 @@ class ScanAhead:
         self._lock = threading.Lock()  # progress is heard in the scan's thread
         self._heard: dict[DatasetKey, ScanProgress] = {}
         self._listener: DatasetProgress | None = None
+        self._lazy = LazyScans(self._stop)  # the probes go on after `join`, until `close`
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="scan-ahead")
         self._scans: Future[dict[DatasetKey, DatasetScan]] = self._executor.submit(
             self._scan, list(datasets), cache_dir, workers, limits, probes)
@@ -140,7 +189,7 @@ class ScanAhead:
               limits: MediaLimits, probes: ProbeWorkers) -> dict[DatasetKey, DatasetScan]:
         with probes:  # a remote dataset's copy is scanned later, by fresh workers
             return scan_all(datasets, cache_dir, workers, limits, self._hear, stop=self._stop,
-                            started=probes)
+                            started=probes, lazy=self._lazy)
 
     def _hear(self, dataset: DatasetKey, progress: ScanProgress) -> None:
         with self._lock:  # held while the listener hears it: never out of order
@@ -179,6 +228,7 @@ class ScanAhead:
         except Exception as exc:  # raised to the daemon already, or moot: nobody took it
             log.debug("the scan ahead ended with %s: %s", type(exc).__name__, exc)
         self._executor.shutdown()
+        self._lazy.close()
 
     def __enter__(self) -> ScanAhead:
         return self

@@ -19,6 +19,7 @@ import logging
 import os
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -26,12 +27,21 @@ from threading import Event
 from typing import TextIO
 
 from sandfs.errors import UserError
+from sandfs.media.probebook import ProbeBook, ProbeQueue
 from sandfs.media.scan_index import IndexKey, load_index, save_index
-from sandfs.media.scan_workers import ProbeJob, ProbeWorkers, check_stop, probe_files
+from sandfs.media.scan_workers import (
+    ProbeJob,
+    ProbeWorkers,
+    ScanStopped,
+    check_stop,
+    probe_files,
+)
 from sandfs.media.types import (
     PACKETS,
+    PERMISSION_DENIED,
     BadVideo,
     DatasetScan,
+    ListedVideo,
     MediaLimits,
     ProbeFacts,
     ProbeFailure,
@@ -76,6 +86,11 @@ class _Target:
     def key(self) -> IndexKey:
         return IndexKey(self.path, self.size_bytes, self.mtime_ns)
 
+    @property
+    def listed(self) -> ListedVideo:
+        return ListedVideo(self.name, self.rel_path, self.path, self.size_bytes, self.mtime_ns,
+                           (self.device, self.inode), self.access)
+
 
 # ---------------------------------------------------------------------------- entry point
 
@@ -99,40 +114,146 @@ def scan_dataset(
     raise. Never raises for a bad file: it is reported in `DatasetScan.bad` and logged once at
     WARNING. Raises ScanStopped soon after `stop` is set (from another thread). `started`:
     probe workers started ahead (see ProbeWorkers)."""
-    began = time.monotonic()
-    limits = limits or MediaLimits.from_env()
-    real_root = os.path.realpath(root)
-    if not os.path.isdir(real_root):
-        raise NotADirectoryError(f"dataset root is not a directory: {os.fspath(root)!r}")
-    targets, bad = _vetted_targets(real_root, extensions, limits, stop)
-    known = load_index(index_path, limits) if index_path else {}
-    results = {t.rel_path: known[t.rel_path][1] for t in targets if _index_hit(known, t)}
-    to_probe = [t for t in targets if t.rel_path not in results]
-    report = _progress_reporter(progress, len(results), len(targets), began)
-    results.update(probe_files(
-        [ProbeJob(t.rel_path, t.path, (t.device, t.inode)) for t in to_probe],
-        limits, workers, on_result=report, stop=stop, started=started,
-    ))  # fmt: skip
-    if index_path:
-        save_index(index_path, limits, {t.rel_path: (t.key, results[t.rel_path]) for t in targets})
-    videos = []
-    for target in targets:
-        result = results[target.rel_path]
+    listing = _Listing.of(root, extensions, limits, index_path, stop)
+    report = _progress_reporter(progress, listing.book.probed, len(listing.targets),
+                                listing.began)
+    jobs = listing.jobs()
+    probe_files(jobs, listing.limits, workers, on_result=listing.recorder(report), stop=stop,
+                started=started)
+    return listing.finish(progress, num_probed=len(jobs))
+
+
+def start_lazy_scan(
+    root: str | os.PathLike[str],
+    extensions: Iterable[str],
+    *,
+    stop: Event,
+    limits: MediaLimits | None = None,
+    workers: int = 2,
+    index_path: str | os.PathLike[str] | None = None,
+    progress: ProgressCallback | None = None,
+    started: ProbeWorkers | None = None,
+) -> tuple[DatasetScan, threading.Thread]:
+    """A scan that returns once `root` is listed and vetted by name and stat (and the index
+    read): its `listed` files are what plans place (docs/contract.md#lazy-scan), its `probes`
+    fill in from the returned thread (started), which probes what planning waits for first.
+    `videos` and `bad` hold what is known at return. Setting `stop` ends the thread soon (its
+    waiters get ScanStopped); the caller joins it. Progress as for `scan_dataset`, from the
+    thread."""
+    listing = _Listing.of(root, extensions, limits, index_path, stop)
+    queue = ProbeQueue(listing.jobs())
+    listing.book.queue = queue
+    report = _progress_reporter(progress, listing.book.probed, len(listing.targets),
+                                listing.began)
+    num_probed = len(queue)
+    own = ProbeWorkers(0) if started is None else started.hand_over(workers)
+
+    def probe_rest() -> None:
+        with own:
+            try:
+                probe_files(queue, listing.limits, workers, on_result=listing.recorder(report),
+                            stop=stop, started=own)
+            except ScanStopped:
+                return
+            except BaseException as error:  # the waiters hear of it, the log too
+                log.error("probing %s failed: %s", ascii(listing.real_root), error)
+                listing.book.fail(error)
+                return
+        listing.finish(progress, num_probed)
+
+    thread = threading.Thread(target=probe_rest, name="lazy-scan", daemon=True)
+    thread.start()
+    return listing.partial(), thread
+
+
+@dataclass(slots=True)
+class _Listing:
+    """A dataset listed and vetted, its probe results filling in (`book`; `results` as probed,
+    for the index). One writer: the thread that probes."""
+
+    real_root: str
+    limits: MediaLimits
+    targets: list[_Target]  # by rel_path
+    refused: list[BadVideo]  # by name or stat
+    book: ProbeBook
+    results: dict[str, ProbeResult]
+    index_path: str | os.PathLike[str] | None
+    began: float
+    decoded: int = 0  # probed files whose packets were not trusted
+
+    @classmethod
+    def of(cls, root: str | os.PathLike[str], extensions: Iterable[str],
+           limits: MediaLimits | None, index_path: str | os.PathLike[str] | None,
+           stop: Event | None) -> _Listing:
+        began = time.monotonic()
+        limits = limits or MediaLimits.from_env()
+        real_root = os.path.realpath(root)
+        if not os.path.isdir(real_root):
+            raise NotADirectoryError(f"dataset root is not a directory: {os.fspath(root)!r}")
+        targets, refused = _vetted_targets(real_root, extensions, limits, stop)
+        book = ProbeBook(sorted((t.listed for t in targets), key=lambda v: v.name), stop)
+        known = load_index(index_path, limits) if index_path else {}
+        listing = cls(real_root, limits, targets, refused, book, {}, index_path, began)
+        for target in targets:
+            if _index_hit(known, target):
+                listing.record(target, known[target.rel_path][1])
+        return listing
+
+    def record(self, target: _Target, result: ProbeResult) -> None:
+        self.results[target.rel_path] = result
         if isinstance(result, ProbeFailure):
-            bad.append(BadVideo(target.rel_path, result.reason, result.detail))
+            self.book.record(target.rel_path,
+                             BadVideo(target.rel_path, result.reason, result.detail))
         else:
-            videos.append(_video_info(target, result))
-    scan = _finish(real_root, videos, bad, num_probed=len(to_probe))
-    if progress:
-        progress(ScanProgress(len(targets), len(targets), time.monotonic() - began))
-    probed = (results[t.rel_path] for t in to_probe)
-    decoded = sum(isinstance(r, ProbeFacts) and r.counted_by != PACKETS for r in probed)
-    log.info(
-        "scanned %s: %d usable, %d bad, %d probed (%d decoded in full), %d from the index, "
-        "%.2f s", ascii(real_root), len(scan.videos), len(scan.bad), len(to_probe), decoded,
-        len(targets) - len(to_probe), time.monotonic() - began,
-    )  # fmt: skip
-    return scan
+            self.book.record(target.rel_path, _video_info(target, result))
+
+    def jobs(self) -> list[ProbeJob]:
+        """The files the index did not answer for, by rel_path."""
+        return [ProbeJob(t.rel_path, t.path, (t.device, t.inode)) for t in self.targets
+                if t.rel_path not in self.results]
+
+    def recorder(self, report: Callable[[str, ProbeResult], None] | None
+                 ) -> Callable[[str, ProbeResult], None]:
+        """The per-result hook for probe_files: into the book, then `report`."""
+        by_rel = {t.rel_path: t for t in self.targets}
+
+        def record(key: str, result: ProbeResult) -> None:
+            self.decoded += isinstance(result, ProbeFacts) and result.counted_by != PACKETS
+            self.record(by_rel[key], result)
+            if report is not None:
+                report(key, result)
+
+        return record
+
+    def partial(self, num_probed: int = 0) -> DatasetScan:
+        """What is known now, and the listing a plan places."""
+        known = (self.book.known(t.rel_path) for t in self.targets)
+        videos = sorted((v for v in known if isinstance(v, VideoInfo)), key=lambda v: v.name)
+        bad = sorted([*self.refused, *self.book.bad()], key=lambda b: b.rel_path)
+        return DatasetScan(self.real_root, tuple(videos), tuple(bad), num_probed,
+                           self.book.listed, self.book)
+
+    def finish(self, progress: ProgressCallback | None, num_probed: int) -> DatasetScan:
+        """Every file probed: the index saved, the bad ones logged, the scan complete."""
+        total = len(self.targets)
+        if self.index_path:
+            save_index(self.index_path, self.limits,
+                       {t.rel_path: (t.key, self.results[t.rel_path]) for t in self.targets})
+        scan = self.partial(num_probed)
+        for item in scan.bad:
+            name = os.path.splitext(item.rel_path)[0]
+            log.warning(
+                "video=%s path=%s reason=%s detail=%s",
+                ascii(name), ascii(item.rel_path), item.reason, ascii(item.detail),
+            )  # fmt: skip
+        if progress:
+            progress(ScanProgress(total, total, time.monotonic() - self.began))
+        log.info(
+            "scanned %s: %d usable, %d bad, %d probed (%d decoded in full), %d from the index, "
+            "%.2f s", ascii(self.real_root), len(scan.videos), len(scan.bad), num_probed,
+            self.decoded, total - num_probed, time.monotonic() - self.began,
+        )  # fmt: skip
+        return scan
 
 
 def _vetted_targets(
@@ -202,20 +323,6 @@ def format_progress(progress: ScanProgress) -> str:
             f"{progress.seconds:.0f} s")
     left = progress.seconds_left
     return line if left is None else f"{line}, about {left:.0f} s left"
-
-
-def _finish(
-    root: str, videos: list[VideoInfo], bad: list[BadVideo], num_probed: int
-) -> DatasetScan:
-    bad.sort(key=lambda b: b.rel_path)
-    for item in bad:
-        name = os.path.splitext(item.rel_path)[0]
-        log.warning(
-            "video=%s path=%s reason=%s detail=%s",
-            ascii(name), ascii(item.rel_path), item.reason, ascii(item.detail),
-        )  # fmt: skip
-    videos.sort(key=lambda v: v.name)
-    return DatasetScan(root, tuple(videos), tuple(bad), num_probed)
 
 
 def _video_info(target: _Target, facts: ProbeFacts) -> VideoInfo:
@@ -337,6 +444,9 @@ def _check_file(real_root: str, candidate: _Candidate, limits: MediaLimits) -> _
         return bad("not_regular", f"not a regular file ({_file_kind(file_stat.st_mode)})")
     if linked and os.path.commonpath([real_root, path]) != real_root:
         return bad("outside_root", "symlink resolves outside the dataset root")
+    if not os.access(path, os.R_OK):  # a daemon that is not root: out of the listing, as a
+        # root daemon's owner filter leaves it (a probe's refusal would keep its slots)
+        return bad(PERMISSION_DENIED, f"the daemon's user (uid {os.geteuid()}) cannot read it")
     if file_stat.st_size == 0:
         return bad("open_invalid", "empty file")
     if file_stat.st_size > limits.max_file_bytes:

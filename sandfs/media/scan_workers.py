@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from threading import Event
+from typing import Protocol
 
 from sandfs.media.types import MediaLimits, ProbeFailure, ProbeResult
 from sandfs.workerproc import start_worker_process
@@ -29,6 +31,14 @@ WORKERS_AHEAD = 1  # started before the daemon's imports: the dataset's size is 
 # imports). 16 short videos with a busy thread beside the scan: 96-107 ms with 4, 122-130 with
 # 2, 180-190 with 1 (60 ms of probing; docs/performance.md#cold-start).
 IN_FLIGHT = 4
+
+
+class JobQueue(Protocol):
+    """What `probe_files` takes jobs from, as from a deque (probebook.ProbeQueue)."""
+
+    def popleft(self) -> ProbeJob: ...
+    def extendleft(self, jobs: Iterable[ProbeJob]) -> None: ...
+    def __len__(self) -> int: ...
 
 
 class ScanStopped(Exception):
@@ -68,6 +78,7 @@ class ProbeWorkers:
     scan took is stopped by `close` (idempotent; also on leaving the `with` block)."""
 
     def __init__(self, count: int) -> None:
+        self._lock = threading.Lock()  # a lazy scan takes them in its own thread
         self._idle: list[_Worker] = []
         try:
             for _ in range(count):
@@ -78,11 +89,21 @@ class ProbeWorkers:
 
     def take(self, count: int) -> list[_Worker]:
         """`count` workers: the idle ones first, then fresh ones."""
-        taken, self._idle = self._idle[:count], self._idle[count:]
+        with self._lock:
+            taken, self._idle = self._idle[:count], self._idle[count:]
         return taken + [_start_worker() for _ in range(count - len(taken))]
 
+    def hand_over(self, count: int) -> ProbeWorkers:
+        """Up to `count` idle workers moved to a holder of their own (a scan going on in
+        another thread, after this one is closed)."""
+        other = ProbeWorkers(0)
+        with self._lock:
+            other._idle, self._idle = self._idle[:count], self._idle[count:]
+        return other
+
     def close(self) -> None:
-        idle, self._idle = self._idle, []
+        with self._lock:
+            idle, self._idle = self._idle, []
         for worker in idle:
             _stop_worker(worker)
 
@@ -94,21 +115,22 @@ class ProbeWorkers:
 
 
 def probe_files(
-    jobs: list[ProbeJob],
+    jobs: list[ProbeJob] | JobQueue,
     limits: MediaLimits,
     workers: int,
     on_result: Callable[[str, ProbeResult], None] | None = None,
     stop: Event | None = None,
     started: ProbeWorkers | None = None,
 ) -> dict[str, ProbeResult]:
-    """Probes `jobs`, up to `workers` at once, each in a worker process that is killed when a
-    probe exceeds limits.decode_timeout_seconds; key -> result. `on_result(key, result)` is
-    called in this process as each result arrives (in completion order). Once `stop` is set,
-    raises ScanStopped within STOP_POLL_SECONDS, its workers stopped (busy ones killed).
-    `started`: workers started ahead, used before any new one."""
+    """Probes `jobs` (a list, or a queue other threads reorder), up to `workers` at once,
+    each in a worker process that is killed when a probe exceeds limits.decode_timeout_seconds;
+    key -> result. `on_result(key, result)` is called in this process as each result arrives
+    (in completion order). Once `stop` is set, raises ScanStopped within STOP_POLL_SECONDS, its
+    workers stopped (busy ones killed). `started`: workers started ahead, used before any new
+    one."""
     if not jobs:
         return {}
-    pending = deque(jobs)
+    pending = deque(jobs) if isinstance(jobs, list) else jobs
     results: dict[str, ProbeResult] = {}
     count = max(1, min(workers, -(-len(jobs) // FILES_PER_WORKER)))
     pool = [_start_worker() for _ in range(count)] if started is None else started.take(count)

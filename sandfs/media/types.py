@@ -9,6 +9,10 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sandfs.media.probebook import ProbeBook
 
 _LIMIT_ENV = {  # variable -> (field, parser)
     "SANDFS_MAX_PIXELS": ("max_pixels", int),
@@ -150,6 +154,23 @@ def _runs_of(values: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class ListedVideo:
+    """A file the listing accepted (its name and stat checks): all a plan needs to place it in
+    the epochs' permutations (docs/contract.md#lazy-scan). Its frames come from its probe."""
+
+    name: str  # VIDEO: path relative to the dataset root, without extension, "/" separated
+    rel_path: str  # path relative to the dataset root, with extension
+    path: str  # absolute, symlinks resolved
+    size_bytes: int
+    mtime_ns: int
+    identity: tuple[int, int] | None = None  # as VideoInfo's
+    access: tuple[int, int, int] | None = None
+
+    def changed(self, st: os.stat_result) -> str | None:
+        return source_changed(self, st)
+
+
+@dataclass(frozen=True, slots=True)
 class VideoInfo:
     """A usable video. Frame INDEX i is the i-th frame the decoder returns (presentation order)."""
 
@@ -178,14 +199,7 @@ class VideoInfo:
         object.__setattr__(self, "frame_pts", FramePts.of(self.frame_pts))
 
     def changed(self, st: os.stat_result) -> str | None:
-        """Why the file whose fstat is `st` is not this video as scanned, or None."""
-        if self.identity is not None and (st.st_dev, st.st_ino) != self.identity:
-            return "not the file the dataset scan found"
-        if (st.st_size, st.st_mtime_ns) != (self.size_bytes, self.mtime_ns):
-            return "the file changed since the dataset scan"
-        if self.access is not None and (st.st_uid, st.st_gid, st.st_mode) != self.access:
-            return "its owner, group or mode changed since the dataset scan"
-        return None
+        return source_changed(self, st)
 
     def timestamp_seconds(self, index: int) -> float | None:
         """frame.time of frame `index` (pts * time_base), or None when the stream has no pts."""
@@ -194,6 +208,17 @@ class VideoInfo:
         # the exact rational, rounded once (int / int is): float(pts * time_base) without
         # making a Fraction, 5.3 us against 0.56, 128 times for a SlowFast-size batch's meta
         return self.frame_pts[index] * self.time_base.numerator / self.time_base.denominator
+
+
+def source_changed(video: ListedVideo | VideoInfo, st: os.stat_result) -> str | None:
+    """Why the file whose fstat is `st` is not `video` as scanned, or None."""
+    if video.identity is not None and (st.st_dev, st.st_ino) != video.identity:
+        return "not the file the dataset scan found"
+    if (st.st_size, st.st_mtime_ns) != (video.size_bytes, video.mtime_ns):
+        return "the file changed since the dataset scan"
+    if video.access is not None and (st.st_uid, st.st_gid, st.st_mode) != video.access:
+        return "its owner, group or mode changed since the dataset scan"
+    return None
 
 
 PERMISSION_DENIED = "permission_denied"  # the reason of a video its reader may not read
@@ -214,9 +239,13 @@ class BadVideo:
 @dataclass(frozen=True, slots=True)
 class DatasetScan:
     root: str
-    videos: tuple[VideoInfo, ...]  # sorted by name
-    bad: tuple[BadVideo, ...]  # sorted by rel_path
+    videos: tuple[VideoInfo, ...]  # sorted by name; a lazy scan's: those probed when it returned
+    bad: tuple[BadVideo, ...]  # sorted by rel_path; a lazy scan's: as far as known then
     num_probed: int = 0  # files opened and probed by this scan (0: all came from the index)
+    # every file that passed the name and stat checks, sorted by name: what plans place in the
+    # permutations (None: a scan made by hand, planned from `videos`)
+    listed: tuple[ListedVideo, ...] | None = field(default=None, compare=False)
+    probes: ProbeBook | None = field(default=None, compare=False)  # the listed files' results
 
 
 @dataclass(frozen=True, slots=True)

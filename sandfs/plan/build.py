@@ -14,7 +14,7 @@ from sandfs.media.datasets import DatasetKey, ScanBook
 from sandfs.media.types import DatasetScan
 from sandfs.plan.coordination import Coordination
 from sandfs.plan.labels import read_labels
-from sandfs.plan.mount import dataset_key, known_paths, plan_tasks
+from sandfs.plan.mount import dataset_key, known_paths, plan_tasks, scan_videos
 from sandfs.plan.task import TaskPlan
 
 
@@ -23,11 +23,20 @@ def build_plans(configs: Sequence[TaskConfig], scans: dict[DatasetKey, DatasetSc
     plans = plan_tasks(configs, scans, k_epochs=k_epochs, coordination=coordination)
     for cfg, plan in zip(configs, plans, strict=True):
         check_plan(cfg, plan)
+    follow_reads(plans)
     return plans
 
 
+def follow_reads(plans: Sequence[TaskPlan]) -> None:
+    """A lazy scan probes on in the order the tasks read their first epoch (the first task's
+    first), ahead of the readers; what a window's planning waits for goes before it."""
+    for plan in reversed(plans):
+        order = plan.epoch_order(0)
+        plan.probes.follow([plan.listed[int(i)].rel_path for i in order])
+
+
 def check_plan(cfg: TaskConfig, plan: TaskPlan) -> None:
-    if not plan.videos:
+    if not plan.videos or plan.found_unusable():
         raise UserError(f"{cfg.source_path}: task {cfg.task}: no usable videos in "
                         f"{cfg.dataset.video_dataset_path} (see the log for files left out)")
     if plan.iterations_per_epoch == 0:
@@ -60,13 +69,15 @@ def _plan_joining(settings: MountSettings, coordination: Coordination, cfg: Task
                   leaders: Mapping[tuple, int], found: DatasetScan, owner: Owner,
                   labels_data: bytes | None) -> TaskPlan:
     fault_point("plan_task")
-    videos, refused = owner_videos(cfg, owner, found.videos)
+    listed, probes = scan_videos(found)
+    videos, refused = owner_videos(cfg, owner, listed)
     identity = coordination.identity(cfg.dataset.tag, videos)
     coordination.join(cfg, leaders.get(identity.key, 0))
     try:
         plan = TaskPlan(cfg, videos, k_epochs=settings.k_epochs,
                         all_rel_paths=known_paths(found), coordination=coordination,
-                        identity=identity, refused=refused, labels_data=labels_data)
+                        identity=identity, refused=refused, labels_data=labels_data,
+                        probes=probes)
         check_plan(cfg, plan)
     except Exception:  # a refused task leaves nothing in the coordination
         coordination.remove(cfg.task)

@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 
 from sandfs.access import owner_of, owner_videos
 from sandfs.config.schema import TaskConfig
-from sandfs.media.types import DatasetScan
+from sandfs.media.probebook import ProbeBook
+from sandfs.media.types import DatasetScan, ListedVideo, VideoInfo
 from sandfs.plan.coordination import Coordination
 from sandfs.plan.task import TaskPlan
 
@@ -20,7 +21,17 @@ def dataset_key(cfg: TaskConfig) -> tuple[str, tuple[str, ...]]:
 def known_paths(found: DatasetScan) -> list[str]:
     """Every file of the scan: the class names come from all of them, so a task that may read
     only some videos still numbers its labels like the others."""
-    return [*(b.rel_path for b in found.bad), *(v.rel_path for v in found.videos)]
+    listed = found.videos if found.listed is None else found.listed
+    return sorted({*(b.rel_path for b in found.bad), *(v.rel_path for v in listed)})
+
+
+def scan_videos(found: DatasetScan) -> tuple[Sequence[ListedVideo] | Sequence[VideoInfo],
+                                             ProbeBook | None]:
+    """What a plan places and its probe results: the listed files (docs/contract.md#lazy-scan),
+    or a scan made by hand's usable videos."""
+    if found.listed is None:
+        return found.videos, None
+    return found.listed, found.probes
 
 
 def mount_coordination(configs: Sequence[TaskConfig], frozen_state: dict | None = None, *,
@@ -45,7 +56,8 @@ def plan_tasks(configs: Sequence[TaskConfig], scans: Mapping[tuple, DatasetScan]
     plans = []
     for cfg in configs:
         found = scans[dataset_key(cfg)]
-        videos, refused = owner_videos(cfg, owner_of(cfg), found.videos)
+        listed, probes = scan_videos(found)
+        videos, refused = owner_videos(cfg, owner_of(cfg), listed)
         plans.append(TaskPlan(cfg, videos, k_epochs=k_epochs, all_rel_paths=known_paths(found),
-                              coordination=coordination, refused=refused))
+                              coordination=coordination, refused=refused, probes=probes))
     return plans

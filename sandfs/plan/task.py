@@ -23,7 +23,8 @@ from sandfs import ops as oplib
 from sandfs.access import owner_of
 from sandfs.config.condition import ConditionError
 from sandfs.config.schema import TEST_VIEW_CROP_STEPS, Condition, OpSpec, TaskConfig
-from sandfs.media.types import BadVideo, MediaLimits, VideoInfo
+from sandfs.media.probebook import ProbeBook
+from sandfs.media.types import BadVideo, ListedVideo, MediaLimits, VideoInfo
 from sandfs.npy import npy_nbytes
 from sandfs.ops.base import FrameShape, OpInstance, Window
 from sandfs.plan.abstract import PathStep, StreamPath, stream_paths
@@ -86,7 +87,7 @@ class TaskPlan:
     def __init__(
         self,
         cfg: TaskConfig,
-        videos: Sequence[VideoInfo],
+        videos: Sequence[ListedVideo] | Sequence[VideoInfo],
         *,
         k_epochs: int,
         all_rel_paths: Sequence[str] = (),
@@ -94,11 +95,14 @@ class TaskPlan:
         identity: DatasetIdentity | None = None,
         refused: Sequence[BadVideo] = (),
         labels_data: bytes | None = None,
+        probes: ProbeBook | None = None,
     ) -> None:
-        """`videos`: the scan's usable videos; `identity`: theirs (None: the coordination
-        computes it, once for all the tasks given the same sequence); `refused`: the scan's
-        videos left out because the task's owner may not read them; `labels_data`: the bytes
-        of its labels CSV, read when it was registered (None: read now, `read_labels`)."""
+        """`videos`: the files the scan listed (sorted by name), each probed in `probes` as it
+        comes (None: `videos` are VideoInfo, all usable); `identity`: theirs (None: the
+        coordination computes it, once for all the tasks given the same sequence); `refused`:
+        the scan's videos left out because the task's owner may not read them; `labels_data`:
+        the bytes of its labels CSV, read when it was registered (None: read now,
+        `read_labels`)."""
         self.cfg = cfg
         self.labels_data = labels_data
         self.name = cfg.task
@@ -115,10 +119,13 @@ class TaskPlan:
         self.coordination.bind(cfg.task, self.identity)
         self.epoch_offset = self.coordination.epoch_offset(cfg.task)
         self._view_nbytes: dict[int, int] = {}  # by videos in the batch
-        self.videos, skipped = self._usable(videos)
+        self.probes = probes or ProbeBook.of(videos)
+        self.listed, skipped = self._usable(videos)  # the permutations' videos
+        self.videos = ProbedVideos(self.listed, self.probes)
         self.skipped = (*refused, *skipped)
-        self.video_index = {v.name: i for i, v in enumerate(self.videos)}
-        self.positions = shard_positions(len(self.videos), self.sampling.shard,
+        self._stand_ins: dict[int, int] = {}  # `stand_in`
+        self.video_index = {v.name: i for i, v in enumerate(self.listed)}
+        self.positions = shard_positions(len(self.listed), self.sampling.shard,
                                          self.sampling.drop_last)
         self.label_match: Labels | None = None  # a labels CSV: what matched (`_labels`)
         self.labels, self.class_names = self._labels(all_rel_paths)
@@ -166,15 +173,19 @@ class TaskPlan:
 
     # -- dataset ----------------------------------------------------------------------------
 
-    def _usable(self, videos: Sequence[VideoInfo]) -> tuple[tuple[VideoInfo, ...], tuple]:
+    def _usable(self, videos: Sequence[ListedVideo]) -> tuple[tuple[ListedVideo, ...], tuple]:
+        """The videos the permutations place: all listed, or (`short_video: skip`) those not
+        probed too short, which waits for every probe (docs/contract.md#lazy-scan)."""
         if self.sampling.short_video != "skip":
             return tuple(videos), ()
-        keep = tuple(v for v in videos if v.num_frames >= self.span_frames)
+        probed = [(v, self.probes.result(v.rel_path)) for v in videos]
+        short = {v.rel_path: r.num_frames for v, r in probed
+                 if isinstance(r, VideoInfo) and r.num_frames < self.span_frames}
+        keep = tuple(v for v in videos if v.rel_path not in short)
         skipped = tuple(
-            BadVideo(v.rel_path, "too_short", f"{v.num_frames} frames < clip span "
+            BadVideo(rel_path, "too_short", f"{frames} frames < clip span "
                      f"{self.span_frames} (task {self.name}, short_video: skip)")
-            for v in videos
-            if v.num_frames < self.span_frames
+            for rel_path, frames in short.items()
         )
         return keep, skipped
 
@@ -186,13 +197,13 @@ class TaskPlan:
             def top(rel: str) -> str | None:
                 return rel.split("/", 1)[0] if "/" in rel else None
 
-            labels = [top(v.rel_path) for v in self.videos]
-            every = {top(r) for r in (*all_rel_paths, *(v.rel_path for v in self.videos))}
+            labels = [top(v.rel_path) for v in self.listed]
+            every = {top(r) for r in (*all_rel_paths, *(v.rel_path for v in self.listed))}
             return labels, sorted(c for c in every if c is not None)
         data = self.labels_data
         if data is None:  # planned at mount: the mount's own config, read now
             data = read_labels(mode, owner_of(self.cfg), MediaLimits.from_env().max_labels_bytes)
-        self.label_match = match_labels(self.name, parse_label_rows(data, mode), self.videos)
+        self.label_match = match_labels(self.name, parse_label_rows(data, mode), self.listed)
         return list(self.label_match.labels), list(self.label_match.classes)
 
     def label_index(self, label: str | None) -> int | None:
@@ -216,16 +227,43 @@ class TaskPlan:
         """The videos this task reads in `epoch`, in order: its shard's positions of the one
         permutation every rank draws alike."""
         if self.test_views:  # evaluation: every epoch reads the videos in sorted order
-            order = np.array(sorted(range(len(self.videos)), key=lambda i: self.videos[i].name),
+            order = np.array(sorted(range(len(self.listed)), key=lambda i: self.listed[i].name),
                              dtype=np.int64)
             return order[self.positions]
-        permutation = rng_for(self.data_key, "order", epoch).permutation(len(self.videos))
+        permutation = rng_for(self.data_key, "order", epoch).permutation(len(self.listed))
         return permutation[self.positions]
 
-    def batch_videos(self, epoch: int, iteration: int) -> list[int]:
+    def batch_slots(self, epoch: int, iteration: int) -> list[int]:
+        """The listed videos the permutation puts in the batch (known without probing)."""
         per_batch = self.sampling.videos_per_batch
         order = self.epoch_order(epoch)
         return [int(i) for i in order[iteration * per_batch : (iteration + 1) * per_batch]]
+
+    def batch_videos(self, epoch: int, iteration: int) -> list[int]:
+        """The videos the batch holds: each slot's `stand_in`. Waits for their probes
+        (planning threads only)."""
+        slots = self.batch_slots(epoch, iteration)
+        self.videos.want(slots)
+        return [self.stand_in(i) for i in slots]
+
+    def found_unusable(self) -> bool:
+        """Every video probed already and found bad (a lazy scan may not know yet)."""
+        return all(not isinstance(self.videos.known(i), VideoInfo | None)
+                   for i in range(len(self.listed)))
+
+    def stand_in(self, index: int) -> int:
+        """The video that fills listed video `index`'s slots: itself when usable, else the
+        next usable one by name, wrapping (docs/contract.md#lazy-scan); NoUsableVideo when
+        none is. Waits for probes."""
+        found = self._stand_ins.get(index)
+        if found is None:
+            count = len(self.listed)
+            found = next((j % count for j in range(index, index + count)
+                          if self.videos.usable(j % count)), None)
+            if found is None:
+                raise NoUsableVideo(f"task {self.name}: none of its {count} videos is usable")
+            self._stand_ins[index] = found
+        return found
 
     def view_shape(self, num_videos: int) -> tuple[int, ...]:
         n = num_videos * self.sampling.samples_per_video * len(self.paths)
@@ -434,6 +472,37 @@ class TaskPlan:
             "layout": view.layout,
             "samples": [self.clip_meta(c) for c in view.clips],
         }
+
+
+class NoUsableVideo(Exception):
+    """Every video a task lists was found bad: its views cannot be made (EIO)."""
+
+
+class ProbedVideos(Sequence[VideoInfo]):
+    """A task's listed videos by index, as probed: `[i]` waits for video i's probe (planning
+    threads only; the event loop asks `known`) and is its VideoInfo, LookupError if bad."""
+
+    def __init__(self, listed: Sequence[ListedVideo], probes: ProbeBook) -> None:
+        self.listed, self.probes = listed, probes
+
+    def __len__(self) -> int:
+        return len(self.listed)
+
+    def __getitem__(self, index: int) -> VideoInfo:  # type: ignore[override]
+        found = self.probes.result(self.listed[index].rel_path)
+        if isinstance(found, BadVideo):
+            raise LookupError(f"video {found.rel_path!r} is unusable: {found.reason}")
+        return found
+
+    def known(self, index: int) -> VideoInfo | BadVideo | None:
+        return self.probes.known(self.listed[index].rel_path)
+
+    def usable(self, index: int) -> bool:
+        return isinstance(self.probes.result(self.listed[index].rel_path), VideoInfo)
+
+    def want(self, indices: Sequence[int]) -> None:
+        """Probe these next: they are about to be waited for."""
+        self.probes.want([self.listed[i].rel_path for i in indices])
 
 
 INTERNED_MAX = 1 << 16  # distinct values an Interner keeps at once

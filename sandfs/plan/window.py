@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from sandfs.config.condition import ConditionError
 from sandfs.faults import fault_point
 from sandfs.media.types import VideoInfo
-from sandfs.plan.task import StreamClip, TaskPlan, ViewPlan
+from sandfs.plan.task import NoUsableVideo, StreamClip, TaskPlan, ViewPlan
 from sandfs.runtime import collector_paused
 
 
@@ -115,7 +115,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
             for iteration in range(plan.iterations_per_epoch):
                 key = view_key(plan, epoch, iteration)
                 if lead is not None and key not in views and not any(
-                        plan.videos[i].path in lead for i in plan.batch_videos(epoch, iteration)):
+                        plan.listed[i].path in lead for i in plan.batch_slots(epoch, iteration)):
                     continue
                 position = epoch * plan.iterations_per_epoch + iteration
                 readers.setdefault(key, []).append((plan.name, position))
@@ -130,7 +130,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
         try:
             fault_point("planning", plan.name)
             view = plan.view_plan(epoch, iteration)
-        except ConditionError as exc:  # this view fails; the window and other tasks go on
+        except (ConditionError, NoUsableVideo) as exc:  # this view fails; the rest goes on
             failed[key] = FailedView(str(exc), frozen.pop(key))
             continue
         except Exception as exc:  # a bug or MemoryError planning it: so does this one

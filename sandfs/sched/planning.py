@@ -195,7 +195,7 @@ class WindowPlanner:
             for index in range(at, at + LEAD_BATCHES):
                 epoch, iteration = divmod(index, plan.iterations_per_epoch)
                 if epoch < plan.epochs and plan.window_of(epoch) == window:
-                    lead |= {plan.videos[i].path for i in plan.batch_videos(epoch, iteration)}
+                    lead |= {plan.listed[i].path for i in plan.batch_slots(epoch, iteration)}
         return frozenset(lead) or None
 
     def _waited_batches(self, plan: WindowPlan) -> set[ViewKey]:

@@ -1,6 +1,7 @@
 """The scan a mount starts before the daemon's imports (`ScanAhead`): the daemon takes the
-same scans it would have made, hears the progress made before it listened, gets the scan's
-error or its own stop, and a scan nobody took stops with its workers."""
+datasets' listings (a lazy scan: docs/contract.md#lazy-scan) whose probes come to the results
+a full scan makes, hears the progress made before it listened, gets the scan's error or its
+own stop, and a scan nobody took stops with its workers."""
 
 from __future__ import annotations
 
@@ -26,8 +27,11 @@ def test_the_daemon_takes_the_scans_and_hears_all_the_progress(dataset_dir, tmp_
     with scan_ahead([key, key], str(tmp_path)) as ahead:
         threading.Event().wait(1.0)  # the scan ends before anyone listens
         scans = ahead.join(lambda k, done: heard.append((k, done)), threading.Event())
+        scans[key].probes.wait_all()
     assert list(scans) == [key]
-    assert scans[key].videos == expected[key].videos and scans[key].bad == expected[key].bad
+    assert scans[key].listed == expected[key].listed
+    probed = [scans[key].probes.known(v.rel_path) for v in scans[key].listed]
+    assert tuple(probed) == expected[key].videos and expected[key].bad == ()
     assert heard and all(k == key for k, _ in heard)
     last = heard[-1][1]
     assert last.videos_scanned == last.videos_total == len(expected[key].videos)
@@ -50,8 +54,11 @@ def test_a_stop_while_the_daemon_waits_stops_the_scan(many_videos):
         if done.videos_scanned >= 3:
             stop.set()
 
-    with scan_ahead([(str(many_videos), (".mp4",))]) as ahead, pytest.raises(ScanStopped):
-        ahead.join(progress, stop)
+    key = (str(many_videos), (".mp4",))
+    with scan_ahead([key]) as ahead:
+        scans = ahead.join(progress, stop)  # once listed: the probes go on behind it
+        with pytest.raises(ScanStopped):
+            scans[key].probes.wait_all()
     assert max(seen) < 60
     assert children_of() <= before
 

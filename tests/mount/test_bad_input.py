@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 
 from sandfs.media.synth import write_test_video
 from tests.helpers.harness import mount_sandfs, task_config, write_config
@@ -40,7 +41,11 @@ def test_bad_videos_are_reported_and_left_out(tmp_path, dataset_dir):
     config = write_config(tmp_path / "t.yaml", task_config(
         root, sampling={"videos_per_batch": 2}))
     with mount_sandfs(tmp_path, [config]) as m:
-        status = json.loads((m.path(".sand", "status.json")).read_bytes())
+        deadline = time.monotonic() + 60  # the probes go on after the mount serves
+        while (status := json.loads(m.path(".sand", "status.json").read_bytes()))[
+                "scan"]["videos_scanned"] < status["scan"]["videos_total"]:
+            assert time.monotonic() < deadline, status["scan"]
+            time.sleep(0.01)
         reported = {b["path"]: b["reason"] for b in status["bad_videos"]}
         for rel, reason in expected.items():
             assert reported.get(rel) == reason, (rel, reported)
@@ -54,8 +59,12 @@ def test_bad_videos_are_reported_and_left_out(tmp_path, dataset_dir):
             seen |= {s["video"] for s in json.loads(os.getxattr(view, "user.sand.meta"))["samples"]}
             view.read_bytes()
         assert seen == usable
-        assert sorted(os.listdir(m.path("t0", "videos"))) == sorted(
-            {"archery", *(["junk"] if "junk/truncated" in usable else [])})
+        # the files refused by their probe keep their videos/ entries, without frames
+        probed = {"text", "random", "huge", "truncated"}  # each: VIDEO.mp4 and VIDEO/
+        assert sorted(os.listdir(m.path("t0", "videos"))) == ["archery", "junk"]
+        assert set(os.listdir(m.path("t0", "videos", "junk"))) == probed | {
+            f"{name}.mp4" for name in probed}
+        assert os.listdir(m.path("t0", "videos", "junk", "text")) == []
         log = m.log_text()
         for rel in expected:
             assert f"reason={expected[rel]}" in log

@@ -50,7 +50,10 @@ def large_dataset(tmp_path_factory, dataset_dir) -> Path:
 
 @pytest.fixture
 def large_config(tmp_path, large_dataset) -> Path:
-    return write_config(tmp_path / "large.yaml", task_config(large_dataset, epochs=1))
+    """A task skipping short videos: its mount serves once every video is probed (a lazy
+    scan's startup is the listing alone: tests/mount/test_cold_mount.py)."""
+    return write_config(tmp_path / "large.yaml", task_config(
+        large_dataset, epochs=1, sampling={"short_video": "skip"}))
 
 
 def status_of(mountpoint: Path) -> dict | None:
@@ -273,8 +276,8 @@ def junk_dataset(root: Path, count: int) -> Path:
 
 def test_a_scan_that_fails_unmounts_releases_its_waiters_and_reports(tmp_path):
     require_fuse()
-    config = write_config(tmp_path / "junk.yaml",
-                          task_config(junk_dataset(tmp_path / "junk", SCAN_VIDEOS)))
+    config = write_config(tmp_path / "junk.yaml", task_config(  # a whole scan, as large_config
+        junk_dataset(tmp_path / "junk", SCAN_VIDEOS), sampling={"short_video": "skip"}))
     mountpoint, log = tmp_path / "mnt", tmp_path / "daemon.log"
     mountpoint.mkdir()
     process = start_daemon(mountpoint, [config], tmp_path / "cache", log)

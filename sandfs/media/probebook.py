@@ -1,0 +1,147 @@
+"""The probe results of a listed dataset, by relative path, as they come.
+
+A full scan fills its book before it returns; a lazy one (`scan.start_lazy_scan`) returns once
+the dataset is listed and a background thread fills the book, probing first what a planning
+thread waits for (`result`, `want`), then what the plan reads next (`follow`), then the rest
+by name. Planning threads wait on the videos they plan; the event loop asks `known` only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable, Sequence
+from threading import Event
+
+from sandfs.media.scan_workers import STOP_POLL_SECONDS, ProbeJob, check_stop
+from sandfs.media.types import BadVideo, ListedVideo, VideoInfo
+
+Probed = VideoInfo | BadVideo
+
+
+class ProbeLost(RuntimeError):
+    """The background probe failed (a worker could not start): nothing will be probed."""
+
+
+class ProbeQueue:
+    """The probe jobs a lazy scan has not sent yet, in the order it sends them; other threads
+    reorder it. Takes the place of `probe_files`' deque (popleft, extendleft, truth)."""
+
+    def __init__(self, jobs: Iterable[ProbeJob]) -> None:
+        self._lock = threading.Lock()
+        self._jobs = {job.key: job for job in jobs}  # not sent yet
+        self._urgent: deque[str] = deque()  # waited for: sent first
+        self._order: deque[str] = deque(self._jobs)  # then these; a key sent already is skipped
+
+    def first(self, keys: Iterable[str]) -> None:
+        """Send these next (in their order), before anything asked for earlier."""
+        with self._lock:
+            self._urgent.extendleft(reversed([k for k in keys if k in self._jobs]))
+
+    def follow(self, keys: Sequence[str]) -> None:
+        """After the urgent ones, send these in this order, then the others as before."""
+        with self._lock:
+            self._order.extendleft(reversed([k for k in keys if k in self._jobs]))
+
+    def popleft(self) -> ProbeJob:
+        with self._lock:
+            for keys in (self._urgent, self._order):
+                while keys:
+                    job = self._jobs.pop(keys.popleft(), None)
+                    if job is not None:
+                        return job
+        raise IndexError("no probe job left")
+
+    def extendleft(self, jobs: Iterable[ProbeJob]) -> None:
+        """Jobs sent to a worker that died before it started them: sent again first."""
+        with self._lock:
+            for job in jobs:
+                self._jobs[job.key] = job
+                self._urgent.appendleft(job.key)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __bool__(self) -> bool:
+        return bool(self._jobs)
+
+
+class ProbeBook:
+    """`listed`: the files a plan places (sorted by name); each one's probe result once known:
+    its VideoInfo, or the BadVideo that keeps it out of every view (docs/contract.md#lazy-scan).
+    One writer: the scan's thread (`record`, `fail`)."""
+
+    def __init__(self, listed: Sequence[ListedVideo], stop: Event | None = None,
+                 queue: ProbeQueue | None = None) -> None:
+        self.listed = tuple(listed)
+        self.stop = stop  # set: waiters raise ScanStopped
+        self.queue = queue  # a lazy scan's jobs not sent yet (None: nothing left to probe)
+        self._results: dict[str, Probed] = {}
+        self._changed = threading.Condition()
+        self._failure: BaseException | None = None
+
+    @classmethod
+    def of(cls, videos: Sequence[VideoInfo]) -> ProbeBook:
+        """A book of videos all probed and usable (a plan made straight from VideoInfo)."""
+        book = cls(videos)
+        book._results = {v.rel_path: v for v in videos}
+        return book
+
+    def record(self, rel_path: str, result: Probed) -> None:
+        with self._changed:
+            self._results[rel_path] = result
+            self._changed.notify_all()
+
+    def fail(self, error: BaseException) -> None:
+        with self._changed:
+            self._failure = error
+            self._changed.notify_all()
+
+    def known(self, rel_path: str) -> Probed | None:
+        return self._results.get(rel_path)
+
+    def want(self, rel_paths: Iterable[str]) -> None:
+        """Probe these next: a planning thread is about to wait for them."""
+        if self.queue is not None:
+            self.queue.first(rel_path for rel_path in rel_paths if rel_path not in self._results)
+
+    def follow(self, rel_paths: Sequence[str]) -> None:
+        """The order readers read in: the rest is probed in it, ahead of them."""
+        if self.queue is not None:
+            self.queue.follow(rel_paths)
+
+    def result(self, rel_path: str) -> Probed:
+        """`rel_path`'s result, waiting for its probe (sent next) if need be. Raises
+        ScanStopped once the scan stops, ProbeLost when the background probe failed."""
+        found = self._results.get(rel_path)
+        if found is not None:
+            return found
+        self.want([rel_path])
+        with self._changed:
+            while (found := self._results.get(rel_path)) is None:
+                if self._failure is not None:
+                    raise ProbeLost(f"probing the dataset failed: {self._failure}")
+                check_stop(self.stop)
+                self._changed.wait(STOP_POLL_SECONDS)
+        return found
+
+    def wait_all(self, stop: Event | None = None) -> None:
+        """Until every listed file is probed; ScanStopped once this book's or `stop` is
+        set, ProbeLost when the background probe failed."""
+        with self._changed:
+            while len(self._results) < len(self.listed):
+                if self._failure is not None:
+                    raise ProbeLost(f"probing the dataset failed: {self._failure}")
+                check_stop(self.stop)
+                check_stop(stop)
+                self._changed.wait(STOP_POLL_SECONDS)
+
+    @property
+    def probed(self) -> int:
+        return len(self._results)
+
+    def bad(self) -> list[BadVideo]:
+        """The files the probe refused so far."""
+        with self._changed:
+            found = list(self._results.values())
+        return sorted((r for r in found if isinstance(r, BadVideo)), key=lambda b: b.rel_path)

@@ -1,0 +1,138 @@
+"""The lazy scan (docs/contract.md#lazy-scan): a dataset listed, planned from its listing, probed
+as planning asks. Its views equal a full scan's on the same dataset, bad files included: a file
+the probe refuses keeps its slots, each filled by the next usable video by name, whenever it is
+found bad; a plan never places a bad file's frames."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from sandfs.config.loader import load_task_config
+from sandfs.media.datasets import ScanBad
+from sandfs.media.probebook import ProbeBook, ProbeQueue
+from sandfs.media.scan import scan_dataset, start_lazy_scan
+from sandfs.media.scan_workers import ProbeJob, ScanStopped
+from sandfs.media.types import BadVideo
+from sandfs.plan.mount import plan_tasks
+from tests.helpers.harness import task_config, write_config
+
+BAD = "bowling/bowling_001.mp4"  # between usable videos: its slots go to bowling_002
+
+
+@pytest.fixture
+def mixed_dataset(tmp_path, dataset_dir) -> Path:
+    """The 12 painted videos with one of them truncated to garbage."""
+    root = tmp_path / "mixed"
+    shutil.copytree(dataset_dir, root)
+    (root / BAD).write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 512)
+    return root
+
+
+def plans_of(tmp_path: Path, found, **overrides):
+    cfg = load_task_config(write_config(tmp_path / "t.yaml", task_config(
+        Path(found.root), **overrides)))
+    key = (cfg.dataset.video_dataset_path, cfg.dataset.extensions)
+    return plan_tasks([cfg], {key: found}, k_epochs=cfg.engine.k_epochs)[0]
+
+
+def all_views(plan):
+    return [plan.view_plan(e, i) for e in range(plan.epochs)
+            for i in range(plan.iterations_per_epoch)]
+
+
+def lazy_scan(root: Path, **options):
+    stop = threading.Event()
+    found, thread = start_lazy_scan(root, ["mp4"], stop=stop, workers=1, **options)
+    return found, thread, stop
+
+
+def test_lazy_views_equal_the_full_scans_bad_file_included(tmp_path, mixed_dataset):
+    full = plans_of(tmp_path, scan_dataset(mixed_dataset, ["mp4"]))
+    found, thread, stop = lazy_scan(mixed_dataset)
+    try:
+        assert found.probes.probed < len(found.listed) or not thread.is_alive()
+        lazy = plans_of(tmp_path, found)
+        assert len(lazy.listed) == len(full.listed) == 12  # the bad file keeps its slots
+        assert lazy.identity == full.identity
+        assert all_views(lazy) == all_views(full)
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_a_bad_files_slots_hold_the_next_usable_video_by_name(tmp_path, mixed_dataset):
+    found, thread, stop = lazy_scan(mixed_dataset)
+    try:
+        plan = plans_of(tmp_path, found)
+        bad = next(i for i, v in enumerate(plan.listed) if v.rel_path == BAD)
+        assert plan.listed[bad + 1].rel_path == "bowling/bowling_002.mp4"
+        assert plan.stand_in(bad) == bad + 1 and plan.stand_in(bad + 1) == bad + 1
+        for view in all_views(plan):  # no clip of the bad file, ever
+            assert all(plan.listed[c.video_index].rel_path != BAD for c in view.clips)
+        # the slot's batch holds the stand-in (twice, where both fell in one batch)
+        epoch_order = [int(i) for i in plan.epoch_order(0)]
+        iteration = epoch_order.index(bad) // plan.sampling.videos_per_batch
+        assert bad + 1 in plan.batch_videos(0, iteration)
+        thread.join()
+        assert [b.rel_path for b in ScanBad({("k", ()): found})] == [BAD]  # status.json's
+        with pytest.raises(LookupError):
+            plan.videos[bad]
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_a_task_with_every_video_bad_fails_its_views_not_the_planner(tmp_path):
+    root = tmp_path / "junk"
+    root.mkdir()
+    for i in range(3):
+        (root / f"v{i}.mp4").write_bytes(b"not a video" * 10)
+    found, thread, stop = lazy_scan(root)
+    try:
+        plan = plans_of(tmp_path, found, sampling={"videos_per_batch": 2})
+        from sandfs.plan.window import plan_window
+
+        window = plan_window([plan], 0)
+        assert window.views == {} and window.failed
+        assert all("none of its 3 videos is usable" in f.reason for f in window.failed.values())
+        assert plan.found_unusable()
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_waiters_on_a_probe_are_released_when_the_scan_stops():
+    book = ProbeBook((), threading.Event())
+    book.stop.set()
+    with pytest.raises(ScanStopped):
+        book.result("never/probed.mp4")
+
+
+def test_the_queue_sends_what_is_waited_for_first_then_the_followed_order():
+    jobs = [ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(6)]
+    queue = ProbeQueue(jobs)
+    assert queue.popleft().key == "v0"
+    queue.follow(["v4", "v0", "v3"])  # v0 is sent already: skipped
+    queue.first(["v5"])
+    assert [queue.popleft().key for _ in range(5)] == ["v5", "v4", "v3", "v1", "v2"]
+    assert not queue
+    queue.extendleft([jobs[2]])  # a dead worker's job, sent again first
+    assert queue.popleft().key == "v2" and len(queue) == 0
+
+
+def test_the_scan_index_answers_a_second_lazy_scan_before_any_probe(tmp_path, mixed_dataset):
+    index = tmp_path / "index.json"
+    _, thread, _ = lazy_scan(mixed_dataset, index_path=index)
+    thread.join()
+    again, thread, stop = lazy_scan(mixed_dataset, index_path=index)
+    try:
+        assert again.probes.probed == 12  # the bad file too: its failure lasts
+        assert isinstance(again.probes.known(BAD), BadVideo)
+        assert len(again.videos) == 11
+    finally:
+        stop.set()
+        thread.join()

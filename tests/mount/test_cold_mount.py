@@ -1,0 +1,85 @@
+"""A cold mount serves before its scan ends (docs/contract.md#lazy-scan), through a real mount:
+its first batch is read while status.json says most of the dataset is not probed yet, the rest
+is probed behind the readers, and the views equal those of a mount whose scan index knew every
+file already."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.harness import (
+    Mounted,
+    forgiving_teardown,
+    require_fuse,
+    start_daemon,
+    strict_teardown,
+    task_config,
+    wait_mounted,
+    write_config,
+)
+
+VIDEOS = 3000  # hard links of 12 small videos: listed in a blink, probed in seconds
+BAD = "c1/v0007.mp4"  # 7 % 3 == 1
+
+
+@pytest.fixture(scope="module")
+def linked_dataset(tmp_path_factory, dataset_dir) -> Path:
+    root = tmp_path_factory.mktemp("linked") / "videos"
+    sources = sorted(dataset_dir.rglob("*.mp4"))
+    for i in range(VIDEOS):
+        folder = root / f"c{i % 3}"
+        folder.mkdir(parents=True, exist_ok=True)
+        os.link(sources[i % len(sources)], folder / f"v{i:04d}.mp4")
+    (root / BAD).unlink()
+    (root / BAD).write_bytes(b"not a video" * 100)  # found bad only when probed
+    return root
+
+
+def status_of(mountpoint: Path) -> dict:
+    return json.loads((mountpoint / ".sand" / "status.json").read_bytes())
+
+
+def test_the_first_batch_is_served_while_most_of_the_dataset_is_not_probed(
+        tmp_path, linked_dataset):
+    require_fuse()
+    # 2 epochs a window of 3,000 videos: 6,000 clips, planned from its first batches' videos
+    config = write_config(tmp_path / "t.yaml", task_config(linked_dataset, epochs=2))
+    mountpoint, log, cache = tmp_path / "mnt", tmp_path / "cold.log", tmp_path / "cache"
+    mountpoint.mkdir()
+    process = start_daemon(mountpoint, [config], cache, log)
+    try:
+        wait_mounted(mountpoint, process, log)
+        first = (mountpoint / "t0" / "0" / "0" / "view").read_bytes()
+        scan = status_of(mountpoint)["scan"]
+        dataset = scan["datasets"][0]
+        assert scan["phase"] == "ready" and dataset["videos_total"] == VIDEOS
+        assert dataset["videos_scanned"] < VIDEOS // 2, scan  # served long before the end
+        cold = [(mountpoint / "t0" / "0" / str(i) / "view").read_bytes() for i in range(1, 4)]
+        deadline = time.monotonic() + 120
+        while status_of(mountpoint)["scan"]["datasets"][0]["videos_scanned"] < VIDEOS:
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        bad = status_of(mountpoint)["bad_videos"]
+        assert [b["path"] for b in bad] == [BAD]
+        strict_teardown(Mounted(mountpoint, process, log, cache))
+    finally:
+        forgiving_teardown(mountpoint, process)
+    # the same dataset, every probe in the scan index (nothing else kept): the same bytes
+    (tmp_path / "warm").mkdir()
+    for index in cache.glob("scan-*.json"):
+        shutil.copy(index, tmp_path / "warm")
+    process = start_daemon(mountpoint, [config], tmp_path / "warm", tmp_path / "warm.log")
+    try:
+        wait_mounted(mountpoint, process, tmp_path / "warm.log")
+        assert (mountpoint / "t0" / "0" / "0" / "view").read_bytes() == first
+        assert [(mountpoint / "t0" / "0" / str(i) / "view").read_bytes()
+                for i in range(1, 4)] == cold
+        strict_teardown(Mounted(mountpoint, process, tmp_path / "warm.log", tmp_path / "warm"))
+    finally:
+        forgiving_teardown(mountpoint, process)
