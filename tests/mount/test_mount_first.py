@@ -235,7 +235,11 @@ def test_status_shows_the_scan_and_its_workers_hold_no_fuse_fd(tmp_path, large_c
         assert scanned == sorted(scanned) and max(scanned, default=1) > 0
         dataset = next(s for s in samples if s["videos_total"])["datasets"][0]
         assert dataset["path"] == str(large_dataset) and dataset["videos_total"] == SCAN_VIDEOS
-        done = status["scan"]
+        # serving may begin as the last probe's result lands, before its count is published
+        settled = time.monotonic() + TIMEOUT
+        while (done := status_of(mountpoint)["scan"])["videos_scanned"] < SCAN_VIDEOS:
+            assert time.monotonic() < settled, done
+            time.sleep(0.02)
         assert (done["videos_scanned"], done["videos_total"]) == (SCAN_VIDEOS, SCAN_VIDEOS)
         assert done["error"] is None and done["seconds"] > 0 and "t0" in status["tasks"]
         # one bound, however far the startup is
