@@ -210,3 +210,45 @@ def test_every_results_file_is_in_the_index():
     index = (ROOT / "benchmarks" / "results" / "INDEX.md").read_text(encoding="utf-8")
     files = {p.name for p in (ROOT / "benchmarks" / "results").glob("*.jsonl")}
     assert {name for name in files if f"`{name}`" not in index} == set()
+
+
+def test_config_md_marks_exactly_the_keys_the_loader_requires(tmp_path):
+    """A key is `required` in config.md if and only if a config without it is refused as
+    missing it (dataset.tag was required but not marked so)."""
+    import copy
+
+    import yaml
+
+    body = (ROOT / "docs" / "config.md").read_text(encoding="utf-8")
+    body = body.split("## Every key\n", 1)[1].split("\n## ", 1)[0]
+    marked = set(re.findall(r"^\| `([^`]+)` \| required \|", body, re.M))
+    demo = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text(encoding="utf-8"))
+    demo["dataset"]["video_dataset_path"] = str(tmp_path)
+
+    def refused_as_missing(key: str) -> bool:
+        cfg = copy.deepcopy(demo)
+        *parents, leaf = key.split(".")
+        node = cfg
+        for part in parents:
+            node = node[part]
+        del node[leaf]
+        path = tmp_path / "task.yaml"
+        path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+        try:
+            load_task_config(path, check_paths=False)
+        except Exception as exc:  # UserError, one line naming the key
+            return "required key is missing" in str(exc)
+        return False
+
+    def keys(node: dict, prefix: str = "") -> set[str]:
+        found = set()
+        for name, value in node.items():
+            found.add(prefix + name)
+            if isinstance(value, dict) and name != "engine":  # engine: never required
+                found |= keys(value, f"{prefix}{name}.")
+        return found
+
+    in_demo = keys(demo)
+    required = {key for key in in_demo if refused_as_missing(key)}
+    assert "dataset.tag" in required
+    assert required - {"dataset", "dataset.sampling"} == marked & in_demo  # containers: no row
