@@ -40,6 +40,9 @@ MOUNT_GENERATION = 0  # the registration count of a mount config's task (the fir
 # Task files are parsed and checked in worker threads of their own: a slow one (a large YAML,
 # a slow disk behind a labels path) never holds the event loop, nor the threads of other work.
 UPLOAD_THREADS = 2
+# Refusals kept per writer uid for status.json (the latest): each refused name would otherwise
+# stay for good, and a user can make refused names without end (about 2,000 a second).
+ERRORS_PER_UID = 64
 
 # (file name, text, writer's (uid, gid)) -> the config, checked against the mount, or raises
 Admit = Callable[[str, str, tuple[int, int]], TaskConfig]
@@ -91,9 +94,14 @@ class TaskRegistry:
                                              limiter=self.upload_limiter)
 
     def refused(self, name: str, reason: str, writer_uid: int) -> None:
-        """A task file written by `writer_uid` was refused: status.json tells them why."""
+        """A task file written by `writer_uid` was refused: status.json tells them why (their
+        latest ERRORS_PER_UID refusals)."""
+        self.task_errors.pop(name, None)  # re-inserted: the latest goes last
         self.task_errors[name] = reason
         self.error_writers[name] = writer_uid
+        theirs = [n for n in self.task_errors if self.error_writers.get(n) == writer_uid]
+        for old in theirs[:-ERRORS_PER_UID]:
+            del self.task_errors[old], self.error_writers[old]
 
     def may_read(self, name: str, video: int) -> bool:
         """May the task's owner still read this video of it directly?"""

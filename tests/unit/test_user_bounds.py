@@ -26,7 +26,7 @@ from sandfs.plan.window import plan_window, view_key
 from sandfs.ratelog import RateLimitedLog
 from sandfs.sched.policy import NOT_NEEDED, JobState, pick_next
 from sandfs.sched.windows import Position, WindowBook
-from sandfs.tasks import TaskRegistry
+from sandfs.tasks import ERRORS_PER_UID, TaskRegistry
 from tests.helpers.plans import make_plan
 from tests.helpers.users import NOBODY
 
@@ -240,3 +240,19 @@ def test_the_window_book_knows_whose_batches_a_job_makes(tmp_path):
     book.windows[0] = plan_window([root, user], 0)
     assert book.owners_of([view_key(root, 0, 0)]) == {-1}
     assert book.owners_of([view_key(root, 0, 0), view_key(user, 0, 1)]) == {-1, NOBODY}
+
+
+def test_refusals_kept_per_writer_are_bounded():
+    """A user refused under ever new names (the review's replay: 100,000 names took +83 MB and
+    a 38 MB status.json) keeps only their latest ERRORS_PER_UID; another user's stay."""
+    registry = TaskRegistry([])
+    registry.refused("root-task", "bad root config", 0)
+    for i in range(ERRORS_PER_UID * 3):
+        registry.refused(f"flood{i}", "task files being written: limit", NOBODY)
+    registry.refused("flood0", "again", NOBODY)  # a repeated name counts as the latest
+    _, mine = registry.visible(NOBODY)
+    assert len(mine) == ERRORS_PER_UID
+    assert "flood0" in mine and f"flood{ERRORS_PER_UID * 3 - 1}" in mine
+    assert "flood1" not in mine
+    assert registry.task_errors["root-task"] == "bad root config"
+    assert len(registry.task_errors) == ERRORS_PER_UID + 1
