@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import time
 
@@ -17,7 +18,8 @@ def make_hostile_dataset(root, good_dir) -> dict[str, str]:
     (root / "junk").mkdir()
     (root / "junk" / "empty.mp4").write_bytes(b"")
     (root / "junk" / "text.mp4").write_text("this is not a video\n" * 50)
-    (root / "junk" / "random.mp4").write_bytes(os.urandom(4096))
+    # seeded: some draws of os.urandom probe as a container without a video stream
+    (root / "junk" / "random.mp4").write_bytes(random.Random(4096).randbytes(4096))
     os.mkfifo(root / "junk" / "fifo.mp4")
     os.symlink("/etc/hostname", root / "junk" / "escape.mp4")
     good = (root / "archery" / "archery_000.mp4").read_bytes()
