@@ -126,7 +126,7 @@ def with_both_kinds(tmp_path, dataset_dir, step: dict) -> dict:
     """`two_tasks` with a seed whose draws give `bad` views with the step and without, and a
     video with two clips that need it. Draws follow the dataset's identity (its files' sizes),
     and seed 0 alone left that to chance: about 1% (every video with at most one of its four
-    clips drawn into the step), and it failed once in session 19's runs."""
+    clips drawn into the step) of failing."""
     step_name = next(iter(step))
     for seed in range(20):
         plans = two_tasks(tmp_path / f"seed{seed}", dataset_dir, step, seed)
