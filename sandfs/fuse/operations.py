@@ -34,7 +34,7 @@ from sandfs.fuse.pagecache import PageDropper
 from sandfs.fuse.readahead import set_readahead
 from sandfs.fuse.xattrs import PlannedValues, xattr_bytes, xattr_names
 from sandfs.metrics import render_metrics
-from sandfs.openat import open_no_symlinks
+from sandfs.openat import pread_file
 from sandfs.sched.flights import ObjectFailed
 from sandfs.service import ViewService
 from sandfs.startup import Startup
@@ -434,14 +434,10 @@ class SandOperations(pyfuse3.Operations):
         try:
             text = bytes(upload.data).decode("utf-8")
             await self.service.add_task_file(file_name, text, upload.writer)
-        except LimitReached as exc:
+        except (LimitReached, ConfigError, UserError, UnicodeDecodeError) as exc:
             self.service.registry.refused(handle.node.task, str(exc), upload.writer[0])
             log.warning("task file %s refused: %s", file_name, exc)
-            raise fuse_error(exc.errno) from exc
-        except (ConfigError, UserError, UnicodeDecodeError) as exc:
-            self.service.registry.refused(handle.node.task, str(exc), upload.writer[0])
-            log.warning("task file %s refused: %s", file_name, exc)
-            raise fuse_error(errno.EINVAL) from exc
+            raise fuse_error(exc.errno if isinstance(exc, LimitReached) else errno.EINVAL) from exc
 
     @handler
     async def unlink(self, parent_inode, name, ctx):
@@ -498,12 +494,3 @@ class SandOperations(pyfuse3.Operations):
         stat_.f_bsize = stat_.f_frsize = 1 << 20
         stat_.f_namemax = 255
         return stat_
-
-
-def pread_file(path: str, offset: int, size: int) -> tuple[os.stat_result, bytes]:
-    """In a thread: (fstat, `size` bytes at `offset`) of a file, reached through no symlink."""
-    fd = open_no_symlinks(path, os.O_RDONLY | os.O_NOFOLLOW)  # a swapped folder: ELOOP
-    try:
-        return os.fstat(fd), os.pread(fd, size, offset) if size else b""
-    finally:
-        os.close(fd)
