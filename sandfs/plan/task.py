@@ -30,7 +30,9 @@ from sandfs.ops.base import FrameShape, OpInstance, Window
 from sandfs.plan.abstract import PathStep, StreamPath, stream_paths
 from sandfs.plan.coordination import Coordination
 from sandfs.plan.identity import DatasetIdentity, data_fingerprint
+from sandfs.plan.interner import Interner
 from sandfs.plan.labels import Labels, match_labels, parse_label_rows, read_labels
+from sandfs.plan.probed import NoUsableVideo, ProbedVideos
 from sandfs.plan.seeds import below, derive_seed, rng_for, unit_draws
 from sandfs.plan.shard import shard_positions
 from sandfs.plan.steps import source_shape, step_ops
@@ -472,60 +474,6 @@ class TaskPlan:
             "layout": view.layout,
             "samples": [self.clip_meta(c) for c in view.clips],
         }
-
-
-class NoUsableVideo(Exception):
-    """Every video a task lists was found bad: its views cannot be made (EIO)."""
-
-
-class ProbedVideos(Sequence[VideoInfo]):
-    """A task's listed videos by index, as probed: `[i]` waits for video i's probe (planning
-    threads only; the event loop asks `known`) and is its VideoInfo, LookupError if bad."""
-
-    def __init__(self, listed: Sequence[ListedVideo], probes: ProbeBook) -> None:
-        self.listed, self.probes = listed, probes
-
-    def __len__(self) -> int:
-        return len(self.listed)
-
-    def __getitem__(self, index: int) -> VideoInfo:  # type: ignore[override]
-        found = self.probes.result(self.listed[index].rel_path)
-        if isinstance(found, BadVideo):
-            raise LookupError(f"video {found.rel_path!r} is unusable: {found.reason}")
-        return found
-
-    def known(self, index: int) -> VideoInfo | BadVideo | None:
-        return self.probes.known(self.listed[index].rel_path)
-
-    def usable(self, index: int) -> bool:
-        return isinstance(self.probes.result(self.listed[index].rel_path), VideoInfo)
-
-    def want(self, indices: Sequence[int]) -> None:
-        """Probe these next: they are about to be waited for."""
-        self.probes.want([self.listed[i].rel_path for i in indices])
-
-
-INTERNED_MAX = 1 << 16  # distinct values an Interner keeps at once
-
-
-class Interner:
-    """One object for equal values: the clips of a window share their frame lists, op
-    instances (a flip has two, a crop a few thousand places) and branch records instead of
-    each holding its own, 1,356 bytes a clip before
-    (docs/performance.md#planning-and-scheduling-at-scale). Cleared when
-    full: draws of continuous values (a random resized crop's scale) never repeat, and clips
-    keep what they hold."""
-
-    def __init__(self) -> None:
-        self._values: dict = {}
-
-    def __call__(self, value):
-        found = self._values.get(value)
-        if found is None:
-            if len(self._values) >= INTERNED_MAX:
-                self._values.clear()
-            found = self._values[value] = value
-        return found
 
 
 def _branch_label(ps: PathStep, choice: int | None) -> str:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from sandfs.config.condition import ConditionError
 from sandfs.faults import fault_point
 from sandfs.media.types import VideoInfo
-from sandfs.plan.task import NoUsableVideo, StreamClip, TaskPlan, ViewPlan
+from sandfs.plan.probed import NoUsableVideo
+from sandfs.plan.task import StreamClip, TaskPlan, ViewPlan
 from sandfs.runtime import collector_paused
 
 

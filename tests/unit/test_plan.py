@@ -8,7 +8,7 @@ from scipy import stats as scistats
 
 from sandfs.config.loader import load_task_config
 from sandfs.config.yamlsafe import ConfigError
-from sandfs.plan import task as task_module
+from sandfs.plan import interner as interner_module
 from sandfs.plan.abstract import stream_paths
 from sandfs.plan.task import TaskPlan
 from tests.helpers.harness import task_config, write_config
@@ -239,8 +239,8 @@ def test_clips_of_a_window_share_their_equal_parts(tmp_path):
 def test_the_interner_stays_bounded(monkeypatch):
     """Draws of continuous values never repeat: the table is cleared, never grows past its
     bound, and shares again from then on."""
-    monkeypatch.setattr(task_module, "INTERNED_MAX", 4)
-    shared = task_module.Interner()
+    monkeypatch.setattr(interner_module, "INTERNED_MAX", 4)
+    shared = interner_module.Interner()
     for n in range(10):
         shared(("b", n))
         assert len(shared._values) <= 4
