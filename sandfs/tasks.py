@@ -37,9 +37,6 @@ def ignored_engine_note(cfg: TaskConfig) -> str | None:
 
 
 MOUNT_GENERATION = 0  # the registration count of a mount config's task (the first one)
-# Task files are parsed and checked in worker threads of their own: a slow one (a large YAML,
-# a slow disk behind a labels path) never holds the event loop, nor the threads of other work.
-UPLOAD_THREADS = 2
 # Refusals kept per writer uid for status.json (the latest): each refused name would otherwise
 # stay for good, and a user can make refused names without end (about 2,000 a second).
 ERRORS_PER_UID = 64
@@ -62,7 +59,6 @@ class TaskRegistry:
         self.checkpoint = checkpoint
         self.task_planner = task_planner  # plans a task registered on the live mount
         self.admit = admit  # loads and checks a task file (`registration.admit_upload`)
-        self.upload_limiter = trio.CapacityLimiter(UPLOAD_THREADS)
         self.limits = limits
         self.registering = Quota("registrations being planned", limits.registrations_per_uid,
                                  per_uid_errno=errno.EAGAIN, setting="registrations")
@@ -91,7 +87,7 @@ class TaskRegistry:
         if self.admit is None or self.task_planner is None:
             raise UserError("this mount does not take new tasks")
         return await trio.to_thread.run_sync(self.admit, file_name, text, writer,
-                                             limiter=self.upload_limiter)
+                                             limiter=limiter("task_files"))
 
     def refused(self, name: str, reason: str, writer_uid: int) -> None:
         """A task file written by `writer_uid` was refused: status.json tells them why (their

@@ -10,6 +10,7 @@ import trio
 # threads per concern: registrations are per-uid bounded on top (Limits.registrations_per_uid)
 THREADS = {
     "registration": 4,
+    "task_files": 2,  # parsing and checking an uploaded YAML: never on the event loop
     "planning": 2,  # windows and frames of the tasks
     "source_reads": 4,  # videos/VIDEO.EXT passed through
     "metrics": 2,  # the uid lookup of a GET /metrics client
