@@ -32,11 +32,12 @@ def load_mount_configs(paths: Iterable[str | os.PathLike[str]]) -> list[TaskConf
 
 
 def load_upload(file_name: str, text: str, writer: tuple[int, int],
-                config_dir: str) -> TaskConfig:
-    """A YAML written to .sand/tasks/NAME.yaml by the FUSE request of `writer` (uid, gid),
-    whom the task belongs to unless its `access:` says otherwise; parsed once. Relative paths
-    in it are resolved against the folder named by a first line `# sandfs-base-dir: DIR`
-    (`sandfs task add` writes it), else against `config_dir` (the mount's first config's)."""
+                config_dir: str, mountpoint: str = "") -> TaskConfig:
+    """A YAML written to MOUNTPOINT/.sand/tasks/NAME.yaml by the FUSE request of `writer`
+    (uid, gid), whom the task belongs to unless its `access:` says otherwise; parsed once.
+    Relative paths in it are resolved against the folder named by a first line
+    `# sandfs-base-dir: DIR` (`sandfs task add` writes it; errors then name DIR/NAME.yaml),
+    else against `config_dir` (the mount's first config's; errors name the file written)."""
 
     def named_and_owned(cfg: TaskConfig) -> TaskConfig:
         if f"{cfg.task}.yaml" != file_name:
@@ -45,13 +46,14 @@ def load_upload(file_name: str, text: str, writer: tuple[int, int],
         return owned(cfg, writer)
 
     return load_task_config(os.path.join(config_dir, file_name), text=text,
-                            before_paths=named_and_owned)
+                            before_paths=named_and_owned,
+                            shown_as=os.path.join(mountpoint, ".sand", "tasks", file_name))
 
 
 def admit_upload(file_name: str, text: str, writer: tuple[int, int], *, config_dir: str,
                  settings: MountSettings) -> TaskConfig:
     """A YAML written to .sand/tasks/ (`load_upload`), checked against the live mount."""
-    cfg = load_upload(file_name, text, writer, config_dir)
+    cfg = load_upload(file_name, text, writer, config_dir, settings.mountpoint)
     check_task(cfg, settings, live=True)
     return cfg
 

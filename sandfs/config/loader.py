@@ -88,6 +88,7 @@ _EXTENSION_RE = re.compile(r"\.[^./\\\s]+")
 def load_task_config(
     path: str | os.PathLike[str], *, text: str | None = None, check_paths: bool = True,
     before_paths: Callable[[TaskConfig], TaskConfig] | None = None,
+    shown_as: str | None = None,
 ) -> TaskConfig:
     """Load and validate one task config, parsing its text once. `text` replaces reading
     `path` (which still names the file in errors and anchors relative paths, unless the text
@@ -96,16 +97,20 @@ def load_task_config(
     from the line after the mark, as in the user's own file). `before_paths` sees (and may
     amend) the config while its dataset path is still as written (the owner's check must not
     resolve it: `sandfs.access`), before it is resolved and before the checks that the dataset
-    directory and labels CSV exist; `check_paths=False` skips those checks."""
+    directory and labels CSV exist; `check_paths=False` skips those checks. `shown_as`: the
+    name errors give the file when the text has no such mark (a task file written to a mount's
+    `.sand/tasks/`), `path` still anchoring its relative paths."""
     file = os.fspath(path)
     if text is None:
         text = _read_text(file)
     elif len(text.encode()) > MAX_CONFIG_BYTES:
-        raise _too_large(file)
+        raise _too_large(shown_as or file)
     base_dir, first_line = os.path.dirname(os.path.abspath(file)), 1
     if text.startswith(BASE_DIR_MARK):
         base_dir = text.partition("\n")[0].removeprefix(BASE_DIR_MARK).strip()
         file, first_line = os.path.join(base_dir, os.path.basename(file)), 0
+    elif shown_as is not None:
+        file = shown_as
     root = read_yaml(text, file, first_line=first_line)
     entries = fields.mapping(root, TOP_KEYS, required=("task", "seed", "epochs", "dataset"))
     task = _task_name(entries["task"])
@@ -171,9 +176,12 @@ def _check_paths(dataset: DatasetConfig, value: Value) -> None:
         problem = "is not a directory" if os.path.exists(path) else "does not exist"
         raise entries["video_dataset_path"].error(f"the dataset directory {path} {problem}")
     labels = dataset.labels
-    if labels not in LABEL_KINDS and not os.path.isfile(_outside_mounts(entries["labels"],
-                                                                         labels)):
-        raise entries["labels"].error(f"the labels file {labels} does not exist")
+    if labels in LABEL_KINDS:
+        return
+    real = _outside_mounts(entries["labels"], labels)
+    if not os.path.isfile(real):  # a FIFO, socket or device is no labels file either
+        problem = "is not a regular file" if os.path.exists(real) else "does not exist"
+        raise entries["labels"].error(f"the labels file {labels} {problem}")
 
 
 def _outside_mounts(value: Value, path: str) -> str:

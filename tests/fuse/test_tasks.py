@@ -197,6 +197,25 @@ async def test_a_task_whose_labels_cannot_be_read_is_refused_with_the_reason(fs,
     assert "t1" not in fs.ops.service.tasks["t0"].coordination._configs
 
 
+async def test_a_refused_task_file_is_named_by_its_path_in_the_mount(fs, dataset_dir):
+    """Not by the folder its relative paths are anchored at (the mount's first config's)."""
+    assert await errno_of(fs.write_new(".sand/tasks/bad.yaml", b"task: bad\nseed: x\n")
+                          ) == errno.EINVAL
+    reason = (await status(fs))["task_errors"]["bad"]
+    assert reason.startswith("/nonexistent/.sand/tasks/bad.yaml:1:1: "), reason
+
+
+async def test_a_fifo_given_as_labels_is_not_a_regular_file(fs, dataset_dir, tmp_path):
+    fifo = tmp_path / "labels.csv"
+    os.mkfifo(fifo)
+    cfg = task_config(dataset_dir, task="t1")
+    cfg["dataset"]["labels"] = str(fifo)
+    text = yaml.safe_dump(cfg, sort_keys=False).encode()
+    assert await errno_of(fs.write_new(".sand/tasks/t1.yaml", text)) == errno.EINVAL
+    reason = (await status(fs))["task_errors"]["t1"]
+    assert f"the labels file {fifo} is not a regular file" in reason, reason
+
+
 async def test_listing_a_task_of_a_million_epochs_pages_from_any_offset(fs, dataset_dir):
     """readdir makes the entries of the page asked for, not the whole listing each call: the
     first page, a page near the end and a whole epoch directory come back at once."""
