@@ -28,6 +28,7 @@ from sandfs.access import owner_of
 from sandfs.cache import ObjectStore
 from sandfs.cache.setup import open_store, store_sizing
 from sandfs.cache.sizing import StoreSizing
+from sandfs.config.limits import check_fd_room
 from sandfs.config.schema import TaskConfig
 from sandfs.config.settings import MountSettings
 from sandfs.errors import DaemonFailed, UserError
@@ -92,6 +93,7 @@ def run_daemon(configs: Sequence[TaskConfig], settings: MountSettings,
     may have started the scan of the local datasets (`scan_ahead`)."""
     check_fuse_available()
     raise_fd_limit()
+    check_fd_room(settings.limits, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     # known before the scan: the tasks' directories answer at once while it runs
     owners = {c.task: owner_of(c) for c in configs}
     prepare_mountpoint(settings.mountpoint)
@@ -171,7 +173,7 @@ async def serve(startup: Startup, mount: Mount, on_ready: Callable[[], None],
         nursery.start_soon(stop_on_signals, startup, name="signals")
         if listeners:
             nursery.start_soon(serve_metrics, startup.status_for, listeners,
-                               mount.settings.limits.metrics_connections)
+                               mount.settings.limits)
         nursery.start_soon(start_serving, nursery, startup, mount, on_ready, name="startup")
         await pyfuse3.main()
         startup.stop()  # unmounted during the scan: it stops

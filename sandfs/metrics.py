@@ -12,16 +12,19 @@ client's end of the connection is a socket in /proc/net/tcp (or tcp6) with its c
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
 import trio
 
 from sandfs.access import privileged
+from sandfs.bounds import LimitReached, Quota
+from sandfs.config.limits import DEFAULT_LIMITS, METRICS_BACKLOG, Limits
 from sandfs.errors import UserError
 from sandfs.ratelog import RateLimitedLog
 from sandfs.status import MountStatus
@@ -32,7 +35,8 @@ ACCEPT_WARNINGS = RateLimitedLog(log)  # out of fds, accept fails ten times a se
 LOOPBACK = "127.0.0.1"  # never another interface: the figures name the user's tasks
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 MAX_REQUEST_BYTES = 8192
-REQUEST_SECONDS = 5.0  # a client that sends no full request in time is dropped
+HEAD_SECONDS = 1.0  # a client that sends no full request in time is dropped
+REQUEST_SECONDS = 5.0  # to take the answer
 ACCEPT_RETRY_SECONDS = 0.1  # after a failed accept (out of fds): try again, never spin
 SOCKET_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 StatusFor = Callable[[int | None], MountStatus]  # the record a uid may see (None: all of it)
@@ -199,51 +203,92 @@ async def open_metrics_port(port: int) -> list[trio.SocketListener]:
 
 
 async def serve_metrics(status_for: StatusFor, listeners: list[trio.SocketListener],
-                        max_connections: int = 16) -> None:
-    """Answer on every listener, with at most `max_connections` open at once (Limits.
-    metrics_connections): past it, clients wait in the kernel's backlog, holding no fd of the
-    daemon's (a flood of idle connections never reaches its fd limit)."""
-    slots = trio.Semaphore(max_connections)
+                        limits: Limits = DEFAULT_LIMITS) -> None:
+    """Answer on every listener. Each connection is accepted at once (no client waits in the
+    kernel's backlog behind another's), then its user is told (`client_uids`, one read of
+    the socket tables for all those accepted meanwhile): past `metrics_connections_per_uid`
+    of one user, or `metrics_connections` of all users but root and the daemon's, it is closed
+    at once; a client that sends no request in HEAD_SECONDS is dropped. At most
+    METRICS_BACKLOG wait to be told; more are closed at once (docs/deploy.md#limits)."""
+    clients = Quota("metrics connections", limits.metrics_connections_per_uid,
+                    limits.metrics_connections, setting="metrics_connections")
+    accepted, waiting = trio.open_memory_channel(METRICS_BACKLOG)
     async with trio.open_nursery() as nursery:
         for listener in listeners:
-            nursery.start_soon(accept_within, listener, slots, partial(answer, status_for))
+            nursery.start_soon(accept_all, listener, accepted)
+        nursery.start_soon(admit_clients, waiting, clients, partial(answer, status_for))
 
 
-async def accept_within(listener: trio.SocketListener, slots: trio.Semaphore,
-                        serve: Callable[[trio.SocketStream], object]) -> None:
+async def accept_all(listener: trio.SocketListener,
+                     accepted: trio.MemorySendChannel[trio.SocketStream]) -> None:
+    """Accept every connection: a client never blocks this loop."""
+    while True:
+        try:
+            stream = await listener.accept()
+        except OSError as exc:  # EMFILE and the like: never the mount's end
+            ACCEPT_WARNINGS.warning("metrics port: accept failed: %s", exc)
+            await trio.sleep(ACCEPT_RETRY_SECONDS)
+            continue
+        try:
+            accepted.send_nowait(stream)
+        except trio.WouldBlock:  # METRICS_BACKLOG wait to be told already
+            await stream.aclose()
+
+
+async def admit_clients(waiting: trio.MemoryReceiveChannel[trio.SocketStream], clients: Quota,
+                        serve: Callable[[trio.SocketStream, int | None], Awaitable[None]]
+                        ) -> None:
+    """Tell the users of the connections accepted, all those waiting at once, and serve those
+    within their limits; close the others at once."""
     async with trio.open_nursery() as nursery:
-        while True:
-            await slots.acquire()
-            try:
-                stream = await listener.accept()
-            except OSError as exc:  # EMFILE and the like: never the mount's end
-                slots.release()
-                ACCEPT_WARNINGS.warning("metrics port: accept failed: %s", exc)
-                await trio.sleep(ACCEPT_RETRY_SECONDS)
-                continue
-            nursery.start_soon(served_then_release, serve, stream, slots)
+        async for first in waiting:
+            streams = [first]
+            with contextlib.suppress(trio.WouldBlock):
+                while len(streams) < METRICS_BACKLOG:
+                    streams.append(waiting.receive_nowait())
+            ends = [connection_of(stream) for stream in streams]
+            uids = await trio.to_thread.run_sync(client_uids, ends, limiter=limiter("metrics"))
+            for stream, uid in zip(streams, uids, strict=True):
+                counted = uid is not None and not privileged(uid)
+                try:
+                    if counted:
+                        clients.take(uid)
+                except LimitReached:
+                    await stream.aclose()
+                    continue
+                nursery.start_soon(served_then_given, serve, stream, uid,
+                                   clients if counted else None)
 
 
-async def served_then_release(serve: Callable, stream: trio.SocketStream,
-                              slots: trio.Semaphore) -> None:
+def connection_of(stream: trio.SocketStream) -> Connection | None:
     try:
-        await serve(stream)
+        return Connection(stream.socket.getpeername()[:2], stream.socket.getsockname()[:2])
+    except OSError:  # the client is gone already
+        return None
+
+
+async def served_then_given(serve: Callable, stream: trio.SocketStream, uid: int | None,
+                            clients: Quota | None) -> None:
+    try:
+        await serve(stream, uid)
     finally:
-        slots.release()
+        if clients is not None:
+            clients.give(uid)
 
 
-async def answer(status_for: StatusFor, stream: trio.SocketStream) -> None:
-    """One request, one response, then close; a client's failure never reaches the mount."""
+async def answer(status_for: StatusFor, stream: trio.SocketStream, uid: int | None) -> None:
+    """One request of `uid` (None: not known), one response, then close; a client's failure
+    never reaches the mount."""
     try:
         async with stream:
-            with trio.move_on_after(REQUEST_SECONDS):
+            head = None
+            with trio.move_on_after(HEAD_SECONDS):
                 head = await read_head(stream)
-                ends = Connection(stream.socket.getpeername()[:2],
-                                  stream.socket.getsockname()[:2])
-                uid = await trio.to_thread.run_sync(client_uid, ends,
-                                                    limiter=limiter("metrics"))
-                viewer = None if uid is None or privileged(uid) else uid
-                status = None if uid is None else partial(status_for, viewer)
+            if head is None:
+                return  # idle: dropped
+            viewer = None if uid is None or privileged(uid) else uid
+            status = None if uid is None else partial(status_for, viewer)
+            with trio.move_on_after(REQUEST_SECONDS):
                 await stream.send_all(response(head, status))
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
         log.debug("metrics client gone: %s", exc)
@@ -298,6 +343,15 @@ def client_uid(connection: Connection, tables: Sequence[str] = SOCKET_TABLES) ->
     """The uid that created the client's socket of `connection`: its row in the kernel's socket
     tables has the client's address as local and ours as remote (the server's own socket is the
     mirror row). None when no table has it (the client already closed, /proc not mounted)."""
+    return client_uids([connection], tables)[0]
+
+
+def client_uids(connections: Sequence[Connection | None],
+                tables: Sequence[str] = SOCKET_TABLES) -> list[int | None]:
+    """`client_uid` of each connection, the tables read once for all of them: a flood of
+    connections costs one read a batch, not one each."""
+    wanted = {(c.client, c.server) for c in connections if c is not None}
+    found: dict[tuple, int] = {}
     for table in tables:
         try:
             with open(table) as f:
@@ -306,10 +360,11 @@ def client_uid(connection: Connection, tables: Sequence[str] = SOCKET_TABLES) ->
             continue
         for row in rows:
             fields = row.split()
-            if len(fields) > 7 and socket_address(fields[1]) == connection.client and \
-                    socket_address(fields[2]) == connection.server:
-                return int(fields[7])
-    return None
+            if len(fields) > 7:
+                ends = (socket_address(fields[1]), socket_address(fields[2]))
+                if ends in wanted:
+                    found.setdefault(ends, int(fields[7]))
+    return [None if c is None else found.get((c.client, c.server)) for c in connections]
 
 
 def socket_address(text: str) -> tuple[str, int]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields, replace
 
 from sandfs.config import fields as yaml_fields
 from sandfs.config.yamlsafe import Value
+from sandfs.errors import UserError
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +22,9 @@ class Limits:
     tasks_per_uid: int = 16  # tasks registered through .sand/tasks (EDQUOT)
     tasks_total: int = 256  # (ENOSPC)
     registrations_per_uid: int = 2  # registrations being planned at once (EAGAIN)
-    metrics_connections: int = 16  # open GET /metrics connections (closed at once past it)
+    # open GET /metrics connections of users but root and the daemon's (closed at once past it)
+    metrics_connections: int = 16
+    metrics_connections_per_uid: int = 4  # of one user (closed at once past it)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -52,3 +55,19 @@ def parse_limit_flags(flags: Iterable[str]) -> tuple[tuple[str, int], ...]:
 
 
 DEFAULT_LIMITS = Limits()
+# metrics connections accepted whose user is not told yet: more are closed at once
+METRICS_BACKLOG = 256
+# what the daemon's own descriptors may take beside the metrics port's: FUSE, the store, logs,
+# worker processes' pipes, a scan's open files (users' handles on the mount hold none)
+DAEMON_FDS = 512
+
+
+def check_fd_room(limits: Limits, open_files: int) -> None:
+    """Refuse limits whose descriptors cannot fit the soft RLIMIT_NOFILE `open_files`: past
+    it an accept, a checkpoint or a source read would fail with EMFILE."""
+    needed = limits.metrics_connections + METRICS_BACKLOG + DAEMON_FDS
+    if needed > open_files:
+        raise UserError(f"limits: metrics_connections={limits.metrics_connections} needs "
+                        f"{needed} open files with the daemon's own {DAEMON_FDS} and "
+                        f"{METRICS_BACKLOG} waiting connections; RLIMIT_NOFILE allows "
+                        f"{open_files} (ulimit -n, or LimitNOFILE= of a systemd unit)")

@@ -11,10 +11,18 @@ from dataclasses import replace
 
 import pytest
 
+from sandfs.config.limits import DEFAULT_LIMITS, check_fd_room
 from sandfs.config.loader import ConfigError, load_task_config
 from sandfs.config.settings import cli_engine, merge_engines
 from sandfs.errors import UserError
-from sandfs.metrics import Connection, client_uid, render_metrics, response, socket_address
+from sandfs.metrics import (
+    Connection,
+    client_uid,
+    client_uids,
+    render_metrics,
+    response,
+    socket_address,
+)
 from sandfs.sched.ondemand import OnDemandObjects
 from sandfs.service import ViewService
 from sandfs.stats import Stats
@@ -120,6 +128,23 @@ def test_the_client_row_is_told_from_the_server_row(tmp_path):
     assert client_uid(ends, [str(tmp_path / "missing"), str(table)]) == 1234
     assert client_uid(Connection(("127.0.0.1", 1), ("127.0.0.1", 8080)), [str(table)]) is None
     assert client_uid(ends, []) is None
+
+
+def test_many_clients_are_told_from_one_read_of_the_tables(tmp_path):
+    header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n"
+    server = "0100007F:1F90"
+    rows = [f"   {i}: 0100007F:{0xA000 + i:04X} {server} 01 0:0 00:00 0 {1000 + i} 0 3 0\n"
+            for i in range(3)]
+    table = tmp_path / "tcp"
+    table.write_text(header + "".join(rows))
+    ends = [Connection(("127.0.0.1", 0xA000 + i), ("127.0.0.1", 8080)) for i in (2, 0, 7)]
+    assert client_uids([*ends, None], [str(table)]) == [1002, 1000, None, None]
+
+
+def test_limits_whose_descriptors_cannot_fit_are_refused():
+    check_fd_room(DEFAULT_LIMITS, 1024)
+    with pytest.raises(UserError, match="metrics_connections=4000 needs 4768 open files"):
+        check_fd_room(replace(DEFAULT_LIMITS, metrics_connections=4000), 4096)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
