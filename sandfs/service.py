@@ -82,7 +82,8 @@ class ViewService:
                                    on_window_planned=self.registry.window_planned,
                                    policy=policy, prune_mode=prune_mode,
                                    keeps_read=store_sizing is None or store_sizing.given,
-                                   freezes_windows=freezes_windows)
+                                   freezes_windows=freezes_windows,
+                                   idle_after_s=limits.idle_after_s)
         self.store = store
         # None: the store keeps the budget it was opened with, and every clip pruning keeps
         self.store_sizing = store_sizing

@@ -25,6 +25,8 @@ class Limits:
     # open GET /metrics connections of users but root and the daemon's (closed at once past it)
     metrics_connections: int = 16
     metrics_connections_per_uid: int = 4  # of one user (closed at once past it)
+    # another user's task whose views nobody opened for this long makes nothing ahead
+    idle_after_s: int = 60
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -99,7 +99,8 @@ class WindowPlanner:
     async def _activate_once(self) -> set[ViewKey]:
         wanted = self.book.wanted()
         while todo := self.book.rest_pending | (wanted - set(self.book.windows)):
-            window = min(todo)  # a lead part's rest before the windows after it
+            # a lead part's rest before the windows after it; owners take turns
+            window = self.book.next_to_plan(todo)
             if self._first_batches:
                 first, self._first_batches = self._first_batches, set()
                 return first
@@ -466,6 +467,33 @@ class WindowPlanner:
         if self.store is not None:
             await trio.to_thread.run_sync(work.release_clips, self.store, released)
 
+    async def rest_plan(self, name: str, since: float) -> None:
+        """A task idle since `since` makes nothing ahead (`WindowBook.rest_task`): its batches
+        no other task reads leave memory (their clips stay on disk, for its next read), and so
+        do the windows it wanted that no other task wants (planned for it, they held other
+        tasks' batches too)."""
+        async with self.tasks_steady:
+            if name not in self.book.idle(since):  # read again, or removed, meanwhile
+                return
+            self.carry.forget(self.book.future)
+            its_windows = self.book.wanted_by(name)
+            released = self.book.rest_task(name)
+            self.anticipated.pop(name, None)
+            self._drop_released(name, released)
+            for window in its_windows & set(self.book.windows) - self.book.wanted():
+                self._drop_window(window)
+        self._note_window_added()
+        log.info("task %s: idle, its views are made on demand until read again (%d released)",
+                 name, len(released))
+
+    def _drop_released(self, name: str, released: dict[ViewKey, ViewOf]) -> None:
+        """The batches a task leaving (or idle) released, and its part in the others."""
+        self.board.forget_pending(set(released))
+        for key in released:
+            self.board.drop(key, ready_too=True)
+        for ready in self.board.ready.values():
+            ready.readers_left.discard(name)
+
     def _forget(self, name: str) -> dict[ViewKey, ViewOf]:
         self.carry.forget(self.book.future)
         released = self.book.remove_task(name)
@@ -473,11 +501,7 @@ class WindowPlanner:
         self.anticipated.pop(name, None)  # its batch is dropped below, or another task's too
         self._lead_views.pop(name, None)
         self._readers_came.discard(name)  # the name may be registered again
-        self.board.forget_pending(set(released))
-        for key in released:
-            self.board.drop(key, ready_too=True)
-        for ready in self.board.ready.values():
-            ready.readers_left.discard(name)
+        self._drop_released(name, released)
         if self.freezes_windows:  # the task's plan refers to itself: the collector frees it
             thaw_collector()
         return released

@@ -20,6 +20,7 @@ import numpy as np
 import trio
 
 from sandfs.cache import ObjectStore
+from sandfs.config.limits import DEFAULT_LIMITS
 from sandfs.faults import fault_point
 from sandfs.materialize import Materializer
 from sandfs.plan.failures import ViewFailures
@@ -52,10 +53,12 @@ class Scheduler:
                  store: ObjectStore | None = None, decode_ahead: int = 0,
                  on_window_planned: Callable[[], None] | None = None,
                  policy: str = "priority", prune_mode: str = "algorithm1",
-                 keeps_read: bool = True, freezes_windows: bool = False) -> None:
+                 keeps_read: bool = True, freezes_windows: bool = False,
+                 idle_after_s: float = DEFAULT_LIMITS.idle_after_s) -> None:
         """`freezes_windows`: in the daemon, planned windows are frozen out of the cyclic
         collector's walks (`runtime.settle_collector`), which changes the collector for the
-        whole process."""
+        whole process. `idle_after_s`: another user's task none of whose views was opened for
+        that long makes nothing ahead until read again (`WindowBook.idle`)."""
         if policy not in POLICIES:
             raise ValueError(f"scheduling policy: expected one of {sorted(POLICIES)}, "
                              f"got {policy!r}")
@@ -63,6 +66,7 @@ class Scheduler:
             raise ValueError(f"prune mode: expected one of {list(PRUNE_MODES)}, "
                              f"got {prune_mode!r}")
         self.policy = policy  # "fifo": the ablation
+        self.idle_after_s = idle_after_s
         self.tools = work.Tools(materializer, store, stats)
         self.store = store
         self.stats = stats
@@ -100,6 +104,7 @@ class Scheduler:
         self._token = trio.lowlevel.current_trio_token()
         async with trio.open_nursery() as nursery:
             self._nursery = self.planner.nursery = nursery
+            nursery.start_soon(self._rest_idle_tasks)
             first = await self.planner.activate()  # serving before a slow window's next
             task_status.started()
             while True:
@@ -111,6 +116,15 @@ class Scheduler:
 
     def wake(self) -> None:
         self._wakeup.set()
+
+    async def _rest_idle_tasks(self) -> None:
+        """Every quarter of `idle_after_s`: the idle tasks make nothing ahead from now on."""
+        while True:
+            await trio.sleep(self.idle_after_s / 4)
+            since = trio.current_time() - self.idle_after_s
+            for name in self.book.idle(since):
+                await self.planner.rest_plan(name, since)
+                self.wake()
 
     async def _next_wakeup(self) -> None:
         """Until `wake`. The main loop and the dispatcher beside a planning thread may wait
@@ -132,7 +146,7 @@ class Scheduler:
         key = view_key(self.book.plans[task], epoch, iteration)
         moves = (self.book.index(task, epoch, iteration) >= self.book.positions[task]
                  or key not in self.board.ready)
-        self.book.opened(task, epoch, iteration, moves=moves)
+        self.book.opened(task, epoch, iteration, moves=moves, now=trio.current_time())
         self.planner.reader_came(task)
         self.wake()
 

@@ -39,7 +39,11 @@ class WindowBook:
         # views open right now, per task (position -> count): readers behind the latest open
         # (a second trainer, a prefetching loader, a re-read) keep their windows planned
         self.open_positions: dict[str, Counter[int]] = {name: Counter() for name in self.plans}
-        self.unread: set[str] = set()  # tasks planned into no window until first read
+        # tasks planned into no window until read (again): another user's, unread since it was
+        # registered or for `idle_after_s` (Scheduler)
+        self.unread: set[str] = set()
+        self.read_at: dict[str, float] = {}  # when a view of the task was last opened
+        self.turns: dict[int, int] = {}  # owner -> when a window was last planned for it
         self.owners = {p.name: owner_key(p) for p in plans}  # whose share each task's jobs use
         self.windows: dict[int, WindowPlan] = {}
         self.future: dict[int, WindowPlan] = {}  # windows further ahead: only to carry frames
@@ -57,13 +61,22 @@ class WindowBook:
     def position(self, task: str) -> Position:
         return Position(*divmod(self.positions[task], self.plans[task].iterations_per_epoch))
 
-    def opened(self, task: str, epoch: int, iteration: int, *, moves: bool) -> None:
-        """A view opened; `moves`: the task stands there now."""
+    def opened(self, task: str, epoch: int, iteration: int, *, moves: bool,
+               now: float = 0.0) -> None:
+        """A view opened at `now`; `moves`: the task stands there now."""
         index = self.index(task, epoch, iteration)
         if moves:
             self.positions[task] = index
         self.open_positions[task][index] += 1
         self.unread.discard(task)
+        self.read_at[task] = now
+
+    def idle(self, since: float) -> list[str]:
+        """The tasks that go back to making nothing ahead: another user's (`makes_ahead_unread`)
+        whose views were all opened before `since`."""
+        return [name for name, plan in self.plans.items()
+                if name not in self.unread and self.read_at.get(name, since) < since
+                and not makes_ahead_unread(plan.cfg.access.registrar)]
 
     def released(self, task: str, epoch: int, iteration: int) -> None:
         opened = self.open_positions.get(task)
@@ -99,15 +112,29 @@ class WindowBook:
     def wanted(self) -> set[int]:
         """Each task's current and next window, and the windows of the views open now (none
         for a task no reader came to yet)."""
-        wanted = set()
-        for name, plan in self.plans.items():
-            if name in self.unread:
-                continue
-            per_epoch = plan.iterations_per_epoch
-            current = plan.window_of(self.positions[name] // per_epoch)
-            wanted |= {w for w in (current, current + 1) if plan.window_epochs(w)}
-            wanted |= {plan.window_of(p // per_epoch) for p in self.open_positions[name]}
-        return wanted
+        return {w for name in self.plans if name not in self.unread
+                for w in self.wanted_by(name)}
+
+    def wanted_by(self, name: str) -> set[int]:
+        plan, per_epoch = self.plans[name], self.plans[name].iterations_per_epoch
+        current = plan.window_of(self.positions[name] // per_epoch)
+        return ({w for w in (current, current + 1) if plan.window_epochs(w)}
+                | {plan.window_of(p // per_epoch) for p in self.open_positions[name]})
+
+    def next_to_plan(self, todo: set[int]) -> int:
+        """Of the windows to plan, the soonest of the owner whose turn it is (the one served
+        least recently): owners take turns, so one user's many tasks hold no other user's
+        next window back. With one owner: the soonest window."""
+        wanting: dict[int, set[int]] = {}
+        for name in self.plans:
+            if name not in self.unread:
+                for w in self.wanted_by(name) & todo:
+                    wanting.setdefault(w, set()).add(self.owners[name])
+        window = min(todo, key=lambda w: (min((self.turns.get(o, -1) for o in
+                                               wanting.get(w, ())), default=-1), w))
+        turn = max(self.turns.values(), default=0) + 1
+        self.turns.update(dict.fromkeys(wanting.get(window, ()), turn))
+        return window
 
     def owners_of(self, keys: Iterable[ViewKey]) -> set[int]:
         """The owners (`share_owner`) of the tasks that read these batches."""
@@ -205,8 +232,21 @@ class WindowBook:
         self.positions.pop(name, None)
         self.open_positions.pop(name, None)
         self.unread.discard(name)
+        self.read_at.pop(name, None)
         self.owners.pop(name, None)
         self.parts_pending.pop(name, None)
+        return self._release(name)
+
+    def rest_task(self, name: str) -> dict[ViewKey, ViewOf]:
+        """An idle task makes nothing ahead until read again, as one never read: its batches no
+        other task reads, released from every window (read again, its views are made on
+        demand until the window after that read is planned: the same bytes)."""
+        self.generation += 1
+        self.unread.add(name)
+        self.parts_pending.pop(name, None)
+        return self._release(name)
+
+    def _release(self, name: str) -> dict[ViewKey, ViewOf]:
         self.future.clear()
         released: dict[ViewKey, ViewOf] = {}
         for window in self.windows.values():

@@ -188,6 +188,37 @@ def test_another_users_task_makes_nothing_ahead_until_it_is_read(tmp_path):
     assert book.planned_plans() == [root, user]
 
 
+def test_a_task_read_once_makes_nothing_ahead_once_idle(tmp_path):
+    """H4 variant: another user's task read once, then left, goes back to on demand after
+    idle_after_s: its batches leave the windows and no one needs them; read again, it is
+    planned into new windows as before. Root's task never goes idle."""
+    root, user, book = two_owners(tmp_path)
+    book.opened("user", 0, 0, moves=True, now=100.0)
+    book.windows[0] = plan_window([root, user], 0)
+    assert book.idle(since=100.0) == [] and book.deadline_of(view_key(user, 0, 1)) == 1
+    assert book.idle(since=160.5) == ["user"]  # root's was never opened: not idle either
+    released = book.rest_task("user")
+    assert view_key(user, 0, 1) in released and book.view(view_key(user, 0, 1)) is None
+    assert book.view(view_key(root, 0, 1)) is not None
+    assert book.deadline_of(view_key(user, 0, 1)) == NOT_NEEDED
+    assert book.planned_plans() == [root] and book.idle(since=1e9) == []
+    book.opened("user", 0, 1, moves=True, now=200.0)
+    assert book.planned_plans() == [root, user] and book.wanted() == {0, 1}
+
+
+def test_owners_take_turns_at_planning_windows(tmp_path):
+    """A user's windows far ahead and root's are planned in turns, not soonest first."""
+    *_, book = two_owners(tmp_path)
+    book.opened("user", 6, 0, moves=True)  # its windows 3 and 4 (k=2)
+    todo = book.wanted()
+    assert todo == {0, 1, 3, 4}
+    order = []
+    while todo:
+        order.append(book.next_to_plan(todo))
+        todo.discard(order[-1])
+    assert order == [0, 3, 1, 4]
+
+
 def test_view_dataset_reads_a_meta_past_the_xattr_limit_from_meta_json(tmp_path, monkeypatch):
     """M4: the kernel answers E2BIG for an xattr over 64 KiB; ViewDataset then reads
     ITERATION/meta.json, the same JSON."""
