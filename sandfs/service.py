@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import trio
 
+from sandfs.bounds import LimitReached
 from sandfs.cache import ObjectStore
 from sandfs.cache.sizing import StoreSizing
 from sandfs.config.condition import ConditionError
@@ -83,7 +84,8 @@ class ViewService:
                                    policy=policy, prune_mode=prune_mode,
                                    keeps_read=store_sizing is None or store_sizing.given,
                                    freezes_windows=freezes_windows,
-                                   idle_after_s=limits.idle_after_s)
+                                   idle_after_s=limits.idle_after_s,
+                                   windows_ahead=limits.windows_ahead_of_reads)
         self.store = store
         # None: the store keeps the budget it was opened with, and every clip pruning keeps
         self.store_sizing = store_sizing
@@ -156,10 +158,11 @@ class ViewService:
     async def remove_task(self, name: str) -> None:
         """End a task: its views are no longer served and the objects only it needed are
         released (memory and disk)."""
-        self.registry.remove(name)
+        plan = self.registry.remove(name)
         self.frames.forget(name)
         self.stats.forget_task(name)
         await self.scheduler.remove_plan(name)
+        await trio.to_thread.run_sync(self.registry.ended, plan, limiter=limiter("planning"))
         await self._fit_store()
         log.info("task %s ended", name)
 
@@ -188,8 +191,13 @@ class ViewService:
                    and iteration < plan.iterations_per_epoch)
 
     def opened_view(self, task: str, epoch: int, iteration: int) -> None:
-        """A trainer opened this view: that is where the task stands (deadlines count from it)."""
-        self.scheduler.opened(task, epoch, iteration)
+        """A trainer opened this view: that is where the task stands (deadlines count from it).
+        LimitReached, with a status.json failure, for one too far past the task's reads."""
+        try:
+            self.scheduler.opened(task, epoch, iteration)
+        except LimitReached as exc:
+            self.failures.record(task, f"{task}/{epoch}/{iteration}/view", str(exc))
+            raise
 
     def released_view(self, task: str, epoch: int, iteration: int) -> bool:
         """A trainer closed a view it had opened. True when every task that reads the view has
@@ -208,6 +216,7 @@ class ViewService:
                 data = await self.engine.get(key, self._view_compute(plan, epoch, iteration))
             self.stats.add_stall(task, time.monotonic() - started)
         self.stats.add_task(task, "views_served")
+        self.scheduler.book.read(task, epoch)
         return data
 
     def view_read_from_page_cache(self, task: str, epoch: int, iteration: int) -> None:
@@ -216,6 +225,7 @@ class ViewService:
         key = view_key(self.tasks[task], epoch, iteration)
         if self.scheduler.ready_view(key, task) is not None:
             self.stats.add_task(task, "views_served")
+            self.scheduler.book.read(task, epoch)
 
     def _view_compute(self, plan: TaskPlan, epoch: int, iteration: int):
         return lambda: self.materializer.view_bytes(plan, self.view_plan(plan, epoch, iteration))

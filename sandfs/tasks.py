@@ -16,6 +16,7 @@ from sandfs.config.limits import DEFAULT_LIMITS, Limits
 from sandfs.config.schema import TaskConfig
 from sandfs.config.settings import ENGINE_FIELDS
 from sandfs.errors import UserError
+from sandfs.plan.coordination import Coordination
 from sandfs.plan.task import TaskPlan
 from sandfs.sched.windows import Position
 from sandfs.status import Failure
@@ -66,8 +67,17 @@ class TaskRegistry:
 
     def window_planned(self) -> None:
         """In a worker thread, after a window was planned: checkpoint what coordination froze."""
-        coordination = next(iter(self.tasks.values())).coordination if self.tasks else None
-        if self.checkpoint is not None and coordination is not None and coordination.changed:
+        if self.tasks:
+            self.save_state(next(iter(self.tasks.values())).coordination)
+
+    def ended(self, plan: TaskPlan) -> None:
+        """In a worker thread, once an ended task's views are released: the windows frozen that
+        no task left may read are forgotten, and the checkpoint follows (plan-state.json)."""
+        plan.coordination.forget_unreached(plan.k_epochs)
+        self.save_state(plan.coordination)
+
+    def save_state(self, coordination: Coordination) -> None:
+        if self.checkpoint is not None and coordination.changed:
             try:
                 self.checkpoint(coordination.state())
                 self.checkpoint_failure = None

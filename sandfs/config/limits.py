@@ -27,6 +27,8 @@ class Limits:
     metrics_connections_per_uid: int = 4  # of one user (closed at once past it)
     # another user's task whose views nobody opened for this long makes nothing ahead
     idle_after_s: int = 60
+    # how many k-epoch windows past its furthest read such a task may open a view (EDQUOT)
+    windows_ahead_of_reads: int = 4
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from functools import wraps
 import pyfuse3
 import trio
 
+from sandfs.bounds import LimitReached
 from sandfs.sched.flights import ObjectFailed
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,8 @@ def errors_to_errno(what: str):
         raise
     except ObjectFailed as exc:
         raise fuse_error(errno.EIO) from exc
+    except LimitReached as exc:  # a user past one of the mount's limits
+        raise fuse_error(exc.errno) from exc
     except (trio.Cancelled, KeyboardInterrupt):
         raise
     except Exception as exc:

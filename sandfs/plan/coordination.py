@@ -138,6 +138,26 @@ class Coordination:
             self._offsets.pop(name, None)
             self.changed = True
 
+    def forget_unreached(self, k_epochs: int) -> int:
+        """Forget the frozen windows no task sharing their dataset can read any more (a task
+        ended: its views are released by now); how many. A window one of them may still read,
+        behind it or not, stays frozen: its views must read the same bytes again. `k_epochs`:
+        the mount's window size."""
+        with self._lock:
+            reach: dict[DataKey, list[range]] = defaultdict(list)
+            for name, cfg in self._configs.items():
+                if name in self._data:
+                    first = self._offsets.get(name, 0)
+                    reach[self._data[name]].append(
+                        range(first // k_epochs, (first + cfg.epochs - 1) // k_epochs + 1))
+            gone = [key for key in self._pools
+                    if not any(key[1] in windows for windows in reach.get(key[0], ()))]
+            for key in gone:
+                del self._pools[key], self._crops[key]
+                self._shapers.pop(key, None)
+            self.changed = self.changed or bool(gone)
+            return len(gone)
+
     def task_configs(self) -> list[TaskConfig]:
         """The configs of the tasks that shape windows now."""
         with self._lock:

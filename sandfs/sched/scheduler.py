@@ -11,6 +11,7 @@ blocks.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -30,6 +31,7 @@ from sandfs.sched import planning, work
 from sandfs.sched.admission import Admission
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
+from sandfs.sched.idle import check_reach, rest_idle_tasks
 from sandfs.sched.jobs import AssemblyJob, Job, JobResult, VideoJob, VideoJobKey
 from sandfs.sched.memory import MemoryLedger
 from sandfs.sched.objects import PRUNE_MODES, mark_read
@@ -54,11 +56,13 @@ class Scheduler:
                  on_window_planned: Callable[[], None] | None = None,
                  policy: str = "priority", prune_mode: str = "algorithm1",
                  keeps_read: bool = True, freezes_windows: bool = False,
-                 idle_after_s: float = DEFAULT_LIMITS.idle_after_s) -> None:
+                 idle_after_s: float = DEFAULT_LIMITS.idle_after_s,
+                 windows_ahead: int = DEFAULT_LIMITS.windows_ahead_of_reads) -> None:
         """`freezes_windows`: in the daemon, planned windows are frozen out of the cyclic
         collector's walks (`runtime.settle_collector`), which changes the collector for the
         whole process. `idle_after_s`: another user's task none of whose views was opened for
-        that long makes nothing ahead until read again (`WindowBook.idle`)."""
+        that long makes nothing ahead until read again (`WindowBook.idle`); `windows_ahead`:
+        how far past its reads such a task may open views (`WindowBook.too_far`)."""
         if policy not in POLICIES:
             raise ValueError(f"scheduling policy: expected one of {sorted(POLICIES)}, "
                              f"got {policy!r}")
@@ -66,7 +70,7 @@ class Scheduler:
             raise ValueError(f"prune mode: expected one of {list(PRUNE_MODES)}, "
                              f"got {prune_mode!r}")
         self.policy = policy  # "fifo": the ablation
-        self.idle_after_s = idle_after_s
+        self.idle_after_s, self.windows_ahead = idle_after_s, windows_ahead
         self.tools = work.Tools(materializer, store, stats)
         self.store = store
         self.stats = stats
@@ -104,7 +108,8 @@ class Scheduler:
         self._token = trio.lowlevel.current_trio_token()
         async with trio.open_nursery() as nursery:
             self._nursery = self.planner.nursery = nursery
-            nursery.start_soon(self._rest_idle_tasks)
+            nursery.start_soon(rest_idle_tasks, self.book, self.planner, self.idle_after_s,
+                               self.wake)
             first = await self.planner.activate()  # serving before a slow window's next
             task_status.started()
             while True:
@@ -116,15 +121,6 @@ class Scheduler:
 
     def wake(self) -> None:
         self._wakeup.set()
-
-    async def _rest_idle_tasks(self) -> None:
-        """Every quarter of `idle_after_s`: the idle tasks make nothing ahead from now on."""
-        while True:
-            await trio.sleep(self.idle_after_s / 4)
-            since = trio.current_time() - self.idle_after_s
-            for name in self.book.idle(since):
-                await self.planner.rest_plan(name, since)
-                self.wake()
 
     async def _next_wakeup(self) -> None:
         """Until `wake`. The main loop and the dispatcher beside a planning thread may wait
@@ -143,10 +139,11 @@ class Scheduler:
     def opened(self, task: str, epoch: int, iteration: int) -> None:
         """A reader opened a view: the task stands there, unless it re-reads a ready view
         behind its position (a probe or a second reader must not drag the windows back)."""
+        check_reach(self.book, task, epoch, self.windows_ahead)
         key = view_key(self.book.plans[task], epoch, iteration)
         moves = (self.book.index(task, epoch, iteration) >= self.book.positions[task]
                  or key not in self.board.ready)
-        self.book.opened(task, epoch, iteration, moves=moves, now=trio.current_time())
+        self.book.opened(task, epoch, iteration, moves=moves, now=time.monotonic())
         self.planner.reader_came(task)
         self.wake()
 

@@ -43,6 +43,8 @@ class WindowBook:
         # registered or for `idle_after_s` (Scheduler)
         self.unread: set[str] = set()
         self.read_at: dict[str, float] = {}  # when a view of the task was last opened
+        # the furthest window a view of the task was read in (or first opened in)
+        self.read_window: dict[str, int] = {}
         self.turns: dict[int, int] = {}  # owner -> when a window was last planned for it
         self.owners = {p.name: owner_key(p) for p in plans}  # whose share each task's jobs use
         self.windows: dict[int, WindowPlan] = {}
@@ -70,6 +72,20 @@ class WindowBook:
         self.open_positions[task][index] += 1
         self.unread.discard(task)
         self.read_at[task] = now
+        self.read_window.setdefault(task, self.plans[task].window_of(epoch))
+
+    def read(self, task: str, epoch: int) -> None:
+        """A view of the task's `epoch` was read."""
+        window = self.plans[task].window_of(epoch)
+        self.read_window[task] = max(self.read_window.get(task, window), window)
+
+    def too_far(self, task: str, epoch: int, ahead: int) -> bool:
+        """Is `epoch` of another user's task more than `ahead` windows past the furthest it
+        read? Opening it would freeze windows no read of it reached (docs/deploy.md#limits)."""
+        plan = self.plans[task]
+        read = self.read_window.get(task)
+        return (read is not None and plan.window_of(epoch) > read + ahead
+                and not makes_ahead_unread(plan.cfg.access.registrar))
 
     def idle(self, since: float) -> list[str]:
         """The tasks that go back to making nothing ahead: another user's (`makes_ahead_unread`)
@@ -233,6 +249,7 @@ class WindowBook:
         self.open_positions.pop(name, None)
         self.unread.discard(name)
         self.read_at.pop(name, None)
+        self.read_window.pop(name, None)
         self.owners.pop(name, None)
         self.parts_pending.pop(name, None)
         return self._release(name)

@@ -1,9 +1,11 @@
-"""What another user's tasks make ahead on a root daemon (docs/deploy.md#limits), through a real
-mount with `nobody` as that user and a short `idle_after_s`: a task read once goes back to
-making nothing ahead once idle, and reads the same bytes after."""
+"""What another user's tasks make ahead and freeze on a root daemon (docs/deploy.md#limits),
+through a real mount with `nobody` as that user and short limits: a task read once goes back to
+making nothing ahead once idle, and reads the same bytes after; a task opens views only so far
+past its reads, and the windows it froze are forgotten when it ends."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -21,6 +23,7 @@ from tests.helpers.users import NOBODY, as_user
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
 
 IDLE_AFTER_S = 3
+AHEAD = 2  # windows_ahead_of_reads
 
 
 def read(path) -> bytes:
@@ -56,16 +59,18 @@ def mounted():
     config = write_config(folder / "t0.yaml", task_config(folder / "data", task="t0"))
     try:
         with mount_sandfs(folder / "run", [config],
-                          extra_args=["--limit", f"idle_after_s={IDLE_AFTER_S}"]) as m:
+                          extra_args=["--limit", f"idle_after_s={IDLE_AFTER_S}",
+                                      "--limit", f"windows_ahead_of_reads={AHEAD}"]) as m:
             m.data = folder / "data"
             yield m
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def register_as_nobody(m, name: str, **overrides) -> tuple[str, object]:
+def register_as_nobody(m, name: str, tag: str = "train", **overrides) -> tuple[str, object]:
     config = task_config(m.data, task=name, **overrides)
     del config["engine"]
+    config["dataset"]["tag"] = tag
     return as_user(NOBODY, write_task, m.path(".sand", "tasks", f"{name}.yaml"),
                    yaml.safe_dump(config, sort_keys=False))
 
@@ -92,3 +97,40 @@ def test_a_task_read_once_makes_nothing_ahead_once_idle(mounted):
     assert as_user(NOBODY, read, m.path("n1", "21", "0", "view"))[0] == "ok"
     assert wait_for(lambda: ready_ahead(m, "n1") > 0, IDLE_AFTER_S)
     assert as_user(NOBODY, os.unlink, m.path(".sand", "tasks", "n1.yaml")) == ("ok", None)
+
+
+def open_views(mnt: Path, task: str, epochs: range, read_them: bool) -> list[int | None]:
+    """The errno of opening (and reading) TASK/E/0/view for each epoch (None: opened)."""
+    outcomes = []
+    for epoch in epochs:
+        try:
+            with open(mnt / task / str(epoch) / "0" / "view", "rb") as f:
+                if read_them:
+                    f.read()
+            outcomes.append(None)
+        except OSError as exc:
+            outcomes.append(exc.errno)
+    return outcomes
+
+
+def frozen_windows(m) -> int:
+    return len(json.loads(read(m.cache_dir / "plan-state.json"))["windows"])
+
+
+def test_a_far_jumper_freezes_only_near_its_reads_and_is_forgotten(mounted):
+    m = mounted
+    kept = frozen_windows(m)
+    # its own dataset (another tag): nothing it freezes is shared with t0
+    assert register_as_nobody(m, "far1", tag="far", epochs=1000) == ("ok", None)
+    # M1: opening E/0/view for E = 0, 3, 6, ... froze a window at every jump; past AHEAD
+    # windows (k=2) beyond its reads the open is EDQUOT
+    jumps = as_user(NOBODY, open_views, m.mountpoint, "far1", range(0, 30, 3), False)
+    assert jumps == ("ok", [None, None] + [errno.EDQUOT] * 8)
+    assert any("windows_ahead_of_reads" in f["reason"] for f in status(m)["failures"]
+               if f["task"] == "far1")
+    walked = as_user(NOBODY, open_views, m.mountpoint, "far1", range(0, 30, 3), True)
+    assert walked == ("ok", [None] * 10)
+    assert frozen_windows(m) >= kept + 15
+    # ended, the windows no task left can read are forgotten, in plan-state.json too
+    assert as_user(NOBODY, os.unlink, m.path(".sand", "tasks", "far1.yaml")) == ("ok", None)
+    assert frozen_windows(m) == kept

@@ -69,3 +69,25 @@ def test_an_epoch_offset_applies_only_to_the_config_that_joined(tmp_path, caplog
         edited.join(config(tmp_path, "joined", seed=8), 0)
     assert edited.epoch_offset("joined") == 0
     assert "task joined was edited" in caplog.text
+
+
+def test_windows_no_task_left_can_read_are_forgotten(tmp_path):
+    """M1: a task that jumped far ahead froze a window at each jump; once it ended, the windows
+    no task on the dataset can read are forgotten, and those another one may read keep what
+    they froze (its views read the same bytes)."""
+    short, far = config(tmp_path, "short", epochs=4), config(tmp_path, "far", seed=3, epochs=60)
+    coordination = Coordination([short, far])
+    videos = fake_videos(10)
+    plans = [TaskPlan(c, videos, k_epochs=2, coordination=coordination) for c in (short, far)]
+    before = plans[0].view_plan(3, 0)
+    for epoch in range(0, 60, 3):
+        plans[1].view_plan(epoch, 0)
+
+    def windows() -> set[int]:
+        return {entry["window"] for entry in coordination.state()["windows"]}
+
+    assert len(windows()) == 20
+    assert coordination.forget_unreached(2) == 0  # `far` may read every one of them
+    coordination.remove("far")
+    assert coordination.forget_unreached(2) == 18 and coordination.changed
+    assert windows() == {0, 1} and plans[0].view_plan(3, 0) == before

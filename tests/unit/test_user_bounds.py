@@ -206,6 +206,20 @@ def test_a_task_read_once_makes_nothing_ahead_once_idle(tmp_path):
     assert book.planned_plans() == [root, user] and book.wanted() == {0, 1}
 
 
+def test_another_users_task_opens_views_only_so_far_past_its_reads(tmp_path):
+    """M1: opening a view plans and freezes its window; another user's task may open views
+    at most `ahead` windows past the furthest it read (its first open anywhere)."""
+    *_, book = two_owners(tmp_path)
+    book.opened("user", 2, 0, moves=True)  # window 1
+    assert not book.too_far("user", 9, 3) and book.too_far("user", 10, 3)  # windows 4, 5
+    book.opened("user", 9, 0, moves=True)  # opened, not read: no further
+    assert book.too_far("user", 10, 3)
+    book.read("user", 9)
+    assert not book.too_far("user", 10, 3) and not book.too_far("user", 1, 3)
+    book.opened("root", 0, 0, moves=True)
+    assert not book.too_far("root", 9, 0)
+
+
 def test_owners_take_turns_at_planning_windows(tmp_path):
     """A user's windows far ahead and root's are planned in turns, not soonest first."""
     *_, book = two_owners(tmp_path)
