@@ -154,7 +154,7 @@ class WindowPlanner:
                     skip: frozenset[str] = frozenset()) -> work.PlannedWindow:
         """In a thread: the window's plan (or its lead part, or rest), what is on disk, and
         what to keep there."""
-        planned = work.plan_active_window(self.book.planned_plans(), window, self.store,
+        planned = work.plan_active_window(self.book.planned_plans(window), window, self.store,
                                           self.prune_mode, lead=lead, skip=skip)
         if self.on_window_planned is not None:
             try:
@@ -246,7 +246,7 @@ class WindowPlanner:
             async with self.tasks_steady:
                 if window not in book.horizon(self.carry.span):  # a task left meanwhile
                     continue
-                plans = book.planned_plans()
+                plans = book.planned_plans(window)
                 book.future[window] = await self._plan_in_thread(plan_window, plans, window)
 
     def _add_window(self, planned: work.PlannedWindow) -> None:

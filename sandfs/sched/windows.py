@@ -157,11 +157,19 @@ class WindowBook:
         return {self.owners[task] for key in keys for window in self.windows.values()
                 for task, _ in window.readers.get(key, ()) if task in self.owners}
 
-    def planned_plans(self) -> list[TaskPlan]:
-        """The tasks new windows are planned for: not those no reader came to yet, whose views
-        are made on demand until the window after their first read (the same bytes: the
-        window's draws are frozen for every task on the dataset alike)."""
-        return [plan for name, plan in self.plans.items() if name not in self.unread]
+    def planned_plans(self, window: int | None = None) -> list[TaskPlan]:
+        """The tasks new windows (`window`) are planned for: not those no reader came to yet,
+        whose views are made on demand until the window after their first read (the same bytes:
+        the window's draws are frozen for every task on the dataset alike); nor those past
+        `window` with no view open in it, which reach it only reading back (on demand too): a
+        user's tasks far ahead made every window of root's task as slow to plan as theirs."""
+        return [plan for name, plan in self.plans.items() if name not in self.unread
+                and (window is None or not self._past(name, window))]
+
+    def _past(self, name: str, window: int) -> bool:
+        plan = self.plans[name]
+        current = plan.window_of(self.positions[name] // plan.iterations_per_epoch)
+        return current > window and window not in self.wanted_by(name)
 
     def horizon(self, span: int) -> set[int]:
         """The `span` windows after each active one that are not active themselves."""

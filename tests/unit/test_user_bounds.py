@@ -220,6 +220,17 @@ def test_another_users_task_opens_views_only_so_far_past_its_reads(tmp_path):
     assert not book.too_far("root", 9, 0)
 
 
+def test_a_window_is_not_planned_for_tasks_past_it(tmp_path):
+    """16 tasks of a user far ahead were planned into every new window of root's task: its
+    windows took as long to plan as 17 tasks'. A task past a window with no view open in it
+    reaches it only reading back (on demand); one behind a window is planned into it."""
+    root, user, book = two_owners(tmp_path)
+    book.opened("user", 8, 0, moves=True)  # window 4
+    assert book.planned_plans(0) == [root] and book.planned_plans(4) == [root, user]
+    book.opened("user", 1, 0, moves=False)  # a view open behind: window 0 is its too
+    assert book.planned_plans(0) == [root, user]
+
+
 def test_owners_take_turns_at_planning_windows(tmp_path):
     """A user's windows far ahead and root's are planned in turns, not soonest first."""
     *_, book = two_owners(tmp_path)
