@@ -349,8 +349,10 @@ def client_uid(connection: Connection, tables: Sequence[str] = SOCKET_TABLES) ->
 def client_uids(connections: Sequence[Connection | None],
                 tables: Sequence[str] = SOCKET_TABLES) -> list[int | None]:
     """`client_uid` of each connection, the tables read once for all of them: a flood of
-    connections costs one read a batch, not one each."""
+    connections costs one read a batch, not one each, and only the rows of the clients' ports
+    are parsed (a flood's thousands of rows cost a split each)."""
     wanted = {(c.client, c.server) for c in connections if c is not None}
+    ports = {f":{client[1]:04X}" for client, _ in wanted}
     found: dict[tuple, int] = {}
     for table in tables:
         try:
@@ -360,7 +362,7 @@ def client_uids(connections: Sequence[Connection | None],
             continue
         for row in rows:
             fields = row.split()
-            if len(fields) > 7:
+            if len(fields) > 7 and fields[1][-5:] in ports:
                 ends = (socket_address(fields[1]), socket_address(fields[2]))
                 if ends in wanted:
                     found.setdefault(ends, int(fields[7]))
