@@ -152,6 +152,9 @@ def test_every_way_in_refuses_what_the_mount_refuses_for_the_same_reason(
                 assert registered(m) == before, (name, way)
             assert fragment in reasons["mount"], (name, reasons["mount"])
             assert str(path) in reasons["mount"]  # the user's file, not the daemon's copy
+            # a plain copy is named by the file written: the daemon never sees the user's
+            written = str(m.path(".sand", "tasks", f"{path.stem}.yaml"))
+            assert reasons.pop("copy") == reasons["mount"].replace(str(path), written), name
             assert set(reasons.values()) == {reasons["mount"]}, (name, reasons)
         assert m.path("t0", "0", "0", "view").read_bytes() == first
         assert m.path("t0", "1", "0", "view").read_bytes()
