@@ -39,6 +39,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     .venv/bin/pip install -q --disable-pip-version-check -e .
     echo "$want" > "$stamp"
 fi
+# pyfuse3 rebuilt so that its replies release the GIL (third_party/pyfuse3/README.md). Where it
+# cannot be built, the stock pyfuse3 installed above serves the same bytes (the reason is kept
+# for the test that checks which one is installed).
+rm -f .venv/.pyfuse3-build-failed
+if ! third_party/pyfuse3/install.sh .venv 2>.venv/.pyfuse3-build.log; then
+    tail -n 5 .venv/.pyfuse3-build.log > .venv/.pyfuse3-build-failed
+    echo "setup: warning: the patched pyfuse3 could not be built, the stock one stays:" >&2
+    cat .venv/.pyfuse3-build-failed >&2
+fi
 # A CUDA build on a machine without an NVIDIA GPU is several GB that can never be used.
 torch_cuda=$(.venv/bin/python -c 'import torch; print(torch.version.cuda)' 2>/dev/null || echo None)
 if [ "$torch_cuda" != "None" ] && [ ! -e /dev/nvidia0 ] && ! command -v nvidia-smi >/dev/null; then
