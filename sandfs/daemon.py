@@ -37,6 +37,7 @@ from sandfs.fuse.mountpoint import (
     fuse_options,
     prepare_mountpoint,
     quiet_late_replies,
+    replies_release_gil,
 )
 from sandfs.fuse.operations import SandOperations
 from sandfs.media.datasets import DatasetKey, ScanAhead, ScanBad, ScanBook, scan_all
@@ -148,6 +149,8 @@ def serve_mount(startup: Startup, mount: Mount, on_ready: Callable[[], None],
     mountpoint = mount.settings.mountpoint
     operations = SandOperations(startup, mountpoint, mount.settings.limits)
     quiet_late_replies()
+    log.info("pyfuse3 %s: replies %s the GIL", pyfuse3.__version__,
+             "release" if replies_release_gil() else "hold")
     try:
         pyfuse3.init(operations, mountpoint, fuse_options())
     except RuntimeError as exc:

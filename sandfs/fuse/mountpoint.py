@@ -30,6 +30,15 @@ def _demote_late_reply(record: logging.LogRecord) -> bool:
     return True
 
 
+PATCHED_PYFUSE3 = "reply-nogil-1"  # the build of third_party/pyfuse3, told by SANDFS_PATCH
+
+
+def replies_release_gil() -> bool:
+    """Whether this pyfuse3 is third_party/pyfuse3's build, whose replies (the kernel's copy of
+    a read's bytes) release the GIL. A stock pyfuse3 serves the same bytes holding it."""
+    return getattr(pyfuse3, "SANDFS_PATCH", None) == PATCHED_PYFUSE3
+
+
 def check_fuse_available() -> None:
     if not os.path.exists("/dev/fuse"):
         raise UserError("FUSE is not available: /dev/fuse is missing (install fuse3; in a "
