@@ -18,6 +18,7 @@ served (utime + stime from /proc/PID/stat, over all repeats); with --gil, the GI
 served (py-spy, `gil.py`: as sampled, on a CPU, and the trio loop's part).
 
 Usage: benchmarks/bench_read.py [--repeats 5] [--videos 16] [--data-dir DIR] [--gil]
+       [--gil-raw DIR]
 """
 
 from __future__ import annotations
@@ -132,10 +133,14 @@ def four_trials(mountpoint: Path, size: int) -> tuple[int, float]:
     return total, elapsed
 
 
-def measure(name: str, repeats: int, pid: int, run, gil_rate: int = 0) -> dict:
-    """`gil_rate`: also sample the daemon's GIL at this rate (py-spy), 0: not."""
+def measure(name: str, repeats: int, pid: int, run, gil_rate: int = 0,
+            gil_raw: Path | None = None) -> dict:
+    """`gil_rate`: also sample the daemon's GIL at this rate (py-spy), 0: not; `gil_raw`: keep
+    its samples (collapsed stacks) in this directory."""
     rates, served, cpu = [], 0, 0.0
-    with GilSampler(pid, gil_rate) if gil_rate else contextlib.nullcontext() as sampler:
+    raw = gil_raw / f"gil-read-{name}-{pid}.txt" if gil_raw is not None else None
+    with GilSampler(pid, gil_rate, keep_raw=raw) if gil_rate else \
+            contextlib.nullcontext() as sampler:
         for _ in range(repeats):
             cpu_before = tree_cpu_seconds(pid)
             total, elapsed = run()
@@ -156,12 +161,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--gil", action="store_true",
                         help="also the daemon's GIL ms per GB (py-spy --gil, benchmarks/gil.py)")
+    parser.add_argument("--gil-raw", type=Path,
+                        help="with --gil: keep py-spy's samples per scenario in this directory")
     parser.add_argument("--videos", type=int, default=16)
     parser.add_argument("--data-dir", type=Path,
                         default=Path(tempfile.gettempdir()) / "sandfs-bench-data")
     args = parser.parse_args()
     dataset = ensure_dataset(args.data_dir, args.videos)
-    emit({"bench": "read", "params": vars(args) | {"data_dir": str(args.data_dir)},
+    paths = {"data_dir": str(args.data_dir), "gil_raw": str(args.gil_raw or "")}
+    emit({"bench": "read", "params": vars(args) | paths,
           "machine": machine_info(), "busy_cores_before": machine_busy_cores()})
     with tempfile.TemporaryDirectory(prefix="sandfs-bench-read-") as tmp:
         workdir = Path(tmp)
@@ -174,11 +182,13 @@ def main() -> None:
                     read_whole(path, bytearray(size))
             emit({"view_bytes": size, "views_per_task": len(paths)})
             rate = DEFAULT_RATE_HZ if args.gil else 0
-            measure("one_reader", args.repeats, mount.pid, lambda: one_reader(paths, size), rate)
-            measure("one_reader_direct", args.repeats, mount.pid,
-                    lambda: one_reader(paths, size, direct=True), rate)
-            measure("four_trials", args.repeats, mount.pid,
-                    lambda: four_trials(mount.mountpoint, size), rate)
+            if args.gil_raw is not None:
+                args.gil_raw.mkdir(parents=True, exist_ok=True)
+            scenarios = {"one_reader": lambda: one_reader(paths, size),
+                         "one_reader_direct": lambda: one_reader(paths, size, direct=True),
+                         "four_trials": lambda: four_trials(mount.mountpoint, size)}
+            for name, run in scenarios.items():
+                measure(name, args.repeats, mount.pid, run, rate, args.gil_raw)
     emit({"busy_cores_after": machine_busy_cores()})
 
 
