@@ -14,21 +14,14 @@ crop sizes) cropped frames, and each task's own starts stay exactly uniform.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
-from sandfs.plan.seeds import below, unit_draws
+import numpy as np
+
+from sandfs.plan.draws import below, digest_words, key_texts, unit_columns
 
 POOL_SPANS = 2  # the pool's width, in spans of the longest clip: reuse vs. diversity per window
-
-
-@lru_cache(maxsize=1 << 16)
-def window_draws(key: int, grid: int, window: int, video: str) -> tuple[int, float]:
-    """The pool's own draws for one video in one window: the grid phase and the offset (as a
-    fraction of the valid range). Every clip of that window uses them: computed once."""
-    phase, offset = unit_draws(key, "pool", window, video)[:2]
-    return below(grid, phase), offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,20 +31,31 @@ class FramePool:
     width_frames: int  # clip starts of one window vary within this many frames
     span_frames: int  # the pool clip: the longest span of the tasks sharing the pool
 
-    def start(self, window: int, video: str, epoch: int, sample: int, num_frames: int,
-              span: int) -> int:
-        """The first frame of the clip of (epoch, sample) spanning `span` frames
-        (num_frames >= span)."""
-        phase, offset_fraction = window_draws(self.key, self.grid, window, video)
-        if phase > num_frames - span:
-            phase = 0
-        own_slots = (num_frames - span - phase) // self.grid + 1
-        pool_slots = (num_frames - self.span_frames - phase) // self.grid + 1
-        if pool_slots < 1 or pool_slots > own_slots:  # the pool clip does not fit or is shorter
-            pool_slots = own_slots
-        width = min(pool_slots, max(1, self.width_frames // self.grid))
-        slot_draw, quantile_draw = unit_draws(self.key, "clip", window, video, epoch, sample)[:2]
-        pool_slot = (int(offset_fraction * pool_slots) + below(width, slot_draw)) % pool_slots
+    def starts(self, window: int, videos: Sequence[str], epoch: int, samples: int,
+               num_frames: np.ndarray, span: int) -> np.ndarray:
+        """The first frame of the clip of (epoch, sample) spanning `span` frames, for every
+        video (rows: `num_frames` >= span each) and sample (columns). The pool's own draws for a
+        video in a window (its grid phase, and its offset as a fraction of the valid range)
+        are the same for every clip of that window."""
+        grid = self.grid
+        phase, offset = unit_columns(digest_words(key_texts(
+            (self.key, "pool", window), [(video,) for video in videos]))).T
+        phase = below(np.int64(grid), phase)
+        frames = num_frames.astype(np.int64)[:, None]
+        phase = np.where(phase > frames[:, 0] - span, 0, phase)[:, None]
+        own_slots = (frames - span - phase) // grid + 1
+        pool_slots = (frames - self.span_frames - phase) // grid + 1
+        # the pool clip does not fit, or is shorter than the task's: the task's own range
+        pool_slots = np.where((pool_slots < 1) | (pool_slots > own_slots), own_slots, pool_slots)
+        width = np.minimum(pool_slots, max(1, self.width_frames // grid))
+        draws = unit_columns(digest_words(key_texts(
+            (self.key, "clip", window),
+            [(video, epoch, sample) for video in videos for sample in range(samples)])))
+        slot_draw = draws[:, 0].reshape(len(videos), samples)
+        quantile_draw = draws[:, 1].reshape(len(videos), samples)
+        pool_slot = ((offset[:, None] * pool_slots).astype(np.int64)
+                     + below(width, slot_draw)) % pool_slots
         # the same quantile of the task's own range: uniform, and inside the pool clip
         position = (pool_slot + quantile_draw) / pool_slots
-        return phase + self.grid * min(own_slots - 1, math.floor(position * own_slots))
+        return phase + grid * np.minimum(own_slots - 1,
+                                         np.floor(position * own_slots).astype(np.int64))

@@ -3,9 +3,10 @@ the task plan and the cross-task coordination."""
 
 from __future__ import annotations
 
+from sandfs import ops as oplib
 from sandfs.config.schema import OpSpec, TaskConfig
 from sandfs.ops.base import FrameShape
-from sandfs.plan.abstract import PathStep
+from sandfs.plan.abstract import PathStep, StreamPath
 
 
 def step_ops(step_path: PathStep, choice: int | None) -> tuple[OpSpec, ...]:
@@ -23,3 +24,30 @@ def source_shape(cfg: TaskConfig) -> FrameShape:
     unknown (the video's)."""
     decode = cfg.dataset.sampling.decode_resize
     return FrameShape(*decode[0], "uint8") if decode else FrameShape(None, None, "uint8")
+
+
+def static_output(path: StreamPath, num_frames: int,
+                  shape: FrameShape) -> tuple[FrameShape, int]:
+    """Frame shape and clip length at the end of a path (config validation made it fixed)."""
+    for ps in path.steps:
+        choice = 0 if ps.step.branch_type in ("random", "conditional") else None
+        for spec in step_ops(ps, choice):
+            op = oplib.get_op(spec.name)
+            shape = op.output_shape(spec.param_dict(), shape)
+            num_frames = op.output_frames(spec.param_dict(), num_frames)
+    return shape, num_frames
+
+
+def branch_label(ps: PathStep, choice: int | None) -> str:
+    """How a clip's `branches` record names the branch it took at this step."""
+    step = ps.step
+    if step.branch_type in ("random", "conditional"):
+        if choice is None:
+            return "none"
+        branch = step.branches[choice]
+        if step.branch_type == "conditional":
+            return "else" if branch.condition is None else branch.condition.source
+        return str(choice)
+    if step.branch_type == "multi":
+        return step.outputs[ps.output_index]
+    return step.branch_type

@@ -13,7 +13,7 @@ frame grid with one random phase per (video, k-epoch window): the shared frame p
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -27,15 +27,17 @@ from sandfs.media.probebook import ProbeBook
 from sandfs.media.types import BadVideo, ListedVideo, MediaLimits, VideoInfo
 from sandfs.npy import npy_nbytes
 from sandfs.ops.base import FrameShape, OpInstance, Window
-from sandfs.plan.abstract import PathStep, StreamPath, stream_paths
+from sandfs.plan.abstract import PathStep, stream_paths
+from sandfs.plan.clipdraws import ClipDraws, EpochDraws
 from sandfs.plan.coordination import Coordination
+from sandfs.plan.draws import FirstOutput, NeedGenerator
 from sandfs.plan.identity import DatasetIdentity, data_fingerprint
 from sandfs.plan.interner import Interner
 from sandfs.plan.labels import Labels, match_labels, parse_label_rows, read_labels
 from sandfs.plan.probed import NoUsableVideo, ProbedVideos
 from sandfs.plan.seeds import below, derive_seed, rng_for, unit_draws
 from sandfs.plan.shard import shard_positions
-from sandfs.plan.steps import source_shape, step_ops
+from sandfs.plan.steps import branch_label, source_shape, static_output, step_ops
 from sandfs.plan.testviews import clip_start as test_clip_start
 from sandfs.plan.testviews import fixed_crop, view_index
 
@@ -69,18 +71,6 @@ class ViewPlan:
     @property
     def nbytes(self) -> int:
         return npy_nbytes(self.shape, self.dtype)
-
-
-def static_output(path: StreamPath, num_frames: int,
-                  shape: FrameShape) -> tuple[FrameShape, int]:
-    """Frame shape and clip length at the end of a path (config validation made it fixed)."""
-    for ps in path.steps:
-        choice = 0 if ps.step.branch_type in ("random", "conditional") else None
-        for spec in step_ops(ps, choice):
-            op = oplib.get_op(spec.name)
-            shape = op.output_shape(spec.param_dict(), shape)
-            num_frames = op.output_frames(spec.param_dict(), num_frames)
-    return shape, num_frames
 
 
 class TaskPlan:
@@ -143,6 +133,7 @@ class TaskPlan:
         self.view_plan = lru_cache(maxsize=4096)(self._view_plan)
         self.epoch_order = lru_cache(maxsize=64)(self._epoch_order)
         self.plan_key = lru_cache(maxsize=256)(self._plan_key)
+        self.draws = ClipDraws(self)  # the clips' draws, made for a batch or window at once
 
     def _plan_key(self, window: int) -> int:
         """What the views of a window depend on besides (epoch, iteration): the task's data and
@@ -287,60 +278,66 @@ class TaskPlan:
 
     # -- clips ------------------------------------------------------------------------------
 
-    def clip_frames(self, epoch: int, video_index: int, sample: int) -> tuple[int, ...]:
+    def clip_frames(self, epoch: int, video_index: int, sample: int,
+                    draws: EpochDraws | None = None) -> tuple[int, ...]:
         """The decoded frames of one clip before temporal ops: `frames_per_video` indices
-        `frame_stride` apart from a random start on the window's frame grid."""
+        `frame_stride` apart from a random start on the window's frame grid (`draws`: the
+        epoch's, with this video's made)."""
         info = self.videos[video_index]
         count, stride = self.sampling.frames_per_video, self.sampling.frame_stride
         if info.num_frames < self.span_frames:
             if self.sampling.short_video == "wrap":
                 return tuple((j * stride) % info.num_frames for j in range(count))
             return tuple(min(j * stride, info.num_frames - 1) for j in range(count))
-        start = self.clip_start(epoch, info, sample)
+        start = self.clip_start(epoch, info, sample, draws)
         return tuple(start + j * stride for j in range(count))
 
-    def clip_start(self, epoch: int, info: VideoInfo, sample: int) -> int:
+    def clip_start(self, epoch: int, info: VideoInfo, sample: int,
+                   draws: EpochDraws | None = None) -> int:
         if self.test_views:
             return test_clip_start(view_index(self.test_views, sample).clip,
                                    self.test_views.clips, info.num_frames, self.span_frames)
-        window = self.window_of(epoch)
-        pool = self.coordination.pool(self.cfg, window)
-        return pool.start(window, info.name, epoch + self.epoch_offset, sample, info.num_frames,
-                          self.span_frames)
+        index = self.video_index[info.name]
+        draws = draws or self.draws.prepare(epoch, [index])
+        return int(draws.starts[index, sample])
 
-    def resolve_clip(self, epoch: int, iteration: int, video_index: int, sample: int):
+    def resolve_clip(self, epoch: int, iteration: int, video_index: int, sample: int,
+                     draws: EpochDraws | None = None):
         """One StreamClip per stream for this (video, sample) in this epoch and iteration."""
         info = self.videos[video_index]
-        base = list(self.clip_frames(epoch, video_index, sample))
+        draws = draws or self.draws.prepare(epoch, [video_index])
+        base = list(self.clip_frames(epoch, video_index, sample, draws))
         clip_key = (self.data_key, epoch, info.name, sample)
+        row = (draws, video_index, sample)
         return tuple(
-            self._resolve_stream(path, stream, clip_key, base, info, epoch, iteration,
-                                 video_index, sample)
+            self._resolve_stream(path, stream, clip_key, base, info, epoch, iteration, row)
             for stream, path in enumerate(self.paths)
         )
 
     def _resolve_stream(self, path, stream, clip_key, base, info, epoch, iteration,
-                        video_index, sample) -> StreamClip:
+                        row: tuple[EpochDraws, int, int]) -> StreamClip:
+        draws, video_index, sample = row
         static = source_shape(self.cfg)  # what the config alone says (crop contexts)
         shape = static if static.height else FrameShape(info.height, info.width, "uint8")
         frames, spatial, depths, branches = list(base), [], [], []
         prefix: tuple = ()
         for ps in path.steps:
             prefix += ((ps.step.name, ps.output_index),)
-            choice = self._branch_choice(ps, clip_key, prefix, epoch, iteration)
+            unit = (float(draws.units[prefix][video_index, sample])
+                    if ps.step.branch_type == "random" else None)
+            choice = self._branch_choice(ps, unit, epoch, iteration)
             for pos, spec in enumerate(step_ops(ps, choice)):
                 op = oplib.get_op(spec.name)
-                # only random ops draw; a generator costs ~2 us, made per clip and op
-                rng = rng_for(*clip_key, "op", prefix, pos) if op.random else None
                 in_hw = (shape.height, shape.width)
                 if self.test_views and spec.name in TEST_VIEW_CROP_STEPS:
                     crop = view_index(self.test_views, sample).crop
                     inst = self.shared(fixed_crop(spec.params, crop, self.test_views.crops,
                                                   in_hw))
                 elif op.random:
-                    inst = self._shared_crop(spec, in_hw, static, epoch, info, sample, rng)
-                    inst = self.shared(inst or oplib.draw_instance(spec.name, spec.params, rng,
-                                                                   in_hw))
+                    output = int(draws.outputs[prefix, pos][video_index, sample])
+                    key = (*clip_key, "op", prefix, pos)
+                    inst = self._random_instance(spec, in_hw, static, epoch, info, sample,
+                                                 output, key)
                 else:
                     inst = self._fixed_instance(spec, in_hw)
                 if op.temporal:
@@ -351,11 +348,25 @@ class TaskPlan:
                          else self._shape_after(op, spec, shape))
                 static = self._shape_after(op, spec, static)
             depths.append(len(spatial))
-            branches.append((ps.step.name, _branch_label(ps, choice)))
+            branches.append((ps.step.name, branch_label(ps, choice)))
         shared = self.shared
         return StreamClip(video_index, sample, stream, shared(tuple(frames)),
                           shared(tuple(spatial)), shared(tuple(depths)),
                           shared(tuple(branches)), self.source)
+
+    def _random_instance(self, spec: OpSpec, in_hw: tuple[int, int], static: FrameShape,
+                         epoch: int, info: VideoInfo, sample: int, output: int,
+                         key: tuple) -> OpInstance:
+        """A random op drawn from its generator's first output (`FirstOutput`), or from the
+        generator itself (`seeds.rng_for(*key)`, ~2.7 us to make) where it draws more."""
+        try:
+            return self._draw(spec, in_hw, static, epoch, info, sample, FirstOutput(output))
+        except NeedGenerator:
+            return self._draw(spec, in_hw, static, epoch, info, sample, rng_for(*key))
+
+    def _draw(self, spec, in_hw, static, epoch, info, sample, rng) -> OpInstance:
+        inst = self._shared_crop(spec, in_hw, static, epoch, info, sample, rng)
+        return self.shared(inst or oplib.draw_instance(spec.name, spec.params, rng, in_hw))
 
     def _fixed_instance(self, spec: OpSpec, in_hw: tuple[int, int]) -> OpInstance:
         """An op that draws nothing is the same instance for every clip of a frame size."""
@@ -397,12 +408,13 @@ class TaskPlan:
         x = window_x + int(own.integers(0, window_w - crop_w + 1))
         return OpInstance("random_crop", spec.params, (("x", x), ("y", y)))
 
-    def _branch_choice(self, ps: PathStep, clip_key, prefix, epoch, iteration) -> int | None:
+    def _branch_choice(self, ps: PathStep, draw: float | None, epoch: int,
+                       iteration: int) -> int | None:
+        """The branch a clip takes (`draw`: its uniform draw at a random step)."""
         step = ps.step
         if step.branch_type == "random":
             probs = np.array([b.prob for b in step.branches], dtype=np.float64)
             cumulative = np.cumsum(probs) / probs.sum()  # 0.333 x 3: each a third, exactly
-            draw = unit_draws(*clip_key, "branch", prefix)[0]
             return int(min(np.searchsorted(cumulative, draw, side="right"), len(probs) - 1))
         if step.branch_type == "conditional":
             for i, branch in enumerate(step.branches):
@@ -421,10 +433,21 @@ class TaskPlan:
                                  f"'{condition.source}' at epoch {epoch} iteration "
                                  f"{iteration}: {exc}") from None
 
+    def prepare(self, epoch: int, iterations: Iterable[int]) -> None:
+        """Draw the clips of these batches of the epoch at once (a window's, planned next)."""
+        videos: list[int] = []
+        for iteration in iterations:
+            try:
+                videos += self.batch_videos(epoch, iteration)
+            except Exception:  # its view fails, with the reason, when it is planned
+                continue
+        self.draws.prepare(epoch, videos)
+
     def _view_plan(self, epoch: int, iteration: int) -> ViewPlan:
         videos = self.batch_videos(epoch, iteration)
+        draws = self.draws.prepare(epoch, videos)
         per_clip = [
-            self.resolve_clip(epoch, iteration, v, s)
+            self.resolve_clip(epoch, iteration, v, s, draws)
             for v in videos
             for s in range(self.sampling.samples_per_video)
         ]
@@ -474,17 +497,3 @@ class TaskPlan:
             "layout": view.layout,
             "samples": [self.clip_meta(c) for c in view.clips],
         }
-
-
-def _branch_label(ps: PathStep, choice: int | None) -> str:
-    step = ps.step
-    if step.branch_type in ("random", "conditional"):
-        if choice is None:
-            return "none"
-        branch = step.branches[choice]
-        if step.branch_type == "conditional":
-            return "else" if branch.condition is None else branch.condition.source
-        return str(choice)
-    if step.branch_type == "multi":
-        return step.outputs[ps.output_index]
-    return step.branch_type

@@ -1,0 +1,147 @@
+"""The draws of a plan stay byte-identical (docs/contract.md#determinism): every clip of every
+view of several configs, digested, against the digests recorded from plan version 4 before its
+draws were computed as arrays (`sandfs/plan/draws.py`), and the array draws against numpy's own
+generators."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from sandfs.config.loader import load_task_config
+from sandfs.media.types import DatasetScan
+from sandfs.plan.draws import FirstOutput, NeedGenerator, digest_words, key_texts, pcg64_first
+from sandfs.plan.mount import plan_tasks
+from sandfs.plan.seeds import _digest, rng_for
+from sandfs.plan.window import plan_window
+from tests.helpers.harness import task_config
+from tests.helpers.plans import FAKE_DATASET, fake_videos
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "benchmarks" / "configs"
+
+
+def _varied(count: int) -> list:
+    """Videos of several lengths and sizes (some shorter than a clip's span)."""
+    videos = fake_videos(count)
+    return [dataclasses.replace(v, num_frames=(9, 40, 120, 301)[i % 4],
+                                width=(64, 200, 340)[i % 3], height=(48, 150, 256)[i % 3],
+                                frame_pts=tuple(range((9, 40, 120, 301)[i % 4])))
+            for i, v in enumerate(videos)]
+
+
+def _config(text: str):
+    return load_task_config(Path("t.yaml"), text=text, check_paths=False)
+
+
+def _bench(name: str, **sampling) -> str:
+    config = yaml.safe_load((CONFIGS / name).read_text())
+    config["dataset"]["video_dataset_path"] = str(FAKE_DATASET)
+    config["epochs"] = 6
+    config["dataset"]["sampling"] |= sampling
+    return yaml.safe_dump(config)
+
+
+def _harness(**overrides) -> str:
+    return yaml.safe_dump(task_config(FAKE_DATASET, **overrides))
+
+
+CASES = {
+    "harness": ([_harness()], 10),
+    "harness_short_wrap": ([_harness(sampling={"frames_per_video": 8, "frame_stride": 3,
+                                               "short_video": "wrap",
+                                               "samples_per_video": 2})], 24),
+    "single": ([_bench("single.yaml")], 40),
+    "slowfast": ([_bench("slowfast.yaml", samples_per_video=2)], 40),
+    "pair": ([_bench("planning/slowfast.yaml"), _bench("planning/mae.yaml")], 30),
+    "full": ([(REPO / "configs" / "example-full.yaml").read_text().replace(
+        "../demo-data/videos", str(FAKE_DATASET))], 20),
+}
+
+
+def clips_digest(texts: list[str], count: int) -> str:
+    digest = hashlib.sha256()
+    for plan in _plans(texts, count):
+        for epoch in range(plan.epochs):
+            for iteration in range(plan.iterations_per_epoch):
+                digest.update(repr(plan.view_plan(epoch, iteration).clips).encode())
+    return digest.hexdigest()
+
+
+RECORDED = {  # clips_digest of plan version 4 drawing clip by clip (commit 576f9ec)
+    "harness": "8b68ee1f236318b02aa5df01b48a7774b58e4102a9ea3db0e8e063d2facc3d99",
+    "harness_short_wrap": "bea93112f0660267835147142a685bf109db33e7f284a9dabb7dda90e6df0a14",
+    "single": "221d6347583d62620efcbf4752c6a528b581e001cb063bc5ba76599c0f0c1dc6",
+    "slowfast": "f34892c31bdf4db6a1f25ec575f3df5b50d165881d149ea65e2a6748e3f5f8a9",
+    "pair": "29e1230140b7512708cc57b6b477396866b428b523614d9681071ace0a313fd0",
+    "full": "18a6451485d94a633386e8b0c66926f32f8f96d3782c5fe81018b9b7062a9103",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_views_draw_what_they_drew_clip_by_clip(name):
+    texts, count = CASES[name]
+    assert clips_digest(texts, count) == RECORDED[name]
+
+
+def test_a_window_plans_the_views_a_batch_alone_plans():
+    """Drawn for a whole window at once (`plan_window`) or for one batch on demand."""
+    texts, count = CASES["pair"]
+    window_plans = _plans(texts, count)
+    alone = {p.name: p for p in _plans(texts, count)}
+    for window in (0, 1):
+        planned = plan_window(window_plans, window)
+        for key, (plan, epoch, iteration) in planned.views.items():
+            assert planned.view_plans[key] == alone[plan.name].view_plan(epoch, iteration)
+
+
+KEYS = [(7 << 100, 4, f"c{i % 3}/v{i:04d}", i % 2, "op", (("crop", i % 2),), i % 3)
+        for i in range(3000)]
+
+
+def test_array_digests_and_first_outputs_are_numpys():
+    words = digest_words(key_texts(KEYS[0][:2], [k[2:] for k in KEYS]))
+    assert words.tolist() == [np.frombuffer(_digest(k), "<u8").tolist() for k in KEYS]
+    first = pcg64_first(words).tolist()
+    assert first == [int(rng_for(*k).integers(0, 1 << 64, dtype=np.uint64)) for k in KEYS]
+
+
+@pytest.mark.parametrize("spans", [(1, 17), (17, 1), (2, 2), (100, 57), (1 << 31, 3 << 30),
+                                   ((1 << 32) - 3, 5), ((1 << 32) - 1, 9), (1 << 33, 4)])
+def test_first_output_draws_as_numpys_generator_or_asks_for_it(spans):
+    """Lemire's draw on 32-bit halves, a span of 1 drawing nothing; a rejection (likely for
+    spans near 2**32), a 64-bit span or a second output raise NeedGenerator."""
+    asked = 0
+    for key, output in zip(KEYS, pcg64_first(digest_words([repr(k) for k in KEYS])).tolist(),
+                           strict=True):
+        stand_in, real = FirstOutput(output), rng_for(*key)
+        try:
+            drawn = [stand_in.integers(3, 3 + span) for span in spans]
+        except NeedGenerator:
+            asked += 1
+            continue
+        assert drawn == [int(real.integers(3, 3 + span)) for span in spans]
+        assert FirstOutput(output).random() == rng_for(*key).random()
+        with pytest.raises(NeedGenerator):
+            FirstOutput(output).uniform(0, 1)
+    if {3 << 30, (1 << 32) - 1, 1 << 33} & set(spans):  # a quarter rejected, or 64-bit draws
+        assert asked > 0
+    if max(spans) <= 100:
+        assert asked == 0
+
+
+def _plans(texts: list[str], count: int) -> list:
+    configs = [_config(t) for t in texts]
+    scan = DatasetScan(str(FAKE_DATASET), tuple(_varied(count)), ())
+    scans = {(configs[0].dataset.video_dataset_path, configs[0].dataset.extensions): scan}
+    return plan_tasks(configs, scans, k_epochs=2)
+
+
+if __name__ == "__main__":  # records RECORDED from a commit's planner
+    for name, (texts, count) in CASES.items():
+        print(f"    {name!r}: {clips_digest(texts, count)!r},")
