@@ -38,6 +38,7 @@ class EpochDraws:
     starts: np.ndarray  # int64 (videos, samples): the clip's first frame on the pool, or NO_START
     units: dict[Prefix, np.ndarray]  # float64 (videos, samples): a random branch step's draw
     outputs: dict[tuple[Prefix, int], np.ndarray]  # uint64 (videos, samples): by (prefix, op)
+    crops_shared: bool  # the epoch's window shares crop windows with other tasks
 
 
 def random_keys(paths: Sequence[StreamPath]) -> tuple[list[Prefix], list[tuple[Prefix, int]]]:
@@ -77,7 +78,7 @@ class ClipDraws:
         with self._lock:
             found = self._epochs.get(epoch)
             if found is None:
-                found = self._epochs[epoch] = self._empty()
+                found = self._epochs[epoch] = self._empty(epoch)
                 while len(self._epochs) > self._kept:
                     self._epochs.popitem(last=False)
             missing = np.unique(np.asarray(indices, dtype=np.int64))
@@ -86,11 +87,13 @@ class ClipDraws:
                 self._draw(epoch, found, missing)
             return found
 
-    def _empty(self) -> EpochDraws:
-        shape = (len(self.plan.listed), self.plan.sampling.samples_per_video)
+    def _empty(self, epoch: int) -> EpochDraws:
+        plan = self.plan
+        shape = (len(plan.listed), plan.sampling.samples_per_video)
+        crops = plan.coordination.crop_windows(plan.cfg, plan.window_of(epoch))
         return EpochDraws(np.zeros(shape[0], bool), np.full(shape, NO_START, np.int64),
                           {p: np.zeros(shape) for p in self.branch_prefixes},
-                          {k: np.zeros(shape, np.uint64) for k in self.op_keys})
+                          {k: np.zeros(shape, np.uint64) for k in self.op_keys}, bool(crops))
 
     def _draw(self, epoch: int, into: EpochDraws, rows: np.ndarray) -> None:
         plan = self.plan

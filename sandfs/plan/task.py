@@ -37,6 +37,7 @@ from sandfs.plan.labels import Labels, match_labels, parse_label_rows, read_labe
 from sandfs.plan.probed import NoUsableVideo, ProbedVideos
 from sandfs.plan.seeds import below, derive_seed, rng_for, unit_draws
 from sandfs.plan.shard import shard_positions
+from sandfs.plan.staticpath import StaticPath
 from sandfs.plan.steps import branch_label, source_shape, static_output, step_ops
 from sandfs.plan.testviews import clip_start as test_clip_start
 from sandfs.plan.testviews import fixed_crop, view_index
@@ -134,6 +135,8 @@ class TaskPlan:
         self.epoch_order = lru_cache(maxsize=64)(self._epoch_order)
         self.plan_key = lru_cache(maxsize=256)(self._plan_key)
         self.draws = ClipDraws(self)  # the clips' draws, made for a batch or window at once
+        self.static_paths = [StaticPath.of(self, path, stream, StreamClip)
+                             for stream, path in enumerate(self.paths)]
 
     def _plan_key(self, window: int) -> int:
         """What the views of a window depend on besides (epoch, iteration): the task's data and
@@ -319,6 +322,10 @@ class TaskPlan:
         draws, video_index, sample = row
         static = source_shape(self.cfg)  # what the config alone says (crop contexts)
         shape = static if static.height else FrameShape(info.height, info.width, "uint8")
+        fast = self.static_paths[stream]
+        if fast is not None and not draws.crops_shared:
+            template = fast.template(shape, self._fixed_instance, self._shape_after)
+            return fast.clip(template, row, clip_key, tuple(base))
         frames, spatial, depths, branches = list(base), [], [], []
         prefix: tuple = ()
         for ps in path.steps:

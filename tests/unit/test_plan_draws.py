@@ -51,6 +51,11 @@ def _harness(**overrides) -> str:
     return yaml.safe_dump(task_config(FAKE_DATASET, **overrides))
 
 
+def _single(name: str, source: str, output: str, ops: list) -> dict:
+    return {"name": name, "branch_type": "single", "inputs": [source], "outputs": [output],
+            "config": ops}
+
+
 CASES = {
     "harness": ([_harness()], 10),
     "harness_short_wrap": ([_harness(sampling={"frames_per_video": 8, "frame_stride": 3,
@@ -59,6 +64,20 @@ CASES = {
     "single": ([_bench("single.yaml")], 40),
     "slowfast": ([_bench("slowfast.yaml", samples_per_video=2)], 40),
     "pair": ([_bench("planning/slowfast.yaml"), _bench("planning/mae.yaml")], 30),
+    "coins": ([_harness(augmentation=[
+        _single("resize", "frame", "resized", [{"resize": {"shape": [36, 48]}}]),
+        _single("aug", "resized", "out", [{"random_crop": {"size": [32, 36]}},
+                                          {"flip": {"direction": "horizontal", "p": 1.0}},
+                                          {"grayscale": {"p": 0.3}},
+                                          {"random_crop": {"size": [30, 30]}}])])], 12),
+    "forks": ([_harness(augmentation=[
+        {"name": "two", "branch_type": "multi", "inputs": ["frame"], "outputs": ["a", "b"],
+         "branches": [{"config": [{"random_resized_crop": {"size": [32, 32]}}]},
+                      {"config": [{"resize": {"shape": [40, 40]}},
+                                  {"random_crop": {"size": [32, 32]}}]}]},
+        {"name": "join", "branch_type": "merge", "inputs": ["a", "b"], "outputs": ["ab"]},
+        _single("flip", "ab", "out", [{"flip": {"direction": "vertical", "p": 0.5}}])],
+        sampling={"samples_per_video": 2})], 12),
     "full": ([(REPO / "configs" / "example-full.yaml").read_text().replace(
         "../demo-data/videos", str(FAKE_DATASET))], 20),
 }
@@ -81,6 +100,8 @@ RECORDED = {  # clips_digest of plan version 4 drawing clip by clip (commit 576f
     "slowfast": "62c2ff699748f6179f8ae4acfc9bed21e340f0c3f1aabe91db1e1c90cacc6019",
     "pair": "367f0d335a55981dc606988da062ccebe7987c95bfcab655440bd56be8d3ef9c",
     "full": "e8f298bc79219d4129a04709367ab005f6b73d38d37ce7fa6f26b7ebac43d18f",
+    "coins": "9a19858e4ac514c4af498eec086ebb30b580daaff2cba2a9e54ae7b7651e5cc4",
+    "forks": "ae4b15db0f7e643ba8af77b71363dcbc9520e030a357e6304b780ec8a5bc2058",
 }
 
 
@@ -88,6 +109,14 @@ RECORDED = {  # clips_digest of plan version 4 drawing clip by clip (commit 576f
 def test_views_draw_what_they_drew_clip_by_clip(name):
     texts, count = CASES[name]
     assert clips_digest(texts, count) == RECORDED[name]
+
+
+def test_plain_paths_are_made_from_templates():
+    """The configs above that `StaticPath` serves, and those it leaves to the walk."""
+    static = {name: [p.static_paths for p in _plans(*CASES[name])]
+              for name in ("single", "coins", "forks", "harness", "full")}
+    assert all(all(plan) for name in ("single", "coins", "forks") for plan in static[name])
+    assert not any(any(plan) for name in ("harness", "full") for plan in static[name])
 
 
 def test_a_window_plans_the_views_a_batch_alone_plans():

@@ -1,0 +1,117 @@
+"""Stream paths whose clips differ only in their frames and their random ops' draws: no branch
+is drawn or chosen by a condition, no op is temporal, no random op's output size depends on
+what it draws, and no crop window is shared with another task. Such a path's ops, shapes,
+depths and branch records are the same for every clip of one frame size (a `Template`); a
+clip is its template with its random ops drawn, not the path walked again op by op (planning
+a window spent most of its time there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sandfs import ops as oplib
+from sandfs.config.schema import OpSpec
+from sandfs.ops.base import FrameShape, OpInstance, OpType
+from sandfs.plan.abstract import StreamPath
+from sandfs.plan.draws import FirstOutput, NeedGenerator
+from sandfs.plan.seeds import rng_for
+from sandfs.plan.steps import branch_label, step_ops
+
+if TYPE_CHECKING:
+    from sandfs.plan.clipdraws import EpochDraws
+    from sandfs.plan.task import StreamClip, TaskPlan
+
+Prefix = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RandomOp:
+    """A random op of a template: where its instance goes, and what it draws from."""
+
+    index: int  # in the template's ops
+    spec: OpSpec
+    in_hw: tuple[int, int]
+    key: tuple[Prefix, int]  # (prefix, position): its generator's (`ClipDraws.op_keys`)
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    ops: tuple[OpInstance | None, ...]  # the spatial ops; None where a random op goes
+    randoms: tuple[RandomOp, ...]
+
+
+class StaticPath:
+    def __init__(self, plan: TaskPlan, path: StreamPath, stream: int,
+                 make: type[StreamClip]) -> None:
+        self.plan, self.path, self.stream, self.make = plan, path, stream, make
+        self.depths: tuple[int, ...] = ()
+        self.branches = tuple((ps.step.name, branch_label(ps, None)) for ps in path.steps)
+        self._templates: dict[tuple, Template] = {}
+
+    @classmethod
+    def of(cls, plan: TaskPlan, path: StreamPath, stream: int,
+           make: type[StreamClip]) -> StaticPath | None:
+        """The path as a StaticPath, or None when its clips need walking one by one."""
+        if plan.test_views or any(ps.step.branch_type in ("random", "conditional")
+                                  for ps in path.steps):
+            return None
+        for ps in path.steps:
+            for spec in step_ops(ps, None):
+                op = oplib.get_op(spec.name)
+                if op.temporal or (op.random and type(op).drawn_shape is not OpType.drawn_shape):
+                    return None
+        static = cls(plan, path, stream, make)
+        static.depths = plan.shared(tuple(
+            len([s for ps in path.steps[: i + 1] for s in step_ops(ps, None)])
+            for i in range(len(path.steps))))
+        return static
+
+    def template(self, shape: FrameShape,
+                 fixed: Callable[[OpSpec, tuple[int, int]], OpInstance],
+                 shape_after: Callable[[oplib.OpType, OpSpec, FrameShape], FrameShape]
+                 ) -> Template:
+        """The path's ops on frames of `shape` (`fixed`, `shape_after`: the plan's caches)."""
+        found = self._templates.get((shape.height, shape.width))
+        if found is not None:
+            return found
+        start = shape
+        ops: list[OpInstance | None] = []
+        randoms = []
+        prefix: Prefix = ()
+        for ps in self.path.steps:
+            prefix += ((ps.step.name, ps.output_index),)
+            for pos, spec in enumerate(step_ops(ps, None)):
+                op = oplib.get_op(spec.name)
+                in_hw = (shape.height, shape.width)
+                if op.random:
+                    randoms.append(RandomOp(len(ops), spec, in_hw, (prefix, pos)))
+                    ops.append(None)
+                else:
+                    ops.append(fixed(spec, in_hw))
+                shape = shape_after(op, spec, shape)
+        found = self._templates[(start.height, start.width)] = Template(tuple(ops),
+                                                                        tuple(randoms))
+        return found
+
+    def clip(self, template: Template, row: tuple[EpochDraws, int, int], clip_key: tuple,
+             frames: tuple[int, ...]) -> StreamClip:
+        """One clip: its template with its random ops drawn (`row`: the epoch's draws, the
+        video and the sample; `clip_key`: its generators' keys, where one is needed)."""
+        draws, video, sample = row
+        shared = self.plan.shared
+        ops = list(template.ops)
+        for random in template.randoms:
+            output = int(draws.outputs[random.key][video, sample])
+            spec = random.spec
+            try:
+                inst = oplib.draw_instance(spec.name, spec.params, FirstOutput(output),
+                                           random.in_hw)
+            except NeedGenerator:
+                inst = oplib.draw_instance(spec.name, spec.params,
+                                           rng_for(*clip_key, "op", *random.key), random.in_hw)
+            ops[random.index] = shared(inst)
+        return self.make(video, sample, self.stream, shared(frames), shared(tuple(ops)),
+                          self.depths, self.branches, self.plan.source)
