@@ -26,7 +26,9 @@ from sandfs.plan.steps import step_ops
 if TYPE_CHECKING:
     from sandfs.plan.task import TaskPlan
 
-KEPT_WINDOWS = 2  # epochs of this many windows keep their draws (a window's and the next's)
+# the epochs of one window, and this many more, keep their draws (250,000 videos: 5 MB an
+# epoch); a batch planned again later draws its few videos again, alike
+KEPT_EPOCHS_AFTER_WINDOW = 1
 NO_START = -1  # a clip the pool places no start for (a short video, an evaluation view)
 
 Prefix = tuple[tuple[str, int], ...]  # the DAG entries of a path up to a step
@@ -35,7 +37,7 @@ Prefix = tuple[tuple[str, int], ...]  # the DAG entries of a path up to a step
 @dataclass(slots=True)
 class EpochDraws:
     done: np.ndarray  # bool per listed video: its row is drawn
-    starts: np.ndarray  # int64 (videos, samples): the clip's first frame on the pool, or NO_START
+    starts: np.ndarray  # int32 (videos, samples): the clip's first frame on the pool, or NO_START
     units: dict[Prefix, np.ndarray]  # float64 (videos, samples): a random branch step's draw
     outputs: dict[tuple[Prefix, int], np.ndarray]  # uint64 (videos, samples): by (prefix, op)
     crops_shared: bool  # the epoch's window shares crop windows with other tasks
@@ -63,13 +65,13 @@ def random_keys(paths: Sequence[StreamPath]) -> tuple[list[Prefix], list[tuple[P
 
 
 class ClipDraws:
-    """The draws of one task's clips, for the epochs of its last KEPT_WINDOWS windows."""
+    """The draws of one task's clips, for the epochs drawn last."""
 
     def __init__(self, plan: TaskPlan) -> None:
         self.plan = plan
         self.branch_prefixes, self.op_keys = random_keys(plan.paths)
         self._epochs: OrderedDict[int, EpochDraws] = OrderedDict()
-        self._kept = KEPT_WINDOWS * plan.k_epochs + 1
+        self._kept = plan.k_epochs + KEPT_EPOCHS_AFTER_WINDOW
         self._lock = threading.Lock()  # planning threads draw for the same epoch
 
     def prepare(self, epoch: int, indices: Sequence[int]) -> EpochDraws:
@@ -91,7 +93,7 @@ class ClipDraws:
         plan = self.plan
         shape = (len(plan.listed), plan.sampling.samples_per_video)
         crops = plan.coordination.crop_windows(plan.cfg, plan.window_of(epoch))
-        return EpochDraws(np.zeros(shape[0], bool), np.full(shape, NO_START, np.int64),
+        return EpochDraws(np.zeros(shape[0], bool), np.full(shape, NO_START, np.int32),
                           {p: np.zeros(shape) for p in self.branch_prefixes},
                           {k: np.zeros(shape, np.uint64) for k in self.op_keys}, bool(crops))
 
