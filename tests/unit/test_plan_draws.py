@@ -130,6 +130,15 @@ def test_a_window_plans_the_views_a_batch_alone_plans():
             assert planned.view_plans[key] == alone[plan.name].view_plan(epoch, iteration)
 
 
+def test_a_batch_planned_again_after_its_draws_were_dropped_is_the_same():
+    plan = _plans([_harness(epochs=8)], 12)[0]
+    first = [plan._view_plan(0, i) for i in range(plan.iterations_per_epoch)]
+    for epoch in range(1, plan.epochs):  # more epochs than the draws kept
+        plan.prepare(epoch, range(plan.iterations_per_epoch))
+    assert 0 not in plan.draws._epochs
+    assert [plan._view_plan(0, i) for i in range(plan.iterations_per_epoch)] == first
+
+
 KEYS = [(7 << 100, 4, f"c{i % 3}/v{i:04d}", i % 2, "op", (("crop", i % 2),), i % 3)
         for i in range(3000)]
 
