@@ -102,14 +102,13 @@ class ClipDraws:
         samples = plan.sampling.samples_per_video
         infos = [plan.videos[int(i)] for i in rows]
         names = [info.name for info in infos]
-        tails = [(name, sample) for name in names for sample in range(samples)]
+        clips = [f"{name!r}, {sample!r}" for name in names for sample in range(samples)]
         head = (plan.data_key, epoch)
         for prefix, column in into.units.items():
-            units = unit_columns(digest_words(key_texts(head, [
-                (*tail, "branch", prefix) for tail in tails])), 1)
+            units = unit_columns(digest_words(key_texts(head, clips, ("branch", prefix))), 1)
             column[rows] = units.reshape(len(rows), samples)
         for (prefix, pos), column in into.outputs.items():
-            words = digest_words(key_texts(head, [(*tail, "op", prefix, pos) for tail in tails]))
+            words = digest_words(key_texts(head, clips, ("op", prefix, pos)))
             column[rows] = pcg64_first(words).reshape(len(rows), samples)
         if not plan.test_views:
             frames = np.array([info.num_frames for info in infos], np.int64)

@@ -27,7 +27,8 @@ _UNIT = 2.0 ** -53
 def digest_words(keys: Iterable[str]) -> np.ndarray:
     """The SHA-256 digests of these key reprs (`seeds._digest`'s text), as rows of four
     little-endian 64-bit words."""
-    joined = b"".join([hashlib.sha256(k.encode()).digest() for k in keys])
+    sha256 = hashlib.sha256
+    joined = b"".join([sha256(k.encode()).digest() for k in keys])
     return np.frombuffer(joined, dtype="<u8").reshape(-1, 4).astype(np.uint64)
 
 
@@ -125,8 +126,10 @@ class FirstOutput:
         raise NeedGenerator
 
 
-def key_texts(head: tuple, tails: Iterable[tuple]) -> list[str]:
-    """`repr(head + tail)` for each tail (`seeds._digest`'s text), the head's repr made once."""
+def key_texts(head: tuple, middles: Iterable[str], tail: tuple = ()) -> list[str]:
+    """`repr(head + middle + tail)` (`seeds._digest`'s text) for each middle, given as its parts'
+    reprs joined by ", "; the head's and the tail's reprs made once."""
     assert len(head) > 1  # a 1-tuple's repr ends in ",)"
     opening = repr(head)[:-1] + ", "
-    return [opening + ", ".join(map(repr, tail)) + ")" for tail in tails]
+    closing = "".join(", " + repr(part) for part in tail) + ")"
+    return [opening + middle + closing for middle in middles]

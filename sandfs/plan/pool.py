@@ -38,8 +38,9 @@ class FramePool:
         video in a window (its grid phase, and its offset as a fraction of the valid range)
         are the same for every clip of that window."""
         grid = self.grid
-        phase, offset = unit_columns(digest_words(key_texts(
-            (self.key, "pool", window), [(video,) for video in videos]))).T
+        names = [repr(video) for video in videos]
+        phase, offset = unit_columns(digest_words(key_texts((self.key, "pool", window),
+                                                            names))).T
         phase = below(np.int64(grid), phase)
         frames = num_frames.astype(np.int64)[:, None]
         phase = np.where(phase > frames[:, 0] - span, 0, phase)[:, None]
@@ -50,7 +51,7 @@ class FramePool:
         width = np.minimum(pool_slots, max(1, self.width_frames // grid))
         draws = unit_columns(digest_words(key_texts(
             (self.key, "clip", window),
-            [(video, epoch, sample) for video in videos for sample in range(samples)])))
+            [f"{name}, {epoch!r}, {sample!r}" for name in names for sample in range(samples)])))
         slot_draw = draws[:, 0].reshape(len(videos), samples)
         quantile_draw = draws[:, 1].reshape(len(videos), samples)
         pool_slot = ((offset[:, None] * pool_slots).astype(np.int64)

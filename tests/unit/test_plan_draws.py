@@ -144,10 +144,12 @@ KEYS = [(7 << 100, 4, f"c{i % 3}/v{i:04d}", i % 2, "op", (("crop", i % 2),), i %
 
 
 def test_array_digests_and_first_outputs_are_numpys():
-    words = digest_words(key_texts(KEYS[0][:2], [k[2:] for k in KEYS]))
-    assert words.tolist() == [np.frombuffer(_digest(k), "<u8").tolist() for k in KEYS]
+    head, tail = (7 << 100, 4), ("op", (("crop", 1),), 2)
+    keys = [(*head, f"c{i % 3}/v{i:04d}", i % 2, *tail) for i in range(3000)]
+    words = digest_words(key_texts(head, [f"{k[2]!r}, {k[3]!r}" for k in keys], tail))
+    assert words.tolist() == [np.frombuffer(_digest(k), "<u8").tolist() for k in keys]
     first = pcg64_first(words).tolist()
-    assert first == [int(rng_for(*k).integers(0, 1 << 64, dtype=np.uint64)) for k in KEYS]
+    assert first == [int(rng_for(*k).integers(0, 1 << 64, dtype=np.uint64)) for k in keys]
 
 
 @pytest.mark.parametrize("spans", [(1, 17), (17, 1), (2, 2), (100, 57), (1 << 31, 3 << 30),
