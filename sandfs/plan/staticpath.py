@@ -17,6 +17,7 @@ from sandfs.config.schema import OpSpec
 from sandfs.ops.base import FrameShape, OpInstance, OpType
 from sandfs.plan.abstract import StreamPath
 from sandfs.plan.draws import FirstOutput, NeedGenerator
+from sandfs.plan.interner import INTERNED_MAX
 from sandfs.plan.seeds import rng_for
 from sandfs.plan.steps import branch_label, step_ops
 
@@ -50,6 +51,7 @@ class StaticPath:
         self.depths: tuple[int, ...] = ()
         self.branches = tuple((ps.step.name, branch_label(ps, None)) for ps in path.steps)
         self._templates: dict[tuple, Template] = {}
+        self._instances: dict[tuple, OpInstance] = {}  # `_drawn`
 
     @classmethod
     def of(cls, plan: TaskPlan, path: StreamPath, stream: int,
@@ -96,6 +98,27 @@ class StaticPath:
                                                                         tuple(randoms))
         return found
 
+    def _drawn(self, random: RandomOp, output: int) -> OpInstance:
+        """The op drawn from its generator's first output: one instance for equal draws, kept
+        by what the op's `draw` returns (`draw_instance` normalizes it, and costs more)."""
+        spec = random.spec
+        drawn = oplib.get_op(spec.name).draw(dict(spec.params), FirstOutput(output),
+                                             random.in_hw)
+        key = (random.index, random.in_hw, drawn)
+        try:
+            found = self._instances.get(key)
+        except TypeError:  # an op whose draw returns a mapping
+            found = None
+            key = None
+        if found is None:
+            if len(self._instances) >= INTERNED_MAX:
+                self._instances.clear()
+            found = self.plan.shared(oplib.draw_instance(spec.name, spec.params,
+                                                         FirstOutput(output), random.in_hw))
+            if key is not None:
+                self._instances[key] = found
+        return found
+
     def clip(self, template: Template, row: tuple[EpochDraws, int, int], clip_key: tuple,
              frames: tuple[int, ...]) -> StreamClip:
         """One clip: its template with its random ops drawn (`row`: the epoch's draws, the
@@ -105,13 +128,11 @@ class StaticPath:
         ops = list(template.ops)
         for random in template.randoms:
             output = int(draws.outputs[random.key][video, sample])
-            spec = random.spec
             try:
-                inst = oplib.draw_instance(spec.name, spec.params, FirstOutput(output),
-                                           random.in_hw)
+                ops[random.index] = self._drawn(random, output)
             except NeedGenerator:
-                inst = oplib.draw_instance(spec.name, spec.params,
-                                           rng_for(*clip_key, "op", *random.key), random.in_hw)
-            ops[random.index] = shared(inst)
+                spec = random.spec
+                ops[random.index] = shared(oplib.draw_instance(
+                    spec.name, spec.params, rng_for(*clip_key, "op", *random.key), random.in_hw))
         return self.make(video, sample, self.stream, shared(frames), shared(tuple(ops)),
                           self.depths, self.branches, self.plan.source)

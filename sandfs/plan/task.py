@@ -293,7 +293,7 @@ class TaskPlan:
                 return tuple((j * stride) % info.num_frames for j in range(count))
             return tuple(min(j * stride, info.num_frames - 1) for j in range(count))
         start = self.clip_start(epoch, info, sample, draws)
-        return tuple(start + j * stride for j in range(count))
+        return tuple(range(start, start + count * stride, stride))
 
     def clip_start(self, epoch: int, info: VideoInfo, sample: int,
                    draws: EpochDraws | None = None) -> int:
@@ -309,7 +309,7 @@ class TaskPlan:
         """One StreamClip per stream for this (video, sample) in this epoch and iteration."""
         info = self.videos[video_index]
         draws = draws or self.draws.prepare(epoch, [video_index])
-        base = list(self.clip_frames(epoch, video_index, sample, draws))
+        base = self.clip_frames(epoch, video_index, sample, draws)
         clip_key = (self.data_key, epoch, info.name, sample)
         row = (draws, video_index, sample)
         return tuple(
@@ -325,7 +325,7 @@ class TaskPlan:
         fast = self.static_paths[stream]
         if fast is not None and not draws.crops_shared:
             template = fast.template(shape, self._fixed_instance, self._shape_after)
-            return fast.clip(template, row, clip_key, tuple(base))
+            return fast.clip(template, row, clip_key, base)
         frames, spatial, depths, branches = list(base), [], [], []
         prefix: tuple = ()
         for ps in path.steps:

@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 import yaml
 
+from sandfs import ops as oplib
 from sandfs.config.loader import load_task_config
 from sandfs.media.types import DatasetScan
+from sandfs.ops.base import OpType
 from sandfs.plan.draws import FirstOutput, NeedGenerator, digest_words, key_texts, pcg64_first
 from sandfs.plan.mount import plan_tasks
 from sandfs.plan.seeds import _digest, rng_for
@@ -117,6 +119,34 @@ def test_plain_paths_are_made_from_templates():
               for name in ("single", "coins", "forks", "harness", "full")}
     assert all(all(plan) for name in ("single", "coins", "forks") for plan in static[name])
     assert not any(any(plan) for name in ("harness", "full") for plan in static[name])
+
+
+class _MapDraw(OpType):
+    """Draws a mapping (unhashable)."""
+
+    name = "test_map_draw"
+    random = True
+
+    def validate(self, raw):
+        return {}
+
+    def draw(self, params, rng, in_hw):
+        return {"a": int(rng.integers(0, 7)), "b": int(rng.integers(0, 3))}
+
+
+def test_templates_make_the_clips_the_walk_makes(monkeypatch):
+    monkeypatch.setitem(oplib._OPS, _MapDraw.name, _MapDraw())
+    mapped = _harness(augmentation=[_single("x", "frame", "out", [
+        {"random_crop": {"size": [30, 30]}}, {"test_map_draw": {}}])])
+    for texts, count in (CASES["single"], CASES["coins"], CASES["forks"], ([mapped], 8)):
+        templated, walked = _plans(texts, count), _plans(texts, count)
+        for plan in walked:
+            plan.static_paths = [None] * len(plan.paths)
+        for fast, slow in zip(templated, walked, strict=True):
+            assert all(fast.static_paths)
+            for epoch in range(fast.epochs):
+                for iteration in range(fast.iterations_per_epoch):
+                    assert fast.view_plan(epoch, iteration) == slow.view_plan(epoch, iteration)
 
 
 def test_a_window_plans_the_views_a_batch_alone_plans():
