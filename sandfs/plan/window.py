@@ -144,7 +144,9 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
             info = plan.videos[clip.video_index]
             if info.path in skip or (lead is not None and info.path not in lead):
                 continue
-            work = videos.setdefault(info.path, VideoWork(info, plan, window))
+            work = videos.get(info.path)
+            if work is None:  # not setdefault: a VideoWork made for every clip cost 1 us
+                work = videos[info.path] = VideoWork(info, plan, window)
             work.uses.append(ClipUse(key, slot, clip, frozen[key]))
     for key in failed:
         del views[key]
