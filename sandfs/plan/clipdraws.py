@@ -72,22 +72,23 @@ class ClipDraws:
         self.branch_prefixes, self.op_keys = random_keys(plan.paths)
         self._epochs: OrderedDict[int, EpochDraws] = OrderedDict()
         self._kept = plan.k_epochs + KEPT_EPOCHS_AFTER_WINDOW
-        self._lock = threading.Lock()  # planning threads draw for the same epoch
+        self._lock = threading.Lock()  # planning threads ask for the same epochs
 
     def prepare(self, epoch: int, indices: Sequence[int]) -> EpochDraws:
         """The epoch's draws, with those of these listed videos made (they must be usable:
-        their probes are waited for)."""
+        their probes are waited for, not under the lock). Two threads drawing the same videos
+        write the same values; a video is marked drawn once its values are in."""
         with self._lock:
             found = self._epochs.get(epoch)
             if found is None:
                 found = self._epochs[epoch] = self._empty(epoch)
                 while len(self._epochs) > self._kept:
                     self._epochs.popitem(last=False)
-            missing = np.unique(np.asarray(indices, dtype=np.int64))
-            missing = missing[~found.done[missing]]
-            if len(missing):
-                self._draw(epoch, found, missing)
-            return found
+        missing = np.unique(np.asarray(indices, dtype=np.int64))
+        missing = missing[~found.done[missing]]
+        if len(missing):
+            self._draw(epoch, found, missing)
+        return found
 
     def _empty(self, epoch: int) -> EpochDraws:
         plan = self.plan

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ import yaml
 
 from sandfs import ops as oplib
 from sandfs.config.loader import load_task_config
+from sandfs.media.probebook import ProbeBook
 from sandfs.media.types import DatasetScan
 from sandfs.ops.base import OpType
 from sandfs.plan.draws import FirstOutput, NeedGenerator, digest_words, key_texts, pcg64_first
@@ -22,7 +25,7 @@ from sandfs.plan.mount import plan_tasks
 from sandfs.plan.seeds import _digest, rng_for
 from sandfs.plan.window import plan_window
 from tests.helpers.harness import task_config
-from tests.helpers.plans import FAKE_DATASET, fake_videos
+from tests.helpers.plans import FAKE_DATASET, fake_videos, make_plan
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "benchmarks" / "configs"
@@ -222,3 +225,27 @@ def _plans(texts: list[str], count: int) -> list:
 if __name__ == "__main__":  # records RECORDED from a commit's planner
     for name, (texts, count) in CASES.items():
         print(f"    {name!r}: {clips_digest(texts, count)!r},")
+
+
+def test_a_probe_waited_for_holds_up_no_other_draws(tmp_path):
+    """A lazy scan's video not probed yet: drawing it waits for its probe, outside the lock
+    that the task's other draws take (a batch's metadata read meanwhile)."""
+    videos = fake_videos(6)
+    book = ProbeBook(videos)
+    for video in videos[:-1]:
+        book.record(video.rel_path, video)
+    plan = make_plan(tmp_path, videos)
+    plan.probes = plan.videos.probes = book
+    late = plan.video_index[videos[-1].name]
+    waiting = threading.Thread(target=plan.draws.prepare, args=(0, [late]), daemon=True)
+    waiting.start()
+    time.sleep(0.2)
+    assert waiting.is_alive()
+    other = plan.video_index[videos[0].name]
+    meanwhile = threading.Thread(target=plan.draws.prepare, args=(0, [other]), daemon=True)
+    meanwhile.start()
+    meanwhile.join(2.0)
+    book.record(videos[-1].rel_path, videos[-1])
+    assert not meanwhile.is_alive()
+    waiting.join(5)
+    assert not waiting.is_alive() and plan.draws.prepare(0, []).done[late]
