@@ -1,6 +1,6 @@
 """Stream paths whose clips differ only in their frames and their random ops' draws: no branch
-is drawn or chosen by a condition, no op is temporal, no random op's output size depends on
-what it draws, and no crop window is shared with another task. Such a path's ops, shapes,
+is drawn or chosen by a condition, no op is temporal and no random op's output size depends on
+what it draws. Such a path's ops, shapes,
 depths and branch records are the same for every clip of one frame size (a `Template`); a
 clip is its template with its random ops drawn, not the path walked again op by op (planning
 a window spent most of its time there).
@@ -19,9 +19,10 @@ from sandfs.plan.abstract import StreamPath
 from sandfs.plan.draws import FirstOutput, NeedGenerator
 from sandfs.plan.interner import INTERNED_MAX
 from sandfs.plan.seeds import rng_for
-from sandfs.plan.steps import branch_label, step_ops
+from sandfs.plan.steps import branch_label, source_shape, step_ops
 
 if TYPE_CHECKING:
+    from sandfs.media.types import VideoInfo
     from sandfs.plan.clipdraws import EpochDraws
     from sandfs.plan.task import StreamClip, TaskPlan
 
@@ -35,6 +36,7 @@ class RandomOp:
     index: int  # in the template's ops
     spec: OpSpec
     in_hw: tuple[int, int]
+    static: FrameShape  # its input as far as the config says (a shared crop's context)
     key: tuple[Prefix, int]  # (prefix, position): its generator's (`ClipDraws.op_keys`)
 
 
@@ -79,7 +81,7 @@ class StaticPath:
         found = self._templates.get((shape.height, shape.width))
         if found is not None:
             return found
-        start = shape
+        start, static = shape, source_shape(self.plan.cfg)
         ops: list[OpInstance | None] = []
         randoms = []
         prefix: Prefix = ()
@@ -89,11 +91,12 @@ class StaticPath:
                 op = oplib.get_op(spec.name)
                 in_hw = (shape.height, shape.width)
                 if op.random:
-                    randoms.append(RandomOp(len(ops), spec, in_hw, (prefix, pos)))
+                    randoms.append(RandomOp(len(ops), spec, in_hw, static, (prefix, pos)))
                     ops.append(None)
                 else:
                     ops.append(fixed(spec, in_hw))
                 shape = shape_after(op, spec, shape)
+                static = shape_after(op, spec, static)
         found = self._templates[(start.height, start.width)] = Template(tuple(ops),
                                                                         tuple(randoms))
         return found
@@ -120,14 +123,20 @@ class StaticPath:
         return found
 
     def clip(self, template: Template, row: tuple[EpochDraws, int, int], clip_key: tuple,
-             frames: tuple[int, ...]) -> StreamClip:
+             frames: tuple[int, ...], info: VideoInfo) -> StreamClip:
         """One clip: its template with its random ops drawn (`row`: the epoch's draws, the
-        video and the sample; `clip_key`: its generators' keys, where one is needed)."""
+        video and the sample; `clip_key`: its generators' keys, where one is needed). A crop
+        in a window shared with other tasks is drawn as the walk draws it."""
         draws, video, sample = row
         shared = self.plan.shared
         ops = list(template.ops)
         for random in template.randoms:
             output = int(draws.outputs[random.key][video, sample])
+            if draws.crops_shared and random.spec.name == "random_crop":
+                ops[random.index] = self.plan.random_instance(
+                    random.spec, random.in_hw, random.static, clip_key[1], info, sample, output,
+                    (*clip_key, "op", *random.key))
+                continue
             try:
                 ops[random.index] = self._drawn(random, output)
             except NeedGenerator:

@@ -323,9 +323,9 @@ class TaskPlan:
         static = source_shape(self.cfg)  # what the config alone says (crop contexts)
         shape = static if static.height else FrameShape(info.height, info.width, "uint8")
         fast = self.static_paths[stream]
-        if fast is not None and not draws.crops_shared:
+        if fast is not None:
             template = fast.template(shape, self._fixed_instance, self._shape_after)
-            return fast.clip(template, row, clip_key, base)
+            return fast.clip(template, row, clip_key, base, info)
         frames, spatial, depths, branches = list(base), [], [], []
         prefix: tuple = ()
         for ps in path.steps:
@@ -343,7 +343,7 @@ class TaskPlan:
                 elif op.random:
                     output = int(draws.outputs[prefix, pos][video_index, sample])
                     key = (*clip_key, "op", prefix, pos)
-                    inst = self._random_instance(spec, in_hw, static, epoch, info, sample,
+                    inst = self.random_instance(spec, in_hw, static, epoch, info, sample,
                                                  output, key)
                 else:
                     inst = self._fixed_instance(spec, in_hw)
@@ -361,7 +361,7 @@ class TaskPlan:
                           shared(tuple(spatial)), shared(tuple(depths)),
                           shared(tuple(branches)), self.source)
 
-    def _random_instance(self, spec: OpSpec, in_hw: tuple[int, int], static: FrameShape,
+    def random_instance(self, spec: OpSpec, in_hw: tuple[int, int], static: FrameShape,
                          epoch: int, info: VideoInfo, sample: int, output: int,
                          key: tuple) -> OpInstance:
         """A random op drawn from its generator's first output (`FirstOutput`), or from the

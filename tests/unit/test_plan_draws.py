@@ -119,8 +119,9 @@ def test_views_draw_what_they_drew_clip_by_clip(name):
 def test_plain_paths_are_made_from_templates():
     """The configs above that `StaticPath` serves, and those it leaves to the walk."""
     static = {name: [p.static_paths for p in _plans(*CASES[name])]
-              for name in ("single", "coins", "forks", "harness", "full")}
-    assert all(all(plan) for name in ("single", "coins", "forks") for plan in static[name])
+              for name in ("single", "coins", "forks", "pair", "harness", "full")}
+    assert all(all(plan) for name in ("single", "coins", "forks", "pair")
+               for plan in static[name])
     assert not any(any(plan) for name in ("harness", "full") for plan in static[name])
 
 
@@ -138,10 +139,12 @@ class _MapDraw(OpType):
 
 
 def test_templates_make_the_clips_the_walk_makes(monkeypatch):
+    """Including crops in a window shared with another task (`pair`)."""
     monkeypatch.setitem(oplib._OPS, _MapDraw.name, _MapDraw())
     mapped = _harness(augmentation=[_single("x", "frame", "out", [
         {"random_crop": {"size": [30, 30]}}, {"test_map_draw": {}}])])
-    for texts, count in (CASES["single"], CASES["coins"], CASES["forks"], ([mapped], 8)):
+    for texts, count in (CASES["single"], CASES["coins"], CASES["forks"], CASES["pair"],
+                         ([mapped], 8)):
         templated, walked = _plans(texts, count), _plans(texts, count)
         for plan in walked:
             plan.static_paths = [None] * len(plan.paths)
