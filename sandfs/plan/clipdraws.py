@@ -90,6 +90,11 @@ class ClipDraws:
             self._draw(epoch, found, missing)
         return found
 
+    def release(self, epoch: int) -> None:
+        """Forget the epoch's draws (its views are planned): drawn again if asked for."""
+        with self._lock:
+            self._epochs.pop(epoch, None)
+
     def _empty(self, epoch: int) -> EpochDraws:
         plan = self.plan
         shape = (len(plan.listed), plan.sampling.samples_per_video)

@@ -123,7 +123,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                 if key not in views:
                     views[key] = (plan, epoch, iteration)
     frozen = {key: tuple(r) for key, r in readers.items()}
-    _prepare(views, known)
+    drawn = _prepare(views, known)
     failed: dict[ViewKey, FailedView] = {}
     view_plans: dict[ViewKey, ViewPlan] = {}
     for key, (plan, epoch, iteration) in views.items():
@@ -148,16 +148,20 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
             if work is None:  # not setdefault: a VideoWork made for every clip cost 1 us
                 work = videos[info.path] = VideoWork(info, plan, window)
             work.uses.append(ClipUse(key, slot, clip, frozen[key]))
+    for plan, epoch in drawn:  # the views hold what was drawn: the arrays go
+        plan.draws.release(epoch)
     for key in failed:
         del views[key]
     return WindowPlan(window, videos, views, frozen, failed, view_plans)
 
 
-def _prepare(views: dict[ViewKey, tuple[TaskPlan, int, int]], known: Container[ViewKey]) -> None:
-    """Draw the clips of each task epoch's views at once (`TaskPlan.prepare`)."""
+def _prepare(views: dict[ViewKey, tuple[TaskPlan, int, int]],
+             known: Container[ViewKey]) -> list[tuple[TaskPlan, int]]:
+    """Draw the clips of each task epoch's views at once (`TaskPlan.prepare`); the epochs."""
     by_epoch: dict[tuple[TaskPlan, int], list[int]] = {}
     for key, (plan, epoch, iteration) in views.items():
         if key not in known:
             by_epoch.setdefault((plan, epoch), []).append(iteration)
     for (plan, epoch), iterations in by_epoch.items():
         plan.prepare(epoch, iterations)
+    return list(by_epoch)

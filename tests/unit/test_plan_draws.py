@@ -162,6 +162,7 @@ def test_a_window_plans_the_views_a_batch_alone_plans():
     alone = {p.name: p for p in _plans(texts, count)}
     for window in (0, 1):
         planned = plan_window(window_plans, window)
+        assert not any(p.draws._epochs for p in window_plans)  # the views hold what was drawn
         for key, (plan, epoch, iteration) in planned.views.items():
             assert planned.view_plans[key] == alone[plan.name].view_plan(epoch, iteration)
 
