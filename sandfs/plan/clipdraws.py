@@ -26,10 +26,9 @@ from sandfs.plan.steps import step_ops
 if TYPE_CHECKING:
     from sandfs.plan.task import TaskPlan
 
-# the epochs of one window, and this many more, keep their draws (250,000 videos: 5 MB an
-# epoch); a batch planned again later draws its few videos again, alike
+# batches planned alone keep the draws of the epochs drawn last, a window's and this many more
+# (a window's planning releases its own); their arrays are zeroed pages, in memory where drawn
 KEPT_EPOCHS_AFTER_WINDOW = 1
-NO_START = -1  # a clip the pool places no start for (a short video, an evaluation view)
 
 Prefix = tuple[tuple[str, int], ...]  # the DAG entries of a path up to a step
 
@@ -37,7 +36,9 @@ Prefix = tuple[tuple[str, int], ...]  # the DAG entries of a path up to a step
 @dataclass(slots=True)
 class EpochDraws:
     done: np.ndarray  # bool per listed video: its row is drawn
-    starts: np.ndarray  # int32 (videos, samples): the clip's first frame on the pool, or NO_START
+    # int32 (videos, samples): the clip's first frame on the pool (0 for a short video or an
+    # evaluation view, whose clips are placed otherwise)
+    starts: np.ndarray
     units: dict[Prefix, np.ndarray]  # float64 (videos, samples): a random branch step's draw
     outputs: dict[tuple[Prefix, int], np.ndarray]  # uint64 (videos, samples): by (prefix, op)
     crops_shared: bool  # the epoch's window shares crop windows with other tasks
@@ -99,7 +100,7 @@ class ClipDraws:
         plan = self.plan
         shape = (len(plan.listed), plan.sampling.samples_per_video)
         crops = plan.coordination.crop_windows(plan.cfg, plan.window_of(epoch))
-        return EpochDraws(np.zeros(shape[0], bool), np.full(shape, NO_START, np.int32),
+        return EpochDraws(np.zeros(shape[0], bool), np.zeros(shape, np.int32),
                           {p: np.zeros(shape) for p in self.branch_prefixes},
                           {k: np.zeros(shape, np.uint64) for k in self.op_keys}, bool(crops))
 
