@@ -1,9 +1,8 @@
 """Stream paths whose clips differ only in their frames and their random ops' draws: no branch
 is drawn or chosen by a condition, no op is temporal and no random op's output size depends on
-what it draws. Such a path's ops, shapes,
-depths and branch records are the same for every clip of one frame size (a `Template`); a
-clip is its template with its random ops drawn, not the path walked again op by op (planning
-a window spent most of its time there).
+what it draws. Such a path's ops, shapes, depths and branch records are the same for every clip
+of one frame size (a `Template`); a clip is its template with its random ops drawn, not the
+path walked again op by op (planning a window spent most of its time there).
 """
 
 from __future__ import annotations
@@ -23,10 +22,8 @@ from sandfs.plan.steps import branch_label, source_shape, step_ops
 
 if TYPE_CHECKING:
     from sandfs.media.types import VideoInfo
-    from sandfs.plan.clipdraws import EpochDraws
+    from sandfs.plan.clipdraws import EpochDraws, Prefix
     from sandfs.plan.task import StreamClip, TaskPlan
-
-Prefix = tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +44,8 @@ class Template:
 
 
 class StaticPath:
+    """A plain stream path of one task: its templates, and the op instances drawn into them."""
+
     def __init__(self, plan: TaskPlan, path: StreamPath, stream: int,
                  make: type[StreamClip]) -> None:
         self.plan, self.path, self.stream, self.make = plan, path, stream, make
