@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -90,6 +90,16 @@ class ClipDraws:
         if len(missing):
             self._draw(epoch, found, missing)
         return found
+
+    def prepare_batches(self, epoch: int, iterations: Iterable[int]) -> None:
+        """Draw the clips of these batches of the epoch at once (a window's, planned next)."""
+        videos: list[int] = []
+        for iteration in iterations:
+            try:
+                videos += self.plan.batch_videos(epoch, iteration)
+            except Exception:  # its view fails, with the reason, when it is planned
+                continue
+        self.prepare(epoch, videos)
 
     def release(self, epoch: int) -> None:
         """Forget the epoch's draws (its views are planned): drawn again if asked for."""

@@ -13,7 +13,7 @@ frame grid with one random phase per (video, k-epoch window): the shared frame p
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -439,16 +439,6 @@ class TaskPlan:
             raise ConditionError(f"task {self.name} step {step}: condition "
                                  f"'{condition.source}' at epoch {epoch} iteration "
                                  f"{iteration}: {exc}") from None
-
-    def prepare(self, epoch: int, iterations: Iterable[int]) -> None:
-        """Draw the clips of these batches of the epoch at once (a window's, planned next)."""
-        videos: list[int] = []
-        for iteration in iterations:
-            try:
-                videos += self.batch_videos(epoch, iteration)
-            except Exception:  # its view fails, with the reason, when it is planned
-                continue
-        self.draws.prepare(epoch, videos)
 
     def _view_plan(self, epoch: int, iteration: int) -> ViewPlan:
         videos = self.batch_videos(epoch, iteration)

@@ -157,11 +157,12 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
 
 def _prepare(views: dict[ViewKey, tuple[TaskPlan, int, int]],
              known: Container[ViewKey]) -> list[tuple[TaskPlan, int]]:
-    """Draw the clips of each task epoch's views at once (`TaskPlan.prepare`); the epochs."""
+    """Draw the clips of each task epoch's views at once (`ClipDraws.prepare_batches`); the
+    epochs."""
     by_epoch: dict[tuple[TaskPlan, int], list[int]] = {}
     for key, (plan, epoch, iteration) in views.items():
         if key not in known:
             by_epoch.setdefault((plan, epoch), []).append(iteration)
     for (plan, epoch), iterations in by_epoch.items():
-        plan.prepare(epoch, iterations)
+        plan.draws.prepare_batches(epoch, iterations)
     return list(by_epoch)

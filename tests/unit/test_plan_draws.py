@@ -171,7 +171,7 @@ def test_a_batch_planned_again_after_its_draws_were_dropped_is_the_same():
     plan = _plans([_harness(epochs=8)], 12)[0]
     first = [plan._view_plan(0, i) for i in range(plan.iterations_per_epoch)]
     for epoch in range(1, plan.epochs):  # more epochs than the draws kept
-        plan.prepare(epoch, range(plan.iterations_per_epoch))
+        plan.draws.prepare_batches(epoch, range(plan.iterations_per_epoch))
     assert 0 not in plan.draws._epochs
     assert [plan._view_plan(0, i) for i in range(plan.iterations_per_epoch)] == first
 
