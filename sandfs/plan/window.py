@@ -84,12 +84,16 @@ class WindowPlan:
     view_plans: dict[ViewKey, ViewPlan] = field(default_factory=dict)
 
     def snapshot(self) -> WindowPlan:
-        """A copy for a thread to read while tasks join and leave (they change this one)."""
-        return WindowPlan(self.window,
-                          {p: VideoWork(w.info, w.plan, w.window, list(w.uses))
-                           for p, w in self.videos.items()},
-                          dict(self.views), dict(self.readers), dict(self.failed),
-                          dict(self.view_plans))
+        """A copy for a thread to read while tasks join and leave (they change this one),
+        taken in a thread too: each container is copied in one call (atomic under the GIL),
+        and uses of views the copy does not hold (a task joining or leaving meanwhile) are
+        left out."""
+        views = dict(self.views)
+        videos = {p: VideoWork(w.info, w.plan, w.window, [u for u in list(w.uses)
+                                                          if u.view in views])
+                  for p, w in list(self.videos.items())}
+        return WindowPlan(self.window, {p: w for p, w in videos.items() if w.uses}, views,
+                          dict(self.readers), dict(self.failed), dict(self.view_plans))
 
 
 def plan_window(plans: Sequence[TaskPlan], window: int,

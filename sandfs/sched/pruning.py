@@ -37,6 +37,17 @@ def disk_plans(plan: WindowPlan, budget_bytes: int, mode: str) -> dict[str, Disk
     return soonest_clips(plan, budget_bytes)
 
 
+def window_pruned(plan: WindowPlan, budget_bytes: int, unless_fits: str | None,
+                  wait_turn: Callable[[], object] = lambda: None) -> dict[str, DiskPlan] | None:
+    """In a thread: Algorithm 1 over a snapshot of the window (`WindowPlanner._prune`); with
+    `unless_fits` (the prune mode), None when it has nothing to do (`needs_pruning`)."""
+    wait_turn()
+    snapshot = plan.snapshot()
+    if unless_fits is not None and not needs_pruning(snapshot, budget_bytes, unless_fits):
+        return None
+    return pruned_plans(snapshot, prune_room(budget_bytes), wait_turn)
+
+
 def pruned_plans(plan: WindowPlan, room: int,
                  wait_turn: Callable[[], object] = lambda: None) -> dict[str, DiskPlan]:
     """Algorithm 1 over the window's objects, within `room` bytes; it calls `wait_turn` before

@@ -1351,7 +1351,7 @@ async def test_pruning_runs_beside_the_first_jobs_and_its_plan_takes_over(tmp_pa
         release.wait(5)
         return pruning(*args)
 
-    monkeypatch.setattr(planning_module, "pruned_plans", slow_pruning)
+    monkeypatch.setattr(pruning_module, "pruned_plans", slow_pruning)
     with ObjectStore(str(tmp_path / "cache"), budget) as store:
         plan, scheduler, _ = scheduler_for(tmp_path, store=store, workers=2)
         refined = window_0_refined(scheduler)
@@ -1468,7 +1468,7 @@ async def test_a_task_leaving_while_a_window_is_pruned_does_not_fail_the_pruning
     from sandfs.sched import pruning as pruning_module
 
     release = threading.Event()
-    pruning = planning_module.pruned_plans
+    pruning = pruning_module.pruned_plans
 
     def held_pruning(*args):
         release.wait(5)
@@ -1482,7 +1482,7 @@ async def test_a_task_leaving_while_a_window_is_pruned_does_not_fail_the_pruning
             left.append(trio.from_thread.run(scheduler.remove_plan, "later"))
         return size_of(plan, use)
 
-    monkeypatch.setattr(planning_module, "pruned_plans", held_pruning)
+    monkeypatch.setattr(pruning_module, "pruned_plans", held_pruning)
     monkeypatch.setattr(pruning_module, "clip_nbytes", leaving)
     plan, _, _ = scheduler_for(tmp_path)
     with ObjectStore(str(tmp_path / "cache"), half_the_clips(plan)) as store:
