@@ -5,9 +5,10 @@ pruning what a window keeps on disk, and the batches a task's reader is anticipa
 A window or part slow to plan (thousands of videos) has its first batches made before the next
 is planned (`first_batches_first`): planning the next would hold their passes back as long
 again (docs/performance.md#planning-and-scheduling-at-scale). A large window where a task stands is
-planned in two parts: the videos of the task's next batches (each with all its clips in the
-window, so it is still decoded once), whose batches are made first, then the rest. The planner
-says which; the scheduler runs their jobs.
+planned in parts: the videos of the task's next batches (each with all its clips in the
+window, so it is still decoded once), whose batches are made first, then parts that follow the
+readers and double, then the rest (docs/contract.md#lazy-scan: a cold mount's parts wait for
+their videos' probes only). The planner says which; the scheduler runs their jobs.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ FIRST_BATCHES_FIRST_S = 0.1
 FIRST_BATCHES_VIDEO_SHARE = 8
 FIRST_BATCHES_WAIT_S = 5.0
 # A window where a task stands with this many clips or more (about 0.15 s to plan) is planned in
-# two parts: the videos of each such task's next LEAD_BATCHES batches, then the rest.
+# parts: the videos of each such task's next LEAD_BATCHES batches, then more (`_next_part`).
 LEAD_CLIPS = 4_000
 LEAD_BATCHES = 4
 
@@ -88,7 +89,7 @@ class WindowPlanner:
         planning, and nothing would have woken the scheduler for it again."""
         while True:
             first = await self._activate_once()
-            if first or not self.unplanned():
+            if first or not self.unplanned() or self.book.rest_pending:
                 return first
 
     def unplanned(self) -> set[int]:
@@ -107,6 +108,9 @@ class WindowPlanner:
             async with self.tasks_steady:
                 if window in self.book.rest_pending:
                     planned = await self._plan_rest(window)
+                    if window in self.book.rest_pending:  # a part: its jobs start, then more
+                        self.wake()
+                        return set()
                 else:
                     lead = self._lead_videos(window)
                     planned = await self._plan_in_thread(self.plan_active, window, lead)
@@ -163,14 +167,16 @@ class WindowPlanner:
                             "may plan it again differently", window, exc)
         return planned
 
-    async def window_planned(self, task: str, epoch: int) -> None:
+    async def window_planned(self, task: str, epoch: int, key: ViewKey | None = None) -> None:
         """Wait while the window of the task's `epoch` is wanted but still being planned (a
-        reader that just jumped there), or the task's part of it is (`add_plan`): computing
-        its view on demand meanwhile would decode it twice."""
+        reader that just jumped there), or the task's part of it is (`add_plan`), or (planned
+        in parts) the part with batch `key` is not: computing its view on demand meanwhile
+        would decode it twice."""
         window = self.book.window_of_task(task, epoch)
         while window is not None and (
                 (window not in self.book.windows and window in self.book.wanted())
-                or window in self.book.rest_pending
+                or (window in self.book.rest_pending
+                    and (key is None or not self.board.is_planned(key)))
                 or window in self.book.parts_pending.get(task, ())):
             self.wake()
             await self.window_added.wait()
@@ -198,19 +204,46 @@ class WindowPlanner:
                     lead |= {plan.listed[i].path for i in plan.batch_slots(epoch, iteration)}
         return frozenset(lead) or None
 
+    def _next_part(self, window: int, planned: frozenset[str]) -> frozenset[str] | None:
+        """The videos of a window's next part: those not planned yet of the batches each task
+        standing in it reads next, as many as the window holds planned already (at least
+        LEAD_BATCHES batches' worth); None (plan the rest) once that is half of what is left.
+        A cold mount's reader of batch N waits for the parts up to N's, each for its videos'
+        probes (and their batches' in the window's other epochs), not for the whole scan; the
+        parts double, so planning them scans the window's batches a few times, not N times."""
+        plans = [p for p in self.book.plans.values() if p.window_epochs(window)]
+        listed = sum(len(p.listed) for p in plans)
+        want = max(len(planned), LEAD_BATCHES * max(
+            (p.sampling.videos_per_batch for p in plans), default=1))
+        if 2 * want >= listed - len(planned):
+            return None
+        part: set[str] = set()
+        for plan in plans:
+            index = self.book.positions[plan.name]
+            end = (plan.window_epochs(window).stop) * plan.iterations_per_epoch
+            while index < end and len(part) < want:
+                epoch, iteration = divmod(index, plan.iterations_per_epoch)
+                if plan.window_of(epoch) == window:
+                    part |= {path for i in plan.batch_slots(epoch, iteration)
+                             if (path := plan.listed[i].path) not in planned}
+                index += 1
+        return frozenset(part) or None
+
     def _waited_batches(self, plan: WindowPlan) -> set[ViewKey]:
         """The plan's batches readers wait for (or are anticipated at), not made yet: a lead
         part's are made before its rest is planned."""
         return {k for k in self.board.demanded if k in plan.views and k in self.board.views}
 
     async def _plan_rest(self, window: int) -> work.PlannedWindow | None:
-        """The rest of a window planned in part: its other batches and videos, merged in. A
-        task joining or leaving meanwhile changes what the rest holds: the window is then
-        planned again whole (None)."""
+        """The next part of a window planned in parts (`_next_part`), or its rest: their
+        batches and videos, merged in. A task joining or leaving meanwhile changes what the
+        rest holds: the window is then planned again whole (None)."""
         tasks = set(self.book.plans)
-        lead = frozenset(self.book.windows[window].videos)
-        planned = await self._plan_in_thread(self.plan_active, window, None, lead)
-        self.book.rest_pending.discard(window)
+        planned_videos = frozenset(self.book.windows[window].videos)
+        part = self._next_part(window, planned_videos)
+        planned = await self._plan_in_thread(self.plan_active, window, part, planned_videos)
+        if part is None or window not in self.book.windows or set(self.book.plans) != tasks:
+            self.book.rest_pending.discard(window)
         if window not in self.book.windows or set(self.book.plans) != tasks:
             if window in self.book.windows:
                 self._drop_window(window)

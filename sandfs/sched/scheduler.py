@@ -179,7 +179,7 @@ class Scheduler:
         flights = self.board.flights
         flights.check(key)
         if not self.board.is_planned(key):
-            await self.planner.window_planned(task, key.epoch)
+            await self.planner.window_planned(task, key.epoch, key)
         if not self.board.is_planned(key):
             return None
         self.planner.reader_came(task)

@@ -6,16 +6,20 @@ whether it needs any, runs on the event loop."""
 from __future__ import annotations
 
 import threading
+from collections import Counter
 
 import trio
 
 from sandfs.cache import ObjectStore
-from sandfs.plan.window import WindowPlan
+from sandfs.plan.window import WindowPlan, view_key
 from sandfs.sched import objects
 from sandfs.sched import planning as planning_module
 from tests.unit.test_scheduler import (
     half_the_clips,
+    read_all,
+    recording_windows,
     scheduler_for,
+    settle,
     window_0_refined,
 )
 
@@ -23,6 +27,82 @@ from tests.unit.test_scheduler import (
 def in_parts(monkeypatch) -> None:
     monkeypatch.setattr(planning_module, "LEAD_CLIPS", 1)  # every window where a task stands
     monkeypatch.setattr(planning_module, "LEAD_BATCHES", 1)
+
+
+def rest_held(scheduler) -> tuple[threading.Event, list]:
+    """The window's last part (its rest) waits for the returned event; the parts planned go
+    into the list as ("lead" | "part" | "rest", window)."""
+    held, parts, planned = threading.Event(), [], scheduler.planner.plan_active
+
+    def planning(window, lead=None, skip=frozenset()):
+        kind = "rest" if lead is None and skip else "part" if skip else "lead" if lead else ""
+        parts.append((kind, window))
+        if kind == "rest":
+            held.wait(10)
+        return planned(window, lead, skip)
+
+    scheduler.planner.plan_active = planning
+    return held, parts
+
+
+async def test_a_reader_past_the_first_batches_waits_for_its_part_not_the_window(
+        tmp_path, monkeypatch):
+    """A cold mount of 10,000 videos served its first 4 batches from the window's lead part,
+    and a reader of the 5th waited for the rest: the whole scan. The window is planned in
+    parts that follow the readers: a batch in the second part is made while the rest of the
+    window is not planned yet."""
+    in_parts(monkeypatch)
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
+    held, parts = rest_held(scheduler)
+    past = view_key(plan, 0, plan.iterations_per_epoch // 4)  # not in the lead part's batches
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.opened(plan.name, 0, past.iteration)
+        with trio.fail_after(10):
+            got = await scheduler.wait_view(past, plan.name)
+        assert got is not None and not held.is_set()
+        assert scheduler.book.rest_pending == {0}  # the rest still being planned
+        assert parts[0] == ("lead", 0) and ("part", 0) in parts
+        held.set()
+        await settle(scheduler)
+        assert scheduler.book.rest_pending == set()
+        nursery.cancel_scope.cancel()
+
+
+async def test_parts_double_and_decode_each_video_once_a_window(tmp_path, monkeypatch):
+    """Each part holds as many new videos as the window holds already (the scans of the
+    window's batches stay few), each video with all its clips: one pass a video a window."""
+    in_parts(monkeypatch)
+    plan, scheduler, materializer = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
+    events = []
+    recording_windows(scheduler, materializer, events)
+    sizes = []
+    next_part = scheduler.planner._next_part
+
+    def recorded(window, planned):
+        part = next_part(window, planned)
+        sizes.append((len(planned), None if part is None else len(part)))
+        return part
+
+    scheduler.planner._next_part = recorded
+    await read_all(plan, scheduler)
+    per_batch = plan.sampling.videos_per_batch  # the lead part: one batch's videos
+    assert [s[0] for s in sizes] == [per_batch << i for i in range(len(sizes))], sizes
+    assert len(sizes) >= 4 and sizes[-1][1] is None, sizes
+    assert all(new == planned for planned, new in sizes[:-1]), sizes
+    decoded = Counter(name for kind, name, *_ in events if kind == "decode")
+    assert decoded == {v.name: 1 for v in plan.videos}  # k = 2 epochs: one window
+
+
+async def test_views_planned_in_parts_equal_the_window_planned_whole(tmp_path, monkeypatch):
+    (tmp_path / "whole").mkdir()
+    plan, scheduler, _ = scheduler_for(tmp_path / "whole", videos=96, epochs=4)
+    whole = await read_all(plan, scheduler)
+    in_parts(monkeypatch)
+    (tmp_path / "parts").mkdir()
+    plan, scheduler, _ = scheduler_for(tmp_path / "parts", videos=96, epochs=4)
+    parts = await read_all(plan, scheduler)
+    assert None not in whole.values() and parts == whole
 
 
 async def test_a_window_whole_from_parts_is_pruned_off_the_event_loop(tmp_path, monkeypatch):
