@@ -11,7 +11,8 @@ Per size and task:
   in hand, cold and warm; epoch-0 batches/s over --batches batches read one after the other
   after the first (each batch's videos are decoded for their window: the same work at every
   size); the daemon's peak RSS (VmHWM) and its process tree's sampled peak; the pruning the
-  daemon logged by then.
+  daemon logged by then; on the warm mount, seconds from a second task's file written into
+  `.sand/tasks/` (another seed) to its first batch.
 - plan (in this process, on scan results copied from the sources' probes, no mount): planning
   seconds (CPU) of the tasks' plans and of window 0, plan bytes a clip (what tracemalloc sees
   the task plans and the window plan hold, over the window's clips), and Algorithm 1's CPU
@@ -156,7 +157,9 @@ def mounted_run(work_dir: Path, config: Path, task: str, args, *, warm: bool) ->
         record = {"mount_s": round(mount.mount_s, 2),
                   "first_batch_s": round(time.monotonic() - mount.launched_at, 2),
                   "batch_shape": list(first.shape)}
-        if not warm:
+        if warm:  # the kept mount: a second task (another seed) joins it
+            record["joined_first_batch_s"] = joined_first_batch_s(mount.mountpoint, config)
+        else:
             iterations = mount.status()["tasks"][task]["iterations_per_epoch"]
             count = min(args.batches, iterations - 1)
             started = time.monotonic()
@@ -169,6 +172,18 @@ def mounted_run(work_dir: Path, config: Path, task: str, args, *, warm: bool) ->
     if not warm:
         record["tree_peak_rss_mb"] = tree.peak_mb
     return record
+
+
+def joined_first_batch_s(mountpoint: Path, config: Path) -> float:
+    """Seconds from writing a task file of the same pipeline with another seed into
+    `.sand/tasks/` to its first batch in hand."""
+    joined = yaml.safe_load(config.read_text())
+    joined.update(task="joined", seed=int(joined.get("seed", 0)) + 1)
+    started = time.monotonic()
+    (mountpoint / ".sand" / "tasks" / "joined.yaml").write_text(
+        yaml.safe_dump(joined, sort_keys=False))
+    read_batch(mountpoint, "joined", 0)
+    return round(time.monotonic() - started, 2)
 
 
 def mount_record(work_dir: Path, root: Path, task: str, videos: int, args) -> dict:
