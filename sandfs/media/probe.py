@@ -1,5 +1,6 @@
-"""Probing one video file: frame count, timestamps and keyframes from its demuxed packets where
-those can be trusted, else by decoding every frame (the fallback, per file).
+"""Probing one video file: frame count, timestamps and keyframes from an MP4/MOV's sample tables
+where they say enough (`mp4box`, no decoder), else from its demuxed packets where those can be
+trusted, else by decoding every frame (the fallback, per file).
 
 Counting packets reads the file without decoding it; only the first frame is decoded (its size,
 pixel format and rotation, and a check that the decoder starts where the packets say). A frame's
@@ -38,6 +39,7 @@ from av.container import InputContainer
 from av.stream import Disposition
 from av.video.stream import VideoStream
 
+from sandfs.media.mp4box import NotPlain, sample_table_facts
 from sandfs.media.opening import (
     FileReplacedError,
     NotRegularFileError,
@@ -46,6 +48,7 @@ from sandfs.media.opening import (
     open_stream,
 )
 from sandfs.media.types import (
+    DECODING,
     PERMISSION_DENIED,
     MediaLimits,
     ProbeFacts,
@@ -64,6 +67,8 @@ TRUSTED_CODECS = frozenset(
 TRUSTED_CONTAINERS = frozenset(
     {"mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm", "mpegts", "mpeg", "avi"}
 )
+# files whose sample tables are read first (`mp4box`): the rest is opened by FFmpeg at once
+SAMPLE_TABLE_SUFFIXES = (".mp4", ".mov", ".m4v")
 # Demuxers of pictures, whatever the file is named (FFmpeg probes the content): a PNG, JPEG or
 # GIF named .mp4 would otherwise be served as a one-frame (or animated) video
 IMAGE_FORMATS = frozenset({"image2", "gif", "apng", "webp", "ico", "tiff"})
@@ -78,6 +83,10 @@ def probe_video(
     """Probes one file, choosing its video stream. `identity` (st_dev, st_ino) from the stat
     check must still match at every open: a file swapped meanwhile is refused."""
     try:
+        if path.lower().endswith(SAMPLE_TABLE_SUFFIXES):
+            facts = _from_sample_tables(path, identity, limits)
+            if facts is not None:
+                return facts
         with _open_checked(path, identity) as container:
             order = _image_refusal(container) or _stream_order(container)
             if isinstance(order, ProbeFailure):
@@ -108,6 +117,17 @@ def probe_video(
                             f"read it ({describe_error(error)})")
     except (av.FFmpegError, OSError) as error:
         return ProbeFailure("open_invalid", describe_error(error))
+
+
+def _from_sample_tables(path: str, identity: tuple[int, int] | None,
+                        limits: MediaLimits) -> ProbeFacts | None:
+    """The facts an MP4/MOV's sample tables give without a decoder (`mp4box`); None where
+    they do not say enough (then the packets are counted)."""
+    with open_regular_file(path, identity) as file:
+        try:
+            return sample_table_facts(file, limits)
+        except NotPlain:
+            return None
 
 
 @contextlib.contextmanager
@@ -157,7 +177,7 @@ def _decode_stream(
     distrust: str,
 ) -> ProbeResult:
     with _open_checked(path, identity) as container:
-        return _count_frames(container, stream_index, limits, f"decoding: {distrust}")
+        return _count_frames(container, stream_index, limits, f"{DECODING}: {distrust}")
 
 
 def _check_coded_size(stream: VideoStream, limits: MediaLimits) -> ProbeFailure | None:

@@ -37,7 +37,7 @@ from sandfs.media.scan_workers import (
     probe_files,
 )
 from sandfs.media.types import (
-    PACKETS,
+    DECODING,
     PERMISSION_DENIED,
     BadVideo,
     DatasetScan,
@@ -218,7 +218,8 @@ class _Listing:
         by_rel = {t.rel_path: t for t in self.targets}
 
         def record(key: str, result: ProbeResult) -> None:
-            self.decoded += isinstance(result, ProbeFacts) and result.counted_by != PACKETS
+            self.decoded += isinstance(result, ProbeFacts) and result.counted_by.startswith(
+                DECODING)
             self.record(by_rel[key], result)
             if report is not None:
                 report(key, result)

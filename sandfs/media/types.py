@@ -266,6 +266,7 @@ class ScanProgress:
 
 
 PACKETS = "packets"  # ProbeFacts.counted_by when the packets were trusted
+DECODING = "decoding"  # ... when every frame was decoded: "decoding: <why>"
 
 
 @dataclass(frozen=True, slots=True)
