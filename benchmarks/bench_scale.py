@@ -13,6 +13,8 @@ Per size and task:
   size); the daemon's peak RSS (VmHWM) and its process tree's sampled peak; the pruning the
   daemon logged by then; on the warm mount, seconds from a second task's file written into
   `.sand/tasks/` (another seed) to its first batch.
+- scan (in this process): `scan_dataset` of the linked dataset with no scan index, two probe
+  workers: wall seconds, videos/s, CPU milliseconds a video (this process and its workers).
 - plan (in this process, on scan results copied from the sources' probes, no mount): planning
   seconds (CPU) of the tasks' plans and of window 0, plan bytes a clip (what tracemalloc sees
   the task plans and the window plan hold, over the window's clips), and Algorithm 1's CPU
@@ -21,6 +23,7 @@ One JSON object per line.
 
     .venv/bin/python benchmarks/bench_scale.py --sizes 1000 10000
     .venv/bin/python benchmarks/bench_scale.py --sizes 1000 --parts plan
+    .venv/bin/python benchmarks/bench_scale.py --sizes 10000 --parts scan
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import argparse
 import dataclasses
 import gc
 import re
+import resource
 import shutil
 import sys
 import tempfile
@@ -72,7 +76,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=sorted(TASKS))
-    parser.add_argument("--parts", nargs="+", choices=("mount", "plan"),
+    parser.add_argument("--parts", nargs="+", choices=("mount", "plan", "scan"),
                         default=["mount", "plan"])
     parser.add_argument("--batches", type=int, default=120,
                         help="epoch-0 batches timed after the first (default 120)")
@@ -198,6 +202,22 @@ def mount_record(work_dir: Path, root: Path, task: str, videos: int, args) -> di
 # -- in this process --------------------------------------------------------------------------
 
 
+def cpu_seconds() -> float:
+    """This process's and its waited-for children's (the probe workers')."""
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                          resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def scan_record(root: Path, videos: int, args) -> dict:
+    wall, cpu = time.monotonic(), cpu_seconds()
+    scan = scan_dataset(root, [".mp4"], workers=args.workers)
+    wall, cpu = time.monotonic() - wall, cpu_seconds() - cpu
+    assert len(scan.videos) == videos and not scan.bad, scan.bad[:3]
+    return {"record": "scan", "videos": videos, "workers": args.workers, "scan_s": round(wall, 2),
+            "videos_per_s": round(videos / wall), "cpu_ms_per_video": round(cpu / videos * 1e3, 3)}
+
+
 def source_infos(sources: list[Path], args) -> list[VideoInfo]:
     scan = scan_dataset(sources[0].parent, [".mp4"], workers=args.workers)
     assert len(scan.videos) == len(sources) and not scan.bad, scan.bad
@@ -263,6 +283,8 @@ def main() -> int:
         infos = source_infos(sources, args) if "plan" in args.parts else []
         for videos in sorted(args.sizes):
             root = link_dataset(work_dir / f"videos-{videos}", sources, videos)
+            if "scan" in args.parts:
+                emit(scan_record(root, videos, args))
             for task in args.tasks:
                 if "plan" in args.parts:
                     emit(plan_record(work_dir, root, infos, task, videos, args))
