@@ -204,6 +204,12 @@ class WindowPlanner:
                     lead |= {plan.listed[i].path for i in plan.batch_slots(epoch, iteration)}
         return frozenset(lead) or None
 
+    def _plan_next_part(self, window: int, planned: frozenset[str]
+                        ) -> tuple[frozenset[str] | None, work.PlannedWindow]:
+        """In a thread (the tasks steady): the window's next part, or rest, and its plan."""
+        part = self._next_part(window, planned)
+        return part, self.plan_active(window, part, planned)
+
     def _next_part(self, window: int, planned: frozenset[str]) -> frozenset[str] | None:
         """The videos of a window's next part: those not planned yet of the batches each task
         standing in it reads next, as many as the window holds planned already (at least
@@ -239,9 +245,8 @@ class WindowPlanner:
         batches and videos, merged in. A task joining or leaving meanwhile changes what the
         rest holds: the window is then planned again whole (None)."""
         tasks = set(self.book.plans)
-        planned_videos = frozenset(self.book.windows[window].videos)
-        part = self._next_part(window, planned_videos)
-        planned = await self._plan_in_thread(self.plan_active, window, part, planned_videos)
+        part, planned = await self._plan_in_thread(
+            self._plan_next_part, window, frozenset(self.book.windows[window].videos))
         if part is None or window not in self.book.windows or set(self.book.plans) != tasks:
             self.book.rest_pending.discard(window)
         if window not in self.book.windows or set(self.book.plans) != tasks:

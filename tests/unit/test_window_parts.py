@@ -71,7 +71,8 @@ async def test_a_reader_past_the_first_batches_waits_for_its_part_not_the_window
 
 async def test_parts_double_and_decode_each_video_once_a_window(tmp_path, monkeypatch):
     """Each part holds as many new videos as the window holds already (the scans of the
-    window's batches stay few), each video with all its clips: one pass a video a window."""
+    window's batches stay few), each video with all its clips: one pass a video a window.
+    Parts are chosen in the planning thread."""
     in_parts(monkeypatch)
     plan, scheduler, materializer = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
     events = []
@@ -80,9 +81,12 @@ async def test_parts_double_and_decode_each_video_once_a_window(tmp_path, monkey
     next_part = scheduler.planner._next_part
 
     def recorded(window, planned):
+        assert threading.get_ident() != loop_thread  # it walks the window's batches
         part = next_part(window, planned)
         sizes.append((len(planned), None if part is None else len(part)))
         return part
+
+    loop_thread = threading.get_ident()
 
     scheduler.planner._next_part = recorded
     await read_all(plan, scheduler)
