@@ -67,6 +67,7 @@ class WindowPlanner:
         self._readers_came: set[str] = set()
         self._first_batches: set[ViewKey] = set()  # made before the next window is planned
         self._lead_views: dict[str, frozenset[ViewKey]] = {}  # a joining task's lead part's
+        self._joins_waiting = 0  # tasks waiting to join until no window is planned in parts
         self._pruning = trio.CapacityLimiter(1)  # one window's Algorithm 1 at a time
         self._planning = 0  # windows and parts being planned in threads now
         self._quiet = threading.Event()  # set while none is: pruning goes on
@@ -216,7 +217,10 @@ class WindowPlanner:
         LEAD_BATCHES batches' worth); None (plan the rest) once that is half of what is left.
         A cold mount's reader of batch N waits for the parts up to N's, each for its videos'
         probes (and their batches' in the window's other epochs), not for the whole scan; the
-        parts double, so planning them scans the window's batches a few times, not N times."""
+        parts double, so planning them scans the window's batches a few times, not N times.
+        A task waiting to join has the rest planned at once: it waits for the rest."""
+        if self._joins_waiting:
+            return None
         plans = [p for p in self.book.plans.values() if p.window_epochs(window)]
         listed = sum(len(p.listed) for p in plans)
         want = max(len(planned), LEAD_BATCHES * max(
@@ -397,16 +401,20 @@ class WindowPlanner:
         starts in first. When that took long (`_first_batches_first`) it returns then: the
         other windows get their part once the task's first batch is made, and a reader that
         gets there sooner waits for it (`window_planned`)."""
-        while True:
-            while self.book.rest_pending:  # a rest is planned with the tasks its lead part had
-                self.wake()
-                await self.window_added.wait()
-            async with self.tasks_steady:
-                if self.book.rest_pending:
-                    continue
-                self.carry.forget(self.book.future)
-                self.book.add_task(plan)
-                break
+        self._joins_waiting += 1  # the windows in parts are planned whole from the next on
+        try:
+            while True:
+                while self.book.rest_pending:  # a rest is planned with its lead part's tasks
+                    self.wake()
+                    await self.window_added.wait()
+                async with self.tasks_steady:
+                    if self.book.rest_pending:
+                        continue
+                    self.carry.forget(self.book.future)
+                    self.book.add_task(plan)
+                    break
+        finally:
+            self._joins_waiting -= 1
         self._note_window_added()  # a reader waiting on the task set looks again
         start = self.book.window_of_task(plan.name, 0)
         windows = sorted(self.book.windows, key=lambda w: (w != start, w))

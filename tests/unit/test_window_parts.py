@@ -9,6 +9,7 @@ import threading
 from collections import Counter
 
 import trio
+import trio.testing
 
 from sandfs.cache import ObjectStore
 from sandfs.plan.window import WindowPlan, view_key
@@ -16,6 +17,7 @@ from sandfs.sched import objects
 from sandfs.sched import planning as planning_module
 from tests.unit.test_scheduler import (
     half_the_clips,
+    joining_task,
     read_all,
     recording_windows,
     scheduler_for,
@@ -96,6 +98,43 @@ async def test_parts_double_and_decode_each_video_once_a_window(tmp_path, monkey
     assert all(new == planned for planned, new in sizes[:-1]), sizes
     decoded = Counter(name for kind, name, *_ in events if kind == "decode")
     assert decoded == {v.name: 1 for v in plan.videos}  # k = 2 epochs: one window
+
+
+async def test_a_task_joining_meanwhile_has_the_rest_planned_at_once(tmp_path, monkeypatch):
+    """A task joins once no window is planned in parts (the rest is planned with the tasks
+    the window's lead part had): a task joining a mount of 10,000 videos waited 26 s for the
+    doubling parts. From the moment it waits, the window's rest is planned in one go."""
+    in_parts(monkeypatch)
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
+    in_part, joining = threading.Event(), threading.Event()
+    kinds, planned = [], scheduler.planner.plan_active
+
+    def planning(window, lead=None, skip=frozenset()):
+        kinds.append("rest" if lead is None and skip else "part" if skip else "whole/lead")
+        if kinds[-1] == "part":
+            in_part.set()
+            joining.wait(10)  # the task comes while the first part after the lead is planned
+        return planned(window, lead, skip)
+
+    scheduler.planner.plan_active = planning
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        joined = trio.Event()
+
+        async def join():
+            await scheduler.add_plan(joining_task(tmp_path, plan))
+            joined.set()
+
+        await trio.to_thread.run_sync(in_part.wait, 10)
+        nursery.start_soon(join)
+        await trio.testing.wait_all_tasks_blocked()
+        assert scheduler.planner._joins_waiting == 1
+        joining.set()
+        with trio.fail_after(10):
+            await joined.wait()
+        assert kinds[:3] == ["whole/lead", "part", "rest"], kinds
+        await settle(scheduler)
+        nursery.cancel_scope.cancel()
 
 
 async def test_views_planned_in_parts_equal_the_window_planned_whole(tmp_path, monkeypatch):
