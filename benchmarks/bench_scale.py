@@ -11,7 +11,8 @@ Per size and task:
   in hand, cold and warm; epoch-0 batches/s over --batches batches read one after the other
   after the first (each batch's videos are decoded for their window: the same work at every
   size); the daemon's peak RSS (VmHWM) and its process tree's sampled peak; the pruning the
-  daemon logged by then; on the warm mount, seconds from a second task's file written into
+  daemon logged by then; on the warm mount, once it holds its first two windows planned
+  (`kept_after_s` from the launch), seconds from a second task's file written into
   `.sand/tasks/` (another seed) to its first batch.
 - scan (in this process): `scan_dataset` of the linked dataset with no scan index, two probe
   workers: wall seconds, videos/s, CPU milliseconds a video (this process and its workers).
@@ -161,7 +162,8 @@ def mounted_run(work_dir: Path, config: Path, task: str, args, *, warm: bool) ->
         record = {"mount_s": round(mount.mount_s, 2),
                   "first_batch_s": round(time.monotonic() - mount.launched_at, 2),
                   "batch_shape": list(first.shape)}
-        if warm:  # the kept mount: a second task (another seed) joins it
+        if warm:  # once kept (its windows planned), a second task (another seed) joins it
+            record["kept_after_s"] = windows_planned_s(mount, config, task, args.k_epochs)
             record["joined_first_batch_s"] = joined_first_batch_s(mount.mountpoint, config)
         else:
             iterations = mount.status()["tasks"][task]["iterations_per_epoch"]
@@ -176,6 +178,22 @@ def mounted_run(work_dir: Path, config: Path, task: str, args, *, warm: bool) ->
     if not warm:
         record["tree_peak_rss_mb"] = tree.peak_mb
     return record
+
+
+def windows_planned_s(mount, config: Path, task: str, k_epochs: int,
+                      timeout_s: float = 900) -> float | None:
+    """Seconds from the launch until the mount holds every batch of its first two windows
+    planned or made (None: not within `timeout_s`)."""
+    epochs = min(int(yaml.safe_load(config.read_text())["epochs"]), 2 * k_epochs)
+    give_up = time.monotonic() + timeout_s
+    while time.monotonic() < give_up:
+        status = mount.status()
+        scheduler = status["scheduler"]
+        wanted = epochs * status["tasks"][task]["iterations_per_epoch"] - 1  # one read
+        if scheduler["views_planned"] + scheduler["views_ready"] >= wanted:
+            return round(time.monotonic() - mount.launched_at, 2)
+        time.sleep(0.5)
+    return None
 
 
 def joined_first_batch_s(mountpoint: Path, config: Path) -> float:
