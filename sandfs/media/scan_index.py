@@ -6,6 +6,7 @@ ignored (and rewritten)."""
 from __future__ import annotations
 
 import errno
+import functools
 import itertools
 import logging
 import os
@@ -15,7 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from sandfs.fileio import read_checked_json, write_checked_json
-from sandfs.media.types import MediaLimits, ProbeFacts, ProbeFailure, ProbeResult
+from sandfs.media.types import FramePts, MediaLimits, ProbeFacts, ProbeFailure, ProbeResult
 
 log = logging.getLogger("sandfs.media.scan")  # one logger for the whole scan
 
@@ -123,8 +124,8 @@ def _entry_from_json(entry: dict[str, Any]) -> tuple[IndexKey, ProbeResult]:
         width=int(facts["width"]),
         height=int(facts["height"]),
         num_frames=int(facts["num_frames"]),
-        frame_pts=_decode_runs(facts["frame_pts"]),
-        time_base=None if time_base is None else Fraction(str(time_base)),
+        frame_pts=_frame_pts(facts["frame_pts"]),
+        time_base=None if time_base is None else _fraction(str(time_base)),
         keyframe_indices=_decode_runs(facts["keyframe_indices"]),
         seekable=bool(facts["seekable"]),
         rotation=int(facts["rotation"]),
@@ -138,13 +139,20 @@ def _entry_from_json(entry: dict[str, Any]) -> tuple[IndexKey, ProbeResult]:
     return key, probe
 
 
+@functools.lru_cache(maxsize=64)
+def _fraction(text: str) -> Fraction:
+    """A time base: a dataset's videos share a few."""
+    return Fraction(text)
+
+
 def _consistent(facts: ProbeFacts) -> bool:
     """What decoding relies on: one pts per frame (or none), keyframes within range."""
     pts_ok = len(facts.frame_pts) in (0, facts.num_frames) and (
         facts.frame_pts or not facts.seekable
     )
     keyframes = facts.keyframe_indices
-    return facts.num_frames > 0 and pts_ok and all(0 <= k < facts.num_frames for k in keyframes)
+    return facts.num_frames > 0 and pts_ok and (
+        not keyframes or 0 <= min(keyframes) <= max(keyframes) < facts.num_frames)
 
 
 def _encode_runs(values: tuple[int, ...]) -> list[int]:
@@ -162,6 +170,15 @@ def _encode_runs(values: tuple[int, ...]) -> list[int]:
 
 def _steps(values: tuple[int, ...]) -> Iterator[int]:
     return (b - a for a, b in itertools.pairwise(values))
+
+
+def _frame_pts(encoded: list[int]) -> FramePts:
+    """The pts of the runs `_encode_runs` wrote; one constant step (most videos) without
+    listing every pts: loading 100,000 entries took 6.2 s of CPU, 3.9 s of it here."""
+    if len(encoded) == 3:
+        first, step, count = (int(number) for number in encoded)
+        return FramePts(runs=((first, step, count + 1),))  # as FramePts.of makes it
+    return FramePts.of(_decode_runs(encoded))
 
 
 def _decode_runs(encoded: list[int]) -> tuple[int, ...]:
