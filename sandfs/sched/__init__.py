@@ -21,6 +21,7 @@ a running pass carries for), `hold`/`written` (carried bytes waiting to be writt
 `note_on_disk`/`forget`. (3) `_start` and `_finish`; `memory` and `admission` get a read-only
 view of it. (4) `pause`, `resume`, `no_job_took_the_worker`, `hand_over`, `ended`.
 
+`parts.next_part` owns no state either: it picks a window's next part from the book's plans.
 `memory.MemoryLedger` and `admission.Admission` own no state: they derive what a job may take
 from the board, the carry book and the running jobs. `work` runs in worker threads on frozen
 records (`jobs`) and touches none of it. `tests/unit/test_sched_ownership.py` checks the table's

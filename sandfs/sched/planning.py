@@ -7,8 +7,8 @@ is planned (`first_batches_first`): planning the next would hold their passes ba
 again (docs/performance.md#planning-and-scheduling-at-scale). A large window where a task stands is
 planned in parts: the videos of the task's next batches (each with all its clips in the
 window, so it is still decoded once), whose batches are made first, then parts that follow the
-readers and double, then the rest (docs/contract.md#lazy-scan: a cold mount's parts wait for
-their videos' probes only). The planner says which; the scheduler runs their jobs.
+readers (`parts.next_part`), then the rest. The planner says which; the scheduler runs their
+jobs.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import VideoJobKey
+from sandfs.sched.parts import next_part
 from sandfs.sched.pruning import window_pruned
 from sandfs.sched.windows import ViewOf, WindowBook
 from sandfs.threads import limiter
@@ -212,32 +213,14 @@ class WindowPlanner:
         return part, self.plan_active(window, part, planned)
 
     def _next_part(self, window: int, planned: frozenset[str]) -> frozenset[str] | None:
-        """The videos of a window's next part: those not planned yet of the batches each task
-        standing in it reads next, as many as the window holds planned already (at least
-        LEAD_BATCHES batches' worth); None (plan the rest) once that is half of what is left.
-        A cold mount's reader of batch N waits for the parts up to N's, each for its videos'
-        probes (and their batches' in the window's other epochs), not for the whole scan; the
-        parts double, so planning them scans the window's batches a few times, not N times.
-        A task waiting to join has the rest planned at once: it waits for the rest."""
+        """`parts.next_part`; a task waiting to join has the rest planned at once (it waits
+        for the rest)."""
         if self._joins_waiting:
             return None
-        plans = [p for p in self.book.plans.values() if p.window_epochs(window)]
-        listed = sum(len(p.listed) for p in plans)
-        want = max(len(planned), LEAD_BATCHES * max(
-            (p.sampling.videos_per_batch for p in plans), default=1))
-        if 2 * want >= listed - len(planned):
-            return None
-        part: set[str] = set()
-        for plan in plans:
-            index = self.book.positions[plan.name]
-            end = (plan.window_epochs(window).stop) * plan.iterations_per_epoch
-            while index < end and len(part) < want:
-                epoch, iteration = divmod(index, plan.iterations_per_epoch)
-                if plan.window_of(epoch) == window:
-                    part |= {path for i in plan.batch_slots(epoch, iteration)
-                             if (path := plan.listed[i].path) not in planned}
-                index += 1
-        return frozenset(part) or None
+        least = LEAD_BATCHES * max((p.sampling.videos_per_batch
+                                    for p in self.book.plans.values()), default=1)
+        return next_part(list(self.book.plans.values()), self.book.positions, window, planned,
+                         least)
 
     def _waited_batches(self, plan: WindowPlan) -> set[ViewKey]:
         """The plan's batches readers wait for (or are anticipated at), not made yet: a lead
