@@ -1,7 +1,7 @@
 """The scan index: probe results of a previous scan, as JSON, keyed by (rel_path, path, size,
 mtime), so a remount of an unchanged dataset probes nothing. A file of another format or scan
 version, or scanned under other limits, or whose checksum does not match (a damaged file), is
-ignored (and rewritten)."""
+ignored (and rewritten); so is one damaged entry, whose file alone is probed again."""
 
 from __future__ import annotations
 
