@@ -77,6 +77,7 @@ class ProbeBook:
         self.stop = stop  # set: waiters raise ScanStopped
         self.queue = queue  # a lazy scan's jobs not sent yet (None: nothing left to probe)
         self._results: dict[str, Probed] = {}
+        self._bad: dict[str, BadVideo] = {}  # those of the results
         # found in the scan index, read when asked for (or by the scan's thread): what to call
         # for the result, None when it must be probed after all (its job queued again)
         self._deferred: dict[str, Callable[[], Probed | None]] = {}
@@ -94,6 +95,8 @@ class ProbeBook:
     def record(self, rel_path: str, result: Probed) -> None:
         with self._changed:
             self._results[rel_path] = result
+            if isinstance(result, BadVideo):
+                self._bad[rel_path] = result
             self._changed.notify_all()
 
     def defer(self, rel_path: str, resolve: Callable[[], Probed | None]) -> None:
@@ -175,7 +178,8 @@ class ProbeBook:
         return len(self._results)
 
     def bad(self) -> list[BadVideo]:
-        """The files the probe refused so far."""
+        """The files the probe refused so far (status.json asks on the event loop: not a
+        walk over every result, 250,000 of them)."""
         with self._changed:
-            found = list(self._results.values())
-        return sorted((r for r in found if isinstance(r, BadVideo)), key=lambda b: b.rel_path)
+            found = list(self._bad.values())
+        return sorted(found, key=lambda b: b.rel_path)
