@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from sandfs.media.synth import write_test_video
 from tests.helpers.harness import (
     Mounted,
     forgiving_teardown,
@@ -38,13 +39,16 @@ TIMEOUT = 60.0
 
 
 @pytest.fixture(scope="module")
-def large_dataset(tmp_path_factory, dataset_dir) -> Path:
+def large_dataset(tmp_path_factory) -> Path:
+    """Matroska copies: their packets are demuxed and counted (an MP4's sample tables are read
+    10x faster, too fast for a scan to be watched)."""
     root = tmp_path_factory.mktemp("large") / "videos"
-    source = sorted(dataset_dir.rglob("*.mp4"))[0]
+    source = root.parent / "source.mkv"
+    write_test_video(source, num_frames=30, width=64, height=48, gop=12, noise=True)
     for i in range(SCAN_VIDEOS):
         folder = root / f"class{i % 3}"
         folder.mkdir(parents=True, exist_ok=True)
-        shutil.copy(source, folder / f"v{i:04d}.mp4")
+        shutil.copy(source, folder / f"v{i:04d}.mkv")
     return root
 
 
@@ -52,8 +56,9 @@ def large_dataset(tmp_path_factory, dataset_dir) -> Path:
 def large_config(tmp_path, large_dataset) -> Path:
     """A task skipping short videos: its mount serves once every video is probed (a lazy
     scan's startup is the listing alone: tests/mount/test_cold_mount.py)."""
-    return write_config(tmp_path / "large.yaml", task_config(
-        large_dataset, epochs=1, sampling={"short_video": "skip"}))
+    config = task_config(large_dataset, epochs=1, sampling={"short_video": "skip"})
+    config["dataset"]["extensions"] = [".mkv"]
+    return write_config(tmp_path / "large.yaml", config)
 
 
 def status_of(mountpoint: Path) -> dict | None:
