@@ -124,6 +124,10 @@ class ViewService:
         return {name: (p.epoch, p.iteration) for name, p in positions.items()}
 
     def position(self, task: str) -> Position:
+        """Where the task stands; a task registered and still joining (its planner waits for
+        a window planned in parts) stands at its start."""
+        if task not in self.scheduler.book.plans:
+            return Position(0, 0)
         return self.scheduler.position(task)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -287,7 +291,8 @@ class ViewService:
             failures = self.scheduler.failures.of(name)
             tasks[name] = TaskStatus(
                 epoch=position.epoch, iteration=position.iteration,
-                ready_ahead=self.scheduler.ready_ahead(name, self.read_ahead),
+                ready_ahead=(self.scheduler.ready_ahead(name, self.read_ahead)
+                             if name in self.scheduler.book.plans else 0),
                 views_served=stats.task_counts(name).get("views_served", 0),
                 stall_seconds=round(stats.stall_seconds(name), 3), epochs=plan.epochs,
                 iterations_per_epoch=plan.iterations_per_epoch, videos=len(plan.videos),

@@ -77,3 +77,19 @@ def test_the_failure_log_keeps_the_latest_distinct_failures():
         log.record("t", path, "why")
     assert [(f.path, f.count) for f in log.entries()] == [("a", 2), ("c", 1)]
     assert log.total == 4
+
+
+def test_a_task_still_joining_is_in_status_at_its_start(tmp_path):
+    """A task is registered before the scheduler takes it (its planner waits while a window is
+    planned in parts): status.json failed with EIO (KeyError) meanwhile, found at 250,000
+    videos. It shows the task at its start."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    mine = make_plan(tmp_path / "a", videos=fake_videos(8), epochs=1)
+    joining = make_plan(tmp_path / "b", videos=fake_videos(8), epochs=1, task="joining")
+    service = ViewService([mine], engine=OnDemandObjects(workers=1, memory_budget_bytes=1 << 20),
+                          stats=Stats())
+    service.tasks[joining.name] = joining  # what TaskRegistry.register does first
+    status = json.loads(service.status_record().to_bytes())
+    assert (status["tasks"]["joining"]["epoch"], status["tasks"]["joining"]["iteration"],
+            status["tasks"]["joining"]["ready_ahead"]) == (0, 0, 0)
