@@ -217,10 +217,9 @@ class WindowPlanner:
         for the rest)."""
         if self._joins_waiting:
             return None
-        least = LEAD_BATCHES * max((p.sampling.videos_per_batch
-                                    for p in self.book.plans.values()), default=1)
-        return next_part(list(self.book.plans.values()), self.book.positions, window, planned,
-                         least)
+        plans = self.book.planned_plans(window)  # those the window is planned for
+        least = LEAD_BATCHES * max((p.sampling.videos_per_batch for p in plans), default=1)
+        return next_part(plans, self.book.positions, window, planned, least)
 
     def _waited_batches(self, plan: WindowPlan) -> set[ViewKey]:
         """The plan's batches readers wait for (or are anticipated at), not made yet: a lead
