@@ -21,6 +21,7 @@ from sandfs.config.schema import TaskConfig
 from sandfs.config.yamlsafe import ConfigError
 from sandfs.distribution import DISTRIBUTION, foreign_sandfs
 from sandfs.errors import UserError
+from sandfs.execution import EXECUTIONS
 from sandfs.mounttable import is_mounted
 from sandfs.pids import wait_for_exit
 from sandfs.readiness import Readiness
@@ -83,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     mount.add_argument("--decode-ahead", type=int, metavar="N",
                        help="later windows a decode pass also prepares frames for (default 3)")
     mount.add_argument("--workers", metavar="N", help="worker threads, or auto")
+    mount.add_argument("--execution", choices=EXECUTIONS,
+                       help="where video jobs decode and augment: the daemon's threads "
+                            "(default) or worker processes")
     mount.add_argument("--metrics-port", type=int, metavar="PORT",
                        help="also serve GET /metrics on 127.0.0.1:PORT (Prometheus)")
     mount.add_argument("--limit", action="append", metavar="NAME=N",
@@ -162,6 +166,7 @@ def engine_overrides(args: argparse.Namespace) -> dict:
         "k_epochs": args.k_epochs,
         "decode_ahead": args.decode_ahead,
         "workers": args.workers,  # "auto" given on the command line wins over a config's number
+        "execution": args.execution,
         "metrics_port": args.metrics_port,
         "limits": args.limit,
     }

@@ -277,7 +277,8 @@ def make_service(startup: Startup, mount: Mount, planned: Planned) -> ViewServic
         admit=partial(admit_upload, settings=settings, config_dir=(
             os.path.dirname(configs[0].source_path) if configs else "") or "/"),
         remote=mount.remote.as_status(), started=startup.started,
-        scan_status=startup.scan_status, freezes_windows=True, limits=settings.limits)
+        scan_status=startup.scan_status, freezes_windows=True, limits=settings.limits,
+        execution=settings.execution)
 
 
 async def stop_on_signals(startup: Startup) -> None:

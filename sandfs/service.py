@@ -71,6 +71,7 @@ class ViewService:
         scan_status: Callable[[], ScanStatus] | None = None,
         freezes_windows: bool = False,
         limits: Limits = DEFAULT_LIMITS,
+        execution: str = "threads",
     ) -> None:
         self.registry = TaskRegistry(plans, task_texts=task_texts, checkpoint=checkpoint,
                                      task_planner=task_planner, admit=admit, limits=limits)
@@ -85,7 +86,8 @@ class ViewService:
                                    keeps_read=store_sizing is None or store_sizing.given,
                                    freezes_windows=freezes_windows,
                                    idle_after_s=limits.idle_after_s,
-                                   windows_ahead=limits.windows_ahead_of_reads)
+                                   windows_ahead=limits.windows_ahead_of_reads,
+                                   execution=execution)
         self.store = store
         # None: the store keeps the budget it was opened with, and every clip pruning keeps
         self.store_sizing = store_sizing

@@ -23,6 +23,7 @@ from sandfs.config.pipeline import view_shape
 from sandfs.config.schema import EngineConfig, TaskConfig
 from sandfs.config.yamlsafe import Value
 from sandfs.errors import UserError
+from sandfs.execution import EXECUTIONS
 from sandfs.media.types import MediaLimits
 from sandfs.npy import npy_nbytes
 
@@ -36,6 +37,7 @@ ENGINE_FIELDS = {
     "memory_limit": "memory_limit_bytes",
     "cache_format": "cache_format",
     "decode_ahead": "decode_ahead",
+    "execution": "execution",
     "metrics_port": "metrics_port",
     "limits": "limits",
 }
@@ -48,6 +50,7 @@ CLI_FLAGS = {
     "k_epochs": "--k-epochs",
     "workers": "--workers",
     "decode_ahead": "--decode-ahead",
+    "execution": "--execution",
     "metrics_port": "--metrics-port",
 }
 INTEGER_MINIMUMS = {"k_epochs": 1, "workers": 1, "decode_ahead": 0}
@@ -94,6 +97,7 @@ class MountSettings:
     media_limits: MediaLimits
     metrics_port: int | None = None  # the loopback port of GET /metrics (None: none)
     limits: Limits = DEFAULT_LIMITS  # what one user may hold (config/limits.py)
+    execution: str = "threads"  # EXECUTIONS: where video jobs run
 
     @property
     def on_demand_memory_bytes(self) -> int:
@@ -137,6 +141,7 @@ def mount_settings(
         media_limits=media_limits(environ),
         metrics_port=engine.metrics_port,
         limits=mount_limits(engine.limits, limit_flags),
+        execution=engine.execution,
     )
     return settings, warnings
 
@@ -250,6 +255,7 @@ def read_engine_section(value: Value | None, base_dir: str
         "workers": _workers_setting,
         "memory_limit": _size_setting,
         "cache_format": partial(fields.choice, choices=CACHE_FORMATS),
+        "execution": partial(fields.choice, choices=EXECUTIONS),
         "decode_ahead": partial(fields.integer, minimum=INTEGER_MINIMUMS["decode_ahead"]),
         "metrics_port": partial(fields.integer, minimum=PORTS[0], maximum=PORTS[1]),
         "limits": read_limits_section,
@@ -317,9 +323,10 @@ def _override(name: str, value: Any) -> Any:
     """Check one CLI override; ValueError names the EngineConfig field."""
     if name in ("mountpoint", "cache_dir"):
         return os.path.abspath(os.path.expanduser(os.fspath(value)))
-    if name == "cache_format":
-        if value not in CACHE_FORMATS:
-            raise ValueError(f"{name}: expected one of {', '.join(CACHE_FORMATS)}, got {value!r}")
+    choices = {"cache_format": CACHE_FORMATS, "execution": EXECUTIONS}.get(name)
+    if choices is not None:
+        if value not in choices:
+            raise ValueError(f"{name}: expected one of {', '.join(choices)}, got {value!r}")
         return value
     if name in ("storage_budget_bytes", "memory_limit_bytes"):
         try:

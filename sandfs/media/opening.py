@@ -7,16 +7,48 @@ their 160 ms start."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import BinaryIO
 
 from av.container import InputContainer
 from av.video.stream import VideoStream
 
 from sandfs.openat import Identity, open_no_symlinks
+
+# In a job worker process (sandfs/execution): the sources the daemon opened for the job, by
+# path (or why it could not); such a worker opens no path itself.
+_passed: ContextVar[Mapping[str, int | OSError] | None] = ContextVar("passed_sources",
+                                                                    default=None)
+
+
+@contextmanager
+def passed_sources(sources: Mapping[str, int | OSError]) -> Iterator[None]:
+    """Within: `open_regular_file` opens only these paths, from the descriptors given."""
+    token = _passed.set(dict(sources))
+    try:
+        yield
+    finally:
+        _passed.reset(token)
+
+
+def _open_source(path: str) -> int:
+    passed = _passed.get()
+    if passed is None:
+        return open_no_symlinks(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    given = passed.get(path)
+    if given is None:
+        raise PermissionError(errno.EACCES, "a job worker opens only what the daemon passed it",
+                              path)
+    if isinstance(given, OSError):
+        raise given
+    fd = os.dup(given)  # its own: closed with the file; the offset is shared, so rewound
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 class NotRegularFileError(OSError):
@@ -33,7 +65,7 @@ def open_regular_file(path: str, identity: Identity | None = None) -> Iterator[B
     on a FIFO (O_NONBLOCK), and refuses anything but a regular file, and, given `identity`,
     any file but that one (FileReplacedError): the checks are made on the descriptor, so
     what is read is what was checked."""
-    fd = open_no_symlinks(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    fd = _open_source(path)
     try:
         file_stat = os.fstat(fd)
         if not stat.S_ISREG(file_stat.st_mode):

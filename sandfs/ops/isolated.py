@@ -26,10 +26,8 @@ import logging
 import mmap
 import os
 import signal
-import subprocess
 import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -40,7 +38,13 @@ from typing import Any
 import numpy as np
 
 from sandfs.ops.base import FrameShape, OpType
-from sandfs.workerproc import WorkerProcess, start_worker_process
+from sandfs.workerproc import (
+    WorkerPool,
+    WorkerProcess,
+    exit_when_orphaned,
+    how_it_ended,
+    start_worker_process,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +52,6 @@ ISOLATIONS = ("thread", "process")
 POOL_PROCESSES = 2
 START_TIMEOUT_SECONDS = 60.0
 KEPT_FAILURES = 20
-ORPHAN_CHECK_SECONDS = 0.5
 SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared memory segments, by name
 _READY = "ready"
 _WORKER_CODE = ("import sys; from sandfs.ops.isolated import worker_main; "
@@ -104,12 +107,10 @@ class ProcessPool:
     """Up to `size` worker processes, started on demand; one call per worker at a time."""
 
     def __init__(self, size: int = POOL_PROCESSES) -> None:
-        self.size = size
-        self._idle: list[WorkerProcess] = []
-        self._started = 0
-        self._closed = False
-        self._cond = threading.Condition()
-        self.calls = self.failed = self.replaced = 0
+        self._workers = WorkerPool(size, _start_worker,
+                                   lambda: IsolatedOpError("the isolated-op pool is shut down"))
+        self._lock = threading.Lock()
+        self.failed = 0
         self.failures: deque[str] = deque(maxlen=KEPT_FAILURES)
 
     def apply(self, op: OpType, params: Mapping[str, Any], drawn: Mapping[str, Any],
@@ -135,7 +136,7 @@ class ProcessPool:
 
     def _call(self, op: OpType, request: Request) -> None:
         try:
-            worker = self._acquire()
+            worker = self._workers.acquire()
         except IsolatedOpError as exc:
             raise self._fail(op, str(exc), WorkerLost) from None
         healthy = False
@@ -143,7 +144,7 @@ class ProcessPool:
             try:
                 worker.jobs.send(request)
             except OSError:  # it died while idle
-                raise self._fail(op, f"its worker process died ({_exit(worker)})",
+                raise self._fail(op, f"its worker process died ({how_it_ended(worker.process)})",
                                  WorkerLost) from None
             if not worker.replies.poll(op.timeout_s):
                 raise self._fail(op, f"no result within timeout_s ({op.timeout_s:g} s)",
@@ -151,85 +152,36 @@ class ProcessPool:
             try:
                 error = worker.replies.recv()
             except (EOFError, OSError):
-                raise self._fail(op, f"its worker process died ({_exit(worker)})",
+                raise self._fail(op, f"its worker process died ({how_it_ended(worker.process)})",
                                  WorkerLost) from None
             healthy = True
             if error is not None:
                 raise self._fail(op, error)
         finally:
-            self._release_worker(worker, healthy)
+            self._workers.release(worker, healthy=healthy)  # dead or hung: stopped
 
     def _fail(self, op: OpType, reason: str,
               kind: type[IsolatedOpError] = IsolatedOpError) -> IsolatedOpError:
         message = f"isolated op {op.name}: {reason}"
-        with self._cond:
+        with self._lock:
             self.failed += 1
             self.failures.append(message)
         return kind(message)
 
-    def _acquire(self) -> WorkerProcess:
-        with self._cond:
-            while True:
-                while not self._idle and self._started >= self.size and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    raise IsolatedOpError("the isolated-op pool is shut down")
-                if not self._idle:
-                    break
-                worker = self._idle.pop()
-                if worker.process.poll() is None:
-                    return worker
-                _stop_worker(worker)  # it died while idle (killed from outside): replace it
-                self._started -= 1
-                self.replaced += 1
-            self._started += 1
-        try:
-            return _start_worker()
-        except BaseException:
-            with self._cond:
-                self._started -= 1
-                self._cond.notify()
-            raise
-
-    def _release_worker(self, worker: WorkerProcess, healthy: bool) -> None:
-        if not healthy:
-            _stop_worker(worker, grace_s=0.0)  # dead, or hung in the op
-        with self._cond:
-            self.calls += 1
-            if healthy and not self._closed:
-                self._idle.append(worker)
-            else:
-                self._started -= 1
-                self.replaced += not healthy
-                if healthy:
-                    _stop_worker(worker)
-            self._cond.notify()
-
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            idle, self._idle = self._idle, []
-            self._cond.notify_all()
-        for worker in idle:
-            _stop_worker(worker)
+        self._workers.close()
 
     def status(self) -> dict:
-        with self._cond:
-            return {"processes": self._started, "calls": self.calls, "failed": self.failed,
-                    "workers_replaced": self.replaced, "failures": list(self.failures)}
+        workers = self._workers
+        with self._lock:
+            return {"processes": workers.started, "calls": workers.uses, "failed": self.failed,
+                    "workers_replaced": workers.replaced, "failures": list(self.failures)}
 
 
 def _release(shm: shared_memory.SharedMemory) -> None:
     shm.close()
     with contextlib.suppress(FileNotFoundError):
         shm.unlink()
-
-
-def _exit(worker: WorkerProcess) -> str:
-    code = worker.process.wait()
-    if code < 0:
-        return f"signal {signal.Signals(-code).name}"
-    return f"exit code {code}"
 
 
 def _start_worker() -> WorkerProcess:
@@ -240,20 +192,9 @@ def _start_worker() -> WorkerProcess:
             return worker
         problem = f"did not start within {START_TIMEOUT_SECONDS:g} s"
     except (EOFError, OSError):
-        problem = f"failed to start ({_exit(worker)})"
-    _stop_worker(worker)
+        problem = f"failed to start ({how_it_ended(worker.process)})"
+    worker.stop()
     raise IsolatedOpError(f"an isolated-op worker process {problem}")
-
-
-def _stop_worker(worker: WorkerProcess, grace_s: float = 1.0) -> None:
-    for connection in (worker.jobs, worker.replies):
-        connection.close()  # an idle worker reads EOF and exits
-    if worker.process.poll() is None:
-        try:
-            worker.process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            worker.process.kill()
-            worker.process.wait()
 
 
 # -- the worker side ------------------------------------------------------------------------
@@ -263,7 +204,7 @@ def worker_main(job_fd: int, reply_fd: int) -> None:
     """Serve requests until the daemon closes the pipe; an op's exception is answered as a
     message, anything that kills the process is seen by the daemon as EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
+    threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
     jobs, replies = Connection(job_fd, writable=False), Connection(reply_fd, readable=False)
     ops: dict[tuple[str, str], OpType] = {}
     replies.send(_READY)
@@ -273,14 +214,6 @@ def worker_main(job_fd: int, reply_fd: int) -> None:
         except (EOFError, OSError):
             return
         replies.send(_serve(request, ops))
-
-
-def _exit_when_orphaned(daemon_pid: int) -> None:
-    """A daemon killed outright (SIGKILL) cannot kill a worker hung in an op, and the closed
-    pipe only reaches it after the op: such a worker exits once it sees it was orphaned."""
-    while os.getppid() == daemon_pid:
-        time.sleep(ORPHAN_CHECK_SECONDS)
-    os._exit(1)
 
 
 def _load_op(request: Request, ops: dict[tuple[str, str], OpType]) -> OpType:

@@ -16,7 +16,7 @@ import numpy as np
 
 from sandfs.media.gop import keyframe_at_or_before
 from sandfs.media.types import VideoInfo
-from sandfs.npy import npy_buffer
+from sandfs.npy import npy_buffer, npy_nbytes
 from sandfs.plan.task import ViewPlan
 from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.sched.flights import Flights
@@ -76,7 +76,9 @@ REREAD_KEPT = 2
 
 
 class BatchBoard:
-    def __init__(self) -> None:
+    def __init__(self, allocate: Callable[[int], np.ndarray] | None = None) -> None:
+        """`allocate(nbytes)`: where new batch buffers live (uint8; None: the heap)."""
+        self.allocate = allocate
         self.views: dict[ViewKey, ViewState] = {}  # batches of active windows, not ready yet
         self.ready: OrderedDict[ViewKey, ReadyView] = OrderedDict()
         self.pending: dict[VideoJobKey, list[ClipUse]] = {}  # clips no job made yet
@@ -327,7 +329,9 @@ class BatchBoard:
         """The array to fill the batch `key` in (a new one unless `reuse_buffer` gave it one)."""
         state = self.views[key]
         if state.buffer is None:
-            state.buffer = npy_buffer(state.view.shape, state.view.dtype)
+            shape, dtype = state.view.shape, state.view.dtype
+            into = None if self.allocate is None else self.allocate(npy_nbytes(shape, dtype))
+            state.buffer = npy_buffer(shape, dtype, into=into)
         return state.buffer.array
 
     def reuse_buffer(self, key: ViewKey, *, spare_last_read: bool = True) -> bool:

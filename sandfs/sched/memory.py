@@ -1,6 +1,9 @@
 """The scheduler's memory ledger: what it holds (batches ready and being filled, the frames of
 running jobs, carried frames waiting to be written) and what a job may take against
-`memory_limit_bytes` (the scheduler's share of memory_limit).
+`memory_limit_bytes` (the scheduler's share of memory_limit). With job worker processes
+(`engine: execution: processes`) batch buffers and carried frames are shared memory, counted
+the same; the workers' scratch is counted too (`shared`), and a pass's frames are charged as
+`frame_bytes` wherever it decodes.
 
 The ledger holds: memory_bytes <= limit, with one exception. A job a blocked reader waits for
 takes its frames and that reader's batch even over the limit when no other job runs and no
@@ -11,7 +14,7 @@ and the batches that pass fills for blocked readers (docs/performance.md#memory)
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from sandfs.cache import ObjectStore
 from sandfs.plan.window import ViewKey
@@ -26,8 +29,12 @@ log = logging.getLogger(__name__)
 
 class MemoryLedger:
     def __init__(self, limit_bytes: int, *, book: WindowBook, board: BatchBoard,
-                 carry: CarryBook, running: Mapping, store: ObjectStore | None) -> None:
+                 carry: CarryBook, running: Mapping, store: ObjectStore | None,
+                 shared: Callable[[], int] | None = None) -> None:
+        """`shared()`: the bytes of shared memory job worker processes hold beside batch
+        buffers and carried frames (counted here already, wherever they live)."""
         self.limit_bytes = limit_bytes
+        self.shared = shared
         self.book, self.board, self.carry, self.store = book, board, carry, store
         self.running = running  # the scheduler's running jobs, by key
         self._warned_over = False  # the limit is smaller than one decode pass: said once
@@ -36,7 +43,8 @@ class MemoryLedger:
     @property
     def used_bytes(self) -> int:
         frames = sum(job.frame_bytes for job in self.running.values())
-        return self.board.memory_bytes + frames + self.carry.nbytes
+        shared = self.shared() if self.shared is not None else 0
+        return self.board.memory_bytes + frames + self.carry.nbytes + shared
 
     @property
     def free_bytes(self) -> int:

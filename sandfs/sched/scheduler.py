@@ -22,6 +22,9 @@ import trio
 
 from sandfs.cache import ObjectStore
 from sandfs.config.limits import DEFAULT_LIMITS
+from sandfs.execution import EXECUTIONS
+from sandfs.execution.pool import JobPool
+from sandfs.execution.shm import shared_empty
 from sandfs.faults import fault_point
 from sandfs.materialize import Materializer
 from sandfs.plan.failures import ViewFailures
@@ -57,27 +60,34 @@ class Scheduler:
                  policy: str = "priority", prune_mode: str = "algorithm1",
                  keeps_read: bool = True, freezes_windows: bool = False,
                  idle_after_s: float = DEFAULT_LIMITS.idle_after_s,
-                 windows_ahead: int = DEFAULT_LIMITS.windows_ahead_of_reads) -> None:
+                 windows_ahead: int = DEFAULT_LIMITS.windows_ahead_of_reads,
+                 execution: str = "threads") -> None:
         """`freezes_windows`: in the daemon, planned windows are frozen out of the cyclic
         collector's walks (`runtime.settle_collector`), which changes the collector for the
         whole process. `idle_after_s`: another user's task none of whose views was opened for
         that long makes nothing ahead until read again (`WindowBook.idle`); `windows_ahead`:
-        how far past its reads such a task may open views (`WindowBook.too_far`)."""
+        how far past its reads such a task may open views (`WindowBook.too_far`).
+        `execution`: where video jobs run (`sandfs.execution`)."""
         if policy not in POLICIES:
             raise ValueError(f"scheduling policy: expected one of {sorted(POLICIES)}, "
                              f"got {policy!r}")
         if prune_mode not in PRUNE_MODES:
             raise ValueError(f"prune mode: expected one of {list(PRUNE_MODES)}, "
                              f"got {prune_mode!r}")
+        if execution not in EXECUTIONS:
+            raise ValueError(f"execution: expected one of {list(EXECUTIONS)}, "
+                             f"got {execution!r}")
         self.policy = policy  # "fifo": the ablation
         self.idle_after_s, self.windows_ahead = idle_after_s, windows_ahead
+        # processes: video jobs run in worker processes, on batch buffers in shared memory
+        self.pool = JobPool(workers) if execution == "processes" else None
         self.tools = work.Tools(materializer, store, stats)
         self.store = store
         self.stats = stats
         self.workers = workers
         self.limiter = limiter
         self.book = WindowBook(list(plans))
-        self.board = BatchBoard()
+        self.board = BatchBoard(shared_empty if self.pool is not None else None)
         self.failures = ViewFailures()
         self.carry = CarryBook(store, memory_limit_bytes=memory_limit_bytes,
                                decode_ahead=decode_ahead)
@@ -86,7 +96,8 @@ class Scheduler:
         running = MappingProxyType(self.running)
         self.passes = PassBook(workers)  # paused jobs stay in `running`: they hold memory
         self.memory = MemoryLedger(memory_limit_bytes, book=self.book, board=self.board,
-                                   carry=self.carry, running=running, store=store)
+                                   carry=self.carry, running=running, store=store,
+                                   shared=self.pool.shared_bytes if self.pool else None)
         self.admit = Admission(book=self.book, board=self.board, carry=self.carry,
                                memory=self.memory, running=running,
                                keeps_on_disk=store is not None, keeps_read=keeps_read)
@@ -106,6 +117,13 @@ class Scheduler:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self._token = trio.lowlevel.current_trio_token()
+        try:
+            await self._serve(task_status)
+        finally:
+            if self.pool is not None:
+                self.pool.close()
+
+    async def _serve(self, task_status) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = self.planner.nursery = nursery
             nursery.start_soon(rest_idle_tasks, self.book, self.planner, self.idle_after_s,
@@ -386,8 +404,11 @@ class Scheduler:
             # they come, the job's end (`_run`) after its last part
             assert self._token is not None
             report = partial(self._token.run_sync_soon, self._record_part, job)
-            steps = work.JobSteps(work.video_steps(self.tools, job, targets, report))
-            step = partial(steps.run, partial(self._asks_to_pause, job))
+            if self.pool is not None:  # not paused: a worker process holds the pass
+                step = partial(self.pool.run, self.tools, job, targets, report)
+            else:
+                steps = work.JobSteps(work.video_steps(self.tools, job, targets, report))
+                step = partial(steps.run, partial(self._asks_to_pause, job))
         else:
             fault_point("job_start", self.book.readers_of(job.key))
             step = partial(work.assemble, self.tools, job, {job.key: self.board.buffer(job.key)})

@@ -259,3 +259,17 @@ def test_without_a_budget_the_disk_bound_is_the_default_and_not_given(tmp_path):
     given, _ = _settings(text, {"storage_budget_bytes": "3G"},
                          environ={"XDG_CACHE_HOME": str(tmp_path)})
     assert given.storage_budget_given and given.storage_budget_bytes == 3 << 30
+
+
+def test_the_execution_setting_defaults_to_threads_and_is_checked():
+    assert _settings()[0].execution == "threads"
+    assert _settings(overrides={"execution": "processes"})[0].execution == "processes"
+    config = load_task_config("a.yaml", check_paths=False,
+                              text=_with_engine("a", "  execution: processes\n"))
+    assert merge_engines([config], {})[0].execution == "processes"
+    with pytest.raises(UserError, match=re.escape("--execution: expected one of threads, "
+                                                  "processes, got 'forks'")):
+        _settings(overrides={"execution": "forks"})
+    with pytest.raises(Exception, match="threads"):
+        load_task_config("a.yaml", check_paths=False,
+                         text=_with_engine("a", "  execution: forks\n"))

@@ -1,0 +1,194 @@
+"""The daemon's side of job worker processes (`engine: execution: processes`): up to
+`size` workers, started on demand, one job each at a time. The job's thread in the daemon
+sends the job, then only answers: it forwards the clips made to the scheduler (`report`),
+calls the store for the worker, and adds its counters; it holds the GIL for a message, not
+for a frame. A worker that dies mid-job fails that job (WorkerLost: its batches read EIO)
+and is replaced on the next; the other jobs and workers go on."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import select
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+import numpy as np
+
+from sandfs.execution import shm
+from sandfs.execution.channel import Channel, ChannelClosed
+from sandfs.execution.worker import READY, JobRequest
+from sandfs.media.opening import open_regular_file
+from sandfs.plan.window import VideoWork, ViewKey
+from sandfs.sched.jobs import Failed, JobResult, Placed, VideoJob
+from sandfs.sched.work import Tools
+from sandfs.workerproc import SocketWorker, WorkerPool, how_it_ended, start_socket_worker
+
+START_TIMEOUT_SECONDS = 60.0
+_WORKER_CODE = ("import sys; from sandfs.execution.worker import worker_main; "
+                "worker_main(int(sys.argv[1]))")
+
+
+class WorkerLost(RuntimeError):
+    """A job's worker process died (or could not start): the job fails, the daemon goes on."""
+
+
+class JobPool:
+    def __init__(self, size: int) -> None:
+        self._workers = WorkerPool(size, _start_worker,
+                                   lambda: WorkerLost("the job worker pool is shut down"),
+                                   stopped=self._forget_scratch)
+        self._lock = threading.Lock()
+        self._scratch: dict[int, int] = {}  # worker pid -> bytes of its scratch memfd
+
+    # -- running a job (in a daemon thread) ------------------------------------------------
+
+    def run(self, tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray],
+            report: Callable[[JobResult], None]) -> JobResult:
+        """`sched.work.video_steps` in a worker process: its batches filled in place, its
+        clips reported as they are made, its result (frames carried included)."""
+        worker = self._workers.acquire()
+        run = _Run(worker, tools, job, report, self._note_scratch)
+        try:
+            return run.run(targets)
+        except ChannelClosed as exc:
+            raise WorkerLost(f"its worker process died ({how_it_ended(worker.process)})") from exc
+        finally:
+            self._workers.release(worker, healthy=run.finished)  # else stopped
+
+    def _note_scratch(self, pid: int, nbytes: int) -> None:
+        with self._lock:
+            self._scratch[pid] = nbytes
+
+    def shared_bytes(self) -> int:
+        """Shared memory the workers hold beside batch buffers and carried frames (their
+        scratch, where a clip goes to the store through): for the memory ledger."""
+        with self._lock:
+            return sum(self._scratch.values())
+
+    def _forget_scratch(self, worker: SocketWorker) -> None:
+        with self._lock:  # a worker stopped: its scratch went with it
+            self._scratch.pop(worker.process.pid, None)
+
+    def close(self) -> None:
+        self._workers.close()
+
+
+class _Run:
+    """One job on one worker, from the daemon's side."""
+
+    def __init__(self, worker: SocketWorker, tools: Tools, job: VideoJob,
+                 report: Callable[[JobResult], None],
+                 note_scratch: Callable[[int, int], None]) -> None:
+        self.channel = Channel(worker.channel)
+        self.pid = worker.process.pid
+        self.tools, self.job, self.report = tools, job, report
+        self.note_scratch = note_scratch
+        self.scratch: np.ndarray | None = None  # the worker's scratch, mapped here
+        self.finished = False  # the worker said the job ended (done or failed): it is idle
+
+    def run(self, targets: Mapping[ViewKey, np.ndarray]) -> JobResult:
+        self._send_job(targets)
+        while True:
+            message, fds = self.channel.recv()
+            kind, *rest = message
+            if kind in ("done", "error"):
+                self.finished = True
+                self._count(rest[-1])
+                if kind == "error":
+                    raise rest[0]
+                return self._result(rest, fds)
+            self._answer(kind, rest, fds)
+
+    def _send_job(self, targets: Mapping[ViewKey, np.ndarray]) -> None:
+        buffers, layout = [], {}
+        for view, target in targets.items():
+            fd, offset = shm.locate(target)
+            if fd not in buffers:
+                buffers.append(fd)
+            layout[view] = (buffers.index(fd), offset, target.shape, target.dtype.str)
+        info = self.job.work.info
+        # the daemon's batch states and task plan (with its locks) stay here
+        work = self.job.work
+        stripped = replace(self.job, states={},
+                           work=VideoWork(work.info, None, work.window, work.uses))
+        has_store = self.tools.store is not None
+        # the daemon opens the source, with its checks (docs/deploy.md#what-the-daemon-opens)
+        with contextlib.ExitStack() as stack:
+            try:
+                source = stack.enter_context(open_regular_file(info.path, info.identity))
+            except OSError as exc:  # the worker fails the job as the decoder would have
+                self.channel.send(JobRequest(stripped, layout, exc, has_store), buffers)
+                return
+            self.channel.send(JobRequest(stripped, layout, None, has_store),
+                              [source.fileno(), *buffers])
+
+    def _answer(self, kind: str, rest: list, fds: list[int]) -> None:
+        store = self.tools.store
+        if kind == "part":
+            placed, failed, counts = rest
+            self._count(counts)
+            self.report(self._decoded(placed, failed))
+        elif kind == "put":
+            key, shape, dtype, deadline, size = rest
+            if fds:
+                self.scratch = np.frombuffer(shm.attach(fds[0]), np.uint8)
+                self.note_scratch(self.pid, size)
+            array = self.scratch[:math.prod(shape) * np.dtype(dtype).itemsize]
+            self.channel.send(bool(store.put(key, array.view(dtype).reshape(shape),
+                                             deadline=deadline)))
+        elif kind == "get":
+            self._send_got(store.get(rest[0], mapped=True))
+        elif kind == "mark_done":
+            self.channel.send(store.mark_done(rest[0]))
+        elif kind == "recomputed":
+            store.note_recomputed(rest[0])
+        else:
+            raise WorkerLost(f"a job worker sent {kind!r}")
+
+    def _send_got(self, array: np.ndarray | None) -> None:
+        if array is None:
+            self.channel.send(None)
+            return
+        fd, _ = shm.pack([array])
+        try:
+            self.channel.send((array.shape, array.dtype.str), [fd])
+        finally:
+            os.close(fd)
+
+    def _result(self, rest: list, fds: list[int]) -> JobResult:
+        placed, failed, saved, layout, _ = rest
+        carried: dict[int, dict] = {}
+        if layout:
+            mapping = shm.attach(fds[0], private=True)
+            for window, key, offset, shape, dtype in layout:
+                carried.setdefault(window, {})[key] = np.ndarray(shape, dtype, buffer=mapping,
+                                                                 offset=offset)
+        done = self._decoded(placed, failed)
+        return JobResult(done.placed, tuple(saved), carried, done.failed)
+
+    def _decoded(self, placed: list, failed: list) -> JobResult:
+        uses = self.job.uses
+        return JobResult(tuple(Placed(uses[p], m, d) for p, m, d in placed),
+                         failed=tuple(Failed(uses[p], reason) for p, reason in failed))
+
+    def _count(self, counts: Mapping[str, int]) -> None:
+        for name, amount in counts.items():
+            self.tools.stats.add(name, amount)
+
+
+def _start_worker() -> SocketWorker:
+    # the daemon's own import path, so that custom ops import in the worker as they did here
+    worker = start_socket_worker(_WORKER_CODE, sys.path)
+    try:
+        ready, _, _ = select.select([worker.channel], [], [], START_TIMEOUT_SECONDS)
+        if ready and Channel(worker.channel).recv()[0] == READY:
+            return worker
+        problem = f"did not start within {START_TIMEOUT_SECONDS:g} s"
+    except ChannelClosed:
+        problem = f"failed to start ({how_it_ended(worker.process)})"
+    worker.stop()
+    raise WorkerLost(f"a job worker process {problem}")

@@ -1,0 +1,170 @@
+"""Video jobs in worker processes (`engine: execution: processes`): the same bytes as in
+threads, shared memory counted and never left behind, a killed worker failing its job alone,
+and a worker that opens only the sources the daemon passed it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+import trio
+
+from sandfs.cache import ObjectStore
+from sandfs.execution import shm
+from sandfs.materialize import Materializer
+from sandfs.media.opening import open_regular_file, passed_sources
+from sandfs.sched.scheduler import Scheduler
+from sandfs.stats import Stats
+from tests.helpers.harness import task_config, write_config
+from tests.helpers.plans import build_plans
+from tests.unit.test_scheduler import read_all
+from tests.unit.test_step_failures import read_every_view
+
+
+def plan_of(tmp_path, dataset_dir, *, epochs: int = 4, k_epochs: int = 2, **overrides):
+    path = write_config(tmp_path / "t.yaml", task_config(
+        dataset_dir, epochs=epochs, engine={"k_epochs": k_epochs}, **overrides))
+    return next(iter(build_plans([path]).values()))
+
+
+def scheduler(plan, execution: str, store=None, *, workers: int = 2,
+              decode_ahead: int = 0) -> Scheduler:
+    stats = Stats()  # the materializer's counters are the scheduler's, as in the daemon
+    return Scheduler([plan], Materializer(stats), stats, workers=workers,
+                     memory_limit_bytes=1 << 30, limiter=trio.CapacityLimiter(workers),
+                     store=store, decode_ahead=decode_ahead, execution=execution)
+
+
+async def views_made(tmp_path, plan, execution: str, **options) -> tuple[dict, Stats]:
+    with ObjectStore(str(tmp_path / f"cache-{execution}"), 1 << 30) as store:
+        made = scheduler(plan, execution, store, **options)
+        views = await read_all(plan, made)
+        return views, made.stats
+
+
+@pytest.mark.parametrize(("decode_ahead", "epochs", "k_epochs"), [(0, 4, 2), (2, 6, 1)])
+async def test_processes_make_the_same_bytes_as_threads(tmp_path, dataset_dir, decode_ahead,
+                                                       epochs, k_epochs):
+    """Carried frames (decode_ahead) come back through shared memory and are read from disk
+    by a later window's pass, through the daemon's store."""
+    plan = plan_of(tmp_path, dataset_dir, epochs=epochs, k_epochs=k_epochs)
+    threads, thread_stats = await views_made(tmp_path, plan, "threads", decode_ahead=decode_ahead)
+    processes, process_stats = await views_made(tmp_path, plan, "processes",
+                                                decode_ahead=decode_ahead)
+    assert None not in threads.values() and len(threads) == plan.epochs * plan.iterations_per_epoch
+    assert processes == threads
+    # the workers' counters reach the daemon's (their values depend on how passes interleave)
+    for counter in ("frames_decoded", "aug_ops", "crop_ops"):
+        assert process_stats.get(counter) > 0 and thread_stats.get(counter) > 0, counter
+    if decode_ahead:
+        assert process_stats.get("frames_from_disk") > 0
+        assert process_stats.get("clips_made_ahead") > 0
+
+
+def test_a_batch_buffer_in_shared_memory_is_found_by_its_descriptor():
+    whole = shm.shared_empty(4096)
+    array = whole[128:].view(np.float32).reshape(4, -1)
+    fd, offset = shm.locate(array)
+    assert offset == 128 and os.fstat(fd).st_size == 4096
+    with pytest.raises(ValueError):
+        shm.locate(np.empty(4))
+
+
+async def test_the_ledger_counts_the_workers_shared_memory(tmp_path, dataset_dir):
+    plan = plan_of(tmp_path, dataset_dir)
+    seen = []
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        made = scheduler(plan, "processes", store)
+
+        def count() -> None:
+            memory = made.memory
+            frames = sum(job.frame_bytes for job in made.running.values())
+            seen.append((memory.used_bytes, made.board.memory_bytes + frames + made.carry.nbytes,
+                         made.pool.shared_bytes()))
+
+        views = await read_all(plan, made, after_read=count)
+    assert None not in views.values()
+    assert all(used == others + scratch for used, others, scratch in seen)
+    assert any(scratch > 0 for *_, scratch in seen)  # clips went to the store through it
+    assert made.pool.shared_bytes() == 0  # the workers stopped with the scheduler
+
+
+def test_shared_memory_is_named_nowhere_in_dev_shm():
+    """Shared memory is memfds: nothing is named in /dev/shm, so a daemon killed with SIGKILL
+    leaves nothing behind there, whatever its workers held."""
+    before = set(os.listdir("/dev/shm"))
+    buffer = shm.shared_empty(1 << 20)
+    buffer[:] = 1
+    assert set(os.listdir("/dev/shm")) == before
+    fd, _ = shm.locate(buffer)
+    assert os.readlink(f"/proc/self/fd/{fd}").startswith(f"/memfd:{shm.NAME}")
+
+
+def two_tasks_apart(tmp_path, dataset_dir) -> dict:
+    """`plain` and `bad` on videos of their own (no pass serves both), two epochs a window."""
+    configs = []
+    for task, folder in (("plain", "archery"), ("bad", "bowling")):
+        videos = tmp_path / task / folder
+        shutil.copytree(dataset_dir / folder, videos)
+        configs.append(write_config(tmp_path / f"{task}.yaml", task_config(
+            videos.parent, task=task, epochs=4, engine={"k_epochs": 2},
+            sampling={"videos_per_batch": 1})))
+    return build_plans(configs)
+
+
+@pytest.mark.parametrize("fault", ["decode:1:kill9:bad", "decode:*:raise:bad",
+                                   "augment:2:raise:bad"])
+async def test_a_worker_killed_or_failing_fails_its_own_jobs_alone(tmp_path, dataset_dir,
+                                                                   monkeypatch, fault):
+    """The fault fires in the workers (they inherit SANDFS_FAULT; this process parsed it at
+    import): killed with SIGKILL at its first decode for `bad`, each worker fails that job, is
+    replaced, and the next one dies likewise; `plain`'s batches are all served, the same
+    bytes as without the fault."""
+    monkeypatch.setenv("SANDFS_FAULT", fault)
+    plans = two_tasks_apart(tmp_path, dataset_dir)
+    stats = Stats()
+    made = Scheduler(list(plans.values()), Materializer(stats), stats, workers=2,
+                     memory_limit_bytes=1 << 30, limiter=trio.CapacityLimiter(2),
+                     execution="processes")
+    got = await read_every_view(made, plans)
+    monkeypatch.delenv("SANDFS_FAULT")
+    stats = Stats()
+    clean = await read_every_view(Scheduler(list(plans.values()), Materializer(stats), stats,
+                                            workers=2, memory_limit_bytes=1 << 30,
+                                            limiter=trio.CapacityLimiter(2)), plans)
+    plain = {k: v for k, v in got.items() if k[0] == "plain"}
+    assert plain == {k: v for k, v in clean.items() if k[0] == "plain"}
+    assert all(isinstance(v, bytes) for v in plain.values())
+    failed = {k: v for k, v in got.items() if k[0] == "bad" and isinstance(v, str)}
+    assert failed
+    if "kill9" in fault:
+        assert len(failed) == len([k for k in got if k[0] == "bad"])
+        assert all("worker process died (signal SIGKILL)" in v for v in failed.values())
+    else:
+        assert all("RuntimeError: injected fault at " in v for v in failed.values()), failed
+
+
+def test_a_job_worker_opens_only_the_sources_passed_to_it(tmp_path):
+    source = tmp_path / "v.mp4"
+    source.write_bytes(b"video bytes")
+    other = tmp_path / "w.mp4"
+    other.write_bytes(b"other")
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        os.lseek(fd, 3, os.SEEK_SET)  # read from the start all the same
+        missing = FileNotFoundError(2, "gone")
+        with passed_sources({str(source): fd, str(other) + ".x": missing}):
+            with open_regular_file(str(source)) as file:
+                assert file.read() == b"video bytes"
+            with pytest.raises(PermissionError, match="opens only what the daemon passed"), \
+                    open_regular_file(str(other)):
+                pass
+            with pytest.raises(FileNotFoundError), open_regular_file(str(other) + ".x"):
+                pass
+        with open_regular_file(str(other)) as file:  # the daemon's own opens are as before
+            assert file.read() == b"other"
+        os.fstat(fd)  # still the caller's
+    finally:
+        os.close(fd)
