@@ -56,6 +56,7 @@ from common import (
     MixedDatasetSpec,
     PeakMemory,
     compile_sandfs,
+    descendants_peak_rss_mb,
     emit,
     ensure_dataset,
     fill_defaults,
@@ -135,6 +136,8 @@ def parse_args() -> argparse.Namespace:
                              "real H.264 encodes usually have 2-3)")
     parser.add_argument("--workers", type=int, default=2,
                         help="sandfs --workers and DataLoader num_workers per task")
+    parser.add_argument("--execution", choices=["threads", "processes"], default="threads",
+                        help="sandfs --execution: where the daemon's video jobs run")
     parser.add_argument("--gil", action="store_true",
                         help="sample the daemon with py-spy --gil during the sandfs pass: GIL "
                              "ms per batch served, by thread (benchmarks/gil.py)")
@@ -349,7 +352,8 @@ def measure_sandfs(tasks: list[TaskSpec], workdir: Path, args, gpu_s: float,
     the launch of `sandfs mount`, its CPU included."""
     with sandfs_mount(workdir, [t.config_path for t in tasks], k_epochs=args.k_epochs,
                       workers=args.workers,
-                      extra_args=["--decode-ahead", str(args.decode_ahead)]) as mount:
+                      extra_args=["--decode-ahead", str(args.decode_ahead),
+                                  "--execution", args.execution]) as mount:
         jobs = [TrainerJob(task, args.epochs, gpu_s,
                            lambda task=task: SandfsFeed(mount.mountpoint, task.name))
                 for task in tasks]
@@ -358,6 +362,7 @@ def measure_sandfs(tasks: list[TaskSpec], workdir: Path, args, gpu_s: float,
             cold = run_trainers(jobs, tree_pid=mount.pid)
         status_cold = mount.status()
         daemon_peak_mb = peak_rss_mb(mount.pid)
+        workers_peak_mb = descendants_peak_rss_mb(mount.pid)  # job worker processes
         views = {task.name: {key: read_view(mount.mountpoint, task.name, *key)
                              for key in keep_views} for task in tasks}
         kept_s = first_batch_on_kept_mount(mount.mountpoint, tasks[0])
@@ -367,6 +372,7 @@ def measure_sandfs(tasks: list[TaskSpec], workdir: Path, args, gpu_s: float,
     sandfs["cpu_s_cold"] = round(cold["cpu_at_end_s"] + readers_cpu_s, 2)
     sandfs["cpu_s_per_batch_cold"] = round(sandfs["cpu_s_cold"] / sandfs["batches"], 4)
     sandfs["daemon_peak_rss_mb"] = daemon_peak_mb
+    sandfs["workers_peak_rss_mb"] = workers_peak_mb
     sandfs["mount_s"] = round(mount.mount_s, 2)
     sandfs["first_batch_kept_mount_s"] = round(kept_s, 3)
     sandfs["head_start_s"] = round(min(t["started"] for t in cold["trainers"]) - mount.ready_at, 3)
@@ -643,7 +649,8 @@ IDEAL_KEYS = ("batches_per_s", "gpu_busy", "gpu_busy_steady", "ready_views", "wa
 COLD_KEYS = ("batches_per_s_cold", "wall_cold_s", "first_batch_cold_s")
 PEER_KEYS = (*COMMON_KEYS, *COLD_KEYS, "cpu_loader_workers_s")
 SANDFS_KEYS = (*COMMON_KEYS, *COLD_KEYS, "cpu_s_cold", "cpu_s_per_batch_cold",
-               "daemon_peak_rss_mb", "cpu_daemon_s", "stall_s_total", "frames_decoded",
+               "daemon_peak_rss_mb", "workers_peak_rss_mb", "cpu_daemon_s", "stall_s_total",
+               "frames_decoded",
                "frames_decoded_independent", "views_materialized", "mount_s", "head_start_s",
                "first_batch_kept_mount_s", "gil_ms_per_batch", "gil_ms_per_batch_loop",
                "gil_ms_per_batch_threads", "gil_cpu_ms_per_batch", "gil_cpu_ms_per_batch_loop",
@@ -749,6 +756,7 @@ def main() -> int:
     params = {"quick": args.quick, "videos": args.videos, "epochs": args.epochs,
               "repeats": args.repeats, "gpu_ms": args.gpu_ms, "k_epochs": args.k_epochs,
               "decode_ahead": args.decode_ahead, "workers": args.workers,
+              "execution": args.execution,
               "gil_rate_hz": args.gil_rate if args.gil else None,
               "modes": args.modes, "peers": peers}
     busy_cores = machine_busy_cores()

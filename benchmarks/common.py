@@ -338,6 +338,13 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
+def descendants_peak_rss_mb(pid: int) -> float:
+    """The summed peak RSS (VmHWM) of a live process's live descendants (a daemon's job
+    worker processes), MiB."""
+    return round(sum(peak_rss_mb(child) or 0.0
+                     for child in _tree(pid, _process_table()) - {pid}), 1)
+
+
 def kill_tree(root_pid: int) -> None:
     """SIGKILL a process and all its descendants (e.g. a trainer and its DataLoader workers)."""
     for pid in _tree(root_pid, _process_table()):
