@@ -21,7 +21,6 @@ from sandfs.config.schema import TaskConfig
 from sandfs.config.yamlsafe import ConfigError
 from sandfs.distribution import DISTRIBUTION, foreign_sandfs
 from sandfs.errors import UserError
-from sandfs.execution import EXECUTIONS
 from sandfs.mounttable import is_mounted
 from sandfs.pids import wait_for_exit
 from sandfs.readiness import Readiness
@@ -84,9 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     mount.add_argument("--decode-ahead", type=int, metavar="N",
                        help="later windows a decode pass also prepares frames for (default 3)")
     mount.add_argument("--workers", metavar="N", help="worker threads, or auto")
-    mount.add_argument("--execution", choices=EXECUTIONS,
-                       help="where video jobs decode and augment: the daemon's threads "
-                            "(default) or worker processes")
+    mount.add_argument("--execution", metavar="WHERE",
+                       help="where video jobs decode and augment: threads (the daemon's, "
+                            "default) or processes (worker processes)")
     mount.add_argument("--metrics-port", type=int, metavar="PORT",
                        help="also serve GET /metrics on 127.0.0.1:PORT (Prometheus)")
     mount.add_argument("--limit", action="append", metavar="NAME=N",

@@ -23,7 +23,6 @@ from sandfs.config.pipeline import view_shape
 from sandfs.config.schema import EngineConfig, TaskConfig
 from sandfs.config.yamlsafe import Value
 from sandfs.errors import UserError
-from sandfs.execution import EXECUTIONS
 from sandfs.media.types import MediaLimits
 from sandfs.npy import npy_nbytes
 
@@ -56,6 +55,7 @@ CLI_FLAGS = {
 INTEGER_MINIMUMS = {"k_epochs": 1, "workers": 1, "decode_ahead": 0}
 PORTS = (1, 65535)
 CACHE_FORMATS = ("auto", "raw", "lz4", "zstd", "png")
+EXECUTIONS = ("threads", "processes")  # where video jobs run (sandfs.execution)
 MAX_SIZE_BYTES = 2**63 - 1
 
 # Benchmark ablation knobs, read from the environment here and nowhere else: SANDFS_SCHEDULING

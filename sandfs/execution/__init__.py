@@ -6,6 +6,6 @@ the daemon's interpreter only plans, dispatches and serves (docs/design.md#execu
 - `shm`: batch buffers and frames in memfd-backed shared memory, found again by descriptor.
 - `pool`: the daemon's side: a pool of worker processes; a job's store calls answered.
 - `worker`: the worker's side: a job's pass (`sched.work.video_steps`) on shared buffers.
-"""
 
-EXECUTIONS = ("threads", "processes")
+The setting's values are `config.settings.EXECUTIONS`.
+"""

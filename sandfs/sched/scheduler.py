@@ -22,7 +22,7 @@ import trio
 
 from sandfs.cache import ObjectStore
 from sandfs.config.limits import DEFAULT_LIMITS
-from sandfs.execution import EXECUTIONS
+from sandfs.config.settings import EXECUTIONS
 from sandfs.execution.pool import JobPool
 from sandfs.execution.shm import shared_empty
 from sandfs.faults import fault_point

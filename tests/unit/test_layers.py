@@ -20,7 +20,7 @@ RANK = {  # a module may import modules of the same or a lower rank only
     "config": 1, "access": 1, "bounds": 1,
     "plan": 2, "cache": 2,
     "materialize": 3,
-    "sched": 4,
+    "sched": 4, "execution": 4,  # where sched's video jobs run
     "service": 5, "tasks": 5, "metrics": 5, "startup": 5,
     "fuse": 6, "registration": 6,
     "daemon": 7,
