@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 
 import pytest
-from common import machine_written_bytes
+from common import descendants_peak_rss_mb, machine_written_bytes, peak_rss_mb
 
 
 def filesystem_type(path: str) -> str:
@@ -29,3 +32,18 @@ def test_written_bytes_count_a_synced_file(tmp_path):
         f.flush()
         os.fsync(f.fileno())
     assert machine_written_bytes() - before >= 4 << 20
+
+
+def test_a_process_s_descendants_peak_rss_is_theirs_not_its_own():
+    """bench_e2e's `workers_peak_rss_mb`: a daemon's job workers, its children."""
+    alone = descendants_peak_rss_mb(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import sys; b = b'x' * (64 << 20); sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        give_up = time.monotonic() + 10
+        while (peak_rss_mb(child.pid) or 0) < 64 and time.monotonic() < give_up:
+            time.sleep(0.05)
+        assert descendants_peak_rss_mb(os.getpid()) - alone >= 64
+    finally:
+        child.communicate(b"")
