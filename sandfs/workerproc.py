@@ -167,6 +167,28 @@ class WorkerPool(Generic[W]):
                 self._cond.notify()
             raise
 
+    def warm(self) -> None:
+        """Start one more worker now (in this thread), idle until its first use: the first
+        job does not wait for an interpreter to start."""
+        with self._cond:
+            if self._closed or self.started >= self.size:
+                return
+            self.started += 1
+        try:
+            worker = self._start()
+        except BaseException:
+            with self._cond:
+                self.started -= 1
+                self._cond.notify()
+            raise
+        with self._cond:
+            if not self._closed:
+                self._idle.append(worker)
+                self._cond.notify()
+                return
+            self.started -= 1
+        self._stop(worker)
+
     def release(self, worker: W, *, healthy: bool) -> None:
         if not healthy:
             self._stop(worker, 0.0)

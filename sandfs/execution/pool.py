@@ -20,7 +20,7 @@ import numpy as np
 
 from sandfs.execution import shm
 from sandfs.execution.channel import Channel, ChannelClosed
-from sandfs.execution.worker import READY, JobRequest
+from sandfs.execution.worker import PAUSE, READY, RESUME, JobRequest
 from sandfs.media.opening import open_regular_file
 from sandfs.plan.window import VideoWork, ViewKey
 from sandfs.sched.jobs import Failed, JobResult, Placed, VideoJob
@@ -37,29 +37,37 @@ class WorkerLost(RuntimeError):
 
 
 class JobPool:
-    def __init__(self, size: int) -> None:
-        self._workers = WorkerPool(size, _start_worker,
+    """`workers` worker processes run passes at a time; as many more hold passes paused
+    (`sched.passes`: at most one a worker), so a pause frees a worker for a new job."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._workers = WorkerPool(2 * workers, _start_worker,
                                    lambda: WorkerLost("the job worker pool is shut down"),
                                    stopped=self._forget_scratch)
         self._lock = threading.Lock()
         self._scratch: dict[int, int] = {}  # worker pid -> bytes of its scratch memfd
 
-    # -- running a job (in a daemon thread) ------------------------------------------------
-
-    def run(self, tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray],
-            report: Callable[[JobResult], None]) -> JobResult:
+    def steps(self, tools: Tools, job: VideoJob, targets: Mapping[ViewKey, np.ndarray],
+              report: Callable[[JobResult], None]) -> ProcessSteps:
         """`sched.work.video_steps` in a worker process: its batches filled in place, its
         clips reported as they are made, its result (frames carried included)."""
-        worker = self._workers.acquire()
-        run = _Run(worker, tools, job, report, self._note_scratch)
-        try:
-            return run.run(targets)
-        except ChannelClosed as exc:
-            raise WorkerLost(f"its worker process died ({how_it_ended(worker.process)})") from exc
-        finally:
-            self._workers.release(worker, healthy=run.finished)  # else stopped
+        return ProcessSteps(self, tools, job, targets, report)
 
-    def _note_scratch(self, pid: int, nbytes: int) -> None:
+    def warm(self) -> None:
+        """Start a worker ahead of the first jobs (one call, one worker; `workers` calls at
+        most start one each)."""
+        if self._workers.started < self.workers:
+            self._workers.warm()
+
+    def acquire(self) -> SocketWorker:
+        return self._workers.acquire()
+
+    def release(self, worker: SocketWorker, *, healthy: bool) -> None:
+        """Unhealthy (dead, or stopped mid-job): it is stopped and replaced."""
+        self._workers.release(worker, healthy=healthy)
+
+    def note_scratch(self, pid: int, nbytes: int) -> None:
         with self._lock:
             self._scratch[pid] = nbytes
 
@@ -77,21 +85,46 @@ class JobPool:
         self._workers.close()
 
 
-class _Run:
-    """One job on one worker, from the daemon's side."""
+class ProcessSteps:
+    """One job on one worker, from the daemon's side, as `sched.work.JobSteps` is in a
+    thread: run until it ends or pauses; paused, the worker keeps its decoder and frames,
+    and the next `run` (from any thread) resumes it there."""
 
-    def __init__(self, worker: SocketWorker, tools: Tools, job: VideoJob,
-                 report: Callable[[JobResult], None],
-                 note_scratch: Callable[[int, int], None]) -> None:
-        self.channel = Channel(worker.channel)
-        self.pid = worker.process.pid
-        self.tools, self.job, self.report = tools, job, report
-        self.note_scratch = note_scratch
+    def __init__(self, pool: JobPool, tools: Tools, job: VideoJob,
+                 targets: Mapping[ViewKey, np.ndarray],
+                 report: Callable[[JobResult], None]) -> None:
+        self.pool, self.tools, self.job, self.report = pool, tools, job, report
+        self.targets: Mapping[ViewKey, np.ndarray] | None = targets  # sent at the start
+        self.worker: SocketWorker | None = None
+        self.channel: Channel | None = None
         self.scratch: np.ndarray | None = None  # the worker's scratch, mapped here
         self.finished = False  # the worker said the job ended (done or failed): it is idle
 
-    def run(self, targets: Mapping[ViewKey, np.ndarray]) -> JobResult:
-        self._send_job(targets)
+    def run(self, pause: Callable[[], bool]) -> JobResult | None:
+        """The job's result, or None where `pause()` (asked as clips come) said another job
+        should have a worker: call again to resume."""
+        if self.worker is None:
+            self.worker = self.pool.acquire()
+            self.channel = Channel(self.worker.channel)
+        paused = False
+        try:
+            if self.targets is not None:
+                targets, self.targets = self.targets, None
+                self._send_job(targets)
+            else:
+                self.channel.send(RESUME)
+            result = self._serve(pause)
+            paused = result is None
+            return result
+        except ChannelClosed as exc:
+            ended = how_it_ended(self.worker.process)
+            raise WorkerLost(f"its worker process died ({ended})") from exc
+        finally:
+            if not paused:
+                self.pool.release(self.worker, healthy=self.finished)
+
+    def _serve(self, pause: Callable[[], bool]) -> JobResult | None:
+        asked = False
         while True:
             message, fds = self.channel.recv()
             kind, *rest = message
@@ -101,7 +134,12 @@ class _Run:
                 if kind == "error":
                     raise rest[0]
                 return self._result(rest, fds)
+            if kind == "paused":
+                return None
             self._answer(kind, rest, fds)
+            if kind == "part" and not asked and pause():
+                self.channel.send(PAUSE)  # it stops at its next point to pause at
+                asked = True
 
     def _send_job(self, targets: Mapping[ViewKey, np.ndarray]) -> None:
         buffers, layout = [], {}
@@ -136,7 +174,7 @@ class _Run:
             key, shape, dtype, deadline, size = rest
             if fds:
                 self.scratch = np.frombuffer(shm.attach(fds[0]), np.uint8)
-                self.note_scratch(self.pid, size)
+                self.pool.note_scratch(self.worker.process.pid, size)
             array = self.scratch[:math.prod(shape) * np.dtype(dtype).itemsize]
             self.channel.send(bool(store.put(key, array.view(dtype).reshape(shape),
                                              deadline=deadline)))

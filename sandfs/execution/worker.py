@@ -11,6 +11,7 @@ import math
 import mmap
 import os
 import pickle
+import select
 import signal
 import socket
 import threading
@@ -31,6 +32,7 @@ from sandfs.sched.work import BACKGROUND_NICE, JobSteps, Tools, video_steps
 from sandfs.workerproc import exit_when_orphaned
 
 READY = "ready"
+PAUSE, RESUME = "pause", "resume"  # the daemon's asks, beside the replies to store calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,7 @@ class RemoteStore:
         self.channel = channel
         self.scratch: tuple[int, mmap.mmap] | None = None  # (fd, mapping)
         self.shown = False  # the daemon has this job's scratch
+        self.pause_asked = False  # a PAUSE came while a call waited for its reply
 
     def put(self, key, array: np.ndarray, *, deadline: float = math.inf) -> bool:
         fd, mapping = self._scratch(array.nbytes)
@@ -77,7 +80,7 @@ class RemoteStore:
 
     def get(self, key, *, mapped: bool = False) -> np.ndarray | None:
         self.channel.send(("get", key))
-        layout, fds = self.channel.recv()
+        layout, fds = self._replied()
         if layout is None:
             return None
         shape, dtype = layout
@@ -91,8 +94,27 @@ class RemoteStore:
         self.channel.send(("recomputed", count))
 
     def _reply(self) -> Any:
-        reply, _ = self.channel.recv()
-        return reply
+        return self._replied()[0]
+
+    def _replied(self) -> tuple[Any, list[int]]:
+        while True:
+            reply, fds = self.channel.recv()
+            if reply != PAUSE:
+                return reply, fds
+            self.pause_asked = True
+
+    def should_pause(self) -> bool:
+        """At a point a pass may pause at: has the daemon asked it to?"""
+        if not self.pause_asked and select.select([self.channel.sock], [], [], 0)[0]:
+            self._replied_pause()
+        asked, self.pause_asked = self.pause_asked, False
+        return asked
+
+    def _replied_pause(self) -> None:
+        message, _ = self.channel.recv()
+        if message != PAUSE:
+            raise RuntimeError(f"the daemon sent {message!r} during a job")
+        self.pause_asked = True
 
     def _scratch(self, nbytes: int) -> tuple[int, mmap.mmap]:
         if self.scratch is None or len(self.scratch[1]) < nbytes:
@@ -118,7 +140,8 @@ def worker_main(fd: int) -> None:
             request, fds = channel.recv()
         except (EOFError, OSError):
             return
-        _serve(channel, store, request, fds)
+        if request != PAUSE:  # one asked as the last job ended is moot
+            _serve(channel, store, request, fds)
 
 
 def _serve(channel: Channel, store: RemoteStore, request: JobRequest, fds: list[int]) -> None:
@@ -129,7 +152,7 @@ def _serve(channel: Channel, store: RemoteStore, request: JobRequest, fds: list[
                for view, (index, offset, shape, dtype) in request.targets.items()}
     job = request.job
     positions = {id(use): p for p, use in enumerate(job.uses)}
-    store.shown = False
+    store.shown = store.pause_asked = False
 
     def report(part: JobResult) -> None:
         channel.send(("part", *_encoded(part, positions), tally.take()))
@@ -137,8 +160,11 @@ def _serve(channel: Channel, store: RemoteStore, request: JobRequest, fds: list[
     tools = Tools(Materializer(tally), store if request.has_store else None, tally)
     try:
         with passed_sources({job.work.info.path: source}):
-            result = JobSteps(video_steps(tools, job, targets, report)).run(lambda: False)
-        assert result is not None  # never paused
+            steps = JobSteps(video_steps(tools, job, targets, report))
+            while (result := steps.run(store.should_pause)) is None:
+                channel.send(("paused",))  # it waits, its decoder and frames kept
+                if channel.recv()[0] != RESUME:
+                    raise RuntimeError("a paused job worker was not resumed")
     except Exception as exc:
         channel.send(("error", _portable(exc), tally.take()))
         return

@@ -25,6 +25,7 @@ view of it. (4) `pause`, `resume`, `no_job_took_the_worker`, `hand_over`, `ended
 `memory.MemoryLedger` and `admission.Admission` own no state: they derive what a job may take
 from the board, the carry book and the running jobs. `work` runs in worker threads on frozen
 records (`jobs`) and touches none of it; with `engine: execution: processes` a video job's
-`work` runs in a worker process (`sandfs.execution`), whose daemon thread only relays. `tests/unit/test_sched_ownership.py` checks the table's
-writers and that the modules import one another without a cycle.
+`work` runs in a worker process (`sandfs.execution`), whose daemon thread only relays.
+`tests/unit/test_sched_ownership.py` checks the table's writers and that the modules import
+one another without a cycle.
 """

@@ -128,6 +128,8 @@ class Scheduler:
             self._nursery = self.planner.nursery = nursery
             nursery.start_soon(rest_idle_tasks, self.book, self.planner, self.idle_after_s,
                                self.wake)
+            for _ in range(self.workers if self.pool is not None else 0):
+                nursery.start_soon(self._warm_worker)
             first = await self.planner.activate()  # serving before a slow window's next
             task_status.started()
             while True:
@@ -136,6 +138,14 @@ class Scheduler:
                 self._dispatch()
                 await self._next_wakeup()
                 first = await self.planner.activate()
+
+    async def _warm_worker(self) -> None:
+        """A job worker process started while the first window is planned (an interpreter
+        takes 0.3 CPU-s to start): a failure here is the first job's to report."""
+        try:
+            await trio.to_thread.run_sync(self.pool.warm, abandon_on_cancel=True)
+        except Exception as exc:
+            log.warning("starting a job worker process failed: %s", exc)
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -404,11 +414,11 @@ class Scheduler:
             # they come, the job's end (`_run`) after its last part
             assert self._token is not None
             report = partial(self._token.run_sync_soon, self._record_part, job)
-            if self.pool is not None:  # not paused: a worker process holds the pass
-                step = partial(self.pool.run, self.tools, job, targets, report)
+            if self.pool is not None:  # the pass in a worker process
+                steps = self.pool.steps(self.tools, job, targets, report)
             else:
                 steps = work.JobSteps(work.video_steps(self.tools, job, targets, report))
-                step = partial(steps.run, partial(self._asks_to_pause, job))
+            step = partial(steps.run, partial(self._asks_to_pause, job))
         else:
             fault_point("job_start", self.book.readers_of(job.key))
             step = partial(work.assemble, self.tools, job, {job.key: self.board.buffer(job.key)})

@@ -168,3 +168,26 @@ def test_a_job_worker_opens_only_the_sources_passed_to_it(tmp_path):
         os.fstat(fd)  # still the caller's
     finally:
         os.close(fd)
+
+
+async def test_a_pass_in_a_worker_pauses_and_resumes_where_it_stopped(tmp_path, dataset_dir,
+                                                                      monkeypatch):
+    """Each pass asked to pause at its first chance (as for a blocked reader's job) keeps its
+    decoder in its worker, which a later run resumes: the same bytes as threads."""
+    plan = plan_of(tmp_path, dataset_dir)
+    threads, _ = await views_made(tmp_path, plan, "threads")
+    asked, paused = set(), []
+
+    def once(self, job) -> bool:
+        first = job.key not in asked
+        asked.add(job.key)
+        return first
+
+    monkeypatch.setattr(Scheduler, "_asks_to_pause", once)
+    with ObjectStore(str(tmp_path / "cache-paused"), 1 << 30) as store:
+        made = scheduler(plan, "processes", store)
+        real_pause = made.passes.pause
+        monkeypatch.setattr(made.passes, "pause",
+                            lambda key, step: (paused.append(key), real_pause(key, step)))
+        assert await read_all(plan, made) == threads
+    assert paused  # passes did pause (and, the bytes being whole, resumed)
