@@ -27,6 +27,7 @@ from sandfs.execution.channel import Channel
 from sandfs.materialize import Materializer
 from sandfs.media.opening import passed_sources
 from sandfs.plan.window import ViewKey
+from sandfs.runtime import keep_freed_memory
 from sandfs.sched.jobs import JobResult, VideoJob
 from sandfs.sched.work import BACKGROUND_NICE, JobSteps, Tools, video_steps
 from sandfs.workerproc import exit_when_orphaned
@@ -132,6 +133,7 @@ def worker_main(fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
     os.nice(BACKGROUND_NICE)  # as the daemon's job threads: FUSE and trainers first
+    keep_freed_memory()  # as the daemon does (the `sandfs` command): frames reuse pages
     channel = Channel(socket.socket(fileno=fd))
     store = RemoteStore(channel)
     channel.send(READY)
