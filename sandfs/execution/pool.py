@@ -95,6 +95,7 @@ class ProcessSteps:
                  report: Callable[[JobResult], None]) -> None:
         self.pool, self.tools, self.job, self.report = pool, tools, job, report
         self.targets: Mapping[ViewKey, np.ndarray] | None = targets  # sent at the start
+        self.buffers = targets  # the batches' arrays, mapped here
         self.worker: SocketWorker | None = None
         self.channel: Channel | None = None
         self.scratch: np.ndarray | None = None  # the worker's scratch, mapped here
@@ -169,7 +170,11 @@ class ProcessSteps:
         if kind == "part":
             placed, failed, counts = rest
             self._count(counts)
-            self.report(self._decoded(placed, failed))
+            done = self._decoded(placed, failed)
+            for clip in done.placed:
+                if clip.in_memory:
+                    shm.populate(self.buffers[clip.use.view][clip.use.slot])
+            self.report(done)
         elif kind == "put":
             key, shape, dtype, deadline, size = rest
             if fds:

@@ -5,6 +5,7 @@ array over it (`locate`): its descriptor, while the mapping lives, and the array
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import threading
@@ -53,6 +54,32 @@ def locate(array: np.ndarray) -> tuple[int, int]:
     if fd is None or not array.flags.c_contiguous:
         raise ValueError("not a contiguous array over shared memory")
     return fd, array.ctypes.data - root.ctypes.data
+
+
+def populate(array: np.ndarray) -> bool:
+    """Map an array's pages into this process now, in this thread and without the GIL (a
+    foreign call): a worker wrote them, and the FUSE loop that serves them next would take a
+    page fault for every 64 KiB with the GIL held (19 MB: 1.7 ms against 3.4 ms to copy, the
+    least of six on this VM). False where the kernel could not (before Linux 5.14)."""
+    if _madvise is None or not array.nbytes:
+        return False
+    start = array.ctypes.data & ~(mmap.PAGESIZE - 1)
+    end = array.ctypes.data + array.nbytes
+    return _madvise(start, end - start, MADV_POPULATE_READ) == 0
+
+
+def _libc_madvise():
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    madvise.restype = ctypes.c_int
+    return madvise
+
+
+MADV_POPULATE_READ = 22  # linux/mman.h
+_madvise = _libc_madvise()
 
 
 def pack(arrays: Sequence[np.ndarray]) -> tuple[int, list[int]]:
