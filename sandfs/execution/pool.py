@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from sandfs import ops as oplib
 from sandfs.execution import shm
 from sandfs.execution.channel import Channel, ChannelClosed
 from sandfs.execution.worker import PAUSE, READY, RESUME, JobRequest
@@ -155,14 +156,15 @@ class ProcessSteps:
         stripped = replace(self.job, states={},
                            work=VideoWork(work.info, None, work.window, work.uses))
         has_store = self.tools.store is not None
+        ops = custom_ops({op.name for use in self.job.uses for op in use.clip.ops})
         # the daemon opens the source, with its checks (docs/deploy.md#what-the-daemon-opens)
         with contextlib.ExitStack() as stack:
             try:
                 source = stack.enter_context(open_regular_file(info.path, info.identity))
             except OSError as exc:  # the worker fails the job as the decoder would have
-                self.channel.send(JobRequest(stripped, layout, exc, has_store), buffers)
+                self.channel.send(JobRequest(stripped, layout, exc, has_store, ops), buffers)
                 return
-            self.channel.send(JobRequest(stripped, layout, None, has_store),
+            self.channel.send(JobRequest(stripped, layout, None, has_store, ops),
                               [source.fileno(), *buffers])
 
     def _answer(self, kind: str, rest: list, fds: list[int]) -> None:
@@ -221,6 +223,17 @@ class ProcessSteps:
     def _count(self, counts: Mapping[str, int]) -> None:
         for name, amount in counts.items():
             self.tools.stats.add(name, amount)
+
+
+def custom_ops(names: set[str]) -> tuple[tuple[str, str, str], ...]:
+    """Of these steps, those a worker may not know: registered by code outside sandfs (not
+    by an entry point, which a worker loads itself), as (name, module, class)."""
+    found = []
+    for name in sorted(names):
+        kind = type(oplib.get_op(name))
+        if not kind.__module__.startswith("sandfs."):
+            found.append((name, kind.__module__, kind.__qualname__))
+    return tuple(found)
 
 
 def _start_worker() -> SocketWorker:

@@ -7,6 +7,7 @@ windows, packed into one memfd (`done`), or the job's exception (`error`)."""
 
 from __future__ import annotations
 
+import importlib
 import math
 import mmap
 import os
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from sandfs import ops as oplib
 from sandfs.execution import shm
 from sandfs.execution.channel import Channel
 from sandfs.materialize import Materializer
@@ -45,6 +47,8 @@ class JobRequest:
     targets: Mapping[ViewKey, tuple[int, int, tuple[int, ...], str]]  # buffer, offset, shape, dtype
     source_error: OSError | None
     has_store: bool
+    # steps registered in the daemon's code rather than by entry point: (name, module, class)
+    ops: tuple[tuple[str, str, str], ...] = ()
 
 
 class Tally:
@@ -146,6 +150,18 @@ def worker_main(fd: int) -> None:
             _serve(channel, store, request, fds)
 
 
+def _register_ops(ops: tuple[tuple[str, str, str], ...]) -> None:
+    """Register the custom steps the daemon registered in code, importing them as it did."""
+    for name, module, qualname in ops:
+        if name in oplib.op_names():
+            continue
+        found: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+        if name not in oplib.op_names():  # the import may have registered it
+            oplib.register_op(found)
+
+
 def _serve(channel: Channel, store: RemoteStore, request: JobRequest, fds: list[int]) -> None:
     tally = Tally()
     source = request.source_error if request.source_error is not None else fds.pop(0)
@@ -161,6 +177,7 @@ def _serve(channel: Channel, store: RemoteStore, request: JobRequest, fds: list[
 
     tools = Tools(Materializer(tally), store if request.has_store else None, tally)
     try:
+        _register_ops(request.ops)
         with passed_sources({job.work.info.path: source}):
             steps = JobSteps(video_steps(tools, job, targets, report))
             while (result := steps.run(store.should_pause)) is None:

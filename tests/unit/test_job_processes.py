@@ -21,8 +21,14 @@ from sandfs.sched.scheduler import Scheduler
 from sandfs.stats import Stats
 from tests.helpers.harness import task_config, write_config
 from tests.helpers.plans import build_plans
+from tests.helpers.reference import reference_view
 from tests.unit.test_scheduler import read_all
-from tests.unit.test_step_failures import read_every_view
+from tests.unit.test_step_failures import (
+    FAILING,
+    read_every_view,
+    uses_step,
+    with_both_kinds,
+)
 
 
 def plan_of(tmp_path, dataset_dir, *, epochs: int = 4, k_epochs: int = 2, **overrides):
@@ -224,3 +230,23 @@ async def test_a_pass_in_a_worker_pauses_and_resumes_where_it_stopped(tmp_path, 
                             lambda key, step: (paused.append(key), real_pause(key, step)))
         assert await read_all(plan, made) == threads
     assert paused  # passes did pause (and, the bytes being whole, resumed)
+
+
+@pytest.mark.parametrize("how", ["thread_raise", "process_raise"])
+async def test_a_custom_step_registered_in_code_runs_and_fails_in_a_worker_as_in_a_thread(
+        tmp_path, dataset_dir, how):
+    """Steps this process registered (not by entry point) are imported by the workers as
+    this process did; a failing one fails the views that need it with the same reason."""
+    step, reason = FAILING[how]
+    plans = with_both_kinds(tmp_path, dataset_dir, step)
+    stats = Stats()
+    made = Scheduler(list(plans.values()), Materializer(stats), stats, workers=2,
+                     memory_limit_bytes=1 << 28, limiter=trio.CapacityLimiter(2),
+                     execution="processes")
+    got = await read_every_view(made, plans)
+    bad, step_name = plans["bad"], next(iter(step))
+    for (name, epoch, iteration), data in got.items():
+        if name == "bad" and uses_step(bad, epoch, iteration, step_name):
+            assert data == reason
+        else:
+            assert data == reference_view(plans[name], epoch, iteration), (name, epoch)
