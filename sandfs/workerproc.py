@@ -139,6 +139,7 @@ class WorkerPool(Generic[W]):
         self.size = size
         self._start, self._stopped, self._closed_error = start, stopped, closed
         self._idle: list[W] = []
+        self._lent: dict[int, W] = {}  # acquired, not released yet, by id
         self._closed = False
         self._cond = threading.Condition()
         self.started = self.uses = self.replaced = 0
@@ -154,18 +155,16 @@ class WorkerPool(Generic[W]):
                     break
                 worker = self._idle.pop()
                 if worker.process.poll() is None:
+                    self._lent[id(worker)] = worker
                     return worker
                 self._stop(worker)  # it died while idle (killed from outside)
                 self.started -= 1
                 self.replaced += 1
             self.started += 1
-        try:
-            return self._start()
-        except BaseException:
-            with self._cond:
-                self.started -= 1
-                self._cond.notify()
-            raise
+        worker = self._start_one()
+        with self._cond:
+            self._lent[id(worker)] = worker
+        return worker
 
     def warm(self) -> None:
         """Start one more worker now (in this thread), idle until its first use: the first
@@ -174,13 +173,7 @@ class WorkerPool(Generic[W]):
             if self._closed or self.started >= self.size:
                 return
             self.started += 1
-        try:
-            worker = self._start()
-        except BaseException:
-            with self._cond:
-                self.started -= 1
-                self._cond.notify()
-            raise
+        worker = self._start_one()
         with self._cond:
             if not self._closed:
                 self._idle.append(worker)
@@ -189,10 +182,21 @@ class WorkerPool(Generic[W]):
             self.started -= 1
         self._stop(worker)
 
+    def _start_one(self) -> W:
+        """A worker counted in `started` already; uncounted if it cannot start."""
+        try:
+            return self._start()
+        except BaseException:
+            with self._cond:
+                self.started -= 1
+                self._cond.notify()
+            raise
+
     def release(self, worker: W, *, healthy: bool) -> None:
         if not healthy:
             self._stop(worker, 0.0)
         with self._cond:
+            self._lent.pop(id(worker), None)
             self.uses += 1
             if healthy and not self._closed:
                 self._idle.append(worker)
@@ -208,9 +212,12 @@ class WorkerPool(Generic[W]):
         self._stopped(worker)
 
     def close(self) -> None:
+        """Stop the workers: the idle ones, and those still lent (a paused pass's: nothing
+        runs on them once their users have stopped)."""
         with self._cond:
             self._closed = True
-            idle, self._idle = self._idle, []
+            workers = [*self._idle, *self._lent.values()]
+            self._idle, self._lent = [], {}
             self._cond.notify_all()
-        for worker in idle:
+        for worker in workers:
             self._stop(worker)

@@ -25,7 +25,7 @@ import numpy as np
 
 from sandfs import ops as oplib
 from sandfs.execution import shm
-from sandfs.execution.channel import Channel
+from sandfs.execution.channel import Channel, ChannelClosed
 from sandfs.materialize import Materializer
 from sandfs.media.opening import passed_sources
 from sandfs.plan.window import ViewKey
@@ -146,8 +146,12 @@ def worker_main(fd: int) -> None:
             request, fds = channel.recv()
         except (EOFError, OSError):
             return
-        if request != PAUSE:  # one asked as the last job ended is moot
+        if request == PAUSE:  # one asked as the last job ended is moot
+            continue
+        try:
             _serve(channel, store, request, fds)
+        except ChannelClosed:  # the daemon stopped us, or died, mid-job
+            return
 
 
 def _register_ops(ops: tuple[tuple[str, str, str], ...]) -> None:
@@ -184,6 +188,8 @@ def _serve(channel: Channel, store: RemoteStore, request: JobRequest, fds: list[
                 channel.send(("paused",))  # it waits, its decoder and frames kept
                 if channel.recv()[0] != RESUME:
                     raise RuntimeError("a paused job worker was not resumed")
+    except ChannelClosed:
+        raise
     except Exception as exc:
         channel.send(("error", _portable(exc), tally.take()))
         return

@@ -250,3 +250,31 @@ async def test_a_custom_step_registered_in_code_runs_and_fails_in_a_worker_as_in
             assert data == reason
         else:
             assert data == reference_view(plans[name], epoch, iteration), (name, epoch)
+
+
+async def test_workers_holding_paused_passes_stop_quietly_with_the_scheduler(
+        tmp_path, dataset_dir, monkeypatch, capfd):
+    """A worker stopped mid-pass (the daemon unmounting while a pass is paused) exits
+    without a traceback in the daemon's log, and none is left running. Passes of four epochs
+    have clips enough that a pass asked to pause after its first does pause."""
+    plan = plan_of(tmp_path, dataset_dir, epochs=8, k_epochs=4)
+    monkeypatch.setattr(Scheduler, "_asks_to_pause", lambda self, job: True)
+    made = scheduler(plan, "processes")
+    workers = []
+    async with trio.open_nursery() as nursery:
+        real_pause = made.passes.pause
+
+        def pause_then_stop(key, step) -> None:  # the scheduler stops with a pass paused
+            real_pause(key, step)
+            workers.extend(w.process for w in made.pool._workers._lent.values())
+            nursery.cancel_scope.cancel()
+
+        made.passes.pause = pause_then_stop
+        await nursery.start(made.run)
+        made.opened(plan.name, 0, 0)
+        await trio.sleep(20)
+        nursery.cancel_scope.cancel()
+    assert workers  # the test shows something
+    for process in workers:
+        assert process.wait(timeout=10) == 0
+    assert "Traceback" not in capfd.readouterr().err
