@@ -1,5 +1,6 @@
-"""The daemon's side of job worker processes (`engine: execution: processes`): up to
-`size` workers, started on demand, one job each at a time. The job's thread in the daemon
+"""The daemon's side of job worker processes (`engine: execution: processes`): `workers`
+of them started ahead, up to twice as many on demand (for paused passes), one job each at a
+time. The job's thread in the daemon
 sends the job, then only answers: it forwards the clips made to the scheduler (`report`),
 calls the store for the worker, and adds its counters; it holds the GIL for a message, not
 for a frame. A worker that dies mid-job fails that job (WorkerLost: its batches read EIO)
