@@ -14,7 +14,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from functools import partial
+from functools import cache, partial
 from types import MappingProxyType
 
 import numpy as np
@@ -290,7 +290,10 @@ class Scheduler:
     # -- choosing and starting jobs ---------------------------------------------------------
 
     def _job_states(self):
-        return self.board.job_states(set(self.running) | self.carry.carried, self.book.deadline_of,
+        # one ranking asks each batch's deadline once per clip of it (a batch's clips come from
+        # several videos' jobs): looked up once, as nothing changes while it ranks
+        deadline_of = cache(self.book.deadline_of)
+        return self.board.job_states(set(self.running) | self.carry.carried, deadline_of,
                                      self.memory.horizon(), self._owner_load())
 
     def _owner_load(self) -> Callable[[Iterable[ViewKey]], int] | None:
@@ -298,11 +301,12 @@ class Scheduler:
         batches (policy.priority shares the workers by it); None with one owner."""
         if len(set(self.book.owners.values())) < 2:
             return None
+        owners = cache(lambda key: self.book.owners_of((key,)))  # as deadline_of
         load: Counter[int] = Counter()
         for job in self.running.values():
             views = [u.view for u in job.uses] if isinstance(job, VideoJob) else [job.key]
-            load.update(self.book.owners_of(views))
-        return lambda views: min((load[o] for o in self.book.owners_of(views)), default=0)
+            load.update(set().union(*map(owners, views)))
+        return lambda views: min((load[o] for key in views for o in owners(key)), default=0)
 
     def _dispatch(self, *, demanded_only: bool = False) -> None:
         passes = self.passes
