@@ -209,6 +209,11 @@ def test_a_job_worker_opens_only_the_sources_passed_to_it(tmp_path):
         os.close(fd)
 
 
+# The stress tier: the ask to pause races the pass (sent at its first clip, read between two
+# of its steps), and on a busy machine every pass may end before it reads the ask (seen in
+# the full suite on 2 cores, not alone). A worker-side hook to pause at a given step would
+# make it deterministic.
+@pytest.mark.stress
 async def test_a_pass_in_a_worker_pauses_and_resumes_where_it_stopped(tmp_path, dataset_dir,
                                                                       monkeypatch):
     """Each pass asked to pause at its first chance (as for a blocked reader's job) keeps its
