@@ -209,10 +209,10 @@ def test_a_job_worker_opens_only_the_sources_passed_to_it(tmp_path):
         os.close(fd)
 
 
-# The stress tier: the ask to pause races the pass (sent at its first clip, read between two
-# of its steps), and on a busy machine every pass may end before it reads the ask (seen in
-# the full suite on 2 cores, not alone). A worker-side hook to pause at a given step would
-# make it deterministic.
+# The stress tier (this test and the next): the ask to pause races the pass (sent at its first
+# clip, read between two of its steps), and on a busy machine every pass may end before it
+# reads the ask (seen in the full suite on 2 cores, not alone). A worker-side hook to pause
+# at a given step would make them deterministic.
 @pytest.mark.stress
 async def test_a_pass_in_a_worker_pauses_and_resumes_where_it_stopped(tmp_path, dataset_dir,
                                                                       monkeypatch):
@@ -257,6 +257,7 @@ async def test_a_custom_step_registered_in_code_runs_and_fails_in_a_worker_as_in
             assert data == reference_view(plans[name], epoch, iteration), (name, epoch)
 
 
+@pytest.mark.stress  # needs a pass to pause: racy as the test above says
 async def test_workers_holding_paused_passes_stop_quietly_with_the_scheduler(
         tmp_path, dataset_dir, monkeypatch, capfd):
     """A worker stopped mid-pass (the daemon unmounting while a pass is paused) exits
