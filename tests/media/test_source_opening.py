@@ -16,9 +16,10 @@ from sandfs.errors import UserError
 from sandfs.media.datasets import ScanBook, index_path
 from sandfs.media.decode import DecodeError, decode_frames
 from sandfs.media.opening import FileReplacedError, open_regular_file
-from sandfs.media.scan import ScanTooLarge, scan_dataset
+from sandfs.media.scan import scan_dataset
 from sandfs.media.synth import make_dataset, write_test_video
 from sandfs.media.types import MediaLimits
+from sandfs.media.walk import ScanTooLarge
 from sandfs.placement import check_dataset_place, resolve_outside_mounts
 
 

@@ -1,0 +1,212 @@
+"""Listing a dataset folder safely: the files a scan may probe, and those refused before any
+opens them (scan.py's checks 1 and 2: names from the directory tree, then `lstat`/`stat`
+without opening; the walk never leaves the root's filesystem nor follows a symlink out)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass
+from threading import Event
+
+from sandfs.errors import UserError
+from sandfs.media.scan_index import IndexKey
+from sandfs.media.scan_workers import check_stop
+from sandfs.media.types import PERMISSION_DENIED, BadVideo, ListedVideo, MediaLimits
+from sandfs.openat import open_no_symlinks
+from sandfs.ratelog import RateLimitedLog
+
+log = logging.getLogger(__name__)
+WALK_WARNINGS = RateLimitedLog(log)  # one a folder: a flood on a huge or dead tree
+
+
+class ScanTooLarge(UserError):
+    """A dataset holds more files than a scan may list."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    rel_path: str
+    name: str  # VIDEO name: rel_path without extension
+    link_stat: os.stat_result | OSError  # from the walk's folder descriptor
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A candidate that passed the stat checks: what to open and what identifies its content."""
+
+    rel_path: str
+    name: str
+    path: str  # absolute, symlinks resolved
+    size_bytes: int
+    mtime_ns: int
+    device: int
+    inode: int
+    access: tuple[int, int, int]  # st_uid, st_gid, st_mode
+
+    @property
+    def key(self) -> IndexKey:
+        return IndexKey(self.path, self.size_bytes, self.mtime_ns)
+
+    @property
+    def listed(self) -> ListedVideo:
+        return ListedVideo(self.name, self.rel_path, self.path, self.size_bytes, self.mtime_ns,
+                           (self.device, self.inode), self.access)
+
+
+
+
+def vetted_targets(
+    real_root: str, extensions: Iterable[str], limits: MediaLimits, stop: Event | None = None
+) -> tuple[list[Target], list[BadVideo]]:
+    """The files to probe, and those refused by name or by stat alone."""
+    named, bad = _claim_names(_list_candidates(real_root, extensions, limits))
+    targets: list[Target] = []
+    for candidate in named:
+        check_stop(stop)  # a stat of a huge dataset on a network disk takes a while
+        checked = _check_file(real_root, candidate, limits)
+        if isinstance(checked, BadVideo):
+            bad.append(checked)
+        else:
+            targets.append(checked)
+    return targets, bad
+
+
+def _list_candidates(real_root: str, extensions: Iterable[str],
+                     limits: MediaLimits) -> list[_Candidate]:
+    """Files under `real_root` with a wanted extension, sorted by relative path, each with its
+    lstat; hidden files and folders are skipped, symlinked folders and other filesystems (a
+    mount inside the dataset, sandfs's own included) are not entered. The walk holds each
+    folder by its descriptor, so a folder swapped for a link meanwhile leads nowhere else.
+    ScanTooLarge past `limits.max_scan_files` files."""
+    wanted = {"." + ext.lower().lstrip(".") for ext in extensions}
+    root_device = os.stat(real_root).st_dev
+    candidates, listed = [], 0
+    for dir_path, dir_names, file_names, dir_fd in os.fwalk(real_root, onerror=_log_walk_error):
+        dir_names[:] = [d for d in dir_names if not d.startswith(".")
+                        and _same_device(d, dir_fd, dir_path, root_device)]
+        listed += len(file_names)
+        if listed > limits.max_scan_files:
+            raise ScanTooLarge(f"dataset {real_root} holds more than max_scan_files="
+                               f"{limits.max_scan_files} files (SANDFS_MAX_SCAN_FILES)")
+        rel_dir = os.path.relpath(dir_path, real_root)
+        for file_name in file_names:
+            ext = os.path.splitext(file_name)[1]
+            if file_name.startswith(".") or ext.lower() not in wanted:
+                continue
+            rel_path = file_name if rel_dir == "." else f"{rel_dir}/{file_name}"
+            rel_path = rel_path.replace(os.sep, "/")
+            candidates.append(_Candidate(rel_path, rel_path[: len(rel_path) - len(ext)],
+                                         _lstat(file_name, dir_fd)))
+    candidates.sort(key=lambda c: c.rel_path)
+    return candidates
+
+
+def _same_device(name: str, dir_fd: int, dir_path: str, device: int) -> bool:
+    try:
+        if os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_dev == device:
+            return True
+    except OSError:
+        return True  # fwalk meets the error again and reports it
+    WALK_WARNINGS.warning("not scanning %s: another filesystem",
+                          ascii(os.path.join(dir_path, name)))
+    return False
+
+
+def _lstat(name: str, dir_fd: int) -> os.stat_result | OSError:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as error:
+        return error
+
+
+def _log_walk_error(error: OSError) -> None:
+    WALK_WARNINGS.warning("cannot list %s: %s", ascii(error.filename), ascii(error.strerror))
+
+
+def _claim_names(candidates: list[_Candidate]) -> tuple[list[_Candidate], list[BadVideo]]:
+    """In sorted order, a file whose VIDEO name is taken by an earlier file, equals the folder
+    of an earlier file, or lies under a folder named like an earlier video is a collision."""
+    owner_by_name: dict[str, str] = {}  # VIDEO name -> rel_path
+    owner_by_folder: dict[str, str] = {}  # folder path -> first rel_path in it
+    named, bad = [], []
+    for candidate in candidates:
+        folders = _ancestor_folders(candidate.name)
+        clash = owner_by_name.get(candidate.name) or owner_by_folder.get(candidate.name)
+        clash = clash or next((owner_by_name[f] for f in folders if f in owner_by_name), None)
+        if clash:
+            bad.append(
+                BadVideo(candidate.rel_path, "name_collision", f"name collides with {clash}")
+            )
+            continue
+        owner_by_name[candidate.name] = candidate.rel_path
+        for folder in folders:
+            owner_by_folder.setdefault(folder, candidate.rel_path)
+        named.append(candidate)
+    return named, bad
+
+
+def _ancestor_folders(name: str) -> list[str]:
+    parts = name.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+# ---------------------------------------------------------------------------- stat checks
+
+
+def _check_file(real_root: str, candidate: _Candidate, limits: MediaLimits) -> Target | BadVideo:
+    """Vets a candidate by its stat only: nothing is opened for reading here. A symlink is
+    followed to its target, which must be a regular file under the root, reached through no
+    further link."""
+    path = os.path.join(real_root, candidate.rel_path)
+
+    def bad(reason: str, detail: str) -> BadVideo:
+        return BadVideo(candidate.rel_path, reason, detail)
+
+    file_stat = candidate.link_stat
+    linked = not isinstance(file_stat, OSError) and stat.S_ISLNK(file_stat.st_mode)
+    if linked:
+        path = os.path.realpath(path)
+        file_stat = _stat_no_symlinks(path)
+    if isinstance(file_stat, OSError):
+        return bad("open_invalid", f"cannot stat: {file_stat.strerror}")
+    if not stat.S_ISREG(file_stat.st_mode):
+        return bad("not_regular", f"not a regular file ({_file_kind(file_stat.st_mode)})")
+    if linked and os.path.commonpath([real_root, path]) != real_root:
+        return bad("outside_root", "symlink resolves outside the dataset root")
+    if not os.access(path, os.R_OK):  # a daemon that is not root: out of the listing, as a
+        # root daemon's owner filter leaves it (a probe's refusal would keep its slots)
+        return bad(PERMISSION_DENIED, f"the daemon's user (uid {os.geteuid()}) cannot read it")
+    if file_stat.st_size == 0:
+        return bad("open_invalid", "empty file")
+    if file_stat.st_size > limits.max_file_bytes:
+        return bad(
+            "too_large", f"{file_stat.st_size} bytes > max_file_bytes {limits.max_file_bytes}"
+        )
+    return Target(
+        candidate.rel_path, candidate.name, path, file_stat.st_size, file_stat.st_mtime_ns,
+        file_stat.st_dev, file_stat.st_ino,
+        (file_stat.st_uid, file_stat.st_gid, file_stat.st_mode),
+    )  # fmt: skip
+
+
+def _stat_no_symlinks(path: str) -> os.stat_result | OSError:
+    """The stat of what `path` names through no symlink (O_PATH: a FIFO is not opened)."""
+    try:
+        fd = open_no_symlinks(path, os.O_PATH | os.O_NOFOLLOW)
+    except OSError as error:
+        return error
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    kinds = {
+        stat.S_ISFIFO: "FIFO", stat.S_ISSOCK: "socket", stat.S_ISCHR: "character device",
+        stat.S_ISBLK: "block device", stat.S_ISDIR: "directory",
+    }  # fmt: skip
+    return next((kind for test, kind in kinds.items() if test(mode)), "special file")
