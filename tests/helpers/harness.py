@@ -8,10 +8,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sandfs.media.synth import make_dataset
 from tests.helpers.mountwatch import is_mounted, wait_served
 
 MOUNT_TIMEOUT_SECONDS = 60.0
@@ -190,3 +193,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def mounted_for_users(prefix: str, extra_args: Sequence[str]) -> Iterator[Mounted]:
+    """Root's task `t0` on a world-readable dataset (`.data` on the mount), for tests of what
+    other users may do beside it; the folder is removed after."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    folder.chmod(0o755)
+    make_dataset(folder / "data", classes=["a", "b"], videos_per_class=2,
+                 num_frames=(24, 32), size=(64, 48), seed=5, gop=12)
+    config = write_config(folder / "t0.yaml", task_config(folder / "data", task="t0"))
+    try:
+        with mount_sandfs(folder / "run", [config], extra_args=extra_args) as m:
+            m.data = folder / "data"
+            yield m
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -9,9 +9,7 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import socket
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -19,8 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandfs.media.synth import make_dataset
-from tests.helpers.harness import free_port, mount_sandfs, task_config, write_config
+from tests.helpers.harness import (
+    free_port,
+    mounted_for_users,
+    task_config,
+)
 from tests.helpers.users import NOBODY, as_user
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
@@ -62,19 +63,9 @@ def daemon_fds(pid: int) -> list[str]:
 @pytest.fixture(scope="module")
 def mounted():
     """Root's task `t0` on a world-readable dataset, with small limits."""
-    folder = Path(tempfile.mkdtemp(prefix="sandfs-bounds-", dir="/tmp"))
-    folder.chmod(0o755)
-    make_dataset(folder / "data", classes=["a", "b"], videos_per_class=2,
-                 num_frames=(24, 32), size=(64, 48), seed=5, gop=12)
-    config = write_config(folder / "t0.yaml", task_config(folder / "data", task="t0"))
     flags = [f for name, n in LIMITS.items() for f in ("--limit", f"{name}={n}")]
-    try:
-        with mount_sandfs(folder / "run", [config],
-                          extra_args=[*flags, "--metrics-port", str(PORT)]) as m:
-            m.data = folder / "data"
-            yield m
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with mounted_for_users("sandfs-bounds-", [*flags, "--metrics-port", str(PORT)]) as m:
+        yield m
 
 
 def register_as_nobody(m, name: str, **overrides) -> tuple[str, object]:

@@ -8,16 +8,13 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from sandfs.media.synth import make_dataset
-from tests.helpers.harness import mount_sandfs, task_config, write_config
+from tests.helpers.harness import mounted_for_users, task_config
 from tests.helpers.users import NOBODY, as_user
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
@@ -52,19 +49,9 @@ def wait_for(check, seconds: float) -> bool:
 @pytest.fixture(scope="module")
 def mounted():
     """Root's task `t0` (3 epochs: windows 0 and 1) on a world-readable dataset."""
-    folder = Path(tempfile.mkdtemp(prefix="sandfs-ahead-", dir="/tmp"))
-    folder.chmod(0o755)
-    make_dataset(folder / "data", classes=["a", "b"], videos_per_class=2,
-                 num_frames=(24, 32), size=(64, 48), seed=5, gop=12)
-    config = write_config(folder / "t0.yaml", task_config(folder / "data", task="t0"))
-    try:
-        with mount_sandfs(folder / "run", [config],
-                          extra_args=["--limit", f"idle_after_s={IDLE_AFTER_S}",
-                                      "--limit", f"windows_ahead_of_reads={AHEAD}"]) as m:
-            m.data = folder / "data"
-            yield m
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with mounted_for_users("sandfs-ahead-", ["--limit", f"idle_after_s={IDLE_AFTER_S}",
+                                             "--limit", f"windows_ahead_of_reads={AHEAD}"]) as m:
+        yield m
 
 
 def register_as_nobody(m, name: str, tag: str = "train", **overrides) -> tuple[str, object]:
