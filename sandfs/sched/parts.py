@@ -12,7 +12,7 @@ them N times. Pure: the planner calls it in its planning thread, the tasks stead
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from sandfs.plan.task import TaskPlan
 
@@ -36,3 +36,22 @@ def next_part(plans: Sequence[TaskPlan], positions: Mapping[str, int], window: i
                          if (path := plan.listed[i].path) not in planned}
             index += 1
     return frozenset(part) or None
+
+
+def lead_part(plans: Iterable[TaskPlan], positions: Mapping[str, int], window: int,
+              least_clips: int, batches: int) -> frozenset[str] | None:
+    """The videos of the next `batches` batches of each task standing in the window, when the
+    tasks' part of the window holds `least_clips` clips or more (None: plan it whole)."""
+    plans = [p for p in plans if p.window_epochs(window)]
+    clips = sum(len(p.window_epochs(window)) * len(p.videos) * p.sampling.samples_per_video
+                for p in plans)
+    if clips < least_clips:
+        return None
+    lead: set[str] = set()
+    for plan in plans:
+        at = positions[plan.name]
+        for index in range(at, at + batches):
+            epoch, iteration = divmod(index, plan.iterations_per_epoch)
+            if epoch < plan.epochs and plan.window_of(epoch) == window:
+                lead |= {plan.listed[i].path for i in plan.batch_slots(epoch, iteration)}
+    return frozenset(lead) or None

@@ -29,7 +29,7 @@ from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import VideoJobKey
-from sandfs.sched.parts import next_part
+from sandfs.sched.parts import lead_part, next_part
 from sandfs.sched.pruning import window_pruned
 from sandfs.sched.windows import ViewOf, WindowBook
 from sandfs.threads import limiter
@@ -187,24 +187,11 @@ class WindowPlanner:
 
     def _lead_videos(self, window: int, tasks: Iterable[TaskPlan] | None = None
                      ) -> frozenset[str] | None:
-        """The videos of the next LEAD_BATCHES batches of each task (of `tasks`) standing in
-        the window, when its part of the window holds LEAD_CLIPS clips or more (None: plan it
-        whole). 10,000 short videos: the first window took 1.8 s to plan before any of its
-        passes could start, a joining task's part as long before its first batch."""
-        plans = [p for p in (self.book.plans.values() if tasks is None else tasks)
-                 if p.window_epochs(window)]
-        clips = sum(len(p.window_epochs(window)) * len(p.videos) * p.sampling.samples_per_video
-                    for p in plans)
-        if clips < LEAD_CLIPS:
-            return None
-        lead = set()
-        for plan in plans:
-            at = self.book.positions[plan.name]
-            for index in range(at, at + LEAD_BATCHES):
-                epoch, iteration = divmod(index, plan.iterations_per_epoch)
-                if epoch < plan.epochs and plan.window_of(epoch) == window:
-                    lead |= {plan.listed[i].path for i in plan.batch_slots(epoch, iteration)}
-        return frozenset(lead) or None
+        """`parts.lead_part` of the window's tasks (of `tasks`). 10,000 short videos: the first
+        window took 1.8 s to plan before any of its passes could start, a joining task's part
+        as long before its first batch."""
+        plans = self.book.plans.values() if tasks is None else tasks
+        return lead_part(plans, self.book.positions, window, LEAD_CLIPS, LEAD_BATCHES)
 
     def _plan_next_part(self, window: int, planned: frozenset[str]
                         ) -> tuple[frozenset[str] | None, work.PlannedWindow]:
