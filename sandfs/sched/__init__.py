@@ -14,8 +14,9 @@ reads `BatchBoard.demanded` only, to ask whether it is empty).
     paused passes, clips handed over          passes.PassBook (4)           scheduler
     failed views, per task                    plan.failures.ViewFailures    scheduler, planning
 
-(0) `planning` still assigns some of the book's windows itself. (1) `wait_started`/
-`wait_ended` (a reader blocked in `Scheduler.wait_view`), `anticipate`/`unanticipate`
+`planning` is `WindowPlanner`: its methods are in planning.py and, for tasks joining and
+leaving, joining.py. (0) `planning` still assigns some of the book's windows itself.
+(1) `wait_started`/`wait_ended` (a reader blocked in `Scheduler.wait_view`), `anticipate`/`unanticipate`
 (`WindowPlanner`), and the board's own completion and drops. (2) `claim`/`release` (the windows
 a running pass carries for), `hold`/`written` (carried bytes waiting to be written),
 `note_on_disk`/`forget`. (3) `_start` and `_finish`; `memory` and `admission` get a read-only

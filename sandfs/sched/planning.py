@@ -24,14 +24,15 @@ from sandfs.cache import ObjectStore
 from sandfs.plan.failures import ViewFailures
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import ViewKey, WindowPlan, plan_window, view_key
-from sandfs.runtime import settle_collector, thaw_collector
+from sandfs.runtime import settle_collector
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import VideoJobKey
+from sandfs.sched.joining import TaskJoins
 from sandfs.sched.parts import lead_part, next_part
 from sandfs.sched.pruning import window_pruned
-from sandfs.sched.windows import ViewOf, WindowBook
+from sandfs.sched.windows import WindowBook
 from sandfs.threads import limiter
 
 log = logging.getLogger(__name__)
@@ -39,17 +40,16 @@ T = TypeVar("T")
 
 # A window that takes this long to plan (1,000 short videos: 0.2 s) has its first batches made
 # before the next window is planned, when their videos are at most 1/FIRST_BATCHES_VIDEO_SHARE
-# of the window's; never longer than FIRST_BATCHES_WAIT_S.
+# of the window's; never longer than `joining.FIRST_BATCHES_WAIT_S`.
 FIRST_BATCHES_FIRST_S = 0.1
 FIRST_BATCHES_VIDEO_SHARE = 8
-FIRST_BATCHES_WAIT_S = 5.0
 # A window where a task stands with this many clips or more (about 0.15 s to plan) is planned in
 # parts: the videos of each such task's next LEAD_BATCHES batches, then more (`_next_part`).
 LEAD_CLIPS = 4_000
 LEAD_BATCHES = 4
 
 
-class WindowPlanner:
+class WindowPlanner(TaskJoins):
     def __init__(self, book: WindowBook, board: BatchBoard, carry: CarryBook,
                  failures: ViewFailures, store: ObjectStore | None, prune_mode: str, *,
                  wake: Callable[[], None],
@@ -363,163 +363,3 @@ class WindowPlanner:
         if key is not None and key not in self.anticipated.values():
             self.board.unanticipate(key)
 
-    # -- tasks joining and leaving ----------------------------------------------------------
-
-    async def add_plan(self, plan: TaskPlan) -> None:
-        """Plan a new task into the active windows (and the windows to come), the window it
-        starts in first. When that took long (`_first_batches_first`) it returns then: the
-        other windows get their part once the task's first batch is made, and a reader that
-        gets there sooner waits for it (`window_planned`)."""
-        self._joins_waiting += 1  # the windows in parts are planned whole from the next on
-        try:
-            while True:
-                while self.book.rest_pending:  # a rest is planned with its lead part's tasks
-                    self.wake()
-                    await self.window_added.wait()
-                async with self.tasks_steady:
-                    if self.book.rest_pending:
-                        continue
-                    self.carry.forget(self.book.future)
-                    self.book.add_task(plan)
-                    break
-        finally:
-            self._joins_waiting -= 1
-        self._note_window_added()  # a reader waiting on the task set looks again
-        start = self.book.window_of_task(plan.name, 0)
-        windows = sorted(self.book.windows, key=lambda w: (w != start, w))
-        if not windows or plan.name in self.book.unread:  # planned once a reader comes
-            return
-        lead = self._lead_videos(windows[0], [plan])
-        first = await self._add_part(plan, windows[0], lead=lead)
-        later: list[tuple[int, frozenset[str]]] = [(w, frozenset()) for w in windows[1:]]
-        if lead is not None and self._still_joining(plan, windows[0]):
-            later.insert(0, (windows[0], lead))  # the rest of its part of that window
-        if first and later:
-            self.book.parts_pending[plan.name] = {window for window, _ in later}
-            self.nursery.start_soon(self._add_later_parts, plan, later, first)
-        else:
-            for window, skip in later:
-                await self._add_part(plan, window, skip=skip)
-
-    async def _add_part(self, plan: TaskPlan, window: int, *,
-                        lead: frozenset[str] | None = None,
-                        skip: frozenset[str] = frozenset()) -> set[ViewKey]:
-        """The task's part of an active window (or its lead part, or the rest of it: `lead`,
-        `skip` as `plan_window`'s); the batches to make before planning more. The views the
-        window holds already (a search's trials share theirs) get readers only; should one of
-        them be released meanwhile, the part is planned again in full."""
-        if not self._still_joining(plan, window):  # dropped while earlier parts were planned
-            return set()
-        started = trio.current_time()
-        own = self._lead_views.pop(plan.name, frozenset()) if skip else frozenset()
-        known = frozenset(self.book.windows[window].views) - own
-        part, on_disk = await self._plan_part(plan, window, known, lead, skip)
-        if part is None:
-            return set()
-        if not known.intersection(part.views) <= self.book.windows[window].views.keys():
-            part, on_disk = await self._plan_part(plan, window, frozenset(), lead, skip)
-            if part is None:
-                return set()
-        merged = self.book.merge(window, part, own)
-        if lead is not None:
-            self._lead_views[plan.name] = frozenset(merged.new_views)
-        self.board.add_part(window, merged, on_disk)
-        self._anticipate(part)
-        self._fail_views(part)
-        self._settle()
-        if lead is not None:
-            return self._waited_batches(part)
-        return self._first_batches_first(part, trio.current_time() - started)
-
-    async def _plan_part(self, plan: TaskPlan, window: int, known: frozenset[ViewKey],
-                         lead: frozenset[str] | None, skip: frozenset[str]
-                         ) -> tuple[WindowPlan | None, frozenset]:
-        """`work.plan_task_part` in a thread; (None, ...) when the task left or the window was
-        dropped meanwhile, whatever planning it raised (it planned for a task gone)."""
-        try:
-            part, on_disk = await self._plan_in_thread(work.plan_task_part, plan, window,
-                                                       self.store, known, lead, skip)
-        except Exception:
-            if self._still_joining(plan, window):
-                raise
-            return None, frozenset()
-        if not self._still_joining(plan, window):
-            return None, frozenset()
-        return part, on_disk
-
-    def _still_joining(self, plan: TaskPlan, window: int) -> bool:
-        """Neither the task removed nor the window dropped while the part was planned."""
-        return self.book.plans.get(plan.name) is plan and window in self.book.windows
-
-    async def _add_later_parts(self, plan: TaskPlan, windows: list[tuple[int, frozenset[str]]],
-                               first: set[ViewKey]) -> None:
-        """`add_plan`'s other windows, after the task's first batches (at most
-        FIRST_BATCHES_WAIT_S). A failure leaves their views to be made on demand."""
-        with trio.move_on_after(FIRST_BATCHES_WAIT_S):
-            for key in first:
-                if key in self.board.views:
-                    await self.board.flights.event(key).wait()
-        try:
-            for window, skip in windows:
-                if self.book.plans.get(plan.name) is not plan:
-                    return  # removed meanwhile
-                if window in self.book.windows:
-                    await self._add_part(plan, window, skip=skip)
-                self.book.parts_pending[plan.name].discard(window)
-                self._note_window_added()
-        except Exception:
-            if self.book.plans.get(plan.name) is plan:  # else removed while planned: no loss
-                log.exception("task %s: planning windows %s failed; their views are made on "
-                              "demand", plan.name, [window for window, _ in windows])
-        finally:
-            if self.book.plans.get(plan.name) is plan:
-                self.book.parts_pending.pop(plan.name, None)
-            self._note_window_added()
-            self.wake()
-
-    async def remove_plan(self, name: str) -> None:
-        """Forget a task: views no other task reads are released, in memory and on disk."""
-        async with self.tasks_steady:
-            released = self._forget(name)
-        self._note_window_added()  # its readers waiting for a part of a window look again
-        if self.store is not None:
-            await trio.to_thread.run_sync(work.release_clips, self.store, released)
-
-    async def rest_plan(self, name: str, since: float) -> None:
-        """A task idle since `since` makes nothing ahead (`WindowBook.rest_task`): its batches
-        no other task reads leave memory (their clips stay on disk, for its next read), and so
-        do the windows it wanted that no other task wants (planned for it, they held other
-        tasks' batches too)."""
-        async with self.tasks_steady:
-            if name not in self.book.idle(since):  # read again, or removed, meanwhile
-                return
-            self.carry.forget(self.book.future)
-            its_windows = self.book.wanted_by(name)
-            released = self.book.rest_task(name)
-            self.anticipated.pop(name, None)
-            self._drop_released(name, released)
-            for window in its_windows & set(self.book.windows) - self.book.wanted():
-                self._drop_window(window)
-        self._note_window_added()
-        log.info("task %s: idle, its views are made on demand until read again (%d released)",
-                 name, len(released))
-
-    def _drop_released(self, name: str, released: dict[ViewKey, ViewOf]) -> None:
-        """The batches a task leaving (or idle) released, and its part in the others."""
-        self.board.forget_pending(set(released))
-        for key in released:
-            self.board.drop(key, ready_too=True)
-        for ready in self.board.ready.values():
-            ready.readers_left.discard(name)
-
-    def _forget(self, name: str) -> dict[ViewKey, ViewOf]:
-        self.carry.forget(self.book.future)
-        released = self.book.remove_task(name)
-        self.failures.forget(name)
-        self.anticipated.pop(name, None)  # its batch is dropped below, or another task's too
-        self._lead_views.pop(name, None)
-        self._readers_came.discard(name)  # the name may be registered again
-        self._drop_released(name, released)
-        if self.freezes_windows:  # the task's plan refers to itself: the collector frees it
-            thaw_collector()
-        return released

@@ -30,7 +30,7 @@ from sandfs.materialize import Materializer
 from sandfs.plan.failures import ViewFailures
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import ViewKey, view_key
-from sandfs.sched import planning, work
+from sandfs.sched import joining, planning, work
 from sandfs.sched.admission import Admission
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
@@ -269,7 +269,7 @@ class Scheduler:
     async def _make_first_batches(self, first: set[ViewKey]) -> None:
         """Run only the jobs of batches readers wait for (or are anticipated at) until the
         first batches are made, or fail, or no job can run."""
-        with trio.move_on_after(planning.FIRST_BATCHES_WAIT_S):
+        with trio.move_on_after(joining.FIRST_BATCHES_WAIT_S):
             while any(k in self.board.views and not self.board.flights.failed(k)
                       for k in first):
                 self._dispatch(demanded_only=True)

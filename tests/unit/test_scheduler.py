@@ -28,6 +28,7 @@ from sandfs.materialize import (
 from sandfs.media.decode import DecodeError
 from sandfs.plan.task import StreamClip
 from sandfs.plan.window import ClipUse, ViewKey, plan_window, view_key
+from sandfs.sched import joining as joining_module
 from sandfs.sched import planning as planning_module
 from sandfs.sched import scheduler as scheduler_module
 from sandfs.sched.admission import AHEAD_BYTES_RATIO
@@ -1195,7 +1196,7 @@ def joining_task(tmp_path, plan, name="later", seed=7):
 def gated_join(tmp_path, monkeypatch):
     """A mount of 40 videos whose passes end only once `gate` is set, a task to join it, and
     its first batches waited for at most 0.5 s: (plan, scheduler, joining plan, gate)."""
-    monkeypatch.setattr(planning_module, "FIRST_BATCHES_WAIT_S", 0.5)
+    monkeypatch.setattr(joining_module, "FIRST_BATCHES_WAIT_S", 0.5)
     gate = threading.Event()
     plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2, gate=gate)
     return plan, scheduler, joining_task(tmp_path, plan), gate
@@ -1236,7 +1237,7 @@ async def test_a_joining_task_slow_to_plan_gets_its_later_windows_after_its_firs
 async def test_a_task_removed_before_its_later_windows_are_planned_leaves_no_part(
         tmp_path, monkeypatch):
     monkeypatch.setattr(planning_module, "FIRST_BATCHES_FIRST_S", 0.0)
-    monkeypatch.setattr(planning_module, "FIRST_BATCHES_WAIT_S", 0.2)
+    monkeypatch.setattr(joining_module, "FIRST_BATCHES_WAIT_S", 0.2)
     gate = threading.Event()
     plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2, gate=gate)
     later = joining_task(tmp_path, plan)
@@ -1264,7 +1265,7 @@ async def test_a_later_part_that_fails_to_plan_leaves_its_views_to_demand(tmp_pa
     planning fails, the error is logged, the scheduler and the other task go on, and a reader
     of those views is told no job will make them (the service then makes them on demand)."""
     monkeypatch.setattr(planning_module, "FIRST_BATCHES_FIRST_S", 0.0)
-    monkeypatch.setattr(planning_module, "FIRST_BATCHES_WAIT_S", 0.2)
+    monkeypatch.setattr(joining_module, "FIRST_BATCHES_WAIT_S", 0.2)
     gate = threading.Event()
     plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2, gate=gate)
     later = joining_task(tmp_path, plan)
@@ -1533,7 +1534,7 @@ async def test_a_reader_past_a_window_s_lead_part_waits_for_its_rest(tmp_path, m
     computed on demand, which would decode its videos again."""
     monkeypatch.setattr(planning_module, "LEAD_CLIPS", 1)
     monkeypatch.setattr(planning_module, "LEAD_BATCHES", 1)
-    monkeypatch.setattr(planning_module, "FIRST_BATCHES_WAIT_S", 0.5)
+    monkeypatch.setattr(joining_module, "FIRST_BATCHES_WAIT_S", 0.5)
     gate = threading.Event()  # no pass ends until it is set
     plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2, gate=gate)
     async with trio.open_nursery() as nursery:
