@@ -205,8 +205,8 @@ class _ClipMaker:
 
     def make_while_decoding(self) -> Generator[None, None, dict[FrameKey, object]]:
         """Decode the pass, making the clips in `making_order`, each as soon as its frames are
-        in and those before it are made, and handed over on its own; yielding after each while
-        clips that need more decoding remain; the frames kept or carried. The soonest batch's
+        in and those before it are made, and handed over on its own; yielding after each but
+        the last (a point to pause at); the frames kept or carried. The soonest batch's
         clip at the end of a video does not wait for the clips of later epochs the decoder
         passed on the way, nor for their making; those are made after it, then each as its
         frames come, so their frames are let go early (Admission charges the pass its peak:
@@ -224,7 +224,7 @@ class _ClipMaker:
             if ready > made:
                 for position in order[made:ready]:  # each handed over as it is made
                     self.make(position, frames)
-                    if ready < len(order):  # more to decode: a point to pause at
+                    if position != order[-1]:  # more to make: a point to pause at
                         yield
                 made = ready
         for count, position in enumerate(order[made:]):  # one by one: it may still pause

@@ -1018,6 +1018,28 @@ async def test_a_pass_pauses_for_a_job_a_reader_waits_for_and_resumes_where_it_s
     assert not scheduler.passes.paused and not scheduler.running
 
 
+async def test_a_pass_may_pause_at_the_end_of_each_clip_but_its_last(tmp_path, monkeypatch):
+    """Also where the soonest clip needs the pass's last frames, so that every clip is made
+    after the decoding: a pass told to pause there did not before its last clip."""
+    _, scheduler, _ = scheduler_for(tmp_path, workers=1, epochs=2)
+    asks, clips = Counter(), {}
+    real_start = scheduler._start
+
+    def start(job) -> None:
+        clips[job.key] = len(job.uses)
+        real_start(job)
+
+    def never(self, job) -> bool:
+        asks[job.key] += 1
+        return False
+
+    scheduler._start = start
+    monkeypatch.setattr(Scheduler, "_asks_to_pause", never)
+    await run_until_settled(scheduler)
+    assert max(clips.values()) > 1
+    assert asks == {key: count - 1 for key, count in clips.items() if count > 1}
+
+
 def test_a_clip_s_ops_are_counted_before_it_is_handed_on(tmp_path):
     """A batch can be read (and status.json with it) before its pass ends: the augmentation
     counters include a clip as soon as it is made. Counted when the pass ended, a 4-trial
