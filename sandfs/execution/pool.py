@@ -16,13 +16,14 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
 from sandfs import ops as oplib
 from sandfs.execution import shm
 from sandfs.execution.channel import Channel, ChannelClosed
-from sandfs.execution.worker import PAUSE, READY, RESUME, JobRequest
+from sandfs.execution.worker import ASK, READY, RESUME, JobRequest
 from sandfs.media.opening import open_regular_file
 from sandfs.plan.window import VideoWork, ViewKey
 from sandfs.sched.jobs import Failed, JobResult, Placed, VideoJob
@@ -44,7 +45,10 @@ class JobPool:
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
-        self._workers = WorkerPool(2 * workers, _start_worker,
+        # open while a reader is blocked or expected: the workers' passes ask whether to
+        # pause (docs/design.md#pausing-a-pass-in-a-worker); written by the scheduler alone
+        self._gate = shm.shared_empty(1)
+        self._workers = WorkerPool(2 * workers, partial(_start_worker, shm.locate(self._gate)[0]),
                                    lambda: WorkerLost("the job worker pool is shut down"),
                                    stopped=self._forget_scratch)
         self._lock = threading.Lock()
@@ -61,6 +65,10 @@ class JobPool:
         most start one each)."""
         if self._workers.started < self.workers:
             self._workers.warm()
+
+    def gate_pauses(self, readers_blocked: bool) -> None:
+        """Open the gate (passes ask at each clip's end whether to pause), or close it."""
+        self._gate[0] = readers_blocked
 
     def acquire(self) -> SocketWorker:
         return self._workers.acquire()
@@ -104,8 +112,8 @@ class ProcessSteps:
         self.finished = False  # the worker said the job ended (done or failed): it is idle
 
     def run(self, pause: Callable[[], bool]) -> JobResult | None:
-        """The job's result, or None where `pause()` (asked as clips come) said another job
-        should have a worker: call again to resume."""
+        """The job's result, or None where `pause()` (asked at a clip's end, while the gate is
+        open) said another job should have a worker: call again to resume."""
         if self.worker is None:
             self.worker = self.pool.acquire()
             self.channel = Channel(self.worker.channel)
@@ -127,7 +135,6 @@ class ProcessSteps:
                 self.pool.release(self.worker, healthy=self.finished)
 
     def _serve(self, pause: Callable[[], bool]) -> JobResult | None:
-        asked = False
         while True:
             message, fds = self.channel.recv()
             kind, *rest = message
@@ -137,12 +144,13 @@ class ProcessSteps:
                 if kind == "error":
                     raise rest[0]
                 return self._result(rest, fds)
-            if kind == "paused":
-                return None
+            if kind == ASK:  # at a clip's end, the gate open: it waits for the answer
+                pausing = pause()
+                self.channel.send(pausing)
+                if pausing:
+                    return None
+                continue
             self._answer(kind, rest, fds)
-            if kind == "part" and not asked and pause():
-                self.channel.send(PAUSE)  # it stops at its next point to pause at
-                asked = True
 
     def _send_job(self, targets: Mapping[ViewKey, np.ndarray]) -> None:
         buffers, layout = [], {}
@@ -237,12 +245,14 @@ def custom_ops(names: set[str]) -> tuple[tuple[str, str, str], ...]:
     return tuple(found)
 
 
-def _start_worker() -> SocketWorker:
+def _start_worker(gate_fd: int) -> SocketWorker:
     # the daemon's own import path, so that custom ops import in the worker as they did here
     worker = start_socket_worker(_WORKER_CODE, sys.path)
     try:
         ready, _, _ = select.select([worker.channel], [], [], START_TIMEOUT_SECONDS)
-        if ready and Channel(worker.channel).recv()[0] == READY:
+        channel = Channel(worker.channel)
+        if ready and channel.recv()[0] == READY:
+            channel.send("gate", [gate_fd])
             return worker
         problem = f"did not start within {START_TIMEOUT_SECONDS:g} s"
     except ChannelClosed:

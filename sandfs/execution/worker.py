@@ -3,7 +3,12 @@ threads run) on the batch buffers the daemon passed as memfds, and on the source
 opened and passed (it opens no path itself: `media.opening.passed_sources`). What touches the
 daemon's state goes back as messages: clips made (`part`), the store's calls (`put` and `get`,
 the bytes through shared memory), counters, and at the end the frames carried to later
-windows, packed into one memfd (`done`), or the job's exception (`error`)."""
+windows, packed into one memfd (`done`), or the job's exception (`error`).
+
+Pausing (docs/design.md#pausing-a-pass-in-a-worker): at each point a pass may pause at (a
+clip's end), the worker reads the pool's gate, a byte of shared memory the daemon sets while
+some reader is blocked or expected; open, it asks the daemon (`ASK`) and waits for the answer,
+as a job thread asks the trio loop. Paused, it waits for `RESUME`."""
 
 from __future__ import annotations
 
@@ -12,7 +17,6 @@ import math
 import mmap
 import os
 import pickle
-import select
 import signal
 import socket
 import threading
@@ -34,8 +38,8 @@ from sandfs.sched.jobs import JobResult, VideoJob
 from sandfs.sched.work import BACKGROUND_NICE, JobSteps, Tools, video_steps
 from sandfs.workerproc import exit_when_orphaned
 
-READY = "ready"
-PAUSE, RESUME = "pause", "resume"  # the daemon's asks, beside the replies to store calls
+READY = "ready"  # then the daemon sends the pool's gate (one descriptor)
+ASK, RESUME = "pause?", "resume"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +77,6 @@ class RemoteStore:
         self.channel = channel
         self.scratch: tuple[int, mmap.mmap] | None = None  # (fd, mapping)
         self.shown = False  # the daemon has this job's scratch
-        self.pause_asked = False  # a PAUSE came while a call waited for its reply
 
     def put(self, key, array: np.ndarray, *, deadline: float = math.inf) -> bool:
         fd, mapping = self._scratch(array.nbytes)
@@ -85,7 +88,7 @@ class RemoteStore:
 
     def get(self, key, *, mapped: bool = False) -> np.ndarray | None:
         self.channel.send(("get", key))
-        layout, fds = self._replied()
+        layout, fds = self.channel.recv()
         if layout is None:
             return None
         shape, dtype = layout
@@ -99,27 +102,7 @@ class RemoteStore:
         self.channel.send(("recomputed", count))
 
     def _reply(self) -> Any:
-        return self._replied()[0]
-
-    def _replied(self) -> tuple[Any, list[int]]:
-        while True:
-            reply, fds = self.channel.recv()
-            if reply != PAUSE:
-                return reply, fds
-            self.pause_asked = True
-
-    def should_pause(self) -> bool:
-        """At a point a pass may pause at: has the daemon asked it to?"""
-        if not self.pause_asked and select.select([self.channel.sock], [], [], 0)[0]:
-            self._replied_pause()
-        asked, self.pause_asked = self.pause_asked, False
-        return asked
-
-    def _replied_pause(self) -> None:
-        message, _ = self.channel.recv()
-        if message != PAUSE:
-            raise RuntimeError(f"the daemon sent {message!r} during a job")
-        self.pause_asked = True
+        return self.channel.recv()[0]
 
     def _scratch(self, nbytes: int) -> tuple[int, mmap.mmap]:
         if self.scratch is None or len(self.scratch[1]) < nbytes:
@@ -132,6 +115,21 @@ class RemoteStore:
         return self.scratch
 
 
+class PauseAsker:
+    """Whether a pass should pause at this point: asked of the daemon only while its gate is
+    open (a read of shared memory otherwise, as a job thread reads whether any reader is
+    blocked before asking the trio loop)."""
+
+    def __init__(self, channel: Channel, gate: np.ndarray) -> None:
+        self.channel, self.gate = channel, gate
+
+    def __call__(self) -> bool:
+        if not self.gate[0]:
+            return False
+        self.channel.send((ASK,))
+        return bool(self.channel.recv()[0])
+
+
 def worker_main(fd: int) -> None:
     """Serve jobs until the daemon closes the channel."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -139,19 +137,16 @@ def worker_main(fd: int) -> None:
     os.nice(BACKGROUND_NICE)  # as the daemon's job threads: FUSE and trainers first
     keep_freed_memory()  # as the daemon does (the `sandfs` command): frames reuse pages
     channel = Channel(socket.socket(fileno=fd))
-    store = RemoteStore(channel)
     channel.send(READY)
-    while True:
-        try:
+    try:
+        _, (gate_fd,) = channel.recv()
+        pause = PauseAsker(channel, np.frombuffer(shm.attach(gate_fd), np.uint8))
+        store = RemoteStore(channel)
+        while True:
             request, fds = channel.recv()
-        except (EOFError, OSError):
-            return
-        if request == PAUSE:  # one asked as the last job ended is moot
-            continue
-        try:
-            _serve(channel, store, request, fds)
-        except ChannelClosed:  # the daemon stopped us, or died, mid-job
-            return
+            _serve(channel, store, pause, request, fds)
+    except ChannelClosed:  # the daemon stopped us (between jobs or mid-job), or died
+        return
 
 
 def _register_ops(ops: tuple[tuple[str, str, str], ...]) -> None:
@@ -166,7 +161,8 @@ def _register_ops(ops: tuple[tuple[str, str, str], ...]) -> None:
             oplib.register_op(found)
 
 
-def _serve(channel: Channel, store: RemoteStore, request: JobRequest, fds: list[int]) -> None:
+def _serve(channel: Channel, store: RemoteStore, pause: PauseAsker, request: JobRequest,
+           fds: list[int]) -> None:
     tally = Tally()
     source = request.source_error if request.source_error is not None else fds.pop(0)
     mappings = [shm.attach(fd) for fd in fds]
@@ -174,7 +170,7 @@ def _serve(channel: Channel, store: RemoteStore, request: JobRequest, fds: list[
                for view, (index, offset, shape, dtype) in request.targets.items()}
     job = request.job
     positions = {id(use): p for p, use in enumerate(job.uses)}
-    store.shown = store.pause_asked = False
+    store.shown = False
 
     def report(part: JobResult) -> None:
         channel.send(("part", *_encoded(part, positions), tally.take()))
@@ -184,8 +180,7 @@ def _serve(channel: Channel, store: RemoteStore, request: JobRequest, fds: list[
         _register_ops(request.ops)
         with passed_sources({job.work.info.path: source}):
             steps = JobSteps(video_steps(tools, job, targets, report))
-            while (result := steps.run(store.should_pause)) is None:
-                channel.send(("paused",))  # it waits, its decoder and frames kept
+            while (result := steps.run(pause)) is None:  # it waits, decoder and frames kept
                 if channel.recv()[0] != RESUME:
                     raise RuntimeError("a paused job worker was not resumed")
     except ChannelClosed:

@@ -25,11 +25,23 @@ class PassBook:
     def __init__(self, workers: int) -> None:
         self.workers = workers
         self.paused: dict[VideoJobKey, Step] = {}  # by key, what resumes it
+        # told to pause, not paused yet: counted, so that passes asking meanwhile see them (a
+        # worker process holds each paused pass; the pool has one more per worker, no more)
+        self.pausing: set[VideoJobKey] = set()
         self.handed_over: dict[VideoJobKey, set[Spot]] = {}
         self.fruitless = False  # a pause freed a worker no new job took: none till a job ends
 
+    def room(self) -> bool:
+        """May one more pass pause? At most one paused (or pausing) a worker."""
+        return len(self.paused) + len(self.pausing) < self.workers
+
+    def will_pause(self, key: VideoJobKey) -> None:
+        """A pass was told to pause: it does at once, its run ending (`pause`)."""
+        self.pausing.add(key)
+
     def pause(self, key: VideoJobKey, step: Step) -> None:
         """A pass paused between two clips; `step` resumes it."""
+        self.pausing.discard(key)
         self.paused[key] = step
 
     def resume(self, key: VideoJobKey) -> Step:
@@ -46,6 +58,7 @@ class PassBook:
     def ended(self, key: VideoJobKey | ViewKey) -> None:
         """A job ended: its memory came free."""
         self.handed_over.pop(key, None)
+        self.pausing.discard(key)  # it failed as it was told to pause
         self.fruitless = False
 
     def remaining(self, job: VideoJob) -> list[ClipUse]:
@@ -70,6 +83,5 @@ class PassBook:
 
     def may_pause(self, job: VideoJob, in_threads: int, demanded: set[ViewKey]) -> bool:
         """May this pass pause now, if a new job a blocked reader waits for is due?"""
-        return (not self.fruitless and len(self.paused) < self.workers
-                and in_threads >= self.workers and bool(demanded)
+        return (not self.fruitless and in_threads >= self.workers and bool(demanded)
                 and not any(u.view in demanded for u in self.remaining(job)))

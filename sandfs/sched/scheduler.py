@@ -310,6 +310,7 @@ class Scheduler:
 
     def _dispatch(self, *, demanded_only: bool = False) -> None:
         passes = self.passes
+        self._gate_pauses()
         while self._in_threads() < self.workers:
             options = {s.key: (s, k) for s, k in self._job_states() if self._due(s, k)}
             paused = {s.key: (s, k) for s, k in passes.states(self.running, self.book.deadline_of,
@@ -372,14 +373,35 @@ class Scheduler:
     def _in_threads(self) -> int:
         return len(self.running) - len(self.passes.paused)
 
+    def _readers_blocked(self) -> bool:
+        """Some reader is blocked or expected: passes ask whether to pause."""
+        return bool(self.board.demanded)
+
+    def _gate_pauses(self) -> None:
+        """Passes in worker processes ask only while the pool's gate is open, as a thread
+        asks only while `_readers_blocked`: set at each dispatch, which a reader coming to
+        wait wakes, before any job starts for it."""
+        if self.pool is not None:
+            self.pool.gate_pauses(self._readers_blocked())
+
     def _asks_to_pause(self, job: VideoJob) -> bool:
         """From a running video job's thread, between two steps. With no reader blocked (most
         steps) it answers without a round trip through the trio loop: reading whether the set
         is empty is safe from a thread, and a stale answer moves a pause by one step only."""
-        return bool(self.board.demanded) and trio.from_thread.run_sync(self._should_pause, job)
+        return self._readers_blocked() and trio.from_thread.run_sync(self._pauses, job)
+
+    def _pauses(self, job: VideoJob) -> bool:
+        """In the trio loop, for `_asks_to_pause`: the answer, counted at once. Passes asking
+        before this one has paused see it: counted only once paused, as many passes as
+        asked together paused, and a pool of worker processes with fewer to spare than
+        passes paused left the next job waiting for a worker."""
+        if not (self.passes.room() and self._should_pause(job)):
+            return False
+        self.passes.will_pause(job.key)
+        return True
 
     def _should_pause(self, job: VideoJob) -> bool:
-        """In the trio loop, for `_asks_to_pause`: give the job's worker
+        """In the trio loop, for `_pauses`: give the job's worker
         to a new job a blocked reader waits for (`PassBook`). A window's first batches need one
         clip from many videos; without pausing, each pass made all its clips for the window
         before the next began."""

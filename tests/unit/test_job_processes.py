@@ -8,6 +8,7 @@ import mmap
 import os
 import resource
 import shutil
+import socket
 
 import numpy as np
 import pytest
@@ -15,6 +16,8 @@ import trio
 
 from sandfs.cache import ObjectStore
 from sandfs.execution import shm
+from sandfs.execution.channel import Channel
+from sandfs.execution.worker import ASK, PauseAsker
 from sandfs.materialize import Materializer
 from sandfs.media.opening import open_regular_file, passed_sources
 from sandfs.sched.scheduler import Scheduler
@@ -209,32 +212,75 @@ def test_a_job_worker_opens_only_the_sources_passed_to_it(tmp_path):
         os.close(fd)
 
 
-# The stress tier (this test and the next): the ask to pause races the pass (sent at its first
-# clip, read between two of its steps), and on a busy machine every pass may end before it
-# reads the ask (seen in the full suite on 2 cores, not alone). A worker-side hook to pause
-# at a given step would make them deterministic.
-@pytest.mark.stress
 async def test_a_pass_in_a_worker_pauses_and_resumes_where_it_stopped(tmp_path, dataset_dir,
                                                                       monkeypatch):
     """Each pass asked to pause at its first chance (as for a blocked reader's job) keeps its
-    decoder in its worker, which a later run resumes: the same bytes as threads."""
+    decoder in its worker, which a later run resumes: the same bytes as threads. The gate held
+    open, every pass asks at its first clip's end and waits for the answer: no race."""
     plan = plan_of(tmp_path, dataset_dir)
     threads, _ = await views_made(tmp_path, plan, "threads")
     asked, paused = set(), []
 
-    def once(self, job) -> bool:
+    def once(self, job) -> bool:  # where a pass may pause (`_pauses`: one a worker at most)
         first = job.key not in asked
         asked.add(job.key)
         return first
 
-    monkeypatch.setattr(Scheduler, "_asks_to_pause", once)
+    monkeypatch.setattr(Scheduler, "_should_pause", once)
+    monkeypatch.setattr(Scheduler, "_readers_blocked", lambda self: True)
     with ObjectStore(str(tmp_path / "cache-paused"), 1 << 30) as store:
         made = scheduler(plan, "processes", store)
         real_pause = made.passes.pause
         monkeypatch.setattr(made.passes, "pause",
                             lambda key, step: (paused.append(key), real_pause(key, step)))
         assert await read_all(plan, made) == threads
-    assert paused  # passes did pause (and, the bytes being whole, resumed)
+    # every pass asked paused at once (and, the bytes being whole, resumed)
+    assert asked and len(paused) == len(asked) and set(paused) == asked
+
+
+async def test_a_pass_in_a_worker_gives_its_worker_to_the_job_a_blocked_reader_waits_for(
+        tmp_path, dataset_dir):
+    """One worker, as in threads (`test_scheduler`): a pass left with no clip the reader waits
+    for pauses at a clip's end (the gate is open while a reader waits) for the job of the
+    batch it waits for, then resumes where it stopped, to the same bytes. Each pass told to
+    pause pauses there and then: the answer is the worker's to wait for."""
+    plan = plan_of(tmp_path, dataset_dir)
+    threads, _ = await views_made(tmp_path, plan, "threads", workers=1)
+    told, paused = [], []
+    with ObjectStore(str(tmp_path / "cache-one"), 1 << 30) as store:
+        made = scheduler(plan, "processes", store, workers=1)
+        real_told, real_pause = made.passes.will_pause, made.passes.pause
+
+        def will_pause(key) -> None:
+            assert made.passes.room()  # one paused a worker at most
+            told.append(key)
+            real_told(key)
+
+        made.passes.will_pause = will_pause
+        made.passes.pause = lambda key, step: (paused.append(key), real_pause(key, step))
+        assert await read_all(plan, made) == threads
+    assert paused and paused == told
+
+
+def test_a_pass_asks_whether_to_pause_only_while_the_gate_is_open():
+    """Closed (no reader blocked), a clip's end costs a worker a read of shared memory and
+    the daemon nothing; open, the worker asks and waits for the answer."""
+    ours, theirs = socket.socketpair()
+    gate = shm.shared_empty(1)
+    ask = PauseAsker(Channel(theirs), gate)
+    daemon = Channel(ours)
+    assert ask() is False
+    ours.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        ours.recv(1)  # nothing was sent
+    ours.setblocking(True)
+    gate[0] = 1
+    for answer in (True, False):
+        daemon.send(answer)  # the answer may come before the question is read
+        assert ask() is answer
+        assert daemon.recv()[0] == (ASK,)
+    ours.close()
+    theirs.close()
 
 
 @pytest.mark.parametrize("how", ["thread_raise", "process_raise"])
@@ -257,14 +303,14 @@ async def test_a_custom_step_registered_in_code_runs_and_fails_in_a_worker_as_in
             assert data == reference_view(plans[name], epoch, iteration), (name, epoch)
 
 
-@pytest.mark.stress  # needs a pass to pause: racy as the test above says
 async def test_workers_holding_paused_passes_stop_quietly_with_the_scheduler(
         tmp_path, dataset_dir, monkeypatch, capfd):
     """A worker stopped mid-pass (the daemon unmounting while a pass is paused) exits
     without a traceback in the daemon's log, and none is left running. Passes of four epochs
-    have clips enough that a pass asked to pause after its first does pause."""
+    have clips enough that a pass asked to pause at its first clip's end does pause."""
     plan = plan_of(tmp_path, dataset_dir, epochs=8, k_epochs=4)
-    monkeypatch.setattr(Scheduler, "_asks_to_pause", lambda self, job: True)
+    monkeypatch.setattr(Scheduler, "_should_pause", lambda self, job: True)
+    monkeypatch.setattr(Scheduler, "_readers_blocked", lambda self: True)
     made = scheduler(plan, "processes")
     workers = []
     async with trio.open_nursery() as nursery:

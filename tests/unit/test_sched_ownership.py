@@ -15,7 +15,8 @@ OWNED = {("board", "demanded"): "board", ("board", "waiting"): "board",
          ("carry", "nbytes"): "carry", ("carry", "carried"): "carry",
          ("carry", "frames_on_disk"): "carry",
          ("passes", "paused"): "passes", ("passes", "fruitless"): "passes",
-         ("passes", "handed_over"): "passes", (None, "running"): "scheduler"}
+         ("passes", "handed_over"): "passes", ("passes", "pausing"): "passes",
+         (None, "running"): "scheduler"}
 MUTATORS = {"add", "discard", "remove", "pop", "popitem", "clear", "update", "setdefault",
             "append", "extend", "move_to_end", "__setitem__", "__delitem__"}
 
