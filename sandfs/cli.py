@@ -84,8 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="later windows a decode pass also prepares frames for (default 3)")
     mount.add_argument("--workers", metavar="N", help="worker threads, or auto")
     mount.add_argument("--execution", metavar="WHERE",
-                       help="where video jobs decode and augment: threads (the daemon's, "
-                            "default) or processes (worker processes)")
+                       help="where video jobs decode and augment: threads (the daemon's), "
+                            "processes (worker processes) or auto (the default: processes "
+                            "where there are cores enough, docs/config.md)")
     mount.add_argument("--metrics-port", type=int, metavar="PORT",
                        help="also serve GET /metrics on 127.0.0.1:PORT (Prometheus)")
     mount.add_argument("--limit", action="append", metavar="NAME=N",

@@ -30,7 +30,7 @@ from sandfs.cache.setup import open_store, store_sizing
 from sandfs.cache.sizing import StoreSizing
 from sandfs.config.limits import check_fd_room
 from sandfs.config.schema import TaskConfig
-from sandfs.config.settings import MountSettings
+from sandfs.config.settings import MountSettings, usable_cores
 from sandfs.errors import DaemonFailed, UserError
 from sandfs.fuse.mountpoint import (
     check_fuse_available,
@@ -151,6 +151,9 @@ def serve_mount(startup: Startup, mount: Mount, on_ready: Callable[[], None],
     quiet_late_replies()
     log.info("pyfuse3 %s: replies %s the GIL", pyfuse3.__version__,
              "release" if replies_release_gil() else "hold")
+    settings = mount.settings
+    log.info("video jobs run in %s (engine.execution: %s; %d workers, %d usable cores)",
+             settings.execution, settings.execution_setting, settings.workers, usable_cores())
     try:
         pyfuse3.init(operations, mountpoint, fuse_options())
     except RuntimeError as exc:

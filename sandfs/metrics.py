@@ -117,6 +117,8 @@ def collect(status: MountStatus) -> list[Metric]:
         metric("uptime_seconds", "gauge", "Seconds since the daemon started.",
                status.uptime_seconds),
         metric("workers", "gauge", "Worker threads.", status.workers),
+        metric("execution", "gauge", "Where video jobs run (1: the mode labelled).",
+               samples=[Sample((("mode", status.execution),), 1)] if status.execution else ()),
         metric("memory_bytes", "gauge", "Bytes of views and clips held in memory.",
                status.memory_bytes),
         metric("memory_limit_bytes", "gauge", "The memory budget for views and clips.",

@@ -315,7 +315,8 @@ class ViewService:
             isolated_ops=isolated.status(),
             failures=self.failures.entries() + self.registry.state_failures(),
             failures_total=self.failures.total, state_files_rebuilt=DAMAGED.count,
-            scan=None if self.scan_status is None else self.scan_status())
+            scan=None if self.scan_status is None else self.scan_status(),
+            execution="threads" if self.scheduler.pool is None else "processes")
 
     def status(self) -> dict:
         return self.status_record().to_json()

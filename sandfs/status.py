@@ -148,6 +148,7 @@ class MountStatus:
     state_files_rebuilt: int = 0  # plan checkpoint or scan index found damaged, rebuilt
     scan: ScanStatus | None = None  # None: not known to this record (the daemon adds it)
     ondemand_memory_limit_bytes: int = 0  # the on-demand objects' share of memory_limit
+    execution: str | None = None  # where video jobs run (None: not known while scanning)
 
     @property
     def memory_bytes(self) -> int:
@@ -190,6 +191,7 @@ class MountStatus:
             "uptime_seconds": round(self.uptime_seconds, 3),
             "pid": self.pid,
             "workers": self.workers,
+            "execution": self.execution,
             "memory_bytes": self.memory_bytes,
             "memory_limit_bytes": self.memory_limit_bytes,
             "tasks": {name: asdict(task) for name, task in self.tasks.items()},

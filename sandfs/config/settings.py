@@ -55,7 +55,11 @@ CLI_FLAGS = {
 INTEGER_MINIMUMS = {"k_epochs": 1, "workers": 1, "decode_ahead": 0}
 PORTS = (1, 65535)
 CACHE_FORMATS = ("auto", "raw", "lz4", "zstd", "png")
-EXECUTIONS = ("threads", "processes")  # where video jobs run (sandfs.execution)
+EXECUTION_MODES = ("threads", "processes")  # where video jobs run (sandfs.execution)
+EXECUTIONS = ("auto", *EXECUTION_MODES)  # engine: execution
+# `auto` runs video jobs in processes from this many cores its workers can use: where the
+# threads' GIL, not the cores, would bound batches/s (docs/performance.md#the-default-auto)
+PROCESSES_FROM_CORES = 16
 MAX_SIZE_BYTES = 2**63 - 1
 
 # Benchmark ablation knobs, read from the environment here and nowhere else: SANDFS_SCHEDULING
@@ -97,7 +101,8 @@ class MountSettings:
     media_limits: MediaLimits
     metrics_port: int | None = None  # the loopback port of GET /metrics (None: none)
     limits: Limits = DEFAULT_LIMITS  # what one user may hold (config/limits.py)
-    execution: str = "threads"  # EXECUTIONS: where video jobs run
+    execution: str = "threads"  # EXECUTION_MODES: where video jobs run (`auto` resolved)
+    execution_setting: str = "threads"  # as given (EXECUTIONS)
 
     @property
     def on_demand_memory_bytes(self) -> int:
@@ -125,14 +130,14 @@ def mount_settings(
     mountpoint = os.path.abspath(mountpoint)
     cache_dir = os.path.abspath(engine.cache_dir or default_cache_dir(mountpoint, environ))
     scheduling, prune_mode = ablations(environ)
+    workers = default_workers(engine)
     settings = MountSettings(
         mountpoint=mountpoint,
         cache_dir=cache_dir,
-        workers=default_workers(engine),
+        workers=workers,
         k_epochs=engine.k_epochs,
         decode_ahead=engine.decode_ahead,
-        memory_limit_bytes=(engine.memory_limit_bytes
-                            or default_memory_limit(configs, default_workers(engine))),
+        memory_limit_bytes=engine.memory_limit_bytes or default_memory_limit(configs, workers),
         storage_budget_bytes=engine.storage_budget_bytes or default_storage_budget(cache_dir),
         storage_budget_given=engine.storage_budget_bytes is not None,
         cache_format=engine.cache_format,
@@ -141,7 +146,8 @@ def mount_settings(
         media_limits=media_limits(environ),
         metrics_port=engine.metrics_port,
         limits=mount_limits(engine.limits, limit_flags),
-        execution=engine.execution,
+        execution=resolve_execution(engine.execution, workers, usable_cores()),
+        execution_setting=engine.execution,
     )
     return settings, warnings
 
@@ -186,8 +192,26 @@ def default_cache_dir(mountpoint: str, environ: Mapping[str, str] = os.environ) 
     return os.path.join(base, "sandfs", tag)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, which a container or taskset may
+    narrow below the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def default_workers(engine: EngineConfig) -> int:
-    return engine.workers or os.cpu_count() or 2
+    return engine.workers or usable_cores()
+
+
+def resolve_execution(execution: str, workers: int, cores: int) -> str:
+    """`auto`: processes where `workers` busy on as many of the `cores` would make batches
+    faster than the threads' GIL lets through (`PROCESSES_FROM_CORES`), threads below, where
+    processes cost a fifth more CPU and a third more memory a batch; any other value as is."""
+    if execution != "auto":
+        return execution
+    return "processes" if min(workers, cores) >= PROCESSES_FROM_CORES else "threads"
 
 
 def default_memory_limit(configs: Sequence[TaskConfig], workers: int,

@@ -7,5 +7,6 @@ the daemon's interpreter only plans, dispatches and serves (docs/design.md#execu
 - `pool`: the daemon's side: a pool of worker processes; a job's store calls answered.
 - `worker`: the worker's side: a job's pass (`sched.work.video_steps`) on shared buffers.
 
-The setting's values are `config.settings.EXECUTIONS`.
+The setting's values are `config.settings.EXECUTIONS`; `auto` picks one of the two by the
+cores the workers can use (`config.settings.resolve_execution`).
 """

@@ -22,7 +22,7 @@ import trio
 
 from sandfs.cache import ObjectStore
 from sandfs.config.limits import DEFAULT_LIMITS
-from sandfs.config.settings import EXECUTIONS
+from sandfs.config.settings import EXECUTION_MODES
 from sandfs.execution.pool import JobPool
 from sandfs.execution.shm import shared_empty
 from sandfs.faults import fault_point
@@ -74,8 +74,8 @@ class Scheduler:
         if prune_mode not in PRUNE_MODES:
             raise ValueError(f"prune mode: expected one of {list(PRUNE_MODES)}, "
                              f"got {prune_mode!r}")
-        if execution not in EXECUTIONS:
-            raise ValueError(f"execution: expected one of {list(EXECUTIONS)}, "
+        if execution not in EXECUTION_MODES:  # `auto` is resolved with the settings
+            raise ValueError(f"execution: expected one of {list(EXECUTION_MODES)}, "
                              f"got {execution!r}")
         self.policy = policy  # "fifo": the ablation
         self.idle_after_s, self.windows_ahead = idle_after_s, windows_ahead

@@ -49,8 +49,20 @@ def test_every_family_parses_with_help_and_type(tmp_path):
     assert samples[("sandfs_task_position", (("task", task), ("what", "epoch")))] == 1
     assert samples[("sandfs_task_position", (("task", task), ("what", "iteration")))] == 1
     assert samples[("sandfs_workers", ())] == 2
+    assert samples[("sandfs_execution", (("mode", "threads"),))] == 1
     assert samples[("sandfs_failures_total", (("kind", "remote_errors"),))] == 0
     assert_between(samples, service.status(), service.status())
+
+
+def test_status_and_metrics_say_where_video_jobs_run(tmp_path):
+    plan = make_plan(tmp_path, videos=fake_videos(8), epochs=1)
+    service = ViewService([plan], engine=OnDemandObjects(workers=2, memory_budget_bytes=1 << 20),
+                          stats=Stats(), execution="processes")
+    assert service.status()["execution"] == "processes"
+    samples = parse_metrics(render_metrics(service.status_record()).decode())
+    assert samples[("sandfs_execution", (("mode", "processes"),))] == 1
+    assert not any(name == "sandfs_execution" and labels != (("mode", "processes"),)
+                   for name, labels in samples)
 
 
 def test_counters_follow_the_stats(tmp_path):

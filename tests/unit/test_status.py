@@ -25,7 +25,8 @@ def test_status_json_of_a_fresh_mount(tmp_path):
     assert status.pop("uptime_seconds") >= 0 and status.pop("pid") > 0
     assert status == {
         # memory_limit: the scheduler's share and the on-demand objects' share
-        "version": 1, "workers": 2, "memory_bytes": 0, "memory_limit_bytes": (1 << 30) + (1 << 20),
+        "version": 1, "workers": 2, "execution": "threads", "memory_bytes": 0,
+        "memory_limit_bytes": (1 << 30) + (1 << 20),
         "tasks": {plan.name: {"epoch": 1, "iteration": 1, "ready_ahead": 0, "views_served": 0,
                               "stall_seconds": 0.0, "epochs": 3,
                               "iterations_per_epoch": plan.iterations_per_epoch,

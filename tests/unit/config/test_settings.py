@@ -2,6 +2,7 @@
 overrides, sizes."""
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from sandfs.config.settings import (
     DECODE_WORKING_SET_BYTES,
     MIN_MEMORY_LIMIT,
     ON_DEMAND_MEMORY_SHARE,
+    PROCESSES_FROM_CORES,
     check_views_fit,
     default_memory_limit,
     default_storage_budget,
@@ -23,7 +25,9 @@ from sandfs.config.settings import (
 )
 from sandfs.errors import UserError
 from sandfs.npy import npy_nbytes
+from sandfs.registration import admit_upload
 from sandfs.sched.policy import DISPLACE_HORIZON
+from sandfs.tasks import ignored_engine_note
 from tests.helpers.config_texts import BASE, edited
 
 # --- engines, sizes, several configs -----------------------------------------------------------
@@ -261,15 +265,54 @@ def test_without_a_budget_the_disk_bound_is_the_default_and_not_given(tmp_path):
     assert given.storage_budget_given and given.storage_budget_bytes == 3 << 30
 
 
-def test_the_execution_setting_defaults_to_threads_and_is_checked():
-    assert _settings()[0].execution == "threads"
-    assert _settings(overrides={"execution": "processes"})[0].execution == "processes"
-    config = load_task_config("a.yaml", check_paths=False,
-                              text=_with_engine("a", "  execution: processes\n"))
-    assert merge_engines([config], {})[0].execution == "processes"
-    with pytest.raises(UserError, match=re.escape("--execution: expected one of threads, "
+def cores(monkeypatch, count: int) -> None:
+    """This process may run on `count` cores (its affinity), whatever the machine has."""
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(count)))
+
+
+@pytest.mark.parametrize(("usable", "workers", "mode"), [
+    (2, None, "threads"), (PROCESSES_FROM_CORES - 1, None, "threads"),
+    (PROCESSES_FROM_CORES, None, "processes"), (64, None, "processes"),
+    (64, 2, "threads"),  # two workers keep to two cores: the GIL is no bound there
+    (64, PROCESSES_FROM_CORES, "processes"), (2, 64, "threads"),
+])
+def test_auto_execution_follows_the_cores_the_workers_can_use(monkeypatch, usable, workers,
+                                                              mode):
+    cores(monkeypatch, usable)
+    settings, _ = _settings(overrides={"workers": workers})
+    assert (settings.execution, settings.execution_setting) == (mode, "auto")
+    assert settings.workers == (workers or usable)  # the default: the usable cores
+
+
+def test_the_execution_setting_is_auto_by_default_and_checked(monkeypatch):
+    cores(monkeypatch, 64)
+    assert _settings()[0].execution == "processes"
+    for given in ("threads", "processes", "auto"):
+        resolved = "processes" if given == "auto" else given
+        settings, _ = _settings(overrides={"execution": given})  # --execution
+        assert (settings.execution, settings.execution_setting) == (resolved, given)
+        config = load_task_config("a.yaml", check_paths=False,
+                                  text=_with_engine("a", f"  execution: {given}\n"))  # YAML
+        assert merge_engines([config], {})[0].execution == given
+    with pytest.raises(UserError, match=re.escape("--execution: expected one of auto, threads, "
                                                   "processes, got 'forks'")):
         _settings(overrides={"execution": "forks"})
-    with pytest.raises(Exception, match="threads"):
+    with pytest.raises(Exception, match="auto"):
         load_task_config("a.yaml", check_paths=False,
                          text=_with_engine("a", "  execution: forks\n"))
+
+
+def test_a_task_uploaded_to_a_live_mount_has_its_execution_checked_then_ignored(
+        tmp_path, monkeypatch):
+    """`.sand/tasks/NAME.yaml`: the mount's execution is kept, as every engine key is."""
+    cores(monkeypatch, 2)
+    settings, _ = _settings()
+    (tmp_path / "videos").mkdir()
+    writer = (os.getuid(), os.getgid())
+    text = _with_engine("late", "  execution: processes\n")
+    cfg = admit_upload("late.yaml", text, writer, config_dir=str(tmp_path), settings=settings)
+    assert cfg.engine.execution == "processes" and settings.execution == "threads"
+    assert "execution" in ignored_engine_note(cfg)
+    with pytest.raises(Exception, match="auto"):
+        admit_upload("late.yaml", text.replace("execution: processes", "execution: forks"),
+                     writer, config_dir=str(tmp_path), settings=settings)
