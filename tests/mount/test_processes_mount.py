@@ -4,6 +4,7 @@ daemon killed with SIGKILL mid-run leaves neither worker processes nor shared me
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -49,8 +50,11 @@ def named_segments() -> set[str]:
 
 def memfds(pid: int) -> int:
     """The shared buffers a process holds open (`sandfs.execution.shm`: memfd:sandfs-shm)."""
-    fds = Path(f"/proc/{pid}/fd")
-    return sum(os.readlink(fds / fd).startswith(f"/memfd:{NAME}") for fd in os.listdir(fds))
+    fds, found = Path(f"/proc/{pid}/fd"), 0
+    for fd in os.listdir(fds):
+        with contextlib.suppress(FileNotFoundError):  # closed since the listing
+            found += os.readlink(fds / fd).startswith(f"/memfd:{NAME}")
+    return found
 
 
 def test_a_daemon_killed_outright_leaves_no_workers_nor_shared_memory(tmp_path, config_path):
