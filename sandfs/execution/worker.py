@@ -220,10 +220,33 @@ def _encoded(part: JobResult, positions: Mapping[int, int]) -> tuple[list, list]
             [(positions[id(f.use)], f.reason) for f in part.failed])
 
 
-def _portable(exc: Exception) -> Exception:
-    """The exception itself when it survives pickling, else one that says the same."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-    except Exception:
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
+def _portable(exc: Exception) -> Exception | AsBuilt:
+    """What to send for the job's exception: the exception itself when it survives pickling;
+    else the same type and message rebuilt without its `__init__` (`DecodeError` takes other
+    arguments than its message), so the daemon's reason reads as a thread's; else a
+    RuntimeError that says the same."""
+    for sent in (exc, AsBuilt(exc)):
+        try:
+            pickle.loads(pickle.dumps(sent))
+        except Exception:
+            continue
+        return sent
+    return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+class AsBuilt:
+    """Pickles as the exception it holds, unpickled by setting its args and attributes."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def __reduce__(self):
+        exc = self.exc
+        return _rebuilt, (type(exc), exc.args, dict(getattr(exc, "__dict__", {})))
+
+
+def _rebuilt(kind: type[Exception], args: tuple, attributes: dict) -> Exception:
+    exc = kind.__new__(kind, *args)
+    exc.args = args
+    exc.__dict__.update(attributes)
     return exc

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import pickle
 import resource
 import shutil
 import socket
@@ -17,8 +18,9 @@ import trio
 from sandfs.cache import ObjectStore
 from sandfs.execution import shm
 from sandfs.execution.channel import Channel
-from sandfs.execution.worker import ASK, PauseAsker
+from sandfs.execution.worker import ASK, PauseAsker, _portable
 from sandfs.materialize import Materializer
+from sandfs.media.decode import DecodeError, ScanMismatch
 from sandfs.media.opening import open_regular_file, passed_sources
 from sandfs.sched.scheduler import Scheduler
 from sandfs.stats import Stats
@@ -186,6 +188,20 @@ async def test_a_worker_killed_or_failing_fails_its_own_jobs_alone(tmp_path, dat
         assert all("worker process died (signal SIGKILL)" in v for v in failed.values())
     else:
         assert all("RuntimeError: injected fault at " in v for v in failed.values()), failed
+
+
+@pytest.mark.parametrize("exc", [
+    DecodeError("cls/clip", "OSError: Too many levels of symbolic links"),
+    ScanMismatch("cls/clip", "/data/cls/clip.mp4", "40 frames", "39"),
+    FileNotFoundError(2, "gone", "/data/x.mp4"), ValueError("plain"),
+])
+def test_a_job_s_exception_reaches_the_daemon_as_it_was_raised(exc):
+    """The reason a failed batch reads in status.json and the log is a thread's: DecodeError
+    takes other arguments than its message and did not survive pickling (it came as
+    `RuntimeError: DecodeError: ...`)."""
+    back = pickle.loads(pickle.dumps(_portable(exc)))
+    assert type(back) is type(exc)
+    assert (str(back), back.args, vars(back)) == (str(exc), exc.args, vars(exc))
 
 
 def test_a_job_worker_opens_only_the_sources_passed_to_it(tmp_path):
