@@ -80,7 +80,11 @@ def start_daemon(mountpoint: Path, configs: Sequence[Path], cache_dir: Path, log
                  wrapper: Sequence[str] = (), cwd: Path | None = None) -> subprocess.Popen:
     """The daemon in the foreground, its output into `log_path`; `wrapper` is a command that
     execs its arguments (so the process is the daemon's), e.g. to run it as another user."""
-    args = ["mount", str(mountpoint), "--foreground", "--cache-dir", str(cache_dir)]
+    # threads unless a test names its mode: `auto` picks processes on 16 cores or more, where
+    # fault points count per process and isolated steps' status stays the workers'
+    # (docs/design.md#execution-threads-or-processes); the last --execution given wins
+    args = ["mount", str(mountpoint), "--foreground", "--cache-dir", str(cache_dir),
+            "--execution", "threads"]
     for config in configs:
         args += ["--config", str(config)]
     with open(log_path, "ab") as log:
