@@ -471,9 +471,10 @@ class Scheduler:
         result, paused = None, False
         try:
             result = await trio.to_thread.run_sync(step, limiter=self.limiter)
-            if isinstance(job, VideoJob) and job.key in self._lost_parts:
-                raise self._lost_parts.pop(job.key)  # paused or not, the job fails
             paused = result is None
+            # the job fails at its end: a pass paused in a worker process holds it till then
+            if not paused and isinstance(job, VideoJob) and job.key in self._lost_parts:
+                raise self._lost_parts.pop(job.key)
             if not paused:
                 self._record(job, result)
                 self.carry.note_on_disk(result.saved, self._planned_windows())
@@ -517,12 +518,13 @@ class Scheduler:
     def _record_part(self, job: VideoJob, part: JobResult) -> None:
         """Clips a running video job made so far (its thread asks the loop to run this): a
         batch they complete is served at once. An error here would end the trio run: it is
-        kept for the job's end instead."""
+        kept for the job's end instead, where the batches of the clips not recorded fail
+        (handed over first, they were left neither made nor failed, their readers waiting)."""
         if job.key not in self.running or job.key in self._lost_parts:
             return
         try:
-            self.passes.hand_over(job, part)
             self._record(job, part)
+            self.passes.hand_over(job, part)
         except Exception as exc:
             log.exception("handing over clips of %s failed", job.work.info.rel_path)
             self._lost_parts[job.key] = exc

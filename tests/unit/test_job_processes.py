@@ -10,6 +10,7 @@ import pickle
 import resource
 import shutil
 import socket
+import threading
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from sandfs.execution.worker import ASK, PauseAsker, _portable
 from sandfs.materialize import Materializer
 from sandfs.media.decode import DecodeError, ScanMismatch
 from sandfs.media.opening import open_regular_file, passed_sources
+from sandfs.sched.jobs import VideoJob
 from sandfs.sched.scheduler import Scheduler
 from sandfs.stats import Stats
 from tests.helpers.harness import task_config, write_config
@@ -297,6 +299,60 @@ def test_a_pass_asks_whether_to_pause_only_while_the_gate_is_open():
         assert daemon.recv()[0] == (ASK,)
     ours.close()
     theirs.close()
+
+
+async def test_a_pass_failing_while_paused_in_a_worker_gives_the_worker_back(
+        tmp_path, dataset_dir, monkeypatch):
+    """A pass paused in a worker whose job failed meanwhile (its hand-over raised in the loop)
+    was dropped with its worker still lent: after as many as the pool has processes, every
+    next job waited for one for good, the daemon idle and a reader unanswered. Now it ends in
+    its worker first, then fails; its views fail, the others are the threads' bytes."""
+    plan = plan_of(tmp_path, dataset_dir)
+    threads, _ = await views_made(tmp_path, plan, "threads", workers=1)
+    broken, paused = set(), []
+    real_record = Scheduler._record
+
+    def record(self, job, part) -> None:  # the first parts of three passes: a hand-over bug
+        if isinstance(job, VideoJob) and len(broken) < 3 and job.key not in broken:
+            broken.add(job.key)
+            raise RuntimeError("injected hand-over failure")
+        real_record(self, job, part)
+
+    monkeypatch.setattr(Scheduler, "_record", record)
+    monkeypatch.setattr(Scheduler, "_readers_blocked", lambda self: True)
+    monkeypatch.setattr(Scheduler, "_should_pause", lambda self, job: job.key in broken)
+    made = scheduler(plan, "processes", workers=1)  # two processes: three leaks hang it
+    real_pause, real_close, real_steps = made.passes.pause, made.pool.close, made.pool.steps
+    made.passes.pause = lambda key, step: (paused.append(key), real_pause(key, step))
+    passes, leaked = [], []
+
+    def steps(*args):
+        passes.append(real_steps(*args))
+        return passes[-1]
+
+    def close() -> None:  # as the scheduler stops: no worker lent to a job that ended
+        lent = [id(w) for w in made.pool._workers._lent.values()]
+        leaked.extend(p.job.key for p in passes
+                      if id(p.worker) in lent and p.job.key not in made.running)
+        real_close()
+
+    made.pool.steps, made.pool.close = steps, close
+    # what hung: jobs waiting for a worker (freed by closing the pool), a reader for a batch
+    # no job would make nor fail (ended by the time limit)
+    watchdog = threading.Timer(60, made.pool.close)
+    watchdog.start()
+    try:
+        with trio.fail_after(90):
+            got = await read_every_view(made, {plan.name: plan})
+    finally:
+        watchdog.cancel()
+    assert len(broken) == 3 and set(paused) <= broken and paused
+    failed = {(e, i) for (_, e, i), data in got.items() if isinstance(data, str)}
+    assert failed and all("injected hand-over failure" in got[plan.name, e, i]
+                          for e, i in failed)
+    assert {(e, i): v for (_, e, i), v in got.items() if (e, i) not in failed} == {
+        k: v for k, v in threads.items() if k not in failed}
+    assert not leaked  # none kept by a pass dropped paused
 
 
 @pytest.mark.parametrize("how", ["thread_raise", "process_raise"])
