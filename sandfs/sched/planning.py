@@ -268,7 +268,7 @@ class WindowPlanner(TaskJoins):
         if rest:
             self.book.extend(window, plan)
         else:
-            self.book.windows[window] = plan
+            self.book.add_window(plan)
         whole = self.book.windows[window]
         self.board.add_window(planned)
         if planned.to_prune or (rest and self.store is not None
@@ -332,7 +332,7 @@ class WindowPlanner(TaskJoins):
 
     def _drop_window(self, window: int) -> None:
         self.book.rest_pending.discard(window)
-        plan = self.book.windows.pop(window)
+        plan = self.book.drop_window(window)
         self.carry.forget({window})
         self.board.drop_window(window, plan.views)
 

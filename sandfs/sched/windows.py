@@ -4,8 +4,9 @@ and further ahead only to carry frames), and who reads which batch when."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
@@ -47,7 +48,11 @@ class WindowBook:
         self.read_window: dict[str, int] = {}
         self.turns: dict[int, int] = {}  # owner -> when a window was last planned for it
         self.owners = {p.name: owner_key(p) for p in plans}  # whose share each task's jobs use
-        self.windows: dict[int, WindowPlan] = {}
+        self._windows: dict[int, WindowPlan] = {}  # active: `add_window`, `drop_window`
+        # the active window each batch is planned in: a reader's deadline, a job's owners and
+        # a batch's plan are asked for at every dispatch, one lookup each, not a walk of windows
+        self._window_of: dict[ViewKey, int] = {}
+        self.windows: Mapping[int, WindowPlan] = MappingProxyType(self._windows)
         self.future: dict[int, WindowPlan] = {}  # windows further ahead: only to carry frames
         # active windows a joining task has no part in yet, by task (Scheduler.add_plan)
         self.parts_pending: dict[str, set[int]] = {}
@@ -116,8 +121,7 @@ class WindowBook:
         """Iterations until a reader gets to this view: from the task's position, or from a
         view open behind it (a second reader of the task)."""
         ahead = [pos - at
-                 for window in self.windows.values()
-                 for task, pos in window.readers.get(key, ())
+                 for task, pos in self._readers(key)
                  if task not in self.unread
                  for at in (self.positions[task], *self.open_positions[task])
                  if pos >= at]
@@ -154,8 +158,8 @@ class WindowBook:
 
     def owners_of(self, keys: Iterable[ViewKey]) -> set[int]:
         """The owners (`share_owner`) of the tasks that read these batches."""
-        return {self.owners[task] for key in keys for window in self.windows.values()
-                for task, _ in window.readers.get(key, ()) if task in self.owners}
+        return {self.owners[task] for key in keys for task, _ in self._readers(key)
+                if task in self.owners}
 
     def planned_plans(self, window: int | None = None) -> list[TaskPlan]:
         """The tasks new windows (`window`) are planned for: not those no reader came to yet,
@@ -183,16 +187,29 @@ class WindowBook:
 
     def view(self, key: ViewKey) -> tuple[int, ViewOf] | None:
         """The active window a batch is planned in, and what it is."""
-        for index, window in self.windows.items():
-            if key in window.views:
-                return index, window.views[key]
-        return None
+        index = self._window_of.get(key)
+        view = None if index is None else self._windows[index].views.get(key)
+        return None if view is None else (index, view)
 
     def readers_of(self, key: ViewKey) -> set[str]:
-        for window in self.windows.values():
-            if key in window.readers:
-                return {task for task, _ in window.readers[key]}
-        return set()
+        return {task for task, _ in self._readers(key)}
+
+    def _readers(self, key: ViewKey) -> tuple[tuple[str, int], ...]:
+        """(task, position) of each reader of the batch in its active window."""
+        index = self._window_of.get(key)
+        return () if index is None else self._windows[index].readers.get(key, ())
+
+    def add_window(self, plan: WindowPlan) -> None:
+        """A window planned whole, or its lead part (`extend` adds the rest)."""
+        self._windows[plan.window] = plan
+        self._window_of.update(dict.fromkeys(plan.readers, plan.window))
+
+    def drop_window(self, window: int) -> WindowPlan:
+        plan = self._windows.pop(window)
+        for key in plan.readers:
+            if self._window_of.get(key) == window:
+                del self._window_of[key]
+        return plan
 
     def later(self, window: int, ahead: int) -> list[tuple[int, WindowPlan]]:
         """Active and future windows after `window`, up to `ahead` of it, in order."""
@@ -227,6 +244,7 @@ class WindowBook:
                 continue
             new_views[key] = base.views[key] = part.views[key]
             base.readers[key] = readers
+            self._window_of[key] = window
             if key in part.view_plans:
                 base.view_plans[key] = part.view_plans[key]
         uses = {}
@@ -244,6 +262,7 @@ class WindowBook:
         for key, view in rest.views.items():
             if key not in base.views:
                 base.views[key], base.readers[key] = view, rest.readers[key]
+                self._window_of[key] = window
                 if key in rest.view_plans:
                     base.view_plans[key] = rest.view_plans[key]
         base.videos.update(rest.videos)
@@ -281,6 +300,7 @@ class WindowBook:
                     window.readers[key] = readers
                     continue
                 del window.readers[key]
+                self._window_of.pop(key, None)
                 released[key] = window.views.pop(key)
                 window.view_plans.pop(key, None)
             for work in window.videos.values():

@@ -177,7 +177,7 @@ def test_another_users_task_makes_nothing_ahead_until_it_is_read(tmp_path):
     """H4: a task another user registered and never read is planned into no window and its
     views are needed by no one (made on demand only); root's are made ahead."""
     root, user, book = two_owners(tmp_path)
-    book.windows[0] = plan_window([root, user], 0)
+    book.add_window(plan_window([root, user], 0))
     assert book.deadline_of(view_key(root, 0, 1)) == 1
     assert book.deadline_of(view_key(user, 0, 1)) == NOT_NEEDED
     assert book.wanted() == {0, 1} and book.planned_plans() == [root]
@@ -194,7 +194,7 @@ def test_a_task_read_once_makes_nothing_ahead_once_idle(tmp_path):
     planned into new windows as before. Root's task never goes idle."""
     root, user, book = two_owners(tmp_path)
     book.opened("user", 0, 0, moves=True, now=100.0)
-    book.windows[0] = plan_window([root, user], 0)
+    book.add_window(plan_window([root, user], 0))
     assert book.idle(since=100.0) == [] and book.deadline_of(view_key(user, 0, 1)) == 1
     assert book.idle(since=160.5) == ["user"]  # root's was never opened: not idle either
     released = book.rest_task("user")
@@ -293,7 +293,7 @@ def test_workers_are_shared_fairly_between_owners():
 def test_the_window_book_knows_whose_batches_a_job_makes(tmp_path):
     root, user, book = two_owners(tmp_path)
     book.opened("user", 0, 0, moves=True)
-    book.windows[0] = plan_window([root, user], 0)
+    book.add_window(plan_window([root, user], 0))
     assert book.owners_of([view_key(root, 0, 0)]) == {-1}
     assert book.owners_of([view_key(root, 0, 0), view_key(user, 0, 1)]) == {-1, NOBODY}
 
