@@ -16,6 +16,9 @@ coordinate=False.
   `iid` draws every clip start uniformly on its own (fresh randomness per clip).
 - planning_time: wall and CPU seconds to build the plans of every window (plan_tasks and
   plan_window), medians over --repeats, per 1000 videos.
+- stop: seconds a planning thread takes to stop once told to (`plan.window.STOP_PLANNING`, as
+  the daemon's shutdown tells it), asked --stop-after-s into window 0 (medians over --repeats),
+  beside the seconds the whole window takes to plan.
 - loss (Figure 20): a 4-class synthetic dataset of moving bars (class = bar orientation and a
   jittered hue) is written with PyAV; the tiny variants of the two tasks
   (configs/planning/*-tiny.yaml) build their batches with
@@ -33,11 +36,13 @@ readable summary on stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import math
 import os
 import shutil
 import sys
+import threading
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -54,7 +59,7 @@ from sandfs.media.types import DatasetScan, VideoInfo
 from sandfs.plan.mount import plan_tasks
 from sandfs.plan.report import plan_report
 from sandfs.plan.task import TaskPlan
-from sandfs.plan.window import plan_window
+from sandfs.plan.window import STOP_PLANNING, PlanningStopped, plan_window
 from tests.helpers import reference
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -92,7 +97,9 @@ def parse_args() -> argparse.Namespace:
                         help="the MAE-like task's random crop side (default 224, as SlowFast's)")
     parser.add_argument("--repeats", type=int, help="planning time repeats (default 3)")
     parser.add_argument("--train-epochs", type=int, help="loss experiment epochs (default 15)")
-    parser.add_argument("--parts", nargs="+", choices=("figures", "timing", "loss"),
+    parser.add_argument("--stop-after-s", type=float, default=1.0,
+                        help="when planning is told to stop in the stop figure (default 1)")
+    parser.add_argument("--parts", nargs="+", choices=("figures", "timing", "stop", "loss"),
                         default=["figures", "timing", "loss"])
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/sandfs-bench/planning"),
                         help="where reuse.png, loss.png and the bars dataset go")
@@ -273,6 +280,41 @@ def timing_record(args) -> dict:
             "cpu_s_per_1000_videos": round(cpu["median"] * per_1000, 3)}
 
 
+def stopped_after(plans: list[TaskPlan], after_s: float) -> tuple[float, float]:
+    """Plan window 0 in a thread, told to stop `after_s` in: (seconds it ran, seconds from the
+    stop to its end); it ran whole (0 from the stop) when it ended first."""
+    stop, done = threading.Event(), threading.Event()
+
+    def planning() -> None:
+        STOP_PLANNING.set(stop.is_set)  # this thread's own context
+        with contextlib.suppress(PlanningStopped):
+            plan_window(plans, 0)
+        done.set()
+
+    started = time.perf_counter()
+    thread = threading.Thread(target=planning, name="planning")
+    thread.start()
+    ended_first = done.wait(after_s)
+    asked = time.perf_counter()
+    stop.set()
+    thread.join()
+    ended = time.perf_counter()
+    return ended - started, 0.0 if ended_first else ended - asked
+
+
+def stop_record(args) -> dict:
+    scan = fake_scan(kinetics_like_videos(args.videos, args.gops[0]))
+    plans = plan_pair(task_configs("", FAKE_ROOT, args.epochs), scan, args.k_epochs,
+                      coordinate=True)
+    whole = time.perf_counter()
+    plan_window(plans, 0)
+    whole = time.perf_counter() - whole
+    runs = [stopped_after(plans, args.stop_after_s) for _ in range(args.repeats)]
+    return {"record": "planning_stop", "videos": args.videos, "window_s": round(whole, 2),
+            "stop_after_s": args.stop_after_s, "ran_s": summary([r for r, _ in runs]),
+            "stop_s": summary([s for _, s in runs])}
+
+
 # -- Figure 20: loss with and without planning ------------------------------------------------
 
 
@@ -430,6 +472,8 @@ def summary_record(records: list[dict]) -> dict:
             headline["reuse_4plus"] = {m: f["share_4plus"] for m, f in record["modes"].items()}
         elif record["record"] == "planning_time":
             headline["planning_wall_s_per_1000_videos"] = record["wall_s_per_1000_videos"]
+        elif record["record"] == "planning_stop":
+            headline["planning_stop_s"] = record["stop_s"]["median"]
         elif record["record"] == "loss":
             headline[f"loss_gap_{record['task']}"] = {
                 "planned_vs_independent": record["gap_planned_vs_independent"],
@@ -465,6 +509,8 @@ def main() -> int:
         records += figure_records(args)
     if "timing" in args.parts:
         records.append(timing_record(args))
+    if "stop" in args.parts:
+        records.append(stop_record(args))
     if "loss" in args.parts:
         records += loss_records(args)
     for record in records:

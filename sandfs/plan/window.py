@@ -7,7 +7,8 @@ of tasks with the same data key are the same objects and appear once.
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from sandfs.config.condition import ConditionError
@@ -16,6 +17,25 @@ from sandfs.media.types import VideoInfo
 from sandfs.plan.probed import NoUsableVideo
 from sandfs.plan.task import StreamClip, TaskPlan, ViewPlan
 from sandfs.runtime import collector_paused
+
+# views planned between two looks at `STOP_PLANNING` (a few milliseconds of planning)
+VIEWS_PER_STOP_CHECK = 256
+
+
+class PlanningStopped(Exception):
+    """Planning was told to stop (`STOP_PLANNING`): its caller is cancelled."""
+
+
+# Whether a planning thread should stop: set by its caller (trio copies it into the thread),
+# so that shutdown need not wait for a window of 250,000 videos to be planned (tens of seconds)
+STOP_PLANNING: ContextVar[Callable[[], bool]] = ContextVar("STOP_PLANNING",
+                                                           default=lambda: False)
+
+
+def stop_if_asked() -> None:
+    """Raise PlanningStopped when this thread's caller asks planning to stop."""
+    if STOP_PLANNING.get()():
+        raise PlanningStopped
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +150,9 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     drawn = _prepare(views, known)
     failed: dict[ViewKey, FailedView] = {}
     view_plans: dict[ViewKey, ViewPlan] = {}
-    for key, (plan, epoch, iteration) in views.items():
+    for count, (key, (plan, epoch, iteration)) in enumerate(views.items()):
+        if count % VIEWS_PER_STOP_CHECK == 0:
+            stop_if_asked()
         if key in known:
             continue
         try:
@@ -168,5 +190,6 @@ def _prepare(views: dict[ViewKey, tuple[TaskPlan, int, int]],
         if key not in known:
             by_epoch.setdefault((plan, epoch), []).append(iteration)
     for (plan, epoch), iterations in by_epoch.items():
+        stop_if_asked()
         plan.draws.prepare_batches(epoch, iterations)
     return list(by_epoch)

@@ -23,7 +23,14 @@ import trio
 from sandfs.cache import ObjectStore
 from sandfs.plan.failures import ViewFailures
 from sandfs.plan.task import TaskPlan
-from sandfs.plan.window import ViewKey, WindowPlan, plan_window, view_key
+from sandfs.plan.window import (
+    STOP_PLANNING,
+    PlanningStopped,
+    ViewKey,
+    WindowPlan,
+    plan_window,
+    view_key,
+)
 from sandfs.runtime import settle_collector
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
@@ -136,14 +143,20 @@ class WindowPlanner(TaskJoins):
         pruning only refines what the jobs keep on disk."""
         self._planning += 1
         self._quiet.clear()
+        stop = threading.Event()  # set once this call is cancelled: the thread stops early
+        asked = STOP_PLANNING.set(stop.is_set)  # the thread runs in a copy of this context
         try:
             failed: Exception | None = None
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(_stop_when_cancelled, stop)
                 if self.while_planning is not None:
                     nursery.start_soon(self.while_planning)
                 try:
                     planned = await trio.to_thread.run_sync(plan, *args,
                                                             limiter=limiter("planning"))
+                except PlanningStopped:
+                    await trio.lowlevel.checkpoint()  # cancelled: raises Cancelled
+                    raise
                 except Exception as error:  # raised below as it is, not in an exception group
                     failed = error
                 nursery.cancel_scope.cancel()
@@ -151,6 +164,7 @@ class WindowPlanner(TaskJoins):
                 raise failed
             return planned
         finally:
+            STOP_PLANNING.reset(asked)
             self._planning -= 1
             if not self._planning:
                 self._quiet.set()
@@ -363,3 +377,12 @@ class WindowPlanner(TaskJoins):
         if key is not None and key not in self.anticipated.values():
             self.board.unanticipate(key)
 
+
+async def _stop_when_cancelled(stop: threading.Event) -> None:
+    """Beside a planning thread: tell it to stop once the caller is cancelled (shutdown). It
+    checks between chunks of its work (`plan.window.stop_if_asked`), so the daemon does not
+    wait for a whole window to be planned; ended with the thread, it sets `stop` too, late."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        stop.set()

@@ -28,7 +28,14 @@ from sandfs.materialize import (
 from sandfs.media.decode import converted
 from sandfs.ops import isolated
 from sandfs.plan.task import TaskPlan
-from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan, plan_window
+from sandfs.plan.window import (
+    ClipUse,
+    VideoWork,
+    ViewKey,
+    WindowPlan,
+    plan_window,
+    stop_if_asked,
+)
 from sandfs.sched.jobs import (
     AssemblyJob,
     Failed,
@@ -52,6 +59,7 @@ from sandfs.stats import Stats
 
 log = logging.getLogger(__name__)
 
+VIDEOS_PER_STOP_CHECK = 1024  # videos whose clips are looked up on disk between two stop checks
 BACKGROUND_NICE = 5  # added to worker threads' nice: they yield to FUSE and trainers on a busy CPU
 
 _thread_state = threading.local()
@@ -91,7 +99,9 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
     on_disk, frames_on_disk = set(), set()
     # an empty store (a cold mount) holds none of them, and each key costs a digest
     if store is not None and store.object_count():
-        for path, work in plan.videos.items():
+        for count, (path, work) in enumerate(plan.videos.items()):
+            if count % VIDEOS_PER_STOP_CHECK == 0:
+                stop_if_asked()  # a digest a clip: 250,000 videos take seconds
             on_disk |= {Spot.of(u) for u in work.uses if clip_object_key(u, work.info) in store}
             if (all(p.object_key(work.info) in store for p in window_packs(work))
                     or all(frame_object_key(work.info, k) in store for k in work.frame_keys)):
