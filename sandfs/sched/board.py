@@ -242,32 +242,31 @@ class BatchBoard:
             self.pending[job] = [u for u in uses if not gone(u.view)]
 
     def add_window(self, planned: PlannedWindow) -> None:
-        """A window's batches (those not planned or ready already) and their pending clips."""
+        """A window's batches (those not planned or ready already) and their pending clips, as
+        its planning thread grouped them: nothing here walks the window's clips (1.25M at
+        250,000 videos), but where one of its batches is ready already."""
         plan, window = planned.plan, planned.plan.window
-        added = []
         for key, (task_plan, epoch, iteration) in plan.views.items():
-            if not self.is_planned(key):
+            state = self.views.get(key)
+            if state is None and key not in self.ready:
                 self.plan(key, ViewState.planned(task_plan, epoch, iteration,
-                                                 plan.view_plans.get(key)))
-        for path, video in plan.videos.items():
+                                                 plan.view_plans.get(key)),
+                          planned.on_disk.get(key, ()))
+            elif state is not None and key in planned.on_disk:
+                state.on_disk |= planned.on_disk[key]
+                self._note_slots(key, state)
+        ready = {key for key in plan.views if key not in self.views}  # made already, or failed
+        self.urgency.add_entries(planned.urgency, self.pending)
+        for path in plan.videos:
             job = VideoJobKey(window, path)
             disk = self.disk_plans[job] = planned.disk_plans.get(path, DiskPlan())
             if path in planned.frames_on_disk:
                 disk.frames = True
-            pending = []
-            for use in video.uses:
-                state = self.views.get(use.view)
-                if state is None:
-                    continue  # ready already
-                if Spot.of(use) in planned.on_disk:
-                    state.on_disk.add(use.slot)
-                    self._note_slots(use.view, state)
-                else:
-                    pending.append(use)
+            pending = planned.pending.get(path, ())
+            if ready:
+                pending = [use for use in pending if use.view not in ready]
             if pending:
                 self.pending.setdefault(job, []).extend(pending)
-                added += [(job, use) for use in pending]
-        self.urgency.add_many(added, self.pending)
 
     def refine_disk_plans(self, window: int, kept: Mapping[str, DiskPlan]) -> None:
         """Pruning's plans for the window's jobs from now on (those started keep theirs);
@@ -304,7 +303,8 @@ class BatchBoard:
     def drop_window(self, window: int, views: Iterable[ViewKey]) -> None:
         for key in [k for k in self.pending if k.window == window]:
             del self.pending[key]
-        self.urgency.rebuild()
+        views = list(views)
+        self.urgency.forget_window(window, views)
         for key in [k for k in self.disk_plans if k.window == window]:
             del self.disk_plans[key]
         for key in views:

@@ -140,11 +140,23 @@ class JobResult:
 
 
 @dataclass(frozen=True, slots=True)
+class UrgencyEntries:
+    """A window's pending jobs in each task's read order (`urgency.urgency_entries`), made in
+    its planning thread: the event loop merges them, not a clip at a time."""
+
+    by_task: Mapping[str, list[tuple[int, VideoJobKey]]]  # (soonest position, job), sorted
+    jobs_of_view: Mapping[ViewKey, frozenset[VideoJobKey]]  # the jobs with clips for a batch
+
+
+@dataclass(frozen=True, slots=True)
 class PlannedWindow:
-    """What a planning thread hands back: a window (or its part) and what is on disk for it."""
+    """What a planning thread hands back: a window (or its part), what is on disk for it, and
+    its clips to make, as the board takes them (`BatchBoard.add_window`)."""
 
     plan: WindowPlan
-    on_disk: frozenset[Spot]  # clips on disk already
+    on_disk: Mapping[ViewKey, frozenset[int]]  # slots of each batch on disk already
     frames_on_disk: frozenset[str]  # videos whose frames are all on disk already
     disk_plans: Mapping[str, DiskPlan]  # what to keep on disk, by video
     to_prune: bool = False  # disk_plans keep the soonest clips until pruning decides
+    pending: Mapping[str, list[ClipUse]] = field(default_factory=dict)  # not on disk, by video
+    urgency: UrgencyEntries = UrgencyEntries({}, {})  # the jobs of `pending`

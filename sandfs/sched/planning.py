@@ -298,7 +298,7 @@ class WindowPlanner(TaskJoins):
         self._note_window_added()
         log.debug("window %d planned%s: %d videos, %d views, %d clips on disk", window,
                   " (its rest)" if rest else "", len(plan.videos), len(plan.views),
-                  len(planned.on_disk))
+                  sum(map(len, planned.on_disk.values())))
 
     async def _prune(self, plan: WindowPlan, unless_fits: bool = False) -> None:
         """Algorithm 1 for a window whose clips do not all fit on disk (`unless_fits`: first

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
 
 from sandfs.plan.window import ClipUse, ViewKey
-from sandfs.sched.jobs import VideoJobKey
+from sandfs.sched.jobs import UrgencyEntries, VideoJobKey
 
 URGENT_JOBS_PER_TASK = 32  # ranked per dispatch, and those tied with the last of them
 _position = itemgetter(0)  # of an entry: (position in the task's read order, job)
@@ -64,6 +64,29 @@ class UrgencyOrder:
             entries.sort(key=_position)
             self._order[task], self._cursor[task] = entries, 0
 
+    def add_entries(self, added: UrgencyEntries,
+                    pending: Mapping[VideoJobKey, Sequence[ClipUse]]) -> None:
+        """A window's jobs (`urgency_entries`, made in its planning thread), merged as
+        `add_many` merges clips; `pending`: as it was before them."""
+        self._built(pending)
+        for view, jobs in added.jobs_of_view.items():
+            self._jobs_of_view.setdefault(view, set()).update(jobs)
+        for task, entries in added.by_task.items():
+            old = self._order.get(task, [])[self._cursor.get(task, 0):]
+            merged = entries + [entry for entry in old if pending.get(entry[1])]
+            merged.sort(key=_position)  # two sorted runs: merged in C
+            self._order[task], self._cursor[task] = merged, 0
+
+    def forget_window(self, window: int, views: Iterable[ViewKey]) -> None:
+        """A window dropped: its jobs leave the order (entries before a cursor are passed)."""
+        if self._order is None:
+            return
+        for task, entries in self._order.items():
+            self._order[task] = [e for e in entries[self._cursor[task]:] if e[1].window != window]
+            self._cursor[task] = 0
+        for view in views:
+            self._jobs_of_view.pop(view, None)
+
     def urgent(self, pending: Mapping[VideoJobKey, Sequence[ClipUse]],
                busy: set) -> set[VideoJobKey]:
         """The pending jobs (not `busy`) each task needs soonest."""
@@ -107,3 +130,22 @@ class UrgencyOrder:
             self._order, self._jobs_of_view = dict(order), dict(jobs_of_view)
             self._cursor = dict.fromkeys(order, 0)
         return self._order
+
+
+def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> UrgencyEntries:
+    """The window's jobs (its videos' clips `pending`, by path) in each task's read order: one
+    entry a job and task, at the soonest position a reader of the task reads one of its clips
+    (`urgent` takes a job at its first entry). In a planning thread: a clip at a time."""
+    soonest: dict[str, dict[VideoJobKey, int]] = defaultdict(dict)
+    jobs_of_view: dict[ViewKey, set[VideoJobKey]] = defaultdict(set)
+    for path, uses in pending.items():
+        job = VideoJobKey(window, path)
+        for use in uses:
+            jobs_of_view[use.view].add(job)
+            for task, position in use.readers:
+                at = soonest[task]
+                if position < at.get(job, position + 1):
+                    at[job] = position
+    by_task = {task: sorted(((p, j) for j, p in jobs.items()), key=_position)
+               for task, jobs in soonest.items()}
+    return UrgencyEntries(by_task, {v: frozenset(j) for v, j in jobs_of_view.items()})

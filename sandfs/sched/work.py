@@ -55,6 +55,7 @@ from sandfs.sched.objects import (
     needs_pruning,
     soonest_clips,
 )
+from sandfs.sched.urgency import urgency_entries
 from sandfs.stats import Stats
 
 log = logging.getLogger(__name__)
@@ -94,15 +95,23 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
                        prune_mode: str, *, lead: Container[str] | None = None,
                        skip: Container[str] = frozenset()) -> PlannedWindow:
     """The window's plan (or its lead part or rest: `plan_window`), what is on disk already,
-    and what to keep there. Parts are not pruned: their window is, once whole."""
+    what to keep there, and its clips to make as the board takes them. Parts are not pruned:
+    their window is, once whole."""
     plan = plan_window(plans, window, lead=lead, skip=skip)
-    on_disk, frames_on_disk = set(), set()
+    on_disk: dict[ViewKey, set[int]] = {}
+    frames_on_disk = set()
+    pending = {path: list(work.uses) for path, work in plan.videos.items()}
     # an empty store (a cold mount) holds none of them, and each key costs a digest
     if store is not None and store.object_count():
         for count, (path, work) in enumerate(plan.videos.items()):
             if count % VIDEOS_PER_STOP_CHECK == 0:
                 stop_if_asked()  # a digest a clip: 250,000 videos take seconds
-            on_disk |= {Spot.of(u) for u in work.uses if clip_object_key(u, work.info) in store}
+            pending[path] = []
+            for use in work.uses:
+                if clip_object_key(use, work.info) in store:
+                    on_disk.setdefault(use.view, set()).add(use.slot)
+                else:
+                    pending[path].append(use)
             if (all(p.object_key(work.info) in store for p in window_packs(work))
                     or all(frame_object_key(work.info, k) in store for k in work.frame_keys)):
                 frames_on_disk.add(path)
@@ -111,7 +120,9 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
         to_prune = lead is None and not skip and needs_pruning(plan, store.budget_bytes,
                                                                prune_mode)
         kept = soonest_clips(plan, store.budget_bytes)  # all pruning keeps when clips fit
-    return PlannedWindow(plan, frozenset(on_disk), frozenset(frames_on_disk), kept, to_prune)
+    return PlannedWindow(plan, {k: frozenset(s) for k, s in on_disk.items()},
+                         frozenset(frames_on_disk), kept, to_prune, pending,
+                         urgency_entries(window, pending))
 
 
 def plan_task_part(plan: TaskPlan, window: int, store: ObjectStore | None,
