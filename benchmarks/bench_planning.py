@@ -16,6 +16,10 @@ coordinate=False.
   `iid` draws every clip start uniformly on its own (fresh randomness per clip).
 - planning_time: wall and CPU seconds to build the plans of every window (plan_tasks and
   plan_window), medians over --repeats, per 1000 videos.
+- board: CPU seconds the event loop spends taking window 0 and 1 into the batch board
+  (`BatchBoard.add_window`), ranking the jobs once (`UrgencyOrder.urgent`) and dropping window
+  0, beside the planning thread's seconds for them (`work.plan_active_window`), medians over
+  --repeats.
 - stop: seconds a planning thread takes to stop once told to (`plan.window.STOP_PLANNING`, as
   the daemon's shutdown tells it), asked --stop-after-s into window 0 (medians over --repeats),
   beside the seconds the whole window takes to plan.
@@ -60,6 +64,8 @@ from sandfs.plan.mount import plan_tasks
 from sandfs.plan.report import plan_report
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import STOP_PLANNING, PlanningStopped, plan_window
+from sandfs.sched import work
+from sandfs.sched.board import BatchBoard
 from tests.helpers import reference
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +105,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--train-epochs", type=int, help="loss experiment epochs (default 15)")
     parser.add_argument("--stop-after-s", type=float, default=1.0,
                         help="when planning is told to stop in the stop figure (default 1)")
-    parser.add_argument("--parts", nargs="+", choices=("figures", "timing", "stop", "loss"),
+    parser.add_argument("--parts", nargs="+", choices=("figures", "timing", "board", "stop",
+                                                            "loss"),
                         default=["figures", "timing", "loss"])
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/sandfs-bench/planning"),
                         help="where reuse.png, loss.png and the bars dataset go")
@@ -278,6 +285,32 @@ def timing_record(args) -> dict:
             "cpu_us_per_clip": round(cpu["median"] / clips * 1e6, 1),
             "wall_s_per_1000_videos": round(wall["median"] * per_1000, 3),
             "cpu_s_per_1000_videos": round(cpu["median"] * per_1000, 3)}
+
+
+def board_seconds(plans: list[TaskPlan]) -> dict[str, float]:
+    """CPU seconds of planning windows 0 and 1 (threads) and of the board taking them, ranking
+    once and dropping window 0 (the event loop)."""
+    cpu = time.process_time()
+    planned = [work.plan_active_window(plans, w, None, "leaves") for w in (0, 1)]
+    timed = {"planning_threads_s": time.process_time() - cpu}
+    board = BatchBoard()
+    for name, step in (("add_windows_s", lambda: [board.add_window(p) for p in planned]),
+                       ("rank_s", lambda: board.urgency.urgent(board.pending, set())),
+                       ("drop_window_s", lambda: board.drop_window(0, planned[0].plan.views))):
+        cpu = time.process_time()
+        step()
+        timed[name] = time.process_time() - cpu
+    return timed
+
+
+def board_record(args) -> dict:
+    scan = fake_scan(kinetics_like_videos(args.videos, args.gops[0]))
+    plans = plan_pair(task_configs("", FAKE_ROOT, args.epochs), scan, args.k_epochs,
+                      coordinate=True)
+    runs = [board_seconds(plans) for _ in range(args.repeats)]
+    clips = sum(len(v.uses) for w in (0, 1) for v in plan_window(plans, w).videos.values())
+    return {"record": "board", "videos": args.videos, "clips": clips,
+            **{name: summary([r[name] for r in runs]) for name in runs[0]}}
 
 
 def stopped_after(plans: list[TaskPlan], after_s: float) -> tuple[float, float]:
@@ -472,6 +505,8 @@ def summary_record(records: list[dict]) -> dict:
             headline["reuse_4plus"] = {m: f["share_4plus"] for m, f in record["modes"].items()}
         elif record["record"] == "planning_time":
             headline["planning_wall_s_per_1000_videos"] = record["wall_s_per_1000_videos"]
+        elif record["record"] == "board":
+            headline["board_add_windows_s"] = record["add_windows_s"]["median"]
         elif record["record"] == "planning_stop":
             headline["planning_stop_s"] = record["stop_s"]["median"]
         elif record["record"] == "loss":
@@ -509,6 +544,8 @@ def main() -> int:
         records += figure_records(args)
     if "timing" in args.parts:
         records.append(timing_record(args))
+    if "board" in args.parts:
+        records.append(board_record(args))
     if "stop" in args.parts:
         records.append(stop_record(args))
     if "loss" in args.parts:
