@@ -36,6 +36,7 @@ from sandfs.plan.window import (
     plan_window,
     stop_if_asked,
 )
+from sandfs.runtime import collector_paused
 from sandfs.sched.jobs import (
     AssemblyJob,
     Failed,
@@ -120,9 +121,10 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
         to_prune = lead is None and not skip and needs_pruning(plan, store.budget_bytes,
                                                                prune_mode)
         kept = soonest_clips(plan, store.budget_bytes)  # all pruning keeps when clips fit
+    with collector_paused():  # what it makes lives as long as the window
+        entries = urgency_entries(window, pending)
     return PlannedWindow(plan, {k: frozenset(s) for k, s in on_disk.items()},
-                         frozenset(frames_on_disk), kept, to_prune, pending,
-                         urgency_entries(window, pending))
+                         frozenset(frames_on_disk), kept, to_prune, pending, entries)
 
 
 def plan_task_part(plan: TaskPlan, window: int, store: ObjectStore | None,
