@@ -123,6 +123,7 @@ class TaskPlan:
         self.label_match: Labels | None = None  # a labels CSV: what matched (`_labels`)
         self.labels, self.class_names = self._labels(all_rel_paths)
         self.source = self.sampling.decode_resize
+        self.source_shape = source_shape(cfg)  # the frames the steps start from, if fixed
         out_shape, self.out_frames = static_output(self.paths[0], self.sampling.frames_per_video,
                                                    source_shape(cfg))
         assert out_shape.height and out_shape.width, "config validation guarantees a fixed size"
@@ -282,11 +283,12 @@ class TaskPlan:
     # -- clips ------------------------------------------------------------------------------
 
     def clip_frames(self, epoch: int, video_index: int, sample: int,
-                    draws: EpochDraws | None = None) -> tuple[int, ...]:
+                    draws: EpochDraws | None = None,
+                    info: VideoInfo | None = None) -> tuple[int, ...]:
         """The decoded frames of one clip before temporal ops: `frames_per_video` indices
         `frame_stride` apart from a random start on the window's frame grid (`draws`: the
-        epoch's, with this video's made)."""
-        info = self.videos[video_index]
+        epoch's, with this video's made; `info`: the video's, if at hand)."""
+        info = info or self.videos[video_index]
         count, stride = self.sampling.frames_per_video, self.sampling.frame_stride
         if info.num_frames < self.span_frames:
             if self.sampling.short_video == "wrap":
@@ -305,11 +307,12 @@ class TaskPlan:
         return int(draws.starts[index, sample])
 
     def resolve_clip(self, epoch: int, iteration: int, video_index: int, sample: int,
-                     draws: EpochDraws | None = None):
-        """One StreamClip per stream for this (video, sample) in this epoch and iteration."""
-        info = self.videos[video_index]
+                     draws: EpochDraws | None = None, info: VideoInfo | None = None):
+        """One StreamClip per stream for this (video, sample) in this epoch and iteration
+        (`info`: the video's, if at hand: a probe looked up once a clip, not four times)."""
+        info = info or self.videos[video_index]
         draws = draws or self.draws.prepare(epoch, [video_index])
-        base = self.clip_frames(epoch, video_index, sample, draws)
+        base = self.clip_frames(epoch, video_index, sample, draws, info)
         clip_key = (self.data_key, epoch, info.name, sample)
         row = (draws, video_index, sample)
         return tuple(
@@ -320,7 +323,7 @@ class TaskPlan:
     def _resolve_stream(self, path, stream, clip_key, base, info, epoch, iteration,
                         row: tuple[EpochDraws, int, int]) -> StreamClip:
         draws, video_index, sample = row
-        static = source_shape(self.cfg)  # what the config alone says (crop contexts)
+        static = self.source_shape  # what the config alone says (crop contexts)
         shape = static if static.height else FrameShape(info.height, info.width, "uint8")
         fast = self.static_paths[stream]
         if fast is not None:
@@ -443,9 +446,10 @@ class TaskPlan:
     def _view_plan(self, epoch: int, iteration: int) -> ViewPlan:
         videos = self.batch_videos(epoch, iteration)
         draws = self.draws.prepare(epoch, videos)
+        infos = [self.videos[v] for v in videos]
         per_clip = [
-            self.resolve_clip(epoch, iteration, v, s, draws)
-            for v in videos
+            self.resolve_clip(epoch, iteration, v, s, draws, info)
+            for v, info in zip(videos, infos, strict=True)
             for s in range(self.sampling.samples_per_video)
         ]
         clips = tuple(streams[k] for k in range(len(self.paths)) for streams in per_clip)
