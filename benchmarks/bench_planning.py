@@ -19,7 +19,8 @@ coordinate=False.
 - board: CPU seconds the event loop spends taking window 0 and 1 into the batch board
   (`BatchBoard.add_window`), ranking the jobs once (`UrgencyOrder.urgent`) and dropping window
   0, beside the planning thread's seconds for them (`work.plan_active_window`), medians over
-  --repeats.
+  --repeats; and the bytes a clip the board holds for the two windows once ranked
+  (tracemalloc, the plans not counted).
 - stop: seconds a planning thread takes to stop once told to (`plan.window.STOP_PLANNING`, as
   the daemon's shutdown tells it), asked --stop-after-s into window 0 (medians over --repeats),
   beside the seconds the whole window takes to plan.
@@ -48,6 +49,7 @@ import shutil
 import sys
 import threading
 import time
+import tracemalloc
 from fractions import Fraction
 from pathlib import Path
 
@@ -300,6 +302,14 @@ def board_seconds(plans: list[TaskPlan]) -> dict[str, float]:
         cpu = time.process_time()
         step()
         timed[name] = time.process_time() - cpu
+    tracemalloc.start()  # what the board itself holds for the two windows, once ranked
+    board = BatchBoard()
+    for window in planned:
+        board.add_window(window)
+    board.urgency.urgent(board.pending, set())
+    timed["board_bytes_per_clip"] = tracemalloc.get_traced_memory()[0] / sum(
+        len(v.uses) for p in planned for v in p.plan.videos.values())
+    tracemalloc.stop()
     return timed
 
 
