@@ -19,8 +19,8 @@ coordinate=False.
 - board: CPU seconds the event loop spends taking window 0 and 1 into the batch board
   (`BatchBoard.add_window`), ranking the jobs once (`UrgencyOrder.urgent`) and dropping window
   0, beside the planning thread's seconds for them (`work.plan_active_window`), medians over
-  --repeats; and the bytes a clip the board holds for the two windows once ranked
-  (tracemalloc, the plans not counted).
+  --repeats; and the bytes a clip the two windows' plans and the board hold once ranked
+  (tracemalloc, what a daemon holds for them).
 - stop: seconds a planning thread takes to stop once told to (`plan.window.STOP_PLANNING`, as
   the daemon's shutdown tells it), asked --stop-after-s into window 0 (medians over --repeats),
   beside the seconds the whole window takes to plan.
@@ -304,15 +304,27 @@ def board_seconds(plans: list[TaskPlan]) -> dict[str, float]:
         cpu = time.process_time()
         step()
         timed[name] = time.process_time() - cpu
-    tracemalloc.start()  # what the board itself holds for the two windows, once ranked
-    board = BatchBoard()
+    clips = sum(len(v.uses) for p in planned for v in p.plan.videos.values())
+    timed["plans_and_board_bytes_per_clip"] = held_bytes(plans) / clips
+    return timed
+
+
+def held_bytes(plans: list[TaskPlan]) -> int:
+    """What windows 0 and 1's plans and the board hold once ranked, as a daemon holds them
+    (tracemalloc)."""
+    gc.collect()
+    tracemalloc.start()
+    planned = [work.plan_active_window(plans, w, None, "leaves") for w in (0, 1)]
+    board, held = BatchBoard(), [p.plan for p in planned]
     for window in planned:
         board.add_window(window)
     board.urgency.urgent(board.pending, set())
-    timed["board_bytes_per_clip"] = tracemalloc.get_traced_memory()[0] / sum(
-        len(v.uses) for p in planned for v in p.plan.videos.values())
+    del planned
+    gc.collect()
+    nbytes = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
-    return timed
+    del board, held
+    return nbytes
 
 
 def board_record(args) -> dict:

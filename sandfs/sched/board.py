@@ -262,11 +262,11 @@ class BatchBoard:
             disk = self.disk_plans[job] = planned.disk_plans.get(path, DiskPlan())
             if path in planned.frames_on_disk:
                 disk.frames = True
-            pending = planned.pending.get(path, ())
-            if ready:
+            pending = planned.pending.get(path)
+            if pending and ready:
                 pending = [use for use in pending if use.view not in ready]
-            if pending:
-                self.pending.setdefault(job, []).extend(pending)
+            if pending and self.pending.setdefault(job, pending) is not pending:
+                self.pending[job].extend(pending)  # else taken as it is, not copied
 
     def refine_disk_plans(self, window: int, kept: Mapping[str, DiskPlan]) -> None:
         """Pruning's plans for the window's jobs from now on (those started keep theirs);

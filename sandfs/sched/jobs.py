@@ -144,8 +144,9 @@ class UrgencyEntries:
     """A window's pending jobs in each task's read order (`urgency.urgency_entries`), made in
     its planning thread: the event loop merges them, not a clip at a time."""
 
+    # made for the board, which takes them as they are (`UrgencyOrder.add_entries`)
     by_task: Mapping[str, list[tuple[int, VideoJobKey]]]  # (soonest position, job), sorted
-    jobs_of_view: Mapping[ViewKey, frozenset[VideoJobKey]]  # the jobs with clips for a batch
+    jobs_of_view: Mapping[ViewKey, set[VideoJobKey]]  # the jobs with clips for a batch
 
 
 @dataclass(frozen=True, slots=True)

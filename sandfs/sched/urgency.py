@@ -67,15 +67,20 @@ class UrgencyOrder:
     def add_entries(self, added: UrgencyEntries,
                     pending: Mapping[VideoJobKey, Sequence[ClipUse]]) -> None:
         """A window's jobs (`urgency_entries`, made in its planning thread), merged as
-        `add_many` merges clips; `pending`: as it was before them."""
+        `add_many` merges clips; `pending`: as it was before them. Its lists and sets are
+        taken, not copied: the planning thread made them for the board alone."""
         self._built(pending)
-        for view, jobs in added.jobs_of_view.items():
-            self._jobs_of_view.setdefault(view, set()).update(jobs)
+        for view, jobs in added.jobs_of_view.items():  # taken, not copied, where new
+            found = self._jobs_of_view.setdefault(view, jobs)
+            if found is not jobs:
+                found.update(jobs)
         for task, entries in added.by_task.items():
-            old = self._order.get(task, [])[self._cursor.get(task, 0):]
-            merged = entries + [entry for entry in old if pending.get(entry[1])]
-            merged.sort(key=_position)  # two sorted runs: merged in C
-            self._order[task], self._cursor[task] = merged, 0
+            old = [e for e in self._order.get(task, [])[self._cursor.get(task, 0):]
+                   if pending.get(e[1])]
+            if old:
+                entries = entries + old
+                entries.sort(key=_position)  # two sorted runs: merged in C
+            self._order[task], self._cursor[task] = entries, 0
 
     def forget_window(self, window: int, views: Iterable[ViewKey]) -> None:
         """A window dropped: its jobs leave the order (entries before a cursor are passed)."""
@@ -148,4 +153,4 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
                     at[job] = position
     by_task = {task: sorted(((p, j) for j, p in jobs.items()), key=_position)
                for task, jobs in soonest.items()}
-    return UrgencyEntries(by_task, {v: frozenset(j) for v, j in jobs_of_view.items()})
+    return UrgencyEntries(by_task, dict(jobs_of_view))
