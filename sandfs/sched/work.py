@@ -124,7 +124,7 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
     with collector_paused():  # what it makes lives as long as the window
         entries = urgency_entries(window, pending)
     return PlannedWindow(plan, {k: frozenset(s) for k, s in on_disk.items()},
-                         frozenset(frames_on_disk), kept, to_prune, pending, entries)
+                         frozenset(frames_on_disk), kept, pending, entries, to_prune)
 
 
 def plan_task_part(plan: TaskPlan, window: int, store: ObjectStore | None,
