@@ -550,5 +550,5 @@ class Scheduler:
         if state is None:
             return
         self.stats.add("views_materialized")
-        for _ in range(len(self.board.ready[key].readers_left) or 1):
-            self.tools.materializer.count_independent(state.plan, state.view)
+        self.tools.materializer.count_independent(
+            state.plan, state.view, len(self.board.ready[key].readers_left) or 1)

@@ -127,7 +127,7 @@ class RecordingMaterializer:
     def augmenter(self, clips, readers=None):
         return FakeAugmenter(self, clips)
 
-    def count_independent(self, plan, view):
+    def count_independent(self, plan, view, readers=1):
         pass
 
 
