@@ -121,3 +121,24 @@ def test_a_window_s_clips_merge_into_the_order_without_rebuilding_it():
         job(3), job(107), job(4), job(6), job(7), job(8), job(9)]
     assert order.urgent(pending, busy=set()) == {job(i) for i in range(100, 104)}  # a, b
     assert order.of_views({view(14)}, pending) == {job(4), job(107)}
+
+
+def test_a_job_s_work_is_counted_again_when_its_pending_clips_change():
+    """The board keeps each ranked job's remaining work between dispatches (counting every
+    frame of every urgent job at each dispatch was a fifth of the ranking's time): a clip
+    added to the job, or taken by a pass, changes it at the next ranking."""
+    board = BatchBoard()
+    board.add_pending(job(0), use(0))
+
+    def work() -> int:
+        (state, _), = board.job_states(set(), lambda key: key.iteration, assemble_within=16)
+        return state.remaining_work
+
+    assert work() == 1 + 1  # one frame, one clip
+    assert work() == 2
+    board.add_pending(job(0), use(7))
+    assert work() == 2 + 2
+    board.take_pending(job(0), [board.pending[job(0)][0]])
+    assert work() == 1 + 1
+    board.drop_window(0, [])
+    assert not board._work
