@@ -25,8 +25,9 @@ and `_finish`; `memory` and `admission` get a read-only view of it. (4) `will_pa
 `resume`, `no_job_took_the_worker`, `hand_over`, `ended`.
 
 `parts.next_part` owns no state either: it picks a window's next part from the book's plans.
-`memory.MemoryLedger` and `admission.Admission` own no state: they derive what a job may take
-from the board, the carry book and the running jobs. `work` runs in worker threads on frozen
+`memory.MemoryLedger`, `admission.Admission` and `choosing.JobChooser` own no state: they
+derive what a job may take, and which job runs next, from the board, the carry book and the
+running jobs. `work` runs in worker threads on frozen
 records (`jobs`) and touches none of it; with `engine: execution: processes` a video job's
 `work` runs in a worker process (`sandfs.execution`), whose daemon thread only relays.
 `tests/unit/test_sched_ownership.py` checks the table's writers and that the modules import

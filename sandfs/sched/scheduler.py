@@ -4,17 +4,16 @@ It composes the window book (tasks, positions, windows), the window planner (whi
 and tasks' parts are planned: `planning.py`), the batch board (batches from planned to ready),
 the carry book (frames decoded ahead for later windows), the memory ledger (what a job may take
 against `memory_limit_bytes`), admission (what a job takes when it starts) and the job records
-that worker threads run (`work.py`); `policy.py` picks the next job. Nothing in the trio loop
-blocks.
+that worker threads run (`work.py`); `choosing.py` picks the next job by `policy.py`. Nothing
+in the trio loop blocks.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from functools import cache, partial
+from collections.abc import Callable, Sequence
+from functools import partial
 from types import MappingProxyType
 
 import numpy as np
@@ -34,17 +33,13 @@ from sandfs.sched import joining, planning, work
 from sandfs.sched.admission import Admission
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
+from sandfs.sched.choosing import JobChooser
 from sandfs.sched.idle import check_reach, rest_idle_tasks
 from sandfs.sched.jobs import AssemblyJob, Job, JobResult, VideoJob, VideoJobKey
 from sandfs.sched.memory import MemoryLedger
 from sandfs.sched.objects import PRUNE_MODES, mark_read
 from sandfs.sched.passes import PassBook, Step
-from sandfs.sched.policy import (
-    NOT_NEEDED,
-    POLICIES,
-    JobState,
-    pick_next,
-)
+from sandfs.sched.policy import NOT_NEEDED, POLICIES
 from sandfs.sched.windows import Position, WindowBook
 from sandfs.stats import Stats
 from sandfs.status import SchedulerStatus
@@ -101,6 +96,9 @@ class Scheduler:
         self.admit = Admission(book=self.book, board=self.board, carry=self.carry,
                                memory=self.memory, running=running,
                                keeps_on_disk=store is not None, keeps_read=keeps_read)
+        self.chooser = JobChooser(book=self.book, board=self.board, carry=self.carry,
+                                  memory=self.memory, passes=self.passes, running=running,
+                                  policy=policy)
         self.jobs_done = 0
         self.rebuilt_from_disk = 0
         self._wakeup = trio.Event()
@@ -289,59 +287,34 @@ class Scheduler:
 
     # -- choosing and starting jobs ---------------------------------------------------------
 
-    def _job_states(self):
-        # one ranking asks each batch's deadline once per clip of it (a batch's clips come from
-        # several videos' jobs): looked up once, as nothing changes while it ranks
-        deadline_of = cache(self.book.deadline_of)
-        return self.board.job_states(set(self.running) | self.carry.carried, deadline_of,
-                                     self.memory.horizon(), self._owner_load())
-
-    def _owner_load(self) -> Callable[[Iterable[ViewKey]], int] | None:
-        """With tasks of several owners: how many jobs run for the least loaded owner of some
-        batches (policy.priority shares the workers by it); None with one owner."""
-        if len(set(self.book.owners.values())) < 2:
-            return None
-        owners = cache(lambda key: self.book.owners_of((key,)))  # as deadline_of
-        load: Counter[int] = Counter()
-        for job in self.running.values():
-            views = [u.view for u in job.uses] if isinstance(job, VideoJob) else [job.key]
-            load.update(set().union(*map(owners, views)))
-        return lambda views: min((load[o] for key in views for o in owners(key)), default=0)
-
     def _dispatch(self, *, demanded_only: bool = False) -> None:
         passes = self.passes
         self._gate_pauses()
         while self._in_threads() < self.workers:
-            options = {s.key: (s, k) for s, k in self._job_states() if self._due(s, k)}
-            paused = {s.key: (s, k) for s, k in passes.states(self.running, self.book.deadline_of,
-                                                               self.board.demanded)}
-            best = pick_next((s for s, _ in (options | paused).values()),
-                             memory_pressure=self.memory.under_pressure(), policy=self.policy)
-            if best is None or (not best.demanded and (
-                    demanded_only or best.deadline_iterations >= NOT_NEEDED)):
+            best, paused = self.chooser.best()
+            if best is None or (not best.state.demanded and (
+                    demanded_only or best.state.deadline_iterations >= NOT_NEEDED)):
                 if passes.paused and not demanded_only:  # finish them, freeing their memory
                     self._resume(next(iter(passes.paused)))
                     continue
                 return
-            if best.key in paused:
-                self._resume(paused[best.key][1])
+            if best.paused:
+                self._resume(best.key)
                 continue
-            job_key, job = options[best.key][1], None
+            job = None
             try:
-                job = self._admitted(job_key, demanded=best.demanded)
+                job = self._admitted(best.key, demanded=best.state.demanded)
                 if job is not None:
                     self._start(job)
             except Exception as exc:  # one task's work: its batches fail, not the scheduler
-                views = self._views_of(job_key) | (job.views if job is not None else set())
-                self._work_failed(views, job_key, exc, in_loop=True)
+                views = self._views_of(best.key) | (job.views if job is not None else set())
+                self._work_failed(views, best.key, exc, in_loop=True)
                 continue
             if job is None:
                 if not paused:
                     return
                 passes.no_job_took_the_worker()
-                soonest = min(paused.values(), key=lambda o: o[0].deadline_iterations)
-                self._resume(soonest[1])
-                continue
+                self._resume(min(paused, key=lambda c: c.state.deadline_iterations).key)
 
     def _admitted(self, job_key: VideoJobKey | ViewKey, *, demanded: bool) -> Job | None:
         fault_point("admission", self._tasks_of(job_key))
@@ -407,19 +380,13 @@ class Scheduler:
         before the next began."""
         demanded = self.board.demanded
         return (self.passes.may_pause(job, self._in_threads(), demanded)
-                and any(state.demanded and self._due(state, key)
-                        for state, key in self._job_states()))
+                and any(state.demanded and self.chooser.due(state, key)
+                        for state, key in self.chooser.states()))
 
     def _resume(self, key: VideoJobKey) -> None:
         step = self.passes.resume(key)
         assert self._nursery is not None
         self._nursery.start_soon(self._run, self.running[key], step, name=f"job {key}")
-
-    def _due(self, state: JobState, key: VideoJobKey | ViewKey) -> bool:
-        """Can the job run now? Reading a batch back from disk waits until it is near: picked
-        early (the shortest job under memory pressure) and refused, it held back every other
-        job, and a window's first batches were not ready when the reader got there."""
-        return isinstance(key, VideoJobKey) or self.memory.near(key, demanded=state.demanded)
 
     def _start(self, job: Job) -> None:
         """Claim the job's clips and buffers, and run it in a worker thread."""
