@@ -38,6 +38,7 @@ SAMPLING = b"Sampling process"  # what py-spy prints once it samples
 RAW_LINE = re.compile(r"^thread \((0x[0-9A-Fa-f]+|\d+)\)(?:: ([^;]*))?(?:;.*)? (\d+)$")
 TO_THREAD = " from "  # trio names a worker thread "FUNCTION from TASK"
 LOOP_THREAD = "MainThread"
+FRAME_LINE = re.compile(r":\d+\)$")  # "function (file.py:LINE)": the line
 
 
 def py_spy() -> str | None:
@@ -71,6 +72,22 @@ def parse_raw(text: str) -> Counter[tuple[int | None, str]]:
             native = None if tid.startswith("0x") else int(tid)
             samples[native, thread_role(name)] += int(count)
     return samples
+
+
+def by_function(text: str, role: str = "loop") -> tuple[int, Counter[str]]:
+    """The samples of the threads of `role` in py-spy's raw output, and of them those under each
+    function (inclusive: a sample counts once for each function on its stack), the function
+    named as py-spy names it without its line: where a thread's time goes."""
+    total, under = 0, Counter()
+    for line in text.splitlines():
+        match = RAW_LINE.match(line.strip())
+        if not match or thread_role(match.group(2)) != role:
+            continue
+        count = int(match.group(3))
+        total += count
+        frames = line.strip().rsplit(" ", 1)[0].split(";")[1:]
+        under.update(dict.fromkeys({FRAME_LINE.sub(")", f) for f in frames}, count))
+    return total, under
 
 
 def sched_times(pid: int) -> dict[int, tuple[int, int]]:
@@ -226,3 +243,30 @@ class GilSampler:
             wall[role] += count / self.rate_hz
             on_cpu[role] += count / self.rate_hz * on_cpu_share(self._times, times, tid)
         return GilProfile(self.rate_hz, dict(wall), dict(on_cpu), lagging="behind" in said)
+
+
+def main() -> None:
+    """Where a thread role's GIL time goes, by function, from `--gil-raw` files:
+    `benchmarks/gil.py RAW... --batches N` (ms a batch at py-spy's `--rate`)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
+    parser.add_argument("raw", nargs="+", type=Path, help="py-spy raw files (--gil-raw)")
+    parser.add_argument("--role", default="loop", help="thread role (default: loop)")
+    parser.add_argument("--batches", type=int, help="batches served over all the files")
+    parser.add_argument("--rate", type=int, default=DEFAULT_RATE_HZ, help="py-spy's --rate")
+    parser.add_argument("--top", type=int, default=40)
+    args = parser.parse_args()
+    total, under = 0, Counter()
+    for path in args.raw:
+        samples, functions = by_function(path.read_text(), args.role)
+        total, under = total + samples, under + functions
+    print(f"{total} samples of {args.role!r}")
+    for function, count in under.most_common(args.top):
+        per_batch = (f" {count / args.rate * 1e3 / args.batches:6.2f} ms a batch"
+                     if args.batches else "")
+        print(f"{100 * count / max(total, 1):5.1f}%{per_batch}  {function}")
+
+
+if __name__ == "__main__":
+    main()

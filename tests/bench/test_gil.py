@@ -9,7 +9,15 @@ import time
 
 import pytest
 from common import MixedDatasetSpec, VideoKind, sandfs_mount
-from gil import GilProfile, GilSampler, on_cpu_share, parse_raw, py_spy, thread_role
+from gil import (
+    GilProfile,
+    GilSampler,
+    by_function,
+    on_cpu_share,
+    parse_raw,
+    py_spy,
+    thread_role,
+)
 from test_bench_mount import task_config
 
 from sandfs import reading
@@ -30,6 +38,16 @@ def test_samples_are_summed_by_thread_and_role():
                               (9564, "job VideoJobKey"): 8, (9565, "plan"): 5,
                               (9566, "scan-ahead"): 1, (9567, "unnamed"): 2}
     assert thread_role("pread from <nursery>") == "pread"
+
+
+def test_a_role_s_samples_are_summed_by_function_each_once_a_stack():
+    raw = RAW + ("thread (0x7F0A): MainThread;run (trio/_core/_run.py:2532);"
+                 "read (sandfs/fuse/operations.py:9);read (sandfs/fuse/operations.py:12) 4\n")
+    total, under = by_function(raw)
+    assert total == 34
+    assert under["run (trio/_core/_run.py)"] == 34
+    assert under["read (sandfs/fuse/operations.py)"] == 4  # recursive: counted once
+    assert by_function(raw, "plan")[1]["Thread._bootstrap (threading.py)"] == 5
 
 
 def test_a_thread_preempted_while_holding_the_gil_is_counted_for_its_time_on_a_cpu():
