@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 IMMUTABLE_TIMEOUT = 3600.0  # views never change once planned: let the kernel cache them
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC
 MAX_LOOKUPS_KEPT = 4096  # threads whose last view lookup is remembered
+FIXED_ATTR_DIRS = frozenset({"sand", "tasks"})  # and a task's (`fixed_attributes`)
 TASK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
 
 
@@ -124,7 +125,7 @@ class SandOperations(pyfuse3.Operations):
         attr.st_blocks = (attr.st_size + 511) // 512
         attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = self.mounted_ns
         timeout = IMMUTABLE_TIMEOUT if self.is_immutable(node) else 0.0
-        attr.attr_timeout = timeout
+        attr.attr_timeout = IMMUTABLE_TIMEOUT if self.fixed_attributes(node) else timeout
         # a view's name is looked up on every open: that is how a shared inode knows which
         # task's path was opened (see `node_for`)
         attr.entry_timeout = 0.0 if node.kind == "view" else timeout
@@ -150,6 +151,18 @@ class SandOperations(pyfuse3.Operations):
         self.looked_up[ctx.pid] = node
         if len(self.looked_up) > MAX_LOOKUPS_KEPT:
             del self.looked_up[next(iter(self.looked_up))]
+
+    def fixed_attributes(self, node: Node) -> bool:
+        """Are the node's attributes those it keeps while its inode lives? Those of `.sand`
+        and its `tasks` never change, nor those of a serving task's directory (its owner's,
+        for one registration: a task registered again is another inode): the kernel then
+        checks a path's permissions without asking for them on every path walk. Their names
+        come and go: they are looked up every time (`is_immutable`), which a dead daemon
+        answers ENOTCONN. `/` has no name to look up: its attributes cached, a stat of a dead
+        daemon's mountpoint would answer, and a stale mount would pass for a live one."""
+        if node.kind == "task":
+            return self.startup.ready and self.namespace.exists(node)
+        return node.kind in FIXED_ATTR_DIRS
 
     @staticmethod
     def is_immutable(node: Node) -> bool:

@@ -69,9 +69,20 @@ async def test_inodes_are_stable_and_distinct(fs):
 
 async def test_views_are_cached_by_the_kernel_but_status_is_not(fs):
     assert (await fs.stat("t0/0/0/view")).attr_timeout == IMMUTABLE_TIMEOUT
-    for path in (".sand/status.json", "t0", "t0/videos/archery/archery_000/frame0/aug0"):
+    for path in (".sand/status.json", "t0/videos/archery/archery_000/frame0/aug0"):
         attr = await fs.stat(path)
         assert attr.attr_timeout == attr.entry_timeout == 0, path
+
+
+async def test_directories_whose_names_come_and_go_keep_their_attributes_cached(fs):
+    """A task's directory is looked up on every path walk (tasks end), but its attributes,
+    like those of `.sand` and `.sand/tasks`, stay those of its inode: the kernel's permission
+    check on each walk asked for them again. Not `/`'s: a stat of a dead daemon's mountpoint
+    must fail, or its stale mount passes for a live one."""
+    for path in ("t0", ".sand", ".sand/tasks"):
+        attr = await fs.stat(path)
+        assert (attr.attr_timeout, attr.entry_timeout) == (IMMUTABLE_TIMEOUT, 0), path
+    assert (await fs.stat("")).attr_timeout == 0
 
 
 async def test_listings(fs):
