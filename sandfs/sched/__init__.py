@@ -25,6 +25,7 @@ and `_finish`; `memory` and `admission` get a read-only view of it. (4) `will_pa
 `resume`, `no_job_took_the_worker`, `hand_over`, `ended`.
 
 `parts.next_part` owns no state either: it picks a window's next part from the book's plans.
+`reads.ReaderSide` is the scheduler's own (its base class): what readers tell it and ask.
 `memory.MemoryLedger`, `admission.Admission` and `choosing.JobChooser` own no state: they
 derive what a job may take, and which job runs next, from the board, the carry book and the
 running jobs. `work` runs in worker threads on frozen

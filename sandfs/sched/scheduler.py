@@ -11,7 +11,6 @@ in the trio loop blocks.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from types import MappingProxyType
@@ -28,26 +27,27 @@ from sandfs.faults import fault_point
 from sandfs.materialize import Materializer
 from sandfs.plan.failures import ViewFailures
 from sandfs.plan.task import TaskPlan
-from sandfs.plan.window import ViewKey, view_key
+from sandfs.plan.window import ViewKey
 from sandfs.sched import joining, planning, work
 from sandfs.sched.admission import Admission
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.choosing import JobChooser
-from sandfs.sched.idle import check_reach, rest_idle_tasks
+from sandfs.sched.idle import rest_idle_tasks
 from sandfs.sched.jobs import AssemblyJob, Job, JobResult, VideoJob, VideoJobKey
 from sandfs.sched.memory import MemoryLedger
-from sandfs.sched.objects import PRUNE_MODES, mark_read
+from sandfs.sched.objects import PRUNE_MODES
 from sandfs.sched.passes import PassBook, Step
 from sandfs.sched.policy import NOT_NEEDED, POLICIES
-from sandfs.sched.windows import Position, WindowBook
+from sandfs.sched.reads import ReaderSide
+from sandfs.sched.windows import WindowBook
 from sandfs.stats import Stats
 from sandfs.status import SchedulerStatus
 
 log = logging.getLogger(__name__)
 
 
-class Scheduler:
+class Scheduler(ReaderSide):
     def __init__(self, plans: Sequence[TaskPlan], materializer: Materializer, stats: Stats, *,
                  workers: int, memory_limit_bytes: int, limiter: trio.CapacityLimiter,
                  store: ObjectStore | None = None, decode_ahead: int = 0,
@@ -156,74 +156,6 @@ class Scheduler:
         await event.wait()
         if self._wakeup is event:
             self._wakeup = trio.Event()
-
-    # -- what readers tell us and ask -------------------------------------------------------
-
-    def position(self, task: str) -> Position:
-        return self.book.position(task)
-
-    def opened(self, task: str, epoch: int, iteration: int) -> None:
-        """A reader opened a view: the task stands there, unless it re-reads a ready view
-        behind its position (a probe or a second reader must not drag the windows back)."""
-        check_reach(self.book, task, epoch, self.windows_ahead)
-        key = view_key(self.book.plans[task], epoch, iteration)
-        moves = (self.book.index(task, epoch, iteration) >= self.book.positions[task]
-                 or key not in self.board.ready)
-        self.book.opened(task, epoch, iteration, moves=moves, now=time.monotonic())
-        self.planner.reader_came(task)
-        self.wake()
-
-    def released(self, task: str, epoch: int, iteration: int) -> bool:
-        """A view opened with `opened` was closed. True when every task that reads it has
-        read it (a batch dropped or never planned counts as read; one planned again after
-        leaving memory unread does not)."""
-        self.book.released(task, epoch, iteration)
-        plan = self.book.plans.get(task)
-        if plan is None:  # the task has ended
-            return False
-        key = view_key(plan, epoch, iteration)
-        ready = self.board.ready.get(key)
-        return not ready.readers_left if ready is not None else key not in self.board.views
-
-    def ready_view(self, key: ViewKey, task: str) -> memoryview | None:
-        ready = self.board.take(key, task)
-        if ready is None:
-            return None
-        if not ready.readers_left and self.store is not None:
-            found = self.book.view(key)
-            if found is not None:
-                plan, epoch, iteration = found[1]
-                mark_read(self.store, key, plan, ready.view or plan.view_plan(epoch, iteration))
-        return ready.data
-
-    def view_state(self, key: ViewKey) -> str:
-        """user.sand.state: ready means in memory or complete on disk."""
-        return self.board.state_of(key)
-
-    async def wait_view(self, key: ViewKey, task: str) -> memoryview | None:
-        """Demand-feed: raise the view's jobs to the top and wait. None: no job will make it."""
-        flights = self.board.flights
-        flights.check(key)
-        if not self.board.is_planned(key):
-            await self.planner.window_planned(task, key.epoch, key)
-        if not self.board.is_planned(key):
-            return None
-        self.planner.reader_came(task)
-        if key not in self.board.ready:
-            event = flights.event(key)
-            self.board.wait_started(key)
-            self.wake()
-            try:
-                await event.wait()
-            finally:
-                self.board.wait_ended(key)
-        flights.check(key)
-        return self.ready_view(key, task)
-
-    def ready_ahead(self, task: str, count: int) -> int:
-        plan = self.book.plans[task]
-        return sum(view_key(plan, epoch, iteration) in self.board.ready
-                   for epoch, iteration in self.book.ahead(task, count))
 
     def pending_jobs(self) -> list[VideoJobKey]:
         return self.board.pending_jobs()
