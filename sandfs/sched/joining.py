@@ -27,7 +27,32 @@ class TaskJoins:
         """Plan a new task into the active windows (and the windows to come), the window it
         starts in first. When that took long (`_first_batches_first`) it returns then: the
         other windows get their part once the task's first batch is made, and a reader that
-        gets there sooner waits for it (`window_planned`)."""
+        gets there sooner waits for it (`window_planned`). While a window is planned in parts
+        it returns at once: the task's views are made on demand (the same bytes) until that
+        window is whole, then it joins (`_join_later`): a task joining a mount of 250,000
+        videos waited 689 s for the rest of the window."""
+        if self.book.rest_pending:
+            self.joining_later[plan.name] = plan
+            self.nursery.start_soon(self._join_later, plan)
+            return
+        await self._join(plan)
+
+    async def _join_later(self, plan: TaskPlan) -> None:
+        """`add_plan` once no window is planned in parts; a failure leaves the task's views
+        made on demand, and a task removed meanwhile never joins."""
+        try:
+            await self._join(plan)
+        except Exception:
+            if self.joining_later.get(plan.name) is plan:
+                log.exception("task %s: planning it into the windows failed; its views are "
+                              "made on demand", plan.name)
+        finally:
+            if self.joining_later.get(plan.name) is plan:
+                del self.joining_later[plan.name]
+            self.wake()
+
+    async def _join(self, plan: TaskPlan) -> None:
+        later = self.joining_later.get(plan.name) is plan
         self._joins_waiting += 1  # the windows in parts are planned whole from the next on
         try:
             while True:
@@ -37,8 +62,11 @@ class TaskJoins:
                 async with self.tasks_steady:
                     if self.book.rest_pending:
                         continue
+                    if later and self.joining_later.get(plan.name) is not plan:
+                        return  # removed while it waited
                     self.carry.forget(self.book.future)
                     self.book.add_task(plan)
+                    self.joining_later.pop(plan.name, None)
                     break
         finally:
             self._joins_waiting -= 1
@@ -49,14 +77,14 @@ class TaskJoins:
             return
         lead = self._lead_videos(windows[0], [plan])
         first = await self._add_part(plan, windows[0], lead=lead)
-        later: list[tuple[int, frozenset[str]]] = [(w, frozenset()) for w in windows[1:]]
+        later_parts: list[tuple[int, frozenset[str]]] = [(w, frozenset()) for w in windows[1:]]
         if lead is not None and self._still_joining(plan, windows[0]):
-            later.insert(0, (windows[0], lead))  # the rest of its part of that window
-        if first and later:
-            self.book.parts_pending[plan.name] = {window for window, _ in later}
-            self.nursery.start_soon(self._add_later_parts, plan, later, first)
+            later_parts.insert(0, (windows[0], lead))  # the rest of its part of that window
+        if first and later_parts:
+            self.book.parts_pending[plan.name] = {window for window, _ in later_parts}
+            self.nursery.start_soon(self._add_later_parts, plan, later_parts, first)
         else:
-            for window, skip in later:
+            for window, skip in later_parts:
                 await self._add_part(plan, window, skip=skip)
 
     async def _add_part(self, plan: TaskPlan, window: int, *,
@@ -137,6 +165,8 @@ class TaskJoins:
 
     async def remove_plan(self, name: str) -> None:
         """Forget a task: views no other task reads are released, in memory and on disk."""
+        if self.joining_later.pop(name, None) is not None:  # in no window yet
+            return
         async with self.tasks_steady:
             released = self._forget(name)
         self._note_window_added()  # its readers waiting for a part of a window look again

@@ -76,6 +76,7 @@ class WindowPlanner(TaskJoins):
         self._first_batches: set[ViewKey] = set()  # made before the next window is planned
         self._lead_views: dict[str, frozenset[ViewKey]] = {}  # a joining task's lead part's
         self._joins_waiting = 0  # tasks waiting to join until no window is planned in parts
+        self.joining_later: dict[str, TaskPlan] = {}  # registered, in the book once it joins
         self._pruning = trio.CapacityLimiter(1)  # one window's Algorithm 1 at a time
         self._planning = 0  # windows and parts being planned in threads now
         self._quiet = threading.Event()  # set while none is: pruning goes on

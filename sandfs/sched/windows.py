@@ -80,7 +80,9 @@ class WindowBook:
         self.read_window.setdefault(task, self.plans[task].window_of(epoch))
 
     def read(self, task: str, epoch: int) -> None:
-        """A view of the task's `epoch` was read."""
+        """A view of the task's `epoch` was read (a task that joins later: not yet)."""
+        if task not in self.plans:
+            return
         window = self.plans[task].window_of(epoch)
         self.read_window[task] = max(self.read_window.get(task, window), window)
 

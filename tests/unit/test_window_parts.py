@@ -10,11 +10,18 @@ from collections import Counter
 
 import trio
 import trio.testing
+import yaml
 
 from sandfs.cache import ObjectStore
+from sandfs.config.loader import load_task_config
+from sandfs.media.scan import scan_dataset
+from sandfs.plan.mount import plan_tasks
 from sandfs.plan.window import WindowPlan, view_key
 from sandfs.sched import objects
 from sandfs.sched import planning as planning_module
+from tests.helpers.harness import task_config, write_config
+from tests.helpers.operations import make_service, serving
+from tests.helpers.reference import reference_view
 from tests.unit.test_scheduler import (
     half_the_clips,
     joining_task,
@@ -45,6 +52,14 @@ def rest_held(scheduler) -> tuple[threading.Event, list]:
 
     scheduler.planner.plan_active = planning
     return held, parts
+
+
+async def until(condition) -> None:
+    """Once `condition()` holds (what a planning thread changes too: no event to wait on)."""
+    while True:
+        if condition():
+            return
+        await trio.sleep(0.01)
 
 
 async def test_a_reader_past_the_first_batches_waits_for_its_part_not_the_window(
@@ -101,9 +116,10 @@ async def test_parts_double_and_decode_each_video_once_a_window(tmp_path, monkey
 
 
 async def test_a_task_joining_meanwhile_has_the_rest_planned_at_once(tmp_path, monkeypatch):
-    """A task joins once no window is planned in parts (the rest is planned with the tasks
-    the window's lead part had): a task joining a mount of 10,000 videos waited 26 s for the
-    doubling parts. From the moment it waits, the window's rest is planned in one go."""
+    """A task joins the windows once none is planned in parts (the rest is planned with the
+    tasks the window's lead part had); its registration does not wait for that. From the
+    moment it waits, the window's rest is planned in one go: the doubling parts would keep
+    it out of the windows longer."""
     in_parts(monkeypatch)
     plan, scheduler, _ = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
     in_part, joining = threading.Event(), threading.Event()
@@ -132,6 +148,7 @@ async def test_a_task_joining_meanwhile_has_the_rest_planned_at_once(tmp_path, m
         joining.set()
         with trio.fail_after(10):
             await joined.wait()
+            await until(lambda: "later" in scheduler.book.plans)
         assert kinds[:3] == ["whole/lead", "part", "rest"], kinds
         await settle(scheduler)
         nursery.cancel_scope.cancel()
@@ -178,3 +195,46 @@ async def test_a_window_whole_from_parts_is_pruned_off_the_event_loop(tmp_path, 
             nursery.cancel_scope.cancel()
     assert {kind for kind, _ in calls} == {"fits?", "snapshot"}
     assert all(thread != loop_thread for _, thread in calls), calls
+
+
+async def test_a_task_joining_while_a_window_is_planned_in_parts_is_served_at_once(
+        tmp_path, dataset_dir, monkeypatch):
+    """A task joining a kept mount of 250,000 videos while its window 0 was planned in parts
+    waited 689 s for its first batch (its registration waited for the rest of the window).
+    It is registered at once, its batches made on demand until the window is whole (the
+    bytes of a task planned from the start), then it joins the window."""
+    in_parts(monkeypatch)
+    cfg = load_task_config(write_config(tmp_path / "t0.yaml", task_config(dataset_dir)))
+    key = (cfg.dataset.video_dataset_path, cfg.dataset.extensions)
+    scans = {key: scan_dataset(*key)}
+    service = make_service(plan_tasks([cfg], scans, k_epochs=2), scans=scans,
+                           cache_dir=tmp_path)
+    held, parts = rest_held(service.scheduler)
+    text = yaml.safe_dump(task_config(dataset_dir, task="t1", seed=5))
+    joining = load_task_config(write_config(tmp_path / "t1.yaml", yaml.safe_load(text)))
+
+    async def read(iteration: int) -> bytes:
+        service.opened_view("t1", 0, iteration)
+        got = bytes(await service.read_view("t1", 0, iteration))
+        service.released_view("t1", 0, iteration)
+        return got
+
+    try:
+        async with serving(service):
+            with trio.fail_after(20):
+                await until(lambda: ("rest", 0) in parts)  # planning it, held
+                await service.add_task(joining, text)
+                plan = service.tasks["t1"]
+                first = [await read(iteration) for iteration in range(2)]
+            assert service.scheduler.book.rest_pending == {0} and not held.is_set()
+            assert "t1" not in service.scheduler.book.plans
+            held.set()
+            with trio.fail_after(20):
+                await until(lambda: "t1" in service.scheduler.book.plans)
+                last = await read(plan.iterations_per_epoch - 1)
+            assert service.scheduler.board.is_planned(
+                view_key(plan, 0, plan.iterations_per_epoch - 1)) or last
+    finally:
+        held.set()
+    assert first == [reference_view(plan, 0, iteration) for iteration in range(2)]
+    assert last == reference_view(plan, 0, plan.iterations_per_epoch - 1)
