@@ -29,6 +29,7 @@ from typing import TextIO
 from sandfs.media.probebook import ProbeBook, ProbeQueue
 from sandfs.media.scan_index import (
     UNREADABLE,
+    IndexKey,
     parse_entry,
     read_index,
     save_index,
@@ -37,12 +38,14 @@ from sandfs.media.scan_workers import (
     ProbeJob,
     ProbeWorkers,
     ScanStopped,
+    check_stop,
     probe_files,
 )
 from sandfs.media.types import (
     DECODING,
     BadVideo,
     DatasetScan,
+    ListedVideo,
     MediaLimits,
     ProbeFacts,
     ProbeFailure,
@@ -50,11 +53,15 @@ from sandfs.media.types import (
     ScanProgress,
     VideoInfo,
 )
-from sandfs.media.walk import Target, vetted_targets
+from sandfs.media.walk import vetted_targets
 
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[ScanProgress], None]
+# The index's entries no plan asked for yet are read this many at a time (about 20 ms of CPU),
+# a pause after each: the startup's planning threads want the GIL meanwhile.
+RESOLVE_SLICE = 2_000
+RESOLVE_PAUSE_S = 0.02
 
 
 def scan_dataset(
@@ -110,12 +117,22 @@ def start_lazy_scan(
     num_probed = len(queue)
     own = ProbeWorkers(0) if started is None else started.hand_over(workers)
 
+    def probe(started: ProbeWorkers | None = None) -> None:
+        probe_files(queue, listing.limits, workers, on_result=listing.recorder(report),
+                    stop=stop, started=started)
+
     def probe_rest() -> None:
         with own:
             try:
-                listing.book.resolve_all()  # what the index says, before any probe
-                probe_files(queue, listing.limits, workers, on_result=listing.recorder(report),
-                            stop=stop, started=own)
+                probe(own)  # what the index does not answer
+                # then the index's answers no plan asked for yet, a slice at a time: those
+                # asked for are read by whoever asks, a damaged one's file probed at once
+                while listing.book.resolve_some(RESOLVE_SLICE):
+                    if queue:
+                        probe()
+                    check_stop(stop)
+                    time.sleep(RESOLVE_PAUSE_S)
+                probe()  # damaged entries found meanwhile (none: returns at once)
             except ScanStopped:
                 return
             except BaseException as error:  # the waiters hear of it, the log too
@@ -136,7 +153,7 @@ class _Listing:
 
     real_root: str
     limits: MediaLimits
-    targets: list[Target]  # by rel_path
+    targets: list[ListedVideo]  # by rel_path
     refused: list[BadVideo]  # by name or stat
     book: ProbeBook
     results: dict[str, ProbeResult]
@@ -158,7 +175,7 @@ class _Listing:
         if not os.path.isdir(real_root):
             raise NotADirectoryError(f"dataset root is not a directory: {os.fspath(root)!r}")
         targets, refused = vetted_targets(real_root, extensions, limits, stop)
-        book = ProbeBook(sorted((t.listed for t in targets), key=lambda v: v.name), stop)
+        book = ProbeBook(sorted(targets, key=lambda v: v.name), stop)
         stored = read_index(index_path, limits) if index_path else {}
         listing = cls(real_root, limits, targets, refused, book, {}, index_path, began)
         hits = 0
@@ -175,7 +192,7 @@ class _Listing:
         listing.index_as_is = hits == len(targets) == len(stored)
         return listing
 
-    def parsed(self, target: Target, entry: dict) -> ProbeResult | None:
+    def parsed(self, target: ListedVideo, entry: dict) -> ProbeResult | None:
         """An index entry's result; None for a damaged one (then the file is probed)."""
         try:
             return parse_entry(entry)
@@ -185,30 +202,30 @@ class _Listing:
             self.index_as_is = False
             return None
 
-    def from_index(self, target: Target, entry: dict) -> VideoInfo | BadVideo | None:
+    def from_index(self, target: ListedVideo, entry: dict) -> VideoInfo | BadVideo | None:
         """A deferred index hit, in whichever thread asks first; a damaged entry's file is
         probed first of all (None)."""
         result = self.parsed(target, entry)
         if result is None:
             self.book.queue.extendleft([ProbeJob(target.rel_path, target.path,
-                                                 (target.device, target.inode))])
+                                                 target.identity)])
             return None
         self.results[target.rel_path] = result
         return self._probed(target, result)
 
-    def record(self, target: Target, result: ProbeResult) -> None:
+    def record(self, target: ListedVideo, result: ProbeResult) -> None:
         self.results[target.rel_path] = result
         self.book.record(target.rel_path, self._probed(target, result))
 
     @staticmethod
-    def _probed(target: Target, result: ProbeResult) -> VideoInfo | BadVideo:
+    def _probed(target: ListedVideo, result: ProbeResult) -> VideoInfo | BadVideo:
         if isinstance(result, ProbeFailure):
             return BadVideo(target.rel_path, result.reason, result.detail)
         return _video_info(target, result)
 
     def jobs(self) -> list[ProbeJob]:
         """The files the index did not answer for, by rel_path."""
-        return [ProbeJob(t.rel_path, t.path, (t.device, t.inode)) for t in self.targets
+        return [ProbeJob(t.rel_path, t.path, t.identity) for t in self.targets
                 if t.rel_path not in self.results and t.rel_path not in self.deferred]
 
     def recorder(self, report: Callable[[str, ProbeResult], None] | None
@@ -237,8 +254,9 @@ class _Listing:
         """Every file probed: the index saved, the bad ones logged, the scan complete."""
         total = len(self.targets)
         if self.index_path and not (self.index_as_is and num_probed == 0):
-            save_index(self.index_path, self.limits,
-                       {t.rel_path: (t.key, self.results[t.rel_path]) for t in self.targets})
+            save_index(self.index_path, self.limits, {
+                t.rel_path: (IndexKey(t.path, t.size_bytes, t.mtime_ns), self.results[t.rel_path])
+                for t in self.targets})
         scan = self.partial(num_probed)
         for item in scan.bad:
             name = os.path.splitext(item.rel_path)[0]
@@ -256,7 +274,7 @@ class _Listing:
         return scan
 
 
-def _index_hit(entry: dict | None, target: Target) -> bool:
+def _index_hit(entry: dict | None, target: ListedVideo) -> bool:
     """The entry is of this file as it is (field by field: no IndexKey a file)."""
     try:
         return (entry is not None and entry["path"] == target.path
@@ -314,7 +332,7 @@ def format_progress(progress: ScanProgress) -> str:
     return line if left is None else f"{line}, about {left:.0f} s left"
 
 
-def _video_info(target: Target, facts: ProbeFacts) -> VideoInfo:
+def _video_info(target: ListedVideo, facts: ProbeFacts) -> VideoInfo:
     shared = {f: getattr(facts, f) for f in ProbeFacts.__dataclass_fields__ if f != "counted_by"}
     return VideoInfo(
         name=target.name,
@@ -322,7 +340,7 @@ def _video_info(target: Target, facts: ProbeFacts) -> VideoInfo:
         path=target.path,
         size_bytes=target.size_bytes,
         mtime_ns=target.mtime_ns,
-        identity=(target.device, target.inode),
+        identity=target.identity,
         access=target.access,
         **shared,
     )

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from sandfs.config.loader import load_task_config
+from sandfs.fileio import read_checked_json, write_checked_json
+from sandfs.media import scan as scan_module
 from sandfs.media.datasets import ScanBad
 from sandfs.media.probebook import ProbeBook, ProbeQueue
 from sandfs.media.scan import scan_dataset, start_lazy_scan
@@ -188,3 +190,39 @@ def test_the_bad_files_are_listed_without_a_walk_over_every_result():
         book.record(info.rel_path, info)
     book.record("bad.mp4", BadVideo("bad.mp4", "open_invalid", "no"))
     assert [b.rel_path for b in book.bad()] == ["bad.mp4"]
+
+
+@pytest.mark.parametrize("asked", [False, True], ids=["read-by-the-scan", "asked-for"])
+def test_a_damaged_index_entry_has_its_file_probed_alone(tmp_path, mixed_dataset, monkeypatch,
+                                                         asked):
+    """The index's entries no plan asks for are read by the scan's thread a slice at a time,
+    beside the planning threads; a damaged one, found there or by a plan asking for it after
+    the thread's first probes, has its own file probed, and no other."""
+    monkeypatch.setattr(scan_module, "RESOLVE_SLICE", 2)
+    index = tmp_path / "index.json"
+    _, thread, _ = lazy_scan(mixed_dataset, index_path=index)
+    thread.join()
+    damaged = "juggling/juggling_003.mp4"
+    document = read_checked_json(str(index))
+    document["entries"][damaged]["video"]["num_frames"] += 1  # one pts short of the frames
+    write_checked_json(str(index), document)
+    probed, probe_files = [], scan_module.probe_files
+
+    def recorded(jobs, *args, on_result, **options):
+        def hook(key, result):
+            probed.append(key)
+            on_result(key, result)
+        return probe_files(jobs, *args, on_result=hook, **options)
+
+    monkeypatch.setattr(scan_module, "probe_files", recorded)
+    again, thread, stop = lazy_scan(mixed_dataset, index_path=index)
+    try:
+        if asked:
+            assert isinstance(again.probes.result(damaged), VideoInfo)
+        thread.join(60)
+        assert not thread.is_alive()
+        assert probed == [damaged] and again.probes.probed == 12
+        assert isinstance(again.probes.known(damaged), VideoInfo)
+    finally:
+        stop.set()
+        thread.join()

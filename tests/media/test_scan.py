@@ -17,6 +17,7 @@ from sandfs.fileio import DAMAGED, write_checked_json
 from sandfs.media.scan import scan_dataset
 from sandfs.media.synth import make_dataset, write_test_video
 from sandfs.media.types import DatasetScan, MediaLimits
+from sandfs.media.walk import vetted_targets
 from tests.helpers.corpus import CORPUS, EXTENSIONS, IGNORED, Corpus, CorpusScan
 from tests.helpers.reliability import record
 
@@ -243,3 +244,25 @@ def test_a_flipped_byte_in_the_index_is_found_and_the_index_rebuilt(small_datase
     assert "is damaged" in caplog.text
     assert (second.num_probed, second.videos) == (4, first.videos)
     assert index_path.read_bytes() == raw  # rebuilt
+
+
+def test_a_file_vanishing_during_the_listing_is_refused_by_its_stat(tmp_path, monkeypatch):
+    """A file removed between its folder's listing and its stat is a bad file of the listing
+    (it keeps its name), never an error of the scan."""
+    root = tmp_path / "videos"
+    (root / "a").mkdir(parents=True)
+    for name in ("x", "y", "z"):
+        (root / "a" / f"{name}.mp4").write_bytes(b"not probed here")
+    listed = os.fwalk
+
+    def vanishing(*args, **kwargs):
+        for dir_path, dir_names, file_names, dir_fd in listed(*args, **kwargs):
+            if "y.mp4" in file_names:
+                os.unlink(os.path.join(dir_path, "y.mp4"))
+            yield dir_path, dir_names, file_names, dir_fd
+
+    monkeypatch.setattr(os, "fwalk", vanishing)
+    targets, bad = vetted_targets(str(root), [".mp4"], MediaLimits())
+    assert [t.rel_path for t in targets] == ["a/x.mp4", "a/z.mp4"]
+    assert [(b.rel_path, b.reason) for b in bad] == [("a/y.mp4", "open_invalid")]
+    assert "No such file" in bad[0].detail
