@@ -11,9 +11,10 @@ Per size and task:
   in hand, cold and warm; epoch-0 batches/s over --batches batches read one after the other
   after the first (each batch's videos are decoded for their window: the same work at every
   size); the daemon's peak RSS (VmHWM) and its process tree's sampled peak; the pruning the
-  daemon logged by then; on the warm mount, once it holds its first two windows planned
-  (`kept_after_s` from the launch), seconds from a second task's file written into
-  `.sand/tasks/` (another seed) to its first batch.
+  daemon logged by then; on the warm mount, right after its first batch (with
+  --join-when-planned: once it holds its first two windows planned, `kept_after_s` from the
+  launch), seconds from a second task's file written into `.sand/tasks/` (another seed) to
+  its first batch (`joined_first_batch_s`; `joined_at_s`: when it had it, from the launch).
 - scan (in this process): `scan_dataset` of the linked dataset with no scan index, two probe
   workers: wall seconds, videos/s, CPU milliseconds a video (this process and its workers).
 - plan (in this process, on scan results copied from the sources' probes, no mount): planning
@@ -86,6 +87,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--no-join", dest="join", action="store_false",
                         help="no task joins the warm mount (its windows take minutes to plan "
                              "at 250,000 videos): its batches are timed instead")
+    parser.add_argument("--join-when-planned", action="store_true",
+                        help="the task joins the warm mount once its first two windows are "
+                             "planned (minutes at 100,000 videos), not right after its first "
+                             "batch")
     parser.add_argument("--sources", type=int, default=16, help="distinct videos linked")
     parser.add_argument("--prune-max-clips", type=int, default=300_000,
                         help="skip the in-process pruning figure above this many clips")
@@ -165,10 +170,14 @@ def mounted_run(work_dir: Path, config: Path, task: str, args, *, warm: bool) ->
         record = {"mount_s": round(mount.mount_s, 2),
                   "first_batch_s": round(time.monotonic() - mount.launched_at, 2),
                   "batch_shape": list(first.shape)}
-        if warm and args.join:  # once kept (its windows planned), another task joins it
-            # (with --no-join the warm mount's batches are timed as the cold one's)
-            record["kept_after_s"] = windows_planned_s(mount, config, task, args.k_epochs)
+        if warm and args.join:  # another task joins the kept mount, at once (its windows
+            # still planned in parts) or, with --join-when-planned, once they are planned;
+            # with --no-join the warm mount's batches are timed as the cold one's
+            if args.join_when_planned:
+                record["kept_after_s"] = windows_planned_s(mount, config, task, args.k_epochs)
             record["joined_first_batch_s"] = joined_first_batch_s(mount.mountpoint, config)
+            record["joined_at_s"] = round(time.monotonic() - mount.launched_at, 2)
+            record["daemon_peak_rss_mb"] = peak_rss_mb(mount.pid)
         else:
             iterations = mount.status()["tasks"][task]["iterations_per_epoch"]
             count = min(args.batches, iterations - 1)
