@@ -41,7 +41,7 @@ class TaskJoins:
         """`add_plan` once no window is planned in parts; a failure leaves the task's views
         made on demand, and a task removed meanwhile never joins."""
         try:
-            await self._join(plan)
+            await self._join(plan, later=True)
         except Exception:
             if self.joining_later.get(plan.name) is plan:
                 log.exception("task %s: planning it into the windows failed; its views are "
@@ -51,19 +51,22 @@ class TaskJoins:
                 del self.joining_later[plan.name]
             self.wake()
 
-    async def _join(self, plan: TaskPlan) -> None:
-        later = self.joining_later.get(plan.name) is plan
+    async def _join(self, plan: TaskPlan, *, later: bool = False) -> None:
+        """`add_plan`'s work; `later`: the task is in `joining_later` until it joins, and
+        never joins once removed from there."""
         self._joins_waiting += 1  # the windows in parts are planned whole from the next on
         try:
             while True:
                 while self.book.rest_pending:  # a rest is planned with its lead part's tasks
+                    if later and self.joining_later.get(plan.name) is not plan:
+                        return  # removed while it waited
                     self.wake()
                     await self.window_added.wait()
                 async with self.tasks_steady:
+                    if later and self.joining_later.get(plan.name) is not plan:
+                        return
                     if self.book.rest_pending:
                         continue
-                    if later and self.joining_later.get(plan.name) is not plan:
-                        return  # removed while it waited
                     self.carry.forget(self.book.future)
                     self.book.add_task(plan)
                     self.joining_later.pop(plan.name, None)
@@ -166,6 +169,7 @@ class TaskJoins:
     async def remove_plan(self, name: str) -> None:
         """Forget a task: views no other task reads are released, in memory and on disk."""
         if self.joining_later.pop(name, None) is not None:  # in no window yet
+            self._note_window_added()  # its `_join_later` looks again, and ends
             return
         async with self.tasks_steady:
             released = self._forget(name)

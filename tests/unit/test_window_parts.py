@@ -238,3 +238,33 @@ async def test_a_task_joining_while_a_window_is_planned_in_parts_is_served_at_on
         held.set()
     assert first == [reference_view(plan, 0, iteration) for iteration in range(2)]
     assert last == reference_view(plan, 0, plan.iterations_per_epoch - 1)
+
+
+async def test_a_task_removed_before_it_joined_never_joins(tmp_path, monkeypatch):
+    """A task registered while a window is planned in parts and removed before the window is
+    whole leaves nothing: it never joins the windows, and a task of its name registered again
+    joins as a new one."""
+    in_parts(monkeypatch)
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
+    held, parts = rest_held(scheduler)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(scheduler.run)
+            with trio.fail_after(10):
+                await until(lambda: ("rest", 0) in parts)
+                gone = joining_task(tmp_path, plan)
+                await scheduler.add_plan(gone)  # returns at once: the rest is held
+                scheduler.opened(gone.name, 0, 0)  # its reads are made on demand meanwhile
+                await scheduler.remove_plan(gone.name)
+            assert scheduler.planner.joining_later == {}
+            held.set()
+            await settle(scheduler)
+            assert gone.name not in scheduler.book.plans
+            (tmp_path / "again").mkdir()
+            again = joining_task(tmp_path / "again", plan)
+            with trio.fail_after(10):
+                await scheduler.add_plan(again)
+            assert scheduler.book.plans[again.name] is again
+            nursery.cancel_scope.cancel()
+    finally:
+        held.set()
