@@ -30,6 +30,7 @@ from sandfs.media.probebook import ProbeBook, ProbeQueue
 from sandfs.media.scan_index import (
     UNREADABLE,
     IndexKey,
+    is_video_entry,
     parse_entry,
     read_index,
     save_index,
@@ -184,7 +185,7 @@ class _Listing:
             if not _index_hit(entry, target):
                 continue
             hits += 1
-            if defer and "video" in entry:
+            if defer and is_video_entry(entry):
                 listing.deferred.add(target.rel_path)
                 book.defer(target.rel_path, functools.partial(listing.from_index, target, entry))
             elif (result := listing.parsed(target, entry)) is not None:
@@ -192,7 +193,7 @@ class _Listing:
         listing.index_as_is = hits == len(targets) == len(stored)
         return listing
 
-    def parsed(self, target: ListedVideo, entry: dict) -> ProbeResult | None:
+    def parsed(self, target: ListedVideo, entry: list) -> ProbeResult | None:
         """An index entry's result; None for a damaged one (then the file is probed)."""
         try:
             return parse_entry(entry)
@@ -202,7 +203,7 @@ class _Listing:
             self.index_as_is = False
             return None
 
-    def from_index(self, target: ListedVideo, entry: dict) -> VideoInfo | BadVideo | None:
+    def from_index(self, target: ListedVideo, entry: list) -> VideoInfo | BadVideo | None:
         """A deferred index hit, in whichever thread asks first; a damaged entry's file is
         probed first of all (None)."""
         result = self.parsed(target, entry)
@@ -274,12 +275,13 @@ class _Listing:
         return scan
 
 
-def _index_hit(entry: dict | None, target: ListedVideo) -> bool:
-    """The entry is of this file as it is (field by field: no IndexKey a file)."""
+def _index_hit(entry: list | None, target: ListedVideo) -> bool:
+    """The entry is of this file as it is (field by field: no IndexKey a file), and of the
+    shape a row has (a result's damage is found when it is parsed)."""
     try:
-        return (entry is not None and entry["path"] == target.path
-                and entry["size_bytes"] == target.size_bytes
-                and entry["mtime_ns"] == target.mtime_ns)
+        return (entry is not None and len(entry) == 4 and isinstance(entry[3], str)
+                and entry[0] == target.path and entry[1] == target.size_bytes
+                and entry[2] == target.mtime_ns)
     except UNREADABLE:
         return False
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from sandfs.config.loader import load_task_config
-from sandfs.fileio import read_checked_json, write_checked_json
 from sandfs.media import scan as scan_module
 from sandfs.media.datasets import ScanBad
 from sandfs.media.probebook import ProbeBook, ProbeQueue
@@ -22,6 +21,7 @@ from sandfs.media.types import BadVideo, ListedVideo, VideoInfo
 from sandfs.plan.mount import plan_tasks
 from tests.helpers.harness import task_config, write_config
 from tests.helpers.plans import fake_videos
+from tests.helpers.scanindex import edit_entry
 
 BAD = "bowling/bowling_001.mp4"  # between usable videos: its slots go to bowling_002
 
@@ -203,9 +203,7 @@ def test_a_damaged_index_entry_has_its_file_probed_alone(tmp_path, mixed_dataset
     _, thread, _ = lazy_scan(mixed_dataset, index_path=index)
     thread.join()
     damaged = "juggling/juggling_003.mp4"
-    document = read_checked_json(str(index))
-    document["entries"][damaged]["video"]["num_frames"] += 1  # one pts short of the frames
-    write_checked_json(str(index), document)
+    edit_entry(index, damaged, lambda r: r["video"].update(num_frames=101))  # pts short
     probed, probe_files = [], scan_module.probe_files
 
     def recorded(jobs, *args, on_result, **options):

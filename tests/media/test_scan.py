@@ -13,13 +13,14 @@ from pathlib import Path
 import av
 import pytest
 
-from sandfs.fileio import DAMAGED, write_checked_json
+from sandfs.fileio import DAMAGED
 from sandfs.media.scan import scan_dataset
 from sandfs.media.synth import make_dataset, write_test_video
 from sandfs.media.types import DatasetScan, MediaLimits
 from sandfs.media.walk import vetted_targets
 from tests.helpers.corpus import CORPUS, EXTENSIONS, IGNORED, Corpus, CorpusScan
 from tests.helpers.reliability import record
+from tests.helpers.scanindex import edit_entry
 
 BAD_REASONS = {
     "open_invalid", "no_video_stream", "not_regular", "outside_root", "corrupt_frames",
@@ -152,13 +153,15 @@ def test_corrupt_or_foreign_index_is_ignored(small_dataset: Path, tmp_path: Path
     assert not list(tmp_path.glob("*.tmp"))
 
 
+def one_more_frame(result: dict) -> None:
+    result["video"]["num_frames"] += 1
+
+
 def test_inconsistent_index_entry_is_ignored(small_dataset: Path, tmp_path: Path, caplog):
     index_path = tmp_path / "index.json"
     first = scan_dataset(small_dataset, ["mp4"], index_path=index_path)
-    document = json.loads(index_path.read_text())
-    entry = document["entries"]["class00/class00_000.mp4"]
-    entry["video"]["num_frames"] += 1  # one pts short of the frame count
-    write_checked_json(str(index_path), document)  # a sound file with a wrong entry
+    # a sound file with a wrong entry: one pts short of the frame count
+    edit_entry(index_path, "class00/class00_000.mp4", one_more_frame)
     with caplog.at_level(logging.WARNING, logger="sandfs.media.scan"):
         second = scan_dataset(small_dataset, ["mp4"], index_path=index_path)
     assert "inconsistent entry" in caplog.text
@@ -235,7 +238,7 @@ def test_a_flipped_byte_in_the_index_is_found_and_the_index_rebuilt(small_datase
     index_path = tmp_path / "index.json"
     first = scan_dataset(small_dataset, ["mp4"], index_path=index_path)
     raw = index_path.read_bytes()
-    at = raw.index(b'"width":64') + len(b'"width":6')
+    at = raw.index(b'\\"width\\":64') + len(b'\\"width\\":6')  # in its result's text
     index_path.write_bytes(raw[:at] + b"5" + raw[at + 1:])
     damaged = DAMAGED.count
     with caplog.at_level(logging.WARNING):

@@ -4,7 +4,6 @@ are decoded instead, a decode catches what packets cannot show, and progress is 
 from __future__ import annotations
 
 import io
-import json
 import logging
 import shutil
 import subprocess
@@ -16,7 +15,7 @@ import av
 import numpy as np
 import pytest
 
-from sandfs.fileio import write_checked_json
+from sandfs.fileio import read_checked_json, write_checked_json
 from sandfs.media import probe
 from sandfs.media.decode import ScanMismatch, decode_all_reference, decode_each, decode_frames
 from sandfs.media.mp4box import SAMPLE_TABLES
@@ -25,6 +24,7 @@ from sandfs.media.scan_index import SCAN_VERSION
 from sandfs.media.synth import make_dataset, read_painted_index, write_test_video
 from sandfs.media.types import PACKETS, MediaLimits, ProbeFacts, ScanProgress, VideoInfo
 from tests.helpers.corpus import AV1_ENCODER, write_bitflipped
+from tests.helpers.scanindex import edit_entry
 
 B3 = {"bframes": 3, "b_adapt": False}  # every B slot used, with b-pyramid
 
@@ -169,21 +169,24 @@ def test_seeks_land_on_keyframes_from_packets(
 # ----------------------------------------------------------------------------- scan mismatches
 
 
-def _scanned_with_index(tmp_path: Path, num_frames: int) -> tuple[Path, Path, dict]:
+def _scanned_with_index(tmp_path: Path, num_frames: int) -> tuple[Path, Path]:
     """Two videos scanned with an index: (root, index path, the index document)."""
     root = tmp_path / "data"
     make_dataset(root, classes=1, videos_per_class=2, num_frames=(num_frames, num_frames))
     index_path = tmp_path / "index.json"
     scan_dataset(root, ["mp4"], index_path=index_path)
-    return root, index_path, json.loads(index_path.read_text())
+    return root, index_path
+
+
+def five_more_frames(result: dict) -> None:
+    facts = result["video"]
+    facts["num_frames"] += 5
+    facts["frame_pts"][-1] += 5  # [first, step, count]: 5 more pts at the same step
 
 
 def test_an_index_entry_promising_more_frames_fails_the_decode(tmp_path: Path):
-    root, index_path, document = _scanned_with_index(tmp_path, 20)
-    entry = document["entries"]["class00/class00_000.mp4"]["video"]
-    entry["num_frames"] += 5
-    entry["frame_pts"][-1] += 5  # [first, step, count]: 5 more pts at the same step
-    write_checked_json(str(index_path), document)  # sound file, lying entry
+    root, index_path = _scanned_with_index(tmp_path, 20)
+    edit_entry(index_path, "class00/class00_000.mp4", five_more_frames)  # sound, lying
     scan = scan_dataset(root, ["mp4"], index_path=index_path)
     assert scan.num_probed == 0
     lying = scan.videos[0]
@@ -198,11 +201,8 @@ def test_an_index_entry_promising_more_frames_fails_the_decode(tmp_path: Path):
 def test_frame_by_frame_the_real_frames_come_before_the_mismatch(tmp_path: Path):
     """`decode_each` hands over each frame once it is checked: a pass whose later frames do
     not exist still yields the exact frames before them, then raises."""
-    root, index_path, document = _scanned_with_index(tmp_path, 20)
-    entry = document["entries"]["class00/class00_000.mp4"]["video"]
-    entry["num_frames"] += 5
-    entry["frame_pts"][-1] += 5
-    write_checked_json(str(index_path), document)
+    root, index_path = _scanned_with_index(tmp_path, 20)
+    edit_entry(index_path, "class00/class00_000.mp4", five_more_frames)
     lying = scan_dataset(root, ["mp4"], index_path=index_path).videos[0]
     reference = decode_all_reference(lying.path)
     got = []
@@ -253,7 +253,8 @@ def test_stderr_progress_line():
 
 
 def test_an_index_of_the_decoding_scan_is_rebuilt(tmp_path: Path):
-    root, index_path, document = _scanned_with_index(tmp_path, 6)
+    root, index_path = _scanned_with_index(tmp_path, 6)
+    document = read_checked_json(str(index_path))
     assert document["scan_version"] == SCAN_VERSION
     document["scan_version"] = SCAN_VERSION - 1
     write_checked_json(str(index_path), document)  # sound file, lying entry
