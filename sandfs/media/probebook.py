@@ -81,7 +81,7 @@ class ProbeBook:
         self._bad: dict[str, BadVideo] = {}  # those of the results
         # found in the scan index, read when asked for (or by the scan's thread): what to call
         # for the result, None when it must be probed after all (its job queued again)
-        self._deferred: dict[str, Callable[[], Probed | None]] = {}
+        self._deferred: dict[str, Callable[[str], Probed | None]] = {}
         self._resolving = 0  # deferred results being read now
         self._changed = threading.Condition()
         self._failure: BaseException | None = None
@@ -103,7 +103,12 @@ class ProbeBook:
     def defer(self, rel_path: str, resolve: Callable[[], Probed | None]) -> None:
         """`rel_path`'s result is `resolve()`'s, read when first asked for (before the book is
         shared: the listing's thread)."""
-        self._deferred[rel_path] = resolve
+        self._deferred[rel_path] = lambda _: resolve()
+
+    def defer_all(self, rel_paths: Iterable[str], resolve: Callable[[str], Probed | None]
+                  ) -> None:
+        """`defer` of each, `resolve(rel_path)` the result (one callable for all: 250,000)."""
+        self._deferred.update(dict.fromkeys(rel_paths, resolve))
 
     def resolve_all(self) -> None:
         """Read every deferred result now, and wait for those other threads are reading: a
@@ -131,7 +136,7 @@ class ProbeBook:
                 return None
             self._resolving += 1
         try:
-            found = resolve()
+            found = resolve(rel_path)
             if found is not None:
                 self.record(rel_path, found)
             return found

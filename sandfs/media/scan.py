@@ -15,14 +15,13 @@ dataset opens nothing. Progress is reported through a callback (`ScanProgress`);
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
 from threading import Event
 from typing import TextIO
 
@@ -161,7 +160,7 @@ class _Listing:
     index_path: str | os.PathLike[str] | None
     began: float
     decoded: int = 0  # probed files whose packets were not trusted
-    deferred: set[str] = field(default_factory=set)  # index hits read when asked for
+    deferred: Collection[str] = ()  # index hits read when asked for
     index_as_is: bool = False  # the index holds exactly these results: not written again
 
     @classmethod
@@ -179,18 +178,15 @@ class _Listing:
         book = ProbeBook(sorted(targets, key=lambda v: v.name), stop)
         stored = read_index(index_path, limits) if index_path else {}
         listing = cls(real_root, limits, targets, refused, book, {}, index_path, began)
-        hits = 0
-        for target in targets:
-            entry = stored.get(target.rel_path)
-            if not _index_hit(entry, target):
-                continue
-            hits += 1
-            if defer and is_video_entry(entry):
-                listing.deferred.add(target.rel_path)
-                book.defer(target.rel_path, functools.partial(listing.from_index, target, entry))
-            elif (result := listing.parsed(target, entry)) is not None:
+        hits = [(t, entry) for t in targets if _index_hit(entry := stored.get(t.rel_path), t)]
+        later = {t.rel_path: (t, entry) for t, entry in hits if defer and is_video_entry(entry)}
+        listing.deferred = later.keys()
+        book.defer_all(later, lambda rel_path: listing.from_index(*later[rel_path]))
+        for target, entry in hits:
+            if target.rel_path not in later and (
+                    result := listing.parsed(target, entry)) is not None:
                 listing.record(target, result)
-        listing.index_as_is = hits == len(targets) == len(stored)
+        listing.index_as_is = len(hits) == len(targets) == len(stored)
         return listing
 
     def parsed(self, target: ListedVideo, entry: list) -> ProbeResult | None:
@@ -279,11 +275,11 @@ def _index_hit(entry: list | None, target: ListedVideo) -> bool:
     """The entry is of this file as it is (field by field: no IndexKey a file), and of the
     shape a row has (a result's damage is found when it is parsed)."""
     try:
-        return (entry is not None and len(entry) == 4 and isinstance(entry[3], str)
-                and entry[0] == target.path and entry[1] == target.size_bytes
-                and entry[2] == target.mtime_ns)
-    except UNREADABLE:
+        path, size_bytes, mtime_ns, result = entry
+    except (TypeError, ValueError):  # None, or not a row
         return False
+    return (path == target.path and size_bytes == target.size_bytes
+            and mtime_ns == target.mtime_ns and isinstance(result, str))
 
 
 def _progress_reporter(
