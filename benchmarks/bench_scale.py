@@ -11,7 +11,8 @@ Per size and task:
   in hand, cold and warm; epoch-0 batches/s over --batches batches read one after the other
   after the first (each batch's videos are decoded for their window: the same work at every
   size); the daemon's peak RSS (VmHWM) and its process tree's sampled peak; the pruning the
-  daemon logged by then; on the warm mount, right after its first batch (with
+  daemon logged by then; on the cold mount, when its scan was done (`scan_done_s`: it waits
+  for it, so the warm mount has its index); on the warm mount, right after its first batch (with
   --join-when-planned: once it holds its first two windows planned, `kept_after_s` from the
   launch), seconds from a second task's file written into `.sand/tasks/` (another seed) to
   its first batch (`joined_first_batch_s`; `joined_at_s`: when it had it, from the launch).
@@ -187,10 +188,24 @@ def mounted_run(work_dir: Path, config: Path, task: str, args, *, warm: bool) ->
             seconds = time.monotonic() - started
             record.update(batches=count, batches_per_s=round(count / seconds, 2),
                           daemon_peak_rss_mb=peak_rss_mb(mount.pid))
+            if not warm:  # its scan index, kept for the warm mount, is written at the end
+                record["scan_done_s"] = scan_done_s(mount)
         record["pruning"] = pruning_logged(log_path, since)
     if not warm:
         record["tree_peak_rss_mb"] = tree.peak_mb
     return record
+
+
+def scan_done_s(mount, timeout_s: float = 900) -> float | None:
+    """Seconds from the launch until the mount's scan is done, its index written (None: not
+    within `timeout_s`)."""
+    give_up = time.monotonic() + timeout_s
+    while time.monotonic() < give_up:
+        scan = mount.status()["scan"]
+        if scan["videos_total"] is not None and scan["videos_scanned"] >= scan["videos_total"]:
+            return round(time.monotonic() - mount.launched_at, 2)
+        time.sleep(0.5)
+    return None
 
 
 def windows_planned_s(mount, config: Path, task: str, k_epochs: int,
