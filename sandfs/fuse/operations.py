@@ -29,6 +29,7 @@ from sandfs.faults import fault_point
 from sandfs.fuse.gate import Gate
 from sandfs.fuse.handlers import fuse_error, handler, read_only
 from sandfs.fuse.inodes import Inodes
+from sandfs.fuse.kernelcache import attr_timeout, entry_timeout, is_immutable
 from sandfs.fuse.namespace import Namespace, Node, Viewer, meta_bytes
 from sandfs.fuse.pagecache import PageDropper
 from sandfs.fuse.readahead import set_readahead
@@ -42,10 +43,8 @@ from sandfs.threads import limiter
 
 log = logging.getLogger(__name__)
 
-IMMUTABLE_TIMEOUT = 3600.0  # views never change once planned: let the kernel cache them
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC
 MAX_LOOKUPS_KEPT = 4096  # threads whose last view lookup is remembered
-FIXED_ATTR_DIRS = frozenset({"sand", "tasks"})  # and a task's (`fixed_attributes`)
 TASK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
 
 
@@ -124,11 +123,9 @@ class SandOperations(pyfuse3.Operations):
         attr.st_blksize = 1 << 20
         attr.st_blocks = (attr.st_size + 511) // 512
         attr.st_atime_ns = attr.st_mtime_ns = attr.st_ctime_ns = self.mounted_ns
-        timeout = IMMUTABLE_TIMEOUT if self.is_immutable(node) else 0.0
-        attr.attr_timeout = IMMUTABLE_TIMEOUT if self.fixed_attributes(node) else timeout
-        # a view's name is looked up on every open: that is how a shared inode knows which
-        # task's path was opened (see `node_for`)
-        attr.entry_timeout = 0.0 if node.kind == "view" else timeout
+        serving = node.kind == "task" and self.startup.ready and self.namespace.exists(node)
+        attr.attr_timeout = attr_timeout(node, serving)
+        attr.entry_timeout = entry_timeout(node)
         return attr
 
     def node_for(self, inode: int, ctx=None) -> Node:
@@ -151,26 +148,6 @@ class SandOperations(pyfuse3.Operations):
         self.looked_up[ctx.pid] = node
         if len(self.looked_up) > MAX_LOOKUPS_KEPT:
             del self.looked_up[next(iter(self.looked_up))]
-
-    def fixed_attributes(self, node: Node) -> bool:
-        """Are the node's attributes those it keeps while its inode lives? Those of `.sand`
-        and its `tasks` never change, nor those of a serving task's directory (its owner's,
-        for one registration: a task registered again is another inode): the kernel then
-        checks a path's permissions without asking for them on every path walk. Their names
-        come and go: they are looked up every time (`is_immutable`), which a dead daemon
-        answers ENOTCONN. `/` has no name to look up: its attributes cached, a stat of a dead
-        daemon's mountpoint would answer, and a stale mount would pass for a live one."""
-        if node.kind == "task":
-            return self.startup.ready and self.namespace.exists(node)
-        return node.kind in FIXED_ATTR_DIRS
-
-    @staticmethod
-    def is_immutable(node: Node) -> bool:
-        # status.json and metrics change all the time; which aug{D} exist follows the task's
-        # epoch; tasks come and go. Views stay immutable (a task registered again with the same
-        # config gets the same bytes).
-        return node.kind not in ("status", "metrics", "frame", "aug", "sand", "tasks",
-                                 "task_yaml", "root", "task", "task_upload", "task_lease")
 
     @handler
     async def lookup(self, parent_inode, name, ctx=None):
@@ -268,7 +245,7 @@ class SandOperations(pyfuse3.Operations):
 
     async def open_handle(self, node: Node, uid: int) -> pyfuse3.FileInfo:
         info = pyfuse3.FileInfo()
-        info.keep_cache = self.is_immutable(node)
+        info.keep_cache = is_immutable(node)
         if node.kind == "view":
             self.service.opened_view(node.task, node.epoch, node.iteration)
         elif node.kind == "video_file":

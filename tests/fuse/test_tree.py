@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from sandfs.fuse.operations import IMMUTABLE_TIMEOUT
+from sandfs.fuse.kernelcache import IMMUTABLE_TIMEOUT
 from tests.helpers.operations import CTX, Listing, errno_of
 
 
