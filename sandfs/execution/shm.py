@@ -10,7 +10,7 @@ import mmap
 import os
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -110,10 +110,3 @@ def attach(fd: int, *, private: bool = False) -> mmap.mmap:
         return mmap.mmap(fd, size, access=access)
     finally:
         os.close(fd)
-
-
-def arrays_in(mapping: mmap.mmap, layout: Mapping[object, tuple[int, tuple, str]],
-              ) -> dict[object, np.ndarray]:
-    """Arrays over a mapping, by key: (offset, shape, dtype) each."""
-    return {key: np.ndarray(shape, dtype, buffer=mapping, offset=offset)
-            for key, (offset, shape, dtype) in layout.items()}
