@@ -10,6 +10,7 @@ planted in the folder it was started from (docs/deploy.md#what-the-daemon-opens)
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import socket
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 ORPHAN_CHECK_SECONDS = 0.5
 W = TypeVar("W", "WorkerProcess", "SocketWorker")
@@ -116,6 +117,14 @@ def how_it_ended(process: subprocess.Popen) -> str:
     if code < 0:
         return f"signal {signal.Signals(-code).name}"
     return f"exit code {code}"
+
+
+def resolve(module: str, qualname: str) -> Any:
+    """In a worker: what `module`.`qualname` names, importing the module as the daemon did."""
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
 
 
 def exit_when_orphaned(daemon_pid: int) -> None:

@@ -12,7 +12,6 @@ as a job thread asks the trio loop. Paused, it waits for `RESUME`."""
 
 from __future__ import annotations
 
-import importlib
 import math
 import mmap
 import os
@@ -36,7 +35,7 @@ from sandfs.plan.window import ViewKey
 from sandfs.runtime import keep_freed_memory
 from sandfs.sched.jobs import JobResult, VideoJob
 from sandfs.sched.work import BACKGROUND_NICE, JobSteps, Tools, video_steps
-from sandfs.workerproc import exit_when_orphaned
+from sandfs.workerproc import exit_when_orphaned, resolve
 
 READY = "ready"  # then the daemon sends the pool's gate (one descriptor)
 ASK, RESUME = "pause?", "resume"
@@ -151,14 +150,15 @@ def worker_main(fd: int) -> None:
 
 def _register_ops(ops: tuple[tuple[str, str, str], ...]) -> None:
     """Register the custom steps the daemon registered in code, importing them as it did."""
+    known = set(oplib.op_names())  # each call loads the entry points
     for name, module, qualname in ops:
-        if name in oplib.op_names():
+        if name in known:
             continue
-        found: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            found = getattr(found, part)
-        if name not in oplib.op_names():  # the import may have registered it
+        found = resolve(module, qualname)
+        known = set(oplib.op_names())
+        if name not in known:  # the import may have registered it
             oplib.register_op(found)
+            known.add(name)
 
 
 def _serve(channel: Channel, store: RemoteStore, pause: PauseAsker, request: JobRequest,

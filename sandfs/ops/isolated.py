@@ -21,7 +21,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
-import importlib
 import logging
 import mmap
 import os
@@ -43,6 +42,7 @@ from sandfs.workerproc import (
     WorkerProcess,
     exit_when_orphaned,
     how_it_ended,
+    resolve,
     start_worker_process,
 )
 
@@ -219,10 +219,7 @@ def worker_main(job_fd: int, reply_fd: int) -> None:
 def _load_op(request: Request, ops: dict[tuple[str, str], OpType]) -> OpType:
     key = (request.module, request.qualname)
     if key not in ops:
-        found: Any = importlib.import_module(request.module)
-        for part in request.qualname.split("."):
-            found = getattr(found, part)
-        ops[key] = found()
+        ops[key] = resolve(request.module, request.qualname)()
     return ops[key]
 
 
