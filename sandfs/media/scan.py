@@ -116,10 +116,11 @@ def start_lazy_scan(
                                 listing.began)
     num_probed = len(queue)
     own = ProbeWorkers(0) if started is None else started.hand_over(workers)
+    on_result = listing.recorder(report)  # once: it maps every listed file by name
 
     def probe(started: ProbeWorkers | None = None) -> None:
-        probe_files(queue, listing.limits, workers, on_result=listing.recorder(report),
-                    stop=stop, started=started)
+        probe_files(queue, listing.limits, workers, on_result=on_result, stop=stop,
+                    started=started)
 
     def probe_rest() -> None:
         with own:
@@ -182,11 +183,11 @@ class _Listing:
         later = {t.rel_path: (t, entry) for t, entry in hits if defer and is_video_entry(entry)}
         listing.deferred = later.keys()
         book.defer_all(later, lambda rel_path: listing.from_index(*later[rel_path]))
+        listing.index_as_is = len(hits) == len(targets) == len(stored)  # a damaged entry: not
         for target, entry in hits:
             if target.rel_path not in later and (
                     result := listing.parsed(target, entry)) is not None:
                 listing.record(target, result)
-        listing.index_as_is = len(hits) == len(targets) == len(stored)
         return listing
 
     def parsed(self, target: ListedVideo, entry: list) -> ProbeResult | None:
@@ -342,6 +343,3 @@ def _video_info(target: ListedVideo, facts: ProbeFacts) -> VideoInfo:
         access=target.access,
         **shared,
     )
-
-
-# ---------------------------------------------------------------------------- names

@@ -48,18 +48,6 @@ def _index_limits(limits: MediaLimits) -> dict[str, int]:
     return {"max_pixels": limits.max_pixels, "max_frames": limits.max_frames}
 
 
-def load_index(index_path: str | os.PathLike[str], limits: MediaLimits) -> Entries:
-    """rel_path -> (key, result) from a previous scan; {} when missing, foreign or corrupt."""
-    try:
-        return {rel_path: _entry_from_json(entry)
-                for rel_path, entry in read_index(index_path, limits).items()}
-    except UNREADABLE as error:
-        log.warning(
-            "ignoring the scan index %s: %s", ascii(os.fspath(index_path)), ascii(repr(error))
-        )
-        return {}
-
-
 def read_index(index_path: str | os.PathLike[str], limits: MediaLimits) -> dict[str, Any]:
     """rel_path -> its entry as stored (`entry_key`, `parse_entry` read one: UNREADABLE for a
     damaged one), from a sound file of this format, scan version and limits; {} otherwise.
