@@ -247,8 +247,8 @@ def as_thwc(slot: np.ndarray, layout: str) -> np.ndarray:
 
 def independent_frames(plan: TaskPlan, view: ViewPlan, clip: StreamClip) -> tuple[int, ...]:
     """The frames a loader decodes for this clip alone: those before temporal ops. A clip of a
-    path with none (`plan.static_paths`) carries them; otherwise the plan draws them again,
+    path with none (`plan.temporal`) carries them; otherwise the plan draws them again,
     ~0.25 ms a clip in the event loop once its window's draws are released."""
-    if plan.static_paths[clip.stream] is not None:
+    if not plan.temporal[clip.stream]:
         return clip.frame_indices
     return plan.clip_frames(view.epoch, clip.video_index, clip.sample)

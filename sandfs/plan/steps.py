@@ -19,6 +19,18 @@ def step_ops(step_path: PathStep, choice: int | None) -> tuple[OpSpec, ...]:
     return step.ops
 
 
+def has_temporal_op(path: StreamPath) -> bool:
+    """Does some op on the path, on any branch, choose frames? Without one a clip's frames are
+    those its loader decodes."""
+    for ps in path.steps:
+        step = ps.step
+        specs = ([spec for branch in step.branches for spec in branch.ops]
+                 if step.branch_type in ("random", "conditional") else step_ops(ps, None))
+        if any(oplib.get_op(spec.name).temporal for spec in specs):
+            return True
+    return False
+
+
 def source_shape(cfg: TaskConfig) -> FrameShape:
     """The frame the steps start from, as far as the config knows: the decode_resize size, or
     unknown (the video's)."""

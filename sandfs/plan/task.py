@@ -38,7 +38,7 @@ from sandfs.plan.probed import NoUsableVideo, ProbedVideos
 from sandfs.plan.seeds import below, derive_seed, rng_for, unit_draws
 from sandfs.plan.shard import shard_positions
 from sandfs.plan.staticpath import StaticPath
-from sandfs.plan.steps import branch_label, source_shape, static_output, step_ops
+from sandfs.plan.steps import branch_label, has_temporal_op, source_shape, static_output, step_ops
 from sandfs.plan.testviews import clip_start as test_clip_start
 from sandfs.plan.testviews import fixed_crop, view_index
 
@@ -94,8 +94,7 @@ class TaskPlan:
         comes (None: `videos` are VideoInfo, all usable); `identity`: theirs (None: the
         coordination computes it, once for all the tasks given the same sequence); `refused`:
         the scan's videos left out because the task's owner may not read them; `labels_data`:
-        the bytes of its labels CSV, read when it was registered (None: read now,
-        `read_labels`)."""
+        the bytes of its labels CSV, read when it was registered (None: `read_labels` now)."""
         self.cfg = cfg
         self.labels_data = labels_data
         self.name = cfg.task
@@ -138,6 +137,7 @@ class TaskPlan:
         self.draws = ClipDraws(self)  # the clips' draws, made for a batch or window at once
         self.static_paths = [StaticPath.of(self, path, stream, StreamClip)
                              for stream, path in enumerate(self.paths)]
+        self.temporal = [has_temporal_op(path) for path in self.paths]  # by stream
 
     def _plan_key(self, window: int) -> int:
         """What the views of a window depend on besides (epoch, iteration): the task's data and

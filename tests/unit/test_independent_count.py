@@ -18,6 +18,11 @@ STATIC = [  # no branch drawn, no temporal op: a clip carries the frames decoded
     {"name": "crop", "branch_type": "single", "inputs": ["r"], "outputs": ["out"],
      "config": [{"random_crop": {"size": [32, 32]}}]},
 ]
+# a drawn branch: the path is walked clip by clip (no StaticPath), but no op on it is temporal
+BRANCHED = [*STATIC[:1], {"name": "maybe_flip", "branch_type": "random", "inputs": ["r"],
+                          "outputs": ["out"], "branches": [
+                              {"prob": 0.5, "config": [{"flip": {"direction": "horizontal"}}]},
+                              {"prob": 0.5, "config": []}]}]
 TEMPORAL = [*STATIC[:1], {"name": "reverse", "branch_type": "single", "inputs": ["r"],
                           "outputs": ["out"], "config": [{"inv_sample": True}]}]
 
@@ -36,16 +41,17 @@ def counted(plan: TaskPlan, epoch: int, iteration: int, readers: int = 1) -> int
     return stats.get("frames_decoded_independent")
 
 
-def test_a_static_path_counts_its_clips_frames_without_drawing_them_again(tmp_path,
-                                                                         monkeypatch):
-    plan = make_plan(tmp_path, augmentation=STATIC,
+@pytest.mark.parametrize("augmentation", [STATIC, BRANCHED], ids=["static", "branched"])
+def test_a_path_without_temporal_ops_counts_its_clips_frames_without_drawing_them_again(
+        tmp_path, monkeypatch, augmentation):
+    plan = make_plan(tmp_path, augmentation=augmentation,
                      sampling={"frames_per_video": 8, "samples_per_video": 2})
-    assert all(path is not None for path in plan.static_paths)
+    assert all((path is not None) == (augmentation is STATIC) for path in plan.static_paths)
     wanted = {(e, i): expected(plan, e, i) for e in range(2) for i in range(2)}
     views = {key: plan.view_plan(*key) for key in wanted}  # resolved before the patch
 
     def drawn_again(*args, **kwargs):
-        raise AssertionError("a static path's clip frames drawn again")
+        raise AssertionError("the clip frames of a path without temporal ops drawn again")
 
     monkeypatch.setattr(plan, "clip_frames", drawn_again)
     monkeypatch.setattr(plan, "view_plan", lambda e, i: views[e, i])
