@@ -11,10 +11,10 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from threading import Event
 
-from sandfs.media.scan_workers import STOP_POLL_SECONDS, ProbeJob, check_stop
+from sandfs.media.scan_workers import STOP_POLL_SECONDS, ProbeJob, Waker, check_stop
 from sandfs.media.types import BadVideo, ListedVideo, VideoInfo
 
 Probed = VideoInfo | BadVideo
@@ -26,32 +26,75 @@ class ProbeLost(RuntimeError):
 
 class ProbeQueue:
     """The probe jobs a lazy scan has not sent yet, in the order it sends them; other threads
-    reorder it. Takes the place of `probe_files`' deque (popleft, extendleft, truth)."""
+    reorder it. What planning waits for goes first (`first`), then the orders the readers
+    read in (`follow`, a chunk of each in turn), then the rest by name. `take(front=True)` is
+    a front worker's (scan_workers.ScanPace): what is waited for, and the next `ahead_videos`
+    of the followed orders once a wait found its video not probed (the readers caught up with
+    the scan); `take()` any job."""
 
-    def __init__(self, jobs: Iterable[ProbeJob]) -> None:
+    FOLLOW_CHUNK = 256  # keys taken from a followed order at a time
+
+    def __init__(self, jobs: Iterable[ProbeJob], ahead_videos: int = 0) -> None:
         self._lock = threading.Lock()
         self._jobs = {job.key: job for job in jobs}  # not sent yet
         self._urgent: deque[str] = deque()  # waited for: sent first
+        self._followed: deque[Iterator[str]] = deque()  # orders read in, a chunk of each in turn
+        self._next: deque[str] = deque()  # the chunk taken from them
         self._order: deque[str] = deque(self._jobs)  # then these; a key sent already is skipped
+        self.ahead_videos = ahead_videos
+        self._lead = 0  # followed jobs a front worker may take now
+        self.waker = Waker()  # poked when a job is waited for; closed with the queue
 
     def first(self, keys: Iterable[str]) -> None:
         """Send these next (in their order), before anything asked for earlier."""
         with self._lock:
-            self._urgent.extendleft(reversed([k for k in keys if k in self._jobs]))
+            keys = [k for k in keys if k in self._jobs]
+            self._urgent.extendleft(reversed(keys))
+            if keys:  # waited for and not probed: the scan is behind its readers
+                self._lead = self.ahead_videos
+                self.waker.poke()
 
-    def follow(self, keys: Sequence[str]) -> None:
-        """After the urgent ones, send these in this order, then the others as before."""
+    def follow(self, keys: Iterable[str]) -> None:
+        """After the urgent ones, send these in this order (taken as they are sent: a lazy
+        iterable is fine), a chunk in turn with the orders followed before; then the others
+        by name."""
         with self._lock:
-            self._order.extendleft(reversed([k for k in keys if k in self._jobs]))
+            self._followed.append(iter(keys))
+
+    def take(self, front: bool = False) -> ProbeJob | None:
+        """The next job (None: none left, or none a front worker takes now)."""
+        with self._lock:
+            job = self._pop(self._urgent)
+            if job is None and (not front or self._lead > 0):
+                job = self._pop_followed()
+                self._lead -= job is not None and front
+            if job is None and not front:
+                job = self._pop(self._order)
+            return job
 
     def popleft(self) -> ProbeJob:
-        with self._lock:
-            for keys in (self._urgent, self._order):
-                while keys:
-                    job = self._jobs.pop(keys.popleft(), None)
-                    if job is not None:
-                        return job
-        raise IndexError("no probe job left")
+        job = self.take()
+        if job is None:
+            raise IndexError("no probe job left")
+        return job
+
+    def _pop(self, keys: deque[str]) -> ProbeJob | None:
+        while keys:
+            job = self._jobs.pop(keys.popleft(), None)
+            if job is not None:
+                return job
+        return None
+
+    def _pop_followed(self) -> ProbeJob | None:
+        while True:
+            job = self._pop(self._next)
+            if job is not None or not self._followed:
+                return job
+            order = self._followed.popleft()
+            chunk = list(itertools.islice(order, self.FOLLOW_CHUNK))
+            if chunk:
+                self._next.extend(chunk)
+                self._followed.append(order)
 
     def extendleft(self, jobs: Iterable[ProbeJob]) -> None:
         """Jobs sent to a worker that died before it started them: sent again first."""
@@ -65,6 +108,9 @@ class ProbeQueue:
 
     def __bool__(self) -> bool:
         return bool(self._jobs)
+
+    def close(self) -> None:
+        self.waker.close()
 
 
 class ProbeBook:
@@ -158,8 +204,9 @@ class ProbeBook:
         if self.queue is not None:
             self.queue.first(rel_path for rel_path in rel_paths if rel_path not in self._results)
 
-    def follow(self, rel_paths: Sequence[str]) -> None:
-        """The order readers read in: the rest is probed in it, ahead of them."""
+    def follow(self, rel_paths: Iterable[str]) -> None:
+        """An order readers read in (lazy: taken as the scan gets to it): the rest is probed
+        in it, ahead of them, in turn with the orders followed before."""
         if self.queue is not None:
             self.queue.follow(rel_paths)
 

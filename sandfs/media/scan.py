@@ -15,6 +15,7 @@ dataset opens nothing. Progress is reported through a callback (`ScanProgress`);
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -37,6 +38,7 @@ from sandfs.media.scan_index import (
 from sandfs.media.scan_workers import (
     ProbeJob,
     ProbeWorkers,
+    ScanPace,
     ScanStopped,
     check_stop,
     probe_files,
@@ -58,6 +60,7 @@ from sandfs.media.walk import vetted_targets
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[ScanProgress], None]
+DEFAULT_PACE = ScanPace()
 # The index's entries no plan asked for yet are read this many at a time (about 20 ms of CPU),
 # a pause after each: the startup's planning threads want the GIL meanwhile.
 RESOLVE_SLICE = 2_000
@@ -102,15 +105,16 @@ def start_lazy_scan(
     index_path: str | os.PathLike[str] | None = None,
     progress: ProgressCallback | None = None,
     started: ProbeWorkers | None = None,
+    pace: ScanPace = DEFAULT_PACE,
 ) -> tuple[DatasetScan, threading.Thread]:
     """A scan that returns once `root` is listed and vetted by name and stat (and the index
     read): its `listed` files are what plans place (docs/contract.md#lazy-scan), its `probes`
-    fill in from the returned thread (started), which probes what planning waits for first.
-    `videos` and `bad` hold what is known at return. Setting `stop` ends the thread soon (its
-    waiters get ScanStopped); the caller joins it. Progress as for `scan_dataset`, from the
-    thread."""
+    fill in from the returned thread (started), which probes what planning waits for first,
+    then in the readers' order, its workers shared out as `pace` says. `videos` and `bad` hold
+    what is known at return. Setting `stop` ends the thread soon (its waiters get
+    ScanStopped); the caller joins it. Progress as for `scan_dataset`, from the thread."""
     listing = _Listing.of(root, extensions, limits, index_path, stop, defer=True)
-    queue = ProbeQueue(listing.jobs())
+    queue = ProbeQueue(listing.jobs(), pace.ahead_videos)
     listing.book.queue = queue
     report = _progress_reporter(progress, listing.book.probed, len(listing.targets),
                                 listing.began)
@@ -120,10 +124,10 @@ def start_lazy_scan(
 
     def probe(started: ProbeWorkers | None = None) -> None:
         probe_files(queue, listing.limits, workers, on_result=on_result, stop=stop,
-                    started=started)
+                    started=started, pace=pace)
 
     def probe_rest() -> None:
-        with own:
+        with own, contextlib.closing(queue):
             try:
                 probe(own)  # what the index does not answer
                 # then the index's answers no plan asked for yet, a slice at a time: those

@@ -5,6 +5,7 @@ crashing demuxer or decoder takes only its own process down)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import threading
 import time
@@ -34,11 +35,67 @@ IN_FLIGHT = 4
 
 
 class JobQueue(Protocol):
-    """What `probe_files` takes jobs from, as from a deque (probebook.ProbeQueue)."""
+    """What `probe_files` takes jobs from (probebook.ProbeQueue; a list is wrapped as one)."""
 
-    def popleft(self) -> ProbeJob: ...
+    def take(self, front: bool = False) -> ProbeJob | None: ...
     def extendleft(self, jobs: Iterable[ProbeJob]) -> None: ...
     def __len__(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScanPace:
+    """How a lazy scan shares the CPU with decoding (docs/config.md#the-scan). Front workers
+    (`workers` of them, the daemon's own priority) probe what a planning thread waits for,
+    and the next `ahead_videos` of the readers' order once a wait found its video not probed
+    (the readers caught up with the scan); else they idle. `background_workers` probe the
+    rest, in the readers' order, at `background_nice` (os.nice): they take the CPU decoding
+    leaves, so the scan still ends. Each keeps `background_in_flight` jobs in its pipe (the
+    scan's thread waits for the daemon's GIL between replies). Paced only from
+    `paced_from_videos` files to probe (fewer: every worker takes every job)."""
+
+    ahead_videos: int = 2_048
+    background_workers: int = 1
+    background_nice: int = 10
+    background_in_flight: int = 32
+    paced_from_videos: int = 2_000
+
+    def __post_init__(self) -> None:
+        for name in ("ahead_videos", "background_workers", "background_in_flight",
+                     "paced_from_videos"):
+            if getattr(self, name) < (0 if name == "ahead_videos" else 1):
+                raise ValueError(f"scan {name} must be >= 1, not {getattr(self, name)}")
+        if not 0 <= self.background_nice <= 19:
+            raise ValueError(f"scan background_nice must be 0 to 19, not "
+                             f"{self.background_nice}")
+
+
+class Waker:
+    """A pipe another thread pokes so that `probe_files`' wait returns at once (a job is
+    waited for while every worker is idle or busy with background jobs)."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._lock = threading.Lock()  # no poke of a closed descriptor's number reused
+        self._closed = False
+
+    def fileno(self) -> int:
+        return self._read
+
+    def poke(self) -> None:
+        with self._lock, contextlib.suppress(BlockingIOError):  # full: readable already
+            if not self._closed:
+                os.write(self._write, b"!")
+
+    def drain(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._read, 4096)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                os.close(self._write)
+                os.close(self._read)
 
 
 class ScanStopped(Exception):
@@ -69,6 +126,9 @@ class _Worker:
     sent: deque[ProbeJob] = field(default_factory=deque)  # in order; the first is probed now
     deadline: float = 0.0  # the first's
     timeout_seconds: float = 0.0
+    front: bool = False  # takes only what ScanPace gives front workers
+    in_flight: int = IN_FLIGHT
+    nice: int = 0
 
 
 class ProbeWorkers:
@@ -121,27 +181,30 @@ def probe_files(
     on_result: Callable[[str, ProbeResult], None] | None = None,
     stop: Event | None = None,
     started: ProbeWorkers | None = None,
+    pace: ScanPace | None = None,
 ) -> dict[str, ProbeResult]:
     """Probes `jobs` (a list, or a queue other threads reorder), up to `workers` at once,
     each in a worker process that is killed when a probe exceeds limits.decode_timeout_seconds;
     key -> result. `on_result(key, result)` is called in this process as each result arrives
     (in completion order). Once `stop` is set, raises ScanStopped within STOP_POLL_SECONDS, its
     workers stopped (busy ones killed). `started`: workers started ahead, used before any new
-    one."""
+    one. `pace`: a queue's jobs shared out as ScanPace says (from `paced_from_videos`)."""
     if not jobs:
         return {}
-    pending = deque(jobs) if isinstance(jobs, list) else jobs
+    pending: JobQueue = _Listed(jobs) if isinstance(jobs, list) else jobs
     results: dict[str, ProbeResult] = {}
-    count = max(1, min(workers, -(-len(jobs) // FILES_PER_WORKER)))
-    pool = [_start_worker() for _ in range(count)] if started is None else started.take(count)
+    pool = _pool(len(jobs), workers, started,
+                 pace if pace is not None and len(jobs) >= pace.paced_from_videos else None)
+    waker = getattr(pending, "waker", None)  # readable when a job is waited for
     try:
-        while pending or any(w.sent for w in pool):
+        while len(pending) or any(w.sent for w in pool):
             for worker in pool:
-                while worker.ready and len(worker.sent) < IN_FLIGHT and pending:
-                    _send(worker, pending.popleft(), limits)
+                _top_up(worker, pending, limits)
             timeout = _wait_seconds(pool)
-            wait([w.replies for w in pool], timeout if stop is None else
-                 min(timeout, STOP_POLL_SECONDS))
+            ready = wait([*(w.replies for w in pool), *([waker] if waker else [])],
+                         timeout if stop is None else min(timeout, STOP_POLL_SECONDS))
+            if waker in ready:
+                waker.drain()
             check_stop(stop)
             for position, worker in enumerate(pool):
                 answered, alive = _poll_worker(worker, results)
@@ -151,25 +214,63 @@ def probe_files(
                     pending.extendleft(reversed(worker.sent))  # not started: sent again
                     worker.sent.clear()
                     _stop_worker(worker)
-                    pool[position] = _start_worker()
+                    pool[position] = _start_like(worker)
     finally:
         for worker in pool:
             _stop_worker(worker)
     return results
 
 
-def _start_worker() -> _Worker:
-    """A fresh interpreter that probes what it is sent (see `sandfs.workerproc`)."""
-    worker = start_worker_process(_WORKER_CODE)
-    return _Worker(worker.process, worker.jobs, worker.replies, started=time.monotonic())
+class _Listed(deque):
+    """A list of jobs as a JobQueue: every worker takes any."""
+
+    def take(self, front: bool = False) -> ProbeJob | None:
+        return self.popleft() if self else None
 
 
-def _send(worker: _Worker, job: ProbeJob, limits: MediaLimits) -> None:
+def _pool(count: int, workers: int, started: ProbeWorkers | None,
+          pace: ScanPace | None) -> list[_Worker]:
+    """The front workers (those started ahead first), and with `pace` the background ones."""
+    count = max(1, min(workers, -(-count // FILES_PER_WORKER)))
+    pool = [_start_worker() for _ in range(count)] if started is None else started.take(count)
+    if pace is None:
+        return pool
+    for worker in pool:
+        worker.front = True
+    return pool + [_start_worker(pace.background_nice, pace.background_in_flight)
+                   for _ in range(pace.background_workers)]
+
+
+def _top_up(worker: _Worker, pending: JobQueue, limits: MediaLimits) -> None:
+    """Up to its `in_flight` jobs sent in one message (one write, one wake-up)."""
+    if not worker.ready or len(worker.sent) * 2 > worker.in_flight:
+        return
+    batch = []
+    while len(worker.sent) + len(batch) < worker.in_flight:
+        job = pending.take(worker.front)
+        if job is None:
+            break
+        batch.append(job)
+    if not batch:
+        return
     if not worker.sent:
         worker.deadline = time.monotonic() + limits.decode_timeout_seconds
-    worker.sent.append(job)
+    worker.sent.extend(batch)
     worker.timeout_seconds = limits.decode_timeout_seconds
-    worker.jobs.send((job.path, limits, job.identity))
+    worker.jobs.send((limits, [(job.path, job.identity) for job in batch]))
+
+
+def _start_worker(nice: int = 0, in_flight: int = IN_FLIGHT) -> _Worker:
+    """A fresh interpreter that probes what it is sent (see `sandfs.workerproc`), at `nice`."""
+    worker = start_worker_process(_WORKER_CODE.format(nice=nice))
+    return _Worker(worker.process, worker.jobs, worker.replies, started=time.monotonic(),
+                   in_flight=in_flight, nice=nice)
+
+
+def _start_like(worker: _Worker) -> _Worker:
+    fresh = _start_worker(worker.nice, worker.in_flight)
+    fresh.front = worker.front
+    return fresh
 
 
 def _wait_seconds(pool: list[_Worker]) -> float:
@@ -236,13 +337,16 @@ def _stop_worker(worker: _Worker) -> None:
 # 15 ms that the scan waited for (3.4 ms now).
 _WORKER_CODE = (
     "import os, sys; from sandfs.media.scan_workers import worker_main; "
-    "worker_main(int(sys.argv[1]), int(sys.argv[2])); os._exit(0)"
+    "worker_main(int(sys.argv[1]), int(sys.argv[2]), {nice}); os._exit(0)"
 )
 
 
-def worker_main(job_fd: int, reply_fd: int) -> None:
-    """The worker process's loop: (path, limits, identity) in, ProbeResult out; None or a
-    closed pipe (the parent is gone) ends it."""
+def worker_main(job_fd: int, reply_fd: int, nice: int = 0) -> None:
+    """The worker process's loop: (limits, [(path, identity), ...]) in, a ProbeResult out for
+    each, in order; None or a closed pipe (the parent is gone) ends it. `nice`: added to its
+    priority first (a background worker's)."""
+    if nice:
+        os.nice(nice)
     # here, not at the top: the daemon starts its workers before it imports PyAV (25 ms)
     from sandfs.media.opening import describe_error
     from sandfs.media.probe import probe_video
@@ -251,13 +355,15 @@ def worker_main(job_fd: int, reply_fd: int) -> None:
     replies.send(_WORKER_READY)
     while True:
         try:
-            job = jobs.recv()
+            message = jobs.recv()
         except EOFError:
             return
-        if job is None:
+        if message is None:
             return
-        try:
-            result = probe_video(*job)
-        except Exception as error:  # a reply must always come back
-            result = ProbeFailure("open_invalid", f"probe failed: {describe_error(error)}")
-        replies.send(result)
+        limits, batch = message
+        for path, identity in batch:
+            try:
+                result = probe_video(path, limits, identity)
+            except Exception as error:  # a reply must always come back
+                result = ProbeFailure("open_invalid", f"probe failed: {describe_error(error)}")
+            replies.send(result)

@@ -15,6 +15,7 @@ from sandfs.media.types import DatasetScan
 from sandfs.plan.coordination import Coordination
 from sandfs.plan.labels import read_labels
 from sandfs.plan.mount import dataset_key, known_paths, plan_tasks, scan_videos
+from sandfs.plan.probeorder import reading_order
 from sandfs.plan.task import TaskPlan
 
 
@@ -28,11 +29,11 @@ def build_plans(configs: Sequence[TaskConfig], scans: dict[DatasetKey, DatasetSc
 
 
 def follow_reads(plans: Sequence[TaskPlan]) -> None:
-    """A lazy scan probes on in the order the tasks read their first epoch (the first task's
-    first), ahead of the readers; what a window's planning waits for goes before it."""
-    for plan in reversed(plans):
-        order = plan.epoch_order(0)
-        plan.probes.follow([plan.listed[int(i)].rel_path for i in order])
+    """A lazy scan probes on in the order the tasks' first windows wait for their videos
+    (`probeorder`: the tasks in turn), ahead of the readers; what a window's planning waits
+    for goes before it."""
+    for plan in plans:
+        plan.probes.follow(reading_order(plan))
 
 
 def check_plan(cfg: TaskConfig, plan: TaskPlan) -> None:

@@ -12,8 +12,9 @@ import sys
 import pytest
 
 from sandfs.media import scan_workers
+from sandfs.media.probebook import ProbeQueue
 from sandfs.media.scan import scan_dataset
-from sandfs.media.scan_workers import ProbeJob, ProbeWorkers, probe_files
+from sandfs.media.scan_workers import ProbeJob, ProbeWorkers, ScanPace, probe_files
 from sandfs.media.types import MediaLimits, ProbeFacts, ProbeFailure
 from tests.helpers.processes import children_of
 
@@ -24,9 +25,9 @@ def counted_starts(monkeypatch) -> list[int]:
     starts: list[int] = []
     real = scan_workers._start_worker
 
-    def start():
+    def start(*args):
         starts.append(1)
-        return real()
+        return real(*args)
 
     monkeypatch.setattr(scan_workers, "_start_worker", start)
     return starts
@@ -111,4 +112,38 @@ def test_jobs_queued_behind_a_worker_that_dies_go_to_its_replacement(tmp_path, d
     assert len(died) <= 1 and all("process died" in results[key].detail for key in died)
     facts = [r for r in results.values() if isinstance(r, ProbeFacts)]
     assert len(facts) >= len(jobs) - 1 and all(f == facts[0] for f in facts)
+    assert children_of() <= before
+
+
+def nice_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[16])
+
+
+def test_a_paced_scan_probes_the_rest_in_a_niced_background_worker(tmp_path, dataset_dir):
+    """ScanPace: the front worker (the daemon's priority) idles while nothing is waited for;
+    the background one, niced, probes every job; a job waited for wakes the scan at once."""
+    source = sorted(dataset_dir.rglob("*.mp4"))[0]
+    jobs = []
+    for i in range(12):
+        path = tmp_path / f"v{i:02d}.mp4"
+        shutil.copy(source, path)
+        info = os.stat(path)
+        jobs.append(ProbeJob(path.name, str(path), (info.st_dev, info.st_ino)))
+    queue = ProbeQueue(jobs)
+    before, nices = children_of(), []
+
+    def on_result(key, result):
+        if not nices:
+            nices.extend(sorted(nice_of(pid) for pid in children_of() - before))
+            queue.first(["v11.mp4"])
+
+    try:
+        pace = ScanPace(paced_from_videos=1, background_nice=7, background_in_flight=2)
+        results = probe_files(queue, MediaLimits(), workers=1, on_result=on_result, pace=pace)
+    finally:
+        queue.close()
+    assert nices == [0, 7]
+    assert set(results) == {job.key for job in jobs}
+    assert all(isinstance(r, ProbeFacts) for r in results.values())
     assert children_of() <= before

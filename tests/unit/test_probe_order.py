@@ -1,0 +1,77 @@
+"""The lazy scan's order (sandfs/plan/probeorder.py): the order a task's first window's parts
+wait for its videos, each epoch-0 batch's with their batch-mates in the window's other epochs
+(docs/contract.md#lazy-scan)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandfs.media.probebook import ProbeQueue
+from sandfs.media.scan_workers import ProbeJob
+from sandfs.plan import probeorder
+from sandfs.plan.probeorder import reading_order
+from tests.helpers.plans import fake_videos, make_plan
+
+
+def needed_by_batch(plan) -> list[set[str]]:
+    """Per epoch-0 batch, what planning its part waits for, from the plan's own batches."""
+    epochs = list(plan.window_epochs(plan.window_of(0)))
+    batches = {e: [set(plan.batch_slots(e, i)) for i in range(plan.iterations_per_epoch)]
+               for e in epochs}
+    needed = []
+    for own in batches[0]:
+        videos = set(own)
+        for e in epochs[1:]:
+            videos |= set().union(*(b for b in batches[e] if b & own))
+        needed.append({plan.listed[i].rel_path for i in videos})
+    return needed
+
+
+@pytest.mark.parametrize(("count", "per", "k_epochs", "step"),
+                         [(203, 4, 3, 2), (64, 8, 5, 16), (50, 3, 1, 1)])
+def test_each_batch_s_part_comes_whole_before_the_next_batch_s(tmp_path, monkeypatch, count,
+                                                               per, k_epochs, step):
+    monkeypatch.setattr(probeorder, "BATCHES_PER_STEP", step)
+    plan = make_plan(tmp_path, fake_videos(count), k_epochs=k_epochs, epochs=k_epochs + 1,
+                     sampling={"videos_per_batch": per})
+    order = list(reading_order(plan))
+    assert sorted(order) == sorted(v.rel_path for v in plan.listed)  # each once
+    place = {rel_path: i for i, rel_path in enumerate(order)}
+    so_far: set[str] = set()
+    for needed in needed_by_batch(plan):
+        so_far |= needed
+        # batch b's part and every one before it are exactly the order's first videos
+        assert max(place[r] for r in so_far) == len(so_far) - 1
+
+
+def test_orders_followed_are_taken_in_turn_lazily(tmp_path):
+    jobs = [ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(8)]
+    queue = ProbeQueue(jobs)
+    queue.FOLLOW_CHUNK = 2
+    taken: list[str] = []
+
+    def lazy(keys):
+        for key in keys:
+            taken.append(key)
+            yield key
+
+    queue.follow(lazy(["v7", "v6", "v5"]))
+    queue.follow(lazy(["v0", "v1"]))
+    assert taken == []  # nothing made before the scan takes it
+    assert [queue.popleft().key for _ in range(8)] == ["v7", "v6", "v0", "v1", "v5", "v2",
+                                                      "v3", "v4"]
+
+
+def test_a_front_worker_takes_the_followed_order_only_once_a_wait_found_it_behind():
+    jobs = [ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(8)]
+    queue = ProbeQueue(jobs, ahead_videos=2)
+    queue.follow(["v5", "v4", "v3"])
+    assert queue.take(front=True) is None  # the readers wait for nothing: a background job
+    assert queue.take().key == "v5"
+    queue.first(["v5"])  # probed already: not behind
+    assert queue.take(front=True) is None
+    queue.first(["v1"])  # waited for, not probed: behind, 2 ahead
+    assert [queue.take(front=True).key for _ in range(3)] == ["v1", "v4", "v3"]
+    assert queue.take(front=True) is None  # the order followed is done; the rest by name
+    assert [queue.take().key for _ in range(4)] == ["v0", "v2", "v6", "v7"]
+    assert queue.take() is None and not queue
