@@ -4,8 +4,11 @@ decoding probe it replaced (every frame decoded; still the fallback for untruste
 1. Per video, in this process, one after the other: wall and CPU seconds of each probe on a
    mixed dataset (H.264 with B-frames in mp4/mkv/ts, HEVC, VP9 webm, MPEG-4 avi, MPEG-2 ps).
 2. Cold scan: `scan_dataset` (worker processes, no index) of many short videos (3 s, 160x120),
-   wall seconds and CPU seconds of this process and its workers (their start included); the
-   decoding probe over the same files in this process (no worker overhead) for comparison.
+   then a daemon's lazy scan (`start_lazy_scan`, its background probes, to the end): videos/s,
+   CPU seconds per 1,000 videos of this process and its workers (their start included) and of
+   this process alone (a daemon's scan thread: its GIL share); the decoding probe over the
+   same files in this process (no worker overhead) for comparison. `--dataset DIR`: these two
+   on a folder of videos already made (`bench_scale.py`'s hard links), nothing else.
 3. Cold mount of the same short videos, the way a user meets it: `sandfs mount` launched on an
    empty cache dir (scan, plan, mount), then the first batch of a small task (8 clips of
    16x112x112, k = 5) read through the mount: seconds from the launch to serving and to the
@@ -14,6 +17,7 @@ One JSON object per line.
 
     .venv/bin/python benchmarks/bench_scan.py --quick
     .venv/bin/python benchmarks/bench_scan.py --videos 40 --short-videos 1000
+    .venv/bin/python benchmarks/bench_scan.py --dataset /tmp/scale/videos-100000
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import resource
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -43,9 +48,9 @@ from common import (
 )
 
 from sandfs.media import probe
-from sandfs.media.scan import scan_dataset
+from sandfs.media.scan import scan_dataset, start_lazy_scan
 from sandfs.media.synth import write_test_video
-from sandfs.media.types import DECODING, MediaLimits, ProbeFacts, ProbeResult
+from sandfs.media.types import DECODING, DatasetScan, MediaLimits, ProbeFacts, ProbeResult
 
 KINDS = (  # (extension, encoder, extra options)
     ("mp4", "libx264", {"bframes": 3, "b_adapt": False}),
@@ -125,26 +130,57 @@ def per_video(paths: list[Path]) -> None:
         "decoded_in_full": sum(r["counted_by"].startswith(DECODING) for r in rows)}})
 
 
-def cpu_seconds() -> float:
+def cpu_seconds() -> tuple[float, float]:
+    """This process's (a daemon's scan thread: its GIL share) and its waited-for children's
+    (the probe workers')."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
-def cold_scan(root: Path, paths: list[Path], workers: int) -> None:
-    wall, cpu = time.perf_counter(), cpu_seconds()
-    scan = scan_dataset(root, ["mp4"], limits=LIMITS, workers=workers)
-    wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+def scan_figures(videos: int, wall: float, own: float, workers: float) -> dict:
+    return {"videos": videos, "scan_s": round(wall, 2), "videos_per_s": round(videos / wall),
+            "cpu_s_per_1000_videos": round((own + workers) / videos * 1e3, 3),
+            "own_cpu_s_per_1000_videos": round(own / videos * 1e3, 3),
+            "scan_ms_per_video": round(wall / videos * 1e3, 3)}
+
+
+def timed_scan(scan) -> tuple[DatasetScan, dict]:
+    wall, (own, workers) = time.perf_counter(), cpu_seconds()
+    found = scan()
+    (own_after, workers_after), wall = cpu_seconds(), time.perf_counter() - wall
+    return found, scan_figures(len(found.listed or found.videos), wall, own_after - own,
+                               workers_after - workers)
+
+
+def cold_scan(root: Path, paths: list[Path], workers: int, decoding: bool = True) -> None:
+    """`scan_dataset` (what `sandfs scan` runs): every file probed before it returns; with
+    `decoding`, the decoding probe of each file in this process too."""
+    scan, figures = timed_scan(lambda: scan_dataset(root, ["mp4"], limits=LIMITS,
+                                                    workers=workers))
     assert len(scan.videos) == len(paths) and not scan.bad
-    old_wall, old_cpu = time.perf_counter(), time.process_time()
-    for path in paths:
-        decoding_probe(path)
-    old_wall, old_cpu = time.perf_counter() - old_wall, time.process_time() - old_cpu
-    emit({"cold_scan": {
-        "videos": len(paths), "workers": workers, "scan_s": round(wall, 2),
-        "scan_cpu_s": round(cpu, 2), "scan_ms_per_video": round(wall / len(paths) * 1e3, 2),
-        "decoding_probe_one_process_s": round(old_wall, 2),
-        "decoding_probe_cpu_s": round(old_cpu, 2)}})
+    if decoding:
+        wall, cpu = time.perf_counter(), time.process_time()
+        for path in paths:
+            decoding_probe(path)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        figures.update(decoding_probe_one_process_s=round(wall, 2),
+                       decoding_probe_cpu_s=round(cpu, 2))
+    emit({"cold_scan": {**figures, "workers": workers}})
+
+
+def lazy_scan(root: Path, paths: list[Path], workers: int) -> None:
+    """`start_lazy_scan` (a daemon's), to its end, nothing waited for: the background
+    probes alone."""
+    def run() -> DatasetScan:
+        found, thread = start_lazy_scan(root, ["mp4"], stop=threading.Event(), limits=LIMITS,
+                                        workers=workers)
+        thread.join()
+        return found
+
+    scan, figures = timed_scan(run)
+    assert scan.probes.probed == len(paths), (scan.probes.probed, len(paths))
+    emit({"lazy_scan": {**figures, "workers": workers}})
 
 
 def cold_mount(root: Path, paths: list[Path], workers: int, work_dir: Path) -> None:
@@ -175,10 +211,19 @@ def main() -> None:
     parser.add_argument("--size", help="WxH of the mixed-kind videos")
     parser.add_argument("--short-videos", type=int, help="3 s 160x120 videos, cold scan")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--dataset", type=Path,
+                        help="scan this folder of .mp4 files instead (bench_scale.py's hard "
+                             "links): the cold and lazy scans only")
     args = parser.parse_args()
     fill_defaults(parser, args, DEFAULTS, ["videos", "frames", "short_videos", "workers"])
     width, height = (int(n) for n in args.size.split("x"))
-    emit({"bench": "scan", "params": vars(args), "machine": machine_info()})
+    emit({"bench": "scan", "params": {**vars(args), "dataset": str(args.dataset)},
+          "machine": machine_info()})
+    if args.dataset:
+        paths = sorted(args.dataset.rglob("*.mp4"))
+        cold_scan(args.dataset, paths, args.workers, decoding=False)
+        lazy_scan(args.dataset, paths, args.workers)
+        return
     with tempfile.TemporaryDirectory(prefix="bench-scan-") as temp:
         mixed_root, short_root = Path(temp, "mixed"), Path(temp, "short")
         mixed_root.mkdir()
@@ -186,6 +231,7 @@ def main() -> None:
         per_video(make_mixed(mixed_root, args.videos, args.frames, width, height))
         short = make_short(short_root, args.short_videos)
         cold_scan(short_root, short, args.workers)
+        lazy_scan(short_root, short, args.workers)
         cold_mount(short_root, short, args.workers, Path(temp))
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import struct
+from bisect import bisect_left
 from collections.abc import Iterator
 from fractions import Fraction
 from typing import BinaryIO
@@ -142,6 +143,24 @@ def _child(data: bytes, span: tuple[int, int], kind: bytes) -> tuple[int, int]:
     raise NotPlain(f"no {kind!r} box")
 
 
+Kids = dict[bytes, tuple[int, int]]
+
+
+def _kids(data: bytes, span: tuple[int, int]) -> Kids:
+    """The child boxes of a container, the first of each type: one walk, looked up after."""
+    found: Kids = {}
+    for kind, body, stop in _boxes(data, *span):
+        found.setdefault(kind, (body, stop))
+    return found
+
+
+def _get(kids: Kids, kind: bytes) -> tuple[int, int]:
+    try:
+        return kids[kind]
+    except KeyError:
+        raise NotPlain(f"no {kind!r} box") from None
+
+
 def _path(data: bytes, span: tuple[int, int], *kinds: bytes) -> tuple[int, int]:
     for kind in kinds:
         span = _child(data, span, kind)
@@ -174,31 +193,30 @@ def _handler(moov: bytes, trak: tuple[int, int]) -> bytes:
 
 def _track_facts(moov: bytes, trak: tuple[int, int], index: int, movie_timescale: int,
                  file_size: int, limits: MediaLimits) -> ProbeFacts:
-    _check_matrix(moov, _child(moov, trak, b"tkhd"))
-    mdia = _child(moov, trak, b"mdia")
-    mdhd = _child(moov, mdia, b"mdhd")[0]
+    track = _kids(moov, trak)
+    _check_matrix(moov, _get(track, b"tkhd"))
+    mdia = _kids(moov, _get(track, b"mdia"))
+    mdhd = _get(mdia, b"mdhd")[0]
     timescale = _u32(moov, mdhd + (20 if moov[mdhd] else 12))
     if not timescale or not movie_timescale:
         raise NotPlain("no timescale")
-    stbl = _path(moov, mdia, b"minf", b"stbl")
-    kinds = {kind for kind, _, _ in _boxes(moov, *stbl)}
-    if not kinds <= STBL_KNOWN:
-        raise NotPlain(f"sample table boxes {sorted(kinds - STBL_KNOWN)}")
-    width, height = _avc1_size(moov, _child(moov, stbl, b"stsd"))
+    stbl = _kids(moov, _get(_kids(moov, _get(mdia, b"minf")), b"stbl"))
+    if not stbl.keys() <= STBL_KNOWN:
+        raise NotPlain(f"sample table boxes {sorted(stbl.keys() - STBL_KNOWN)}")
+    width, height = _avc1_size(moov, _get(stbl, b"stsd"))
     if width * height > limits.max_pixels:
         raise NotPlain("too many pixels: the demuxing probe says so")
-    pts = _presentation(moov, stbl, kinds, limits.max_frames)
-    shift = _edit_shift(moov, trak, timescale, movie_timescale, pts)
+    pts = _presentation(moov, stbl, limits.max_frames)
+    shift = _edit_shift(moov, track, timescale, movie_timescale, pts)
     pts = [p - shift for p in pts]
     sync = _sync_samples(moov, stbl, len(pts))
-    _check_in_file(moov, stbl, kinds, len(pts), file_size)
+    _check_in_file(moov, stbl, len(pts), file_size)
     if not pts or 0 not in sync or pts[0] != min(pts) or len(set(pts)) < len(pts):
         raise NotPlain("the first sample is not the first picture, or pts repeat")
     frame_pts = sorted(pts)
-    at = {p: i for i, p in enumerate(frame_pts)}
+    keyframes = tuple(sorted(bisect_left(frame_pts, pts[s]) for s in sync))
     return ProbeFacts(width=width, height=height, num_frames=len(pts), frame_pts=frame_pts,
-                      time_base=Fraction(1, timescale),
-                      keyframe_indices=tuple(sorted(at[pts[s]] for s in sync)), seekable=True,
+                      time_base=Fraction(1, timescale), keyframe_indices=keyframes, seekable=True,
                       rotation=0, codec="h264", pix_fmt="yuv420p", stream_index=index,
                       counted_by=SAMPLE_TABLES)
 
@@ -245,32 +263,30 @@ def _avcc_420_8bit(avcc: bytes) -> bool:
     return avcc[at] & 3 == 1 and avcc[at + 1] & 7 == 0 and avcc[at + 2] & 7 == 0
 
 
-def _presentation(moov: bytes, stbl: tuple[int, int], kinds: set[bytes],
-                  max_frames: int) -> list[int]:
+def _presentation(moov: bytes, stbl: Kids, max_frames: int) -> list[int]:
     """Each sample's decode time plus its composition offset, in decode order."""
     dts, now = [], 0
-    for count, delta in _table(moov, _child(moov, stbl, b"stts"), ">II"):
+    for count, delta in _table(moov, _get(stbl, b"stts"), ">II"):
         if len(dts) + count > max_frames:  # the demuxing probe refuses it (too_large)
             raise NotPlain("more samples than max_frames")
         dts += range(now, now + count * delta, delta) if delta else [now] * count
         now += count * delta
-    if b"ctts" not in kinds:
+    if b"ctts" not in stbl:
         return dts
     offsets = []
-    for count, offset in _table(moov, _child(moov, stbl, b"ctts"), ">Ii"):
+    for count, offset in _table(moov, stbl[b"ctts"], ">Ii"):
         offsets += [offset] * min(count, len(dts) - len(offsets) + 1)
     if len(offsets) != len(dts):
         raise NotPlain("ctts and stts count different samples")
     return [d + o for d, o in zip(dts, offsets, strict=True)]
 
 
-def _edit_shift(moov: bytes, trak: tuple[int, int], timescale: int, movie_timescale: int,
+def _edit_shift(moov: bytes, track: Kids, timescale: int, movie_timescale: int,
                 pts: list[int]) -> int:
     """What one edit subtracts from every pts; NotPlain where it would hide a sample."""
-    kinds = {kind: (body, stop) for kind, body, stop in _boxes(moov, *trak)}
-    if b"edts" not in kinds:
+    if b"edts" not in track:
         return 0
-    elst = _child(moov, kinds[b"edts"], b"elst")
+    elst = _child(moov, track[b"edts"], b"elst")
     row = ">IiHH" if moov[elst[0]] == 0 else ">QqHH"
     edits = _table(moov, elst, row)
     if len(edits) != 1:
@@ -284,29 +300,27 @@ def _edit_shift(moov: bytes, trak: tuple[int, int], timescale: int, movie_timesc
     return media_time
 
 
-def _sync_samples(moov: bytes, stbl: tuple[int, int], count: int) -> list[int]:
-    try:
-        stss = _child(moov, stbl, b"stss")
-    except NotPlain:
-        raise NotPlain("no sync sample table") from None
+def _sync_samples(moov: bytes, stbl: Kids, count: int) -> list[int]:
+    if b"stss" not in stbl:
+        raise NotPlain("no sync sample table")
+    stss = stbl[b"stss"]
     sync = [number - 1 for (number,) in _table(moov, stss, ">I")]
     if any(not 0 <= s < count for s in sync):
         raise NotPlain("a sync sample out of range")
     return sync
 
 
-def _check_in_file(moov: bytes, stbl: tuple[int, int], kinds: set[bytes], count: int,
-                   file_size: int) -> None:
+def _check_in_file(moov: bytes, stbl: Kids, count: int, file_size: int) -> None:
     """Every sample lies inside the file (a truncated file is the demuxing probe's refusal)."""
-    stsz = _child(moov, stbl, b"stsz")
+    stsz = _get(stbl, b"stsz")
     uniform, samples = _u32(moov, stsz[0] + 4), _u32(moov, stsz[0] + 8)
     if samples != count:
         raise NotPlain(f"stsz counts {samples} samples, stts {count}")
     sizes = [uniform] * samples if uniform else [s for (s,) in _table(moov, stsz, ">I", 12)]
-    wide = b"co64" in kinds
-    offsets = [o for (o,) in _table(moov, _child(moov, stbl, b"co64" if wide else b"stco"),
+    wide = b"co64" in stbl
+    offsets = [o for (o,) in _table(moov, _get(stbl, b"co64" if wide else b"stco"),
                                     ">Q" if wide else ">I")]
-    runs = _table(moov, _child(moov, stbl, b"stsc"), ">III")
+    runs = _table(moov, _get(stbl, b"stsc"), ">III")
     sample, run, per_chunk = 0, 0, 0
     for chunk, offset in enumerate(offsets, start=1):
         while run < len(runs) and runs[run][0] <= chunk:  # stsc: from which chunk on, how many

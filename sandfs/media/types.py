@@ -81,6 +81,9 @@ class FramePts(Sequence):
         if isinstance(values, FramePts):
             return values
         values = tuple(values)
+        if len(values) > 1 and (step := values[1] - values[0]) and values == tuple(
+                range(values[0], values[0] + step * len(values), step)):
+            return cls(runs=((values[0], step, len(values)),))  # one run: compared in C
         runs = _runs_of(values)
         if len(runs) > max(1, len(values) * cls.RUNS_PER_FRAME):
             return cls(values=array("q", values))
@@ -117,6 +120,10 @@ class FramePts(Sequence):
             return index if off == 0 and 0 <= index < count else None
         position = bisect_left(self, pts)
         return position if position < self._len and self[position] == pts else None
+
+    def one_run(self) -> tuple[int, int, int] | None:
+        """(first, step, count) where the pts are one run of a constant step, else None."""
+        return self._runs[0] if self._values is None and len(self._runs) == 1 else None
 
     def _key(self) -> tuple:
         return self._runs if self._values is None else tuple(self._values)
