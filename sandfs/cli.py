@@ -239,7 +239,8 @@ def scan_ahead(configs, settings, probes):
 
     prepare_cache_dir(settings.cache_dir)
     local = [dataset_key(c) for c in configs if not is_remote_url(c.dataset.video_dataset_path)]
-    return ScanAhead(local, settings.cache_dir, settings.workers, settings.media_limits, probes)
+    return ScanAhead(local, settings.cache_dir, settings.workers, settings.media_limits, probes,
+                     settings.scan_pace)
 
 
 def mount_background(configs, settings, warnings, args: argparse.Namespace) -> int:

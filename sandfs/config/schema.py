@@ -132,6 +132,7 @@ class EngineConfig:
     execution: str = "auto"  # auto | threads | processes: where video jobs run (settings.py)
     metrics_port: int | None = None  # serve GET /metrics on 127.0.0.1:PORT (None: no server)
     limits: tuple[tuple[str, int], ...] = ()  # (name, value) of config/limits.py's Limits
+    scan: tuple[tuple[str, int], ...] = ()  # (name, value) of the background scan's ScanPace
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,11 @@ from typing import Any
 from sandfs.config import fields
 from sandfs.config.limits import DEFAULT_LIMITS, Limits, parse_limit_flags, read_limits_section
 from sandfs.config.pipeline import view_shape
+from sandfs.config.scan import DEFAULT_PACE, read_scan_section, scan_pace
 from sandfs.config.schema import EngineConfig, TaskConfig
 from sandfs.config.yamlsafe import Value
 from sandfs.errors import UserError
+from sandfs.media.scan_workers import ScanPace
 from sandfs.media.types import MediaLimits
 from sandfs.npy import npy_nbytes
 
@@ -39,6 +41,7 @@ ENGINE_FIELDS = {
     "execution": "execution",
     "metrics_port": "metrics_port",
     "limits": "limits",
+    "scan": "scan",
 }
 # The command line flag that overrides each EngineConfig field (errors name what the user typed).
 CLI_FLAGS = {
@@ -101,6 +104,7 @@ class MountSettings:
     media_limits: MediaLimits
     metrics_port: int | None = None  # the loopback port of GET /metrics (None: none)
     limits: Limits = DEFAULT_LIMITS  # what one user may hold (config/limits.py)
+    scan_pace: ScanPace = DEFAULT_PACE  # the background scan's (config/scan.py)
     execution: str = "threads"  # EXECUTION_MODES: where video jobs run (`auto` resolved)
     execution_setting: str = "threads"  # as given (EXECUTIONS)
 
@@ -146,6 +150,7 @@ def mount_settings(
         media_limits=media_limits(environ),
         metrics_port=engine.metrics_port,
         limits=mount_limits(engine.limits, limit_flags),
+        scan_pace=scan_pace(engine.scan),
         execution=resolve_execution(engine.execution, workers, usable_cores()),
         execution_setting=engine.execution,
     )
@@ -283,6 +288,7 @@ def read_engine_section(value: Value | None, base_dir: str
         "decode_ahead": partial(fields.integer, minimum=INTEGER_MINIMUMS["decode_ahead"]),
         "metrics_port": partial(fields.integer, minimum=PORTS[0], maximum=PORTS[1]),
         "limits": read_limits_section,
+        "scan": read_scan_section,
     }
     settings = {
         ENGINE_FIELDS[key]: readers[key](item)

@@ -19,7 +19,14 @@ from threading import Event
 
 from sandfs.errors import UserError
 from sandfs.media.scan import scan_dataset, start_lazy_scan
-from sandfs.media.scan_workers import STOP_POLL_SECONDS, ProbeWorkers, ScanStopped, check_stop
+from sandfs.media.scan_workers import (
+    DEFAULT_PACE,
+    STOP_POLL_SECONDS,
+    ProbeWorkers,
+    ScanPace,
+    ScanStopped,
+    check_stop,
+)
 from sandfs.media.types import BadVideo, DatasetScan, MediaLimits, ScanProgress
 
 log = logging.getLogger(__name__)
@@ -31,12 +38,13 @@ DatasetProgress = Callable[[DatasetKey, ScanProgress], None]
 def scan_all(datasets: Iterable[DatasetKey], cache_dir: str | None, workers: int,
              limits: MediaLimits, progress: DatasetProgress | None = None,
              stop: Event | None = None, started: ProbeWorkers | None = None,
-             lazy: LazyScans | None = None) -> dict[DatasetKey, DatasetScan]:
+             lazy: LazyScans | None = None, pace: ScanPace = DEFAULT_PACE
+             ) -> dict[DatasetKey, DatasetScan]:
     """Unchanged files come from the scan index kept in `cache_dir` (None: no index);
     `progress(key, ScanProgress)` hears how far each dataset's scan is (see `scan_dataset`).
     Raises ScanStopped soon after `stop` is set (from another thread). `started`: probe
     workers started ahead, for the first dataset that needs any. `lazy`: the scans return once
-    listed and probe on in its threads (`start_lazy_scan`)."""
+    listed and probe on in its threads (`start_lazy_scan`), at `pace`."""
     scans: dict[DatasetKey, DatasetScan] = {}
     for key in datasets:
         if key in scans:
@@ -46,7 +54,7 @@ def scan_all(datasets: Iterable[DatasetKey], cache_dir: str | None, workers: int
                        progress=None if progress is None else partial(progress, key),
                        index_path=index_path(cache_dir, key) if cache_dir else None)
         if lazy is not None:
-            scans[key] = found = lazy.start(key, **options)
+            scans[key] = found = lazy.start(key, pace=pace, **options)
             log.info("dataset %s: %d files listed, %d left out, %d known from the index", key[0],
                      len(found.listed or ()), len(found.bad), found.probes.probed)
             continue
@@ -175,7 +183,8 @@ class ScanAhead:
     leaving the `with` block) stops the probes, and a scan no one took."""
 
     def __init__(self, datasets: Iterable[DatasetKey], cache_dir: str | None, workers: int,
-                 limits: MediaLimits, probes: ProbeWorkers) -> None:
+                 limits: MediaLimits, probes: ProbeWorkers, pace: ScanPace = DEFAULT_PACE
+                 ) -> None:
         self._stop = Event()
         self._lock = threading.Lock()  # progress is heard in the scan's thread
         self._heard: dict[DatasetKey, ScanProgress] = {}
@@ -183,13 +192,14 @@ class ScanAhead:
         self._lazy = LazyScans(self._stop)  # the probes go on after `join`, until `close`
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="scan-ahead")
         self._scans: Future[dict[DatasetKey, DatasetScan]] = self._executor.submit(
-            self._scan, list(datasets), cache_dir, workers, limits, probes)
+            self._scan, list(datasets), cache_dir, workers, limits, probes, pace)
 
     def _scan(self, datasets: list[DatasetKey], cache_dir: str | None, workers: int,
-              limits: MediaLimits, probes: ProbeWorkers) -> dict[DatasetKey, DatasetScan]:
+              limits: MediaLimits, probes: ProbeWorkers, pace: ScanPace
+              ) -> dict[DatasetKey, DatasetScan]:
         with probes:  # a remote dataset's copy is scanned later, by fresh workers
             return scan_all(datasets, cache_dir, workers, limits, self._hear, stop=self._stop,
-                            started=probes, lazy=self._lazy)
+                            started=probes, lazy=self._lazy, pace=pace)
 
     def _hear(self, dataset: DatasetKey, progress: ScanProgress) -> None:
         with self._lock:  # held while the listener hears it: never out of order

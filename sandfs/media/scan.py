@@ -36,6 +36,7 @@ from sandfs.media.scan_index import (
     save_index,
 )
 from sandfs.media.scan_workers import (
+    DEFAULT_PACE,
     ProbeJob,
     ProbeWorkers,
     ScanPace,
@@ -60,7 +61,6 @@ from sandfs.media.walk import vetted_targets
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[ScanProgress], None]
-DEFAULT_PACE = ScanPace()
 # The index's entries no plan asked for yet are read this many at a time (about 20 ms of CPU),
 # a pause after each: the startup's planning threads want the GIL meanwhile.
 RESOLVE_SLICE = 2_000

@@ -62,11 +62,15 @@ class ScanPace:
     def __post_init__(self) -> None:
         for name in ("ahead_videos", "background_workers", "background_in_flight",
                      "paced_from_videos"):
-            if getattr(self, name) < (0 if name == "ahead_videos" else 1):
-                raise ValueError(f"scan {name} must be >= 1, not {getattr(self, name)}")
+            least = 0 if name == "ahead_videos" else 1
+            if getattr(self, name) < least:
+                raise ValueError(f"scan {name} must be >= {least}, not {getattr(self, name)}")
         if not 0 <= self.background_nice <= 19:
             raise ValueError(f"scan background_nice must be 0 to 19, not "
                              f"{self.background_nice}")
+
+
+DEFAULT_PACE = ScanPace()
 
 
 class Waker:

@@ -23,7 +23,9 @@ from sandfs.config.settings import (
     mount_settings,
     parse_size,
 )
+from sandfs.config.yamlsafe import ConfigError
 from sandfs.errors import UserError
+from sandfs.media.scan_workers import ScanPace
 from sandfs.npy import npy_nbytes
 from sandfs.registration import admit_upload
 from sandfs.sched.policy import DISPLACE_HORIZON
@@ -316,3 +318,19 @@ def test_a_task_uploaded_to_a_live_mount_has_its_execution_checked_then_ignored(
     with pytest.raises(Exception, match="auto"):
         admit_upload("late.yaml", text.replace("execution: processes", "execution: forks"),
                      writer, config_dir=str(tmp_path), settings=settings)
+
+
+def test_the_scan_section_sets_the_background_scan_s_pace(tmp_path):
+    """`engine: scan:` (docs/config.md#the-scan): what it sets, the defaults for the rest;
+    unknown names and values out of range name their line."""
+    config = load_task_config("a.yaml", check_paths=False, text=_with_engine(
+        "a", "  scan:\n    ahead_videos: 512\n    background_nice: 19\n"))
+    settings, _ = mount_settings([config], {}, str(tmp_path / "mnt"))
+    assert settings.scan_pace == ScanPace(ahead_videos=512, background_nice=19)
+    assert mount_settings([load_task_config("b.yaml", check_paths=False, text=BASE)], {},
+                          str(tmp_path / "mnt"))[0].scan_pace == ScanPace()
+    for engine, message in [("  scan:\n    ahead: 1\n", "unknown key 'ahead'"),
+                            ("  scan:\n    background_nice: 20\n", "must be at most 19"),
+                            ("  scan:\n    background_workers: 0\n", "must be at least 1")]:
+        with pytest.raises(ConfigError, match=rf"c.yaml:\d+:\d+: engine.scan.*{message}"):
+            load_task_config("c.yaml", check_paths=False, text=_with_engine("c", engine))
