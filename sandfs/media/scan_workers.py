@@ -32,6 +32,9 @@ WORKERS_AHEAD = 1  # started before the daemon's imports: the dataset's size is 
 # imports). 16 short videos with a busy thread beside the scan: 96-107 ms with 4, 122-130 with
 # 2, 180-190 with 1 (60 ms of probing; docs/performance.md#cold-start).
 IN_FLIGHT = 4
+# A worker's results go back a list at a time, at most this long after the first: one write
+# and one wake-up of the scan's thread for a batch of short probes, not one each.
+REPLY_EVERY_SECONDS = 0.02
 
 
 class JobQueue(Protocol):
@@ -211,7 +214,7 @@ def probe_files(
                 waker.drain()
             check_stop(stop)
             for position, worker in enumerate(pool):
-                answered, alive = _poll_worker(worker, results)
+                answered, alive = _poll_worker(worker, results, worker.replies in ready)
                 for key in answered if on_result else ():  # answered, timed out or died
                     on_result(key, results[key])
                 if not alive:
@@ -283,18 +286,19 @@ def _wait_seconds(pool: list[_Worker]) -> float:
     return max(0.0, min(deadlines) - time.monotonic())
 
 
-def _poll_worker(worker: _Worker, results: dict[str, ProbeResult]) -> tuple[list[str], bool]:
-    """Takes the replies that came: the keys answered (replied, timed out or died: a worker
-    probes in order, so the job it was on), and False when the worker died or timed out
-    (replace it; the jobs it had not started are still in `sent`)."""
+def _poll_worker(worker: _Worker, results: dict[str, ProbeResult], readable: bool
+                 ) -> tuple[list[str], bool]:
+    """Takes the reply that came (`readable`: its pipe is): the keys answered (replied, timed
+    out or died: a worker probes in order, so the job it was on), and False when the worker
+    died or timed out (replace it; the jobs it had not started are still in `sent`)."""
     answered = []
     try:
-        while worker.replies.poll():
-            message = worker.replies.recv()
-            if message == _WORKER_READY:
-                worker.ready = True
-            elif worker.sent:
-                answered.append(_answer(worker, results, message))
+        message = worker.replies.recv() if readable else []
+        if message == _WORKER_READY:
+            worker.ready = True
+        else:
+            answered += [_answer(worker, results, result) for result in message
+                         if worker.sent]
     except (EOFError, OSError):
         exit_code = worker.process.wait()
         if not worker.ready:
@@ -346,9 +350,10 @@ _WORKER_CODE = (
 
 
 def worker_main(job_fd: int, reply_fd: int, nice: int = 0) -> None:
-    """The worker process's loop: (limits, [(path, identity), ...]) in, a ProbeResult out for
-    each, in order; None or a closed pipe (the parent is gone) ends it. `nice`: added to its
-    priority first (a background worker's)."""
+    """The worker process's loop: (limits, [(path, identity), ...]) in, a ProbeResult for
+    each out, in order, in lists: at the batch's end, or REPLY_EVERY_SECONDS after the last
+    (the parent's timeout counts from each answer); None or a closed pipe (the parent is
+    gone) ends it. `nice`: added to its priority first (a background worker's)."""
     if nice:
         os.nice(nice)
     # here, not at the top: the daemon starts its workers before it imports PyAV (25 ms)
@@ -365,9 +370,15 @@ def worker_main(job_fd: int, reply_fd: int, nice: int = 0) -> None:
         if message is None:
             return
         limits, batch = message
+        done, sent_at = [], time.monotonic()
         for path, identity in batch:
             try:
-                result = probe_video(path, limits, identity)
+                done.append(probe_video(path, limits, identity))
             except Exception as error:  # a reply must always come back
-                result = ProbeFailure("open_invalid", f"probe failed: {describe_error(error)}")
-            replies.send(result)
+                done.append(ProbeFailure("open_invalid",
+                                         f"probe failed: {describe_error(error)}"))
+            if time.monotonic() - sent_at >= REPLY_EVERY_SECONDS:
+                replies.send(done)
+                done, sent_at = [], time.monotonic()
+        if done:
+            replies.send(done)
