@@ -249,22 +249,20 @@ def _pool(count: int, workers: int, started: ProbeWorkers | None,
 
 
 def _top_up(worker: _Worker, pending: JobQueue, limits: MediaLimits) -> None:
-    """Up to its `in_flight` jobs sent in one message (one write, one wake-up)."""
-    if not worker.ready or len(worker.sent) * 2 > worker.in_flight:
-        return
-    batch = []
-    while len(worker.sent) + len(batch) < worker.in_flight:
-        job = pending.take(worker.front)
-        if job is None:
-            break
-        batch.append(job)
-    if not batch:
-        return
-    if not worker.sent:
-        worker.deadline = time.monotonic() + limits.decode_timeout_seconds
-    worker.sent.extend(batch)
-    worker.timeout_seconds = limits.decode_timeout_seconds
-    worker.jobs.send((limits, [(job.path, job.identity) for job in batch]))
+    """Up to its `in_flight` jobs, sent half at a time (one write, one wake-up a message): it
+    replies to a message once done with it, by then holding the next one."""
+    half = max(1, worker.in_flight // 2)
+    while worker.ready and len(worker.sent) + half <= worker.in_flight:
+        batch = []
+        while len(batch) < half and (job := pending.take(worker.front)) is not None:
+            batch.append(job)
+        if not batch:
+            return
+        if not worker.sent:
+            worker.deadline = time.monotonic() + limits.decode_timeout_seconds
+        worker.sent.extend(batch)
+        worker.timeout_seconds = limits.decode_timeout_seconds
+        worker.jobs.send((limits, [(job.path, job.identity) for job in batch]))
 
 
 def _start_worker(nice: int = 0, in_flight: int = IN_FLIGHT) -> _Worker:
