@@ -8,7 +8,8 @@ decoding probe it replaced (every frame decoded; still the fallback for untruste
    CPU seconds per 1,000 videos of this process and its workers (their start included) and of
    this process alone (a daemon's scan thread: its GIL share); the decoding probe over the
    same files in this process (no worker overhead) for comparison. `--dataset DIR`: these two
-   on a folder of videos already made (`bench_scale.py`'s hard links), nothing else.
+   on a folder of videos already made (`bench_scale.py`'s hard links), after the CPU of one
+   probe of its first video, of its index row and of its hand-off, in this process.
 3. Cold mount of the same short videos, the way a user meets it: `sandfs mount` launched on an
    empty cache dir (scan, plan, mount), then the first batch of a small task (8 clips of
    16x112x112, k = 5) read through the mount: seconds from the launch to serving and to the
@@ -23,6 +24,7 @@ One JSON object per line.
 from __future__ import annotations
 
 import argparse
+import pickle
 import resource
 import statistics
 import sys
@@ -49,6 +51,7 @@ from common import (
 
 from sandfs.media import probe
 from sandfs.media.scan import scan_dataset, start_lazy_scan
+from sandfs.media.scan_index import IndexKey, save_index
 from sandfs.media.synth import write_test_video
 from sandfs.media.types import DECODING, DatasetScan, MediaLimits, ProbeFacts, ProbeResult
 
@@ -169,6 +172,31 @@ def cold_scan(root: Path, paths: list[Path], workers: int, decoding: bool = True
     emit({"cold_scan": {**figures, "workers": workers}})
 
 
+def probe_costs(path: Path, repeats: int = 2000, rows: int = 20_000) -> None:
+    """In this process: CPU microseconds of one probe of `path` (the median of 5 rounds of
+    `repeats`), of its result's index row (`save_index` of `rows` copies) and of its hand-off
+    (the result pickled and unpickled, as a worker's reply)."""
+    rounds = []
+    for _ in range(5):
+        cpu = time.process_time()
+        for _ in range(repeats):
+            result = probe.probe_video(str(path), LIMITS)
+        rounds.append((time.process_time() - cpu) / repeats * 1e6)
+    entries = {f"v{i}.mp4": (IndexKey(f"/d/v{i}.mp4", 1, 1), result) for i in range(rows)}
+    with tempfile.TemporaryDirectory(prefix="bench-scan-") as temp:
+        cpu = time.process_time()
+        save_index(Path(temp, "index.json"), LIMITS, entries)
+        row_us = (time.process_time() - cpu) / rows * 1e6
+    cpu = time.process_time()
+    for _ in range(repeats):
+        pickle.loads(pickle.dumps(result, pickle.HIGHEST_PROTOCOL))
+    emit({"probe_costs": {"video": path.name, "counted_by": result.counted_by,
+                          "probe_cpu_us": round(statistics.median(rounds), 1),
+                          "index_row_cpu_us": round(row_us, 1),
+                          "hand_off_cpu_us": round((time.process_time() - cpu) / repeats * 1e6,
+                                                   1)}})
+
+
 def lazy_scan(root: Path, paths: list[Path], workers: int) -> None:
     """`start_lazy_scan` (a daemon's), to its end, nothing waited for: the background
     probes alone."""
@@ -221,6 +249,7 @@ def main() -> None:
           "machine": machine_info()})
     if args.dataset:
         paths = sorted(args.dataset.rglob("*.mp4"))
+        probe_costs(paths[0])
         cold_scan(args.dataset, paths, args.workers, decoding=False)
         lazy_scan(args.dataset, paths, args.workers)
         return
