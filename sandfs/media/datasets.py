@@ -28,6 +28,7 @@ from sandfs.media.scan_workers import (
     check_stop,
 )
 from sandfs.media.types import BadVideo, DatasetScan, MediaLimits, ScanProgress
+from sandfs.runtime import collector_paused
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,10 @@ def scan_all(datasets: Iterable[DatasetKey], cache_dir: str | None, workers: int
     `progress(key, ScanProgress)` hears how far each dataset's scan is (see `scan_dataset`).
     Raises ScanStopped soon after `stop` is set (from another thread). `started`: probe
     workers started ahead, for the first dataset that needs any. `lazy`: the scans return once
-    listed and probe on in its threads (`start_lazy_scan`), at `pace`."""
+    listed and probe on in its threads (`start_lazy_scan`), at `pace`. No cyclic collection
+    while a dataset is listed: its listing is a few objects a file that live as long as the
+    mount, and the collector walked them again and again as they were made (250,000 files
+    listed from the scan index: 7.5-8.6 CPU-s, 2.6-2.7 without)."""
     scans: dict[DatasetKey, DatasetScan] = {}
     for key in datasets:
         if key in scans:
@@ -54,7 +58,8 @@ def scan_all(datasets: Iterable[DatasetKey], cache_dir: str | None, workers: int
                        progress=None if progress is None else partial(progress, key),
                        index_path=index_path(cache_dir, key) if cache_dir else None)
         if lazy is not None:
-            scans[key] = found = lazy.start(key, pace=pace, **options)
+            with collector_paused():
+                scans[key] = found = lazy.start(key, pace=pace, **options)
             log.info("dataset %s: %d files listed, %d left out, %d known from the index", key[0],
                      len(found.listed or ()), len(found.bad), found.probes.probed)
             continue

@@ -29,8 +29,8 @@ from typing import TextIO
 from sandfs.media.probebook import ProbeBook, ProbeQueue
 from sandfs.media.scan_index import (
     UNREADABLE,
-    IndexKey,
     is_video_entry,
+    listed_from,
     parse_entry,
     read_index,
     save_index,
@@ -56,7 +56,7 @@ from sandfs.media.types import (
     ScanProgress,
     VideoInfo,
 )
-from sandfs.media.walk import vetted_targets
+from sandfs.media.walk import changed_since, recheck, vetted_targets
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ ProgressCallback = Callable[[ScanProgress], None]
 # a pause after each: the startup's planning threads want the GIL meanwhile.
 RESOLVE_SLICE = 2_000
 RESOLVE_PAUSE_S = 0.02
+CHANGED = "changed"  # the reason of a file listed from the scan index and found changed since
 
 
 def scan_dataset(
@@ -166,6 +167,7 @@ class _Listing:
     began: float
     decoded: int = 0  # probed files whose packets were not trusted
     deferred: Collection[str] = ()  # index hits read when asked for
+    unchecked: Collection[str] = ()  # of those, listed from the index: checked when read
     index_as_is: bool = False  # the index holds exactly these results: not written again
 
     @classmethod
@@ -173,19 +175,31 @@ class _Listing:
            limits: MediaLimits | None, index_path: str | os.PathLike[str] | None,
            stop: Event | None, *, defer: bool = False) -> _Listing:
         """`defer`: a usable video's index entry is read when its result is first asked for
-        (a lazy scan: 100,000 entries took 2.6 s before serving); a bad one's at once."""
+        (a lazy scan: 100,000 entries took 2.6 s before serving); a bad one's at once. A lazy
+        scan lists a usable video the index holds by its name alone, its stat taken from the
+        index and checked when its entry is read (docs/contract.md#warm-listing)."""
         began = time.monotonic()
         limits = limits or MediaLimits.from_env()
         real_root = os.path.realpath(root)
         if not os.path.isdir(real_root):
             raise NotADirectoryError(f"dataset root is not a directory: {os.fspath(root)!r}")
-        targets, refused = vetted_targets(real_root, extensions, limits, stop)
-        book = ProbeBook(sorted(targets, key=lambda v: v.name), stop)
         stored = read_index(index_path, limits) if index_path else {}
+        unchecked: dict[str, list] = {}
+
+        def known(rel_path: str, name: str) -> ListedVideo | None:
+            listed = listed_from(entry := stored.get(rel_path), rel_path, name)
+            if listed is not None:
+                unchecked[rel_path] = entry
+            return listed
+
+        targets, refused = vetted_targets(real_root, extensions, limits, stop,
+                                          known if defer else None)
+        book = ProbeBook(sorted(targets, key=lambda v: v.name), stop)
         listing = cls(real_root, limits, targets, refused, book, {}, index_path, began)
-        hits = [(t, entry) for t in targets if _index_hit(entry := stored.get(t.rel_path), t)]
+        hits = [(t, entry) for t in targets if (entry := unchecked.get(t.rel_path))
+                or _index_hit(entry := stored.get(t.rel_path), t)]
         later = {t.rel_path: (t, entry) for t, entry in hits if defer and is_video_entry(entry)}
-        listing.deferred = later.keys()
+        listing.deferred, listing.unchecked = later.keys(), unchecked.keys()
         book.defer_all(later, lambda rel_path: listing.from_index(*later[rel_path]))
         listing.index_as_is = len(hits) == len(targets) == len(stored)  # a damaged entry: not
         for target, entry in hits:
@@ -206,7 +220,10 @@ class _Listing:
 
     def from_index(self, target: ListedVideo, entry: list) -> VideoInfo | BadVideo | None:
         """A deferred index hit, in whichever thread asks first; a damaged entry's file is
-        probed first of all (None)."""
+        probed first of all (None). One listed from the index is checked first: found bad if
+        it changed since."""
+        if target.rel_path in self.unchecked and (bad := self._changed(target)) is not None:
+            return bad
         result = self.parsed(target, entry)
         if result is None:
             self.book.queue.extendleft([ProbeJob(target.rel_path, target.path,
@@ -214,6 +231,20 @@ class _Listing:
             return None
         self.results[target.rel_path] = result
         return self._probed(target, result)
+
+    def _changed(self, target: ListedVideo) -> BadVideo | None:
+        """Why `target`, listed from the index, is not that file any more (None: it is): its
+        result, a failure the next scan does not keep, lists it afresh."""
+        now = recheck(self.real_root, target, self.limits)
+        if isinstance(now, BadVideo):
+            failure = ProbeFailure(now.reason, now.detail, lasting=False)
+        elif (why := changed_since(target, now)) is not None:
+            failure = ProbeFailure(CHANGED, why, lasting=False)
+        else:
+            return None
+        self.index_as_is = False
+        self.results[target.rel_path] = failure
+        return BadVideo(target.rel_path, failure.reason, failure.detail)
 
     def record(self, target: ListedVideo, result: ProbeResult) -> None:
         self.results[target.rel_path] = result
@@ -257,8 +288,7 @@ class _Listing:
         total = len(self.targets)
         if self.index_path and not (self.index_as_is and num_probed == 0):
             save_index(self.index_path, self.limits, {
-                t.rel_path: (IndexKey(t.path, t.size_bytes, t.mtime_ns), self.results[t.rel_path])
-                for t in self.targets})
+                t.rel_path: (t, self.results[t.rel_path]) for t in self.targets})
         scan = self.partial(num_probed)
         for item in scan.bad:
             name = os.path.splitext(item.rel_path)[0]
@@ -277,10 +307,10 @@ class _Listing:
 
 
 def _index_hit(entry: list | None, target: ListedVideo) -> bool:
-    """The entry is of this file as it is (field by field: no IndexKey a file), and of the
+    """The entry is of this file as it is (field by field: no record a file), and of the
     shape a row has (a result's damage is found when it is parsed)."""
     try:
-        path, size_bytes, mtime_ns, result = entry
+        path, size_bytes, mtime_ns, result, _stat = entry
     except (TypeError, ValueError):  # None, or not a row
         return False
     return (path == target.path and size_bytes == target.size_bytes

@@ -1,9 +1,11 @@
 """The scan index: probe results of a previous scan, as JSON, keyed by (rel_path, path, size,
 mtime), so a remount of an unchanged dataset probes nothing. An entry is a row `[path, size,
-mtime, result]`, its result a JSON text of its own, parsed when asked for: 250,000 entries as
-nested objects took 1.8 s of CPU to read, as rows 0.6 s. A file of another format or scan
-version, or scanned under other limits, or whose checksum does not match (a damaged file), is
-ignored (and rewritten); so is one damaged entry, whose file alone is probed again."""
+mtime, result, [dev, ino, uid, gid, mode]]`, its result a JSON text of its own, parsed when
+asked for (250,000 entries as nested objects took 1.8 s of CPU to read, as rows 0.6 s); its
+stat lets a lazy scan list the file without a stat of its own (`listed_from`). A file of
+another format or scan version, or scanned under other limits, or whose checksum does not
+match (a damaged file), is ignored (and rewritten); so is one damaged entry, whose file alone
+is probed again."""
 
 from __future__ import annotations
 
@@ -14,33 +16,31 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from fractions import Fraction
 from typing import Any
 
 from sandfs.fileio import read_checked_json, write_checked_json
-from sandfs.media.types import FramePts, MediaLimits, ProbeFacts, ProbeFailure, ProbeResult
+from sandfs.media.types import (
+    FramePts,
+    ListedVideo,
+    MediaLimits,
+    ProbeFacts,
+    ProbeFailure,
+    ProbeResult,
+)
 
 log = logging.getLogger("sandfs.media.scan")  # one logger for the whole scan
 
 # bump when probe results change meaning: older index files are then ignored
 # (2: MPEG-TS/PS are not seekable; 3: frames counted from packets, counted_by recorded;
 # 4: pictures are not_a_video, where an index of 3 may hold them as one-frame videos;
-# 5: entries as rows, each result a JSON text)
-SCAN_VERSION = 5
+# 5: entries as rows, each result a JSON text; 6: each row with the file's stat)
+SCAN_VERSION = 6
 INDEX_FORMAT = "sandfs-scan-index"
 
 
-@dataclass(frozen=True, slots=True)
-class IndexKey:
-    """What identifies a file's content between scans."""
-
-    path: str
-    size_bytes: int
-    mtime_ns: int
-
-
-Entries = dict[str, tuple[IndexKey, ProbeResult]]  # rel_path -> (key, result)
+Entries = dict[str, tuple[ListedVideo, ProbeResult]]  # rel_path -> (the file as listed, result)
 
 
 def _index_limits(limits: MediaLimits) -> dict[str, int]:
@@ -81,12 +81,7 @@ def read_index(index_path: str | os.PathLike[str], limits: MediaLimits) -> dict[
 UNREADABLE = (KeyError, IndexError, TypeError, ValueError, AttributeError)
 
 
-Entry = list[Any]  # as stored: [path, size_bytes, mtime_ns, the result's JSON text]
-
-
-def entry_key(entry: Entry) -> IndexKey:
-    path, size_bytes, mtime_ns, _ = entry
-    return IndexKey(str(path), int(size_bytes), int(mtime_ns))
+Entry = list[Any]  # as stored: [path, size_bytes, mtime_ns, the result's JSON text, stat]
 
 
 def is_video_entry(entry: Entry) -> bool:
@@ -94,15 +89,28 @@ def is_video_entry(entry: Entry) -> bool:
     return entry[3].startswith('{"video"')
 
 
+def listed_from(entry: Entry | None, rel_path: str, name: str) -> ListedVideo | None:
+    """The usable video `entry` stored, as the listing would find it if the file is unchanged
+    (the lazy scan checks that later: docs/contract.md#warm-listing); None for a bad one's
+    entry, or one not of a row's shape (then the file is listed by its stat)."""
+    try:
+        path, size_bytes, mtime_ns, result, (dev, ino, uid, gid, mode) = entry  # type: ignore
+    except (TypeError, ValueError):
+        return None
+    if not (isinstance(result, str) and result.startswith('{"video"')):
+        return None
+    return ListedVideo(name, rel_path, path, size_bytes, mtime_ns, (dev, ino), (uid, gid, mode))
+
+
 def parse_entry(entry: Entry) -> ProbeResult:
-    return _entry_from_json(entry)[1]
+    return _entry_from_json(entry)
 
 
 def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries: Entries) -> None:
     """Writes `entries` atomically, leaving out results that depend on the machine's load."""
     document_entries = {
-        rel_path: _entry_to_json(key, result)
-        for rel_path, (key, result) in entries.items()
+        rel_path: _entry_to_json(listed, result)
+        for rel_path, (listed, result) in entries.items()
         if _is_lasting(result)
     }
     document = {
@@ -134,7 +142,7 @@ def _is_lasting(result: ProbeResult) -> bool:
 _FACT_FIELDS = tuple(ProbeFacts.__dataclass_fields__)
 
 
-def _entry_to_json(key: IndexKey, result: ProbeResult) -> Entry:
+def _entry_to_json(listed: ListedVideo, result: ProbeResult) -> Entry:
     if isinstance(result, ProbeFailure):
         document: dict[str, Any] = {"bad": asdict(result)}
     else:  # not asdict: it deep-copied every pts (250,000 videos: 13 s of CPU with the runs)
@@ -143,15 +151,16 @@ def _entry_to_json(key: IndexKey, result: ProbeResult) -> Entry:
         facts["keyframe_indices"] = _encode_runs(result.keyframe_indices)
         facts["time_base"] = None if result.time_base is None else str(result.time_base)
         document = {"video": facts}
-    return [key.path, key.size_bytes, key.mtime_ns, json.dumps(document, separators=(",", ":"))]
+    stat = [*(listed.identity or (0, 0)), *(listed.access or (0, 0, 0))]
+    return [listed.path, listed.size_bytes, listed.mtime_ns,
+            json.dumps(document, separators=(",", ":")), stat]
 
 
-def _entry_from_json(entry: Entry) -> tuple[IndexKey, ProbeResult]:
-    key = entry_key(entry)
+def _entry_from_json(entry: Entry) -> ProbeResult:
     document = json.loads(entry[3])
     if "bad" in document:
         bad = document["bad"]
-        return key, ProbeFailure(str(bad["reason"]), str(bad["detail"]))
+        return ProbeFailure(str(bad["reason"]), str(bad["detail"]))
     facts = dict(document["video"])
     time_base = facts["time_base"]
     probe = ProbeFacts(
@@ -170,7 +179,7 @@ def _entry_from_json(entry: Entry) -> tuple[IndexKey, ProbeResult]:
     )
     if not _consistent(probe):
         raise ValueError(f"inconsistent entry: {probe}")
-    return key, probe
+    return probe
 
 
 @functools.lru_cache(maxsize=64)

@@ -239,7 +239,7 @@ class BadVideo:
     rel_path: str
     reason: str  # open_invalid | no_video_stream | not_a_video | not_regular | outside_root |
     #    corrupt_frames | too_large | name_collision | no_frames | decode_timeout |
-    #    permission_denied | too_short (task)
+    #    permission_denied | too_short (task) | changed (since the scan index)
     detail: str = ""
 
 

@@ -1,0 +1,100 @@
+"""A warm mount lists its dataset from the scan index (docs/contract.md#warm-listing), through a
+real mount: a file added since the index is listed and probed, one removed is not listed, and
+one rewritten in place with another size (its folder unchanged) is found `changed`, its slots
+filled by its stand-in: no view holds it and every view reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from tests.helpers.harness import (
+    Mounted,
+    forgiving_teardown,
+    require_fuse,
+    start_daemon,
+    strict_teardown,
+    task_config,
+    wait_mounted,
+    write_config,
+)
+
+VIDEOS = 48
+ADDED, REMOVED, REWRITTEN = "c0/v9999.mp4", "c1/v0004.mp4", "c2/v0005.mp4"
+
+
+def status_of(mountpoint: Path) -> dict:
+    return json.loads((mountpoint / ".sand" / "status.json").read_bytes())
+
+
+def scanned(mountpoint: Path, process, log: Path) -> dict:
+    """status.json once every listed file is probed (its index written)."""
+    deadline = time.monotonic() + 120
+    while True:
+        status = status_of(mountpoint)
+        dataset = status["scan"]["datasets"][0]
+        if dataset["videos_scanned"] >= dataset["videos_total"]:
+            return status
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+
+
+def mounted(mountpoint: Path, config: Path, cache: Path, log: Path):
+    process = start_daemon(mountpoint, [config], cache, log)
+    wait_mounted(mountpoint, process, log)
+    return process
+
+
+def test_a_warm_mount_lists_files_added_removed_and_rewritten_since_its_index(
+        tmp_path, dataset_dir):
+    require_fuse()
+    sources = sorted(dataset_dir.rglob("*.mp4"))
+    root = tmp_path / "videos"
+    for i in range(VIDEOS):
+        (root / f"c{i % 3}").mkdir(parents=True, exist_ok=True)
+        place = shutil.copy if f"c{i % 3}/v{i:04d}.mp4" == REWRITTEN else os.link
+        place(sources[i % len(sources)], root / f"c{i % 3}/v{i:04d}.mp4")
+    config = write_config(tmp_path / "t.yaml", task_config(root, epochs=2))
+    mountpoint, cache = tmp_path / "mnt", tmp_path / "cache"
+    mountpoint.mkdir()
+    process = mounted(mountpoint, config, cache, tmp_path / "cold.log")
+    try:
+        assert scanned(mountpoint, process, tmp_path / "cold.log")["bad_videos"] == []
+        strict_teardown(Mounted(mountpoint, process, tmp_path / "cold.log", cache))
+    finally:
+        forgiving_teardown(mountpoint, process)
+    assert list(cache.glob("scan-*.json"))
+
+    os.link(sources[0], root / ADDED)
+    (root / REMOVED).unlink()
+    rewritten = root / REWRITTEN
+    other = next(s for s in sources if s.stat().st_size != rewritten.stat().st_size)
+    folder_mtime = rewritten.parent.stat().st_mtime_ns
+    with open(rewritten, "r+b") as file:  # in place: its folder does not change
+        file.write(other.read_bytes())
+        file.truncate()
+    assert rewritten.parent.stat().st_mtime_ns == folder_mtime
+
+    log = tmp_path / "warm.log"
+    process = mounted(mountpoint, config, cache, log)
+    try:
+        status = scanned(mountpoint, process, log)
+        assert status["scan"]["datasets"][0]["videos_total"] == VIDEOS  # one in, one out
+        assert [(b["path"], b["reason"]) for b in status["bad_videos"]] == [
+            (REWRITTEN, "changed")]
+        videos = {p.relative_to(mountpoint / "t0" / "videos").as_posix()
+                  for p in (mountpoint / "t0" / "videos").rglob("*.mp4")}
+        assert ADDED in videos and REMOVED not in videos
+        held = set()
+        for iteration in range(status["tasks"]["t0"]["iterations_per_epoch"]):
+            batch = mountpoint / "t0" / "0" / str(iteration)
+            (batch / "view").read_bytes()  # EIO here: a view made from the changed file
+            held |= {s["video"] for s in json.loads((batch / "meta.json").read_bytes())["samples"]}
+        assert REWRITTEN.removesuffix(".mp4") not in held
+        assert ADDED.removesuffix(".mp4") in held and REMOVED.removesuffix(".mp4") not in held
+        strict_teardown(Mounted(mountpoint, process, log, cache))
+    finally:
+        forgiving_teardown(mountpoint, process)
