@@ -56,15 +56,18 @@ from sandfs.media.types import (
     ScanProgress,
     VideoInfo,
 )
-from sandfs.media.walk import changed_since, recheck, vetted_targets
+from sandfs.media.walk import changed_since, recheck, unchanged, vetted_targets
 
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[ScanProgress], None]
-# The index's entries no plan asked for yet are read this many at a time (about 20 ms of CPU),
-# a pause after each: the startup's planning threads want the GIL meanwhile.
+# The index's entries no plan asked for yet are read (and their files checked) this many at a
+# time, each slice followed by a pause 9 times its CPU: the startup's planning threads want the
+# GIL meanwhile, and a plan reads what it needs itself. Read at 20 ms a slice, a warm mount of
+# 250,000 videos served its first batch after 18.6 s; without the background reads, 9.5 s.
 RESOLVE_SLICE = 2_000
 RESOLVE_PAUSE_S = 0.02
+RESOLVE_IDLE = 9
 CHANGED = "changed"  # the reason of a file listed from the scan index and found changed since
 
 
@@ -133,11 +136,13 @@ def start_lazy_scan(
                 probe(own)  # what the index does not answer
                 # then the index's answers no plan asked for yet, a slice at a time: those
                 # asked for are read by whoever asks, a damaged one's file probed at once
+                cpu = time.thread_time()
                 while listing.book.resolve_some(RESOLVE_SLICE):
                     if queue:
                         probe()
                     check_stop(stop)
-                    time.sleep(RESOLVE_PAUSE_S)
+                    time.sleep(max(RESOLVE_PAUSE_S, RESOLVE_IDLE * (time.thread_time() - cpu)))
+                    cpu = time.thread_time()
                 probe()  # damaged entries found meanwhile (none: returns at once)
             except ScanStopped:
                 return
@@ -235,6 +240,8 @@ class _Listing:
     def _changed(self, target: ListedVideo) -> BadVideo | None:
         """Why `target`, listed from the index, is not that file any more (None: it is): its
         result, a failure the next scan does not keep, lists it afresh."""
+        if unchanged(target):
+            return None
         now = recheck(self.real_root, target, self.limits)
         if isinstance(now, BadVideo):
             failure = ProbeFailure(now.reason, now.detail, lasting=False)
