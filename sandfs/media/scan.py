@@ -171,8 +171,7 @@ class _Listing:
     index_path: str | os.PathLike[str] | None
     began: float
     decoded: int = 0  # probed files whose packets were not trusted
-    deferred: Collection[str] = ()  # index hits read when asked for
-    unchecked: Collection[str] = ()  # of those, listed from the index: checked when read
+    deferred: Collection[str] = ()  # index hits read when asked for (not read yet)
     index_as_is: bool = False  # the index holds exactly these results: not written again
 
     @classmethod
@@ -189,23 +188,18 @@ class _Listing:
         if not os.path.isdir(real_root):
             raise NotADirectoryError(f"dataset root is not a directory: {os.fspath(root)!r}")
         stored = read_index(index_path, limits) if index_path else {}
-        unchecked: dict[str, list] = {}
 
         def known(rel_path: str, name: str) -> ListedVideo | None:
-            listed = listed_from(entry := stored.get(rel_path), rel_path, name)
-            if listed is not None:
-                unchecked[rel_path] = entry
-            return listed
+            return listed_from(stored.get(rel_path), rel_path, name)
 
         targets, refused = vetted_targets(real_root, extensions, limits, stop,
                                           known if defer else None)
         book = ProbeBook(sorted(targets, key=lambda v: v.name), stop)
         listing = cls(real_root, limits, targets, refused, book, {}, index_path, began)
-        hits = [(t, entry) for t in targets if (entry := unchecked.get(t.rel_path))
-                or _index_hit(entry := stored.get(t.rel_path), t)]
+        hits = [(t, entry) for t in targets if _index_hit(entry := stored.get(t.rel_path), t)]
         later = {t.rel_path: (t, entry) for t, entry in hits if defer and is_video_entry(entry)}
-        listing.deferred, listing.unchecked = later.keys(), unchecked.keys()
-        book.defer_all(later, lambda rel_path: listing.from_index(*later[rel_path]))
+        listing.deferred = later.keys()  # an entry let go once read: 100,000 rows' texts, 34 MB
+        book.defer_all(later, lambda rel_path: listing.from_index(*later.pop(rel_path)))
         listing.index_as_is = len(hits) == len(targets) == len(stored)  # a damaged entry: not
         for target, entry in hits:
             if target.rel_path not in later and (
@@ -225,9 +219,9 @@ class _Listing:
 
     def from_index(self, target: ListedVideo, entry: list) -> VideoInfo | BadVideo | None:
         """A deferred index hit, in whichever thread asks first; a damaged entry's file is
-        probed first of all (None). One listed from the index is checked first: found bad if
-        it changed since."""
-        if target.rel_path in self.unchecked and (bad := self._changed(target)) is not None:
+        probed first of all (None). The file is checked first (a lazy scan's listing took its
+        stat from the index): found bad if it changed since."""
+        if (bad := self._changed(target)) is not None:
             return bad
         result = self.parsed(target, entry)
         if result is None:
@@ -238,8 +232,8 @@ class _Listing:
         return self._probed(target, result)
 
     def _changed(self, target: ListedVideo) -> BadVideo | None:
-        """Why `target`, listed from the index, is not that file any more (None: it is): its
-        result, a failure the next scan does not keep, lists it afresh."""
+        """Why `target`, as listed, is not that file any more (None: it is): its result, a
+        failure the next scan does not keep, lists it afresh."""
         if unchanged(target):
             return None
         now = recheck(self.real_root, target, self.limits)

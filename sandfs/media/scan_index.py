@@ -29,6 +29,7 @@ from sandfs.media.types import (
     ProbeFailure,
     ProbeResult,
 )
+from sandfs.media.walk import shared_access
 
 log = logging.getLogger("sandfs.media.scan")  # one logger for the whole scan
 
@@ -99,7 +100,8 @@ def listed_from(entry: Entry | None, rel_path: str, name: str) -> ListedVideo | 
         return None
     if not (isinstance(result, str) and result.startswith('{"video"')):
         return None
-    return ListedVideo(name, rel_path, path, size_bytes, mtime_ns, (dev, ino), (uid, gid, mode))
+    return ListedVideo(name, rel_path, path, size_bytes, mtime_ns, (dev, ino),
+                       shared_access(uid, gid, mode))
 
 
 def parse_entry(entry: Entry) -> ProbeResult:
