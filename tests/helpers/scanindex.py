@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sandfs.fileio import read_checked_json, write_checked_json
+from sandfs.media.scan_index import VIDEO_FIELDS
 
 
 def edit_entry(index_path: Path, rel_path: str, edit: Callable[[dict], None]) -> None:
@@ -14,7 +15,12 @@ def edit_entry(index_path: Path, rel_path: str, edit: Callable[[dict], None]) ->
     a valid checksum, so only the entry itself can tell."""
     document = read_checked_json(str(index_path))
     row = document["entries"][rel_path]
-    result = json.loads(row[3])
+    stored = json.loads(row[3])  # a video's facts as a list: edited by name
+    result = stored
+    if isinstance(stored, list):
+        result = {"video": dict(zip(VIDEO_FIELDS, stored, strict=True))}
     edit(result)
+    if "video" in result:
+        result = [result["video"][name] for name in VIDEO_FIELDS]
     row[3] = json.dumps(result, separators=(",", ":"))
     write_checked_json(str(index_path), document)

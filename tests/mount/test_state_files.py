@@ -61,7 +61,7 @@ def test_damaged_state_files_are_discarded_rebuilt_and_counted(tmp_path, dataset
     cache = tmp_path / "mnt-cache"
     flip_digit(cache / "plan-state.json", b'"pool_key":"')
     (index,) = cache.glob("scan-*.json")
-    flip_digit(index, b'\\"width\\":')  # sound JSON, sound entry: only the checksum tells
+    flip_digit(index, b'"[')  # a width: sound JSON, sound entry; only the checksum tells
     with mount_sandfs(tmp_path, paths) as m:
         assert status(m)["state_files_rebuilt"] == 2
         assert json.loads(os.getxattr(metas, "user.sand.meta")) == meta
