@@ -18,6 +18,10 @@ Per size and task:
   its first batch (`joined_first_batch_s`; `joined_at_s`: when it had it, from the launch).
 - scan (in this process): `scan_dataset` of the linked dataset with no scan index, two probe
   workers: wall seconds, videos/s, CPU milliseconds a video (this process and its workers).
+- warm (through `sandfs mount`): a mount on a cache dir holding only a scan index of every
+  file (written in this process from the sources' probes, no cold mount first): the launch to
+  the first batch, a second task joining as above, peak RSS. Every mount also reports the
+  daemon's CPU seconds up to its first batch (`first_batch_cpu_s`).
 - plan (in this process, on scan results copied from the sources' probes, no mount): planning
   seconds (CPU) of the tasks' plans and of window 0, plan bytes a clip (what tracemalloc sees
   the task plans and the window plan hold, over the window's clips), and Algorithm 1's CPU
@@ -27,6 +31,7 @@ One JSON object per line.
     .venv/bin/python benchmarks/bench_scale.py --sizes 1000 10000
     .venv/bin/python benchmarks/bench_scale.py --sizes 1000 --parts plan
     .venv/bin/python benchmarks/bench_scale.py --sizes 10000 --parts scan
+    .venv/bin/python benchmarks/bench_scale.py --sizes 100000 250000 --tasks small --parts warm
 """
 
 from __future__ import annotations
@@ -56,13 +61,18 @@ from common import (
     peak_rss_mb,
     sandfs_mount,
     settle_disk,
+    tree_cpu_seconds,
 )
 
 from sandfs.config.loader import load_task_config
+from sandfs.media import scan_index
+from sandfs.media.datasets import index_path
 from sandfs.media.scan import scan_dataset
+from sandfs.media.scan_index import save_index
 from sandfs.media.synth import write_test_video
-from sandfs.media.types import DatasetScan, VideoInfo
-from sandfs.plan.mount import plan_tasks
+from sandfs.media.types import DatasetScan, MediaLimits, ProbeFacts, VideoInfo
+from sandfs.media.walk import vetted_targets
+from sandfs.plan.mount import dataset_key, plan_tasks
 from sandfs.plan.window import plan_window
 from sandfs.sched.objects import leaves_nbytes
 from sandfs.sched.pruning import pruned_plans
@@ -79,7 +89,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=sorted(TASKS))
-    parser.add_argument("--parts", nargs="+", choices=("mount", "plan", "scan"),
+    parser.add_argument("--parts", nargs="+", choices=("mount", "plan", "scan", "warm"),
                         default=["mount", "plan"])
     parser.add_argument("--batches", type=int, default=120,
                         help="epoch-0 batches timed after the first (default 120)")
@@ -170,6 +180,7 @@ def mounted_run(work_dir: Path, config: Path, task: str, args, *, warm: bool) ->
         first = read_batch(mount.mountpoint, task, 0)
         record = {"mount_s": round(mount.mount_s, 2),
                   "first_batch_s": round(time.monotonic() - mount.launched_at, 2),
+                  "first_batch_cpu_s": round(tree_cpu_seconds(mount.pid), 2),  # the daemon's
                   "batch_shape": list(first.shape)}
         if warm and args.join:  # another task joins the kept mount, at once (its windows
             # still planned in parts) or, with --join-when-planned, once they are planned;
@@ -243,6 +254,28 @@ def mount_record(work_dir: Path, root: Path, task: str, videos: int, args) -> di
     warm = mounted_run(work_dir, config, task, args, warm=True)
     shutil.rmtree(work_dir / "mnt-cache", ignore_errors=True)
     return {"record": "mount", "videos": videos, "task": task, "cold": cold, "warm": warm}
+
+
+def warm_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, videos: int,
+                args) -> dict:
+    """A warm mount whose cache dir holds only the scan index of every file."""
+    config = task_config(task, root, work_dir)
+    cache = work_dir / "mnt-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir()
+    limits = MediaLimits.from_env()
+    facts = {info.identity: ProbeFacts(**{f: getattr(info, f) for f in FACTS}) for info in infos}
+    listed, _ = vetted_targets(str(root.resolve()), [".mp4"], limits)
+    row = getattr(scan_index, "IndexKey", None)  # an older tree's rows (A B B A against it)
+    save_index(index_path(str(cache), dataset_key(load_task_config(config))), limits, {
+        t.rel_path: (t if row is None else row(t.path, t.size_bytes, t.mtime_ns),
+                     facts[t.identity]) for t in listed})
+    warm = mounted_run(work_dir, config, task, args, warm=True)
+    shutil.rmtree(cache, ignore_errors=True)
+    return {"record": "warm", "videos": videos, "task": task, "warm": warm}
+
+
+FACTS = [f for f in ProbeFacts.__dataclass_fields__ if f != "counted_by"]
 
 
 # -- in this process --------------------------------------------------------------------------
@@ -326,7 +359,7 @@ def main() -> int:
         work_dir = args.work_dir or Path(temp)
         work_dir.mkdir(parents=True, exist_ok=True)
         sources = write_sources(work_dir / "sources", args.sources)
-        infos = source_infos(sources, args) if "plan" in args.parts else []
+        infos = source_infos(sources, args) if {"plan", "warm"} & set(args.parts) else []
         for videos in sorted(args.sizes):
             root = link_dataset(work_dir / f"videos-{videos}", sources, videos)
             if "scan" in args.parts:
@@ -336,6 +369,8 @@ def main() -> int:
                     emit(plan_record(work_dir, root, infos, task, videos, args))
                 if "mount" in args.parts:
                     emit(mount_record(work_dir, root, task, videos, args))
+                if "warm" in args.parts:
+                    emit(warm_record(work_dir, root, infos, task, videos, args))
     return 0
 
 
