@@ -61,7 +61,7 @@ def scan_all(datasets: Iterable[DatasetKey], cache_dir: str | None, workers: int
         if lazy is not None:
             with collector_paused():
                 scans[key] = found = lazy.start(key, pace=pace, **options)
-            settle_collector()
+                settle_collector()  # before the collector is on: its first pass walked them all
             log.info("dataset %s: %d files listed, %d left out, %d known from the index", key[0],
                      len(found.listed or ()), len(found.bad), found.probes.probed)
             continue
