@@ -18,6 +18,7 @@ from sandfs.media.scan_workers import STOP_POLL_SECONDS, ProbeJob, Waker, check_
 from sandfs.media.types import BadVideo, ListedVideo, VideoInfo
 
 Probed = VideoInfo | BadVideo
+WAIT_SLICE = 2_000  # deferred results read by `wait_all` between checks of its stop
 
 
 class ProbeLost(RuntimeError):
@@ -232,7 +233,12 @@ class ProbeBook:
 
     def wait_all(self, stop: Event | None = None) -> None:
         """Until every listed file is probed; ScanStopped once this book's or `stop` is
-        set, ProbeLost when the background probe failed."""
+        set, ProbeLost when the background probe failed. The deferred results are read here
+        (the scan's thread reads them slowly, beside the startup: a warm mount of a task that
+        waits for every probe waited for it)."""
+        while self.resolve_some(WAIT_SLICE):
+            check_stop(self.stop)
+            check_stop(stop)
         with self._changed:
             while len(self._results) < len(self.listed):
                 if self._failure is not None:

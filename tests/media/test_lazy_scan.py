@@ -170,6 +170,18 @@ def test_an_index_hit_is_read_once_when_first_asked_for_a_damaged_one_probed():
     assert queue.popleft().key == "v1.mp4" and book.known("v1.mp4") is None
 
 
+def test_waiting_for_every_probe_reads_the_deferred_results_itself():
+    """The scan's thread reads deferred results slowly, beside the startup; a startup that
+    waits for every probe (a task with `short_video: skip`) reads them itself."""
+    listed = [ListedVideo(f"v{i}", f"v{i}.mp4", f"/d/v{i}.mp4", 1, 1) for i in range(5)]
+    book = ProbeBook(listed, threading.Event())
+    book.defer_all([v.rel_path for v in listed], lambda rel_path: BadVideo(rel_path, "r"))
+    waiter = threading.Thread(target=book.wait_all, daemon=True)
+    waiter.start()
+    waiter.join(5)
+    assert not waiter.is_alive() and book.probed == 5
+
+
 def test_the_bad_files_are_listed_without_a_walk_over_every_result():
     """status.json lists the bad files on the event loop; at 250,000 videos a walk over every
     probe result held the loop at each read (found under a benchmark reading it twice a
