@@ -22,6 +22,8 @@ Per size and task:
   file (written in this process from the sources' probes, no cold mount first): the launch to
   the first batch, a second task joining as above, peak RSS. Every mount also reports the
   daemon's CPU seconds up to its first batch (`first_batch_cpu_s`).
+- cold (through `sandfs mount`): a fresh cache dir, the launch to the first batch and the
+  daemon's CPU seconds by then, peak RSS; unmounted at once (no scan waited for).
 - plan (in this process, on scan results copied from the sources' probes, no mount): planning
   seconds (CPU) of the tasks' plans and of window 0, plan bytes a clip (what tracemalloc sees
   the task plans and the window plan hold, over the window's clips), and Algorithm 1's CPU
@@ -89,7 +91,8 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=sorted(TASKS))
-    parser.add_argument("--parts", nargs="+", choices=("mount", "plan", "scan", "warm"),
+    parser.add_argument("--parts", nargs="+",
+                        choices=("mount", "plan", "scan", "warm", "cold"),
                         default=["mount", "plan"])
     parser.add_argument("--batches", type=int, default=120,
                         help="epoch-0 batches timed after the first (default 120)")
@@ -278,6 +281,18 @@ def warm_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, v
 FACTS = [f for f in ProbeFacts.__dataclass_fields__ if f != "counted_by"]
 
 
+def cold_record(work_dir: Path, root: Path, task: str, videos: int, args) -> dict:
+    """A mount on a fresh cache dir, to its first batch."""
+    config = task_config(task, root, work_dir)
+    with sandfs_mount(work_dir, [config], k_epochs=args.k_epochs, workers=args.workers) as mount:
+        read_batch(mount.mountpoint, task, 0)
+        cold = {"mount_s": round(mount.mount_s, 2),
+                "first_batch_s": round(time.monotonic() - mount.launched_at, 2),
+                "first_batch_cpu_s": round(tree_cpu_seconds(mount.pid), 2),
+                "daemon_peak_rss_mb": peak_rss_mb(mount.pid)}
+    return {"record": "cold", "videos": videos, "task": task, "cold": cold}
+
+
 # -- in this process --------------------------------------------------------------------------
 
 
@@ -371,6 +386,8 @@ def main() -> int:
                     emit(mount_record(work_dir, root, task, videos, args))
                 if "warm" in args.parts:
                     emit(warm_record(work_dir, root, infos, task, videos, args))
+                if "cold" in args.parts:
+                    emit(cold_record(work_dir, root, task, videos, args))
     return 0
 
 
