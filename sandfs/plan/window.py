@@ -11,6 +11,8 @@ from collections.abc import Callable, Container, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from sandfs.config.condition import ConditionError
 from sandfs.faults import fault_point
 from sandfs.media.types import VideoInfo
@@ -136,12 +138,11 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     views: dict[ViewKey, tuple[TaskPlan, int, int]] = {}
     readers: dict[ViewKey, list[tuple[str, int]]] = {}
     for plan in plans:
+        held = None if lead is None else lead_indices(plan, lead)
         for epoch in plan.window_epochs(window):
-            for iteration in range(plan.iterations_per_epoch):
+            for iteration in (range(plan.iterations_per_epoch) if held is None
+                              else batches_holding(plan, epoch, held)):
                 key = view_key(plan, epoch, iteration)
-                if lead is not None and key not in views and not any(
-                        plan.listed[i].path in lead for i in plan.batch_slots(epoch, iteration)):
-                    continue
                 position = epoch * plan.iterations_per_epoch + iteration
                 readers.setdefault(key, []).append((plan.name, position))
                 if key not in views:
@@ -179,6 +180,20 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     for key in failed:
         del views[key]
     return WindowPlan(window, videos, views, frozen, failed, view_plans)
+
+
+def lead_indices(plan: TaskPlan, lead: Container[str]) -> np.ndarray:
+    """The listed videos of `plan` whose paths are in `lead`."""
+    return np.fromiter((i for i, v in enumerate(plan.listed) if v.path in lead), np.int64)
+
+
+def batches_holding(plan: TaskPlan, epoch: int, videos: np.ndarray) -> list[int]:
+    """The iterations of `epoch` whose batches hold any of these listed videos, ascending:
+    their places in the epoch's order, not a walk of its batches (1.7-2.0 s at 250,000
+    videos)."""
+    places = np.flatnonzero(np.isin(plan.epoch_order(epoch), videos))
+    iterations = np.unique(places // plan.sampling.videos_per_batch)
+    return iterations[iterations < plan.iterations_per_epoch].tolist()  # drop_last drops some
 
 
 def _prepare(views: dict[ViewKey, tuple[TaskPlan, int, int]],
