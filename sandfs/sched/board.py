@@ -231,7 +231,7 @@ class BatchBoard:
     # -- planning ---------------------------------------------------------------------------
 
     def plan(self, key: ViewKey, state: ViewState, on_disk: Iterable[int] = ()) -> None:
-        state.on_disk |= set(on_disk)
+        state.add_on_disk(on_disk)
         self.views[key] = state
         self.covered.discard(key)
         self._note_slots(key, state)
@@ -268,7 +268,7 @@ class BatchBoard:
                                                  plan.view_plans.get(key)),
                           planned.on_disk.get(key, ()))
             elif state is not None and key in planned.on_disk:
-                state.on_disk |= planned.on_disk[key]
+                state.add_on_disk(planned.on_disk[key])
                 self._note_slots(key, state)
         ready = {key for key in plan.views if key not in self.views}  # made already, or failed
         self.urgency.add_entries(planned.urgency, self.pending)
@@ -308,7 +308,7 @@ class BatchBoard:
                 if state is None:
                     continue  # its batch failed, or was made already
                 if Spot.of(use) in on_disk:
-                    state.on_disk.add(use.slot)
+                    state.add_on_disk((use.slot,))
                     self._note_slots(use.view, state)
                 else:
                     self.pending.setdefault(job, []).append(use)
@@ -336,7 +336,7 @@ class BatchBoard:
             use = ClipUse(key, slot, clip, readers)
             info = plan.videos[clip.video_index]
             if stored(use, info):
-                state.on_disk.add(slot)
+                state.add_on_disk((slot,))
             else:
                 self.add_pending(VideoJobKey(window, info.path), use)
         self.plan(key, state)
@@ -385,9 +385,9 @@ class BatchBoard:
             if state is None or state is not job.states.get(use.view):
                 continue
             if placed.on_disk:
-                state.on_disk.add(use.slot)
+                state.add_on_disk((use.slot,))
             if placed.in_memory:
-                state.in_memory.add(use.slot)
+                state.add_in_memory(use.slot)
             self._note_slots(use.view, state)
             if video and not placed.in_memory and not placed.on_disk:
                 self.add_pending(job.owner(use), use)  # could not be kept: later

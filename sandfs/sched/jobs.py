@@ -146,7 +146,7 @@ class UrgencyEntries:
 
     # made for the board, which takes them as they are (`UrgencyOrder.add_entries`)
     by_task: Mapping[str, list[tuple[int, VideoJobKey]]]  # (soonest position, job), sorted
-    jobs_of_view: Mapping[ViewKey, set[VideoJobKey]]  # the jobs with clips for a batch
+    jobs_of_view: Mapping[ViewKey, list[VideoJobKey]]  # the jobs with clips for a batch, once
 
 
 @dataclass(frozen=True, slots=True)

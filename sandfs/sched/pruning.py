@@ -16,6 +16,7 @@ from sandfs.cache.flatprune import FlatGraphs, prune_flat
 from sandfs.plan.window import VideoWork, WindowPlan
 from sandfs.runtime import collector_paused
 from sandfs.sched.objects import (
+    NO_CLIPS,
     DiskPlan,
     Spot,
     clip_nbytes,
@@ -71,8 +72,9 @@ def _pruned_plans(plan: WindowPlan, paths: list[str], room: int,
     plans, first = {}, 0
     for index, path in enumerate(paths):
         uses = plan.videos[path].uses
-        plans[path] = DiskPlan({Spot(use.view, use.slot) for use, keep in zip(
-            uses, kept[first:first + len(uses)], strict=True) if keep}, frames_kept[index])
+        spots = {Spot(use.view, use.slot) for use, keep in zip(
+            uses, kept[first:first + len(uses)], strict=True) if keep}
+        plans[path] = DiskPlan(spots or NO_CLIPS, frames_kept[index])
         first += len(uses)
     return plans
 

@@ -28,7 +28,8 @@ class UrgencyOrder:
         self.per_task = per_task
         self._order: dict[str, list[tuple[int, VideoJobKey]]] | None = None  # None: rebuild
         self._cursor: dict[str, int] = {}
-        self._jobs_of_view: dict[ViewKey, set[VideoJobKey]] = {}
+        # lists, not sets: a set of a batch's 8 jobs is 728 bytes (91 a clip), a list 120
+        self._jobs_of_view: dict[ViewKey, list[VideoJobKey]] = {}
 
     def rebuild(self) -> None:
         """Pending clips left (a window dropped): the order is built again when next asked."""
@@ -40,7 +41,7 @@ class UrgencyOrder:
         every clip a job could not keep rebuilt 100,000 entries)."""
         if self._order is None:
             return
-        self._jobs_of_view.setdefault(use.view, set()).add(job)
+        _add_job(self._jobs_of_view, use.view, job)
         for task, position in use.readers:
             entries = self._order.setdefault(task, [])
             index = bisect.bisect_right(entries, position, key=_position)
@@ -55,7 +56,7 @@ class UrgencyOrder:
             return
         new: dict[str, list[tuple[int, VideoJobKey]]] = defaultdict(list)
         for job, use in added:
-            self._jobs_of_view.setdefault(use.view, set()).add(job)
+            _add_job(self._jobs_of_view, use.view, job)
             for task, position in use.readers:
                 new[task].append((position, job))
         for task, entries in new.items():
@@ -67,13 +68,13 @@ class UrgencyOrder:
     def add_entries(self, added: UrgencyEntries,
                     pending: Mapping[VideoJobKey, Sequence[ClipUse]]) -> None:
         """A window's jobs (`urgency_entries`, made in its planning thread), merged as
-        `add_many` merges clips; `pending`: as it was before them. Its lists and sets are
-        taken, not copied: the planning thread made them for the board alone."""
+        `add_many` merges clips; `pending`: as it was before them. Its lists are taken, not
+        copied: the planning thread made them for the board alone."""
         self._built(pending)
         for view, jobs in added.jobs_of_view.items():  # taken, not copied, where new
             found = self._jobs_of_view.setdefault(view, jobs)
             if found is not jobs:
-                found.update(jobs)
+                found += [job for job in jobs if job not in found]
         for task, entries in added.by_task.items():
             old = [e for e in self._order.get(task, [])[self._cursor.get(task, 0):]
                    if pending.get(e[1])]
@@ -124,10 +125,10 @@ class UrgencyOrder:
                ) -> dict[str, list[tuple[int, VideoJobKey]]]:
         if self._order is None:
             order: dict[str, list[tuple[int, VideoJobKey]]] = defaultdict(list)
-            jobs_of_view: dict[ViewKey, set[VideoJobKey]] = defaultdict(set)
+            jobs_of_view: dict[ViewKey, list[VideoJobKey]] = {}
             for job, uses in pending.items():
                 for use in uses:
-                    jobs_of_view[use.view].add(job)
+                    _add_job(jobs_of_view, use.view, job)
                     for task, position in use.readers:
                         order[task].append((position, job))
             for entries in order.values():
@@ -142,11 +143,15 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
     entry a job and task, at the soonest position a reader of the task reads one of its clips
     (`urgent` takes a job at its first entry). In a planning thread: a clip at a time."""
     soonest: dict[str, dict[VideoJobKey, int]] = defaultdict(dict)
-    jobs_of_view: dict[ViewKey, set[VideoJobKey]] = defaultdict(set)
+    jobs_of_view: dict[ViewKey, list[VideoJobKey]] = {}
     for path, uses in pending.items():
         job = VideoJobKey(window, path)
         for use in uses:
-            jobs_of_view[use.view].add(job)
+            jobs = jobs_of_view.get(use.view)
+            if jobs is None:
+                jobs_of_view[use.view] = [job]
+            elif jobs[-1] is not job:  # a job's clips come together: once in each list
+                jobs.append(job)
             for task, position in use.readers:
                 at = soonest[task]
                 if position < at.get(job, position + 1):
@@ -154,3 +159,13 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
     by_task = {task: sorted(((p, j) for j, p in jobs.items()), key=_position)
                for task, jobs in soonest.items()}
     return UrgencyEntries(by_task, dict(jobs_of_view))
+
+
+def _add_job(jobs_of_view: dict[ViewKey, list[VideoJobKey]], view: ViewKey,
+             job: VideoJobKey) -> None:
+    """`job` has clips for `view`: once in its list (a batch's few jobs: a scan is cheap)."""
+    jobs = jobs_of_view.get(view)
+    if jobs is None:
+        jobs_of_view[view] = [job]
+    elif job not in jobs:
+        jobs.append(job)

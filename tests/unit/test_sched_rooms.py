@@ -59,9 +59,9 @@ def test_board_states_and_failures_wake_waiters(tmp_path):
     state = ViewState.planned(plan, 0, 0)
     board.plan(k, state)
     assert board.is_planned(k) and board.state_of(k) == "planned"
-    state.on_disk.add(0)
+    state.add_on_disk([0])
     assert board.state_of(k) == "materializing"
-    state.on_disk |= set(range(state.slots))
+    state.add_on_disk(range(state.slots))
     assert board.state_of(k) == "ready"  # complete on disk
     event = board.flights.event(k)
     board.fail(k, "DecodeError: broken")

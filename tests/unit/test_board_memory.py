@@ -1,0 +1,57 @@
+"""What the board holds for every batch and video of its windows, before any job runs: no set
+per batch whose slots are all still to make, none per video that keeps no clip on disk, and a
+batch's jobs as a short list (those sets were 143 of the 630 bytes a clip that two windows'
+plans and the board held, at 10,000 videos with room on disk for a tenth of the clips)."""
+
+from __future__ import annotations
+
+from sandfs.sched import work
+from sandfs.sched.board import BatchBoard
+from sandfs.sched.objects import NO_CLIPS, clip_nbytes
+from sandfs.sched.viewstate import NO_SLOTS
+from tests.helpers.plans import fake_videos, make_plan
+
+
+class EmptyStore:
+    """An empty store with room for `clips` clips of the plan."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+
+    def object_count(self) -> int:
+        return 0
+
+
+def test_a_window_s_untouched_batches_and_videos_hold_no_sets(tmp_path):
+    plan = make_plan(tmp_path, fake_videos(40), epochs=4, sampling={"samples_per_video": 2})
+    whole = work.plan_active_window([plan], 0, None, "leaves").plan
+    some = next(iter(next(iter(whole.videos.values())).uses))
+    room = 3 * clip_nbytes(plan, some)  # a few clips fit: most videos keep none
+    planned = work.plan_active_window([plan], 0, EmptyStore(int(room / 0.7) + 1), "leaves")
+    board = BatchBoard()
+    board.add_window(planned)
+    keeping = [d for d in board.disk_plans.values() if d.clips]
+    assert 0 < len(keeping) < len(board.disk_plans)
+    assert all(d.clips is NO_CLIPS for d in board.disk_plans.values() if not d.clips)
+    assert all(s.on_disk is NO_SLOTS and s.in_memory is NO_SLOTS for s in board.views.values())
+    jobs = board.urgency._jobs_of_view
+    assert jobs and all(type(j) is list and len(set(j)) == len(j) for j in jobs.values())
+    assert {v: set(j) for v, j in jobs.items()} == {
+        v: {job for job, uses in board.pending.items() for u in uses if u.view == v}
+        for v in jobs}
+
+
+def test_a_batch_s_slots_are_kept_as_they_come(tmp_path):
+    plan = make_plan(tmp_path, fake_videos(8), epochs=2)
+    planned = work.plan_active_window([plan], 0, None, "leaves")
+    board = BatchBoard()
+    board.add_window(planned)
+    key, state = next(iter(board.views.items()))
+    state.add_on_disk(())
+    assert state.on_disk is NO_SLOTS  # nothing came
+    state.add_on_disk([1])
+    state.add_in_memory(0)
+    state.add_in_memory(1)
+    state.add_on_disk([0, 1])
+    assert (state.on_disk, state.in_memory) == ({0, 1}, {0, 1})
+    assert board.state_of(key) in ("materializing", "ready")
