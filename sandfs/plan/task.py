@@ -110,7 +110,11 @@ class TaskPlan:
                                     cfg.seed)
         self.coordination.bind(cfg.task, self.identity)
         self.epoch_offset = self.coordination.epoch_offset(cfg.task)
-        self._view_nbytes: dict[int, int] = {}  # by videos in the batch
+        # by videos in the batch (a full batch, or an epoch's last): one tuple each, not one
+        # a batch (10 bytes a clip), and a size asked at every dispatch
+        self.view_shape = lru_cache(maxsize=None)(self._view_shape)
+        self._batch_nbytes = lru_cache(maxsize=None)(
+            lambda count: npy_nbytes(self.view_shape(count), self.out_dtype))
         self.probes = probes or ProbeBook.of(videos)
         self.listed, skipped = self._usable(videos)  # the permutations' videos
         self.videos = ProbedVideos(self.listed, self.probes)
@@ -262,7 +266,7 @@ class TaskPlan:
             self._stand_ins[index] = found
         return found
 
-    def view_shape(self, num_videos: int) -> tuple[int, ...]:
+    def _view_shape(self, num_videos: int) -> tuple[int, ...]:
         n = num_videos * self.sampling.samples_per_video * len(self.paths)
         h, w = self.out_hw
         if self.sampling.layout == "NCTHW":
@@ -270,15 +274,10 @@ class TaskPlan:
         return (n, self.out_frames, h, w, 3)
 
     def view_nbytes(self, epoch: int, iteration: int) -> int:
-        """The view file's size: asked at every dispatch of the scheduler, so kept per batch
-        size (a full batch, or an epoch's last)."""
+        """The view file's size."""
         per_batch = self.sampling.videos_per_batch  # a slice's length: no list of its videos
         count = len(self.epoch_order(epoch)[iteration * per_batch : (iteration + 1) * per_batch])
-        nbytes = self._view_nbytes.get(count)
-        if nbytes is None:
-            nbytes = self._view_nbytes[count] = npy_nbytes(self.view_shape(count),
-                                                           self.out_dtype)
-        return nbytes
+        return self._batch_nbytes(count)
 
     # -- clips ------------------------------------------------------------------------------
 
