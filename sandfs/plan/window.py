@@ -72,6 +72,7 @@ class VideoWork:
     info: VideoInfo
     plan: TaskPlan  # a plan that knows this video (for its ops and layout)
     window: int
+    # replaced, never changed in place, once planned: the board's pending list may be it
     uses: list[ClipUse] = field(default_factory=list)
 
     @property

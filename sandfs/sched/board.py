@@ -81,7 +81,9 @@ class BatchBoard:
         self.allocate = allocate
         self.views: dict[ViewKey, ViewState] = {}  # batches of active windows, not ready yet
         self.ready: OrderedDict[ViewKey, ReadyView] = OrderedDict()
-        self.pending: dict[VideoJobKey, list[ClipUse]] = {}  # clips no job made yet
+        # clips no job made yet; a window's lists are its videos' own `uses`: replaced,
+        # never changed in place
+        self.pending: dict[VideoJobKey, list[ClipUse]] = {}
         # a reader is blocked on it, or expected there soon: read anywhere (a job's thread
         # reads whether it is empty), written by the demand methods below and on completion
         self.demanded: set[ViewKey] = set()
@@ -244,7 +246,7 @@ class BatchBoard:
     def add_pending(self, job: VideoJobKey, use: ClipUse) -> None:
         """One clip pending again (not kept, or its batch planned again): placed in the
         urgency order, not the order rebuilt (a window of 10,000 videos is 50,000 clips)."""
-        self.pending.setdefault(job, []).append(use)
+        self.pending[job] = [*self.pending.get(job, ()), use]
         self.urgency.add(job, use)
 
     def take_pending(self, job: VideoJobKey, uses: Iterable[ClipUse]) -> None:
@@ -281,7 +283,7 @@ class BatchBoard:
             if pending and ready:
                 pending = [use for use in pending if use.view not in ready]
             if pending and self.pending.setdefault(job, pending) is not pending:
-                self.pending[job].extend(pending)  # else taken as it is, not copied
+                self.pending[job] = self.pending[job] + pending  # else taken as it is
 
     def refine_disk_plans(self, window: int, kept: Mapping[str, DiskPlan]) -> None:
         """Pruning's plans for the window's jobs from now on (those started keep theirs);
@@ -303,6 +305,7 @@ class BatchBoard:
         for path, uses in merged.uses.items():
             job = VideoJobKey(window, path)
             self.disk_plans.setdefault(job, DiskPlan())
+            grown = list(self.pending.get(job, ()))
             for use in uses:
                 state = self.views.get(use.view)
                 if state is None:
@@ -311,8 +314,10 @@ class BatchBoard:
                     state.add_on_disk((use.slot,))
                     self._note_slots(use.view, state)
                 else:
-                    self.pending.setdefault(job, []).append(use)
+                    grown.append(use)
                     added.append((job, use))
+            if grown:
+                self.pending[job] = grown
         self.urgency.add_many(added, self.pending)
 
     def drop_window(self, window: int, views: Iterable[ViewKey]) -> None:

@@ -253,7 +253,8 @@ class WindowBook:
         for path, work in part.videos.items():
             mine = [u for u in work.uses if u.view in new_views or u.view in own]
             if mine:
-                base.videos.setdefault(path, VideoWork(work.info, work.plan, window)).uses += mine
+                video = base.videos.setdefault(path, VideoWork(work.info, work.plan, window))
+                video.uses = video.uses + mine  # not in place: the board's pending list
                 uses[path] = mine
         return Merged(new_views, more_readers, uses,
                       {k: base.view_plans[k] for k in new_views if k in base.view_plans})

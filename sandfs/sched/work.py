@@ -101,7 +101,7 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
     plan = plan_window(plans, window, lead=lead, skip=skip)
     on_disk: dict[ViewKey, set[int]] = {}
     frames_on_disk = set()
-    pending: dict[str, list[ClipUse]] = {}  # lists of the board's own: it extends them
+    pending: dict[str, list[ClipUse]] = {}  # the board's (it replaces them, never extends)
     # an empty store (a cold mount) holds none of them, and each key costs a digest
     if store is not None and store.object_count():
         for count, (path, work) in enumerate(plan.videos.items()):
@@ -117,7 +117,7 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
                     or all(frame_object_key(work.info, k) in store for k in work.frame_keys)):
                 frames_on_disk.add(path)
     else:
-        pending = {path: list(work.uses) for path, work in plan.videos.items()}
+        pending = {path: work.uses for path, work in plan.videos.items()}  # not copied
     kept, to_prune = {}, False
     if store is not None:  # pruning is left for later (WindowPlanner._prune): it takes long
         to_prune = lead is None and not skip and needs_pruning(plan, store.budget_bytes,

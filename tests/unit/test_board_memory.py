@@ -55,3 +55,23 @@ def test_a_batch_s_slots_are_kept_as_they_come(tmp_path):
     state.add_on_disk([0, 1])
     assert (state.on_disk, state.in_memory) == ({0, 1}, {0, 1})
     assert board.state_of(key) in ("materializing", "ready")
+
+
+def test_pending_clips_are_the_window_s_own_lists_and_leave_them_as_they_are(tmp_path):
+    """A cold window's pending clips are its videos' `uses` lists, not copies (23 bytes a
+    clip); the board replaces a job's list when clips come or go, so the window keeps its
+    clips whatever the board does."""
+    plan = make_plan(tmp_path, fake_videos(12), epochs=4)
+    planned = work.plan_active_window([plan], 0, None, "leaves")
+    board = BatchBoard()
+    board.add_window(planned)
+    videos = planned.plan.videos
+    before = {path: list(video.uses) for path, video in videos.items()}
+    job, uses = next(iter(board.pending.items()))
+    assert uses is videos[job.path].uses
+    board.add_pending(job, uses[0])  # made, not kept: pending again
+    board.take_pending(job, uses[:1])
+    other = next(j for j in board.pending if j != job)
+    board.add_window(work.plan_active_window([plan], 0, None, "leaves"))  # grown, not changed
+    assert len(board.pending[other]) == 2 * len(before[other.path])
+    assert {path: video.uses for path, video in videos.items()} == before
