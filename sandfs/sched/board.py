@@ -88,7 +88,9 @@ class BatchBoard:
         # reads whether it is empty), written by the demand methods below and on completion
         self.demanded: set[ViewKey] = set()
         self.flights = Flights()
-        self.disk_plans: dict[VideoJobKey, DiskPlan] = {}  # what pruning keeps on disk
+        # what pruning keeps on disk, for the jobs that keep anything (most keep nothing at
+        # scale: a record each was 21 bytes a clip)
+        self.disk_plans: dict[VideoJobKey, DiskPlan] = {}
         self.made: set[Spot] = set()  # made in this run: a second time is a recompute
         self.evicted_unread = 0
         self.waiting: Counter[ViewKey] = Counter()  # readers blocked on each batch (ditto)
@@ -276,9 +278,12 @@ class BatchBoard:
         self.urgency.add_entries(planned.urgency, self.pending)
         for path in plan.videos:
             job = VideoJobKey(window, path)
-            disk = self.disk_plans[job] = planned.disk_plans.get(path, DiskPlan())
+            disk = planned.disk_plans.get(path)
             if path in planned.frames_on_disk:
+                disk = disk or DiskPlan()
                 disk.frames = True
+            if disk is not None and (disk.clips or disk.frames):
+                self.disk_plans[job] = disk
             pending = planned.pending.get(path)
             if pending and ready:
                 pending = [use for use in pending if use.view not in ready]
@@ -288,11 +293,17 @@ class BatchBoard:
     def refine_disk_plans(self, window: int, kept: Mapping[str, DiskPlan]) -> None:
         """Pruning's plans for the window's jobs from now on (those started keep theirs);
         frames already on disk stay kept."""
+        framed = set()
         for job, old in list(self.disk_plans.items()):
             if job.window == window:
-                new = kept.get(job.path, DiskPlan())
-                new.frames = new.frames or old.frames
-                self.disk_plans[job] = new
+                del self.disk_plans[job]
+                if old.frames:
+                    framed.add(job.path)
+        for path in kept.keys() | framed:
+            new = kept.get(path) or DiskPlan()
+            new.frames = new.frames or path in framed
+            if new.clips or new.frames:
+                self.disk_plans[VideoJobKey(window, path)] = new
 
     def add_part(self, window: int, merged: Merged, on_disk: frozenset[Spot]) -> None:
         """A joining task's part of an active window (`WindowBook.merge`)."""
@@ -304,7 +315,6 @@ class BatchBoard:
         added = []
         for path, uses in merged.uses.items():
             job = VideoJobKey(window, path)
-            self.disk_plans.setdefault(job, DiskPlan())
             grown = list(self.pending.get(job, ()))
             for use in uses:
                 state = self.views.get(use.view)

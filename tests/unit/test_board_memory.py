@@ -1,6 +1,6 @@
 """What the board holds for every batch and video of its windows, before any job runs: no set
-per batch whose slots are all still to make, none per video that keeps no clip on disk, and a
-batch's jobs as a short list (those sets were 143 of the 630 bytes a clip that two windows'
+per batch whose slots are all still to make, no record per video that keeps nothing on disk,
+and a batch's jobs as a short list (those sets were 143 of the 630 bytes a clip that two windows'
 plans and the board held, at 10,000 videos with room on disk for a tenth of the clips)."""
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ def test_a_window_s_untouched_batches_and_videos_hold_no_sets(tmp_path):
     planned = work.plan_active_window([plan], 0, EmptyStore(int(room / 0.7) + 1), "leaves")
     board = BatchBoard()
     board.add_window(planned)
-    keeping = [d for d in board.disk_plans.values() if d.clips]
-    assert 0 < len(keeping) < len(board.disk_plans)
-    assert all(d.clips is NO_CLIPS for d in board.disk_plans.values() if not d.clips)
+    kept = {j.path for j in board.disk_plans}  # the jobs that keep a clip, and only those
+    assert kept == {p for p, d in planned.disk_plans.items() if d.clips}
+    assert 0 < len(kept) < len(planned.disk_plans)
+    assert all(d.clips is NO_CLIPS for d in planned.disk_plans.values() if not d.clips)
     assert all(s.on_disk is NO_SLOTS and s.in_memory is NO_SLOTS for s in board.views.values())
     jobs = board.urgency._jobs_of_view
     assert jobs and all(type(j) is list and len(set(j)) == len(j) for j in jobs.values())
