@@ -20,7 +20,12 @@ coordinate=False.
   (`BatchBoard.add_window`), ranking the jobs once (`UrgencyOrder.urgent`) and dropping window
   0, beside the planning thread's seconds for them (`work.plan_active_window`), medians over
   --repeats; and the bytes a clip the two windows' plans and the board hold once ranked
-  (tracemalloc, what a daemon holds for them).
+  (tracemalloc, what a daemon holds for them); with --store-share S, planned for an empty
+  store with room for S of window 0's clips (a daemon always has a store; at scale it holds a
+  small share of a window).
+- lead: CPU seconds of window 0's lead part (each task's first 4 batches' videos, with all
+  their clips in the window: what a large window is planned from first), medians over
+  --repeats.
 - stop: seconds a planning thread takes to stop once told to (`plan.window.STOP_PLANNING`, as
   the daemon's shutdown tells it), asked --stop-after-s into window 0 (medians over --repeats),
   beside the seconds the whole window takes to plan.
@@ -69,6 +74,9 @@ from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import STOP_PLANNING, PlanningStopped, plan_window
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
+from sandfs.sched.objects import PRUNE_TARGET_FRACTION, leaves_nbytes
+from sandfs.sched.parts import lead_part
+from sandfs.sched.planning import LEAD_BATCHES
 from tests.helpers import reference
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -108,8 +116,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--train-epochs", type=int, help="loss experiment epochs (default 15)")
     parser.add_argument("--stop-after-s", type=float, default=1.0,
                         help="when planning is told to stop in the stop figure (default 1)")
+    parser.add_argument("--store-share", type=float, default=0.0,
+                        help="board figure: an empty store with room for this share of each "
+                             "window's clips (default 0: no store)")
     parser.add_argument("--parts", nargs="+", choices=("figures", "timing", "board", "stop",
-                                                            "loss"),
+                                                            "lead", "loss"),
                         default=["figures", "timing", "loss"])
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/sandfs-bench/planning"),
                         help="where reuse.png, loss.png and the bars dataset go")
@@ -290,11 +301,29 @@ def timing_record(args) -> dict:
             "cpu_s_per_1000_videos": round(cpu["median"] * per_1000, 3)}
 
 
-def board_seconds(plans: list[TaskPlan]) -> dict[str, float]:
+class EmptyStore:
+    """A store that holds nothing yet, with room for `budget_bytes` (what `plan_active_window`
+    asks of one: which clips it will keep on disk)."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+
+    def object_count(self) -> int:
+        return 0
+
+
+def window_store(plans: list[TaskPlan], share: float) -> EmptyStore | None:
+    """A store with room for `share` of window 0's clips (None: no store)."""
+    if not share:
+        return None
+    return EmptyStore(int(leaves_nbytes(plan_window(plans, 0)) * share / PRUNE_TARGET_FRACTION))
+
+
+def board_seconds(plans: list[TaskPlan], store: EmptyStore | None) -> dict[str, float]:
     """CPU seconds of planning windows 0 and 1 (threads) and of the board taking them, ranking
     once and dropping window 0 (the event loop)."""
     cpu = time.process_time()
-    planned = [work.plan_active_window(plans, w, None, "leaves") for w in (0, 1)]
+    planned = [work.plan_active_window(plans, w, store, "leaves") for w in (0, 1)]
     timed = {"planning_threads_s": time.process_time() - cpu}
     board = BatchBoard()
     for name, step in (("add_windows_s", lambda: [board.add_window(p) for p in planned]),
@@ -305,21 +334,21 @@ def board_seconds(plans: list[TaskPlan]) -> dict[str, float]:
         step()
         timed[name] = time.process_time() - cpu
     clips = sum(len(v.uses) for p in planned for v in p.plan.videos.values())
-    timed["plans_and_board_bytes_per_clip"] = held_bytes(plans) / clips
+    timed["plans_and_board_bytes_per_clip"] = held_bytes(plans, store) / clips
     return timed
 
 
-def held_bytes(plans: list[TaskPlan]) -> int:
+def held_bytes(plans: list[TaskPlan], store: EmptyStore | None) -> int:
     """What windows 0 and 1's plans and the board hold once ranked, as a daemon holds them
     (tracemalloc)."""
     gc.collect()
     tracemalloc.start()
-    planned = [work.plan_active_window(plans, w, None, "leaves") for w in (0, 1)]
+    planned = [work.plan_active_window(plans, w, store, "leaves") for w in (0, 1)]
     board, held = BatchBoard(), [p.plan for p in planned]
     for window in planned:
         board.add_window(window)
     board.urgency.urgent(board.pending, set())
-    del planned
+    del planned, window
     gc.collect()
     nbytes = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
@@ -331,10 +360,29 @@ def board_record(args) -> dict:
     scan = fake_scan(kinetics_like_videos(args.videos, args.gops[0]))
     plans = plan_pair(task_configs("", FAKE_ROOT, args.epochs), scan, args.k_epochs,
                       coordinate=True)
-    runs = [board_seconds(plans) for _ in range(args.repeats)]
+    store = window_store(plans, args.store_share)
+    runs = [board_seconds(plans, store) for _ in range(args.repeats)]
     clips = sum(len(v.uses) for w in (0, 1) for v in plan_window(plans, w).videos.values())
     return {"record": "board", "videos": args.videos, "clips": clips,
+            "store_share": args.store_share,
             **{name: summary([r[name] for r in runs]) for name in runs[0]}}
+
+
+def lead_record(args) -> dict:
+    """CPU seconds of window 0's lead part (`parts.lead_part`: each task's first
+    `planning.LEAD_BATCHES` batches' videos, with all their clips in the window), beside the
+    whole window's, medians over --repeats."""
+    scan = fake_scan(kinetics_like_videos(args.videos, args.gops[0]))
+    plans = plan_pair(task_configs("", FAKE_ROOT, args.epochs), scan, args.k_epochs,
+                      coordinate=True)
+    lead = lead_part(plans, dict.fromkeys((p.name for p in plans), 0), 0, 0, LEAD_BATCHES)
+    runs = []
+    for _ in range(args.repeats):
+        cpu = time.process_time()
+        part = plan_window(plans, 0, lead=lead)
+        runs.append(time.process_time() - cpu)
+    return {"record": "lead_part", "videos": args.videos, "lead_videos": len(lead),
+            "lead_views": len(part.views), "cpu_s": summary(runs)}
 
 
 def stopped_after(plans: list[TaskPlan], after_s: float) -> tuple[float, float]:
@@ -572,6 +620,8 @@ def main() -> int:
         records.append(board_record(args))
     if "stop" in args.parts:
         records.append(stop_record(args))
+    if "lead" in args.parts:
+        records.append(lead_record(args))
     if "loss" in args.parts:
         records += loss_records(args)
     for record in records:
