@@ -24,6 +24,8 @@ completion and drops; its mirror for worker processes, the pool's pause gate, is
 and `_finish`; `memory` and `admission` get a read-only view of it. (4) `will_pause`, `pause`,
 `resume`, `no_job_took_the_worker`, `hand_over`, `ended`.
 
+A cold window's pending clips are the very lists of its videos' `uses` (`WindowBook`'s): each
+owner replaces a list it changes, never changes one in place.
 `parts.next_part` owns no state either: it picks a window's next part from the book's plans.
 `reads.ReaderSide` is the scheduler's own (its base class): what readers tell it and ask.
 `memory.MemoryLedger`, `admission.Admission` and `choosing.JobChooser` own no state: they
