@@ -315,7 +315,8 @@ class BatchBoard:
         added = []
         for path, uses in merged.uses.items():
             job = VideoJobKey(window, path)
-            grown = list(self.pending.get(job, ()))
+            before = self.pending.get(job, [])
+            grown = list(before)
             for use in uses:
                 state = self.views.get(use.view)
                 if state is None:
@@ -326,7 +327,7 @@ class BatchBoard:
                 else:
                     grown.append(use)
                     added.append((job, use))
-            if grown:
+            if len(grown) > len(before):  # replaced, not changed: it may be a window's list
                 self.pending[job] = grown
         self.urgency.add_many(added, self.pending)
 
