@@ -17,13 +17,14 @@ from sandfs.ops.base import FrameShape, OpInstance, OpType
 from sandfs.plan.abstract import StreamPath
 from sandfs.plan.draws import FirstOutput, NeedGenerator
 from sandfs.plan.interner import INTERNED_MAX
+from sandfs.plan.records import ClipPath, StreamClip
 from sandfs.plan.seeds import rng_for
 from sandfs.plan.steps import branch_label, source_shape, step_ops
 
 if TYPE_CHECKING:
     from sandfs.media.types import VideoInfo
     from sandfs.plan.clipdraws import EpochDraws, Prefix
-    from sandfs.plan.task import StreamClip, TaskPlan
+    from sandfs.plan.task import TaskPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,17 +47,14 @@ class Template:
 class StaticPath:
     """A plain stream path of one task: its templates, and the op instances drawn into them."""
 
-    def __init__(self, plan: TaskPlan, path: StreamPath, stream: int,
-                 make: type[StreamClip]) -> None:
-        self.plan, self.path, self.stream, self.make = plan, path, stream, make
-        self.depths: tuple[int, ...] = ()
-        self.branches = tuple((ps.step.name, branch_label(ps, None)) for ps in path.steps)
+    def __init__(self, plan: TaskPlan, path: StreamPath, stream: int) -> None:
+        self.plan, self.path, self.stream = plan, path, stream
+        self.clip_path = ClipPath((), ())  # `of` sets it: the same for every clip
         self._templates: dict[tuple, Template] = {}
         self._instances: dict[tuple, OpInstance] = {}  # `_drawn`
 
     @classmethod
-    def of(cls, plan: TaskPlan, path: StreamPath, stream: int,
-           make: type[StreamClip]) -> StaticPath | None:
+    def of(cls, plan: TaskPlan, path: StreamPath, stream: int) -> StaticPath | None:
         """The path as a StaticPath, or None when its clips need walking one by one."""
         if plan.test_views or any(ps.step.branch_type in ("random", "conditional")
                                   for ps in path.steps):
@@ -66,10 +64,12 @@ class StaticPath:
                 op = oplib.get_op(spec.name)
                 if op.temporal or (op.random and type(op).drawn_shape is not OpType.drawn_shape):
                     return None
-        static = cls(plan, path, stream, make)
-        static.depths = plan.shared(tuple(
-            len([s for ps in path.steps[: i + 1] for s in step_ops(ps, None)])
-            for i in range(len(path.steps))))
+        static = cls(plan, path, stream)
+        depths = tuple(len([s for ps in path.steps[: i + 1] for s in step_ops(ps, None)])
+                       for i in range(len(path.steps)))
+        branches = tuple((ps.step.name, branch_label(ps, None)) for ps in path.steps)
+        static.clip_path = plan.shared(ClipPath(plan.shared(depths), plan.shared(branches),
+                                                plan.source))
         return static
 
     def template(self, shape: FrameShape,
@@ -142,5 +142,5 @@ class StaticPath:
                 spec = random.spec
                 ops[random.index] = shared(oplib.draw_instance(
                     spec.name, spec.params, rng_for(*clip_key, "op", *random.key), random.in_hw))
-        return self.make(video, sample, self.stream, shared(frames), shared(tuple(ops)),
-                          self.depths, self.branches, self.plan.source)
+        return StreamClip(video, sample, self.stream, shared(frames), shared(tuple(ops)),
+                          self.clip_path)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -35,6 +34,7 @@ from sandfs.plan.identity import DatasetIdentity, data_fingerprint
 from sandfs.plan.interner import Interner
 from sandfs.plan.labels import Labels, match_labels, parse_label_rows, read_labels
 from sandfs.plan.probed import NoUsableVideo, ProbedVideos
+from sandfs.plan.records import ClipPath, StreamClip, ViewPlan
 from sandfs.plan.seeds import below, derive_seed, rng_for, unit_draws
 from sandfs.plan.shard import shard_positions
 from sandfs.plan.staticpath import StaticPath
@@ -43,35 +43,6 @@ from sandfs.plan.testviews import clip_start as test_clip_start
 from sandfs.plan.testviews import fixed_crop, view_index
 
 PLAN_VERSION = 4  # bump when the same configs plan other views: names of cached objects change
-
-
-@dataclass(frozen=True, slots=True)
-class StreamClip:
-    """One clip of one stream in a batch, with all randomness resolved."""
-
-    video_index: int
-    sample: int
-    stream: int
-    frame_indices: tuple[int, ...]  # decoded frame indices, in the clip's output order
-    ops: tuple[OpInstance, ...]  # the spatial ops applied to every frame, in order
-    step_depths: tuple[int, ...]  # len(ops) after each DAG entry of the path (for aug{D})
-    branches: tuple[tuple[str, str], ...]  # (step name, branch taken)
-    source: tuple | None = None  # how frames are decoded: None full size, or decode_resize
-
-
-@dataclass(frozen=True, slots=True)
-class ViewPlan:
-    task: str
-    epoch: int
-    iteration: int
-    clips: tuple[StreamClip, ...]  # batch order: stream-major, then video, then sample
-    shape: tuple[int, ...]
-    dtype: str
-    layout: str
-
-    @property
-    def nbytes(self) -> int:
-        return npy_nbytes(self.shape, self.dtype)
 
 
 class TaskPlan:
@@ -139,7 +110,7 @@ class TaskPlan:
         self.epoch_order = lru_cache(maxsize=64)(self._epoch_order)
         self.plan_key = lru_cache(maxsize=256)(self._plan_key)
         self.draws = ClipDraws(self)  # the clips' draws, made for a batch or window at once
-        self.static_paths = [StaticPath.of(self, path, stream, StreamClip)
+        self.static_paths = [StaticPath.of(self, path, stream)
                              for stream, path in enumerate(self.paths)]
         self.temporal = [has_temporal_op(path) for path in self.paths]  # by stream
 
@@ -360,8 +331,9 @@ class TaskPlan:
             branches.append((ps.step.name, branch_label(ps, choice)))
         shared = self.shared
         return StreamClip(video_index, sample, stream, shared(tuple(frames)),
-                          shared(tuple(spatial)), shared(tuple(depths)),
-                          shared(tuple(branches)), self.source)
+                          shared(tuple(spatial)),
+                          shared(ClipPath(shared(tuple(depths)), shared(tuple(branches)),
+                                          self.source)))
 
     def random_instance(self, spec: OpSpec, in_hw: tuple[int, int], static: FrameShape,
                          epoch: int, info: VideoInfo, sample: int, output: int,

@@ -26,7 +26,7 @@ from sandfs.materialize import (
     to_layout,
 )
 from sandfs.media.decode import DecodeError
-from sandfs.plan.task import StreamClip
+from sandfs.plan.records import ClipPath, StreamClip
 from sandfs.plan.window import ClipUse, ViewKey, plan_window, view_key
 from sandfs.sched import joining as joining_module
 from sandfs.sched import planning as planning_module
@@ -221,7 +221,7 @@ async def test_a_pass_lets_go_of_each_frame_once_its_last_clip_is_made(tmp_path)
 
 def hand_made_use(frames, first_read: int, slot: int = 0) -> ClipUse:
     clip = StreamClip(video_index=0, sample=0, stream=0, frame_indices=tuple(frames), ops=(),
-                      step_depths=(), branches=())
+                      path=ClipPath((), ()))
     return ClipUse(ViewKey(("t",), first_read, 0), slot, clip, (("t", first_read),))
 
 
