@@ -190,7 +190,7 @@ class _Listing:
         stored = read_index(index_path, limits) if index_path else {}
 
         def known(rel_path: str, name: str) -> ListedVideo | None:
-            return listed_from(stored.get(rel_path), rel_path, name)
+            return listed_from(stored.get(rel_path), rel_path, name, f"{real_root}/{rel_path}")
 
         targets, refused = vetted_targets(real_root, extensions, limits, stop,
                                           known if defer else None)

@@ -97,15 +97,17 @@ def is_video_entry(entry: Entry) -> bool:
     return entry[3].startswith("[")
 
 
-def listed_from(entry: Entry | None, rel_path: str, name: str) -> ListedVideo | None:
-    """The usable video `entry` stored, as the listing would find it if the file is unchanged
-    (the lazy scan checks that later: docs/contract.md#warm-listing); None for a bad one's
-    entry, or one not of a row's shape (then the file is listed by its stat)."""
+def listed_from(entry: Entry | None, rel_path: str, name: str, path: str) -> ListedVideo | None:
+    """The usable video `entry` stored for the file at `path` (the dataset's name for it), as
+    the listing would find it if the file is unchanged (the lazy scan checks that later:
+    docs/contract.md#warm-listing); None for a bad one's entry, one not of a row's shape, or
+    one of a symlink's target (then the file is listed by its stat: the link's target is
+    resolved and checked again, and a link may have been retargeted since)."""
     try:
-        path, size_bytes, mtime_ns, result, (dev, ino, uid, gid, mode) = entry  # type: ignore
+        stored, size_bytes, mtime_ns, result, (dev, ino, uid, gid, mode) = entry  # type: ignore
     except (TypeError, ValueError):
         return None
-    if not (isinstance(result, str) and result.startswith("[")):
+    if stored != path or not (isinstance(result, str) and result.startswith("[")):
         return None
     return ListedVideo(name, rel_path, path, size_bytes, mtime_ns, (dev, ino),
                        shared_access(uid, gid, mode))

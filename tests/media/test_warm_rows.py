@@ -1,0 +1,46 @@
+"""A warm listing's rows (docs/contract.md#warm-listing): a row is taken for the file the
+dataset names now, never for what a symlink pointed at when the index was written."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from sandfs.media.scan import scan_dataset, start_lazy_scan
+from sandfs.media.synth import make_dataset
+
+
+@pytest.fixture
+def two_videos(tmp_path) -> Path:
+    """c/c_000.mp4 (28 frames) and c/c_001.mp4 (32), seeded."""
+    root = tmp_path / "videos"
+    make_dataset(root, classes=["c"], videos_per_class=2, num_frames=(24, 40), size=(64, 48),
+                 seed=1, gop=12)
+    return root
+
+
+def warm_result(root: Path, index: Path, rel_path: str):
+    found, thread = start_lazy_scan(root, ["mp4"], stop=threading.Event(), workers=1,
+                                    index_path=index)
+    thread.join()
+    return found.probes.result(rel_path)
+
+
+@pytest.mark.parametrize("now", ["retargeted", "a regular file"])
+def test_a_symlinked_video_is_what_its_link_names_now(tmp_path, two_videos, now):
+    link, first, second = (two_videos / "c" / n for n in ("link.mp4", "c_000.mp4", "c_001.mp4"))
+    link.symlink_to(first.name)
+    index = tmp_path / "index.json"
+    assert scan_dataset(two_videos, ["mp4"], index_path=index).videos[2].num_frames == 28
+    link.unlink()
+    if now == "retargeted":
+        link.symlink_to(second.name)
+    else:
+        shutil.copy(second, link)
+    result = warm_result(two_videos, index, "c/link.mp4")
+    assert (result.path, result.num_frames) == (os.path.realpath(link), 32)
+
