@@ -270,9 +270,10 @@ def warm_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, v
     facts = {info.identity: ProbeFacts(**{f: getattr(info, f) for f in FACTS}) for info in infos}
     listed, _ = vetted_targets(str(root.resolve()), [".mp4"], limits)
     row = getattr(scan_index, "IndexKey", None)  # an older tree's rows (A B B A against it)
+    device = () if row else (root.stat().st_dev,)  # whose save_index takes no device
     save_index(index_path(str(cache), dataset_key(load_task_config(config))), limits, {
         t.rel_path: (t if row is None else row(t.path, t.size_bytes, t.mtime_ns),
-                     facts[t.identity]) for t in listed})
+                     facts[t.identity]) for t in listed}, *device)
     warm = mounted_run(work_dir, config, task, args, warm=True)
     shutil.rmtree(cache, ignore_errors=True)
     return {"record": "warm", "videos": videos, "task": task, "warm": warm}

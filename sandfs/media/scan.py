@@ -170,6 +170,7 @@ class _Listing:
     results: dict[str, ProbeResult]
     index_path: str | os.PathLike[str] | None
     began: float
+    root_device: int  # the root's st_dev: the index's rows describe files of this device
     decoded: int = 0  # probed files whose packets were not trusted
     deferred: Collection[str] = ()  # index hits read when asked for (not read yet)
     index_as_is: bool = False  # the index holds exactly these results: not written again
@@ -187,20 +188,25 @@ class _Listing:
         real_root = os.path.realpath(root)
         if not os.path.isdir(real_root):
             raise NotADirectoryError(f"dataset root is not a directory: {os.fspath(root)!r}")
-        stored = read_index(index_path, limits) if index_path else {}
+        stored, stored_device = read_index(index_path, limits) if index_path else ({}, None)
+        root_device = os.stat(real_root).st_dev
+        # another device number (a remount, a restore): the rows' stats describe no file here
+        warm = defer and stored_device == root_device
 
         def known(rel_path: str, name: str) -> ListedVideo | None:
             return listed_from(stored.get(rel_path), rel_path, name, f"{real_root}/{rel_path}")
 
         targets, refused = vetted_targets(real_root, extensions, limits, stop,
-                                          known if defer else None)
+                                          known if warm else None)
         book = ProbeBook(sorted(targets, key=lambda v: v.name), stop)
-        listing = cls(real_root, limits, targets, refused, book, {}, index_path, began)
+        listing = cls(real_root, limits, targets, refused, book, {}, index_path, began,
+                      root_device)
         hits = [(t, entry) for t in targets if _index_hit(entry := stored.get(t.rel_path), t)]
         later = {t.rel_path: (t, entry) for t, entry in hits if defer and is_video_entry(entry)}
         listing.deferred = later.keys()  # an entry let go once read: 100,000 rows' texts, 34 MB
         book.defer_all(later, lambda rel_path: listing.from_index(*later.pop(rel_path)))
-        listing.index_as_is = len(hits) == len(targets) == len(stored)  # a damaged entry: not
+        listing.index_as_is = (len(hits) == len(targets) == len(stored)  # a damaged entry: not
+                               and stored_device == root_device)
         for target, entry in hits:
             if target.rel_path not in later and (
                     result := listing.parsed(target, entry)) is not None:
@@ -289,7 +295,8 @@ class _Listing:
         total = len(self.targets)
         if self.index_path and not (self.index_as_is and num_probed == 0):
             save_index(self.index_path, self.limits, {
-                t.rel_path: (t, self.results[t.rel_path]) for t in self.targets})
+                t.rel_path: (t, self.results[t.rel_path]) for t in self.targets},
+                self.root_device)
         scan = self.partial(num_probed)
         for item in scan.bad:
             name = os.path.splitext(item.rel_path)[0]

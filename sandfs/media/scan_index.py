@@ -2,7 +2,9 @@
 mtime), so a remount of an unchanged dataset probes nothing. An entry is a row `[path, size,
 mtime, result, [dev, ino, uid, gid, mode]]`, its result a JSON text of its own, parsed when
 asked for (250,000 entries as nested objects took 1.8 s of CPU to read, as rows 0.6 s); its
-stat lets a lazy scan list the file without a stat of its own (`listed_from`). A file of
+stat lets a lazy scan list the file without a stat of its own (`listed_from`), while the
+dataset root's device number is the header's (`root_device`: a filesystem mounted again, or
+restored to another disk, numbers every file's device anew). A file of
 another format or scan version, or scanned under other limits, or whose checksum does not
 match (a damaged file), is ignored (and rewritten); so is one damaged entry, whose file alone
 is probed again."""
@@ -50,34 +52,37 @@ def _index_limits(limits: MediaLimits) -> dict[str, int]:
     return {"max_pixels": limits.max_pixels, "max_frames": limits.max_frames}
 
 
-def read_index(index_path: str | os.PathLike[str], limits: MediaLimits) -> dict[str, Any]:
-    """rel_path -> its entry as stored (`entry_key`, `parse_entry` read one: UNREADABLE for a
-    damaged one), from a sound file of this format, scan version and limits; {} otherwise.
-    A lazy scan parses an entry only when it is asked for: 100,000 of them took 2.6 s."""
+def read_index(index_path: str | os.PathLike[str], limits: MediaLimits
+               ) -> tuple[dict[str, Any], int | None]:
+    """(rel_path -> its entry as stored, the dataset root's device number when it was
+    written): `listed_from` and `parse_entry` read an entry (UNREADABLE for a damaged one),
+    from a sound file of this format, scan version and limits; ({}, None) otherwise. A lazy
+    scan parses an entry only when it is asked for: 100,000 of them took 2.6 s."""
     try:
         document = read_checked_json(os.fspath(index_path))
     except FileNotFoundError:
-        return {}
+        return {}, None
     except (OSError, ValueError) as error:
         log.warning(
             "ignoring the scan index %s: %s", ascii(os.fspath(index_path)), ascii(str(error))
         )
-        return {}
+        return {}, None
     try:
         if document["format"] != INDEX_FORMAT or document["scan_version"] != SCAN_VERSION:
             raise ValueError("another format or scan version")
         if document["limits"] != _index_limits(limits):
             log.info("limits changed since the last scan: probing every file again")
-            return {}
+            return {}, None
         entries = document["entries"]
         if not isinstance(entries, dict):
             raise TypeError("entries are not a mapping")
-        return entries
+        device = document.get("root_device")
+        return entries, device if isinstance(device, int) else None
     except UNREADABLE as error:
         log.warning(
             "ignoring the scan index %s: %s", ascii(os.fspath(index_path)), ascii(repr(error))
         )
-        return {}
+        return {}, None
 
 
 UNREADABLE = (KeyError, IndexError, TypeError, ValueError, AttributeError)
@@ -117,8 +122,10 @@ def parse_entry(entry: Entry) -> ProbeResult:
     return _entry_from_json(entry)
 
 
-def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries: Entries) -> None:
-    """Writes `entries` atomically, leaving out results that depend on the machine's load."""
+def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries: Entries,
+               root_device: int | None = None) -> None:
+    """Writes `entries` atomically, leaving out results that depend on the machine's load;
+    `root_device`: the dataset root's st_dev, whose files the rows' stats describe."""
     document_entries = {
         rel_path: _entry_to_json(listed, result)
         for rel_path, (listed, result) in entries.items()
@@ -128,6 +135,7 @@ def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries:
         "format": INDEX_FORMAT,
         "scan_version": SCAN_VERSION,
         "limits": _index_limits(limits),
+        "root_device": root_device,
         "entries": document_entries,
     }
     try:

@@ -1,8 +1,11 @@
 """A warm listing's rows (docs/contract.md#warm-listing): a row is taken for the file the
-dataset names now, never for what a symlink pointed at when the index was written."""
+dataset names now, never for what a symlink pointed at when the index was written; and the
+same files on a filesystem mounted again under another device number are listed by their stat,
+not found `changed`."""
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import threading
@@ -10,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from sandfs.fileio import read_checked_json, write_checked_json
 from sandfs.media.scan import scan_dataset, start_lazy_scan
 from sandfs.media.synth import make_dataset
 
@@ -44,3 +48,18 @@ def test_a_symlinked_video_is_what_its_link_names_now(tmp_path, two_videos, now)
     result = warm_result(two_videos, index, "c/link.mp4")
     assert (result.path, result.num_frames) == (os.path.realpath(link), 32)
 
+
+def test_another_device_number_lists_the_files_by_their_stat(tmp_path, two_videos):
+    index = tmp_path / "index.json"
+    scan_dataset(two_videos, ["mp4"], index_path=index)
+    document = read_checked_json(str(index))
+    # the same files, their filesystem mounted again
+    document["root_device"] = os.stat(two_videos).st_dev + 1
+    for row in document["entries"].values():
+        row[4][0] += 1
+    write_checked_json(str(index), document)
+    results = [warm_result(two_videos, index, f"c/c_00{i}.mp4") for i in range(2)]
+    assert collections.Counter(getattr(r, "reason", "ok") for r in results) == {"ok": 2}
+    assert [r.num_frames for r in results] == [28, 32]
+    # the index is written again with this device: the next mount lists from it
+    assert read_checked_json(str(index))["root_device"] == os.stat(two_videos).st_dev
