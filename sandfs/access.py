@@ -246,16 +246,19 @@ def read_owner_file(path: str, owner: Owner, max_bytes: int) -> bytes:
     return data
 
 
-def owner_videos(cfg: TaskConfig, owner: Owner, videos: Sequence[VideoInfo]
-                 ) -> tuple[Sequence[VideoInfo], tuple[BadVideo, ...]]:
+def owner_videos(cfg: TaskConfig, owner: Owner, videos: Sequence[ListedVideo] | Sequence[VideoInfo]
+                 ) -> tuple[Sequence[ListedVideo] | Sequence[VideoInfo], tuple[BadVideo, ...]]:
     """The videos `owner` may read (`videos` itself when all), and a `permission_denied` entry
     for each file or folder left out. A daemon that is not root reads as the owner already, so
-    the scan found only what the owner may read."""
+    the scan found only what the owner may read. A listed file (a lazy scan's) is checked as
+    it is now: whether it is still the listed one is its probe's or its row's check (a file
+    replaced since the scan index is `changed`), and every read of its bytes checks both."""
     if owner.uid == 0 or daemon_uid() != 0:
         return videos, ()
     root = cfg.dataset.video_dataset_path
     check = AccessCheck(owner)
-    blocked = {v.rel_path: check.blocked_at(root, v.path, v.identity) for v in videos}
+    blocked = {v.rel_path: check.blocked_at(
+        root, v.path, v.identity if isinstance(v, VideoInfo) else None) for v in videos}
     kept = [v for v in videos if blocked[v.rel_path] is None]
     if len(kept) == len(videos):
         return videos, ()

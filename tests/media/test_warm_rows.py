@@ -1,21 +1,27 @@
 """A warm listing's rows (docs/contract.md#warm-listing): a row is taken for the file the
-dataset names now, never for what a symlink pointed at when the index was written; and the
-same files on a filesystem mounted again under another device number are listed by their stat,
-not found `changed`."""
+dataset names now, never for what a symlink pointed at when the index was written; the same
+files on a filesystem mounted again under another device number are listed by their stat, not
+found `changed`; and a file replaced since is `changed` for a task's owner, not refused."""
 
 from __future__ import annotations
 
 import collections
 import os
 import shutil
+import tempfile
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from sandfs.access import owner_of, owner_videos, stamped
+from sandfs.config.loader import load_task_config
 from sandfs.fileio import read_checked_json, write_checked_json
 from sandfs.media.scan import scan_dataset, start_lazy_scan
 from sandfs.media.synth import make_dataset
+from sandfs.media.types import PERMISSION_DENIED
+from tests.helpers.harness import task_config, write_config
 
 
 @pytest.fixture
@@ -63,3 +69,37 @@ def test_another_device_number_lists_the_files_by_their_stat(tmp_path, two_video
     assert [r.num_frames for r in results] == [28, 32]
     # the index is written again with this device: the next mount lists from it
     assert read_checked_json(str(index))["root_device"] == os.stat(two_videos).st_dev
+
+
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root daemon's owner filter")
+def test_a_file_replaced_since_the_index_is_changed_for_an_owner_who_may_read_it(tmp_path):
+    """A new inode in a listed file's place (rsync, an atomic save): the owner filter checks the
+    file there now, so one the owner may read is found `changed` by its row's check, and one
+    they may not read is refused to them."""
+    base = Path(tempfile.mkdtemp(dir="/tmp", prefix="warm-rows-"))  # nobody reaches it
+    try:
+        base.chmod(0o755)
+        root = base / "videos"
+        make_dataset(root, classes=["c"], videos_per_class=3, num_frames=(24, 40),
+                     size=(64, 48), seed=1, gop=12)
+        index = tmp_path / "index.json"
+        scan_dataset(root, ["mp4"], index_path=index)
+        for rel_path, mode in (("c/c_000.mp4", 0o644), ("c/c_001.mp4", 0o600)):
+            saved = root / "saved.tmp"
+            shutil.copy(root / "c/c_002.mp4", saved)
+            saved.chmod(mode)
+            os.replace(saved, root / rel_path)
+        found, thread = start_lazy_scan(root, ["mp4"], stop=threading.Event(), workers=1,
+                                        index_path=index)
+        cfg = load_task_config(write_config(tmp_path / "t.yaml", task_config(root)))
+        cfg = replace(cfg, access=stamped(cfg.access, NOBODY, NOBODY))
+        kept, refused = owner_videos(cfg, owner_of(cfg), found.listed)
+        thread.join()
+        assert [v.rel_path for v in kept] == ["c/c_000.mp4", "c/c_002.mp4"]
+        assert [(b.rel_path, b.reason) for b in refused] == [("c/c_001.mp4", PERMISSION_DENIED)]
+        assert found.probes.result("c/c_000.mp4").reason == "changed"
+    finally:
+        shutil.rmtree(base)
