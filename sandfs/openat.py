@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat
 
 Identity = tuple[int, int]  # (st_dev, st_ino)
 
@@ -63,9 +64,14 @@ def _walk_open(path: str, flags: int) -> int:
 
 
 def pread_file(path: str, offset: int, size: int) -> tuple[os.stat_result, bytes]:
-    """In a thread: (fstat, `size` bytes at `offset`) of a file, reached through no symlink."""
-    fd = open_no_symlinks(path, os.O_RDONLY | os.O_NOFOLLOW)  # a swapped folder: ELOOP
+    """In a thread: (fstat, `size` bytes at `offset`) of a regular file, reached through no
+    symlink; OSError otherwise. O_NONBLOCK: a FIFO put in the file's place would hold the
+    thread in open() until some writer came."""
+    fd = open_no_symlinks(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a link: ELOOP
     try:
-        return os.fstat(fd), os.pread(fd, size, offset) if size else b""
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        return st, os.pread(fd, size, offset) if size else b""
     finally:
         os.close(fd)

@@ -260,8 +260,12 @@ class SandOperations(pyfuse3.Operations):
         """Bytes of a source video, opened for this read only: a handle holds no fd of the
         daemon's, so no number of open handles can exhaust them."""
         info = self.service.tasks[node.task].listed[node.video]
-        st, data = await trio.to_thread.run_sync(pread_file, info.path, offset, size,
-                                                 limiter=limiter("source_reads"))
+        try:
+            st, data = await trio.to_thread.run_sync(pread_file, info.path, offset, size,
+                                                     limiter=limiter("source_reads"))
+        except OSError as error:  # gone, or no regular file in its place now
+            self.failed(node, f"source_unreadable: {error.strerror}")
+            raise fuse_error(errno.EIO) from None
         # its size and frames were planned from the file as scanned: passing a changed one
         # through would cut it (and another file in its place is not the task owner's)
         changed = info.changed(st)

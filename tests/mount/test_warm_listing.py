@@ -1,13 +1,16 @@
 """A warm mount lists its dataset from the scan index (docs/contract.md#warm-listing), through a
 real mount: a file added since the index is listed and probed, one removed is not listed, and
 one rewritten in place with another size (its folder unchanged) is found `changed`, its slots
-filled by its stand-in: no view holds it and every view reads."""
+filled by its stand-in: no view holds it and every view reads. A FIFO in a listed file's place
+is EIO to a raw read, not a hang."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -98,3 +101,40 @@ def test_a_warm_mount_lists_files_added_removed_and_rewritten_since_its_index(
         strict_teardown(Mounted(mountpoint, process, log, cache))
     finally:
         forgiving_teardown(mountpoint, process)
+
+
+def test_a_fifo_in_a_listed_videos_place_is_eio_to_a_raw_read_not_a_hang(tmp_path, dataset_dir):
+    """A FIFO made where an indexed video was (`rm v.mp4; mkfifo v.mp4`): opening its raw bytes
+    answers EIO at once, recorded as the task's failure, and never holds a read's thread."""
+    require_fuse()
+    root = tmp_path / "videos"
+    shutil.copytree(dataset_dir, root)
+    victim = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.mp4"))[0]
+    config = write_config(tmp_path / "t.yaml", task_config(root, epochs=1))
+    mountpoint, cache, log = tmp_path / "mnt", tmp_path / "cache", tmp_path / "fifo.log"
+    mountpoint.mkdir()
+    process = mounted(mountpoint, config, cache, log)
+    try:
+        scanned(mountpoint, process, log)
+        (root / victim).unlink()
+        os.mkfifo(root / victim)
+        raw = mountpoint / "t0" / "videos" / victim
+        outcome: list[BaseException | bytes] = []
+        reader = threading.Thread(target=lambda: outcome.append(_read_or_error(raw)),
+                                  daemon=True)
+        reader.start()
+        reader.join(20)
+        assert not reader.is_alive(), "the raw read hangs on the FIFO"
+        assert isinstance(outcome[0], OSError) and outcome[0].errno == errno.EIO, outcome
+        assert [(f["path"], f["reason"]) for f in status_of(mountpoint)["failures"]] == [
+            (f"videos/{victim}", "source_unreadable: not a regular file")]
+        strict_teardown(Mounted(mountpoint, process, log, cache))
+    finally:
+        forgiving_teardown(mountpoint, process)
+
+
+def _read_or_error(path: Path) -> BaseException | bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        return error
