@@ -315,8 +315,9 @@ class _Listing:
 
 
 def _index_hit(entry: list | None, target: ListedVideo) -> bool:
-    """The entry is of this file as it is (field by field: no record a file), and of the
-    shape a row has (a result's damage is found when it is parsed)."""
+    """Does `entry` describe `target` as listed (its path, size and mtime, compared field by
+    field: no record made per file), in a row's shape? A damaged result is found when it is
+    parsed."""
     try:
         path, size_bytes, mtime_ns, result, _stat = entry
     except (TypeError, ValueError):  # None, or not a row

@@ -27,7 +27,7 @@ class ScanTooLarge(UserError):
 
 
 # (rel_path, VIDEO name) -> the file as the scan index last listed it, taken without a stat of
-# its own (None: stat it); its checks are made again later (`recheck`)
+# its own (None: stat it); its checks are made again later (`unchanged`, else `recheck`)
 Known = Callable[[str, str], ListedVideo | None]
 
 

@@ -170,7 +170,7 @@ class TaskPlan:
                 return rel.split("/", 1)[0] if "/" in rel else None
 
             labels = [top(v.rel_path) for v in self.listed]
-            every = {*labels, *map(top, all_rel_paths)}  # each path once, not twice
+            every = {*labels, *map(top, all_rel_paths)}  # a set: paths may repeat
             return labels, sorted(c for c in every if c is not None)
         data = self.labels_data
         if data is None:  # planned at mount: the mount's own config, read now
