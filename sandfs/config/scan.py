@@ -8,17 +8,15 @@ from dataclasses import fields, replace
 
 from sandfs.config import fields as yaml_fields
 from sandfs.config.yamlsafe import Value
-from sandfs.media.scan_workers import DEFAULT_PACE, ScanPace
+from sandfs.media.scan_workers import DEFAULT_PACE, PACE_BOUNDS, ScanPace
 
 NAMES = tuple(f.name for f in fields(ScanPace))
-MINIMUMS = {"ahead_videos": 0, "background_nice": 0}  # the others: 1
-MAXIMUMS = {"background_nice": 19}
 
 
 def read_scan_section(value: Value) -> tuple[tuple[str, int], ...]:
     """`engine: scan:` of one config: the (name, value) pairs it sets."""
-    return tuple((name, yaml_fields.integer(item, minimum=MINIMUMS.get(name, 1),
-                                            maximum=MAXIMUMS.get(name)))
+    return tuple((name, yaml_fields.integer(item, minimum=PACE_BOUNDS[name][0],
+                                            maximum=PACE_BOUNDS[name][1]))
                  for name, item in yaml_fields.mapping(value, NAMES).items())
 
 

@@ -14,7 +14,15 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from threading import Event
 
-from sandfs.media.scan_workers import STOP_POLL_SECONDS, ProbeJob, Waker, check_stop
+from sandfs.media.scan_workers import (
+    ANY,
+    BACKGROUND,
+    FRONT,
+    STOP_POLL_SECONDS,
+    ProbeJob,
+    Waker,
+    check_stop,
+)
 from sandfs.media.types import BadVideo, ListedVideo, VideoInfo
 
 Probed = VideoInfo | BadVideo
@@ -28,10 +36,11 @@ class ProbeLost(RuntimeError):
 class ProbeQueue:
     """The probe jobs a lazy scan has not sent yet, in the order it sends them; other threads
     reorder it. What planning waits for goes first (`first`), then the orders the readers
-    read in (`follow`, a chunk of each in turn), then the rest by name. `take(front=True)` is
-    a front worker's (scan_workers.ScanPace): what is waited for, and the next `ahead_videos`
+    read in (`follow`, a chunk of each in turn), then the rest by name. `take(FRONT)` is a
+    front worker's (scan_workers.ScanPace): what is waited for, and the next `ahead_videos`
     of the followed orders once a wait found its video not probed (the readers caught up with
-    the scan); `take()` any job."""
+    the scan); `take(BACKGROUND)` the followed orders and the rest, never what is waited for;
+    `take()` any job. `unpace()`: front workers take any job from then on."""
 
     FOLLOW_CHUNK = 256  # keys taken from a followed order at a time
 
@@ -39,18 +48,24 @@ class ProbeQueue:
         self._lock = threading.Lock()
         self._jobs = {job.key: job for job in jobs}  # not sent yet
         self._urgent: deque[str] = deque()  # waited for: sent first
+        self._waited: set[str] = set()  # those of them not sent yet
         self._followed: deque[Iterator[str]] = deque()  # orders read in, a chunk of each in turn
         self._next: deque[str] = deque()  # the chunk taken from them
         self._order: deque[str] = deque(self._jobs)  # then these; a key sent already is skipped
         self.ahead_videos = ahead_videos
         self._lead = 0  # followed jobs a front worker may take now
+        self._paced = True  # False: a front worker takes any job
+        self._background: dict[str, ProbeJob] = {}  # sent to a background worker, no result
         self.waker = Waker()  # poked when a job is waited for; closed with the queue
 
     def first(self, keys: Iterable[str]) -> None:
         """Send these next (in their order), before anything asked for earlier."""
         with self._lock:
-            keys = [k for k in keys if k in self._jobs]
+            keys = [k for k in keys if k in self._jobs or k in self._background]
+            for key in keys:  # one in a niced pipe: a front worker probes it too
+                self._jobs.setdefault(key, self._background.get(key))
             self._urgent.extendleft(reversed(keys))
+            self._waited.update(keys)
             if keys:  # waited for and not probed: the scan is behind its readers
                 self._lead = self.ahead_videos
                 self.waker.poke()
@@ -62,27 +77,42 @@ class ProbeQueue:
         with self._lock:
             self._followed.append(iter(keys))
 
-    def take(self, front: bool = False) -> ProbeJob | None:
-        """The next job (None: none left, or none a front worker takes now)."""
+    def take(self, role: str = ANY) -> ProbeJob | None:
+        """The next job `role` takes (None: none left, or none it takes now)."""
         with self._lock:
-            job = self._pop(self._urgent)
+            front = role == FRONT and self._paced
+            job = None if role == BACKGROUND else self._pop(self._urgent)
             if job is None and (not front or self._lead > 0):
                 job = self._pop_followed()
                 self._lead -= job is not None and front
             if job is None and not front:
                 job = self._pop(self._order)
+            if job is not None and role == BACKGROUND:
+                self._background[job.key] = job
             return job
 
-    def popleft(self) -> ProbeJob:
-        job = self.take()
-        if job is None:
-            raise IndexError("no probe job left")
-        return job
+    def settled(self, key: str) -> None:
+        """`key`'s result came: not sent again (a copy sent to a front worker too)."""
+        with self._lock:
+            self._background.pop(key, None)
+            self._jobs.pop(key, None)
+            self._waited.discard(key)
+
+    def unpace(self) -> None:
+        """Every result is waited for (a blocking scan): front workers take any job."""
+        with self._lock:
+            self._paced = False
+            self.waker.poke()
 
     def _pop(self, keys: deque[str]) -> ProbeJob | None:
+        """The next of `keys` not sent yet; none waited for unless from `_urgent`."""
         while keys:
-            job = self._jobs.pop(keys.popleft(), None)
+            key = keys.popleft()
+            if key in self._waited and keys is not self._urgent:
+                continue  # a front worker's: in _urgent too
+            job = self._jobs.pop(key, None)
             if job is not None:
+                self._waited.discard(key)
                 return job
         return None
 
@@ -98,11 +128,13 @@ class ProbeQueue:
                 self._followed.append(order)
 
     def extendleft(self, jobs: Iterable[ProbeJob]) -> None:
-        """Jobs sent to a worker that died before it started them: sent again first."""
+        """Jobs sent to a worker that died before it started them (or a background worker's
+        that failed): sent again first, to a front worker."""
         with self._lock:
             for job in jobs:
                 self._jobs[job.key] = job
                 self._urgent.appendleft(job.key)
+                self._waited.add(job.key)
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -236,6 +268,8 @@ class ProbeBook:
         set, ProbeLost when the background probe failed. The deferred results are read here
         (the scan's thread reads them slowly, beside the startup: a warm mount of a task that
         waits for every probe waited for it)."""
+        if self.queue is not None:
+            self.queue.unpace()
         while self.resolve_some(WAIT_SLICE):
             check_stop(self.stop)
             check_stop(stop)

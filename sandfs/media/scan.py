@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+from functools import partial
 from threading import Event
 from typing import TextIO
 
@@ -119,42 +120,51 @@ def start_lazy_scan(
     ScanStopped); the caller joins it. Progress as for `scan_dataset`, from the thread."""
     listing = _Listing.of(root, extensions, limits, index_path, stop, defer=True)
     queue = ProbeQueue(listing.jobs(), pace.ahead_videos)
-    listing.book.queue = queue
-    report = _progress_reporter(progress, listing.book.probed, len(listing.targets),
-                                listing.began)
-    num_probed = len(queue)
-    own = ProbeWorkers(0) if started is None else started.hand_over(workers)
-    on_result = listing.recorder(report)  # once: it maps every listed file by name
-
-    def probe(started: ProbeWorkers | None = None) -> None:
-        probe_files(queue, listing.limits, workers, on_result=on_result, stop=stop,
-                    started=started, pace=pace)
-
-    def probe_rest() -> None:
-        with own, contextlib.closing(queue):
-            try:
-                probe(own)  # what the index does not answer
-                # then the index's answers no plan asked for yet, a slice at a time: those
-                # asked for are read by whoever asks, a damaged one's file probed at once
-                cpu = time.thread_time()
-                while listing.book.resolve_some(RESOLVE_SLICE):
-                    if queue:
-                        probe()
-                    check_stop(stop)
-                    time.sleep(max(RESOLVE_PAUSE_S, RESOLVE_IDLE * (time.thread_time() - cpu)))
-                    cpu = time.thread_time()
-                probe()  # damaged entries found meanwhile (none: returns at once)
-            except ScanStopped:
-                return
-            except BaseException as error:  # the waiters hear of it, the log too
-                log.error("probing %s failed: %s", ascii(listing.real_root), error)
-                listing.book.fail(error)
-                return
-        listing.finish(progress, num_probed)
-
-    thread = threading.Thread(target=probe_rest, name="lazy-scan", daemon=True)
-    thread.start()
+    own = ProbeWorkers(0)
+    try:  # until the thread owns them: the queue's waker pipe, the workers handed over
+        listing.book.queue = queue
+        report = _progress_reporter(progress, listing.book.probed, len(listing.targets),
+                                    listing.began)
+        num_probed = len(queue)
+        own = own if started is None else started.hand_over(workers)
+        on_result = listing.recorder(report)  # once: it maps every listed file by name
+        thread = threading.Thread(target=_probe_rest, name="lazy-scan", daemon=True,
+                                  args=(listing, queue, own, progress, num_probed,
+                                        partial(probe_files, queue, listing.limits, workers,
+                                                on_result=on_result, stop=stop, pace=pace)))
+        thread.start()
+    except BaseException:
+        queue.close()
+        own.close()
+        raise
     return listing.partial(), thread
+
+
+def _probe_rest(listing: _Listing, queue: ProbeQueue, own: ProbeWorkers,
+                progress: ProgressCallback | None, num_probed: int,
+                probe: Callable[..., object]) -> None:
+    """The lazy scan's thread: probes what the index does not answer (`own` workers first),
+    then reads the index's answers a slice at a time, probing damaged entries."""
+    with own, contextlib.closing(queue):
+        try:
+            probe(started=own)
+            # then the index's answers no plan asked for yet, a slice at a time: those
+            # asked for are read by whoever asks, a damaged one's file probed at once
+            cpu = time.thread_time()
+            while listing.book.resolve_some(RESOLVE_SLICE):
+                if queue:
+                    probe()
+                check_stop(listing.book.stop)
+                time.sleep(max(RESOLVE_PAUSE_S, RESOLVE_IDLE * (time.thread_time() - cpu)))
+                cpu = time.thread_time()
+            probe()  # damaged entries found meanwhile (none: returns at once)
+        except ScanStopped:
+            return
+        except BaseException as error:  # the waiters hear of it, the log too
+            log.error("probing %s failed: %s", ascii(listing.real_root), error)
+            listing.book.fail(error)
+            return
+    listing.finish(progress, num_probed)
 
 
 @dataclass(slots=True)

@@ -32,16 +32,18 @@ WORKERS_AHEAD = 1  # started before the daemon's imports: the dataset's size is 
 # imports). 16 short videos with a busy thread beside the scan: 96-107 ms with 4, 122-130 with
 # 2, 180-190 with 1 (60 ms of probing; docs/performance.md#cold-start).
 IN_FLIGHT = 4
-# A worker's results go back a list at a time, at most this long after the first: one write
-# and one wake-up of the scan's thread for a batch of short probes, not one each.
-REPLY_EVERY_SECONDS = 0.02
+# Who takes which jobs from a ProbeQueue (ScanPace): ANY every job (an unpaced scan), FRONT
+# what is waited for and the lead, BACKGROUND the followed orders and the rest, never a job
+# waited for.
+ANY, FRONT, BACKGROUND = "any", "front", "background"
 
 
 class JobQueue(Protocol):
     """What `probe_files` takes jobs from (probebook.ProbeQueue; a list is wrapped as one)."""
 
-    def take(self, front: bool = False) -> ProbeJob | None: ...
+    def take(self, role: str = ANY) -> ProbeJob | None: ...
     def extendleft(self, jobs: Iterable[ProbeJob]) -> None: ...
+    def settled(self, key: str) -> None: ...
     def __len__(self) -> int: ...
 
 
@@ -63,14 +65,18 @@ class ScanPace:
     paced_from_videos: int = 2_000
 
     def __post_init__(self) -> None:
-        for name in ("ahead_videos", "background_workers", "background_in_flight",
-                     "paced_from_videos"):
-            least = 0 if name == "ahead_videos" else 1
-            if getattr(self, name) < least:
-                raise ValueError(f"scan {name} must be >= {least}, not {getattr(self, name)}")
-        if not 0 <= self.background_nice <= 19:
-            raise ValueError(f"scan background_nice must be 0 to 19, not "
-                             f"{self.background_nice}")
+        for name, (least, most) in PACE_BOUNDS.items():
+            value = getattr(self, name)
+            if value < least or (most is not None and value > most):
+                raise ValueError(f"scan {name} must be {least} to {most}, not {value}"
+                                 if most is not None else
+                                 f"scan {name} must be >= {least}, not {value}")
+
+
+# Each ScanPace field's (least, most) value; the config reads the same bounds.
+PACE_BOUNDS: dict[str, tuple[int, int | None]] = {
+    "ahead_videos": (0, None), "background_workers": (1, None), "background_nice": (0, 19),
+    "background_in_flight": (1, None), "paced_from_videos": (1, None)}
 
 
 DEFAULT_PACE = ScanPace()
@@ -133,9 +139,10 @@ class _Worker:
     sent: deque[ProbeJob] = field(default_factory=deque)  # in order; the first is probed now
     deadline: float = 0.0  # the first's
     timeout_seconds: float = 0.0
-    front: bool = False  # takes only what ScanPace gives front workers
+    role: str = ANY  # which jobs it takes (ScanPace)
     in_flight: int = IN_FLIGHT
     nice: int = 0
+    failed: bool = False  # died or timed out: replaced
 
 
 class ProbeWorkers:
@@ -155,10 +162,10 @@ class ProbeWorkers:
             raise
 
     def take(self, count: int) -> list[_Worker]:
-        """`count` workers: the idle ones first, then fresh ones."""
+        """Up to `count` idle workers (the caller starts the rest)."""
         with self._lock:
             taken, self._idle = self._idle[:count], self._idle[count:]
-        return taken + [_start_worker() for _ in range(count - len(taken))]
+        return taken
 
     def hand_over(self, count: int) -> ProbeWorkers:
         """Up to `count` idle workers moved to a holder of their own (a scan going on in
@@ -200,10 +207,11 @@ def probe_files(
         return {}
     pending: JobQueue = _Listed(jobs) if isinstance(jobs, list) else jobs
     results: dict[str, ProbeResult] = {}
-    pool = _pool(len(jobs), workers, started,
-                 pace if pace is not None and len(jobs) >= pace.paced_from_videos else None)
+    pool: list[_Worker] = []  # filled inside the try: a failed start stops those started
     waker = getattr(pending, "waker", None)  # readable when a job is waited for
     try:
+        _fill_pool(pool, len(jobs), workers, started,
+                   pace if pace is not None and len(jobs) >= pace.paced_from_videos else None)
         while len(pending) or any(w.sent for w in pool):
             for worker in pool:
                 _top_up(worker, pending, limits)
@@ -214,11 +222,16 @@ def probe_files(
                 waker.drain()
             check_stop(stop)
             for position, worker in enumerate(pool):
-                answered, alive = _poll_worker(worker, results, worker.replies in ready)
-                for key in answered if on_result else ():  # answered, timed out or died
-                    on_result(key, results[key])
-                if not alive:
-                    pending.extendleft(reversed(worker.sent))  # not started: sent again
+                for key, result in _poll_worker(worker, worker.replies in ready):
+                    pending.settled(key)
+                    if key not in results:  # a job sent twice: the first result wins
+                        results[key] = result
+                        if on_result:
+                            on_result(key, result)
+                if worker.failed:
+                    # not started (or a background worker's failed one): sent again
+                    pending.extendleft(reversed([job for job in worker.sent
+                                                 if job.key not in results]))
                     worker.sent.clear()
                     _stop_worker(worker)
                     pool[position] = _start_like(worker)
@@ -231,30 +244,37 @@ def probe_files(
 class _Listed(deque):
     """A list of jobs as a JobQueue: every worker takes any."""
 
-    def take(self, front: bool = False) -> ProbeJob | None:
+    def take(self, role: str = ANY) -> ProbeJob | None:
         return self.popleft() if self else None
 
+    def settled(self, key: str) -> None:
+        pass
 
-def _pool(count: int, workers: int, started: ProbeWorkers | None,
-          pace: ScanPace | None) -> list[_Worker]:
-    """The front workers (those started ahead first), and with `pace` the background ones."""
+
+def _fill_pool(pool: list[_Worker], count: int, workers: int, started: ProbeWorkers | None,
+               pace: ScanPace | None) -> None:
+    """The front workers (those started ahead first), and with `pace` the background ones,
+    appended as each starts."""
     count = max(1, min(workers, -(-count // FILES_PER_WORKER)))
-    pool = [_start_worker() for _ in range(count)] if started is None else started.take(count)
+    pool += [] if started is None else started.take(count)
+    while len(pool) < count:
+        pool.append(_start_worker())
     if pace is None:
-        return pool
+        return
     for worker in pool:
-        worker.front = True
-    return pool + [_start_worker(pace.background_nice, pace.background_in_flight)
-                   for _ in range(pace.background_workers)]
+        worker.role = FRONT
+    for _ in range(pace.background_workers):
+        pool.append(_start_worker(pace.background_nice, pace.background_in_flight))
+        pool[-1].role = BACKGROUND
 
 
 def _top_up(worker: _Worker, pending: JobQueue, limits: MediaLimits) -> None:
-    """Up to its `in_flight` jobs, sent half at a time (one write, one wake-up a message): it
-    replies to a message once done with it, by then holding the next one."""
+    """Up to its `in_flight` jobs, sent half at a time (one write, one wake-up a message): the
+    next message waits in its pipe while it probes this one."""
     half = max(1, worker.in_flight // 2)
     while worker.ready and len(worker.sent) + half <= worker.in_flight:
         batch = []
-        while len(batch) < half and (job := pending.take(worker.front)) is not None:
+        while len(batch) < half and (job := pending.take(worker.role)) is not None:
             batch.append(job)
         if not batch:
             return
@@ -274,7 +294,7 @@ def _start_worker(nice: int = 0, in_flight: int = IN_FLIGHT) -> _Worker:
 
 def _start_like(worker: _Worker) -> _Worker:
     fresh = _start_worker(worker.nice, worker.in_flight)
-    fresh.front = worker.front
+    fresh.role = worker.role
     return fresh
 
 
@@ -284,46 +304,50 @@ def _wait_seconds(pool: list[_Worker]) -> float:
     return max(0.0, min(deadlines) - time.monotonic())
 
 
-def _poll_worker(worker: _Worker, results: dict[str, ProbeResult], readable: bool
-                 ) -> tuple[list[str], bool]:
-    """Takes the reply that came (`readable`: its pipe is): the keys answered (replied, timed
-    out or died: a worker probes in order, so the job it was on), and False when the worker
-    died or timed out (replace it; the jobs it had not started are still in `sent`)."""
+def _poll_worker(worker: _Worker, readable: bool) -> list[tuple[str, ProbeResult]]:
+    """The replies that came (`readable`: its pipe is), every one waiting: (key, result) of
+    each job answered, timed out or died (a worker probes in order and replies before its
+    next probe: the first job not answered is the one it was on). Sets `worker.failed` when
+    it died or timed out (replace it; the jobs not answered are still in `sent`). A background
+    worker's failed job is not answered: a front worker probes it again."""
     answered = []
     try:
-        message = worker.replies.recv() if readable else []
-        if message == _WORKER_READY:
-            worker.ready = True
-        else:
-            answered += [_answer(worker, results, result) for result in message
-                         if worker.sent]
+        while readable and worker.replies.poll():
+            message = worker.replies.recv()
+            if isinstance(message, str):  # _WORKER_READY
+                worker.ready = True
+            elif worker.sent:
+                answered.append(_answer(worker, message))
     except (EOFError, OSError):
         exit_code = worker.process.wait()
         if not worker.ready:
             raise RuntimeError("a probe worker process failed to start "
                                f"(exit code {exit_code})") from None
-        if worker.sent:
-            detail = f"the decoder process died (exit code {exit_code})"
-            answered.append(_answer(worker, results, ProbeFailure("open_invalid", detail,
-                                                                  lasting=False)))
-        return answered, False
+        return answered + _failed(worker, "open_invalid",
+                                  f"the decoder process died (exit code {exit_code})")
     now = time.monotonic()
     if worker.sent and now >= worker.deadline:
-        detail = f"no result within decode_timeout_seconds ({worker.timeout_seconds} s)"
-        answered.append(_answer(worker, results, ProbeFailure("decode_timeout", detail,
-                                                              lasting=False)))
-        return answered, False
+        return answered + _failed(worker, "decode_timeout", "no result within "
+                                  f"decode_timeout_seconds ({worker.timeout_seconds} s)")
     if not worker.ready and now >= worker.started + _WORKER_START_TIMEOUT_SECONDS:
         raise RuntimeError("a probe worker process did not start")
-    return answered, True
+    return answered
 
 
-def _answer(worker: _Worker, results: dict[str, ProbeResult], result: ProbeResult) -> str:
+def _failed(worker: _Worker, reason: str, detail: str) -> list[tuple[str, ProbeResult]]:
+    """The job the worker was on, failed (none from a background worker: it may only have
+    been starved of CPU at its nice)."""
+    worker.failed = True
+    if not worker.sent or worker.role == BACKGROUND:
+        return []
+    return [_answer(worker, ProbeFailure(reason, detail, lasting=False))]
+
+
+def _answer(worker: _Worker, result: ProbeResult) -> tuple[str, ProbeResult]:
     """The result of the job the worker was on; the next one starts now."""
     job = worker.sent.popleft()
-    results[job.key] = result
     worker.deadline = time.monotonic() + worker.timeout_seconds
-    return job.key
+    return job.key, result
 
 
 def _stop_worker(worker: _Worker) -> None:
@@ -349,9 +373,10 @@ _WORKER_CODE = (
 
 def worker_main(job_fd: int, reply_fd: int, nice: int = 0) -> None:
     """The worker process's loop: (limits, [(path, identity), ...]) in, a ProbeResult for
-    each out, in order, in lists: at the batch's end, or REPLY_EVERY_SECONDS after the last
-    (the parent's timeout counts from each answer); None or a closed pipe (the parent is
-    gone) ends it. `nice`: added to its priority first (a background worker's)."""
+    each out, in order, each sent as its probe ends (never held behind the next: the parent
+    blames a death or a timeout on the first job not answered, and its waiter waits); None or
+    a closed pipe (the parent is gone) ends it. `nice`: added to its priority first (a
+    background worker's)."""
     if nice:
         os.nice(nice)
     # here, not at the top: the daemon starts its workers before it imports PyAV (25 ms)
@@ -368,15 +393,9 @@ def worker_main(job_fd: int, reply_fd: int, nice: int = 0) -> None:
         if message is None:
             return
         limits, batch = message
-        done, sent_at = [], time.monotonic()
         for path, identity in batch:
             try:
-                done.append(probe_video(path, limits, identity))
+                done = probe_video(path, limits, identity)
             except Exception as error:  # a reply must always come back
-                done.append(ProbeFailure("open_invalid",
-                                         f"probe failed: {describe_error(error)}"))
-            if time.monotonic() - sent_at >= REPLY_EVERY_SECONDS:
-                replies.send(done)
-                done, sent_at = [], time.monotonic()
-        if done:
+                done = ProbeFailure("open_invalid", f"probe failed: {describe_error(error)}")
             replies.send(done)

@@ -118,13 +118,13 @@ def test_waiters_on_a_probe_are_released_when_the_scan_stops():
 def test_the_queue_sends_what_is_waited_for_first_then_the_followed_order():
     jobs = [ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(6)]
     queue = ProbeQueue(jobs)
-    assert queue.popleft().key == "v0"
+    assert queue.take().key == "v0"
     queue.follow(["v4", "v0", "v3"])  # v0 is sent already: skipped
     queue.first(["v5"])
-    assert [queue.popleft().key for _ in range(5)] == ["v5", "v4", "v3", "v1", "v2"]
+    assert [queue.take().key for _ in range(5)] == ["v5", "v4", "v3", "v1", "v2"]
     assert not queue
     queue.extendleft([jobs[2]])  # a dead worker's job, sent again first
-    assert queue.popleft().key == "v2" and len(queue) == 0
+    assert queue.take().key == "v2" and len(queue) == 0
 
 
 def test_the_scan_index_answers_a_second_lazy_scan_before_any_probe(tmp_path, mixed_dataset):
@@ -167,7 +167,7 @@ def test_an_index_hit_is_read_once_when_first_asked_for_a_damaged_one_probed():
     assert book.result("v0.mp4") is info and reads == [("v0.mp4", threading.get_ident())]
     book.resolve_all()
     assert [r for r, _ in reads] == ["v0.mp4", "v1.mp4"]  # each read once
-    assert queue.popleft().key == "v1.mp4" and book.known("v1.mp4") is None
+    assert queue.take().key == "v1.mp4" and book.known("v1.mp4") is None
 
 
 def test_waiting_for_every_probe_reads_the_deferred_results_itself():

@@ -8,13 +8,23 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
 from sandfs.media import scan_workers
 from sandfs.media.probebook import ProbeQueue
-from sandfs.media.scan import scan_dataset
-from sandfs.media.scan_workers import ProbeJob, ProbeWorkers, ScanPace, probe_files
+from sandfs.media.scan import scan_dataset, start_lazy_scan
+from sandfs.media.scan_workers import (
+    ANY,
+    BACKGROUND,
+    FRONT,
+    ProbeJob,
+    ProbeWorkers,
+    ScanPace,
+    probe_files,
+)
 from sandfs.media.types import MediaLimits, ProbeFacts, ProbeFailure
 from tests.helpers.processes import children_of
 
@@ -88,16 +98,63 @@ def test_a_probe_worker_starts_without_numpy():
     assert done.stdout.split() == ["False", "False", "False", "True"]
 
 
-def test_jobs_queued_behind_a_worker_that_dies_go_to_its_replacement(tmp_path, dataset_dir):
-    """A worker holds up to IN_FLIGHT jobs: when it dies, only the job it was on fails (the
-    process died); those waiting in its pipe are probed by the next worker, none lost."""
+def copies(tmp_path, dataset_dir, count: int) -> list[ProbeJob]:
+    """`count` copies of one short video, v00.mp4 on, as probe jobs."""
     source = sorted(dataset_dir.rglob("*.mp4"))[0]
     jobs = []
-    for i in range(3 * scan_workers.IN_FLIGHT):
+    for i in range(count):
         path = tmp_path / f"v{i:02d}.mp4"
         shutil.copy(source, path)
         info = os.stat(path)
         jobs.append(ProbeJob(path.name, str(path), (info.st_dev, info.st_ino)))
+    return jobs
+
+
+def patch_probe(monkeypatch, condition: str, action: str) -> None:
+    """Workers started from here on run `action` (a statement) before probing a path for
+    which `condition` (an expression of `path` and `niced`, the worker's nice > 0) holds."""
+    code = ("import os, sys, time; import sandfs.media.probe as p; real = p.probe_video\n"
+            "def probe(path, *args):\n"
+            "    niced = os.nice(0) > 0\n"
+            f"    if {condition}: {action}\n"
+            "    return real(path, *args)\n"
+            "p.probe_video = probe\n"
+            "from sandfs.media.scan_workers import worker_main\n"
+            "worker_main(int(sys.argv[1]), int(sys.argv[2]), {nice}); os._exit(0)")
+    monkeypatch.setattr(scan_workers, "_WORKER_CODE", code.replace("{", "{{")
+                        .replace("}", "}}").replace("{{nice}}", "{nice}"))
+
+
+def test_only_the_video_a_worker_died_on_is_blamed(tmp_path, dataset_dir, monkeypatch):
+    """The worker dies probing v03: v03 alone fails (the process died); v02, probed just
+    before in the same message, keeps its result, and every other video is probed."""
+    jobs = copies(tmp_path, dataset_dir, 8)
+    patch_probe(monkeypatch, "path.endswith('v03.mp4')", "os._exit(3)")
+    before = children_of()
+    results = probe_files(jobs, MediaLimits(), workers=1)
+    failed = {key: r.detail for key, r in results.items() if isinstance(r, ProbeFailure)}
+    assert failed == {"v03.mp4": "the decoder process died (exit code 3)"}
+    assert set(results) == {job.key for job in jobs}
+    assert children_of() <= before
+
+
+def test_a_result_is_not_held_behind_a_slow_probe(tmp_path, dataset_dir, monkeypatch):
+    """v00 is probed in ms, v01 takes 1.5 s in the same worker: v00's waiter has its result
+    when its probe ends, not when v01's does."""
+    jobs = copies(tmp_path, dataset_dir, 2)
+    patch_probe(monkeypatch, "path.endswith('v01.mp4')", "time.sleep(1.5)")
+    arrived: dict[str, float] = {}
+    probe_files(jobs, MediaLimits(), workers=1,
+                on_result=lambda key, _: arrived.setdefault(key, time.monotonic()))
+    assert arrived["v01.mp4"] - arrived["v00.mp4"] > 1.0
+
+
+def test_jobs_queued_behind_a_worker_that_dies_go_to_its_replacement(tmp_path, dataset_dir,
+                                                                     monkeypatch):
+    """A worker holds up to IN_FLIGHT jobs: killed while on v01, v01 alone fails (the process
+    died); those waiting in its pipe are probed by the next worker, none lost."""
+    jobs = copies(tmp_path, dataset_dir, 3 * scan_workers.IN_FLIGHT)
+    patch_probe(monkeypatch, "True", "time.sleep(0.2)")  # the kill lands mid-probe
     before, killed = children_of(), []
 
     def kill_after_the_first(key, result):
@@ -108,10 +165,10 @@ def test_jobs_queued_behind_a_worker_that_dies_go_to_its_replacement(tmp_path, d
 
     results = probe_files(jobs, MediaLimits(), workers=1, on_result=kill_after_the_first)
     assert len(killed) == 1 and set(results) == {job.key for job in jobs}
-    died = [key for key, r in results.items() if isinstance(r, ProbeFailure)]
-    assert len(died) <= 1 and all("process died" in results[key].detail for key in died)
+    died = {key: r.detail for key, r in results.items() if isinstance(r, ProbeFailure)}
+    assert died == {"v01.mp4": f"the decoder process died (exit code {-signal.SIGKILL})"}
     facts = [r for r in results.values() if isinstance(r, ProbeFacts)]
-    assert len(facts) >= len(jobs) - 1 and all(f == facts[0] for f in facts)
+    assert len(facts) == len(jobs) - 1 and all(f == facts[0] for f in facts)
     assert children_of() <= before
 
 
@@ -120,23 +177,36 @@ def nice_of(pid: int) -> int:
         return int(stat.read().rsplit(")", 1)[1].split()[16])
 
 
-def test_a_paced_scan_probes_the_rest_in_a_niced_background_worker(tmp_path, dataset_dir):
+class RecordedQueue(ProbeQueue):
+    """A ProbeQueue that records (role, key) of each job taken."""
+
+    def __init__(self, jobs) -> None:
+        super().__init__(jobs)
+        self.taken: list[tuple[str, str]] = []
+
+    def take(self, role=ANY):
+        job = super().take(role)
+        if job is not None:
+            self.taken.append((role, job.key))
+        return job
+
+
+def test_a_paced_scan_probes_the_rest_in_a_niced_background_worker(tmp_path, dataset_dir,
+                                                                   monkeypatch):
     """ScanPace: the front worker (the daemon's priority) idles while nothing is waited for;
-    the background one, niced, probes every job; a job waited for wakes the scan at once."""
-    source = sorted(dataset_dir.rglob("*.mp4"))[0]
-    jobs = []
-    for i in range(12):
-        path = tmp_path / f"v{i:02d}.mp4"
-        shutil.copy(source, path)
-        info = os.stat(path)
-        jobs.append(ProbeJob(path.name, str(path), (info.st_dev, info.st_ino)))
-    queue = ProbeQueue(jobs)
-    before, nices = children_of(), []
+    the background one, niced, probes the jobs; a job waited for (from another thread, as a
+    planner waits) wakes the scan at once: it is probed by the front worker before the
+    background worker's next result (its probes take 1 s each here)."""
+    jobs = copies(tmp_path, dataset_dir, 6)
+    patch_probe(monkeypatch, "niced", "time.sleep(1.0)")
+    queue = RecordedQueue(jobs)
+    before, nices, order = children_of(), [], []
 
     def on_result(key, result):
+        order.append(key)
         if not nices:
             nices.extend(sorted(nice_of(pid) for pid in children_of() - before))
-            queue.first(["v11.mp4"])
+            threading.Timer(0.2, queue.first, (["v05.mp4"],)).start()
 
     try:
         pace = ScanPace(paced_from_videos=1, background_nice=7, background_in_flight=2)
@@ -144,6 +214,63 @@ def test_a_paced_scan_probes_the_rest_in_a_niced_background_worker(tmp_path, dat
     finally:
         queue.close()
     assert nices == [0, 7]
+    assert order[:2] == ["v00.mp4", "v05.mp4"]
+    assert queue.taken[:2] == [(BACKGROUND, "v00.mp4"), (BACKGROUND, "v01.mp4")]
+    assert (FRONT, "v05.mp4") in queue.taken
+    assert all(role == BACKGROUND for role, key in queue.taken if key != "v05.mp4")
     assert set(results) == {job.key for job in jobs}
     assert all(isinstance(r, ProbeFacts) for r in results.values())
+    assert children_of() <= before
+
+
+def test_a_background_timeout_goes_to_a_front_worker(tmp_path, dataset_dir, monkeypatch):
+    """A niced worker may be starved past decode_timeout_seconds: its job is probed again by
+    a front worker, not recorded bad; a front worker's timeout is (v03 hangs everywhere)."""
+    jobs = copies(tmp_path, dataset_dir, 4)
+    patch_probe(monkeypatch, "path.endswith('v01.mp4') and niced or path.endswith('v03.mp4')",
+                "time.sleep(30)")
+    queue = RecordedQueue(jobs)
+    try:
+        queue.first(["v03.mp4"])  # the front worker's
+        pace = ScanPace(paced_from_videos=1, background_in_flight=2)
+        results = probe_files(queue, MediaLimits(decode_timeout_seconds=1.5), workers=1,
+                              pace=pace)
+    finally:
+        queue.close()
+    failed = {key: r.reason for key, r in results.items() if isinstance(r, ProbeFailure)}
+    assert failed == {"v03.mp4": "decode_timeout"}
+    assert (BACKGROUND, "v01.mp4") in queue.taken and (FRONT, "v01.mp4") in queue.taken
+
+
+def test_a_background_worker_that_fails_to_start_leaves_no_worker(tmp_path, dataset_dir,
+                                                                  monkeypatch):
+    jobs = copies(tmp_path, dataset_dir, 2)
+    real = scan_workers._start_worker
+
+    def start(nice=0, in_flight=scan_workers.IN_FLIGHT):
+        if nice:
+            raise OSError("no more processes")
+        return real(nice, in_flight)
+
+    monkeypatch.setattr(scan_workers, "_start_worker", start)
+    before, queue = children_of(), ProbeQueue(jobs)
+    try:
+        with pytest.raises(OSError, match="no more processes"):
+            probe_files(queue, MediaLimits(), workers=1, pace=ScanPace(paced_from_videos=1))
+    finally:
+        queue.close()
+    assert children_of() <= before
+
+
+def test_a_lazy_scan_that_fails_to_start_leaves_no_descriptor(dataset_dir, monkeypatch):
+    """The queue's waker pipe and the workers handed over are the thread's once it starts:
+    a failure before that closes them."""
+    def fail(*args, **kwargs):
+        raise RuntimeError("no thread")
+
+    monkeypatch.setattr(threading.Thread, "start", fail)
+    fds, before = len(os.listdir("/proc/self/fd")), children_of()
+    with ProbeWorkers(1) as started, pytest.raises(RuntimeError, match="no thread"):
+        start_lazy_scan(dataset_dir, [".mp4"], stop=threading.Event(), started=started)
+    assert len(os.listdir("/proc/self/fd")) == fds
     assert children_of() <= before

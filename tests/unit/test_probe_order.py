@@ -4,10 +4,14 @@ wait for its videos, each epoch-0 batch's with their batch-mates in the window's
 
 from __future__ import annotations
 
+import select
+import threading
+
 import pytest
 
-from sandfs.media.probebook import ProbeQueue
-from sandfs.media.scan_workers import ProbeJob
+from sandfs.media.probebook import ProbeBook, ProbeQueue
+from sandfs.media.scan_workers import BACKGROUND, FRONT, ProbeJob, ScanStopped
+from sandfs.media.types import ListedVideo
 from sandfs.plan import probeorder
 from sandfs.plan.probeorder import reading_order
 from tests.helpers.plans import fake_videos, make_plan
@@ -58,7 +62,7 @@ def test_orders_followed_are_taken_in_turn_lazily(tmp_path):
     queue.follow(lazy(["v7", "v6", "v5"]))
     queue.follow(lazy(["v0", "v1"]))
     assert taken == []  # nothing made before the scan takes it
-    assert [queue.popleft().key for _ in range(8)] == ["v7", "v6", "v0", "v1", "v5", "v2",
+    assert [queue.take().key for _ in range(8)] == ["v7", "v6", "v0", "v1", "v5", "v2",
                                                       "v3", "v4"]
 
 
@@ -66,12 +70,80 @@ def test_a_front_worker_takes_the_followed_order_only_once_a_wait_found_it_behin
     jobs = [ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(8)]
     queue = ProbeQueue(jobs, ahead_videos=2)
     queue.follow(["v5", "v4", "v3"])
-    assert queue.take(front=True) is None  # the readers wait for nothing: a background job
+    assert queue.take(FRONT) is None  # the readers wait for nothing: a background job
     assert queue.take().key == "v5"
     queue.first(["v5"])  # probed already: not behind
-    assert queue.take(front=True) is None
+    assert queue.take(FRONT) is None
     queue.first(["v1"])  # waited for, not probed: behind, 2 ahead
-    assert [queue.take(front=True).key for _ in range(3)] == ["v1", "v4", "v3"]
-    assert queue.take(front=True) is None  # the order followed is done; the rest by name
+    assert [queue.take(FRONT).key for _ in range(3)] == ["v1", "v4", "v3"]
+    assert queue.take(FRONT) is None  # the order followed is done; the rest by name
     assert [queue.take().key for _ in range(4)] == ["v0", "v2", "v6", "v7"]
     assert queue.take() is None and not queue
+
+
+def poked(queue: ProbeQueue) -> bool:
+    """The queue's waker is readable (the scan's wait returns), drained."""
+    readable = bool(select.select([queue.waker], [], [], 0)[0])
+    queue.waker.drain()
+    return readable
+
+
+def test_a_background_worker_never_takes_a_job_waited_for():
+    queue = ProbeQueue([ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(4)])
+    try:
+        queue.first(["v2"])
+        assert poked(queue)
+        assert [queue.take(BACKGROUND).key for _ in range(3)] == ["v0", "v1", "v3"]
+        assert queue.take(BACKGROUND) is None
+        assert queue.take(FRONT).key == "v2"
+    finally:
+        queue.close()
+
+
+def test_a_wanted_job_in_a_background_pipe_goes_to_a_front_worker_too():
+    """Sent to the niced worker, then waited for: the lead is set, the scan woken, and a front
+    worker probes it too; once a result came, neither copy is sent again."""
+    queue = ProbeQueue([ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(4)],
+                       ahead_videos=1)
+    try:
+        queue.follow(["v3", "v2"])
+        assert queue.take(BACKGROUND).key == "v3"
+        assert queue.take(FRONT) is None and not poked(queue)
+        queue.first(["v3"])
+        assert poked(queue)
+        assert [queue.take(FRONT).key for _ in range(2)] == ["v3", "v2"]  # then the lead
+        queue.first(["v3"])  # still no result: sent again
+        assert poked(queue)
+        queue.settled("v3")  # a result came
+        assert queue.take(FRONT) is None
+        queue.first(["v3"])  # settled: not waited for
+        assert not poked(queue)
+    finally:
+        queue.close()
+
+
+def test_unpaced_front_workers_take_every_job():
+    """A blocking scan (ProbeBook.wait_all) waits for every result: front workers take all."""
+    queue = ProbeQueue([ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(3)])
+    try:
+        assert queue.take(FRONT) is None
+        queue.unpace()
+        assert poked(queue)
+        assert [queue.take(FRONT).key for _ in range(3)] == ["v0", "v1", "v2"]
+    finally:
+        queue.close()
+
+
+def test_waiting_for_every_result_unpaces_the_scan():
+    """`short_video: skip` waits for the whole scan before serving: every job is a front
+    worker's from then on, none left to the niced one alone."""
+    stop = threading.Event()
+    stop.set()
+    queue = ProbeQueue([ProbeJob("v0", "/d/v0", (0, 0))])
+    book = ProbeBook([ListedVideo("v0", "v0", "/d/v0", 1, 0)], queue=queue)
+    try:
+        with pytest.raises(ScanStopped):
+            book.wait_all(stop)
+        assert queue.take(FRONT).key == "v0"
+    finally:
+        queue.close()
