@@ -89,6 +89,8 @@ class ProbeQueue:
                 job = self._pop(self._order)
             if job is not None and role == BACKGROUND:
                 self._background[job.key] = job
+            elif job is not None:  # with a front worker now: a wait sends it no further
+                self._background.pop(job.key, None)
             return job
 
     def settled(self, key: str) -> None:
