@@ -32,6 +32,11 @@ WORKERS_AHEAD = 1  # started before the daemon's imports: the dataset's size is 
 # imports). 16 short videos with a busy thread beside the scan: 96-107 ms with 4, 122-130 with
 # 2, 180-190 with 1 (60 ms of probing; docs/performance.md#cold-start).
 IN_FLIGHT = 4
+# A worker's results go back a list at a time, at most this long after the first (a timer in
+# the worker, never held behind its next probe): one write and one wake-up of the scan's
+# thread for a run of short probes. One each cost the lazy scan's thread 74 % more CPU a
+# video (docs/performance.md#the-background-scan-s-order-and-pace).
+REPLY_EVERY_SECONDS = 0.02
 # Who takes which jobs from a ProbeQueue (ScanPace): ANY every job (an unpaced scan), FRONT
 # what is waited for and the lead, BACKGROUND the followed orders and the rest, never a job
 # waited for.
@@ -137,6 +142,8 @@ class _Worker:
     started: float
     ready: bool = False
     sent: deque[ProbeJob] = field(default_factory=deque)  # in order; the first is probed now
+    messages: deque[int] = field(default_factory=deque)  # jobs of each message not answered
+    alone: deque[ProbeJob] = field(default_factory=deque)  # to send one a message first
     deadline: float = 0.0  # the first's
     timeout_seconds: float = 0.0
     role: str = ANY  # which jobs it takes (ScanPace)
@@ -212,7 +219,7 @@ def probe_files(
     try:
         _fill_pool(pool, len(jobs), workers, started,
                    pace if pace is not None and len(jobs) >= pace.paced_from_videos else None)
-        while len(pending) or any(w.sent for w in pool):
+        while len(pending) or any(w.sent or w.alone for w in pool):
             for worker in pool:
                 _top_up(worker, pending, limits)
             timeout = _wait_seconds(pool)
@@ -229,12 +236,7 @@ def probe_files(
                         if on_result:
                             on_result(key, result)
                 if worker.failed:
-                    # not started (or a background worker's failed one): sent again
-                    pending.extendleft(reversed([job for job in worker.sent
-                                                 if job.key not in results]))
-                    worker.sent.clear()
-                    _stop_worker(worker)
-                    pool[position] = _start_like(worker)
+                    pool[position] = _replace(worker, pending, results)
     finally:
         for worker in pool:
             _stop_worker(worker)
@@ -268,21 +270,46 @@ def _fill_pool(pool: list[_Worker], count: int, workers: int, started: ProbeWork
         pool[-1].role = BACKGROUND
 
 
+def _replace(worker: _Worker, pending: JobQueue, results: dict[str, ProbeResult]) -> _Worker:
+    """A fresh worker for one that died or timed out. The jobs of the message it was on, if
+    more than one is left (it may have held results of some when it failed, none blamed), go
+    to the fresh one one a message, so that only a job that fails alone is blamed; the others
+    (not started, or a background worker's) are queued again."""
+    sent, on = list(worker.sent), worker.messages[0] if worker.messages else 0
+    split = on if on > 1 and worker.role != BACKGROUND else 0  # a background's: to the front
+    suspects = [job for job in sent[:split] if job.key not in results]
+    pending.extendleft(reversed([job for job in sent[split:] if job.key not in results]))
+    worker.sent.clear()
+    _stop_worker(worker)
+    fresh = _start_like(worker)
+    fresh.alone.extend(worker.alone)
+    fresh.alone.extendleft(reversed(suspects))
+    return fresh
+
+
 def _top_up(worker: _Worker, pending: JobQueue, limits: MediaLimits) -> None:
     """Up to its `in_flight` jobs, sent half at a time (one write, one wake-up a message): the
-    next message waits in its pipe while it probes this one."""
+    next message waits in its pipe while it probes this one. Its `alone` ones first, one a
+    message."""
     half = max(1, worker.in_flight // 2)
-    while worker.ready and len(worker.sent) + half <= worker.in_flight:
+    while worker.ready and worker.alone and len(worker.sent) < worker.in_flight:
+        _send(worker, [worker.alone.popleft()], limits)
+    while worker.ready and not worker.alone and len(worker.sent) + half <= worker.in_flight:
         batch = []
         while len(batch) < half and (job := pending.take(worker.role)) is not None:
             batch.append(job)
         if not batch:
             return
-        if not worker.sent:
-            worker.deadline = time.monotonic() + limits.decode_timeout_seconds
-        worker.sent.extend(batch)
-        worker.timeout_seconds = limits.decode_timeout_seconds
-        worker.jobs.send((limits, [(job.path, job.identity) for job in batch]))
+        _send(worker, batch, limits)
+
+
+def _send(worker: _Worker, batch: list[ProbeJob], limits: MediaLimits) -> None:
+    if not worker.sent:
+        worker.deadline = time.monotonic() + limits.decode_timeout_seconds
+    worker.sent.extend(batch)
+    worker.messages.append(len(batch))
+    worker.timeout_seconds = limits.decode_timeout_seconds
+    worker.jobs.send((limits, [(job.path, job.identity) for job in batch]))
 
 
 def _start_worker(nice: int = 0, in_flight: int = IN_FLIGHT) -> _Worker:
@@ -306,18 +333,16 @@ def _wait_seconds(pool: list[_Worker]) -> float:
 
 def _poll_worker(worker: _Worker, readable: bool) -> list[tuple[str, ProbeResult]]:
     """The replies that came (`readable`: its pipe is), every one waiting: (key, result) of
-    each job answered, timed out or died (a worker probes in order and replies before its
-    next probe: the first job not answered is the one it was on). Sets `worker.failed` when
-    it died or timed out (replace it; the jobs not answered are still in `sent`). A background
-    worker's failed job is not answered: a front worker probes it again."""
+    each job answered, timed out or died. Sets `worker.failed` when it died or timed out
+    (replace it; the jobs not answered are still in `sent`)."""
     answered = []
     try:
         while readable and worker.replies.poll():
             message = worker.replies.recv()
             if isinstance(message, str):  # _WORKER_READY
                 worker.ready = True
-            elif worker.sent:
-                answered.append(_answer(worker, message))
+            else:
+                answered += [_answer(worker, result) for result in message if worker.sent]
     except (EOFError, OSError):
         exit_code = worker.process.wait()
         if not worker.ready:
@@ -335,10 +360,11 @@ def _poll_worker(worker: _Worker, readable: bool) -> list[tuple[str, ProbeResult
 
 
 def _failed(worker: _Worker, reason: str, detail: str) -> list[tuple[str, ProbeResult]]:
-    """The job the worker was on, failed (none from a background worker: it may only have
-    been starved of CPU at its nice)."""
+    """The job the worker was on, failed, when that is known: the last one left of its message
+    (a worker replies to a message once done with it, so it held no result of it). None from
+    a background worker: it may only have been starved of CPU at its nice."""
     worker.failed = True
-    if not worker.sent or worker.role == BACKGROUND:
+    if not worker.sent or worker.role == BACKGROUND or worker.messages[0] > 1:
         return []
     return [_answer(worker, ProbeFailure(reason, detail, lasting=False))]
 
@@ -346,6 +372,9 @@ def _failed(worker: _Worker, reason: str, detail: str) -> list[tuple[str, ProbeR
 def _answer(worker: _Worker, result: ProbeResult) -> tuple[str, ProbeResult]:
     """The result of the job the worker was on; the next one starts now."""
     job = worker.sent.popleft()
+    worker.messages[0] -= 1
+    if not worker.messages[0]:
+        worker.messages.popleft()
     worker.deadline = time.monotonic() + worker.timeout_seconds
     return job.key, result
 
@@ -373,18 +402,18 @@ _WORKER_CODE = (
 
 def worker_main(job_fd: int, reply_fd: int, nice: int = 0) -> None:
     """The worker process's loop: (limits, [(path, identity), ...]) in, a ProbeResult for
-    each out, in order, each sent as its probe ends (never held behind the next: the parent
-    blames a death or a timeout on the first job not answered, and its waiter waits); None or
-    a closed pipe (the parent is gone) ends it. `nice`: added to its priority first (a
-    background worker's)."""
+    each out, in order, in lists: at the message's end, or REPLY_EVERY_SECONDS after a result
+    (a timer: never held behind the next probe); None or a closed pipe (the parent is gone)
+    ends it. `nice`: added to its priority first (a background worker's)."""
     if nice:
         os.nice(nice)
     # here, not at the top: the daemon starts its workers before it imports PyAV (25 ms)
     from sandfs.media.opening import describe_error
     from sandfs.media.probe import probe_video
 
-    jobs, replies = Connection(job_fd, writable=False), Connection(reply_fd, readable=False)
-    replies.send(_WORKER_READY)
+    jobs = Connection(job_fd, writable=False)
+    replies = _Replies(Connection(reply_fd, readable=False))
+    replies.connection.send(_WORKER_READY)
     while True:
         try:
             message = jobs.recv()
@@ -398,4 +427,36 @@ def worker_main(job_fd: int, reply_fd: int, nice: int = 0) -> None:
                 done = probe_video(path, limits, identity)
             except Exception as error:  # a reply must always come back
                 done = ProbeFailure("open_invalid", f"probe failed: {describe_error(error)}")
-            replies.send(done)
+            replies.hold(done)
+        replies.flush()
+
+
+class _Replies:
+    """A worker's results held for one write, sent REPLY_EVERY_SECONDS after the first by a
+    thread (a probe in Python code yields the GIL to it) or at the message's end."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self._held: list[ProbeResult] = []
+        self._lock = threading.Lock()
+        self._holding = Event()
+        threading.Thread(target=self._flush_soon, daemon=True).start()
+
+    def hold(self, result: ProbeResult) -> None:
+        with self._lock:
+            self._held.append(result)
+            self._holding.set()
+
+    def flush(self) -> None:
+        with self._lock:
+            held, self._held = self._held, []
+            self._holding.clear()
+            if held:
+                self.connection.send(held)
+
+    def _flush_soon(self) -> None:
+        with contextlib.suppress(OSError):  # the parent is gone: the loop ends too
+            while True:
+                self._holding.wait()
+                time.sleep(REPLY_EVERY_SECONDS)
+                self.flush()
