@@ -21,7 +21,7 @@ from dataclasses import dataclass
 STAGES = ("planning", "admission", "job_start", "decode", "augment", "assembly", "serving_read")
 POINTS = {
     *STAGES, "scheduler", "after_decode", "cache_write_mid", "after_write_before_rename",
-    "after_rename_before_index", "batch_assemble", "evict_mid", "scan_video", "plan_task",
+    "after_rename_before_index", "batch_assemble", "evict_mid", "background_scan", "plan_task",
 }
 ACTIONS = ("kill9", "raise", "memory", "sleep", "enospc")
 EVERY = 0  # nth for `*`

@@ -16,6 +16,7 @@ from multiprocessing.connection import Connection, wait
 from threading import Event
 from typing import Protocol
 
+from sandfs.faults import fault_point
 from sandfs.media.types import MediaLimits, ProbeFailure, ProbeResult
 from sandfs.workerproc import start_worker_process
 
@@ -407,6 +408,7 @@ def worker_main(job_fd: int, reply_fd: int, nice: int = 0) -> None:
     ends it. `nice`: added to its priority first (a background worker's)."""
     if nice:
         os.nice(nice)
+        fault_point("background_scan")  # tests hold the background scan (sleep) this way
     # here, not at the top: the daemon starts its workers before it imports PyAV (25 ms)
     from sandfs.media.opening import describe_error
     from sandfs.media.probe import probe_video

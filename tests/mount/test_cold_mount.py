@@ -57,10 +57,14 @@ def test_the_first_batch_is_served_while_most_of_the_dataset_is_not_probed(
     # 2 epochs a window of 3,000 videos: 6,000 clips, planned from its first batches' videos
     config = task_config(linked_dataset, epochs=2)
     config["dataset"]["extensions"] = [".mkv"]
+    # front workers probe only what planning waits for, and the background worker is held
+    # 10 s at its start: an idle machine's scan cannot outrun the first batch
+    config["engine"]["scan"] = {"ahead_videos": 0}
     config = write_config(tmp_path / "t.yaml", config)
     mountpoint, log, cache = tmp_path / "mnt", tmp_path / "cold.log", tmp_path / "cache"
     mountpoint.mkdir()
-    process = start_daemon(mountpoint, [config], cache, log)
+    process = start_daemon(mountpoint, [config], cache, log,
+                           env={"SANDFS_FAULT": "background_scan:1:sleep"})
     try:
         wait_mounted(mountpoint, process, log)
         first = (mountpoint / "t0" / "0" / "0" / "view").read_bytes()
