@@ -425,12 +425,24 @@ def worker_main(job_fd: int, reply_fd: int, nice: int = 0) -> None:
             return
         limits, batch = message
         for path, identity in batch:
+            started = time.monotonic()
             try:
                 done = probe_video(path, limits, identity)
             except Exception as error:  # a reply must always come back
                 done = ProbeFailure("open_invalid", f"probe failed: {describe_error(error)}")
-            replies.hold(done)
+            replies.hold(_timed(done, time.monotonic() - started, limits, nice))
         replies.flush()
+
+
+def _timed(done: ProbeResult, seconds: float, limits: MediaLimits, nice: int) -> ProbeResult:
+    """A front worker's probe that ran past the timeout is a decode_timeout, as if killed: the
+    scan's thread may look late (a busy machine) and would take it. A background worker's
+    is kept: its time is what decoding left it."""
+    if nice or isinstance(done, ProbeFailure) or seconds <= limits.decode_timeout_seconds:
+        return done
+    return ProbeFailure("decode_timeout", f"the probe took {seconds:.2f} s, over "
+                        f"decode_timeout_seconds ({limits.decode_timeout_seconds} s)",
+                        lasting=False)
 
 
 class _Replies:

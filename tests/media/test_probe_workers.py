@@ -149,6 +149,19 @@ def test_a_result_is_not_held_behind_a_slow_probe(tmp_path, dataset_dir, monkeyp
     assert arrived["v01.mp4"] - arrived["v00.mp4"] > 1.0
 
 
+def test_a_probe_past_its_timeout_fails_though_the_scan_looked_late(tmp_path, dataset_dir,
+                                                                     monkeypatch):
+    """v01 takes 1 s against a 0.3 s timeout while the scan's thread sleeps through the
+    deadline (a busy machine): its result, read late, is a decode_timeout all the same."""
+    jobs = copies(tmp_path, dataset_dir, 3)
+    patch_probe(monkeypatch, "path.endswith('v01.mp4')", "time.sleep(1.0)")
+    monkeypatch.setattr(scan_workers, "_wait_seconds", lambda pool: 5.0)
+    results = probe_files(jobs, MediaLimits(decode_timeout_seconds=0.3), workers=1)
+    failed = {key: r.reason for key, r in results.items() if isinstance(r, ProbeFailure)}
+    assert failed == {"v01.mp4": "decode_timeout"}
+    assert not results["v01.mp4"].lasting
+
+
 def test_jobs_queued_behind_a_worker_that_dies_go_to_its_replacement(tmp_path, dataset_dir,
                                                                      monkeypatch):
     """A worker holds up to IN_FLIGHT jobs: killed while on v01, v01 alone fails (the process
