@@ -95,7 +95,8 @@ DECORD_MPEG4 = ("decord 0.6 returns frames 2 later on MPEG-4 part 2 with B-frame
 
 @pytest.mark.parametrize("name", [
     *(n for n in PEERS if n != "decord"),
-    pytest.param("decord", marks=pytest.mark.xfail(strict=True, reason=DECORD_MPEG4))])
+    # not strict: decord's offset did not show once in a loaded suite run (its decoder threads)
+    pytest.param("decord", marks=pytest.mark.xfail(strict=False, reason=DECORD_MPEG4))])
 def test_peer_makes_the_sandfs_batches(name, plan):
     require(name)
     check = check_peer(PEERS[name], plan, lambda e, i: reference_array(plan, e, i), BATCHES)
