@@ -78,6 +78,7 @@ from sandfs.sched.objects import PRUNE_TARGET_FRACTION, leaves_nbytes
 from sandfs.sched.parts import lead_part
 from sandfs.sched.planning import LEAD_BATCHES
 from tests.helpers import reference
+from tests.helpers.plans import PlanStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = Path(__file__).resolve().parent / "configs" / "planning"
@@ -301,25 +302,15 @@ def timing_record(args) -> dict:
             "cpu_s_per_1000_videos": round(cpu["median"] * per_1000, 3)}
 
 
-class EmptyStore:
-    """A store that holds nothing yet, with room for `budget_bytes` (what `plan_active_window`
-    asks of one: which clips it will keep on disk)."""
-
-    def __init__(self, budget_bytes: int) -> None:
-        self.budget_bytes = budget_bytes
-
-    def object_count(self) -> int:
-        return 0
-
-
-def window_store(plans: list[TaskPlan], share: float) -> EmptyStore | None:
+def window_store(plans: list[TaskPlan], share: float) -> PlanStore | None:
     """A store with room for `share` of window 0's clips (None: no store)."""
     if not share:
         return None
-    return EmptyStore(int(leaves_nbytes(plan_window(plans, 0)) * share / PRUNE_TARGET_FRACTION))
+    budget = int(leaves_nbytes(plan_window(plans, 0)) * share / PRUNE_TARGET_FRACTION)
+    return PlanStore(budget)
 
 
-def board_seconds(plans: list[TaskPlan], store: EmptyStore | None) -> dict[str, float]:
+def board_seconds(plans: list[TaskPlan], store: PlanStore | None) -> dict[str, float]:
     """CPU seconds of planning windows 0 and 1 (threads) and of the board taking them, ranking
     once and dropping window 0 (the event loop)."""
     cpu = time.process_time()
@@ -338,7 +329,7 @@ def board_seconds(plans: list[TaskPlan], store: EmptyStore | None) -> dict[str, 
     return timed
 
 
-def held_bytes(plans: list[TaskPlan], store: EmptyStore | None) -> int:
+def held_bytes(plans: list[TaskPlan], store: PlanStore | None) -> int:
     """What windows 0 and 1's plans and the board hold once ranked, as a daemon holds them
     (tracemalloc)."""
     gc.collect()

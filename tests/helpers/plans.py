@@ -55,3 +55,16 @@ def build_plans(paths: Sequence[Path]) -> dict[str, TaskPlan]:
         key = (cfg.dataset.video_dataset_path, cfg.dataset.extensions)
         scans.setdefault(key, scan_dataset(*key))
     return {p.name: p for p in plan_tasks(configs, scans, k_epochs=configs[0].engine.k_epochs)}
+
+
+class PlanStore:
+    """A store as `plan_active_window` asks of one: the objects it holds and its room."""
+
+    def __init__(self, budget_bytes: int, keys: frozenset = frozenset()) -> None:
+        self.budget_bytes, self.keys = budget_bytes, keys
+
+    def __contains__(self, key) -> bool:
+        return key in self.keys
+
+    def object_count(self) -> int:
+        return len(self.keys)

@@ -7,19 +7,13 @@ from __future__ import annotations
 
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
-from sandfs.sched.objects import NO_CLIPS, clip_nbytes
+from sandfs.sched.objects import (
+    NO_CLIPS,
+    PRUNE_TARGET_FRACTION,
+    clip_nbytes,
+)
 from sandfs.sched.viewstate import NO_SLOTS
-from tests.helpers.plans import fake_videos, make_plan
-
-
-class EmptyStore:
-    """An empty store with room for `clips` clips of the plan."""
-
-    def __init__(self, budget_bytes: int) -> None:
-        self.budget_bytes = budget_bytes
-
-    def object_count(self) -> int:
-        return 0
+from tests.helpers.plans import PlanStore, fake_videos, make_plan
 
 
 def test_a_window_s_untouched_batches_and_videos_hold_no_sets(tmp_path):
@@ -27,7 +21,8 @@ def test_a_window_s_untouched_batches_and_videos_hold_no_sets(tmp_path):
     whole = work.plan_active_window([plan], 0, None, "leaves").plan
     some = next(iter(next(iter(whole.videos.values())).uses))
     room = 3 * clip_nbytes(plan, some)  # a few clips fit: most videos keep none
-    planned = work.plan_active_window([plan], 0, EmptyStore(int(room / 0.7) + 1), "leaves")
+    store = PlanStore(int(room / PRUNE_TARGET_FRACTION) + 1)
+    planned = work.plan_active_window([plan], 0, store, "leaves")
     board = BatchBoard()
     board.add_window(planned)
     kept = {j.path for j in board.disk_plans}  # the jobs that keep a clip, and only those
@@ -76,3 +71,4 @@ def test_pending_clips_are_the_window_s_own_lists_and_leave_them_as_they_are(tmp
     board.add_window(work.plan_active_window([plan], 0, None, "leaves"))  # grown, not changed
     assert len(board.pending[other]) == 2 * len(before[other.path])
     assert {path: video.uses for path, video in videos.items()} == before
+
