@@ -20,9 +20,10 @@ coordinate=False.
   (`BatchBoard.add_window`), ranking the jobs once (`UrgencyOrder.urgent`) and dropping window
   0, beside the planning thread's seconds for them (`work.plan_active_window`), medians over
   --repeats; and the bytes a clip the two windows' plans and the board hold once ranked
-  (tracemalloc, what a daemon holds for them); with --store-share S, planned for an empty
-  store with room for S of window 0's clips (a daemon always has a store; at scale it holds a
-  small share of a window).
+  (tracemalloc, what a daemon holds for them); with --store-share S, planned for a store
+  with room for S of window 0's clips that holds none of them (one other object, so each
+  clip's key is looked up, as on a warm mount; a daemon always has a store; at scale it holds
+  a small share of a window).
 - lead: CPU seconds of window 0's lead part (each task's first 4 batches' videos, with all
   their clips in the window: what a large window is planned from first), medians over
   --repeats.
@@ -303,11 +304,12 @@ def timing_record(args) -> dict:
 
 
 def window_store(plans: list[TaskPlan], share: float) -> PlanStore | None:
-    """A store with room for `share` of window 0's clips (None: no store)."""
+    """A store with room for `share` of window 0's clips (None: no store), holding one object
+    of no clip of the window: a warm store, so planning looks up each clip's key in it."""
     if not share:
         return None
     budget = int(leaves_nbytes(plan_window(plans, 0)) * share / PRUNE_TARGET_FRACTION)
-    return PlanStore(budget)
+    return PlanStore(budget, frozenset({"an object of another dataset"}))
 
 
 def board_seconds(plans: list[TaskPlan], store: PlanStore | None) -> dict[str, float]:

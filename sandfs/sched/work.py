@@ -107,12 +107,14 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
         for count, (path, work) in enumerate(plan.videos.items()):
             if count % VIDEOS_PER_STOP_CHECK == 0:
                 stop_if_asked()  # a digest a clip: 250,000 videos take seconds
-            pending[path] = []
+            missing = []
             for use in work.uses:
                 if clip_object_key(use, work.info) in store:
                     on_disk.setdefault(use.view, set()).add(use.slot)
                 else:
-                    pending[path].append(use)
+                    missing.append(use)
+            # the video's own list when none is on disk: shared, as the board never extends it
+            pending[path] = work.uses if len(missing) == len(work.uses) else missing
             if (all(p.object_key(work.info) in store for p in window_packs(work))
                     or all(frame_object_key(work.info, k) in store for k in work.frame_keys)):
                 frames_on_disk.add(path)

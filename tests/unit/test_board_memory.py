@@ -11,6 +11,7 @@ from sandfs.sched.objects import (
     NO_CLIPS,
     PRUNE_TARGET_FRACTION,
     clip_nbytes,
+    clip_object_key,
 )
 from sandfs.sched.viewstate import NO_SLOTS
 from tests.helpers.plans import PlanStore, fake_videos, make_plan
@@ -71,4 +72,17 @@ def test_pending_clips_are_the_window_s_own_lists_and_leave_them_as_they_are(tmp
     board.add_window(work.plan_active_window([plan], 0, None, "leaves"))  # grown, not changed
     assert len(board.pending[other]) == 2 * len(before[other.path])
     assert {path: video.uses for path, video in videos.items()} == before
+
+
+def test_a_warm_window_s_videos_with_nothing_on_disk_pend_their_own_lists(tmp_path):
+    """Once the store holds an object, a video none of whose clips is on disk still pends its
+    own `uses` list; only a video with a clip on disk gets a list of the rest."""
+    plan = make_plan(tmp_path, fake_videos(12), epochs=4)
+    cold = work.plan_active_window([plan], 0, None, "leaves").plan
+    path, video = next(iter(cold.videos.items()))
+    kept = frozenset({clip_object_key(video.uses[0], video.info)})
+    planned = work.plan_active_window([plan], 0, PlanStore(1 << 30, kept), "leaves")
+    videos = planned.plan.videos
+    assert planned.pending[path] == videos[path].uses[1:]
+    assert all(planned.pending[p] is v.uses for p, v in videos.items() if p != path)
 
