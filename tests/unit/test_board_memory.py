@@ -5,15 +5,19 @@ plans and the board held, at 10,000 videos with room on disk for a tenth of the 
 
 from __future__ import annotations
 
+from sandfs.plan.window import plan_window
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
+from sandfs.sched.jobs import VideoJobKey
 from sandfs.sched.objects import (
     NO_CLIPS,
     PRUNE_TARGET_FRACTION,
+    Spot,
     clip_nbytes,
     clip_object_key,
 )
 from sandfs.sched.viewstate import NO_SLOTS
+from sandfs.sched.windows import WindowBook
 from tests.helpers.plans import PlanStore, fake_videos, make_plan
 
 
@@ -86,3 +90,31 @@ def test_a_warm_window_s_videos_with_nothing_on_disk_pend_their_own_lists(tmp_pa
     assert planned.pending[path] == videos[path].uses[1:]
     assert all(planned.pending[p] is v.uses for p, v in videos.items() if p != path)
 
+
+def test_a_joining_task_s_clips_pend_once_and_leave_with_it(tmp_path):
+    """A task joining a cold window: its clips are added to the videos' lists (replaced, not
+    grown in place, as the board pends those very lists) and pend once each; removed, the
+    window's lists are what they were and the board pends only the first task's clips."""
+    for name in "ab":
+        (tmp_path / name).mkdir()
+    first = make_plan(tmp_path / "a", fake_videos(12), task="a", epochs=4)
+    joined = make_plan(tmp_path / "b", fake_videos(12), task="b", epochs=4, seed=3)
+    book, board = WindowBook([first]), BatchBoard()
+    planned = work.plan_active_window([first], 0, None, "leaves")
+    book.add_window(planned.plan)
+    board.add_window(planned)
+    window = book.windows[0]
+    before = {path: list(video.uses) for path, video in window.videos.items()}
+    book.add_task(joined)
+    merged = book.merge(0, plan_window([joined], 0))
+    board.add_part(0, merged, frozenset())
+    assert merged.uses and merged.new_views
+    for path, video in window.videos.items():
+        assert video.uses == before.get(path, []) + merged.uses.get(path, [])
+        spots = [Spot.of(u) for u in board.pending[VideoJobKey(0, path)]]
+        assert len(set(spots)) == len(spots) == len(video.uses)
+    released = book.remove_task("b")
+    board.forget_pending(set(released))
+    assert set(released) == set(merged.new_views)
+    assert {path: v.uses for path, v in window.videos.items() if v.uses} == before
+    assert {job.path: uses for job, uses in board.pending.items() if uses} == before
