@@ -47,9 +47,10 @@ class Template:
 class StaticPath:
     """A plain stream path of one task: its templates, and the op instances drawn into them."""
 
-    def __init__(self, plan: TaskPlan, path: StreamPath, stream: int) -> None:
+    def __init__(self, plan: TaskPlan, path: StreamPath, stream: int,
+                 clip_path: ClipPath) -> None:
         self.plan, self.path, self.stream = plan, path, stream
-        self.clip_path = ClipPath((), ())  # `of` sets it: the same for every clip
+        self.clip_path = clip_path  # the same for every clip
         self._templates: dict[tuple, Template] = {}
         self._instances: dict[tuple, OpInstance] = {}  # `_drawn`
 
@@ -64,13 +65,11 @@ class StaticPath:
                 op = oplib.get_op(spec.name)
                 if op.temporal or (op.random and type(op).drawn_shape is not OpType.drawn_shape):
                     return None
-        static = cls(plan, path, stream)
         depths = tuple(len([s for ps in path.steps[: i + 1] for s in step_ops(ps, None)])
                        for i in range(len(path.steps)))
         branches = tuple((ps.step.name, branch_label(ps, None)) for ps in path.steps)
-        static.clip_path = plan.shared(ClipPath(plan.shared(depths), plan.shared(branches),
-                                                plan.source))
-        return static
+        return cls(plan, path, stream, plan.shared(ClipPath(plan.shared(depths),
+                                                           plan.shared(branches), plan.source)))
 
     def template(self, shape: FrameShape,
                  fixed: Callable[[OpSpec, tuple[int, int]], OpInstance],
