@@ -36,6 +36,8 @@ class ViewState:
     def add_on_disk(self, slots: Iterable[int]) -> None:
         if isinstance(self.on_disk, set):
             self.on_disk.update(slots)
+        elif not self.on_disk and isinstance(slots, frozenset):
+            self.on_disk = slots or NO_SLOTS  # the planner's own set: a later add copies it
         else:
             self.on_disk = {*self.on_disk, *slots} or NO_SLOTS
 

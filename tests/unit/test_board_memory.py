@@ -78,6 +78,23 @@ def test_pending_clips_are_the_window_s_own_lists_and_leave_them_as_they_are(tmp
     assert {path: video.uses for path, video in videos.items()} == before
 
 
+def test_a_warm_batch_keeps_the_planner_s_set_of_its_slots_on_disk(tmp_path):
+    """A batch with slots on disk when its window is planned holds the planner's frozenset,
+    not a copy of it; a slot that comes later makes its own set."""
+    plan = make_plan(tmp_path, fake_videos(12), epochs=4)
+    cold = work.plan_active_window([plan], 0, None, "leaves").plan
+    video = next(iter(cold.videos.values()))
+    use = video.uses[0]
+    kept = frozenset({clip_object_key(use, video.info)})
+    planned = work.plan_active_window([plan], 0, PlanStore(1 << 30, kept), "leaves")
+    board = BatchBoard()
+    board.add_window(planned)
+    state = board.views[use.view]
+    assert state.on_disk is planned.on_disk[use.view] == {use.slot}
+    state.add_on_disk([use.slot + 1])
+    assert state.on_disk == {use.slot, use.slot + 1} and planned.on_disk[use.view] == {use.slot}
+
+
 def test_a_warm_window_s_videos_with_nothing_on_disk_pend_their_own_lists(tmp_path):
     """Once the store holds an object, a video none of whose clips is on disk still pends its
     own `uses` list; only a video with a clip on disk gets a list of the rest."""
