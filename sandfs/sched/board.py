@@ -206,14 +206,14 @@ class BatchBoard:
         """A pending job's remaining work and each clip's lead work, worked out again only
         when its pending clips change: the urgent jobs are ranked at every dispatch, and
         counting their frames was a fifth of the ranking's time. Valid while `pending` holds
-        this list at this length (lists are replaced or grown, never shrunk in place; the
-        memo keeps the list, so its id is not reused)."""
+        this list: lists are replaced, never changed in place (the memo keeps the list, so its
+        id is not reused)."""
         kept = self._work.get(job)
-        if kept is not None and kept[0] is uses and kept[1] == len(uses):
-            return kept[2], kept[3]
+        if kept is not None and kept[0] is uses:
+            return kept[1], kept[2]
         remaining = len({i for u in uses for i in u.clip.frame_indices}) + len(uses)
         leads = [self.lead_work(u) for u in uses]
-        self._work[job] = (uses, len(uses), remaining, leads)
+        self._work[job] = (uses, remaining, leads)
         return remaining, leads
 
     def lead_work(self, use: ClipUse) -> int:
