@@ -147,10 +147,12 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
     for path, uses in pending.items():
         job = VideoJobKey(window, path)
         for use in uses:
+            # `_add_job`'s rule, without its scan: a job's clips come together, so it can
+            # only be the last of a list
             jobs = jobs_of_view.get(use.view)
             if jobs is None:
                 jobs_of_view[use.view] = [job]
-            elif jobs[-1] is not job:  # a job's clips come together: once in each list
+            elif jobs[-1] is not job:
                 jobs.append(job)
             for task, position in use.readers:
                 at = soonest[task]
