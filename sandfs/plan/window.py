@@ -190,7 +190,7 @@ def lead_indices(plan: TaskPlan, lead: Container[str]) -> np.ndarray:
 
 def batches_holding(plan: TaskPlan, epoch: int, videos: np.ndarray) -> list[int]:
     """The iterations of `epoch` whose batches hold any of these listed videos, ascending:
-    their places in the epoch's order, not a walk of its batches (1-2 s at 250,000 videos)."""
+    their places in the epoch's order: the batches without them are not looked at."""
     places = np.flatnonzero(np.isin(plan.epoch_order(epoch), videos))
     iterations = np.unique(places // plan.sampling.videos_per_batch)
     return iterations[iterations < plan.iterations_per_epoch].tolist()  # drop_last drops some

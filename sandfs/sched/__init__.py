@@ -24,15 +24,16 @@ completion and drops; its mirror for worker processes, the pool's pause gate, is
 and `_finish`; `memory` and `admission` get a read-only view of it. (4) `will_pause`, `pause`,
 `resume`, `no_job_took_the_worker`, `hand_over`, `ended`.
 
-A cold window's pending clips are the very lists of its videos' `uses` (`WindowBook`'s): each
-owner replaces a list it changes, never changes one in place.
-`parts.next_part` owns no state either: it picks a window's next part from the book's plans.
 `reads.ReaderSide` is the scheduler's own (its base class): what readers tell it and ask.
 `memory.MemoryLedger`, `admission.Admission` and `choosing.JobChooser` own no state: they
 derive what a job may take, and which job runs next, from the board, the carry book and the
-running jobs. `work` runs in worker threads on frozen
-records (`jobs`) and touches none of it; with `engine: execution: processes` a video job's
-`work` runs in a worker process (`sandfs.execution`), whose daemon thread only relays.
+running jobs. `parts.next_part` owns no state either: it picks a window's next part from the
+book's plans. `work` runs in worker threads on frozen records (`jobs`) and touches none of
+it; with `engine: execution: processes` a video job's `work` runs in a worker process
+(`sandfs.execution`), whose daemon thread only relays.
+
+A window's pending clips are, for each video with none on disk, the very list of its `uses`
+(`WindowBook`'s): each owner replaces a list it changes, never changes one in place.
 `tests/unit/test_sched_ownership.py` checks the table's writers and that the modules import
 one another without a cycle.
 """

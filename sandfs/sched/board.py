@@ -89,7 +89,7 @@ class BatchBoard:
         self.demanded: set[ViewKey] = set()
         self.flights = Flights()
         # what pruning keeps on disk, for the jobs that keep anything (most keep nothing at
-        # scale: a record each was 21 bytes a clip)
+        # scale: no record for them)
         self.disk_plans: dict[VideoJobKey, DiskPlan] = {}
         self.made: set[Spot] = set()  # made in this run: a second time is a recompute
         self.evicted_unread = 0

@@ -16,8 +16,8 @@ NO_SLOTS: frozenset[int] = frozenset()
 @dataclass(slots=True)
 class ViewState:
     """A batch of an active window: which slots are filled, in memory and on disk. Its sets
-    are made when a first slot comes (the board holds every batch of its windows: two empty
-    sets were 54 bytes a clip), and change only through `add_on_disk` and `add_in_memory`."""
+    are made when a first slot comes (the board holds every batch of its windows: most stay
+    empty), and change only through `add_on_disk` and `add_in_memory`."""
 
     plan: TaskPlan
     epoch: int

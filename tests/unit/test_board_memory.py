@@ -1,7 +1,7 @@
 """What the board holds for every batch and video of its windows, before any job runs: no set
 per batch whose slots are all still to make, no record per video that keeps nothing on disk,
-and a batch's jobs as a short list (those sets were 143 of the 630 bytes a clip that two windows'
-plans and the board held, at 10,000 videos with room on disk for a tenth of the clips)."""
+and a batch's jobs as a short list; a cold window's pending clips are its videos' own lists, and
+a warm one's too for a video with nothing on disk."""
 
 from __future__ import annotations
 

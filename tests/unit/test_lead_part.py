@@ -54,8 +54,8 @@ def test_the_lead_part_is_the_whole_window_s_batches_with_a_lead_video(tmp_path,
 
 
 def test_the_lead_part_reads_only_its_own_batches(tmp_path, monkeypatch):
-    """The lead part of 2,000 videos looked at every batch of the window (1.7-2.0 s of a warm
-    start at 250,000 videos); it looks up only the batches it plans."""
+    """The lead part of 2,000 videos looks up only the batches it plans, not every batch of
+    the window."""
     plan = make_plan(tmp_path, fake_videos(2000), epochs=2)
     lead = frozenset(plan.listed[i].path for i in plan.batch_slots(0, 0))
     looked: list = []
