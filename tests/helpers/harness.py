@@ -6,6 +6,7 @@ that no mount and no process is left and that the daemon's log holds no unexpect
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +95,24 @@ def start_daemon(mountpoint: Path, configs: Sequence[Path], cache_dir: Path, log
             stdin=subprocess.DEVNULL, start_new_session=True, env={**os.environ, **(env or {})},
             cwd=cwd,
         )
+
+
+def status_of(mountpoint: Path) -> dict:
+    return json.loads((mountpoint / ".sand" / "status.json").read_bytes())
+
+
+def wait_scanned(mountpoint: Path, process: subprocess.Popen, log_path: Path,
+                 seconds: float = 120) -> dict:
+    """status.json once every listed file of the first dataset is probed (its index written);
+    the daemon must stay up meanwhile."""
+    deadline = time.monotonic() + seconds
+    while True:
+        status = status_of(mountpoint)
+        dataset = status["scan"]["datasets"][0]
+        if dataset["videos_scanned"] >= dataset["videos_total"]:
+            return status
+        assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
+        time.sleep(0.05)
 
 
 def wait_mounted(mountpoint: Path, process: subprocess.Popen, log_path: Path) -> None:

@@ -5,10 +5,8 @@ file already."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -19,9 +17,11 @@ from tests.helpers.harness import (
     forgiving_teardown,
     require_fuse,
     start_daemon,
+    status_of,
     strict_teardown,
     task_config,
     wait_mounted,
+    wait_scanned,
     write_config,
 )
 
@@ -45,10 +45,6 @@ def linked_dataset(tmp_path_factory) -> Path:
     (root / BAD).unlink()
     (root / BAD).write_bytes(b"not a video" * 100)  # found bad only when probed
     return root
-
-
-def status_of(mountpoint: Path) -> dict:
-    return json.loads((mountpoint / ".sand" / "status.json").read_bytes())
 
 
 def test_the_first_batch_is_served_while_most_of_the_dataset_is_not_probed(
@@ -75,11 +71,7 @@ def test_the_first_batch_is_served_while_most_of_the_dataset_is_not_probed(
         iterations = status_of(mountpoint)["tasks"]["t0"]["iterations_per_epoch"]
         read = (1, 2, 3, iterations // 3)  # past the lead part: the window is planned in parts
         cold = [(mountpoint / "t0" / "0" / str(i) / "view").read_bytes() for i in read]
-        deadline = time.monotonic() + 120
-        while status_of(mountpoint)["scan"]["datasets"][0]["videos_scanned"] < VIDEOS:
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
-        bad = status_of(mountpoint)["bad_videos"]
+        bad = wait_scanned(mountpoint, process, log)["bad_videos"]
         assert [b["path"] for b in bad] == [BAD]
         strict_teardown(Mounted(mountpoint, process, log, cache))
     finally:

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import threading
-import time
 from pathlib import Path
 
 from tests.helpers.harness import (
@@ -19,30 +18,16 @@ from tests.helpers.harness import (
     forgiving_teardown,
     require_fuse,
     start_daemon,
+    status_of,
     strict_teardown,
     task_config,
     wait_mounted,
+    wait_scanned,
     write_config,
 )
 
 VIDEOS = 48
 ADDED, REMOVED, REWRITTEN = "c0/v9999.mp4", "c1/v0004.mp4", "c2/v0005.mp4"
-
-
-def status_of(mountpoint: Path) -> dict:
-    return json.loads((mountpoint / ".sand" / "status.json").read_bytes())
-
-
-def scanned(mountpoint: Path, process, log: Path) -> dict:
-    """status.json once every listed file is probed (its index written)."""
-    deadline = time.monotonic() + 120
-    while True:
-        status = status_of(mountpoint)
-        dataset = status["scan"]["datasets"][0]
-        if dataset["videos_scanned"] >= dataset["videos_total"]:
-            return status
-        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.05)
 
 
 def mounted(mountpoint: Path, config: Path, cache: Path, log: Path):
@@ -65,7 +50,7 @@ def test_a_warm_mount_lists_files_added_removed_and_rewritten_since_its_index(
     mountpoint.mkdir()
     process = mounted(mountpoint, config, cache, tmp_path / "cold.log")
     try:
-        assert scanned(mountpoint, process, tmp_path / "cold.log")["bad_videos"] == []
+        assert wait_scanned(mountpoint, process, tmp_path / "cold.log")["bad_videos"] == []
         strict_teardown(Mounted(mountpoint, process, tmp_path / "cold.log", cache))
     finally:
         forgiving_teardown(mountpoint, process)
@@ -84,7 +69,7 @@ def test_a_warm_mount_lists_files_added_removed_and_rewritten_since_its_index(
     log = tmp_path / "warm.log"
     process = mounted(mountpoint, config, cache, log)
     try:
-        status = scanned(mountpoint, process, log)
+        status = wait_scanned(mountpoint, process, log)
         assert status["scan"]["datasets"][0]["videos_total"] == VIDEOS  # one in, one out
         assert [(b["path"], b["reason"]) for b in status["bad_videos"]] == [
             (REWRITTEN, "changed")]
@@ -115,7 +100,7 @@ def test_a_fifo_in_a_listed_videos_place_is_eio_to_a_raw_read_not_a_hang(tmp_pat
     mountpoint.mkdir()
     process = mounted(mountpoint, config, cache, log)
     try:
-        scanned(mountpoint, process, log)
+        wait_scanned(mountpoint, process, log)
         (root / victim).unlink()
         os.mkfifo(root / victim)
         raw = mountpoint / "t0" / "videos" / victim
