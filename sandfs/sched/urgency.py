@@ -128,7 +128,7 @@ class UrgencyOrder:
             jobs_of_view: dict[ViewKey, list[VideoJobKey]] = {}
             for job, uses in pending.items():
                 for use in uses:
-                    _add_job(jobs_of_view, use.view, job)
+                    _add_grouped_job(jobs_of_view, use.view, job)
                     for task, position in use.readers:
                         order[task].append((position, job))
             for entries in order.values():
@@ -147,13 +147,7 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
     for path, uses in pending.items():
         job = VideoJobKey(window, path)
         for use in uses:
-            # `_add_job`'s rule, without its scan: a job's clips come together, so it can
-            # only be the last of a list
-            jobs = jobs_of_view.get(use.view)
-            if jobs is None:
-                jobs_of_view[use.view] = [job]
-            elif jobs[-1] is not job:
-                jobs.append(job)
+            _add_grouped_job(jobs_of_view, use.view, job)
             for task, position in use.readers:
                 at = soonest[task]
                 if position < at.get(job, position + 1):
@@ -161,6 +155,16 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
     by_task = {task: sorted(((p, j) for j, p in jobs.items()), key=_position)
                for task, jobs in soonest.items()}
     return UrgencyEntries(by_task, dict(jobs_of_view))
+
+
+def _add_grouped_job(jobs_of_view: dict[ViewKey, list[VideoJobKey]], view: ViewKey,
+                     job: VideoJobKey) -> None:
+    """`_add_job` where a job's clips come together: the job can only be the list's last."""
+    jobs = jobs_of_view.get(view)
+    if jobs is None:
+        jobs_of_view[view] = [job]
+    elif jobs[-1] is not job:
+        jobs.append(job)
 
 
 def _add_job(jobs_of_view: dict[ViewKey, list[VideoJobKey]], view: ViewKey,
