@@ -283,6 +283,12 @@ class ProbeBook:
                 check_stop(stop)
                 self._changed.wait(STOP_POLL_SECONDS)
 
+    def usable(self) -> list[VideoInfo]:
+        """The usable videos probed so far, in no order (not a walk over every listed
+        file: a warm mount's are all deferred when it starts)."""
+        with self._changed:
+            return [v for v in self._results.values() if isinstance(v, VideoInfo)]
+
     @property
     def probed(self) -> int:
         return len(self._results)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from functools import partial
+from operator import attrgetter
 from threading import Event
 from typing import TextIO
 
@@ -203,19 +204,29 @@ class _Listing:
         # another device number (a remount, a restore): the rows' stats describe no file here
         warm = defer and stored_device == root_device
 
+        later: dict[str, tuple[ListedVideo, list]] = {}  # index hits read when asked for
+
         def known(rel_path: str, name: str) -> ListedVideo | None:
-            return listed_from(stored.get(rel_path), rel_path, name, f"{real_root}/{rel_path}")
+            entry = stored.get(rel_path)
+            listed = listed_from(entry, rel_path, name, f"{real_root}/{rel_path}")
+            if listed is not None:  # a usable video's hit by construction: no second pass
+                later[rel_path] = (listed, entry)
+            return listed
 
         targets, refused = vetted_targets(real_root, extensions, limits, stop,
                                           known if warm else None)
-        book = ProbeBook(sorted(targets, key=lambda v: v.name), stop)
+        book = ProbeBook(sorted(targets, key=attrgetter("name")), stop)
         listing = cls(real_root, limits, targets, refused, book, {}, index_path, began,
                       root_device)
-        hits = [(t, entry) for t in targets if _index_hit(entry := stored.get(t.rel_path), t)]
-        later = {t.rel_path: (t, entry) for t, entry in hits if defer and is_video_entry(entry)}
+        for bad in refused:  # a listed name that collides is no target
+            later.pop(bad.rel_path, None)
+        hits = [(t, entry) for t in targets if t.rel_path not in later
+                and _index_hit(entry := stored.get(t.rel_path), t)]
+        hit_count = len(later) + len(hits)
+        later |= {t.rel_path: (t, entry) for t, entry in hits if defer and is_video_entry(entry)}
         listing.deferred = later.keys()  # an entry let go once read: 100,000 rows' texts, 34 MB
         book.defer_all(later, lambda rel_path: listing.from_index(*later.pop(rel_path)))
-        listing.index_as_is = (len(hits) == len(targets) == len(stored)  # a damaged entry: not
+        listing.index_as_is = (hit_count == len(targets) == len(stored)  # a damaged entry: not
                                and stored_device == root_device)
         for target, entry in hits:
             if target.rel_path not in later and (
@@ -275,17 +286,21 @@ class _Listing:
 
     def jobs(self) -> list[ProbeJob]:
         """The files the index did not answer for, by rel_path."""
+        if len(self.results) + len(self.deferred) == len(self.targets):
+            return []  # a warm listing's every file (the two hold targets, never both)
         return [ProbeJob(t.rel_path, t.path, t.identity) for t in self.targets
                 if t.rel_path not in self.results and t.rel_path not in self.deferred]
 
     def recorder(self, report: Callable[[str, ProbeResult], None] | None
                  ) -> Callable[[str, ProbeResult], None]:
         """The per-result hook for probe_files: into the book, then `report`."""
-        by_rel = {t.rel_path: t for t in self.targets}
+        by_rel: dict[str, ListedVideo] = {}  # made at the first result: a warm mount has none
 
         def record(key: str, result: ProbeResult) -> None:
             self.decoded += isinstance(result, ProbeFacts) and result.counted_by.startswith(
                 DECODING)
+            if not by_rel:
+                by_rel.update((t.rel_path, t) for t in self.targets)
             self.record(by_rel[key], result)
             if report is not None:
                 report(key, result)
@@ -294,8 +309,7 @@ class _Listing:
 
     def partial(self, num_probed: int = 0) -> DatasetScan:
         """What is known now, and the listing a plan places."""
-        known = (self.book.known(t.rel_path) for t in self.targets)
-        videos = sorted((v for v in known if isinstance(v, VideoInfo)), key=lambda v: v.name)
+        videos = sorted(self.book.usable(), key=attrgetter("name"))
         bad = sorted([*self.refused, *self.book.bad()], key=lambda b: b.rel_path)
         return DatasetScan(self.real_root, tuple(videos), tuple(bad), num_probed,
                            self.book.listed, self.book)

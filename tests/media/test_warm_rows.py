@@ -103,3 +103,18 @@ def test_a_file_replaced_since_the_index_is_changed_for_an_owner_who_may_read_it
         assert found.probes.result("c/c_000.mp4").reason == "changed"
     finally:
         shutil.rmtree(base)
+
+
+def test_a_listed_row_whose_name_a_new_file_takes_is_no_target(tmp_path, two_videos):
+    """c/c_000.mp4 is in the index; c/c_000.avi, added since, sorts first and takes its name:
+    the row's file is a name collision, and the new file is probed, not taken as answered."""
+    index = tmp_path / "index.json"
+    scan_dataset(two_videos, ["mp4", "avi"], index_path=index)
+    shutil.copy(two_videos / "c" / "c_001.mp4", two_videos / "c" / "c_000.avi")
+    found, thread = start_lazy_scan(two_videos, ["mp4", "avi"], stop=threading.Event(),
+                                    workers=1, index_path=index)
+    thread.join()
+    assert [v.rel_path for v in found.listed] == ["c/c_000.avi", "c/c_001.mp4"]
+    assert [(b.rel_path, b.reason) for b in found.bad] == [("c/c_000.mp4", "name_collision")]
+    probed = found.probes.known("c/c_000.avi")  # the thread is done: never waited for
+    assert probed is not None and probed.num_frames == 32
