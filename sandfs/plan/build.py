@@ -14,7 +14,7 @@ from sandfs.media.datasets import DatasetKey, ScanBook
 from sandfs.media.types import DatasetScan
 from sandfs.plan.coordination import Coordination
 from sandfs.plan.labels import read_labels
-from sandfs.plan.mount import dataset_key, known_paths, plan_tasks, scan_videos
+from sandfs.plan.mount import dataset_key, other_paths, plan_tasks, scan_videos
 from sandfs.plan.probeorder import reading_order
 from sandfs.plan.task import TaskPlan
 
@@ -76,7 +76,7 @@ def _plan_joining(settings: MountSettings, coordination: Coordination, cfg: Task
     coordination.join(cfg, leaders.get(identity.key, 0))
     try:
         plan = TaskPlan(cfg, videos, k_epochs=settings.k_epochs,
-                        all_rel_paths=known_paths(found), coordination=coordination,
+                        other_rel_paths=other_paths(found, videos), coordination=coordination,
                         identity=identity, refused=refused, labels_data=labels_data,
                         probes=probes)
         check_plan(cfg, plan)

@@ -54,7 +54,7 @@ class TaskPlan:
         videos: Sequence[ListedVideo] | Sequence[VideoInfo],
         *,
         k_epochs: int,
-        all_rel_paths: Sequence[str] = (),
+        other_rel_paths: Sequence[str] = (),
         coordination: Coordination | None = None,
         identity: DatasetIdentity | None = None,
         refused: Sequence[BadVideo] = (),
@@ -65,7 +65,8 @@ class TaskPlan:
         comes (None: `videos` are VideoInfo, all usable); `identity`: theirs (None: the
         coordination computes it, once for all the tasks given the same sequence); `refused`:
         the scan's videos left out because the task's owner may not read them; `labels_data`:
-        the bytes of its labels CSV, read when it was registered (None: `read_labels` now)."""
+        the bytes of its labels CSV, read when it was registered (None: `read_labels` now);
+        `other_rel_paths`: the scan's files not in `videos` (their folders are classes too)."""
         self.cfg = cfg
         self.labels_data = labels_data
         self.name = cfg.task
@@ -95,7 +96,8 @@ class TaskPlan:
         self.positions = shard_positions(len(self.listed), self.sampling.shard,
                                          self.sampling.drop_last)
         self.label_match: Labels | None = None  # a labels CSV: what matched (`_labels`)
-        self.labels, self.class_names = self._labels(all_rel_paths)
+        self.labels, self.class_names = self._labels(
+            [*other_rel_paths, *(b.rel_path for b in skipped)])
         self.source = self.sampling.decode_resize
         self.source_shape = source_shape(cfg)  # the frames the steps start from, if fixed
         out_shape, self.out_frames = static_output(self.paths[0], self.sampling.frames_per_video,
@@ -161,16 +163,15 @@ class TaskPlan:
         )
         return keep, skipped
 
-    def _labels(self, all_rel_paths: Sequence[str]) -> tuple[list[str | None], list[str]]:
+    def _labels(self, others: Sequence[str]) -> tuple[list[str | None], list[str]]:
+        """Each placed video's label and the class names; `others`: the scan's files this
+        task does not place."""
         mode = self.cfg.dataset.labels
         if mode == "none":
             return [None] * len(self.videos), []
         if mode == "dirname":
-            def top(rel: str) -> str | None:
-                return rel.split("/", 1)[0] if "/" in rel else None
-
-            labels = [top(v.rel_path) for v in self.listed]
-            every = {*labels, *map(top, all_rel_paths)}  # a set: paths may repeat
+            labels = [_top_folder(v.rel_path) for v in self.listed]
+            every = {*labels, *map(_top_folder, others)}  # a set: paths may repeat
             return labels, sorted(c for c in every if c is not None)
         data = self.labels_data
         if data is None:  # planned at mount: the mount's own config, read now
@@ -469,3 +470,9 @@ class TaskPlan:
             "layout": view.layout,
             "samples": [self.clip_meta(c) for c in view.clips],
         }
+
+
+def _top_folder(rel_path: str) -> str | None:
+    """A video's class under `labels: dirname`: its top folder (None: at the root)."""
+    top, slash, _ = rel_path.partition("/")
+    return top if slash else None

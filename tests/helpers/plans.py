@@ -10,7 +10,7 @@ from pathlib import Path
 from sandfs.config.loader import load_task_config, load_task_configs
 from sandfs.media.scan import scan_dataset
 from sandfs.media.types import DatasetScan, VideoInfo
-from sandfs.plan.mount import known_paths, plan_tasks, scan_videos
+from sandfs.plan.mount import other_paths, plan_tasks, scan_videos
 from sandfs.plan.task import TaskPlan
 from tests.helpers.harness import task_config, write_config
 
@@ -43,8 +43,8 @@ def build_plan(config_path: Path, found: DatasetScan | None = None) -> TaskPlan:
     if found is None:
         found = scan_dataset(cfg.dataset.video_dataset_path, cfg.dataset.extensions)
     listed, probes = scan_videos(found)
-    return TaskPlan(cfg, listed, k_epochs=cfg.engine.k_epochs, all_rel_paths=known_paths(found),
-                    probes=probes)
+    return TaskPlan(cfg, listed, k_epochs=cfg.engine.k_epochs,
+                    other_rel_paths=other_paths(found, listed), probes=probes)
 
 
 def build_plans(paths: Sequence[Path]) -> dict[str, TaskPlan]:

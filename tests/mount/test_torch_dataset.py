@@ -28,7 +28,7 @@ def setup(tmp_path_factory, dataset_dir):
     cfg = load_task_config(config_path)
     found = scan_dataset(cfg.dataset.video_dataset_path, cfg.dataset.extensions)
     plan = TaskPlan(cfg, found.videos, k_epochs=cfg.engine.k_epochs,
-                    all_rel_paths=[b.rel_path for b in found.bad])
+                    other_rel_paths=[b.rel_path for b in found.bad])
     with mount_sandfs(workdir, [config_path]) as mounted:
         yield mounted, plan
 

@@ -13,7 +13,9 @@ from sandfs.access import Owner
 from sandfs.config.loader import load_task_config
 from sandfs.errors import UserError
 from sandfs.media.scan import scan_dataset
+from sandfs.media.types import BadVideo, DatasetScan
 from sandfs.plan.labels import match_labels, parse_label_rows, read_labels
+from sandfs.plan.mount import other_paths
 from sandfs.plan.task import TaskPlan
 from tests.helpers.harness import run_cli, task_config, write_config
 from tests.helpers.operations import make_service
@@ -177,3 +179,17 @@ def test_pyslowfast_labels_reach_the_views(tmp_path, dataset_dir):
     assert plan.class_names == [str(i) for i in range(8)]
     assert sorted({plan.label_index(label) for label in plan.labels}) == [5, 6, 7]
     assert plan.label_match.videos_without_label == 0
+
+
+def test_dirname_classes_count_the_folders_of_files_a_task_does_not_place(tmp_path):
+    """The classes of a task whose owner reads some videos (or with files left out) are
+    those of every file of the scan: each label indexes the same class for every task."""
+    videos = fake_videos(6)  # folders c0, c1, c2
+    found = DatasetScan("/nowhere", tuple(videos), (BadVideo("d/bad.mp4", "not_a_video"),))
+    cfg = load_task_config(write_config(tmp_path / "t.yaml", task_config(FAKE_DATASET)),
+                           check_paths=False)
+    some = tuple(v for v in videos if v.rel_path.startswith("c1/"))  # an owner's
+    plan = TaskPlan(cfg, some, k_epochs=2, other_rel_paths=other_paths(found, some))
+    assert plan.class_names == ["c0", "c1", "c2", "d"]
+    assert [plan.label_index(label) for label in plan.labels] == [1, 1]
+    assert other_paths(found, found.videos) == ["d/bad.mp4"]  # its own placed: split once
