@@ -58,7 +58,7 @@ from sandfs.media.types import (
     ScanProgress,
     VideoInfo,
 )
-from sandfs.media.walk import changed_since, recheck, unchanged, vetted_targets
+from sandfs.media.walk import checked_again, vetted_targets
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,6 @@ ProgressCallback = Callable[[ScanProgress], None]
 RESOLVE_SLICE = 2_000
 RESOLVE_PAUSE_S = 0.02
 RESOLVE_IDLE = 9
-CHANGED = "changed"  # the reason of a file listed from the scan index and found changed since
 
 
 def scan_dataset(
@@ -261,15 +260,10 @@ class _Listing:
     def _changed(self, target: ListedVideo) -> BadVideo | None:
         """Why `target`, as listed, is not that file any more (None: it is): its result, a
         failure the next scan does not keep, lists it afresh."""
-        if unchanged(target):
+        why = checked_again(self.real_root, target, self.limits)
+        if why is None:
             return None
-        now = recheck(self.real_root, target, self.limits)
-        if isinstance(now, BadVideo):
-            failure = ProbeFailure(now.reason, now.detail, lasting=False)
-        elif (why := changed_since(target, now)) is not None:
-            failure = ProbeFailure(CHANGED, why, lasting=False)
-        else:
-            return None
+        failure = ProbeFailure(*why, lasting=False)
         self.index_as_is = False
         self.results[target.rel_path] = failure
         return BadVideo(target.rel_path, failure.reason, failure.detail)

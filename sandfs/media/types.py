@@ -229,6 +229,7 @@ def source_changed(video: ListedVideo | VideoInfo, st: os.stat_result) -> str | 
 
 
 PERMISSION_DENIED = "permission_denied"  # the reason of a video its reader may not read
+CHANGED = "changed"  # the reason of a file listed from the scan index and found changed since
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from threading import Event
 
 from sandfs.errors import UserError
 from sandfs.media.scan_workers import check_stop
-from sandfs.media.types import PERMISSION_DENIED, BadVideo, ListedVideo, MediaLimits
+from sandfs.media.types import CHANGED, PERMISSION_DENIED, BadVideo, ListedVideo, MediaLimits
 from sandfs.openat import open_no_symlinks
 from sandfs.ratelog import RateLimitedLog
 
@@ -26,7 +26,7 @@ class ScanTooLarge(UserError):
 
 
 # (rel_path, VIDEO name) -> the file as the scan index last listed it, taken without a stat of
-# its own (None: stat it); its checks are made again later (`unchanged`, else `recheck`)
+# its own (None: stat it); its checks are made again later (`checked_again`)
 Known = Callable[[str, str], ListedVideo | None]
 
 
@@ -146,86 +146,77 @@ def _ancestor_folders(name: str) -> list[str]:
 # ---------------------------------------------------------------------------- stat checks
 
 
-def unchanged(listed: ListedVideo) -> bool:
-    """Is the file at `listed.path` still the one it describes (inode, size, mtime, owner and
-    mode), and readable? Then the walk's checks of it stand. One `stat` and one `access` by
-    path, nothing opened: 250,000 files checked through `recheck` took 3.8 s of the warm
-    startup's CPU, most of it opening each one's folder through no symlink."""
+def checked_again(real_root: str, listed: ListedVideo, limits: MediaLimits
+                  ) -> tuple[str, str] | None:
+    """Why the file at `listed.path`, which the listing took from the scan index, is not the
+    one it describes any more ((reason, detail): the walk's check that refuses it now, else
+    CHANGED and how it differs), or None: the walk's checks of it stand. One `stat` and one
+    `access` by path, nothing opened (250,000 files checked through each one's folder opened
+    through no symlink took 3.8 s of the warm startup's CPU); a link in its place is resolved
+    and checked as the walk would."""
     try:
         now = os.stat(listed.path, follow_symlinks=False)
-    except OSError:
-        return False
-    return listed.changed(now) is None and os.access(listed.path, os.R_OK)
-
-
-def recheck(real_root: str, listed: ListedVideo, limits: MediaLimits) -> ListedVideo | BadVideo:
-    """`listed`, a file the listing took from the scan index, as the walk finds it now: its
-    checks made, its folder reached through no symlink (see `changed_since`); what tells why
-    a file is not `unchanged`."""
-    folder, _, file_name = listed.rel_path.rpartition("/")
-    try:
-        dir_fd = open_no_symlinks(f"{real_root}/{folder}" if folder else real_root,
-                                  os.O_PATH | os.O_DIRECTORY)
     except OSError as error:
-        return BadVideo(listed.rel_path, "open_invalid", f"cannot stat: {error.strerror}")
-    try:
-        return _check_file(real_root, listed.rel_path, listed.name, file_name, dir_fd, limits)
-    finally:
-        os.close(dir_fd)
+        return "open_invalid", f"cannot stat: {error.strerror}"
+    if stat.S_ISLNK(now.st_mode):
+        vetted = _check_file(real_root, listed.rel_path, listed.name,
+                             listed.rel_path.rpartition("/")[2], None, limits, now)
+        if isinstance(vetted, BadVideo):
+            return vetted.reason, vetted.detail
+        return CHANGED, "a symlink in its place since the scan index"
+    why, readable = listed.changed(now), os.access(listed.path, os.R_OK)
+    if why is None and readable:
+        return None
+    return _refused(listed.path, now, False, real_root, limits, lambda: readable) or (
+        CHANGED, why)
 
 
-def changed_since(listed: ListedVideo, now: ListedVideo) -> str | None:
-    """How the file `listed` describes differs from what `recheck` found now, or None."""
-    if (now.path, now.identity) != (listed.path, listed.identity):
-        return "another file than the scan index's"
-    if (now.size_bytes, now.mtime_ns) != (listed.size_bytes, listed.mtime_ns):
-        return (f"rewritten since the scan index: {listed.size_bytes} -> {now.size_bytes} "
-                f"bytes, mtime {listed.mtime_ns} -> {now.mtime_ns}")
-    if now.access != listed.access:
-        return "its owner, group or mode changed since the scan index"
-    return None
-
-
-def _check_file(real_root: str, rel_path: str, name: str, file_name: str, dir_fd: int,
-                limits: MediaLimits) -> ListedVideo | BadVideo:
+def _check_file(real_root: str, rel_path: str, name: str, file_name: str, dir_fd: int | None,
+                limits: MediaLimits, file_stat: os.stat_result | None = None
+                ) -> ListedVideo | BadVideo:
     """Vets a file by its stat only: nothing is opened for reading here. A symlink is followed
     to its target, which must be a regular file under the root, reached through no further
-    link."""
-
-    def bad(reason: str, detail: str) -> BadVideo:
-        return BadVideo(rel_path, reason, detail)
-
+    link. `dir_fd`: its folder's (None: the file is reached by its path, `file_stat` given);
+    `file_stat`: its `lstat`, if taken already."""
     path = f"{real_root}/{rel_path}"
     try:
-        file_stat = os.stat(file_name, dir_fd=dir_fd, follow_symlinks=False)
+        file_stat = file_stat or os.stat(file_name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError as error:
-        return bad("open_invalid", f"cannot stat: {error.strerror}")
+        return BadVideo(rel_path, "open_invalid", f"cannot stat: {error.strerror}")
     linked = stat.S_ISLNK(file_stat.st_mode)
     if linked:
         path = os.path.realpath(path)
         file_stat = _stat_no_symlinks(path)
         if isinstance(file_stat, OSError):
-            return bad("open_invalid", f"cannot stat: {file_stat.strerror}")
-    if not stat.S_ISREG(file_stat.st_mode):
-        return bad("not_regular", f"not a regular file ({_file_kind(file_stat.st_mode)})")
-    if linked and os.path.commonpath([real_root, path]) != real_root:
-        return bad("outside_root", "symlink resolves outside the dataset root")
-    # a daemon that is not root: out of the listing, as a root daemon's owner filter leaves
-    # it (a probe's refusal would keep its slots)
-    if not (os.access(path, os.R_OK) if linked
-            else os.access(file_name, os.R_OK, dir_fd=dir_fd)):
-        return bad(PERMISSION_DENIED, f"the daemon's user (uid {os.geteuid()}) cannot read it")
-    if file_stat.st_size == 0:
-        return bad("open_invalid", "empty file")
-    if file_stat.st_size > limits.max_file_bytes:
-        return bad(
-            "too_large", f"{file_stat.st_size} bytes > max_file_bytes {limits.max_file_bytes}"
-        )
+            return BadVideo(rel_path, "open_invalid", f"cannot stat: {file_stat.strerror}")
+    refused = _refused(path, file_stat, linked, real_root, limits, lambda: (
+        os.access(path, os.R_OK) if linked or dir_fd is None
+        else os.access(file_name, os.R_OK, dir_fd=dir_fd)))
+    if refused is not None:
+        return BadVideo(rel_path, *refused)
     return ListedVideo(
         name, rel_path, path, file_stat.st_size, file_stat.st_mtime_ns,
         (file_stat.st_dev, file_stat.st_ino),
         shared_access(file_stat.st_uid, file_stat.st_gid, file_stat.st_mode),
     )  # fmt: skip
+
+
+def _refused(path: str, file_stat: os.stat_result, linked: bool, real_root: str,
+             limits: MediaLimits, readable: Callable[[], bool]) -> tuple[str, str] | None:
+    """Why the walk refuses the file `file_stat` describes ((reason, detail)), or None."""
+    if not stat.S_ISREG(file_stat.st_mode):
+        return "not_regular", f"not a regular file ({_file_kind(file_stat.st_mode)})"
+    if linked and os.path.commonpath([real_root, path]) != real_root:
+        return "outside_root", "symlink resolves outside the dataset root"
+    # a daemon that is not root: out of the listing, as a root daemon's owner filter leaves
+    # it (a probe's refusal would keep its slots)
+    if not readable():
+        return PERMISSION_DENIED, f"the daemon's user (uid {os.geteuid()}) cannot read it"
+    if file_stat.st_size == 0:
+        return "open_invalid", "empty file"
+    if file_stat.st_size > limits.max_file_bytes:
+        return "too_large", f"{file_stat.st_size} bytes > max_file_bytes {limits.max_file_bytes}"
+    return None
 
 
 @functools.lru_cache(maxsize=64)

@@ -18,6 +18,7 @@ import pytest
 from sandfs.access import owner_of, owner_videos, stamped
 from sandfs.config.loader import load_task_config
 from sandfs.fileio import read_checked_json, write_checked_json
+from sandfs.media.probebook import ProbeBook
 from sandfs.media.scan import scan_dataset, start_lazy_scan
 from sandfs.media.synth import make_dataset
 from sandfs.media.types import PERMISSION_DENIED
@@ -118,3 +119,53 @@ def test_a_listed_row_whose_name_a_new_file_takes_is_no_target(tmp_path, two_vid
     assert [(b.rel_path, b.reason) for b in found.bad] == [("c/c_000.mp4", "name_collision")]
     probed = found.probes.known("c/c_000.avi")  # the thread is done: never waited for
     assert probed is not None and probed.num_frames == 32
+
+
+def _emptied(path: Path) -> None:
+    path.write_bytes(b"")
+
+
+def _chmodded(path: Path) -> None:
+    path.chmod(0o600)
+
+
+def _linked_out(path: Path) -> None:
+    outside = path.parent.parent.parent / "outside.mp4"
+    shutil.copy(path, outside)
+    path.unlink()
+    path.symlink_to(outside)
+
+
+def _linked_in(path: Path) -> None:
+    path.unlink()
+    path.symlink_to("c_001.mp4")
+
+
+@pytest.mark.parametrize(("change", "reason", "detail"), [
+    (lambda p: p.write_bytes(p.read_bytes() + b"\0"), "changed", "changed since the dataset"),
+    (Path.unlink, "open_invalid", "cannot stat"),
+    (_emptied, "open_invalid", "empty file"),
+    (_chmodded, "changed", "owner, group or mode changed"),
+    (_linked_out, "outside_root", "outside the dataset root"),
+    (_linked_in, "changed", "a symlink in its place"),
+])
+def test_a_file_changed_since_the_index_is_found_by_one_stat(tmp_path, two_videos, monkeypatch,
+                                                            change, reason, detail):
+    """The warm check of a file the listing took from its row: the walk's own reason where
+    the walk refuses the file now, else `changed`; its file stat'ed once (a link: its target
+    resolved too)."""
+    index = tmp_path / "index.json"
+    scan_dataset(two_videos, ["mp4"], index_path=index)
+    # the scan's thread reads no row by itself: this one is read when asked for, below
+    monkeypatch.setattr(ProbeBook, "resolve_some", lambda book, count: False)
+    found, thread = start_lazy_scan(two_videos, ["mp4"], stop=threading.Event(), workers=1,
+                                    index_path=index)
+    thread.join()
+    target = two_videos / "c" / "c_000.mp4"
+    change(target)
+    stats, real_stat = [], os.stat
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: stats.append(p) or real_stat(p, *a, **k))
+    result = found.probes.result("c/c_000.mp4")
+    monkeypatch.setattr(os, "stat", real_stat)
+    assert (result.reason, detail in result.detail) == (reason, True), result
+    assert sum(os.path.basename(p) == target.name for p in stats) == 1
