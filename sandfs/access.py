@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from sandfs.config.schema import AccessConfig, TaskConfig
 from sandfs.errors import UserError
 from sandfs.media.types import PERMISSION_DENIED, BadVideo, ListedVideo, VideoInfo
-from sandfs.openat import Identity, open_no_symlinks
+from sandfs.openat import READ_FLAGS, Identity, open_no_symlinks, open_regular
 from sandfs.placement import resolve_outside_mounts
 
 READ, SEARCH = 4, 1
@@ -225,18 +225,19 @@ def read_owner_file(path: str, owner: Owner, max_bytes: int) -> bytes:
     check = AccessCheck(owner)
     if checked and not (check.reachable(folder, SEARCH) and check.reachable(real_folder, SEARCH)):
         raise PermissionError(errno.EACCES, f"its owner (uid {owner.uid}) may not read it")
-    try:
-        fd = open_no_symlinks(os.path.join(real_folder, name),
-                              os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise OSError(errno.ELOOP, "a symlink; name the file itself") from None
-        raise PermissionError(errno.EACCES, f"its owner (uid {owner.uid}) may not read it"
-                              if checked else error.strerror) from None
+
+    def opened(path: str) -> int:
+        try:
+            return open_no_symlinks(path, READ_FLAGS)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise OSError(errno.ELOOP, "a symlink; name the file itself") from None
+            raise PermissionError(errno.EACCES, f"its owner (uid {owner.uid}) may not read it"
+                                  if checked else error.strerror) from None
+
+    fd, st = open_regular(os.path.join(real_folder, name),
+                          lambda: OSError(errno.EINVAL, "not a regular file"), opened)
     with os.fdopen(fd, "rb") as file:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
         if checked and not allowed(st, owner.uid, owner.groups, READ,
                                    _has_acl(f"/proc/self/fd/{fd}")):
             raise PermissionError(errno.EACCES, f"its owner (uid {owner.uid}) may not read it")

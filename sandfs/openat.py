@@ -8,6 +8,7 @@ import ctypes
 import errno
 import os
 import stat
+from collections.abc import Callable
 
 Identity = tuple[int, int]  # (st_dev, st_ino)
 
@@ -63,15 +64,33 @@ def _walk_open(path: str, flags: int) -> int:
         os.close(current)
 
 
-def pread_file(path: str, offset: int, size: int) -> tuple[os.stat_result, bytes]:
-    """In a thread: (fstat, `size` bytes at `offset`) of a regular file, reached through no
-    symlink; OSError otherwise. O_NONBLOCK: a FIFO put in the file's place would hold the
-    thread in open() until some writer came."""
-    fd = open_no_symlinks(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a link: ELOOP
+# for reading a file a task names: through no symlink (the last one: ELOOP), and O_NONBLOCK, as
+# a FIFO put in the file's place would hold the thread in open() until some writer came
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def open_regular(path: str, not_regular: Callable[[], OSError],
+                 opener: Callable[[str], int] | None = None) -> tuple[int, os.stat_result]:
+    """A descriptor of the regular file at `path`, opened with READ_FLAGS through no symlink
+    (`open_no_symlinks`; `opener`: another way to get one, its errors its own), and its
+    fstat: the checks are made on the descriptor, so what is read is what was checked.
+    Anything but a regular file is closed and raises `not_regular()`."""
+    fd = opener(path) if opener else open_no_symlinks(path, READ_FLAGS)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
+            raise not_regular()
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def pread_file(path: str, offset: int, size: int) -> tuple[os.stat_result, bytes]:
+    """In a thread: (fstat, `size` bytes at `offset`) of a regular file (`open_regular`);
+    OSError otherwise."""
+    fd, st = open_regular(path, lambda: OSError(errno.EINVAL, "not a regular file", path))
+    try:
         return st, os.pread(fd, size, offset) if size else b""
     finally:
         os.close(fd)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -18,7 +17,7 @@ from typing import BinaryIO
 from av.container import InputContainer
 from av.video.stream import VideoStream
 
-from sandfs.openat import Identity, open_no_symlinks
+from sandfs.openat import READ_FLAGS, Identity, open_no_symlinks, open_regular
 
 # In a job worker process (sandfs/execution): the sources the daemon opened for the job, by
 # path (or why it could not); such a worker opens no path itself.
@@ -39,7 +38,7 @@ def passed_sources(sources: Mapping[str, int | OSError]) -> Iterator[None]:
 def _open_source(path: str) -> int:
     passed = _passed.get()
     if passed is None:
-        return open_no_symlinks(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        return open_no_symlinks(path, READ_FLAGS)
     given = passed.get(path)
     if given is None:
         raise PermissionError(errno.EACCES, "a job worker opens only what the daemon passed it",
@@ -61,15 +60,12 @@ class FileReplacedError(OSError):
 
 @contextmanager
 def open_regular_file(path: str, identity: Identity | None = None) -> Iterator[BinaryIO]:
-    """Opens `path` for reading through no symlink (`open_no_symlinks`) and without blocking
-    on a FIFO (O_NONBLOCK), and refuses anything but a regular file, and, given `identity`,
-    any file but that one (FileReplacedError): the checks are made on the descriptor, so
-    what is read is what was checked."""
-    fd = _open_source(path)
+    """Opens the regular file at `path` (`open_regular`: NotRegularFileError for anything
+    else) and refuses, given `identity`, any file but that one (FileReplacedError): the
+    checks are made on the descriptor, so what is read is what was checked."""
+    fd, file_stat = open_regular(
+        path, lambda: NotRegularFileError(f"not a regular file: {path!r}"), _open_source)
     try:
-        file_stat = os.fstat(fd)
-        if not stat.S_ISREG(file_stat.st_mode):
-            raise NotRegularFileError(f"not a regular file: {path!r}")
         if identity is not None and (file_stat.st_dev, file_stat.st_ino) != identity:
             raise FileReplacedError(f"not the file the scan found: {path!r}")
         file = os.fdopen(fd, "rb")
