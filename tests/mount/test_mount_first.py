@@ -28,6 +28,7 @@ from tests.helpers.harness import (
     require_fuse,
     run_cli,
     start_daemon,
+    status_of,
     strict_teardown,
     task_config,
     wait_mounted,
@@ -61,19 +62,15 @@ def large_config(tmp_path, large_dataset) -> Path:
     return write_config(tmp_path / "large.yaml", config)
 
 
-def status_of(mountpoint: Path) -> dict | None:
-    try:
-        return json.loads((mountpoint / ".sand" / "status.json").read_bytes())
-    except (OSError, ValueError):
-        return None
-
-
 def wait_for_phase(mountpoint: Path, process: subprocess.Popen, phase: str) -> dict:
+    """status.json once `process`'s scan is in `phase`; until its mount is made, the file is
+    missing (or, over a stale mount, cannot be read)."""
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
-        status = status_of(mountpoint)
-        if status and status["pid"] == process.pid and status["scan"]["phase"] == phase:
-            return status
+        with contextlib.suppress(OSError):
+            status = status_of(mountpoint)
+            if status["pid"] == process.pid and status["scan"]["phase"] == phase:
+                return status
         assert process.poll() is None, f"the daemon exited with {process.returncode}"
         time.sleep(0.01)
     pytest.fail(f"no scan phase {phase!r} within {TIMEOUT}s")
@@ -201,7 +198,7 @@ def test_a_first_look_at_status_answers_while_a_reader_waits_for_the_scan(tmp_pa
             time.sleep(0.01)
         time.sleep(0.2)  # well inside its lookup of t0/0, in the daemon's gate
         status = status_of(mountpoint)
-        assert status is not None and status["pid"] == process.pid
+        assert status["pid"] == process.pid
         assert status["scan"]["phase"] == "scanning", status["scan"]
         assert reader.is_alive(), "the read did not wait for the scan"
         reader.join(timeout=TIMEOUT)
