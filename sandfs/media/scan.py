@@ -30,6 +30,7 @@ from typing import TextIO
 
 from sandfs.media.probebook import ProbeBook, ProbeQueue
 from sandfs.media.scan_index import (
+    NO_INDEX,
     UNREADABLE,
     is_video_entry,
     listed_from,
@@ -184,6 +185,7 @@ class _Listing:
     decoded: int = 0  # probed files whose packets were not trusted
     deferred: Collection[str] = ()  # index hits read when asked for (not read yet)
     index_as_is: bool = False  # the index holds exactly these results: not written again
+    digest: str | None = None  # the listing's `listing_digest`, as the index gave it
 
     @classmethod
     def of(cls, root: str | os.PathLike[str], extensions: Iterable[str],
@@ -198,7 +200,8 @@ class _Listing:
         real_root = os.path.realpath(root)
         if not os.path.isdir(real_root):
             raise NotADirectoryError(f"dataset root is not a directory: {os.fspath(root)!r}")
-        stored, stored_device = read_index(index_path, limits) if index_path else ({}, None)
+        stored, stored_device, digest = read_index(index_path, limits) if index_path else (
+            NO_INDEX)
         root_device = os.stat(real_root).st_dev
         # another device number (a remount, a restore): the rows' stats describe no file here
         warm = defer and stored_device == root_device
@@ -227,6 +230,7 @@ class _Listing:
         book.defer_all(later, lambda rel_path: listing.from_index(*later.pop(rel_path)))
         listing.index_as_is = (hit_count == len(targets) == len(stored)  # a damaged entry: not
                                and stored_device == root_device)
+        listing.digest = digest if listing.index_as_is else None  # the listing is the rows
         for target, entry in hits:
             if target.rel_path not in later and (
                     result := listing.parsed(target, entry)) is not None:
@@ -306,7 +310,7 @@ class _Listing:
         videos = sorted(self.book.usable(), key=attrgetter("name"))
         bad = sorted([*self.refused, *self.book.bad()], key=lambda b: b.rel_path)
         return DatasetScan(self.real_root, tuple(videos), tuple(bad), num_probed,
-                           self.book.listed, self.book)
+                           self.book.listed, self.book, self.digest)
 
     def finish(self, progress: ProgressCallback | None, num_probed: int) -> DatasetScan:
         """Every file probed: the index saved, the bad ones logged, the scan complete."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import os
 from array import array
 from bisect import bisect_left, bisect_right
@@ -254,6 +256,17 @@ class DatasetScan:
     # permutations (None: a scan made by hand, planned from `videos`)
     listed: tuple[ListedVideo, ...] | None = field(default=None, compare=False)
     probes: ProbeBook | None = field(default=None, compare=False)  # the listed files' results
+    # `listing_digest` of `listed`, as the scan index recorded it (None: not known)
+    digest: str | None = field(default=None, compare=False)
+
+
+def listing_digest(files: Iterable[tuple[str, int]]) -> str:
+    """SHA-256 (hex) of the sorted (relative path, size in bytes) of a dataset's files: its
+    identity's digest (plan/identity.py). JSON keeps paths with newlines or undecodable bytes
+    (surrogate escapes) unambiguous."""
+    entries = list(files)
+    entries.sort()  # a listing's order by name is nearly this one: a sort of few moves
+    return hashlib.sha256(json.dumps(entries).encode("ascii")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from sandfs.media.datasets import DatasetKey, ScanBook
 from sandfs.media.types import DatasetScan
 from sandfs.plan.coordination import Coordination
 from sandfs.plan.labels import read_labels
-from sandfs.plan.mount import dataset_key, other_paths, plan_tasks, scan_videos
+from sandfs.plan.mount import dataset_key, indexed_identity, other_paths, plan_tasks, scan_videos
 from sandfs.plan.probeorder import reading_order
 from sandfs.plan.task import TaskPlan
 
@@ -72,7 +72,8 @@ def _plan_joining(settings: MountSettings, coordination: Coordination, cfg: Task
     fault_point("plan_task")
     listed, probes = scan_videos(found)
     videos, refused = owner_videos(cfg, owner, listed)
-    identity = coordination.identity(cfg.dataset.tag, videos)
+    identity = (indexed_identity(cfg, found, videos)
+                or coordination.identity(cfg.dataset.tag, videos))
     coordination.join(cfg, leaders.get(identity.key, 0))
     try:
         plan = TaskPlan(cfg, videos, k_epochs=settings.k_epochs,

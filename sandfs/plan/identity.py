@@ -14,13 +14,11 @@ it again and, once it succeeds, plans with the same identity as before the failu
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from sandfs.config.schema import DatasetConfig
-from sandfs.media.types import VideoInfo
+from sandfs.media.types import VideoInfo, listing_digest
 from sandfs.plan.seeds import fingerprint
 
 
@@ -38,9 +36,8 @@ class DatasetIdentity:
 
 def dataset_identity(tag: str, videos: Iterable[VideoInfo]) -> DatasetIdentity:
     """The identity of the usable videos a scan found (any order)."""
-    entries = sorted((v.rel_path, v.size_bytes) for v in videos)
-    # JSON keeps paths with newlines or undecodable bytes (surrogate escapes) unambiguous
-    digest = hashlib.sha256(json.dumps(entries).encode("ascii")).hexdigest()
+    entries = [(v.rel_path, v.size_bytes) for v in videos]
+    digest = listing_digest(entries)
     return DatasetIdentity(tag, digest, len(entries))
 
 

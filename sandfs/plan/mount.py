@@ -10,6 +10,7 @@ from sandfs.config.schema import TaskConfig
 from sandfs.media.probebook import ProbeBook
 from sandfs.media.types import DatasetScan, ListedVideo, VideoInfo
 from sandfs.plan.coordination import Coordination
+from sandfs.plan.identity import DatasetIdentity
 from sandfs.plan.task import TaskPlan
 
 
@@ -42,6 +43,16 @@ def scan_videos(found: DatasetScan) -> tuple[Sequence[ListedVideo] | Sequence[Vi
     return found.listed, found.probes
 
 
+def indexed_identity(cfg: TaskConfig, found: DatasetScan,
+                     videos: Sequence[ListedVideo] | Sequence[VideoInfo]
+                     ) -> DatasetIdentity | None:
+    """The identity of `videos`, all the scan listed, as its scan index recorded it (None:
+    not known, or the task's owner reads only some: computed, ~0.13 s of CPU at 250,000)."""
+    if found.digest is None or videos is not found.listed:
+        return None
+    return DatasetIdentity(cfg.dataset.tag, found.digest, len(videos))
+
+
 def mount_coordination(configs: Sequence[TaskConfig], frozen_state: dict | None = None, *,
                        coordinate: bool = True) -> Coordination:
     """What the tasks of a mount share, from the checkpoint of an earlier run if any."""
@@ -68,5 +79,6 @@ def plan_tasks(configs: Sequence[TaskConfig], scans: Mapping[tuple, DatasetScan]
         videos, refused = owner_videos(cfg, owner_of(cfg), listed)
         plans.append(TaskPlan(cfg, videos, k_epochs=k_epochs,
                               other_rel_paths=other_paths(found, videos),
+                              identity=indexed_identity(cfg, found, videos),
                               coordination=coordination, refused=refused, probes=probes))
     return plans

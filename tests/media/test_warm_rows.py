@@ -22,6 +22,7 @@ from sandfs.media.probebook import ProbeBook
 from sandfs.media.scan import scan_dataset, start_lazy_scan
 from sandfs.media.synth import make_dataset
 from sandfs.media.types import PERMISSION_DENIED
+from sandfs.plan.identity import dataset_identity
 from tests.helpers.harness import task_config, write_config
 
 
@@ -169,3 +170,29 @@ def test_a_file_changed_since_the_index_is_found_by_one_stat(tmp_path, two_video
     monkeypatch.setattr(os, "stat", real_stat)
     assert (result.reason, detail in result.detail) == (reason, True), result
     assert sum(os.path.basename(p) == target.name for p in stats) == 1
+
+
+def test_a_warm_listing_has_the_identity_its_index_recorded_until_a_size_changes(
+        tmp_path, two_videos):
+    """The scan index records its listing's digest: a warm mount of the same files plans with
+    the identity a cold one computes; a file rewritten in place keeps it (listed from its row,
+    found `changed` later), and the next listing, by its stat, has a new one."""
+    index = tmp_path / "index.json"
+    cold = scan_dataset(two_videos, ["mp4"], index_path=index)
+    computed = dataset_identity("t", cold.videos).digest
+
+    def warm():
+        found, thread = start_lazy_scan(two_videos, ["mp4"], stop=threading.Event(),
+                                        workers=1, index_path=index)
+        found.probes.resolve_all()
+        thread.join()
+        return found
+
+    assert warm().digest == computed == dataset_identity("t", warm().listed).digest
+    target = two_videos / "c" / "c_000.mp4"
+    target.write_bytes(target.read_bytes() + b"\0")  # another size, its folder unchanged
+    assert warm().digest == computed
+    found = warm()  # the index forgot the file: listed by its stat
+    assert found.digest is None
+    assert dataset_identity("t", found.listed).digest != computed
+    assert warm().digest == dataset_identity("t", found.listed).digest  # indexed again
