@@ -222,8 +222,9 @@ class _Listing:
                       root_device)
         for bad in refused:  # a listed name that collides is no target
             later.pop(bad.rel_path, None)
-        hits = [(t, entry) for t in targets if t.rel_path not in later
-                and _index_hit(entry := stored.get(t.rel_path), t)]
+        hits = [] if len(later) == len(targets) else [  # a warm listing's are all in `later`
+            (t, entry) for t in targets
+            if t.rel_path not in later and _index_hit(entry := stored.get(t.rel_path), t)]
         hit_count = len(later) + len(hits)
         later |= {t.rel_path: (t, entry) for t, entry in hits if defer and is_video_entry(entry)}
         listing.deferred = later.keys()  # an entry let go once read: 100,000 rows' texts, 34 MB
