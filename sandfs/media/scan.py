@@ -229,8 +229,9 @@ class _Listing:
         later |= {t.rel_path: (t, entry) for t, entry in hits if defer and is_video_entry(entry)}
         listing.deferred = later.keys()  # an entry let go once read: 100,000 rows' texts, 34 MB
         book.defer_all(later, lambda rel_path: listing.from_index(*later.pop(rel_path)))
+        # an index without the digest (written before it was stored) is written again once
         listing.index_as_is = (hit_count == len(targets) == len(stored)  # a damaged entry: not
-                               and stored_device == root_device)
+                               and stored_device == root_device and digest is not None)
         listing.digest = digest if listing.index_as_is else None  # the listing is the rows
         for target, entry in hits:
             if target.rel_path not in later and (

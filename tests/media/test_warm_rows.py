@@ -6,6 +6,7 @@ found `changed`; and a file replaced since is `changed` for a task's owner, not 
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import shutil
 import tempfile
@@ -33,6 +34,15 @@ def two_videos(tmp_path) -> Path:
     make_dataset(root, classes=["c"], videos_per_class=2, num_frames=(24, 40), size=(64, 48),
                  seed=1, gop=12)
     return root
+
+
+def warm_scan(root: Path, index: Path):
+    """A lazy scan of `root` with every result read, its thread done."""
+    found, thread = start_lazy_scan(root, ["mp4"], stop=threading.Event(), workers=1,
+                                    index_path=index)
+    found.probes.resolve_all()
+    thread.join()
+    return found
 
 
 def warm_result(root: Path, index: Path, rel_path: str):
@@ -180,13 +190,7 @@ def test_a_warm_listing_has_the_identity_its_index_recorded_until_a_size_changes
     index = tmp_path / "index.json"
     cold = scan_dataset(two_videos, ["mp4"], index_path=index)
     computed = dataset_identity("t", cold.videos).digest
-
-    def warm():
-        found, thread = start_lazy_scan(two_videos, ["mp4"], stop=threading.Event(),
-                                        workers=1, index_path=index)
-        found.probes.resolve_all()
-        thread.join()
-        return found
+    warm = functools.partial(warm_scan, two_videos, index)
 
     assert warm().digest == computed == dataset_identity("t", warm().listed).digest
     target = two_videos / "c" / "c_000.mp4"
@@ -196,3 +200,23 @@ def test_a_warm_listing_has_the_identity_its_index_recorded_until_a_size_changes
     assert found.digest is None
     assert dataset_identity("t", found.listed).digest != computed
     assert warm().digest == dataset_identity("t", found.listed).digest  # indexed again
+
+
+def test_an_index_without_the_digest_is_written_again_once_without_probing(
+        tmp_path, two_videos, caplog):
+    """An index written before it stored its listing's digest: the first warm mount computes
+    the identity and writes the index again from its rows (nothing probed), the next one
+    takes the identity from it."""
+    index = tmp_path / "index.json"
+    computed = dataset_identity("t", scan_dataset(two_videos, ["mp4"], index_path=index).videos)
+    document = read_checked_json(str(index))
+    del document["listing_digest"]
+    write_checked_json(str(index), document)
+    warm = functools.partial(warm_scan, two_videos, index)
+    with caplog.at_level("INFO", logger="sandfs.media.scan"):
+        assert warm().digest is None
+    assert "2 usable, 0 bad, 0 probed" in caplog.text
+    rewritten = read_checked_json(str(index))
+    assert rewritten["listing_digest"] == computed.digest
+    assert rewritten["entries"] == document["entries"]
+    assert warm().digest == computed.digest
