@@ -210,7 +210,7 @@ class _Listing:
 
         def known(rel_path: str, name: str) -> ListedVideo | None:
             entry = stored.get(rel_path)
-            listed = listed_from(entry, rel_path, name, f"{real_root}/{rel_path}")
+            listed = listed_from(entry, rel_path, name, f"{real_root}/{rel_path}", limits)
             if listed is not None:  # a usable video's hit by construction: no second pass
                 later[rel_path] = (listed, entry)
             return listed

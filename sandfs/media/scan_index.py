@@ -32,7 +32,7 @@ from sandfs.media.types import (
     ProbeResult,
     listing_digest,
 )
-from sandfs.media.walk import shared_access
+from sandfs.media.walk import passes_stat_checks, shared_access
 
 log = logging.getLogger("sandfs.media.scan")  # one logger for the whole scan
 
@@ -108,17 +108,21 @@ def is_video_entry(entry: Entry) -> bool:
     return entry[3].startswith("[")
 
 
-def listed_from(entry: Entry | None, rel_path: str, name: str, path: str) -> ListedVideo | None:
+def listed_from(entry: Entry | None, rel_path: str, name: str, path: str,
+                limits: MediaLimits) -> ListedVideo | None:
     """The usable video `entry` stored for the file at `path` (the dataset's name for it), as
     the listing would find it if the file is unchanged (the lazy scan checks that later:
-    docs/contract.md#warm-listing); None for a bad one's entry, one not of a row's shape, or
-    one of a symlink's target (then the file is listed by its stat: the link's target is
-    resolved and checked again, and a link may have been retargeted since)."""
+    docs/contract.md#warm-listing); None for a bad one's entry, one not of a row's shape, one
+    the walk refuses by the row's stat under `limits` (a lowered max_file_bytes), or one of a
+    symlink's target (then the file is listed by its stat: the walk refuses it as a cold
+    listing does, resolves a link's target and checks it again)."""
     try:
         stored, size_bytes, mtime_ns, result, (dev, ino, uid, gid, mode) = entry  # type: ignore
     except (TypeError, ValueError):
         return None
     if stored != path or not (isinstance(result, str) and result.startswith("[")):
+        return None
+    if not passes_stat_checks(mode, size_bytes, limits):
         return None
     return ListedVideo(name, rel_path, path, size_bytes, mtime_ns, (dev, ino),
                        shared_access(uid, gid, mode))

@@ -219,6 +219,13 @@ def _refused(path: str, file_stat: os.stat_result, linked: bool, real_root: str,
     return None
 
 
+def passes_stat_checks(mode: int, size_bytes: int, limits: MediaLimits) -> bool:
+    """Does a file of this stat pass `_refused`'s checks of its kind and size under `limits`
+    (its access is checked by `checked_again`)? What a cold listing refuses, a warm one must
+    not take from a row: its views would differ."""
+    return stat.S_ISREG(mode) and 0 < size_bytes <= limits.max_file_bytes
+
+
 @functools.lru_cache(maxsize=64)
 def shared_access(uid: int, gid: int, mode: int) -> tuple[int, int, int]:
     """One tuple for the files of one owner, group and mode (most of a dataset): 100,000

@@ -22,7 +22,8 @@ from sandfs.fileio import read_checked_json, write_checked_json
 from sandfs.media.probebook import ProbeBook
 from sandfs.media.scan import scan_dataset, start_lazy_scan
 from sandfs.media.synth import make_dataset
-from sandfs.media.types import PERMISSION_DENIED
+from sandfs.media.types import PERMISSION_DENIED, MediaLimits
+from sandfs.media.walk import ScanTooLarge
 from sandfs.plan.identity import dataset_identity
 from tests.helpers.harness import task_config, write_config
 
@@ -36,10 +37,10 @@ def two_videos(tmp_path) -> Path:
     return root
 
 
-def warm_scan(root: Path, index: Path):
+def warm_scan(root: Path, index: Path, limits: MediaLimits | None = None):
     """A lazy scan of `root` with every result read, its thread done."""
     found, thread = start_lazy_scan(root, ["mp4"], stop=threading.Event(), workers=1,
-                                    index_path=index)
+                                    index_path=index, limits=limits)
     found.probes.resolve_all()
     thread.join()
     return found
@@ -220,3 +221,43 @@ def test_an_index_without_the_digest_is_written_again_once_without_probing(
     assert rewritten["listing_digest"] == computed.digest
     assert rewritten["entries"] == document["entries"]
     assert warm().digest == computed.digest
+
+
+def _outcome(found) -> tuple[list[str], list[tuple[str, str]]]:
+    return ([v.rel_path for v in found.listed],
+            sorted({(b.rel_path, b.reason) for b in [*found.bad, *found.probes.bad()]}))
+
+
+def test_a_lowered_file_size_limit_refuses_a_row_as_a_cold_listing_does(tmp_path, two_videos):
+    """max_file_bytes lowered since the index was written (between two mounts): the row of
+    the file now too large is not listed, the walk refuses it by its stat as a cold listing
+    does, and the index's digest (of both files) is not the identity."""
+    index = tmp_path / "index.json"
+    scan_dataset(two_videos, ["mp4"], index_path=index)
+    assert warm_scan(two_videos, index).digest is not None
+    larger = max(two_videos.glob("c/*.mp4"), key=lambda p: p.stat().st_size)
+    small = replace(MediaLimits(), max_file_bytes=larger.stat().st_size - 1)
+    cold = scan_dataset(two_videos, ["mp4"], limits=small)
+    assert [(b.rel_path, b.reason) for b in cold.bad] == [
+        (larger.relative_to(two_videos).as_posix(), "too_large")]
+    warm = warm_scan(two_videos, index, small)
+    assert _outcome(warm) == _outcome(cold)
+    assert warm.digest is None
+    assert warm_scan(two_videos, index, small).digest == dataset_identity(
+        "t", cold.videos).digest  # the index written again without the refused file
+
+
+@pytest.mark.parametrize("limit", ["max_scan_files", "max_frames"])
+def test_other_lowered_limits_apply_to_a_warm_listing(tmp_path, two_videos, limit):
+    """The walk's file count limit refuses a warm listing as a cold one; a probe's limit
+    changed makes the index's results void (each file probed again, refused the same)."""
+    index = tmp_path / "index.json"
+    scan_dataset(two_videos, ["mp4"], index_path=index)
+    small = replace(MediaLimits(), **{limit: 1})
+    if limit == "max_scan_files":
+        with pytest.raises(ScanTooLarge):
+            warm_scan(two_videos, index, small)
+        return
+    warm = warm_scan(two_videos, index, small)
+    assert _outcome(warm) == _outcome(scan_dataset(two_videos, ["mp4"], limits=small))
+    assert {reason for _, reason in _outcome(warm)[1]} == {"too_large"}
