@@ -164,11 +164,25 @@ def checked_again(real_root: str, listed: ListedVideo, limits: MediaLimits
         if isinstance(vetted, BadVideo):
             return vetted.reason, vetted.detail
         return CHANGED, "a symlink in its place since the scan index"
-    why, readable = listed.changed(now), os.access(listed.path, os.R_OK)
-    if why is None and readable:
+    unchanged, readable = listed.changed(now) is None, os.access(listed.path, os.R_OK)
+    if unchanged and readable:
         return None
     return _refused(listed.path, now, False, real_root, limits, lambda: readable) or (
-        CHANGED, why)
+        CHANGED, _how_changed(listed, now))
+
+
+def _how_changed(listed: ListedVideo, now: os.stat_result) -> str:
+    """The stat fields in which the file at `listed.path` differs from its row (source_changed
+    says only that it does): what an operator needs to tell a copy from a touch or a chmod."""
+    was_uid, was_gid, was_mode = listed.access or (None, None, None)
+    fields = (("inode", listed.identity, (now.st_dev, now.st_ino)),
+              ("bytes", listed.size_bytes, now.st_size),
+              ("mtime", listed.mtime_ns, now.st_mtime_ns),
+              ("uid", was_uid, now.st_uid), ("gid", was_gid, now.st_gid),
+              ("mode", was_mode and oct(was_mode), oct(now.st_mode)))
+    changes = [f"{field} {was} -> {new}" for field, was, new in fields
+               if was is not None and was != new]
+    return "changed since the scan index: " + ", ".join(changes)
 
 
 def _check_file(real_root: str, rel_path: str, name: str, file_name: str, dir_fd: int | None,

@@ -141,6 +141,12 @@ def _chmodded(path: Path) -> None:
     path.chmod(0o600)
 
 
+def _replaced(path: Path) -> None:
+    saved = path.with_suffix(".tmp")
+    shutil.copy(path, saved)
+    os.replace(saved, path)
+
+
 def _linked_out(path: Path) -> None:
     outside = path.parent.parent.parent / "outside.mp4"
     shutil.copy(path, outside)
@@ -154,10 +160,12 @@ def _linked_in(path: Path) -> None:
 
 
 @pytest.mark.parametrize(("change", "reason", "detail"), [
-    (lambda p: p.write_bytes(p.read_bytes() + b"\0"), "changed", "changed since the dataset"),
+    (lambda p: p.write_bytes(p.read_bytes() + b"\0"), "changed",
+     "changed since the scan index: bytes {size} -> {grown}, mtime {mtime} -> "),
     (Path.unlink, "open_invalid", "cannot stat"),
     (_emptied, "open_invalid", "empty file"),
-    (_chmodded, "changed", "owner, group or mode changed"),
+    (_chmodded, "changed", "changed since the scan index: mode {mode} -> 0o100600"),
+    (_replaced, "changed", "changed since the scan index: inode ({dev}, {ino}) -> ({dev}, "),
     (_linked_out, "outside_root", "outside the dataset root"),
     (_linked_in, "changed", "a symlink in its place"),
 ])
@@ -174,7 +182,10 @@ def test_a_file_changed_since_the_index_is_found_by_one_stat(tmp_path, two_video
                                     index_path=index)
     thread.join()
     target = two_videos / "c" / "c_000.mp4"
+    was = target.stat()
     change(target)
+    detail = detail.format(size=was.st_size, grown=was.st_size + 1, mtime=was.st_mtime_ns,
+                           mode=oct(was.st_mode), dev=was.st_dev, ino=was.st_ino)
     stats, real_stat = [], os.stat
     monkeypatch.setattr(os, "stat", lambda p, *a, **k: stats.append(p) or real_stat(p, *a, **k))
     result = found.probes.result("c/c_000.mp4")
