@@ -24,6 +24,7 @@ from typing import Any
 
 from sandfs.fileio import read_checked_json, write_checked_json
 from sandfs.media.types import (
+    IDENTITY_VERSION,
     FramePts,
     ListedVideo,
     MediaLimits,
@@ -59,10 +60,10 @@ NO_INDEX: tuple[dict[str, Any], None, None] = ({}, None, None)
 def read_index(index_path: str | os.PathLike[str], limits: MediaLimits
                ) -> tuple[dict[str, Any], int | None, str | None]:
     """(rel_path -> its entry as stored, the dataset root's device number when it was
-    written, the `listing_digest` of its entries): `listed_from` and `parse_entry` read an
-    entry (UNREADABLE for a damaged one), from a sound file of this format, scan version and
-    limits; NO_INDEX otherwise. A lazy scan parses an entry only when it is asked for:
-    100,000 of them took 2.6 s."""
+    written, the `listing_digest` of its entries if of this IDENTITY_VERSION): `listed_from`
+    and `parse_entry` read an entry (UNREADABLE for a damaged one), from a sound file of this
+    format, scan version and limits; NO_INDEX otherwise. A lazy scan parses an entry only
+    when it is asked for: 100,000 of them took 2.6 s."""
     try:
         document = read_checked_json(os.fspath(index_path))
     except FileNotFoundError:
@@ -82,6 +83,8 @@ def read_index(index_path: str | os.PathLike[str], limits: MediaLimits
         if not isinstance(entries, dict):
             raise TypeError("entries are not a mapping")
         device, digest = document.get("root_device"), document.get("listing_digest")
+        if document.get("identity_version") != IDENTITY_VERSION:
+            digest = None  # another definition of the identity: computed, and stored again
         return (entries, device if isinstance(device, int) else None,
                 digest if isinstance(digest, str) else None)
     except UNREADABLE as error:
@@ -147,6 +150,7 @@ def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries:
         "limits": _index_limits(limits),
         "root_device": root_device,
         # the dataset identity of a listing that is these entries (a warm mount's, unchanged)
+        "identity_version": IDENTITY_VERSION,
         "listing_digest": listing_digest((rel_path, entry[1])
                                          for rel_path, entry in document_entries.items()),
         "entries": document_entries,

@@ -260,6 +260,12 @@ class DatasetScan:
     digest: str | None = field(default=None, compare=False)
 
 
+# bump when listing_digest's definition changes: a scan index records the version of the digest
+# it stores, and one of another version is not a listing's identity (the index is written
+# again); tests/unit/test_indexed_identity.py holds a digest of version 1
+IDENTITY_VERSION = 1
+
+
 def listing_digest(files: Iterable[tuple[str, int]]) -> str:
     """SHA-256 (hex) of the sorted (relative path, size in bytes) of a dataset's files: its
     identity's digest (plan/identity.py). JSON keeps paths with newlines or undecodable bytes

@@ -22,7 +22,7 @@ from sandfs.fileio import read_checked_json, write_checked_json
 from sandfs.media.probebook import ProbeBook
 from sandfs.media.scan import scan_dataset, start_lazy_scan
 from sandfs.media.synth import make_dataset
-from sandfs.media.types import PERMISSION_DENIED, MediaLimits
+from sandfs.media.types import IDENTITY_VERSION, PERMISSION_DENIED, MediaLimits
 from sandfs.media.walk import ScanTooLarge
 from sandfs.plan.identity import dataset_identity
 from tests.helpers.harness import task_config, write_config
@@ -214,22 +214,28 @@ def test_a_warm_listing_has_the_identity_its_index_recorded_until_a_size_changes
     assert warm().digest == dataset_identity("t", found.listed).digest  # indexed again
 
 
+@pytest.mark.parametrize("stale", ["no digest", "another identity version"])
 def test_an_index_without_the_digest_is_written_again_once_without_probing(
-        tmp_path, two_videos, caplog):
-    """An index written before it stored its listing's digest: the first warm mount computes
-    the identity and writes the index again from its rows (nothing probed), the next one
-    takes the identity from it."""
+        tmp_path, two_videos, caplog, stale):
+    """An index written before it stored its listing's digest, or one of another definition
+    of the identity: the first warm mount computes the identity and writes the index again
+    from its rows (nothing probed), the next one takes the identity from it."""
     index = tmp_path / "index.json"
     computed = dataset_identity("t", scan_dataset(two_videos, ["mp4"], index_path=index).videos)
     document = read_checked_json(str(index))
-    del document["listing_digest"]
+    if stale == "no digest":
+        del document["listing_digest"], document["identity_version"]
+    else:
+        document["identity_version"] -= 1  # the digest of an older definition
+        document["listing_digest"] = "0" * 64
     write_checked_json(str(index), document)
     warm = functools.partial(warm_scan, two_videos, index)
     with caplog.at_level("INFO", logger="sandfs.media.scan"):
         assert warm().digest is None
     assert "2 usable, 0 bad, 0 probed" in caplog.text
     rewritten = read_checked_json(str(index))
-    assert rewritten["listing_digest"] == computed.digest
+    assert (rewritten["listing_digest"], rewritten["identity_version"]) == (
+        computed.digest, IDENTITY_VERSION)
     assert rewritten["entries"] == document["entries"]
     assert warm().digest == computed.digest
 
