@@ -7,9 +7,10 @@ of tasks with the same data key are the same objects and appear once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
@@ -122,19 +123,23 @@ class WindowPlan:
 def plan_window(plans: Sequence[TaskPlan], window: int,
                 known: Container[ViewKey] = frozenset(), *,
                 lead: Container[str] | None = None,
-                skip: Container[str] = frozenset()) -> WindowPlan:
+                skip: Container[str] = frozenset(),
+                resolved: Mapping[ViewKey, ViewPlan] = MappingProxyType({})) -> WindowPlan:
     """The window's views, readers and each video's clips. Views `known` (in the window a task
     joins, planned already) get their readers only: their clips are planned already. A
     window's *lead* part (`lead`: video paths) holds only the batches with a lead video and
     only the lead videos' clips, all of them in the window (each video is still decoded once
-    a window); its rest (`skip`: the lead videos) holds every batch and the other videos'."""
+    a window); its rest (`skip`: the lead videos) holds every batch and the other videos'.
+    `resolved`: views a part of the window resolved already, used as they are (a batch is
+    resolved once a window, however many parts hold its videos)."""
     with collector_paused():  # its objects live as long as the window: nothing to collect
-        return _plan_window(plans, window, known, lead, skip)
+        return _plan_window(plans, window, known, lead, skip, resolved)
 
 
 def _plan_window(plans: Sequence[TaskPlan], window: int,
                  known: Container[ViewKey] = frozenset(), lead: Container[str] | None = None,
-                 skip: Container[str] = frozenset()) -> WindowPlan:
+                 skip: Container[str] = frozenset(),
+                 resolved: Mapping[ViewKey, ViewPlan] = MappingProxyType({})) -> WindowPlan:
     videos: dict[str, VideoWork] = {}
     views: dict[ViewKey, tuple[TaskPlan, int, int]] = {}
     readers: dict[ViewKey, list[tuple[str, int]]] = {}
@@ -149,7 +154,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                 if key not in views:
                     views[key] = (plan, epoch, iteration)
     frozen = {key: tuple(r) for key, r in readers.items()}
-    drawn = _prepare(views, known)
+    drawn = _prepare(views, _Either(known, resolved))
     failed: dict[ViewKey, FailedView] = {}
     view_plans: dict[ViewKey, ViewPlan] = {}
     for count, (key, (plan, epoch, iteration)) in enumerate(views.items()):
@@ -159,7 +164,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
             continue
         try:
             fault_point("planning", plan.name)
-            view = plan.view_plan(epoch, iteration)
+            view = resolved.get(key) or plan.view_plan(epoch, iteration)
         except (ConditionError, NoUsableVideo) as exc:  # this view fails; the rest goes on
             failed[key] = FailedView(str(exc), frozen.pop(key))
             continue
@@ -181,6 +186,17 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     for key in failed:
         del views[key]
     return WindowPlan(window, videos, views, frozen, failed, view_plans)
+
+
+@dataclass(frozen=True, slots=True)
+class _Either:
+    """Views in either container."""
+
+    first: Container[ViewKey]
+    second: Container[ViewKey]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.first or key in self.second
 
 
 def lead_indices(plan: TaskPlan, lead: Container[str]) -> np.ndarray:

@@ -11,6 +11,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Container, Generator, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from sandfs.materialize import (
 )
 from sandfs.media.decode import converted
 from sandfs.ops import isolated
-from sandfs.plan.task import TaskPlan
+from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.window import (
     ClipUse,
     VideoWork,
@@ -94,11 +95,13 @@ def yield_to_readers() -> None:
 
 def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | None,
                        prune_mode: str, *, lead: Container[str] | None = None,
-                       skip: Container[str] = frozenset()) -> PlannedWindow:
+                       skip: Container[str] = frozenset(),
+                       resolved: Mapping[ViewKey, ViewPlan] = MappingProxyType({})
+                       ) -> PlannedWindow:
     """The window's plan (or its lead part or rest: `plan_window`), what is on disk already,
     what to keep there, and its clips to make as the board takes them. Parts are not pruned:
     their window is, once whole."""
-    plan = plan_window(plans, window, lead=lead, skip=skip)
+    plan = plan_window(plans, window, lead=lead, skip=skip, resolved=resolved)
     on_disk: dict[ViewKey, set[int]] = {}
     frames_on_disk = set()
     pending: dict[str, list[ClipUse]] = {}  # the board's (it replaces them, never extends)
