@@ -72,6 +72,7 @@ class ViewService:
         freezes_windows: bool = False,
         limits: Limits = DEFAULT_LIMITS,
         execution: str = "threads",
+        plan_ahead: int = 64,
     ) -> None:
         self.registry = TaskRegistry(plans, task_texts=task_texts, checkpoint=checkpoint,
                                      task_planner=task_planner, admit=admit, limits=limits)
@@ -87,7 +88,7 @@ class ViewService:
                                    freezes_windows=freezes_windows,
                                    idle_after_s=limits.idle_after_s,
                                    windows_ahead=limits.windows_ahead_of_reads,
-                                   execution=execution)
+                                   execution=execution, plan_ahead=plan_ahead)
         self.store = store
         # None: the store keeps the budget it was opened with, and every clip pruning keeps
         self.store_sizing = store_sizing

@@ -129,6 +129,8 @@ class EngineConfig:
     memory_limit_bytes: int | None = None  # None: what the run needs (default_memory_limit)
     cache_format: str = "auto"  # auto | raw | lz4 | zstd | png (all lossless)
     decode_ahead: int = 3  # later windows whose frames a decode pass keeps on disk for them
+    # batches a reader may come within of its window's last planned one before more is planned
+    plan_ahead: int = 64
     execution: str = "auto"  # auto | threads | processes: where video jobs run (settings.py)
     metrics_port: int | None = None  # serve GET /metrics on 127.0.0.1:PORT (None: no server)
     limits: tuple[tuple[str, int], ...] = ()  # (name, value) of config/limits.py's Limits

@@ -38,6 +38,7 @@ ENGINE_FIELDS = {
     "memory_limit": "memory_limit_bytes",
     "cache_format": "cache_format",
     "decode_ahead": "decode_ahead",
+    "plan_ahead": "plan_ahead",
     "execution": "execution",
     "metrics_port": "metrics_port",
     "limits": "limits",
@@ -55,7 +56,7 @@ CLI_FLAGS = {
     "execution": "--execution",
     "metrics_port": "--metrics-port",
 }
-INTEGER_MINIMUMS = {"k_epochs": 1, "workers": 1, "decode_ahead": 0}
+INTEGER_MINIMUMS = {"k_epochs": 1, "workers": 1, "decode_ahead": 0, "plan_ahead": 1}
 PORTS = (1, 65535)
 CACHE_FORMATS = ("auto", "raw", "lz4", "zstd", "png")
 EXECUTION_MODES = ("threads", "processes")  # where video jobs run (sandfs.execution)
@@ -107,6 +108,7 @@ class MountSettings:
     scan_pace: ScanPace = DEFAULT_PACE  # the background scan's (config/scan.py)
     execution: str = "threads"  # EXECUTION_MODES: where video jobs run (`auto` resolved)
     execution_setting: str = "threads"  # as given (EXECUTIONS)
+    plan_ahead: int = 64  # batches (docs/config.md)
 
     @property
     def on_demand_memory_bytes(self) -> int:
@@ -141,6 +143,7 @@ def mount_settings(
         workers=workers,
         k_epochs=engine.k_epochs,
         decode_ahead=engine.decode_ahead,
+        plan_ahead=engine.plan_ahead,
         memory_limit_bytes=engine.memory_limit_bytes or default_memory_limit(configs, workers),
         storage_budget_bytes=engine.storage_budget_bytes or default_storage_budget(cache_dir),
         storage_budget_given=engine.storage_budget_bytes is not None,
@@ -286,6 +289,7 @@ def read_engine_section(value: Value | None, base_dir: str
         "cache_format": partial(fields.choice, choices=CACHE_FORMATS),
         "execution": partial(fields.choice, choices=EXECUTIONS),
         "decode_ahead": partial(fields.integer, minimum=INTEGER_MINIMUMS["decode_ahead"]),
+        "plan_ahead": partial(fields.integer, minimum=INTEGER_MINIMUMS["plan_ahead"]),
         "metrics_port": partial(fields.integer, minimum=PORTS[0], maximum=PORTS[1]),
         "limits": read_limits_section,
         "scan": read_scan_section,

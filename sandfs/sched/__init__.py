@@ -27,10 +27,11 @@ and `_finish`; `memory` and `admission` get a read-only view of it. (4) `will_pa
 `reads.ReaderSide` is the scheduler's own (its base class): what readers tell it and ask.
 `memory.MemoryLedger`, `admission.Admission` and `choosing.JobChooser` own no state: they
 derive what a job may take, and which job runs next, from the board, the carry book and the
-running jobs. `parts.next_part` owns no state either: it picks a window's next part from the
-book's plans. `work` runs in worker threads on frozen records (`jobs`) and touches none of
-it; with `engine: execution: processes` a video job's `work` runs in a worker process
-(`sandfs.execution`), whose daemon thread only relays.
+running jobs. `parts.WindowParts` is the planner's own record of a window planned in parts
+(its videos planned, each task's frontier); it reads the book's plans and positions. `work`
+runs in worker threads on frozen records (`jobs`) and touches none of it; with `engine:
+execution: processes` a video job's `work` runs in a worker process (`sandfs.execution`),
+whose daemon thread only relays.
 
 A window's pending clips are, for each video with none on disk, the very list of its `uses`
 (`WindowBook`'s): each owner replaces a list it changes, never changes one in place.

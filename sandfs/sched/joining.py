@@ -54,25 +54,20 @@ class TaskJoins:
     async def _join(self, plan: TaskPlan, *, later: bool = False) -> None:
         """`add_plan`'s work; `later`: the task is in `joining_later` until it joins, and
         never joins once removed from there."""
-        self._joins_waiting += 1  # the windows in parts are planned whole from the next on
-        try:
-            while True:
-                while self.book.rest_pending:  # a rest is planned with its lead part's tasks
-                    if later and self.joining_later.get(plan.name) is not plan:
-                        return  # removed while it waited
-                    self.wake()
-                    await self.window_added.wait()
-                async with self.tasks_steady:
-                    if later and self.joining_later.get(plan.name) is not plan:
-                        return
-                    if self.book.rest_pending:
-                        continue
-                    self.carry.forget(self.book.future)
-                    self.book.add_task(plan)
-                    self.joining_later.pop(plan.name, None)
-                    break
-        finally:
-            self._joins_waiting -= 1
+        while True:
+            while self.book.rest_pending:  # a rest is planned with its lead part's tasks
+                if later and self.joining_later.get(plan.name) is not plan:
+                    return  # removed while it waited
+                await self.window_added.wait()
+            async with self.tasks_steady:
+                if later and self.joining_later.get(plan.name) is not plan:
+                    return
+                if self.book.rest_pending:
+                    continue
+                self.carry.forget(self.book.future)
+                self.book.add_task(plan)
+                self.joining_later.pop(plan.name, None)
+                break
         self._note_window_added()  # a reader waiting on the task set looks again
         start = self.book.window_of_task(plan.name, 0)
         windows = sorted(self.book.windows, key=lambda w: (w != start, w))

@@ -1,13 +1,13 @@
-"""Which videos of a window planned in parts come next (docs/contract.md#lazy-scan).
+"""Which videos of a window planned in parts come next (docs/design.md#planning-ahead).
 
 A large window where a task stands is planned in parts that follow its readers: its lead part
-(the videos of each task's next batches), then the unplanned videos of the batches read next,
-as many as the window holds planned already, then the rest once that is half of what is left.
-Each video comes with all its clips in the window (one pass a video a window), so a part waits
-for its videos' probes and those of the batches they share in the window's other epochs; a
-cold mount's reader of batch N waits for the parts up to N's, not for the whole scan. The
-parts double: planning a part scans the window's batches, so N parts of one size would scan
-them N times. Pure: the planner calls it in its planning thread, the tasks steady.
+(the videos of each task's next batches), then, whenever a reader comes within `ahead` batches
+of the first batch not wholly planned, the unplanned videos of the `batches` batches from
+there; while the machine would otherwise idle, the same from the window's first batch not
+wholly planned (`sweep`), so the window is whole before its readers leave it; the last few
+(at most two parts' worth) at once, as its rest. Each video comes with all its clips in the
+window (one pass a video a window). A part costs its own batches: where each task's readers
+and sweep got to is kept (`WindowParts`), and only grows, as the planned videos do.
 """
 
 from __future__ import annotations
@@ -16,26 +16,68 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from sandfs.plan.task import TaskPlan
 
+REST = frozenset[str]()  # `WindowParts.next`: plan the window's rest, at once
 
-def next_part(plans: Sequence[TaskPlan], positions: Mapping[str, int], window: int,
-              planned: frozenset[str], least: int) -> frozenset[str] | None:
-    """The videos of the window's next part (`least` at the fewest), from where each task
-    stands (`positions`: batches read); None: plan the rest."""
-    plans = [p for p in plans if p.window_epochs(window)]
-    want = max(len(planned), least)
-    if 2 * want >= sum(len(p.listed) for p in plans) - len(planned):
-        return None
-    part: set[str] = set()
-    for plan in plans:
-        index = positions[plan.name]
-        end = plan.window_epochs(window).stop * plan.iterations_per_epoch
-        while index < end and len(part) < want:
-            epoch, iteration = divmod(index, plan.iterations_per_epoch)
-            if plan.window_of(epoch) == window:
-                part |= {path for i in plan.batch_slots(epoch, iteration)
-                         if (path := plan.listed[i].path) not in planned}
+
+class WindowParts:
+    """The planner's record of a window planned in parts: the videos planned, and for each
+    task how far from its reader (`reach`) and from the window's start (`swept`) every batch
+    is planned. Changed on the trio thread only, between parts."""
+
+    def __init__(self, window: int, planned: Iterable[str]) -> None:
+        self.window = window
+        self.planned = set(planned)
+        self.reach: dict[str, int] = {}
+        self.swept: dict[str, int] = {}
+
+    def add(self, videos: Iterable[str]) -> None:
+        self.planned.update(videos)
+
+    def next(self, plans: Sequence[TaskPlan], positions: Mapping[str, int], *, ahead: int,
+             batches: int, idle: bool) -> frozenset[str] | None:
+        """The videos of the next part (`REST`: the rest; None: none is due): a reader within
+        `ahead` batches of its planned frontier, or else, when `idle`, the window's first
+        batches not planned."""
+        plans = [p for p in plans if p.window_epochs(self.window)]
+        due = [(p, self._frontier(p, positions[p.name], self.reach)) for p in plans
+               if self._stands_in(p, positions[p.name])]
+        due = [(p, at) for p, at in due if at < self._end(p) and at - positions[p.name] < ahead]
+        if not due and idle:
+            due = [(p, self._frontier(p, self._start(p), self.swept)) for p in plans]
+            due = [(p, at) for p, at in due if at < self._end(p)]
+        if not due:
+            return None
+        most = batches * max(p.sampling.videos_per_batch for p in plans)
+        if 2 * most >= sum(len(p.listed) for p in plans) - len(self.planned):
+            return REST
+        part: set[str] = set()
+        for plan, at in due:
+            for index in range(at, min(at + batches, self._end(plan))):
+                part |= self._unplanned(plan, index)
+        return frozenset(part) or None
+
+    def _frontier(self, plan: TaskPlan, index: int, marks: dict[str, int]) -> int:
+        """The first batch from `index` on (past those `marks` says are planned) holding a
+        video not planned; `marks` moves there."""
+        index, end = max(index, marks.get(plan.name, index)), self._end(plan)
+        while index < end and not self._unplanned(plan, index):
             index += 1
-    return frozenset(part) or None
+        marks[plan.name] = index
+        return index
+
+    def _unplanned(self, plan: TaskPlan, index: int) -> set[str]:
+        epoch, iteration = divmod(index, plan.iterations_per_epoch)
+        return {path for i in plan.batch_slots(epoch, iteration)
+                if (path := plan.listed[i].path) not in self.planned}
+
+    def _stands_in(self, plan: TaskPlan, position: int) -> bool:
+        return self._start(plan) <= position < self._end(plan)
+
+    def _start(self, plan: TaskPlan) -> int:
+        return plan.window_epochs(self.window).start * plan.iterations_per_epoch
+
+    def _end(self, plan: TaskPlan) -> int:
+        return plan.window_epochs(self.window).stop * plan.iterations_per_epoch
 
 
 def lead_part(plans: Iterable[TaskPlan], positions: Mapping[str, int], window: int,

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Container, Iterable
+from types import MappingProxyType
 from typing import TypeVar
 
 import trio
@@ -37,7 +38,7 @@ from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import VideoJobKey
 from sandfs.sched.joining import TaskJoins
-from sandfs.sched.parts import lead_part, next_part
+from sandfs.sched.parts import REST, WindowParts, lead_part
 from sandfs.sched.pruning import window_pruned
 from sandfs.sched.windows import WindowBook
 from sandfs.threads import limiter
@@ -51,9 +52,11 @@ T = TypeVar("T")
 FIRST_BATCHES_FIRST_S = 0.1
 FIRST_BATCHES_VIDEO_SHARE = 8
 # A window where a task stands with this many clips or more (about 0.15 s to plan) is planned in
-# parts: the videos of each such task's next LEAD_BATCHES batches, then more (`_next_part`).
+# parts: the videos of each such task's next LEAD_BATCHES batches, then PART_BATCHES batches'
+# at a time (`_due_part`).
 LEAD_CLIPS = 4_000
 LEAD_BATCHES = 4
+PART_BATCHES = 16
 
 
 class WindowPlanner(TaskJoins):
@@ -62,20 +65,24 @@ class WindowPlanner(TaskJoins):
                  wake: Callable[[], None],
                  on_window_planned: Callable[[], None] | None = None,
                  while_planning: Callable[[], Awaitable[None]] | None = None,
-                 freezes_windows: bool = False) -> None:
+                 freezes_windows: bool = False, plan_ahead: int = 64,
+                 idle: Callable[[], bool] = lambda: True) -> None:
         self.book, self.board, self.carry, self.failures = book, board, carry, failures
         self.store, self.prune_mode = store, prune_mode
         self.wake = wake  # the scheduler's: something to dispatch
         self.on_window_planned = on_window_planned
         self.while_planning = while_planning  # run beside each planning thread, then cancelled
         self.freezes_windows = freezes_windows  # Scheduler's
+        # batches a reader may come within of its window's planned frontier before the next
+        # part is planned; `idle`: whether the workers would otherwise idle (the scheduler's)
+        self.plan_ahead, self.idle = plan_ahead, idle
+        self._parts: dict[int, WindowParts] = {}  # the windows in `book.rest_pending`
         self.anticipated: dict[str, ViewKey] = {}  # a task's next batch, before its reader came
         self.window_added = trio.Event()  # set (and replaced) each time a window is planned
         self.nursery: trio.Nursery | None = None  # the scheduler's, once it runs
         self._readers_came: set[str] = set()
         self._first_batches: set[ViewKey] = set()  # made before the next window is planned
         self._lead_views: dict[str, frozenset[ViewKey]] = {}  # a joining task's lead part's
-        self._joins_waiting = 0  # tasks waiting to join until no window is planned in parts
         self.joining_later: dict[str, TaskPlan] = {}  # registered, in the book once it joins
         self._pruning = trio.CapacityLimiter(1)  # one window's Algorithm 1 at a time
         self._planning = 0  # windows and parts being planned in threads now
@@ -117,16 +124,21 @@ class WindowPlanner(TaskJoins):
             started = trio.current_time()
             async with self.tasks_steady:
                 if window in self.book.rest_pending:
-                    planned = await self._plan_rest(window)
+                    part = self._due_part(window)
+                    if part is None:  # no reader near its frontier, and the workers busy
+                        return set()
+                    planned = await self._plan_rest(window, part)
                     if window in self.book.rest_pending:  # a part: its jobs start, then more
                         self.wake()
                         return set()
                 else:
                     lead = self._lead_videos(window)
                     planned = await self._plan_in_thread(self.plan_active, window, lead)
-                    self._add_window(planned)
                     if lead is not None:
                         self.book.rest_pending.add(window)
+                        self._parts[window] = WindowParts(window, lead)
+                    self._add_window(planned)
+                    if lead is not None:
                         self._first_batches = self._waited_batches(planned.plan)
                         continue
             if planned is not None:
@@ -170,12 +182,14 @@ class WindowPlanner(TaskJoins):
             if not self._planning:
                 self._quiet.set()
 
-    def plan_active(self, window: int, lead: frozenset[str] | None = None,
-                    skip: frozenset[str] = frozenset()) -> work.PlannedWindow:
-        """In a thread: the window's plan (or its lead part, or rest), what is on disk, and
-        what to keep there."""
+    def plan_active(self, window: int, lead: Container[str] | None = None,
+                    skip: Container[str] = frozenset()) -> work.PlannedWindow:
+        """In a thread: the window's plan (or its lead part, a next part, or its rest), what
+        is on disk, and what to keep there. A part uses the batches its window resolved."""
+        resolved = self.book.windows[window].view_plans if skip else MappingProxyType({})
         planned = work.plan_active_window(self.book.planned_plans(window), window, self.store,
-                                          self.prune_mode, lead=lead, skip=skip)
+                                          self.prune_mode, lead=lead, skip=skip,
+                                          resolved=resolved)
         if self.on_window_planned is not None:
             try:
                 self.on_window_planned()
@@ -208,40 +222,35 @@ class WindowPlanner(TaskJoins):
         plans = self.book.plans.values() if tasks is None else tasks
         return lead_part(plans, self.book.positions, window, LEAD_CLIPS, LEAD_BATCHES)
 
-    def _plan_next_part(self, window: int, planned: frozenset[str]
-                        ) -> tuple[frozenset[str] | None, work.PlannedWindow]:
-        """In a thread (the tasks steady): the window's next part, or rest, and its plan."""
-        part = self._next_part(window, planned)
-        return part, self.plan_active(window, part, planned)
-
-    def _next_part(self, window: int, planned: frozenset[str]) -> frozenset[str] | None:
-        """`parts.next_part`; a task waiting to join has the rest planned at once (it waits
-        for the rest)."""
-        if self._joins_waiting:
-            return None
-        plans = self.book.planned_plans(window)  # those the window is planned for
-        least = LEAD_BATCHES * max((p.sampling.videos_per_batch for p in plans), default=1)
-        return next_part(plans, self.book.positions, window, planned, least)
+    def _due_part(self, window: int) -> frozenset[str] | None:
+        """`WindowParts.next` of a window planned in parts (`parts.REST`: its rest; None: no
+        part is due): a reader within `plan_ahead` batches of its frontier, or workers that
+        would otherwise idle. Walks its few batches past the frontier, on the trio thread."""
+        return self._parts[window].next(
+            self.book.planned_plans(window), self.book.positions, ahead=self.plan_ahead,
+            batches=PART_BATCHES, idle=self.idle())
 
     def _waited_batches(self, plan: WindowPlan) -> set[ViewKey]:
         """The plan's batches readers wait for (or are anticipated at), not made yet: a lead
         part's are made before its rest is planned."""
         return {k for k in self.board.demanded if k in plan.views and k in self.board.views}
 
-    async def _plan_rest(self, window: int) -> work.PlannedWindow | None:
-        """The next part of a window planned in parts (`_next_part`), or its rest: their
-        batches and videos, merged in. A task joining or leaving meanwhile changes what the
-        rest holds: the window is then planned again whole (None)."""
-        tasks = set(self.book.plans)
-        part, planned = await self._plan_in_thread(
-            self._plan_next_part, window, frozenset(self.book.windows[window].videos))
-        if part is None or window not in self.book.windows or set(self.book.plans) != tasks:
+    async def _plan_rest(self, window: int, part: frozenset[str]) -> work.PlannedWindow | None:
+        """The next part of a window planned in parts (`_due_part`), or its rest (`REST`):
+        their batches and videos, merged in. A task joining or leaving meanwhile changes what
+        the rest holds: the window is then planned again whole (None)."""
+        tasks, parts = set(self.book.plans), self._parts[window]
+        planned = await self._plan_in_thread(self.plan_active, window,
+                                             None if part is REST else part, parts.planned)
+        if part is REST or window not in self.book.windows or set(self.book.plans) != tasks:
             self.book.rest_pending.discard(window)
+            self._parts.pop(window, None)
         if window not in self.book.windows or set(self.book.plans) != tasks:
             if window in self.book.windows:
                 self._drop_window(window)
             self._note_window_added()
             return None
+        parts.add(part)
         self._add_window(planned)
         return planned
 
@@ -347,6 +356,7 @@ class WindowPlanner(TaskJoins):
 
     def _drop_window(self, window: int) -> None:
         self.book.rest_pending.discard(window)
+        self._parts.pop(window, None)
         plan = self.book.drop_window(window)
         self.carry.forget({window})
         self.board.drop_window(window, plan.views)

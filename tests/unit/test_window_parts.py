@@ -86,71 +86,128 @@ async def test_a_reader_past_the_first_batches_waits_for_its_part_not_the_window
         nursery.cancel_scope.cancel()
 
 
-async def test_parts_double_and_decode_each_video_once_a_window(tmp_path, monkeypatch):
-    """Each part holds as many new videos as the window holds already (the scans of the
-    window's batches stay few), each video with all its clips: one pass a video a window.
-    Parts are chosen in the planning thread."""
+def parts_recorded(scheduler) -> list[tuple[str, int]]:
+    """Each part planned after the lead part, as (kind, videos): "part" or "rest"."""
+    parts, planned = [], scheduler.planner.plan_active
+
+    def planning(window, lead=None, skip=frozenset()):
+        if skip:
+            parts.append(("rest" if lead is None else "part", len(lead or ())))
+        return planned(window, lead, skip)
+
+    scheduler.planner.plan_active = planning
+    return parts
+
+
+def workers_busy(scheduler) -> None:
+    """The workers never idle: parts are planned only as readers near their frontier."""
+    scheduler.planner.idle = lambda: False
+
+
+def paced(tmp_path, monkeypatch, *, plan_ahead: int):
+    """A window of 160 videos in parts of one batch's videos, planned only as readers come
+    within `plan_ahead` batches of their frontier; (plan, scheduler, `parts_recorded`)."""
     in_parts(monkeypatch)
+    monkeypatch.setattr(planning_module, "PART_BATCHES", 1)
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
+    workers_busy(scheduler)
+    scheduler.planner.plan_ahead = plan_ahead
+    return plan, scheduler, parts_recorded(scheduler)
+
+
+async def test_parts_are_bounded_and_decode_each_video_once_a_window(tmp_path, monkeypatch):
+    """Parts that doubled planned window 0 of 250,000 videos (1.25M clips) in the first
+    minute, beside the readers' first batches. Each part holds the videos of PART_BATCHES
+    batches at most, each video with all its clips: one pass a video a window."""
+    in_parts(monkeypatch)
+    monkeypatch.setattr(planning_module, "PART_BATCHES", 2)
     plan, scheduler, materializer = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
     events = []
     recording_windows(scheduler, materializer, events)
-    sizes = []
-    next_part = scheduler.planner._next_part
-
-    def recorded(window, planned):
-        assert threading.get_ident() != loop_thread  # it walks the window's batches
-        part = next_part(window, planned)
-        sizes.append((len(planned), None if part is None else len(part)))
-        return part
-
-    loop_thread = threading.get_ident()
-
-    scheduler.planner._next_part = recorded
+    parts = parts_recorded(scheduler)
     await read_all(plan, scheduler)
-    per_batch = plan.sampling.videos_per_batch  # the lead part: one batch's videos
-    assert [s[0] for s in sizes] == [per_batch << i for i in range(len(sizes))], sizes
-    assert len(sizes) >= 4 and sizes[-1][1] is None, sizes
-    assert all(new == planned for planned, new in sizes[:-1]), sizes
+    most = 2 * plan.sampling.videos_per_batch
+    assert len(parts) >= 4 and parts[-1][0] == "rest", parts
+    assert all(0 < size <= most for kind, size in parts[:-1] if kind == "part"), parts
     decoded = Counter(name for kind, name, *_ in events if kind == "decode")
     assert decoded == {v.name: 1 for v in plan.videos}  # k = 2 epochs: one window
 
 
-async def test_a_task_joining_meanwhile_has_the_rest_planned_at_once(tmp_path, monkeypatch):
-    """A task joins the windows once none is planned in parts (the rest is planned with the
-    tasks the window's lead part had); its registration does not wait for that. From the
-    moment it waits, the window's rest is planned in one go: the doubling parts would keep
-    it out of the windows longer."""
-    in_parts(monkeypatch)
-    plan, scheduler, _ = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
-    in_part, joining = threading.Event(), threading.Event()
-    kinds, planned = [], scheduler.planner.plan_active
-
-    def planning(window, lead=None, skip=frozenset()):
-        kinds.append("rest" if lead is None and skip else "part" if skip else "whole/lead")
-        if kinds[-1] == "part":
-            in_part.set()
-            joining.wait(10)  # the task comes while the first part after the lead is planned
-        return planned(window, lead, skip)
-
-    scheduler.planner.plan_active = planning
+async def test_the_rest_waits_while_readers_are_far_from_the_frontier(tmp_path, monkeypatch):
+    """With the workers busy, a window's next part is planned only once a reader comes within
+    `plan_ahead` batches of the batches planned: reading the first batches plans no more of
+    the window than they need; reading on plans more."""
+    plan, scheduler, parts = paced(tmp_path, monkeypatch, plan_ahead=2)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
-        joined = trio.Event()
-
-        async def join():
-            await scheduler.add_plan(joining_task(tmp_path, plan))
-            joined.set()
-
-        await trio.to_thread.run_sync(in_part.wait, 10)
-        nursery.start_soon(join)
-        await trio.testing.wait_all_tasks_blocked()
-        assert scheduler.planner._joins_waiting == 1
-        joining.set()
-        with trio.fail_after(10):
-            await joined.wait()
-            await until(lambda: "later" in scheduler.book.plans)
-        assert kinds[:3] == ["whole/lead", "part", "rest"], kinds
+        for iteration in range(3):
+            key = view_key(plan, 0, iteration)
+            scheduler.opened(plan.name, 0, iteration)
+            with trio.fail_after(10):
+                assert await scheduler.wait_view(key, plan.name) is not None
         await settle(scheduler)
+        assert scheduler.book.rest_pending == {0}
+        planned = len(scheduler.book.windows[0].videos)
+        assert planned <= 6 * plan.sampling.videos_per_batch < len(plan.videos), planned
+        assert parts and all(kind == "part" for kind, _ in parts), parts
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_rest_is_planned_while_the_workers_idle(tmp_path, monkeypatch):
+    """No reader past the first batch: workers that would idle plan the window on, part by
+    part from its start, until it is whole (the next window and pruning need it)."""
+    in_parts(monkeypatch)
+    monkeypatch.setattr(planning_module, "PART_BATCHES", 2)
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
+    scheduler.planner.plan_ahead = 1
+    parts = parts_recorded(scheduler)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.opened(plan.name, 0, 0)
+        with trio.fail_after(10):
+            assert await scheduler.wait_view(view_key(plan, 0, 0), plan.name) is not None
+            await until(lambda: not scheduler.book.rest_pending)
+        assert len(parts) >= 3 and parts[-1][0] == "rest", parts
+        assert len(scheduler.book.windows[0].videos) == len(plan.videos)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_reader_jumping_past_the_frontier_is_served(tmp_path, monkeypatch):
+    """A reader that jumps to the window's last batch, far past the parts planned, has its
+    batch's part planned from where it stands, and its bytes are the window's planned whole."""
+    (tmp_path / "whole").mkdir()
+    plan, scheduler, _ = scheduler_for(tmp_path / "whole", videos=160, epochs=2, workers=2)
+    whole = await read_all(plan, scheduler)
+    in_parts(monkeypatch)
+    monkeypatch.setattr(planning_module, "PART_BATCHES", 1)
+    (tmp_path / "parts").mkdir()
+    plan, scheduler, _ = scheduler_for(tmp_path / "parts", videos=160, epochs=2, workers=2)
+    workers_busy(scheduler)
+    scheduler.planner.plan_ahead = 1
+    last = plan.iterations_per_epoch - 1
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.opened(plan.name, 1, last)
+        with trio.fail_after(10):
+            got = await scheduler.wait_view(view_key(plan, 1, last), plan.name)
+        assert scheduler.book.rest_pending == {0}
+        nursery.cancel_scope.cancel()
+    assert got is not None and bytes(got) == whole[1, last]
+
+
+async def test_a_task_joining_meanwhile_leaves_the_rest_to_the_readers(tmp_path, monkeypatch):
+    """A task registered while a window is planned in parts joins once it is whole, and its
+    registration does not wait for that; nor does it make the planner plan the window's rest
+    at once (at 250,000 videos that held a joining task's first batch 3.7 s)."""
+    plan, scheduler, parts = paced(tmp_path, monkeypatch, plan_ahead=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(10):
+            await until(lambda: scheduler.book.rest_pending == {0})
+            await scheduler.add_plan(joining_task(tmp_path, plan))
+        await settle(scheduler)
+        assert "later" in scheduler.planner.joining_later
+        assert scheduler.book.rest_pending == {0} and ("rest", 0) not in parts, parts
         nursery.cancel_scope.cancel()
 
 

@@ -56,7 +56,7 @@ def test_merge_engines_first_wins_with_warnings_and_cli_overrides():
         check_paths=False,
         text=_with_engine(
             "b", "  cache_dir: /c2\n  storage_budget: 1024M\n  workers: 3\n  k_epochs: ~\n"
-            "  decode_ahead: 0\n"
+            "  decode_ahead: 0\n  plan_ahead: 8\n"
         ),
     )
     engine, warnings = merge_engines([first, second], {})
@@ -65,6 +65,7 @@ def test_merge_engines_first_wins_with_warnings_and_cli_overrides():
     assert engine.workers == 3
     assert engine.k_epochs == 5
     assert engine.decode_ahead == 0
+    assert engine.plan_ahead == 8
     assert len(warnings) == 1
     assert "engine.cache_dir" in warnings[0]
     assert "a.yaml" in warnings[0]
@@ -91,6 +92,8 @@ def test_merge_engines_first_wins_with_warnings_and_cli_overrides():
         merge_engines([first], {"workers": 0})
     with pytest.raises(ValueError, match="decode_ahead: expected an integer >= 0"):
         merge_engines([first], {"decode_ahead": -1})
+    with pytest.raises(ValueError, match="plan_ahead: expected an integer >= 1"):
+        merge_engines([first], {"plan_ahead": 0})
     with pytest.raises(ValueError, match="unknown engine setting"):
         merge_engines([first], {"budget": "1G"})
 
