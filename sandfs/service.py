@@ -127,8 +127,8 @@ class ViewService:
         return {name: (p.epoch, p.iteration) for name, p in positions.items()}
 
     def position(self, task: str) -> Position:
-        """Where the task stands; a task registered and still joining (its planner waits for
-        a window planned in parts) stands at its start."""
+        """Where the task stands; a task registered and not in the scheduler's book yet (its
+        `add_plan` waits while a window's part is planned) stands at its start."""
         if task not in self.scheduler.book.plans:
             return Position(0, 0)
         return self.scheduler.position(task)

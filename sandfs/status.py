@@ -46,6 +46,7 @@ class SchedulerStatus:
     pending_jobs: int  # video jobs with clips not made yet
     memory_bytes: int
     memory_limit_bytes: int
+    windows_in_parts: tuple[int, ...] = ()  # active windows not planned whole yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +205,8 @@ class MountStatus:
                           "views_planned": sched.views_planned,
                           "evicted_unread": sched.evicted_unread,
                           "rebuilt_from_disk": sched.rebuilt_from_disk,
-                          "clips_recomputed": counters["clips_recomputed"]},
+                          "clips_recomputed": counters["clips_recomputed"],
+                          "windows_in_parts": list(sched.windows_in_parts or ())},
             "frames_from_disk": counters["frames_from_disk"],
             "frames_carried": counters["frames_carried"],
             "clips_made_ahead": counters["clips_made_ahead"],

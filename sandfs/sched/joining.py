@@ -6,6 +6,8 @@ own."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Container
+from dataclasses import dataclass
 
 import trio
 
@@ -13,6 +15,7 @@ from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import ViewKey, WindowPlan
 from sandfs.runtime import thaw_collector
 from sandfs.sched import work
+from sandfs.sched.parts import WindowParts
 from sandfs.sched.windows import ViewOf
 
 log = logging.getLogger(__name__)
@@ -25,49 +28,15 @@ class TaskJoins:
 
     async def add_plan(self, plan: TaskPlan) -> None:
         """Plan a new task into the active windows (and the windows to come), the window it
-        starts in first. When that took long (`_first_batches_first`) it returns then: the
-        other windows get their part once the task's first batch is made, and a reader that
-        gets there sooner waits for it (`window_planned`). While a window is planned in parts
-        it returns at once: the task's views are made on demand (the same bytes) until that
-        window is whole, then it joins (`_join_later`): a task joining a mount of 250,000
-        videos waited 689 s for the rest of the window."""
-        if self.book.rest_pending:
-            self.joining_later[plan.name] = plan
-            self.nursery.start_soon(self._join_later, plan)
-            return
-        await self._join(plan)
-
-    async def _join_later(self, plan: TaskPlan) -> None:
-        """`add_plan` once no window is planned in parts; a failure leaves the task's views
-        made on demand, and a task removed meanwhile never joins."""
-        try:
-            await self._join(plan, later=True)
-        except Exception:
-            if self.joining_later.get(plan.name) is plan:
-                log.exception("task %s: planning it into the windows failed; its views are "
-                              "made on demand", plan.name)
-        finally:
-            if self.joining_later.get(plan.name) is plan:
-                del self.joining_later[plan.name]
-            self.wake()
-
-    async def _join(self, plan: TaskPlan, *, later: bool = False) -> None:
-        """`add_plan`'s work; `later`: the task is in `joining_later` until it joins, and
-        never joins once removed from there."""
-        while True:
-            while self.book.rest_pending:  # a rest is planned with its lead part's tasks
-                if later and self.joining_later.get(plan.name) is not plan:
-                    return  # removed while it waited
-                await self.window_added.wait()
-            async with self.tasks_steady:
-                if later and self.joining_later.get(plan.name) is not plan:
-                    return
-                if self.book.rest_pending:
-                    continue
-                self.carry.forget(self.book.future)
-                self.book.add_task(plan)
-                self.joining_later.pop(plan.name, None)
-                break
+        starts in first: the videos of its first batches (`_lead_videos`) when its part of it
+        is large. When that took long (`_first_batches_first`) it returns then: the other
+        windows get their part once the task's first batch is made, and a reader that gets
+        there sooner waits for it (`window_planned`). In a window planned in parts the task's
+        part is planned in parts too, as its readers come (`_join_parts`): a task joining a
+        mount of 250,000 videos waited 3.7 s for the rest of the window planned at once."""
+        async with self.tasks_steady:
+            self.carry.forget(self.book.future)
+            self.book.add_task(plan)
         self._note_window_added()  # a reader waiting on the task set looks again
         start = self.book.window_of_task(plan.name, 0)
         windows = sorted(self.book.windows, key=lambda w: (w != start, w))
@@ -75,9 +44,15 @@ class TaskJoins:
             return
         lead = self._lead_videos(windows[0], [plan])
         first = await self._add_part(plan, windows[0], lead=lead)
-        later_parts: list[tuple[int, frozenset[str]]] = [(w, frozenset()) for w in windows[1:]]
-        if lead is not None and self._still_joining(plan, windows[0]):
-            later_parts.insert(0, (windows[0], lead))  # the rest of its part of that window
+        later_parts: list[tuple[int, frozenset[str]]] = []
+        for window in windows:
+            if (window == windows[0] and lead is None) or not self._still_joining(plan, window):
+                continue  # planned whole, or dropped meanwhile
+            done = lead if window == windows[0] else frozenset()
+            if window in self.book.rest_pending:
+                self._join_parts(plan, window, done)
+            else:
+                later_parts.append((window, done))  # the rest of its part of that window
         if first and later_parts:
             self.book.parts_pending[plan.name] = {window for window, _ in later_parts}
             self.nursery.start_soon(self._add_later_parts, plan, later_parts, first)
@@ -85,28 +60,36 @@ class TaskJoins:
             for window, skip in later_parts:
                 await self._add_part(plan, window, skip=skip)
 
+    def _join_parts(self, plan: TaskPlan, window: int, planned: frozenset[str]) -> None:
+        """The task's part of a window planned in parts is planned in parts of its own, as
+        the window's are (`WindowPlanner._due_part`)."""
+        self._joiner_parts.setdefault(window, {})[plan.name] = WindowParts(
+            window, planned, [plan.name])
+        self.wake()
+
     async def _add_part(self, plan: TaskPlan, window: int, *,
                         lead: frozenset[str] | None = None,
-                        skip: frozenset[str] = frozenset()) -> set[ViewKey]:
-        """The task's part of an active window (or its lead part, or the rest of it: `lead`,
-        `skip` as `plan_window`'s); the batches to make before planning more. The views the
-        window holds already (a search's trials share theirs) get readers only; should one of
-        them be released meanwhile, the part is planned again in full."""
+                        skip: Container[str] = frozenset()) -> set[ViewKey]:
+        """The task's part of an active window (or its lead part, a next part, or the rest of
+        it: `lead`, `skip` as `plan_window`'s); the batches to make before planning more. The
+        views the window holds already (a search's trials share theirs) get readers only;
+        should one of them be released meanwhile, the part is planned again in full."""
         if not self._still_joining(plan, window):  # dropped while earlier parts were planned
             return set()
         started = trio.current_time()
-        own = self._lead_views.pop(plan.name, frozenset()) if skip else frozenset()
-        known = frozenset(self.book.windows[window].views) - own
-        part, on_disk = await self._plan_part(plan, window, known, lead, skip)
+        own = self._own_views.setdefault((plan.name, window), set())
+        base = self.book.windows[window]
+        part, on_disk = await self._plan_part(plan, window, _Known(base.views, own), lead, skip)
         if part is None:
             return set()
-        if not known.intersection(part.views) <= self.book.windows[window].views.keys():
+        if any(k not in base.views for k in part.views if k not in part.view_plans):
             part, on_disk = await self._plan_part(plan, window, frozenset(), lead, skip)
             if part is None:
                 return set()
         merged = self.book.merge(window, part, own)
-        if lead is not None:
-            self._lead_views[plan.name] = frozenset(merged.new_views)
+        own.update(merged.new_views)
+        if lead is None:  # its part of the window is whole
+            self._own_views.pop((plan.name, window), None)
         self.board.add_part(window, merged, on_disk)
         self._anticipate(part)
         self._fail_views(part)
@@ -115,14 +98,15 @@ class TaskJoins:
             return self._waited_batches(part)
         return self._first_batches_first(part, trio.current_time() - started)
 
-    async def _plan_part(self, plan: TaskPlan, window: int, known: frozenset[ViewKey],
-                         lead: frozenset[str] | None, skip: frozenset[str]
+    async def _plan_part(self, plan: TaskPlan, window: int, known: Container[ViewKey],
+                         lead: frozenset[str] | None, skip: Container[str]
                          ) -> tuple[WindowPlan | None, frozenset]:
         """`work.plan_task_part` in a thread; (None, ...) when the task left or the window was
         dropped meanwhile, whatever planning it raised (it planned for a task gone)."""
+        resolved = self.book.windows[window].view_plans  # its own earlier parts' batches
         try:
             part, on_disk = await self._plan_in_thread(work.plan_task_part, plan, window,
-                                                       self.store, known, lead, skip)
+                                                       self.store, known, lead, skip, resolved)
         except Exception:
             if self._still_joining(plan, window):
                 raise
@@ -163,9 +147,6 @@ class TaskJoins:
 
     async def remove_plan(self, name: str) -> None:
         """Forget a task: views no other task reads are released, in memory and on disk."""
-        if self.joining_later.pop(name, None) is not None:  # in no window yet
-            self._note_window_added()  # its `_join_later` looks again, and ends
-            return
         async with self.tasks_steady:
             released = self._forget(name)
         self._note_window_added()  # its readers waiting for a part of a window look again
@@ -204,9 +185,21 @@ class TaskJoins:
         released = self.book.remove_task(name)
         self.failures.forget(name)
         self.anticipated.pop(name, None)  # its batch is dropped below, or another task's too
-        self._lead_views.pop(name, None)
+        self._drop_joiner(name)
         self._readers_came.discard(name)  # the name may be registered again
         self._drop_released(name, released)
         if self.freezes_windows:  # the task's plan refers to itself: the collector frees it
             thaw_collector()
         return released
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """The window's batches a joining task did not add itself (`own`): read, not planned,
+    by its next part. Looked up as the part is planned: no copy of the window's batches."""
+
+    views: Container[ViewKey]
+    own: Container[ViewKey]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.views and key not in self.own

@@ -20,12 +20,13 @@ REST = frozenset[str]()  # `WindowParts.next`: plan the window's rest, at once
 
 
 class WindowParts:
-    """The planner's record of a window planned in parts: the videos planned, and for each
-    task how far from its reader (`reach`) and from the window's start (`swept`) every batch
-    is planned. Changed on the trio thread only, between parts."""
+    """The planner's record of a window planned in parts for `tasks` (the window's own, or a
+    task that joined meanwhile): the videos planned, and for each task how far from its
+    reader (`reach`) and from the window's start (`swept`) every batch is planned. Changed on
+    the trio thread only, between parts."""
 
-    def __init__(self, window: int, planned: Iterable[str]) -> None:
-        self.window = window
+    def __init__(self, window: int, planned: Iterable[str], tasks: Iterable[str]) -> None:
+        self.window, self.tasks = window, frozenset(tasks)
         self.planned = set(planned)
         self.reach: dict[str, int] = {}
         self.swept: dict[str, int] = {}
@@ -37,8 +38,10 @@ class WindowParts:
              batches: int, idle: bool) -> frozenset[str] | None:
         """The videos of the next part (`REST`: the rest; None: none is due): a reader within
         `ahead` batches of its planned frontier, or else, when `idle`, the window's first
-        batches not planned."""
-        plans = [p for p in plans if p.window_epochs(self.window)]
+        batches not planned. `plans`: the book's; those of `tasks` count."""
+        plans = [p for p in plans if p.name in self.tasks and p.window_epochs(self.window)]
+        if not plans:  # its tasks left
+            return REST
         due = [(p, self._frontier(p, positions[p.name], self.reach)) for p in plans
                if self._stands_in(p, positions[p.name])]
         due = [(p, at) for p, at in due if at < self._end(p) and at - positions[p.name] < ahead]

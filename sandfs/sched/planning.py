@@ -76,14 +76,16 @@ class WindowPlanner(TaskJoins):
         # batches a reader may come within of its window's planned frontier before the next
         # part is planned; `idle`: whether the workers would otherwise idle (the scheduler's)
         self.plan_ahead, self.idle = plan_ahead, idle
-        self._parts: dict[int, WindowParts] = {}  # the windows in `book.rest_pending`
+        # the windows in `book.rest_pending`: their own tasks' parts, and those of tasks that
+        # joined meanwhile (by task); and the batches each such task added (by task, window)
+        self._parts: dict[int, WindowParts] = {}
+        self._joiner_parts: dict[int, dict[str, WindowParts]] = {}
+        self._own_views: dict[tuple[str, int], set[ViewKey]] = {}
         self.anticipated: dict[str, ViewKey] = {}  # a task's next batch, before its reader came
         self.window_added = trio.Event()  # set (and replaced) each time a window is planned
         self.nursery: trio.Nursery | None = None  # the scheduler's, once it runs
         self._readers_came: set[str] = set()
         self._first_batches: set[ViewKey] = set()  # made before the next window is planned
-        self._lead_views: dict[str, frozenset[ViewKey]] = {}  # a joining task's lead part's
-        self.joining_later: dict[str, TaskPlan] = {}  # registered, in the book once it joins
         self._pruning = trio.CapacityLimiter(1)  # one window's Algorithm 1 at a time
         self._planning = 0  # windows and parts being planned in threads now
         self._quiet = threading.Event()  # set while none is: pruning goes on
@@ -124,19 +126,20 @@ class WindowPlanner(TaskJoins):
             started = trio.current_time()
             async with self.tasks_steady:
                 if window in self.book.rest_pending:
-                    part = self._due_part(window)
-                    if part is None:  # no reader near its frontier, and the workers busy
+                    due = self._due_part(window)
+                    if due is None:  # no reader near its frontier, and the workers busy
                         return set()
-                    planned = await self._plan_rest(window, part)
+                    planned = await self._plan_due(window, *due)
                     if window in self.book.rest_pending:  # a part: its jobs start, then more
                         self.wake()
                         return set()
                 else:
                     lead = self._lead_videos(window)
+                    tasks = [p.name for p in self.book.planned_plans(window)]
                     planned = await self._plan_in_thread(self.plan_active, window, lead)
                     if lead is not None:
                         self.book.rest_pending.add(window)
-                        self._parts[window] = WindowParts(window, lead)
+                        self._parts[window] = WindowParts(window, lead, tasks)
                     self._add_window(planned)
                     if lead is not None:
                         self._first_batches = self._waited_batches(planned.plan)
@@ -183,11 +186,14 @@ class WindowPlanner(TaskJoins):
                 self._quiet.set()
 
     def plan_active(self, window: int, lead: Container[str] | None = None,
-                    skip: Container[str] = frozenset()) -> work.PlannedWindow:
-        """In a thread: the window's plan (or its lead part, a next part, or its rest), what
-        is on disk, and what to keep there. A part uses the batches its window resolved."""
+                    skip: Container[str] = frozenset(), tasks: Container[str] | None = None
+                    ) -> work.PlannedWindow:
+        """In a thread: the window's plan (or its lead part, a next part, or its rest: of
+        `tasks`), what is on disk, and what to keep there. A part uses the batches its window
+        resolved."""
         resolved = self.book.windows[window].view_plans if skip else MappingProxyType({})
-        planned = work.plan_active_window(self.book.planned_plans(window), window, self.store,
+        plans = [p for p in self.book.planned_plans(window) if tasks is None or p.name in tasks]
+        planned = work.plan_active_window(plans, window, self.store,
                                           self.prune_mode, lead=lead, skip=skip,
                                           resolved=resolved)
         if self.on_window_planned is not None:
@@ -201,12 +207,12 @@ class WindowPlanner(TaskJoins):
     async def window_planned(self, task: str, epoch: int, key: ViewKey | None = None) -> None:
         """Wait while the window of the task's `epoch` is wanted but still being planned (a
         reader that just jumped there), or the task's part of it is (`add_plan`), or (planned
-        in parts) the part with batch `key` is not: computing its view on demand meanwhile
-        would decode it twice."""
+        in parts) the task's part with batch `key` is not: computing its view on demand
+        meanwhile would decode it twice."""
         window = self.book.window_of_task(task, epoch)
         while window is not None and (
                 (window not in self.book.windows and window in self.book.wanted())
-                or (window in self.book.rest_pending
+                or (self._in_parts(task, window)
                     and (key is None or not self.board.is_planned(key)))
                 or window in self.book.parts_pending.get(task, ())):
             self.wake()
@@ -222,13 +228,80 @@ class WindowPlanner(TaskJoins):
         plans = self.book.plans.values() if tasks is None else tasks
         return lead_part(plans, self.book.positions, window, LEAD_CLIPS, LEAD_BATCHES)
 
-    def _due_part(self, window: int) -> frozenset[str] | None:
-        """`WindowParts.next` of a window planned in parts (`parts.REST`: its rest; None: no
-        part is due): a reader within `plan_ahead` batches of its frontier, or workers that
-        would otherwise idle. Walks its few batches past the frontier, on the trio thread."""
-        return self._parts[window].next(
-            self.book.planned_plans(window), self.book.positions, ahead=self.plan_ahead,
-            batches=PART_BATCHES, idle=self.idle())
+    def _due_part(self, window: int) -> tuple[str | None, frozenset[str]] | None:
+        """The next part of a window planned in parts, `WindowParts.next`'s of its own tasks
+        (None) or of a task that joined meanwhile (its name); None: none is due (no reader
+        within `plan_ahead` batches of its frontier, and the workers busy). Walks its few
+        batches past the frontiers, on the trio thread."""
+        idle, plans = self.idle(), self.book.planned_plans(window)
+        own = self._parts.get(window)
+        groups = [(None, own)] if own is not None else []
+        for owner, parts in [*groups, *self._joiner_parts.get(window, {}).items()]:
+            part = parts.next(plans, self.book.positions, ahead=self.plan_ahead,
+                              batches=PART_BATCHES, idle=idle)
+            if part is not None:
+                return owner, part
+        return None
+
+    async def _plan_due(self, window: int, owner: str | None, part: frozenset[str]
+                        ) -> work.PlannedWindow | None:
+        """`_due_part`'s part planned and merged in; the window whole once every part is."""
+        if owner is None:
+            planned = await self._plan_rest(window, part)
+        else:
+            planned = None
+            await self._plan_joiner_part(owner, window, part)
+        self._whole_yet(window)
+        return planned
+
+    async def _plan_joiner_part(self, name: str, window: int, part: frozenset[str]) -> None:
+        """A joining task's next part of a window planned in parts (`_add_part`). A failure
+        leaves its other views of the window to be made on demand (the same bytes)."""
+        parts, plan = self._joiner_parts[window][name], self.book.plans[name]
+        try:
+            if part is REST:
+                await self._add_part(plan, window, skip=parts.planned)
+            else:
+                await self._add_part(plan, window, lead=part)
+        except Exception:
+            if self.book.plans.get(name) is not plan:
+                return  # removed while it was planned: no loss
+            log.exception("task %s: planning its part of window %d failed; its views there "
+                          "are made on demand", name, window)
+            part = REST
+        if part is REST:
+            self._joiner_parts.get(window, {}).pop(name, None)
+            self._own_views.pop((name, window), None)
+        else:
+            parts.add(part)
+        self._note_window_added()  # its readers waiting for the part look again
+
+    def _in_parts(self, task: str, window: int) -> bool:
+        """Is the task's part of the window still planned in parts?"""
+        own = self._parts.get(window)
+        return ((own is not None and task in own.tasks)
+                or task in self._joiner_parts.get(window, {}))
+
+    def _whole_yet(self, window: int) -> None:
+        """A window planned in parts whose parts are all planned: whole, and pruned (whether
+        it needs it is decided in the pruning thread: 250,000 videos, 1.2 s over its clips)."""
+        if (window not in self.book.rest_pending or window in self._parts
+                or self._joiner_parts.get(window)):
+            return
+        self.book.rest_pending.discard(window)
+        self._joiner_parts.pop(window, None)
+        self._note_window_added()
+        if self.store is not None:
+            self.nursery.start_soon(self._prune, self.book.windows[window], True)
+
+    def _drop_joiner(self, name: str) -> None:
+        """A task left: its parts of windows planned in parts go, and those windows may be
+        whole now."""
+        for window, groups in list(self._joiner_parts.items()):
+            if groups.pop(name, None) is not None:
+                self._whole_yet(window)
+        for key in [k for k in self._own_views if k[0] == name]:
+            del self._own_views[key]
 
     def _waited_batches(self, plan: WindowPlan) -> set[ViewKey]:
         """The plan's batches readers wait for (or are anticipated at), not made yet: a lead
@@ -239,18 +312,20 @@ class WindowPlanner(TaskJoins):
         """The next part of a window planned in parts (`_due_part`), or its rest (`REST`):
         their batches and videos, merged in. A task joining or leaving meanwhile changes what
         the rest holds: the window is then planned again whole (None)."""
-        tasks, parts = set(self.book.plans), self._parts[window]
+        parts = self._parts[window]
+        tasks = {name: self.book.plans.get(name) for name in parts.tasks}
         planned = await self._plan_in_thread(self.plan_active, window,
-                                             None if part is REST else part, parts.planned)
-        if part is REST or window not in self.book.windows or set(self.book.plans) != tasks:
-            self.book.rest_pending.discard(window)
-            self._parts.pop(window, None)
-        if window not in self.book.windows or set(self.book.plans) != tasks:
+                                             None if part is REST else part, parts.planned,
+                                             parts.tasks)
+        if window not in self.book.windows or any(
+                self.book.plans.get(name) is not plan for name, plan in tasks.items()):
             if window in self.book.windows:
                 self._drop_window(window)
             self._note_window_added()
             return None
         parts.add(part)
+        if part is REST:
+            self._parts.pop(window, None)
         self._add_window(planned)
         return planned
 
@@ -295,11 +370,8 @@ class WindowPlanner(TaskJoins):
             self.book.add_window(plan)
         whole = self.book.windows[window]
         self.board.add_window(planned)
-        if planned.to_prune or (rest and self.store is not None
-                                and window not in self.book.rest_pending):
-            # a window whole from parts: whether it needs pruning is decided in its thread
-            # (250,000 videos: 1.2 s over its clips)
-            self.nursery.start_soon(self._prune, whole, not planned.to_prune)
+        if planned.to_prune:  # one whole from parts: `_whole_yet`
+            self.nursery.start_soon(self._prune, whole)
         self._anticipate(whole)
         self._fail_views(plan)
         self.carry.note_on_disk({VideoJobKey(window, p) for p in planned.frames_on_disk},
@@ -357,6 +429,8 @@ class WindowPlanner(TaskJoins):
     def _drop_window(self, window: int) -> None:
         self.book.rest_pending.discard(window)
         self._parts.pop(window, None)
+        for name in self._joiner_parts.pop(window, {}):
+            self._own_views.pop((name, window), None)
         plan = self.book.drop_window(window)
         self.carry.forget({window})
         self.board.drop_window(window, plan.views)

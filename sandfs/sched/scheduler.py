@@ -175,7 +175,8 @@ class Scheduler(ReaderSide):
             views_planned=len(self.board.views), evicted_unread=self.board.evicted_unread,
             rebuilt_from_disk=self.rebuilt_from_disk, demand_waiting=self.board.demand_waiting,
             pending_jobs=len(self.pending_jobs()), memory_bytes=self.memory_bytes,
-            memory_limit_bytes=self.memory_limit_bytes)
+            memory_limit_bytes=self.memory_limit_bytes,
+            windows_in_parts=tuple(sorted(self.book.rest_pending)))
 
     # -- windows and tasks (WindowPlanner) ---------------------------------------------------
 

@@ -80,7 +80,7 @@ class WindowBook:
         self.read_window.setdefault(task, self.plans[task].window_of(epoch))
 
     def read(self, task: str, epoch: int) -> None:
-        """A view of the task's `epoch` was read (a task that joins later: not yet)."""
+        """A view of the task's `epoch` was read (a task not joined yet: nothing)."""
         if task not in self.plans:
             return
         window = self.plans[task].window_of(epoch)
@@ -234,15 +234,18 @@ class WindowBook:
               ) -> Merged:
         """Plan a joining task's part into an active window: a batch planned already (an
         identical pipeline) gets one more reader. `own`: batches the task's lead part added,
-        whose readers are in already; the rest of its part adds the other videos' clips."""
+        whose readers are in already; its later parts add the other videos' clips. A batch
+        it reads already (an earlier part's reader of another task's batch) is left as it is."""
         base = self.windows[window]
         new_views, more_readers = {}, {}
         for key, readers in part.readers.items():
             if key in own:
                 continue
             if key in base.views:
-                base.readers[key] = base.readers[key] + readers
-                more_readers[key] = frozenset(task for task, _ in readers)
+                more = tuple(r for r in readers if r not in base.readers[key])
+                if more:
+                    base.readers[key] = base.readers[key] + more
+                    more_readers[key] = frozenset(task for task, _ in more)
                 continue
             new_views[key] = base.views[key] = part.views[key]
             base.readers[key] = readers

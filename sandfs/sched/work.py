@@ -137,11 +137,12 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
 def plan_task_part(plan: TaskPlan, window: int, store: ObjectStore | None,
                    known: Container[ViewKey] = frozenset(),
                    lead: Container[str] | None = None, skip: Container[str] = frozenset(),
+                   resolved: Mapping[ViewKey, ViewPlan] = MappingProxyType({}),
                    ) -> tuple[WindowPlan, frozenset[Spot]]:
     """A joining task's part of an active window (or its lead part, or the rest: as
     `plan_window`'s), and which of its clips are on disk. Views `known` to the window already
     (a search's trials share theirs) need no clips planned."""
-    part = plan_window([plan], window, known, lead=lead, skip=skip)
+    part = plan_window([plan], window, known, lead=lead, skip=skip, resolved=resolved)
     on_disk = frozenset()
     if store is not None:
         on_disk = frozenset(Spot.of(u) for work in part.videos.values() for u in work.uses

@@ -1159,9 +1159,9 @@ def recording_windows(scheduler: Scheduler, materializer: RecordingMaterializer,
     plan_window_of = scheduler.planner.plan_active
     decode_each = materializer.decode_each
 
-    def planning(window, lead=None, skip=frozenset()):
+    def planning(window, lead=None, skip=frozenset(), tasks=None):
         events.append(("plan", window, *(["lead"] if lead else ["rest"] if skip else [])))
-        return plan_window_of(window, lead, skip)
+        return plan_window_of(window, lead, skip, tasks)
 
     def decoding(info, keys):
         events.append(("decode", info.name))

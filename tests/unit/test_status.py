@@ -38,7 +38,7 @@ def test_status_json_of_a_fresh_mount(tmp_path):
         "crop_ops": 0, "crop_ops_independent": 0,
         "scheduler": {"jobs_done": 0, "jobs_running": 0, "workers_active": 0, "views_ready": 0,
                       "views_planned": 0, "evicted_unread": 0, "rebuilt_from_disk": 0,
-                      "clips_recomputed": 0},
+                      "clips_recomputed": 0, "windows_in_parts": []},
         "frames_from_disk": 0, "frames_carried": 0, "clips_made_ahead": 0,
         "queues": {"demand": 0, "prematerialize": 0},
         "bad_videos": [{"path": "x.mp4", "reason": "corrupt", "detail": "bad header"}],

@@ -43,12 +43,12 @@ def rest_held(scheduler) -> tuple[threading.Event, list]:
     into the list as ("lead" | "part" | "rest", window)."""
     held, parts, planned = threading.Event(), [], scheduler.planner.plan_active
 
-    def planning(window, lead=None, skip=frozenset()):
+    def planning(window, lead=None, skip=frozenset(), tasks=None):
         kind = "rest" if lead is None and skip else "part" if skip else "lead" if lead else ""
         parts.append((kind, window))
         if kind == "rest":
             held.wait(10)
-        return planned(window, lead, skip)
+        return planned(window, lead, skip, tasks)
 
     scheduler.planner.plan_active = planning
     return held, parts
@@ -90,10 +90,10 @@ def parts_recorded(scheduler) -> list[tuple[str, int]]:
     """Each part planned after the lead part, as (kind, videos): "part" or "rest"."""
     parts, planned = [], scheduler.planner.plan_active
 
-    def planning(window, lead=None, skip=frozenset()):
+    def planning(window, lead=None, skip=frozenset(), tasks=None):
         if skip:
             parts.append(("rest" if lead is None else "part", len(lead or ())))
-        return planned(window, lead, skip)
+        return planned(window, lead, skip, tasks)
 
     scheduler.planner.plan_active = planning
     return parts
@@ -195,19 +195,26 @@ async def test_a_reader_jumping_past_the_frontier_is_served(tmp_path, monkeypatc
     assert got is not None and bytes(got) == whole[1, last]
 
 
-async def test_a_task_joining_meanwhile_leaves_the_rest_to_the_readers(tmp_path, monkeypatch):
-    """A task registered while a window is planned in parts joins once it is whole, and its
-    registration does not wait for that; nor does it make the planner plan the window's rest
-    at once (at 250,000 videos that held a joining task's first batch 3.7 s)."""
+async def test_a_task_joining_meanwhile_gets_its_own_parts(tmp_path, monkeypatch):
+    """A task registered while a window is planned in parts joins at once with its own lead
+    part (its first batches' videos), then parts as its readers come; the window's rest is
+    not planned for it (at 250,000 videos that held its first batch 3.7 s)."""
     plan, scheduler, parts = paced(tmp_path, monkeypatch, plan_ahead=1)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         with trio.fail_after(10):
             await until(lambda: scheduler.book.rest_pending == {0})
-            await scheduler.add_plan(joining_task(tmp_path, plan))
+            later = joining_task(tmp_path, plan)
+            await scheduler.add_plan(later)
+            assert scheduler.book.plans["later"] is later
+            key = view_key(later, 0, 0)
+            assert scheduler.board.is_planned(key)  # its lead part, not made on demand
+            scheduler.opened("later", 0, 0)
+            assert await scheduler.wait_view(key, "later") is not None
         await settle(scheduler)
-        assert "later" in scheduler.planner.joining_later
         assert scheduler.book.rest_pending == {0} and ("rest", 0) not in parts, parts
+        own = scheduler.planner._joiner_parts[0]["later"].planned
+        assert 0 < len(own) < len(later.videos)
         nursery.cancel_scope.cancel()
 
 
@@ -257,16 +264,19 @@ async def test_a_window_whole_from_parts_is_pruned_off_the_event_loop(tmp_path, 
 async def test_a_task_joining_while_a_window_is_planned_in_parts_is_served_at_once(
         tmp_path, dataset_dir, monkeypatch):
     """A task joining a kept mount of 250,000 videos while its window 0 was planned in parts
-    waited 689 s for its first batch (its registration waited for the rest of the window).
-    It is registered at once, its batches made on demand until the window is whole (the
-    bytes of a task planned from the start), then it joins the window."""
+    waited for the rest of the window (689 s, then 3.7 s planned at once). It joins at once,
+    with parts of its own; its batches, read while the window is in parts and once it is
+    whole, are those of a task planned from the start."""
     in_parts(monkeypatch)
+    monkeypatch.setattr(planning_module, "PART_BATCHES", 1)
     cfg = load_task_config(write_config(tmp_path / "t0.yaml", task_config(dataset_dir)))
     key = (cfg.dataset.video_dataset_path, cfg.dataset.extensions)
     scans = {key: scan_dataset(*key)}
     service = make_service(plan_tasks([cfg], scans, k_epochs=2), scans=scans,
                            cache_dir=tmp_path)
-    held, parts = rest_held(service.scheduler)
+    planner = service.scheduler.planner
+    workers_busy(service.scheduler)
+    planner.plan_ahead = 1
     text = yaml.safe_dump(task_config(dataset_dir, task="t1", seed=5))
     joining = load_task_config(write_config(tmp_path / "t1.yaml", yaml.safe_load(text)))
 
@@ -276,52 +286,47 @@ async def test_a_task_joining_while_a_window_is_planned_in_parts_is_served_at_on
         service.released_view("t1", 0, iteration)
         return got
 
-    try:
-        async with serving(service):
-            with trio.fail_after(20):
-                await until(lambda: ("rest", 0) in parts)  # planning it, held
-                await service.add_task(joining, text)
-                plan = service.tasks["t1"]
-                first = [await read(iteration) for iteration in range(2)]
-            assert service.scheduler.book.rest_pending == {0} and not held.is_set()
-            assert "t1" not in service.scheduler.book.plans
-            held.set()
-            with trio.fail_after(20):
-                await until(lambda: "t1" in service.scheduler.book.plans)
-                last = await read(plan.iterations_per_epoch - 1)
-            assert service.scheduler.board.is_planned(
-                view_key(plan, 0, plan.iterations_per_epoch - 1)) or last
-    finally:
-        held.set()
+    async with serving(service):
+        with trio.fail_after(20):
+            await until(lambda: service.scheduler.book.rest_pending == {0})
+            await service.add_task(joining, text)
+            plan = service.tasks["t1"]
+            first = [await read(iteration) for iteration in range(2)]
+        assert service.scheduler.book.rest_pending == {0}
+        planner.idle = lambda: True
+        service.scheduler.wake()
+        with trio.fail_after(20):
+            await until(lambda: not service.scheduler.book.rest_pending)
+            last = await read(plan.iterations_per_epoch - 1)
     assert first == [reference_view(plan, 0, iteration) for iteration in range(2)]
     assert last == reference_view(plan, 0, plan.iterations_per_epoch - 1)
 
 
-async def test_a_task_removed_before_it_joined_never_joins(tmp_path, monkeypatch):
-    """A task registered while a window is planned in parts and removed before the window is
-    whole leaves nothing: it never joins the windows, and a task of its name registered again
-    joins as a new one."""
-    in_parts(monkeypatch)
-    plan, scheduler, _ = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
-    held, parts = rest_held(scheduler)
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(scheduler.run)
-            with trio.fail_after(10):
-                await until(lambda: ("rest", 0) in parts)
-                gone = joining_task(tmp_path, plan)
-                await scheduler.add_plan(gone)  # returns at once: the rest is held
-                scheduler.opened(gone.name, 0, 0)  # its reads are made on demand meanwhile
-                await scheduler.remove_plan(gone.name)
-            assert scheduler.planner.joining_later == {}
-            held.set()
-            await settle(scheduler)
-            assert gone.name not in scheduler.book.plans
-            (tmp_path / "again").mkdir()
-            again = joining_task(tmp_path / "again", plan)
-            with trio.fail_after(10):
-                await scheduler.add_plan(again)
-            assert scheduler.book.plans[again.name] is again
-            nursery.cancel_scope.cancel()
-    finally:
-        held.set()
+async def test_a_task_removed_while_its_parts_are_planned_leaves_nothing(tmp_path,
+                                                                          monkeypatch):
+    """A task that joined while a window is planned in parts and is removed before its part
+    of the window is whole leaves nothing: the window is whole without it, and a task of its
+    name registered again joins as a new one."""
+    plan, scheduler, _ = paced(tmp_path, monkeypatch, plan_ahead=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(10):
+            await until(lambda: scheduler.book.rest_pending == {0})
+            gone = joining_task(tmp_path, plan)
+            await scheduler.add_plan(gone)
+            assert gone.name in scheduler.planner._joiner_parts[0]
+            await scheduler.remove_plan(gone.name)
+        assert gone.name not in scheduler.planner._joiner_parts.get(0, {})
+        assert not any(task == gone.name for task, _ in scheduler.planner._own_views)
+        scheduler.planner.idle = lambda: True
+        scheduler.wake()
+        with trio.fail_after(10):
+            await until(lambda: not scheduler.book.rest_pending)
+        assert all(task != gone.name for readers in scheduler.book.windows[0].readers.values()
+                   for task, _ in readers)
+        (tmp_path / "again").mkdir()
+        again = joining_task(tmp_path / "again", plan)
+        with trio.fail_after(10):
+            await scheduler.add_plan(again)
+        assert scheduler.book.plans[again.name] is again
+        nursery.cancel_scope.cancel()
