@@ -100,6 +100,7 @@ class Scheduler(ReaderSide):
                                   memory=self.memory, passes=self.passes, running=running,
                                   policy=policy)
         self.jobs_done = 0
+        self._refused = False  # the last dispatch left a worker free: admission refused its job
         self.rebuilt_from_disk = 0
         self._wakeup = trio.Event()
         self.planner = planning.WindowPlanner(
@@ -237,6 +238,7 @@ class Scheduler(ReaderSide):
             job = None
             try:
                 job = self._admitted(best.key, demanded=best.state.demanded)
+                self._refused = job is None
                 if job is not None:
                     self._start(job)
             except Exception as exc:  # one task's work: its batches fail, not the scheduler
@@ -277,9 +279,12 @@ class Scheduler(ReaderSide):
             self.board.fail(view, reason)
 
     def _idle(self) -> bool:
-        """A worker free and no job to give it (`_dispatch`'s test): the planner plans ahead."""
+        """A worker free and no job to give it (`_dispatch`'s test), or none admitted (memory
+        full of batches ahead): the planner plans ahead."""
         if self._in_threads() >= self.workers:
             return False
+        if self._refused:
+            return True
         best, _ = self.chooser.best()
         return best is None or (not best.paused and not best.state.demanded
                                 and best.state.deadline_iterations >= NOT_NEEDED)

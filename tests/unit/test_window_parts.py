@@ -25,6 +25,7 @@ from tests.helpers.reference import reference_view
 from tests.unit.test_scheduler import (
     half_the_clips,
     joining_task,
+    largest_pass_bytes,
     read_all,
     recording_windows,
     scheduler_for,
@@ -169,6 +170,28 @@ async def test_the_rest_is_planned_while_the_workers_idle(tmp_path, monkeypatch)
             await until(lambda: not scheduler.book.rest_pending)
         assert len(parts) >= 3 and parts[-1][0] == "rest", parts
         assert len(scheduler.book.windows[0].videos) == len(plan.videos)
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_rest_is_planned_while_memory_full_of_batches_holds_the_workers(
+        tmp_path, monkeypatch):
+    """A reader that stops (a long training step): the workers make batches ahead until
+    memory is full and admission refuses the next job. The machine idles then, so the window
+    is planned on until whole, though jobs wait to be started."""
+    in_parts(monkeypatch)
+    monkeypatch.setattr(planning_module, "PART_BATCHES", 1)
+    plan, _, _ = scheduler_for(tmp_path, videos=160, epochs=2)
+    memory = 4 * plan.view_nbytes(0, 0) + 2 * largest_pass_bytes(plan)
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=160, epochs=2, workers=2,
+                                       memory=memory)
+    scheduler.planner.plan_ahead = 1
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.opened(plan.name, 0, 0)
+        with trio.fail_after(10):
+            assert await scheduler.wait_view(view_key(plan, 0, 0), plan.name) is not None
+            await until(lambda: not scheduler.book.rest_pending)
+        assert scheduler.pending_jobs()  # the jobs refused, waiting for memory
         nursery.cancel_scope.cancel()
 
 
