@@ -116,6 +116,19 @@ def paced(tmp_path, monkeypatch, *, plan_ahead: int):
     return plan, scheduler, parts_recorded(scheduler)
 
 
+async def first_batch_then_whole(plan, scheduler) -> list:
+    """Read batch 0, then nothing: until the window is whole; the jobs pending then."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.opened(plan.name, 0, 0)
+        with trio.fail_after(10):
+            assert await scheduler.wait_view(view_key(plan, 0, 0), plan.name) is not None
+            await until(lambda: not scheduler.book.rest_pending)
+        pending = scheduler.pending_jobs()
+        nursery.cancel_scope.cancel()
+    return pending
+
+
 async def test_parts_are_bounded_and_decode_each_video_once_a_window(tmp_path, monkeypatch):
     """Parts that doubled planned window 0 of 250,000 videos (1.25M clips) in the first
     minute, beside the readers' first batches. Each part holds the videos of PART_BATCHES
@@ -162,15 +175,9 @@ async def test_the_rest_is_planned_while_the_workers_idle(tmp_path, monkeypatch)
     plan, scheduler, _ = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
     scheduler.planner.plan_ahead = 1
     parts = parts_recorded(scheduler)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        scheduler.opened(plan.name, 0, 0)
-        with trio.fail_after(10):
-            assert await scheduler.wait_view(view_key(plan, 0, 0), plan.name) is not None
-            await until(lambda: not scheduler.book.rest_pending)
-        assert len(parts) >= 3 and parts[-1][0] == "rest", parts
-        assert len(scheduler.book.windows[0].videos) == len(plan.videos)
-        nursery.cancel_scope.cancel()
+    await first_batch_then_whole(plan, scheduler)
+    assert len(parts) >= 3 and parts[-1][0] == "rest", parts
+    assert len(scheduler.book.windows[0].videos) == len(plan.videos)
 
 
 async def test_the_rest_is_planned_while_memory_full_of_batches_holds_the_workers(
@@ -185,14 +192,8 @@ async def test_the_rest_is_planned_while_memory_full_of_batches_holds_the_worker
     plan, scheduler, _ = scheduler_for(tmp_path, videos=160, epochs=2, workers=2,
                                        memory=memory)
     scheduler.planner.plan_ahead = 1
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        scheduler.opened(plan.name, 0, 0)
-        with trio.fail_after(10):
-            assert await scheduler.wait_view(view_key(plan, 0, 0), plan.name) is not None
-            await until(lambda: not scheduler.book.rest_pending)
-        assert scheduler.pending_jobs()  # the jobs refused, waiting for memory
-        nursery.cancel_scope.cancel()
+    pending = await first_batch_then_whole(plan, scheduler)
+    assert pending  # the jobs refused, waiting for memory
 
 
 async def test_a_reader_jumping_past_the_frontier_is_served(tmp_path, monkeypatch):
