@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
 
 import numpy as np
@@ -144,10 +145,9 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     views: dict[ViewKey, tuple[TaskPlan, int, int]] = {}
     readers: dict[ViewKey, list[tuple[str, int]]] = {}
     for plan in plans:
-        held = None if lead is None else lead_indices(plan, lead)
+        held = None if lead is None else lead_batches(plan, lead)
         for epoch in plan.window_epochs(window):
-            for iteration in (range(plan.iterations_per_epoch) if held is None
-                              else batches_holding(plan, epoch, held)):
+            for iteration in range(plan.iterations_per_epoch) if held is None else held(epoch):
                 key = view_key(plan, epoch, iteration)
                 position = epoch * plan.iterations_per_epoch + iteration
                 readers.setdefault(key, []).append((plan.name, position))
@@ -197,6 +197,15 @@ class _Either:
 
     def __contains__(self, key: object) -> bool:
         return key in self.first or key in self.second
+
+
+def lead_batches(plan: TaskPlan, lead: Container[str]) -> Callable[[int], list[int]]:
+    """The iterations of an epoch whose batches hold a lead video: as the lead says
+    (`batches_of`: a window's part knows its videos' places) or from a walk of the listing."""
+    known = getattr(lead, "batches_of", None)
+    if known is not None:
+        return partial(known, plan)
+    return partial(batches_holding, plan, videos=lead_indices(plan, lead))
 
 
 def lead_indices(plan: TaskPlan, lead: Container[str]) -> np.ndarray:
