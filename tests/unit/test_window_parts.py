@@ -214,6 +214,18 @@ async def test_the_rest_is_planned_while_memory_full_of_batches_holds_the_worker
     assert pending  # the jobs refused, waiting for memory
 
 
+def test_the_planner_plans_ahead_only_while_no_batch_is_waited_for(tmp_path):
+    """A joining task's first batch (anticipated: demanded) waited 1.9 s at 100,000 videos
+    beside parts planned for workers that had nothing else to do: while a batch is waited
+    for, the workers are not idle to the planner."""
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=16, workers=2)
+    assert scheduler._idle()  # nothing planned: nothing to run
+    scheduler.board.anticipate(view_key(plan, 0, 0))
+    assert not scheduler._idle()
+    scheduler.board.unanticipate(view_key(plan, 0, 0))
+    assert scheduler._idle()
+
+
 async def test_a_reader_jumping_past_the_frontier_is_served(tmp_path, monkeypatch):
     """A reader that jumps to the window's last batch, far past the parts planned, has its
     batch's part planned from where it stands, and its bytes are the window's planned whole."""
