@@ -12,8 +12,7 @@ Per size and task:
   after the first (each batch's videos are decoded for their window: the same work at every
   size); the daemon's peak RSS (VmHWM) and its process tree's sampled peak; the pruning the
   daemon logged by then; on the cold mount, when its scan was done (`scan_done_s`: it waits
-  for it, so the warm mount has its index) and, with --whole, when its window 0 was planned
-  whole and the daemon's peak RSS then; on the warm mount, right after its first batch (with
+  for it, so the warm mount has its index); on the warm mount, right after its first batch (with
   --join-when-planned: once it holds its first two windows planned, `kept_after_s` from the
   launch), seconds from a second task's file written into `.sand/tasks/` (another seed) to
   its first batch (`joined_first_batch_s`; `joined_at_s`: when it had it, from the launch).
@@ -106,10 +105,6 @@ def parse_args() -> argparse.Namespace:
                         help="the task joins the warm mount once its first two windows are "
                              "planned (minutes at 100,000 videos), not right after its first "
                              "batch")
-    parser.add_argument("--whole", action="store_true",
-                        help="after the cold mount's batches, wait until its window 0 is "
-                             "planned whole (`window_whole_s`) and report the daemon's peak "
-                             "RSS then (`daemon_peak_rss_whole_mb`)")
     parser.add_argument("--sources", type=int, default=16, help="distinct videos linked")
     parser.add_argument("--prune-max-clips", type=int, default=300_000,
                         help="skip the in-process pruning figure above this many clips")
@@ -209,9 +204,6 @@ def mounted_run(work_dir: Path, config: Path, task: str, args, *, warm: bool) ->
                           daemon_peak_rss_mb=peak_rss_mb(mount.pid))
             if not warm:  # its scan index, kept for the warm mount, is written at the end
                 record["scan_done_s"] = scan_done_s(mount)
-            if not warm and args.whole:  # what the window costs once planned whole
-                record.update(window_whole_s=window_whole_s(mount),
-                              daemon_peak_rss_whole_mb=peak_rss_mb(mount.pid))
         record["pruning"] = pruning_logged(log_path, since)
     if not warm:
         record["tree_peak_rss_mb"] = tree.peak_mb
@@ -225,18 +217,6 @@ def scan_done_s(mount, timeout_s: float = 900) -> float | None:
     while time.monotonic() < give_up:
         scan = mount.status()["scan"]
         if scan["videos_total"] is not None and scan["videos_scanned"] >= scan["videos_total"]:
-            return round(time.monotonic() - mount.launched_at, 2)
-        time.sleep(0.5)
-    return None
-
-
-def window_whole_s(mount, timeout_s: float = 900) -> float | None:
-    """Seconds from the launch until no window is planned in parts (status.json's
-    `scheduler.windows_in_parts`; None: not within `timeout_s`). The reader has stopped: the
-    workers idle once memory is full of batches ahead, and the planner plans on."""
-    give_up = time.monotonic() + timeout_s
-    while time.monotonic() < give_up:
-        if not mount.status()["scheduler"].get("windows_in_parts"):
             return round(time.monotonic() - mount.launched_at, 2)
         time.sleep(0.5)
     return None
