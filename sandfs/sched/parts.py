@@ -59,7 +59,7 @@ class WindowParts:
         `ahead` batches of its planned frontier, or else, when `idle`, the window's first
         batches not planned. `plans`: the book's; those of `tasks` count."""
         plans = [p for p in plans if p.name in self.tasks and p.window_epochs(self.window)]
-        if not plans:  # its tasks left
+        if not plans or len(self.planned) >= _listed(plans):  # its tasks left, or all planned
             return REST
         due = [(p, self._frontier(p, positions[p.name], self.reach)) for p in plans
                if self._stands_in(p, positions[p.name])]
@@ -70,7 +70,7 @@ class WindowParts:
         if not due:
             return None
         most = batches * max(p.sampling.videos_per_batch for p in plans)
-        if 2 * most >= sum(len(p.listed) for p in plans) - len(self.planned):
+        if 2 * most >= _listed(plans) - len(self.planned):
             return REST
         part: set[str] = set()
         for plan, at in due:
@@ -124,6 +124,12 @@ class WindowParts:
 
     def _end(self, plan: TaskPlan) -> int:
         return plan.window_epochs(self.window).stop * plan.iterations_per_epoch
+
+
+def _listed(plans: Sequence[TaskPlan]) -> int:
+    """The videos the tasks list, each dataset once (a search's trials read the same files)."""
+    datasets = {(p.cfg.dataset.video_dataset_path, p.identity.key): len(p.listed) for p in plans}
+    return sum(datasets.values())
 
 
 def lead_part(plans: Iterable[TaskPlan], positions: Mapping[str, int], window: int,

@@ -232,16 +232,28 @@ class WindowPlanner(TaskJoins):
         """The next part of a window planned in parts, `WindowParts.next`'s of its own tasks
         (None) or of a task that joined meanwhile (its name); None: none is due (no reader
         within `plan_ahead` batches of its frontier, and the workers busy). Walks its few
-        batches past the frontiers, on the trio thread."""
+        batches past the frontiers, on the trio thread. A reader standing in a later window
+        not planned yet waits for this one whole: its parts' rest, at once."""
         idle, plans = self.idle(), self.book.planned_plans(window)
         own = self._parts.get(window)
         groups = [(None, own)] if own is not None else []
+        waited = self._waited_past(window)
         for owner, parts in [*groups, *self._joiner_parts.get(window, {}).items()]:
-            part = parts.next(plans, self.book.positions, ahead=self.plan_ahead,
-                              batches=PART_BATCHES, idle=idle)
+            part = REST if waited else parts.next(
+                plans, self.book.positions, ahead=self.plan_ahead, batches=PART_BATCHES,
+                idle=idle)
             if part is not None:
                 return owner, part
         return None
+
+    def _waited_past(self, window: int) -> bool:
+        """Does a task's reader stand in a window after `window` that is not planned yet (a
+        jump: the windows after one in parts are planned once it is whole)?"""
+        book = self.book
+        return any(current > window and current not in book.windows
+                   for name, plan in book.plans.items() if name not in book.unread
+                   for current in [plan.window_of(book.positions[name]
+                                                  // plan.iterations_per_epoch)])
 
     async def _plan_due(self, window: int, owner: str | None, part: frozenset[str]
                         ) -> work.PlannedWindow | None:

@@ -20,10 +20,14 @@ from sandfs.plan.mount import plan_tasks
 from sandfs.plan.window import WindowPlan, view_key
 from sandfs.sched import objects
 from sandfs.sched import planning as planning_module
+from sandfs.sched.scheduler import Scheduler
+from sandfs.stats import Stats
 from tests.helpers.harness import task_config, write_config
 from tests.helpers.operations import make_service, serving
+from tests.helpers.plans import fake_videos, make_plan
 from tests.helpers.reference import reference_view
 from tests.unit.test_scheduler import (
+    RecordingMaterializer,
     half_the_clips,
     joining_task,
     largest_pass_bytes,
@@ -247,6 +251,45 @@ async def test_a_reader_jumping_past_the_frontier_is_served(tmp_path, monkeypatc
         assert scheduler.book.rest_pending == {0}
         nursery.cancel_scope.cancel()
     assert got is not None and bytes(got) == whole[1, last]
+
+
+def two_trials(tmp_path, monkeypatch) -> tuple:
+    """Two tasks on the same 160 videos from the start (a search's trials, other seeds),
+    their window 0 planned in parts of one batch's videos: (plan, other, scheduler)."""
+    in_parts(monkeypatch)
+    monkeypatch.setattr(planning_module, "PART_BATCHES", 1)
+    plan = make_plan(tmp_path, videos=fake_videos(160), epochs=4, k_epochs=2)
+    other = joining_task(tmp_path, plan)
+    scheduler = Scheduler([plan, other], RecordingMaterializer(None), Stats(), workers=2,
+                          memory_limit_bytes=1 << 30, limiter=trio.CapacityLimiter(2))
+    return plan, other, scheduler
+
+
+async def test_two_trials_window_in_parts_becomes_whole(tmp_path, monkeypatch):
+    """The rest of a window planned in parts for two tasks on one dataset counted its videos
+    twice, so it was never at most two parts' worth: once every video was planned no part was
+    due and the window never whole (nor pruned, nor the next planned)."""
+    plan, _, scheduler = two_trials(tmp_path, monkeypatch)
+    scheduler.planner.plan_ahead = 1
+    await first_batch_then_whole(plan, scheduler)
+
+
+async def test_a_reader_jumping_to_the_next_window_has_the_rest_planned(tmp_path, monkeypatch):
+    """The windows after one planned in parts wait until it is whole. One task's reader
+    jumping to the next window while another reads the first slowly (no reader near the
+    frontier, the workers busy) waited for ever: the rest is planned at once then."""
+    plan, jumper, scheduler = two_trials(tmp_path, monkeypatch)
+    workers_busy(scheduler)
+    scheduler.planner.plan_ahead = 1
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(10):
+            await until(lambda: scheduler.book.rest_pending == {0})
+            scheduler.opened(plan.name, 0, 0)
+            scheduler.opened(jumper.name, 2, 0)  # window 1
+            got = await scheduler.wait_view(view_key(jumper, 2, 0), jumper.name)
+        assert got is not None and 0 not in scheduler.book.rest_pending
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_task_joining_meanwhile_gets_its_own_parts(tmp_path, monkeypatch):
