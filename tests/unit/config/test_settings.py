@@ -173,6 +173,12 @@ def test_mount_settings_resolve_every_default_once(tmp_path):
         settings.workers = 3
 
 
+def test_plan_ahead_reaches_the_mount_settings():
+    assert _settings()[0].plan_ahead == 64
+    text = edited(("  storage_budget: 1G", "  storage_budget: 1G\n  plan_ahead: 8"))
+    assert _settings(text)[0].plan_ahead == 8
+
+
 def test_memory_is_split_between_on_demand_objects_and_prepared_batches():
     settings = dataclasses.replace(_settings()[0], memory_limit_bytes=1000)
     assert (settings.on_demand_memory_bytes, settings.batch_memory_bytes) == (250, 750)
