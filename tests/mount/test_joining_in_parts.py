@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import time
 
+import pytest
 import yaml
 
 from tests.helpers.harness import (
@@ -33,6 +34,7 @@ def joined_config(dataset) -> dict:
     return config
 
 
+@pytest.mark.slow  # three mounts of 3,000 videos: ~18 s
 def test_a_task_joining_while_window_0_is_in_parts_gets_parts_of_its_own(
         tmp_path, linked_dataset):  # noqa: F811
     require_fuse()
