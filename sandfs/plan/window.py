@@ -173,9 +173,11 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                                      frozen.pop(key))
             continue
         view_plans[key] = view
+        owners = slot_owners(plan, view) if lead is not None or skip else None
         for slot, clip in enumerate(view.clips):
             info = plan.videos[clip.video_index]
-            if info.path in skip or (lead is not None and info.path not in lead):
+            owner = info.path if owners is None else owners[slot]
+            if owner in skip or (lead is not None and owner not in lead):
                 continue
             work = videos.get(info.path)
             if work is None:  # not setdefault: a VideoWork made for every clip cost 1 us
@@ -186,6 +188,16 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     for key in failed:
         del views[key]
     return WindowPlan(window, videos, views, frozen, failed, view_plans)
+
+
+def slot_owners(plan: TaskPlan, view: ViewPlan) -> list[str]:
+    """The listed video whose slot each clip of the batch fills: a bad one's slots hold its
+    stand-in's clips (docs/contract.md#lazy-scan), and a window's parts split its clips by
+    the listed videos they hold, so that a part holding the bad one plans them."""
+    listed = [plan.listed[i].path for i in plan.batch_slots(view.epoch, view.iteration)]
+    per_stream = len(view.clips) // len(plan.paths)
+    samples = per_stream // len(listed)
+    return [listed[slot % per_stream // samples] for slot in range(len(view.clips))]
 
 
 @dataclass(frozen=True, slots=True)

@@ -271,7 +271,12 @@ class WindowBook:
                 self._window_of[key] = window
                 if key in rest.view_plans:
                     base.view_plans[key] = rest.view_plans[key]
-        base.videos.update(rest.videos)
+        for path, work in rest.videos.items():
+            found = base.videos.get(path)
+            if found is None:
+                base.videos[path] = work
+            else:  # a stand-in's clips in a bad video's slots, planned with that video's part
+                found.uses = found.uses + work.uses  # not in place: the board's pending list
         base.failed.update(rest.failed)
 
     def remove_task(self, name: str) -> dict[ViewKey, ViewOf]:

@@ -63,4 +63,5 @@ def test_the_lead_part_reads_only_its_own_batches(tmp_path, monkeypatch):
     monkeypatch.setattr(plan, "batch_slots", lambda *a: looked.append(a) or slots(*a))
     part = plan_window([plan], 0, lead=lead)
     assert len(part.views) <= 2 * len(lead)  # one batch an epoch a video at most
-    assert len(looked) <= 2 * len(part.views), len(looked)  # drawn, then planned
+    # drawn, planned, and the listed videos its slots hold (a bad one's hold a stand-in's)
+    assert len(looked) <= 3 * len(part.views), len(looked)

@@ -5,6 +5,7 @@ whether it needs any, runs on the event loop."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 
@@ -14,7 +15,9 @@ import yaml
 
 from sandfs.cache import ObjectStore
 from sandfs.config.loader import load_task_config
+from sandfs.materialize import Materializer
 from sandfs.media.scan import scan_dataset
+from sandfs.media.synth import write_test_video
 from sandfs.plan import window as window_module
 from sandfs.plan.mount import plan_tasks
 from sandfs.plan.window import WindowPlan, view_key
@@ -24,7 +27,7 @@ from sandfs.sched.scheduler import Scheduler
 from sandfs.stats import Stats
 from tests.helpers.harness import task_config, write_config
 from tests.helpers.operations import make_service, serving
-from tests.helpers.plans import fake_videos, make_plan
+from tests.helpers.plans import build_plan, fake_videos, make_plan
 from tests.helpers.reference import reference_view
 from tests.unit.test_scheduler import (
     RecordingMaterializer,
@@ -324,6 +327,38 @@ async def test_views_planned_in_parts_equal_the_window_planned_whole(tmp_path, m
     plan, scheduler, _ = scheduler_for(tmp_path / "parts", videos=96, epochs=4)
     parts = await read_all(plan, scheduler)
     assert None not in whole.values() and parts == whole
+
+
+async def test_a_bad_video_s_slots_are_planned_with_its_part(tmp_path, monkeypatch):
+    """A bad video's slots hold its stand-in's clips. A part holding the bad video skipped
+    them (its stand-in was not in the part), the stand-in's part did not look at the bad one's
+    batches, and the rest skipped both: the batch was never made and its reader, and the
+    daemon's unmount after it, waited for ever. Every batch is made, with the bytes planned."""
+    in_parts(monkeypatch)
+    monkeypatch.setattr(planning_module, "PART_BATCHES", 1)
+    root, sources = tmp_path / "videos", []
+    for i in range(6):
+        sources.append(tmp_path / f"source{i}.mp4")
+        write_test_video(sources[-1], num_frames=12, width=64, height=48, gop=6, seed=i)
+    root.mkdir()
+    for i in range(48):
+        os.link(sources[i % len(sources)], root / f"v{i:03d}.mp4")
+    (root / "v007.mp4").unlink()
+    (root / "v007.mp4").write_bytes(b"not a video" * 100)
+    config = write_config(tmp_path / "t.yaml", task_config(root, epochs=2, sampling={
+        "frames_per_video": 2, "frame_stride": 1}))
+    plan = build_plan(config)
+    scheduler = Scheduler([plan], Materializer(Stats()), Stats(), workers=2,
+                          memory_limit_bytes=1 << 30, limiter=trio.CapacityLimiter(2))
+    scheduler.planner.plan_ahead = 1
+    with trio.fail_after(30):
+        views = await read_all(plan, scheduler)
+    assert views == {(e, i): reference_view(plan, e, i) for e in range(2)
+                     for i in range(plan.iterations_per_epoch)}
+    window = scheduler.book.windows[0]  # each clip once among its video's uses (pruning's)
+    uses = Counter((u.view, u.slot) for w in window.videos.values() for u in w.uses)
+    assert uses == Counter((key, slot) for key, view in window.view_plans.items()
+                           for slot in range(len(view.clips)))
 
 
 async def test_a_window_whole_from_parts_is_pruned_off_the_event_loop(tmp_path, monkeypatch):
