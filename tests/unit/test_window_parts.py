@@ -295,6 +295,15 @@ async def test_a_reader_jumping_to_the_next_window_has_the_rest_planned(tmp_path
         nursery.cancel_scope.cancel()
 
 
+async def join_in_parts(tmp_path, plan, scheduler):
+    """Once window 0 is planned in parts, a task of the same videos (another seed) joins."""
+    with trio.fail_after(10):
+        await until(lambda: scheduler.book.rest_pending == {0})
+        later = joining_task(tmp_path, plan)
+        await scheduler.add_plan(later)
+    return later
+
+
 async def test_a_task_joining_meanwhile_gets_its_own_parts(tmp_path, monkeypatch):
     """A task registered while a window is planned in parts joins at once with its own lead
     part (its first batches' videos), then parts as its readers come; the window's rest is
@@ -302,11 +311,9 @@ async def test_a_task_joining_meanwhile_gets_its_own_parts(tmp_path, monkeypatch
     plan, scheduler, parts = paced(tmp_path, monkeypatch, plan_ahead=1)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
+        later = await join_in_parts(tmp_path, plan, scheduler)
+        assert scheduler.book.plans["later"] is later
         with trio.fail_after(10):
-            await until(lambda: scheduler.book.rest_pending == {0})
-            later = joining_task(tmp_path, plan)
-            await scheduler.add_plan(later)
-            assert scheduler.book.plans["later"] is later
             key = view_key(later, 0, 0)
             assert scheduler.board.is_planned(key)  # its lead part, not made on demand
             scheduler.opened("later", 0, 0)
@@ -442,11 +449,9 @@ async def test_a_task_removed_while_its_parts_are_planned_leaves_nothing(tmp_pat
     plan, scheduler, _ = paced(tmp_path, monkeypatch, plan_ahead=1)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
+        gone = await join_in_parts(tmp_path, plan, scheduler)
+        assert gone.name in scheduler.planner._joiner_parts[0]
         with trio.fail_after(10):
-            await until(lambda: scheduler.book.rest_pending == {0})
-            gone = joining_task(tmp_path, plan)
-            await scheduler.add_plan(gone)
-            assert gone.name in scheduler.planner._joiner_parts[0]
             await scheduler.remove_plan(gone.name)
         assert gone.name not in scheduler.planner._joiner_parts.get(0, {})
         assert not any(task == gone.name for task, _ in scheduler.planner._own_views)
