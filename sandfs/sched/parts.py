@@ -12,7 +12,7 @@ and sweep got to is kept (`WindowParts`), and only grows, as the planned videos 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -54,9 +54,9 @@ class WindowParts:
             self._picked.pop(path, None)
 
     def next(self, plans: Sequence[TaskPlan], positions: Mapping[str, int], *, ahead: int,
-             batches: int, idle: bool) -> frozenset[str] | None:
+             batches: int, idle: Callable[[], bool]) -> frozenset[str] | None:
         """The videos of the next part (`REST`: the rest; None: none is due): a reader within
-        `ahead` batches of its planned frontier, or else, when `idle`, the window's first
+        `ahead` batches of its planned frontier, or else, when `idle()`, the window's first
         batches not planned. `plans`: the book's; those of `tasks` count."""
         plans = [p for p in plans if p.name in self.tasks and p.window_epochs(self.window)]
         if not plans or len(self.planned) >= _listed(plans):  # its tasks left, or all planned
@@ -64,7 +64,7 @@ class WindowParts:
         due = [(p, self._frontier(p, positions[p.name], self.reach)) for p in plans
                if self._stands_in(p, positions[p.name])]
         due = [(p, at) for p, at in due if at < self._end(p) and at - positions[p.name] < ahead]
-        if not due and idle:
+        if not due and idle():
             due = [(p, self._frontier(p, self._start(p), self.swept)) for p in plans]
             due = [(p, at) for p, at in due if at < self._end(p)]
         if not due:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Container, Iterable
+from functools import cache
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -234,7 +235,7 @@ class WindowPlanner(TaskJoins):
         within `plan_ahead` batches of its frontier, and the workers busy). Walks its few
         batches past the frontiers, on the trio thread. A reader standing in a later window
         not planned yet waits for this one whole: its parts' rest, at once."""
-        idle, plans = self.idle(), self.book.planned_plans(window)
+        idle, plans = cache(self.idle), self.book.planned_plans(window)  # asked once, if at all
         own = self._parts.get(window)
         groups = [(None, own)] if own is not None else []
         waited = self._waited_past(window)

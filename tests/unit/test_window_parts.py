@@ -192,6 +192,19 @@ async def test_the_rest_waits_while_readers_are_far_from_the_frontier(tmp_path, 
         nursery.cancel_scope.cancel()
 
 
+async def test_whether_the_workers_idle_is_asked_only_when_no_reader_is_near(tmp_path,
+                                                                            monkeypatch):
+    """Asking ranks the pending jobs (2 ms at 100,000 videos), once per wake-up of the loop:
+    not while a reader near its frontier has a part due anyway."""
+    in_parts(monkeypatch)
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
+    asked = []
+    scheduler.planner.idle = lambda: asked.append(1) or False
+    scheduler.planner.plan_ahead = 10 * plan.iterations_per_epoch  # always near
+    views = await read_all(plan, scheduler)
+    assert None not in views.values() and asked == []
+
+
 async def test_the_rest_is_planned_while_the_workers_idle(tmp_path, monkeypatch):
     """No reader past the first batch: workers that would idle plan the window on, part by
     part from its start, until it is whole (the next window and pruning need it)."""
