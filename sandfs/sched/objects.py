@@ -191,9 +191,13 @@ def kept_frame_nbytes(info: VideoInfo, frame: FrameKey, first: OpInstance | None
 
 
 def clip_nbytes(plan: TaskPlan, use: ClipUse) -> int:
+    return len(use.clip.frame_indices) * out_frame_nbytes(plan)
+
+
+def out_frame_nbytes(plan: TaskPlan) -> int:
+    """One output frame of the task's clips, in bytes."""
     h, w = plan.out_hw
-    itemsize = np.dtype(plan.out_dtype).itemsize
-    return len(use.clip.frame_indices) * h * w * 3 * itemsize
+    return h * w * 3 * np.dtype(plan.out_dtype).itemsize
 
 
 def object_graph(work: VideoWork, window: WindowPlan) -> ObjectGraph:
@@ -230,38 +234,78 @@ def prune_room(budget_bytes: int) -> int:
     return int(budget_bytes * PRUNE_TARGET_FRACTION)
 
 
-def needs_pruning(plan: WindowPlan, budget_bytes: int, mode: str) -> bool:
+def needs_pruning(plan: WindowPlan, budget_bytes: int, mode: str,
+                  nbytes: int | None = None) -> bool:
     """Whether Algorithm 1 has work to do: not when every clip fits (it starts from every clip
-    and stops at once), nor in the `leaves` ablation."""
+    and stops at once), nor in the `leaves` ablation. `nbytes`: the window's
+    `leaves_nbytes`, when known."""
     if mode == "leaves":
         return False
-    if leaves_nbytes(plan) <= prune_room(budget_bytes):
+    if (leaves_nbytes(plan) if nbytes is None else nbytes) <= prune_room(budget_bytes):
         log.info("window %d: every clip fits on disk", plan.window)
         return False
     return True
 
 
-def soonest_clips(plan: WindowPlan, budget_bytes: int) -> dict[str, DiskPlan]:
+@dataclass(frozen=True, slots=True)
+class LeafRows:
+    """A window's clips as columns, in the order of its videos and their uses: what ranking
+    the clips to keep reads, in numpy rather than a tuple and a sort key a clip."""
+
+    paths: list[str]
+    uses: list[ClipUse]
+    video: np.ndarray  # index in `paths`
+    first: np.ndarray  # `first_reader`
+    slot: np.ndarray
+    nbytes: np.ndarray  # `clip_nbytes`
+
+    @property
+    def total(self) -> int:
+        return int(self.nbytes.sum())
+
+
+def leaf_rows(plan: WindowPlan) -> LeafRows:
+    """The window's clips as columns, read in one pass. What a clip shares with its batch
+    (its readers' first position, one output frame's bytes) is found once a batch."""
+    views = {key: index for index, key in enumerate(plan.views)}
+    first = np.fromiter((min((p for _, p in plan.readers[key]), default=0) for key in views),
+                        np.int64, len(views))
+    frame_bytes = np.fromiter((out_frame_nbytes(task_plan) for task_plan, _, _
+                               in plan.views.values()), np.int64, len(views))
+    paths = list(plan.videos)
+    counts = [len(work.uses) for work in plan.videos.values()]
+    uses = [use for work in plan.videos.values() for use in work.uses]
+    rows = np.fromiter(((views[u.view], u.slot, len(u.clip.frame_indices)) for u in uses),
+                       _ROW, len(uses))
+    view = rows["view"]
+    return LeafRows(paths, uses, np.repeat(np.arange(len(paths)), counts), first[view],
+                    rows["slot"], frame_bytes[view] * rows["frames"])
+
+
+_ROW = np.dtype([("view", np.int64), ("slot", np.int64), ("frames", np.int64)])
+
+
+def soonest_clips(plan: WindowPlan, budget_bytes: int,
+                  rows: LeafRows | None = None) -> dict[str, DiskPlan]:
     """The clips needed soonest that fit on disk: what the `leaves` ablation and Algorithm 1
-    with every clip fitting keep, and what jobs keep until pruning has decided."""
-    return _leaves_only(plan, prune_room(budget_bytes))
+    with every clip fitting keep, and what jobs keep until pruning has decided. Only videos
+    that keep a clip have a plan. `rows`: the window's `leaf_rows`, when made already."""
+    return _leaves_only(rows or leaf_rows(plan), prune_room(budget_bytes))
 
 
 def leaves_nbytes(plan: WindowPlan) -> int:
-    return sum(clip_nbytes(plan.views[use.view][0], use)
-               for work in plan.videos.values() for use in work.uses)
+    return leaf_rows(plan).total
 
 
-def _leaves_only(plan: WindowPlan, room: int) -> dict[str, DiskPlan]:
-    """Final clips only, the soonest needed first, as long as they fit."""
-    uses = sorted(((first_reader(u), path, u)
-                   for path, work in plan.videos.items() for u in work.uses),
-                  key=lambda item: (item[0], item[1], item[2].slot))
+def _leaves_only(rows: LeafRows, room: int) -> dict[str, DiskPlan]:
+    """Final clips only, the soonest needed first (then by path and slot, ties in the
+    window's order), as long as they fit."""
+    path_rank = np.empty(len(rows.paths), np.int64)
+    path_rank[sorted(range(len(rows.paths)), key=rows.paths.__getitem__)] = np.arange(
+        len(rows.paths))
+    order = np.lexsort((rows.slot, path_rank[rows.video], rows.first))  # stable, as sorted()
+    fitting = np.searchsorted(np.cumsum(rows.nbytes[order]), room, side="right")
     kept: defaultdict[str, set[Spot]] = defaultdict(set)
-    for _, path, use in uses:
-        nbytes = clip_nbytes(plan.views[use.view][0], use)
-        if nbytes > room:
-            break
-        room -= nbytes
-        kept[path].add(Spot.of(use))
-    return {path: DiskPlan(kept.get(path, NO_CLIPS)) for path in plan.videos}
+    for index in np.sort(order[:fitting]).tolist():
+        kept[rows.paths[rows.video[index]]].add(Spot.of(rows.uses[index]))
+    return {path: DiskPlan(spots) for path, spots in kept.items()}

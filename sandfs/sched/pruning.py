@@ -19,10 +19,10 @@ from sandfs.sched.objects import (
     NO_CLIPS,
     DiskPlan,
     Spot,
-    clip_nbytes,
     frame_nbytes,
     needs_pruning,
     object_graph,
+    out_frame_nbytes,
     prune_room,
     soonest_clips,
     video_seconds,
@@ -74,7 +74,8 @@ def _pruned_plans(plan: WindowPlan, paths: list[str], room: int,
         uses = plan.videos[path].uses
         spots = {Spot(use.view, use.slot) for use, keep in zip(
             uses, kept[first:first + len(uses)], strict=True) if keep}
-        plans[path] = DiskPlan(spots or NO_CLIPS, frames_kept[index])
+        if spots or frames_kept[index]:  # none for a video that keeps nothing
+            plans[path] = DiskPlan(spots or NO_CLIPS, frames_kept[index])
         first += len(uses)
     return plans
 
@@ -115,9 +116,9 @@ class _ClipRows:
             if source not in sizes:
                 sizes[source] = frame_nbytes(work.info, (0, source))
             per_frame = self._out_frame.get(use.view)
-            if per_frame is None:  # clip_nbytes, once a view
-                per_frame = self._out_frame[use.view] = clip_nbytes(
-                    plan.views[use.view][0], use) // len(frames)
+            if per_frame is None:  # once a view
+                per_frame = self._out_frame[use.view] = out_frame_nbytes(
+                    plan.views[use.view][0])
             self.video.append(index)
             self.frame_indices.append(frames)
             self.source.append(self._sources.setdefault(source, len(self._sources)))

@@ -53,6 +53,7 @@ from sandfs.sched.objects import (
     clip_object_key,
     frame_object_key,
     frame_packs,
+    leaf_rows,
     making_order,
     needs_pruning,
     soonest_clips,
@@ -102,6 +103,14 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
     what to keep there, and its clips to make as the board takes them. Parts are not pruned:
     their window is, once whole."""
     plan = plan_window(plans, window, lead=lead, skip=skip, resolved=resolved)
+    with collector_paused():  # what it makes lives as long as the window
+        return _disk_half(plan, store, prune_mode, whole=lead is None and not skip)
+
+
+def _disk_half(plan: WindowPlan, store: ObjectStore | None, prune_mode: str, *,
+               whole: bool) -> PlannedWindow:
+    """`plan_active_window` once the window is planned: what of it is on disk, what to keep
+    there, and the jobs of the clips to make."""
     on_disk: dict[ViewKey, set[int]] = {}
     frames_on_disk = set()
     pending: dict[str, list[ClipUse]] = {}  # the board's (it replaces them, never extends)
@@ -125,11 +134,10 @@ def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | 
         pending = {path: work.uses for path, work in plan.videos.items()}  # not copied
     kept, to_prune = {}, False
     if store is not None:  # pruning is left for later (WindowPlanner._prune): it takes long
-        to_prune = lead is None and not skip and needs_pruning(plan, store.budget_bytes,
-                                                               prune_mode)
-        kept = soonest_clips(plan, store.budget_bytes)  # all pruning keeps when clips fit
-    with collector_paused():  # what it makes lives as long as the window
-        entries = urgency_entries(window, pending)
+        rows = leaf_rows(plan)
+        to_prune = whole and needs_pruning(plan, store.budget_bytes, prune_mode, rows.total)
+        kept = soonest_clips(plan, store.budget_bytes, rows)  # all pruning keeps if clips fit
+    entries = urgency_entries(plan.window, pending)
     return PlannedWindow(plan, {k: frozenset(s) for k, s in on_disk.items()},
                          frozenset(frames_on_disk), kept, pending, entries, to_prune)
 

@@ -10,7 +10,6 @@ from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.jobs import VideoJobKey
 from sandfs.sched.objects import (
-    NO_CLIPS,
     PRUNE_TARGET_FRACTION,
     Spot,
     clip_nbytes,
@@ -31,9 +30,9 @@ def test_a_window_s_untouched_batches_and_videos_hold_no_sets(tmp_path):
     board = BatchBoard()
     board.add_window(planned)
     kept = {j.path for j in board.disk_plans}  # the jobs that keep a clip, and only those
-    assert kept == {p for p, d in planned.disk_plans.items() if d.clips}
-    assert 0 < len(kept) < len(planned.disk_plans)
-    assert all(d.clips is NO_CLIPS for d in planned.disk_plans.values() if not d.clips)
+    assert kept == set(planned.disk_plans)  # no plan made for a video that keeps nothing
+    assert 0 < len(kept) < len(whole.videos)
+    assert all(d.clips for d in planned.disk_plans.values())
     assert all(s.on_disk is NO_SLOTS and s.in_memory is NO_SLOTS for s in board.views.values())
     jobs = board.urgency._jobs_of_view
     assert jobs and all(type(j) is list and len(set(j)) == len(j) for j in jobs.values())

@@ -1503,15 +1503,15 @@ async def test_a_task_leaving_while_a_window_is_pruned_does_not_fail_the_pruning
         return pruning(*args)
 
     left, joined = [], threading.Event()
-    size_of = pruning_module.clip_nbytes
+    size_of = pruning_module.out_frame_nbytes
 
-    def leaving(plan, use):
-        if joined.is_set() and not left:  # pruning's first clip: the joined task leaves now
+    def leaving(plan):
+        if joined.is_set() and not left:  # pruning's first batch: the joined task leaves now
             left.append(trio.from_thread.run(scheduler.remove_plan, "later"))
-        return size_of(plan, use)
+        return size_of(plan)
 
     monkeypatch.setattr(pruning_module, "pruned_plans", held_pruning)
-    monkeypatch.setattr(pruning_module, "clip_nbytes", leaving)
+    monkeypatch.setattr(pruning_module, "out_frame_nbytes", leaving)
     plan, _, _ = scheduler_for(tmp_path)
     with ObjectStore(str(tmp_path / "cache"), half_the_clips(plan)) as store:
         plan, scheduler, _ = scheduler_for(tmp_path, store=store, workers=2)

@@ -12,17 +12,42 @@ import pytest
 
 from sandfs.cache.prune import prune
 from sandfs.plan.window import plan_window
-from sandfs.sched.objects import DiskPlan, Spot, leaves_nbytes, object_graph
+from sandfs.sched.objects import (
+    PRUNE_TARGET_FRACTION,
+    DiskPlan,
+    Spot,
+    clip_nbytes,
+    first_reader,
+    leaves_nbytes,
+    object_graph,
+    soonest_clips,
+)
 from sandfs.sched.pruning import pruned_plans, window_graphs
 from tests.helpers.plans import fake_videos, make_plan
 
 
 def reference(window, room: int) -> dict[str, DiskPlan]:
+    """`prune` over each video's graph; a video that keeps nothing has no plan."""
     paths = list(window.videos)
     chosen = prune([object_graph(window.videos[p], window) for p in paths], room)
-    return {path: DiskPlan({Spot(n[1], n[2]) for n in cached if n[0] == "clip"},
-                           any(n[0] == "frame" for n in cached))
-            for path, cached in zip(paths, chosen.cached, strict=True)}
+    plans = {path: DiskPlan({Spot(n[1], n[2]) for n in cached if n[0] == "clip"},
+                            any(n[0] == "frame" for n in cached))
+             for path, cached in zip(paths, chosen.cached, strict=True)}
+    return {path: plan for path, plan in plans.items() if plan.clips or plan.frames}
+
+
+def leaves_reference(window, room: int) -> dict[str, DiskPlan]:
+    """The soonest clips that fit, a clip at a time: sorted by (first reader, path, slot)."""
+    uses = sorted(((first_reader(u), path, u) for path, work in window.videos.items()
+                   for u in work.uses), key=lambda item: (item[0], item[1], item[2].slot))
+    kept: dict[str, set[Spot]] = {}
+    for _, path, use in uses:
+        nbytes = clip_nbytes(window.views[use.view][0], use)
+        if nbytes > room:
+            break
+        room -= nbytes
+        kept.setdefault(path, set()).add(Spot.of(use))
+    return {path: DiskPlan(spots) for path, spots in kept.items()}
 
 
 def windows(tmp_path):
@@ -43,6 +68,17 @@ def test_keeps_what_the_general_walk_keeps(tmp_path, share):
     for index, window in enumerate(windows(tmp_path)):
         room = int(leaves_nbytes(window) * share)
         assert pruned_plans(window, room) == reference(window, room), (index, share)
+
+
+@pytest.mark.parametrize("share", [1.0, 0.8, 0.5, 0.2, 0.0])
+def test_the_soonest_clips_are_those_of_a_clip_at_a_time_walk(tmp_path, share):
+    """Ranked in numpy over the window's columns (`leaf_rows`): the same clips, and no plan
+    for a video that keeps none."""
+    for index, window in enumerate(windows(tmp_path)):
+        room = int(leaves_nbytes(window) * share)
+        kept = soonest_clips(window, int(room / PRUNE_TARGET_FRACTION) + 1)
+        assert kept == leaves_reference(window, room), (index, share)
+        assert all(plan.clips for plan in kept.values())
 
 
 def test_the_dense_window_collapses(tmp_path):
