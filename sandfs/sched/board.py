@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +19,7 @@ from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer, npy_nbytes
 from sandfs.plan.task import ViewPlan
 from sandfs.plan.window import ClipUse, ViewKey
+from sandfs.runtime import collector_paused
 from sandfs.sched.flights import Flights
 from sandfs.sched.jobs import Job, JobResult, PlannedWindow, VideoJob, VideoJobKey
 from sandfs.sched.objects import DiskPlan, Spot
@@ -234,11 +235,13 @@ class BatchBoard:
 
     # -- planning ---------------------------------------------------------------------------
 
-    def plan(self, key: ViewKey, state: ViewState, on_disk: Iterable[int] = ()) -> None:
-        state.add_on_disk(on_disk)
+    def plan(self, key: ViewKey, state: ViewState, on_disk: Collection[int] = ()) -> None:
         self.views[key] = state
         self.covered.discard(key)
-        self._note_slots(key, state)
+        if on_disk:  # most batches have none: no set made for them
+            state.add_on_disk(on_disk)
+        if state.on_disk or state.in_memory:  # nor a union to count (`replan` fills some)
+            self._note_slots(key, state)
 
     def _note_slots(self, key: ViewKey, state: ViewState) -> None:
         """After a slot of the batch `key` (in `views`) was added on disk or in memory."""
@@ -263,7 +266,13 @@ class BatchBoard:
     def add_window(self, planned: PlannedWindow) -> None:
         """A window's batches (those not planned or ready already) and their pending clips, as
         its planning thread grouped them: nothing here walks the window's clips (1.25M at
-        250,000 videos), but where one of its batches is ready already."""
+        250,000 videos), but where one of its batches is ready already. The collector is
+        paused: the window is not frozen out of its walks yet (`runtime.settle_collector`),
+        and a full walk over it took most of this call (100,000 videos: 1.6 of 2.1 s)."""
+        with collector_paused():
+            self._add_window(planned)
+
+    def _add_window(self, planned: PlannedWindow) -> None:
         plan, window = planned.plan, planned.plan.window
         for key, (task_plan, epoch, iteration) in plan.views.items():
             state = self.views.get(key)

@@ -5,6 +5,8 @@ a warm one's too for a video with nothing on disk."""
 
 from __future__ import annotations
 
+import gc
+
 from sandfs.plan.window import plan_window
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
@@ -15,7 +17,7 @@ from sandfs.sched.objects import (
     clip_nbytes,
     clip_object_key,
 )
-from sandfs.sched.viewstate import NO_SLOTS
+from sandfs.sched.viewstate import NO_SLOTS, ViewState
 from sandfs.sched.windows import WindowBook
 from tests.helpers.plans import PlanStore, fake_videos, make_plan
 
@@ -134,3 +136,20 @@ def test_a_joining_task_s_clips_pend_once_and_leave_with_it(tmp_path):
     assert set(released) == set(merged.new_views)
     assert {path: v.uses for path, v in window.videos.items() if v.uses} == before
     assert {job.path: uses for job, uses in board.pending.items() if uses} == before
+
+
+def test_a_window_is_added_to_the_board_with_the_collector_paused(tmp_path, monkeypatch):
+    """Not frozen out of the collector's walks yet, a window of 100,000 videos made the walks
+    triggered by the board's own allocations take 1.6 of the 2.1 s it took to add."""
+    plan = make_plan(tmp_path, fake_videos(8), epochs=2)
+    planned = work.plan_active_window([plan], 0, None, "leaves")
+    seen, planned_state = [], ViewState.planned
+
+    def recording(*args):
+        seen.append(gc.isenabled())
+        return planned_state(*args)
+
+    monkeypatch.setattr(ViewState, "planned", recording)
+    assert gc.isenabled()
+    BatchBoard().add_window(planned)
+    assert seen and not any(seen) and gc.isenabled()
