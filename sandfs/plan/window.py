@@ -74,8 +74,8 @@ class VideoWork:
     info: VideoInfo
     plan: TaskPlan  # a plan that knows this video (for its ops and layout)
     window: int
-    # replaced, never changed in place, once planned: the board's pending list may be it
-    uses: list[ClipUse] = field(default_factory=list)
+    # a tuple: replaced, never changed in place (the board's pending clips may be it)
+    uses: tuple[ClipUse, ...] = ()
 
     @property
     def frames(self) -> set[int]:
@@ -114,8 +114,8 @@ class WindowPlan:
         and uses of views the copy does not hold (a task joining or leaving meanwhile) are
         left out."""
         views = dict(self.views)
-        videos = {p: VideoWork(w.info, w.plan, w.window, [u for u in list(w.uses)
-                                                          if u.view in views])
+        videos = {p: VideoWork(w.info, w.plan, w.window, tuple(u for u in w.uses
+                                                               if u.view in views))
                   for p, w in list(self.videos.items())}
         return WindowPlan(self.window, {p: w for p, w in videos.items() if w.uses}, views,
                           dict(self.readers), dict(self.failed), dict(self.view_plans))
@@ -142,6 +142,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                  skip: Container[str] = frozenset(),
                  resolved: Mapping[ViewKey, ViewPlan] = MappingProxyType({})) -> WindowPlan:
     videos: dict[str, VideoWork] = {}
+    uses: dict[str, list[ClipUse]] = {}  # each video's, made into its tuple at the end
     views: dict[ViewKey, tuple[TaskPlan, int, int]] = {}
     readers: dict[ViewKey, list[tuple[str, int]]] = {}
     for plan in plans:
@@ -179,10 +180,13 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
             owner = info.path if owners is None else owners[slot]
             if owner in skip or (lead is not None and owner not in lead):
                 continue
-            work = videos.get(info.path)
-            if work is None:  # not setdefault: a VideoWork made for every clip cost 1 us
-                work = videos[info.path] = VideoWork(info, plan, window)
-            work.uses.append(ClipUse(key, slot, clip, frozen[key]))
+            found = uses.get(info.path)
+            if found is None:  # not setdefault: a VideoWork made for every clip cost 1 us
+                videos[info.path] = VideoWork(info, plan, window)
+                found = uses[info.path] = []
+            found.append(ClipUse(key, slot, clip, frozen[key]))
+    for path, work in videos.items():
+        work.uses = tuple(uses[path])
     for plan, epoch in drawn:  # the views hold what was drawn: the arrays go
         plan.draws.release(epoch)
     for key in failed:

@@ -14,7 +14,7 @@ are read once, from memory: writing them cost a cold run 8% of the daemon's CPU
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from sandfs.materialize import FrameKey
@@ -106,7 +106,7 @@ class Admission:
             ahead_of=VideoJobKey(job_key.window + 1, job_key.path) if ahead else None)
 
     @staticmethod
-    def _frame_bytes(video: VideoWork, uses: list[ClipUse], held: AbstractSet[FrameKey],
+    def _frame_bytes(video: VideoWork, uses: Sequence[ClipUse], held: AbstractSet[FrameKey],
                      frames_on_disk: bool) -> int:
         """What a job over `uses` holds of decoded frames at most (the ledger charges it while
         it runs): a pass its peak, frames read from disk all of the window's at once. Each

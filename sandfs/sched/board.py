@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,9 +82,8 @@ class BatchBoard:
         self.allocate = allocate
         self.views: dict[ViewKey, ViewState] = {}  # batches of active windows, not ready yet
         self.ready: OrderedDict[ViewKey, ReadyView] = OrderedDict()
-        # clips no job made yet; a window's lists are its videos' own `uses`: replaced,
-        # never changed in place
-        self.pending: dict[VideoJobKey, list[ClipUse]] = {}
+        # clips no job made yet, as tuples (a window's are its videos' own `uses`)
+        self.pending: dict[VideoJobKey, tuple[ClipUse, ...]] = {}
         # a reader is blocked on it, or expected there soon: read anywhere (a job's thread
         # reads whether it is empty), written by the demand methods below and on completion
         self.demanded: set[ViewKey] = set()
@@ -203,7 +202,7 @@ class BatchBoard:
                 yield JobState(f"a{key.parts}", demanded, deadline, len(on_disk_only),
                                owner_load=load), key
 
-    def _work_of(self, job: VideoJobKey, uses: list[ClipUse]) -> tuple[int, list[int]]:
+    def _work_of(self, job: VideoJobKey, uses: Sequence[ClipUse]) -> tuple[int, list[int]]:
         """A pending job's remaining work and each clip's lead work, worked out again only
         when its pending clips change: the urgent jobs are ranked at every dispatch, and
         counting their frames was a fifth of the ranking's time. Valid while `pending` holds
@@ -251,17 +250,17 @@ class BatchBoard:
     def add_pending(self, job: VideoJobKey, use: ClipUse) -> None:
         """One clip pending again (not kept, or its batch planned again): placed in the
         urgency order, not the order rebuilt (a window of 10,000 videos is 50,000 clips)."""
-        self.pending[job] = [*self.pending.get(job, ()), use]
+        self.pending[job] = (*self.pending.get(job, ()), use)
         self.urgency.add(job, use)
 
     def take_pending(self, job: VideoJobKey, uses: Iterable[ClipUse]) -> None:
         taken = {Spot.of(u) for u in uses}
-        self.pending[job] = [u for u in self.pending[job] if Spot.of(u) not in taken]
+        self.pending[job] = tuple(u for u in self.pending[job] if Spot.of(u) not in taken)
 
     def forget_pending(self, views: set[ViewKey] | Callable[[ViewKey], bool]) -> None:
         gone = views if callable(views) else views.__contains__
         for job, uses in self.pending.items():
-            self.pending[job] = [u for u in uses if not gone(u.view)]
+            self.pending[job] = tuple(u for u in uses if not gone(u.view))
 
     def add_window(self, planned: PlannedWindow) -> None:
         """A window's batches (those not planned or ready already) and their pending clips, as
@@ -295,7 +294,7 @@ class BatchBoard:
                 self.disk_plans[job] = disk
             pending = planned.pending.get(path)
             if pending and ready:
-                pending = [use for use in pending if use.view not in ready]
+                pending = tuple(use for use in pending if use.view not in ready)
             if pending and self.pending.setdefault(job, pending) is not pending:
                 self.pending[job] = self.pending[job] + pending  # else taken as it is
 
@@ -324,7 +323,7 @@ class BatchBoard:
         added = []
         for path, uses in merged.uses.items():
             job = VideoJobKey(window, path)
-            before = self.pending.get(job, [])
+            before = self.pending.get(job, ())
             grown = list(before)
             for use in uses:
                 state = self.views.get(use.view)
@@ -336,8 +335,8 @@ class BatchBoard:
                 else:
                     grown.append(use)
                     added.append((job, use))
-            if len(grown) > len(before):  # replaced, not changed: it may be a window's list
-                self.pending[job] = grown
+            if len(grown) > len(before):
+                self.pending[job] = tuple(grown)
         self.urgency.add_many(added, self.pending)
 
     def drop_window(self, window: int, views: Iterable[ViewKey]) -> None:

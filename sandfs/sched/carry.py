@@ -53,7 +53,7 @@ class CarryBook:
         return window + period - (window - first) % period
 
     def plan(self, key: VideoJobKey, later: list[tuple[int, WindowPlan]], *,
-             busy: set[VideoJobKey], pending: dict[VideoJobKey, list[ClipUse]],
+             busy: set[VideoJobKey], pending: Mapping[VideoJobKey, tuple[ClipUse, ...]],
              active: Iterable[int], memory_room: int) -> dict[int, Carry]:
         """The frames `later` windows need from this video that no job made yet, up to the
         video's next pass and for as many windows as fit in half the storage budget, a quarter

@@ -158,6 +158,6 @@ class PlannedWindow:
     on_disk: Mapping[ViewKey, frozenset[int]]  # slots of each batch on disk already
     frames_on_disk: frozenset[str]  # videos whose frames are all on disk already
     disk_plans: Mapping[str, DiskPlan]  # what to keep on disk, by video
-    pending: Mapping[str, list[ClipUse]]  # the clips not on disk, by video
+    pending: Mapping[str, tuple[ClipUse, ...]]  # the clips not on disk, by video
     urgency: UrgencyEntries  # the jobs of `pending`
     to_prune: bool = False  # disk_plans keep the soonest clips until pruning decides

@@ -29,7 +29,7 @@ class Merged:
 
     new_views: dict[ViewKey, ViewOf]  # batches no task planned before, in plan order
     more_readers: dict[ViewKey, frozenset[str]]  # tasks that read batches planned already
-    uses: dict[str, list[ClipUse]]  # the new views' clips, by video
+    uses: dict[str, tuple[ClipUse, ...]]  # the new views' clips, by video
     view_plans: dict[ViewKey, ViewPlan]  # the new views, resolved
 
 
@@ -254,7 +254,7 @@ class WindowBook:
                 base.view_plans[key] = part.view_plans[key]
         uses = {}
         for path, work in part.videos.items():
-            mine = [u for u in work.uses if u.view in new_views or u.view in own]
+            mine = tuple(u for u in work.uses if u.view in new_views or u.view in own)
             if mine:
                 video = base.videos.setdefault(path, VideoWork(work.info, work.plan, window))
                 video.uses = video.uses + mine  # not in place: the board's pending list
@@ -315,7 +315,7 @@ class WindowBook:
                 released[key] = window.views.pop(key)
                 window.view_plans.pop(key, None)
             for work in window.videos.values():
-                work.uses = [u for u in work.uses if u.view not in released]
+                work.uses = tuple(u for u in work.uses if u.view not in released)
         return released
 
 

@@ -113,7 +113,7 @@ def _disk_half(plan: WindowPlan, store: ObjectStore | None, prune_mode: str, *,
     there, and the jobs of the clips to make."""
     on_disk: dict[ViewKey, set[int]] = {}
     frames_on_disk = set()
-    pending: dict[str, list[ClipUse]] = {}  # the board's (it replaces them, never extends)
+    pending: dict[str, tuple[ClipUse, ...]] = {}  # the board's
     # an empty store (a cold mount) holds none of them, and each key costs a digest
     if store is not None and store.object_count():
         for count, (path, work) in enumerate(plan.videos.items()):
@@ -126,7 +126,7 @@ def _disk_half(plan: WindowPlan, store: ObjectStore | None, prune_mode: str, *,
                 else:
                     missing.append(use)
             # the video's own list when none is on disk: shared, as the board never extends it
-            pending[path] = work.uses if len(missing) == len(work.uses) else missing
+            pending[path] = work.uses if len(missing) == len(work.uses) else tuple(missing)
             if (all(p.object_key(work.info) in store for p in window_packs(work))
                     or all(frame_object_key(work.info, k) in store for k in work.frame_keys)):
                 frames_on_disk.add(path)

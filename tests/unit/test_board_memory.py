@@ -60,15 +60,15 @@ def test_a_batch_s_slots_are_kept_as_they_come(tmp_path):
 
 
 def test_pending_clips_are_the_window_s_own_lists_and_leave_them_as_they_are(tmp_path):
-    """A cold window's pending clips are its videos' `uses` lists, not copies (23 bytes a
-    clip); the board replaces a job's list when clips come or go, so the window keeps its
-    clips whatever the board does."""
+    """A cold window's pending clips are its videos' `uses` tuples, not copies (23 bytes a
+    clip); the board replaces a job's tuple when clips come or go (tuples cannot be changed
+    in place), so the window keeps its clips whatever the board does."""
     plan = make_plan(tmp_path, fake_videos(12), epochs=4)
     planned = work.plan_active_window([plan], 0, None, "leaves")
     board = BatchBoard()
     board.add_window(planned)
     videos = planned.plan.videos
-    before = {path: list(video.uses) for path, video in videos.items()}
+    before = {path: video.uses for path, video in videos.items()}
     job, uses = next(iter(board.pending.items()))
     assert uses is videos[job.path].uses
     board.add_pending(job, uses[0])  # made, not kept: pending again
@@ -77,6 +77,7 @@ def test_pending_clips_are_the_window_s_own_lists_and_leave_them_as_they_are(tmp
     board.add_window(work.plan_active_window([plan], 0, None, "leaves"))  # grown, not changed
     assert len(board.pending[other]) == 2 * len(before[other.path])
     assert {path: video.uses for path, video in videos.items()} == before
+    assert all(type(uses) is tuple for uses in board.pending.values())
 
 
 def test_a_warm_batch_keeps_the_planner_s_set_of_its_slots_on_disk(tmp_path):
@@ -122,13 +123,13 @@ def test_a_joining_task_s_clips_pend_once_and_leave_with_it(tmp_path):
     book.add_window(planned.plan)
     board.add_window(planned)
     window = book.windows[0]
-    before = {path: list(video.uses) for path, video in window.videos.items()}
+    before = {path: video.uses for path, video in window.videos.items()}
     book.add_task(joined)
     merged = book.merge(0, plan_window([joined], 0))
     board.add_part(0, merged, frozenset())
     assert merged.uses and merged.new_views
     for path, video in window.videos.items():
-        assert video.uses == before.get(path, []) + merged.uses.get(path, [])
+        assert video.uses == before.get(path, ()) + merged.uses.get(path, ())
         spots = [Spot.of(u) for u in board.pending[VideoJobKey(0, path)]]
         assert len(set(spots)) == len(spots) == len(video.uses)
     released = book.remove_task("b")
@@ -136,6 +137,7 @@ def test_a_joining_task_s_clips_pend_once_and_leave_with_it(tmp_path):
     assert set(released) == set(merged.new_views)
     assert {path: v.uses for path, v in window.videos.items() if v.uses} == before
     assert {job.path: uses for job, uses in board.pending.items() if uses} == before
+    assert all(type(uses) is tuple for uses in board.pending.values())
 
 
 def test_a_window_is_added_to_the_board_with_the_collector_paused(tmp_path, monkeypatch):

@@ -41,7 +41,7 @@ def expected_pending(planned, ready) -> dict:
     on_disk = {Spot(k, s) for k, slots in planned.on_disk.items() for s in slots}
     found = {}
     for path, video in planned.plan.videos.items():
-        uses = [u for u in video.uses if Spot.of(u) not in on_disk and u.view not in ready]
+        uses = tuple(u for u in video.uses if Spot.of(u) not in on_disk and u.view not in ready)
         if uses:
             found[VideoJobKey(planned.plan.window, path)] = uses
     return found
