@@ -196,7 +196,7 @@ class WindowPlanner(TaskJoins):
         plans = [p for p in self.book.planned_plans(window) if tasks is None or p.name in tasks]
         planned = work.plan_active_window(plans, window, self.store,
                                           self.prune_mode, lead=lead, skip=skip,
-                                          resolved=resolved)
+                                          resolved=resolved, settle=self.freezes_windows)
         if self.on_window_planned is not None:
             try:
                 self.on_window_planned()

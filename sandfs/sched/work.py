@@ -37,7 +37,7 @@ from sandfs.plan.window import (
     plan_window,
     stop_if_asked,
 )
-from sandfs.runtime import collector_paused
+from sandfs.runtime import collector_paused, settle_collector
 from sandfs.sched.jobs import (
     AssemblyJob,
     Failed,
@@ -97,14 +97,20 @@ def yield_to_readers() -> None:
 def plan_active_window(plans: list[TaskPlan], window: int, store: ObjectStore | None,
                        prune_mode: str, *, lead: Container[str] | None = None,
                        skip: Container[str] = frozenset(),
-                       resolved: Mapping[ViewKey, ViewPlan] = MappingProxyType({})
-                       ) -> PlannedWindow:
+                       resolved: Mapping[ViewKey, ViewPlan] = MappingProxyType({}),
+                       settle: bool = False) -> PlannedWindow:
     """The window's plan (or its lead part or rest: `plan_window`), what is on disk already,
     what to keep there, and its clips to make as the board takes them. Parts are not pruned:
-    their window is, once whole."""
+    their window is, once whole. `settle`: freeze what it made out of the collector's walks
+    before the collector is on again (`runtime.settle_collector`): made while it was paused,
+    the window's objects are all in its youngest generation, and the next collection, on
+    whichever thread allocates next, walked them all (1.3-1.9 s at 100,000 videos)."""
     plan = plan_window(plans, window, lead=lead, skip=skip, resolved=resolved)
     with collector_paused():  # what it makes lives as long as the window
-        return _disk_half(plan, store, prune_mode, whole=lead is None and not skip)
+        planned = _disk_half(plan, store, prune_mode, whole=lead is None and not skip)
+        if settle:
+            settle_collector()
+        return planned
 
 
 def _disk_half(plan: WindowPlan, store: ObjectStore | None, prune_mode: str, *,
