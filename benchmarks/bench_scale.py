@@ -341,7 +341,8 @@ def plan_window0(config: Path, scan: DatasetScan, k_epochs: int, store: ObjectSt
     cpu, held = time.process_time(), {}
     held["plans"] = plans = plan_tasks([cfg], scans, k_epochs=k_epochs)
     held["tasks_s"], cpu = time.process_time() - cpu, time.process_time()
-    held["planned"] = planned = plan_active_window(plans, 0, store, "algorithm1")
+    held["planned"] = planned = plan_active_window(plans, 0, store, "algorithm1",
+                                                   settle=True)  # as the daemon plans it
     held["active_s"], cpu = time.process_time() - cpu, time.process_time()
     held["board"] = board = BatchBoard()
     board.add_window(planned)
@@ -366,6 +367,7 @@ def plan_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, v
     clips = sum(len(work.uses) for work in held["window"].videos.values())
     times = {k: held[k] for k in ("tasks_s", "window_s", "active_s", "board_s")}
     del held
+    gc.unfreeze()  # settled: walked again, to be collected
     gc.collect()
     tracemalloc.start()
     held = plan_window0(config, scan, args.k_epochs, store)
@@ -374,6 +376,7 @@ def plan_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, v
     plan_bytes = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     del held
+    gc.unfreeze()
     whole = times["tasks_s"] + times["active_s"] + times["board_s"]
     record = {"record": "plan", "videos": videos, "task": task, "window_clips": clips,
               "task_plans_cpu_s": round(times["tasks_s"], 3),
