@@ -112,13 +112,15 @@ class WindowPlan:
         """A copy for a thread to read while tasks join and leave (they change this one),
         taken in a thread too: each container is copied in one call (atomic under the GIL),
         and uses of views the copy does not hold (a task joining or leaving meanwhile) are
-        left out."""
-        views = dict(self.views)
+        left out. Its views are those with readers in its copy: a task leaving between the
+        two copies left views without readers, which pruning reads (KeyError)."""
+        readers = dict(self.readers)
+        views = {key: view for key, view in dict(self.views).items() if key in readers}
         videos = {p: VideoWork(w.info, w.plan, w.window, tuple(u for u in w.uses
                                                                if u.view in views))
                   for p, w in list(self.videos.items())}
         return WindowPlan(self.window, {p: w for p, w in videos.items() if w.uses}, views,
-                          dict(self.readers), dict(self.failed), dict(self.view_plans))
+                          readers, dict(self.failed), dict(self.view_plans))
 
 
 def plan_window(plans: Sequence[TaskPlan], window: int,

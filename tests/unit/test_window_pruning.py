@@ -5,6 +5,8 @@ that repeat a frame (a video shorter than a clip's span)."""
 
 from __future__ import annotations
 
+import itertools
+import random
 from dataclasses import replace
 
 import numpy as np
@@ -22,7 +24,8 @@ from sandfs.sched.objects import (
     object_graph,
     soonest_clips,
 )
-from sandfs.sched.pruning import pruned_plans, window_graphs
+from sandfs.sched.pruning import pruned_plans, window_graphs, window_pruned
+from sandfs.sched.windows import WindowBook
 from tests.helpers.plans import fake_videos, make_plan
 
 
@@ -79,6 +82,60 @@ def test_the_soonest_clips_are_those_of_a_clip_at_a_time_walk(tmp_path, share):
         kept = soonest_clips(window, int(room / PRUNE_TARGET_FRACTION) + 1)
         assert kept == leaves_reference(window, room), (index, share)
         assert all(plan.clips for plan in kept.values())
+
+
+def _crop(size: int) -> list[dict]:
+    return [{"name": "resize", "branch_type": "single", "inputs": ["frame"], "outputs": ["r"],
+             "config": [{"resize": {"shape": [36, 48]}}]},
+            {"name": "crop", "branch_type": "single", "inputs": ["r"], "outputs": ["c"],
+             "config": [{"random_crop": {"size": [size, size]}}]}]
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_the_soonest_clips_match_at_every_boundary(tmp_path, trial):
+    """Random windows of 1-3 tasks (shared or own views, clips of several sizes), at rooms on
+    every side of the clip-at-a-time walk's boundaries: ties and off-by-one budgets."""
+    rng = random.Random(trial)
+    videos = fake_videos(rng.randint(3, 25), num_frames=rng.choice([14, 40, 120]))
+    plans = []
+    for t in range(rng.randint(1, 3)):
+        (tmp_path / f"t{t}").mkdir()
+        sampling = {"samples_per_video": rng.randint(1, 3), "frames_per_video":
+                    rng.choice([2, 4, 6]), "videos_per_batch": rng.choice([2, 4])}
+        extra = {"augmentation": _crop(rng.choice([16, 32]))} if rng.random() < 0.5 else {}
+        plans.append(make_plan(tmp_path / f"t{t}", videos=videos, task=f"t{t}",
+                               seed=rng.choice([0, 0, 1]), sampling=sampling, **extra))
+    window = plan_window(plans, 0)
+    uses = sorted(((first_reader(u), p, u) for p, w in window.videos.items() for u in w.uses),
+                  key=lambda item: (item[0], item[1], item[2].slot))
+    ends = list(itertools.accumulate(clip_nbytes(window.views[u.view][0], u)
+                                     for _, _, u in uses))
+    total = leaves_nbytes(window)
+    for room in sorted({0, total, total + 1} | {e + d for e in ends for d in (-1, 0, 1)}):
+        budget = int(room / PRUNE_TARGET_FRACTION) + 1
+        assert soonest_clips(window, budget) == leaves_reference(window, room), room
+
+
+def test_a_task_leaving_while_a_window_is_snapshot_for_pruning(tmp_path):
+    """The snapshot copies views first and readers last: a task leaving between them leaves a
+    view without readers, which the columns read (a KeyError skipped pruning the window)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    videos = fake_videos(12)
+    a = make_plan(tmp_path / "a", videos=videos, task="a")
+    b = make_plan(tmp_path / "b", videos=videos, task="b", seed=7)
+    book = WindowBook([a, b])
+    window = plan_window([a, b], 0)
+    book.add_window(window)
+
+    class LeavingMeanwhile(dict):
+        def items(self):
+            if book.plans.get("b") is not None:
+                book.remove_task("b")
+            return super().items()
+
+    window.videos = LeavingMeanwhile(window.videos)
+    assert isinstance(window_pruned(window, 1, "algorithm1"), dict)
 
 
 def test_the_dense_window_collapses(tmp_path):
