@@ -378,6 +378,7 @@ class WindowPlanner(TaskJoins):
         plan, window = planned.plan, planned.plan.window
         rest = window in self.book.windows
         if rest:
+            self._made_already(plan)
             self.book.extend(window, plan)
         else:
             self.book.add_window(plan)
@@ -394,6 +395,14 @@ class WindowPlanner(TaskJoins):
         log.debug("window %d planned%s: %d videos, %d views, %d clips on disk", window,
                   " (its rest)" if rest else "", len(plan.videos), len(plan.views),
                   sum(map(len, planned.on_disk.values())))
+
+    def _made_already(self, rest: WindowPlan) -> None:
+        """A window's rest holds every batch of the window; those its earlier parts made (in
+        memory, or read and gone) leave it: planned again without a clip to make, a reader
+        reading one back waited for ever rather than having it made on demand."""
+        base = self.book.windows[rest.window]
+        for key in [k for k in rest.views if k in base.views and k not in self.board.views]:
+            del rest.views[key]
 
     async def _prune(self, plan: WindowPlan, unless_fits: bool = False) -> None:
         """Algorithm 1 for a window whose clips do not all fit on disk (`unless_fits`: first
