@@ -33,13 +33,15 @@ class TaskJoins:
         windows get their part once the task's first batch is made, and a reader that gets
         there sooner waits for it (`window_planned`). In a window planned in parts the task's
         part is planned in parts too, as its readers come (`_join_parts`): a task joining a
-        mount of 250,000 videos waited 3.7 s for the rest of the window planned at once."""
+        mount of 250,000 videos waited 3.7 s for the rest of the window planned at once. A
+        task with the window's own batches (one seed) joins their parts instead."""
         async with self.tasks_steady:
             self.carry.forget(self.book.future)
             self.book.add_task(plan)
+            shared = {w for w in self.book.windows if self._join_shared_parts(plan, w)}
         self._note_window_added()  # a reader waiting on the task set looks again
         start = self.book.window_of_task(plan.name, 0)
-        windows = sorted(self.book.windows, key=lambda w: (w != start, w))
+        windows = sorted(set(self.book.windows) - shared, key=lambda w: (w != start, w))
         if not windows or plan.name in self.book.unread:  # planned once a reader comes
             return
         lead = self._lead_videos(windows[0], [plan])
@@ -59,6 +61,27 @@ class TaskJoins:
         else:
             for window, skip in later_parts:
                 await self._add_part(plan, window, skip=skip)
+
+    def _join_shared_parts(self, plan: TaskPlan, window: int) -> bool:
+        """A task whose batches in a window planned in parts are those of the window's own
+        tasks (a search's trials with one seed) joins their parts, and reads the batches
+        planned so far. Planned in parts of its own, each shared batch's clips were planned
+        twice (its videos decoded twice), and the batches its leaving released were read by
+        the others too. Called with `tasks_steady` held: no part is being planned."""
+        parts = self._parts.get(window)
+        if (window not in self.book.rest_pending or parts is None or plan.name in self.book.unread
+                or not plan.window_epochs(window)):
+            return False
+        key = plan.plan_key(window)
+        if not any(p.plan_key(window) == key for name, p in self.book.plans.items()
+                   if name in parts.tasks):
+            return False
+        parts.tasks |= {plan.name}
+        for view in self.book.add_reader(window, plan):
+            if view in self.board.ready:
+                self.board.ready[view].readers_left.add(plan.name)
+        self.wake()
+        return True
 
     def _join_parts(self, plan: TaskPlan, window: int, planned: frozenset[str]) -> None:
         """The task's part of a window planned in parts is planned in parts of its own, as

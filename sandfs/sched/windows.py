@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from sandfs.plan.task import TaskPlan, ViewPlan
-from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
+from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan, view_key
 from sandfs.sched.policy import NOT_NEEDED, makes_ahead_unread, share_owner
 
 ViewOf = tuple[TaskPlan, int, int]  # (plan, epoch, iteration) of a batch
@@ -266,7 +266,10 @@ class WindowBook:
         """The rest of a window planned in part: its other batches and videos."""
         base = self.windows[window]
         for key, view in rest.views.items():
-            if key not in base.views:
+            if key in base.views:  # an earlier part's batch: its readers stay, the rest's join
+                more = tuple(r for r in rest.readers[key] if r not in base.readers[key])
+                base.readers[key] = base.readers[key] + more
+            else:
                 base.views[key], base.readers[key] = view, rest.readers[key]
                 self._window_of[key] = window
                 if key in rest.view_plans:
@@ -278,6 +281,20 @@ class WindowBook:
             else:  # a stand-in's clips in a bad video's slots, planned with that video's part
                 found.uses = found.uses + work.uses  # not in place: the board's pending list
         base.failed.update(rest.failed)
+
+    def add_reader(self, window: int, plan: TaskPlan) -> list[ViewKey]:
+        """A task joining the tasks a window is planned in parts for reads their batches
+        planned so far (the same keys: a search's trials with one seed); those batches."""
+        base, added = self.windows[window], []
+        for epoch in plan.window_epochs(window):
+            for iteration in range(plan.iterations_per_epoch):
+                key = view_key(plan, epoch, iteration)
+                reader = (plan.name, epoch * plan.iterations_per_epoch + iteration)
+                readers = base.readers.get(key)
+                if readers is not None and reader not in readers:
+                    base.readers[key] = (*readers, reader)
+                    added.append(key)
+        return added
 
     def remove_task(self, name: str) -> dict[ViewKey, ViewOf]:
         """Forget a task; the batches no other task reads, released from every window."""

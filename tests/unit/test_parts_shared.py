@@ -1,7 +1,11 @@
-"""A window planned in parts, read back and shared: a batch made before the window's rest is
-planned reads back."""
+"""A task joining a window planned in parts whose batches are the window's own tasks' (a
+search's trials with one seed: the same view keys), reading, and leaving: each clip slot of
+the window is planned once, every reader is listed, every batch holds the bytes of the window
+planned whole, and no video is decoded twice a window."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import trio
 
@@ -10,7 +14,7 @@ from sandfs.sched import planning as planning_module
 from sandfs.sched.scheduler import Scheduler
 from sandfs.stats import Stats
 from tests.helpers.plans import fake_videos, make_plan
-from tests.unit.test_scheduler import RecordingMaterializer
+from tests.unit.test_scheduler import RecordingMaterializer, joining_task, read_all, settle
 from tests.unit.test_window_parts import in_parts, until, workers_busy
 
 VIDEOS = fake_videos(160)
@@ -26,6 +30,17 @@ def own_task(tmp_path, name: str) -> tuple:
     return plan, scheduler, materializer
 
 
+def paced_own(tmp_path, monkeypatch) -> tuple:
+    """`own_task`, its window 0 in parts of one batch's videos, each planned only as a reader
+    comes within a batch of its frontier (the workers never idle)."""
+    in_parts(monkeypatch)
+    monkeypatch.setattr(planning_module, "PART_BATCHES", 1)
+    plan, scheduler, materializer = own_task(tmp_path, "parts")
+    workers_busy(scheduler)
+    scheduler.planner.plan_ahead = 1
+    return plan, scheduler, materializer
+
+
 async def read_some(scheduler, plan, iterations) -> None:
     for iteration in iterations:
         key = view_key(plan, 0, iteration)
@@ -35,16 +50,70 @@ async def read_some(scheduler, plan, iterations) -> None:
         scheduler.released(plan.name, 0, iteration)
 
 
+async def shared_trial(tmp_path, monkeypatch, *, leaves: bool) -> None:
+    whole = await read_all(*own_task(tmp_path, "whole")[:2])
+    plan, scheduler, materializer = paced_own(tmp_path, monkeypatch)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(20):
+            await until(lambda: scheduler.book.rest_pending == {0})
+            later = joining_task(tmp_path, plan, seed=0)
+            assert view_key(later, 0, 5) == view_key(plan, 0, 5)  # the same batches
+            await scheduler.add_plan(later)
+            scheduler.opened(plan.name, 0, 0)
+            await read_some(scheduler, later, range(12))  # ahead of the window's own reader
+            if leaves:
+                await read_some(scheduler, plan, range(1, 4))
+                await scheduler.remove_plan(later.name)
+            scheduler.planner.idle = lambda: True  # the rest, now
+            scheduler.wake()
+            await until(lambda: not scheduler.book.rest_pending)
+            await settle(scheduler)
+        window = scheduler.book.windows[0]
+        uses = Counter((u.view, u.slot) for w in window.videos.values() for u in w.uses)
+        slots = Counter((key, slot) for key, view in window.view_plans.items()
+                        for slot in range(len(view.clips)))
+        assert uses == slots  # each slot of each batch once
+        tasks = [plan.name] if leaves else sorted([plan.name, later.name])
+        assert all(sorted(t for t, _ in readers) == tasks
+                   for readers in window.readers.values())
+        got = {}
+        for epoch in range(plan.epochs):
+            for iteration in range(plan.iterations_per_epoch):
+                key = view_key(plan, epoch, iteration)
+                scheduler.opened(plan.name, epoch, iteration)
+                with trio.fail_after(10):
+                    data = (scheduler.ready_view(key, plan.name)
+                            or await scheduler.wait_view(key, plan.name))
+                got[epoch, iteration] = None if data is None else bytes(data)
+                scheduler.released(plan.name, epoch, iteration)
+        nursery.cancel_scope.cancel()
+    # a batch read before and gone from memory is made on demand (None), the same bytes
+    read_back = {(0, i) for i in range(1, 4)} if leaves else set()
+    assert {k: v for k, v in got.items() if v is not None or k not in read_back} == {
+        k: v for k, v in whole.items() if got[k] is not None or k not in read_back}
+    assert max(Counter(materializer.decoded).values()) == 2  # once a window, two windows
+
+
+async def test_a_trial_with_the_window_s_batches_joins_its_parts(tmp_path, monkeypatch):
+    """Planned in parts of its own, a joining trial's batches (the window's own) had their
+    clips planned twice, and batches it added first lost the own task's reader."""
+    await shared_trial(tmp_path, monkeypatch, leaves=False)
+
+
+async def test_a_trial_leaving_keeps_the_batches_the_window_s_tasks_read(tmp_path,
+                                                                        monkeypatch):
+    """A joining trial that leaves released batches the window's own task read, whose videos
+    its parts counted as planned: their reads waited for ever."""
+    await shared_trial(tmp_path, monkeypatch, leaves=True)
+
+
 async def test_a_batch_read_before_the_window_s_rest_is_planned_reads_back(tmp_path,
                                                                           monkeypatch):
     """The window's rest holds each of its batches: those made before and gone from memory
     were planned again without a clip to make, and a reader reading one back waited for ever
     (not made on demand)."""
-    in_parts(monkeypatch)
-    monkeypatch.setattr(planning_module, "PART_BATCHES", 1)
-    plan, scheduler, _ = own_task(tmp_path, "parts")
-    workers_busy(scheduler)
-    scheduler.planner.plan_ahead = 1
+    plan, scheduler, _ = paced_own(tmp_path, monkeypatch)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         with trio.fail_after(10):
