@@ -37,14 +37,15 @@ class Part(frozenset[str]):
 class WindowParts:
     """The planner's record of a window planned in parts for `tasks` (the window's own, or a
     task that joined meanwhile): the videos planned, and for each task how far from its
-    reader (`reach`) and from the window's start (`swept`) every batch is planned. Changed on
-    the trio thread only, between parts."""
+    reader (`reach`, `back`) and from the window's start (`swept`) every batch is planned.
+    Changed on the trio thread only, between parts."""
 
     def __init__(self, window: int, planned: Iterable[str], tasks: Iterable[str]) -> None:
         self.window, self.tasks = window, frozenset(tasks)
         self.planned = set(planned)
         self.reach: dict[str, int] = {}
         self.swept: dict[str, int] = {}
+        self.back: dict[str, int] = {}  # a reader's frontier behind its reach, from its jump
         self._places: dict[tuple[str, int], np.ndarray] = {}  # each listed video's, by epoch
         self._picked: dict[str, tuple[list, int]] = {}  # a part's video: (listing, index)
 
@@ -61,7 +62,7 @@ class WindowParts:
         plans = [p for p in plans if p.name in self.tasks and p.window_epochs(self.window)]
         if not plans or len(self.planned) >= _listed(plans):  # its tasks left, or all planned
             return REST
-        due = [(p, self._frontier(p, positions[p.name], self.reach)) for p in plans
+        due = [(p, self._reader_frontier(p, positions[p.name])) for p in plans
                if self._stands_in(p, positions[p.name])]
         due = [(p, at) for p, at in due if at < self._end(p) and at - positions[p.name] < ahead]
         if not due and idle():
@@ -94,6 +95,20 @@ class WindowParts:
         at = places[np.array([index for _, index in picked], np.int64)]
         iterations = np.unique(at[at >= 0] // plan.sampling.videos_per_batch)
         return iterations[iterations < plan.iterations_per_epoch].tolist()
+
+    def _reader_frontier(self, plan: TaskPlan, position: int) -> int:
+        """The task's reader's frontier: from its reach, or, once it went back to a batch not
+        planned, from there (`back`) until that frontier is at its reach again: the frontier
+        only grows, and a reader that jumped ahead, then back, waited for the workers to idle."""
+        name, reach = plan.name, self.reach.get(plan.name, position)
+        if position < reach and self._unplanned(plan, position, {}):
+            self.back[name] = position
+        if name in self.back:
+            at = self._frontier(plan, position, self.back)
+            if at < reach:
+                return at
+            del self.back[name]
+        return self._frontier(plan, position, self.reach)
 
     def _frontier(self, plan: TaskPlan, index: int, marks: dict[str, int]) -> int:
         """The first batch from `index` on (past those `marks` says are planned) holding a

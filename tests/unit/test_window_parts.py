@@ -480,3 +480,21 @@ async def test_a_task_removed_while_its_parts_are_planned_leaves_nothing(tmp_pat
             await scheduler.add_plan(again)
         assert scheduler.book.plans[again.name] is again
         nursery.cancel_scope.cancel()
+
+
+async def test_a_reader_jumping_ahead_then_back_is_served_while_the_workers_are_busy(
+        tmp_path, monkeypatch):
+    """A reader's frontier only grew: one that read batch 0, then 30, then 10 had batch 10
+    planned only once the workers idled."""
+    plan, scheduler, _ = paced(tmp_path, monkeypatch, plan_ahead=2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(10):
+            for iteration in (0, 30, 10, 11, 12):
+                key = view_key(plan, 0, iteration)
+                scheduler.opened(plan.name, 0, iteration)
+                assert (scheduler.ready_view(key, plan.name)
+                        or await scheduler.wait_view(key, plan.name)) is not None
+                scheduler.released(plan.name, 0, iteration)
+        assert scheduler.book.rest_pending == {0}  # the workers never idled
+        nursery.cancel_scope.cancel()
