@@ -117,8 +117,8 @@ class WindowPlanner(TaskJoins):
         return self.book.rest_pending | (self.book.wanted() - set(self.book.windows))
 
     async def _activate_once(self) -> set[ViewKey]:
-        wanted = self.book.wanted()
-        while todo := self.book.rest_pending | (wanted - set(self.book.windows)):
+        wanted, waiting = self.book.wanted(), set()  # windows held back by parts not due
+        while todo := (self.book.rest_pending | (wanted - set(self.book.windows))) - waiting:
             # a lead part's rest before the windows after it; owners take turns
             window = self.book.next_to_plan(todo)
             if self._first_batches:
@@ -129,7 +129,8 @@ class WindowPlanner(TaskJoins):
                 if window in self.book.rest_pending:
                     due = self._due_part(window)
                     if due is None:  # no reader near its frontier, and the workers busy
-                        return set()
+                        waiting |= self._held_back(window)
+                        continue
                     planned = await self._plan_due(window, *due)
                     if window in self.book.rest_pending:  # a part: its jobs start, then more
                         self.wake()
@@ -148,6 +149,8 @@ class WindowPlanner(TaskJoins):
             if planned is not None:
                 self._first_batches = self._first_batches_first(
                     self.book.windows[window], trio.current_time() - started)
+        if waiting:  # the windows to carry for follow once the parts are planned
+            return set()
         for window in [w for w in self.book.windows if w < min(wanted, default=0)]:
             self._drop_window(window)
         await self._plan_future()
@@ -248,13 +251,23 @@ class WindowPlanner(TaskJoins):
         return None
 
     def _waited_past(self, window: int) -> bool:
-        """Does a task's reader stand in a window after `window` that is not planned yet (a
-        jump: the windows after one in parts are planned once it is whole)?"""
-        book = self.book
-        return any(current > window and current not in book.windows
+        """Does a task's reader stand in a window after `window`, not planned yet, that it
+        holds back (`_held_back`)? A task on other videos, standing in a window of its own,
+        had the whole rest planned at once."""
+        book, held = self.book, self._held_back(window) - {window}
+        return any(current in held and current not in book.windows
                    for name, plan in book.plans.items() if name not in book.unread
                    for current in [plan.window_of(book.positions[name]
                                                   // plan.iterations_per_epoch)])
+
+    def _held_back(self, window: int) -> set[int]:
+        """A window in parts and the later windows its tasks want: those are planned once it
+        is whole (a jump: its rest at once); the other tasks' windows meanwhile."""
+        own = self._parts.get(window)
+        tasks = {*(own.tasks if own is not None else ()), *self._joiner_parts.get(window, {})}
+        return {window} | {w for name in tasks & self.book.plans.keys()
+                           if name not in self.book.unread
+                           for w in self.book.wanted_by(name) if w > window}
 
     async def _plan_due(self, window: int, owner: str | None, part: frozenset[str]
                         ) -> work.PlannedWindow | None:

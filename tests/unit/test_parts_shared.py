@@ -1,7 +1,8 @@
-"""A task joining a window planned in parts whose batches are the window's own tasks' (a
-search's trials with one seed: the same view keys), reading, and leaving: each clip slot of
-the window is planned once, every reader is listed, every batch holds the bytes of the window
-planned whole, and no video is decoded twice a window."""
+"""A window planned in parts beside other tasks. One joining whose batches are the window's
+own tasks' (a search's trials with one seed: the same view keys), reading, and leaving: each
+clip slot of the window is planned once, every reader is listed, every batch holds the bytes
+of the window planned whole, and no video is decoded twice a window. A batch made before the
+rest is planned reads back; a task in a window of its own does not force the rest."""
 
 from __future__ import annotations
 
@@ -127,4 +128,31 @@ async def test_a_batch_read_before_the_window_s_rest_is_planned_reads_back(tmp_p
             scheduler.opened(plan.name, 0, gone[0])
             assert not scheduler.board.is_planned(key)
             assert await scheduler.wait_view(key, plan.name) is None  # made on demand
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_task_in_a_window_of_its_own_leaves_the_rest_to_the_parts(tmp_path,
+                                                                         monkeypatch):
+    """A task standing in a later window that the window in parts does not hold back (its
+    tasks want windows 0 and 1, the other task reads in window 3) had the whole rest of
+    window 0 planned at once; its own window is planned meanwhile."""
+    in_parts(monkeypatch)
+    monkeypatch.setattr(planning_module, "PART_BATCHES", 1)
+    plan = make_plan(tmp_path, videos=VIDEOS, epochs=8, k_epochs=2)  # windows 0-3
+    (tmp_path / "other").mkdir()
+    other = make_plan(tmp_path / "other", videos=fake_videos(40), epochs=8, k_epochs=2,
+                      task="other", seed=3)
+    scheduler = Scheduler([plan, other], RecordingMaterializer(None), Stats(), workers=2,
+                          memory_limit_bytes=1 << 30, limiter=trio.CapacityLimiter(2))
+    workers_busy(scheduler)
+    scheduler.planner.plan_ahead = 1
+    scheduler.opened(other.name, 6, 0)  # window 3
+    scheduler.opened(plan.name, 0, 0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(10):
+            await read_some(scheduler, plan, range(2))
+            key = view_key(other, 6, 0)
+            assert await scheduler.wait_view(key, other.name) is not None
+        assert 0 in scheduler.book.rest_pending
         nursery.cancel_scope.cancel()
