@@ -212,12 +212,14 @@ class WindowPlanner(TaskJoins):
         """Wait while the window of the task's `epoch` is wanted but still being planned (a
         reader that just jumped there), or the task's part of it is (`add_plan`), or (planned
         in parts) the task's part with batch `key` is not: computing its view on demand
-        meanwhile would decode it twice."""
+        meanwhile would decode it twice. A batch the window made already (another task's,
+        gone from memory) is made on demand."""
         window = self.book.window_of_task(task, epoch)
         while window is not None and (
                 (window not in self.book.windows and window in self.book.wanted())
                 or (self._in_parts(task, window)
-                    and (key is None or not self.board.is_planned(key)))
+                    and (key is None or not (self.board.is_planned(key)
+                                             or self.book.view(key) is not None)))
                 or window in self.book.parts_pending.get(task, ())):
             self.wake()
             await self.window_added.wait()
