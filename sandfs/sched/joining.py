@@ -68,20 +68,20 @@ class TaskJoins:
         planned so far. Planned in parts of its own, each shared batch's clips were planned
         twice (its videos decoded twice), and the batches its leaving released were read by
         the others too. Called with `tasks_steady` held: no part is being planned."""
-        parts = self._parts.get(window)
-        if (window not in self.book.rest_pending or parts is None or plan.name in self.book.unread
+        if (window not in self.book.rest_pending or plan.name in self.book.unread
                 or not plan.window_epochs(window)):
             return False
         key = plan.plan_key(window)
-        if not any(p.plan_key(window) == key for name, p in self.book.plans.items()
+        for parts in self._groups(window):
+            if any(p.plan_key(window) == key for name, p in self.book.plans.items()
                    if name in parts.tasks):
-            return False
-        parts.tasks |= {plan.name}
-        for view in self.book.add_reader(window, plan):
-            if view in self.board.ready:
-                self.board.ready[view].readers_left.add(plan.name)
-        self.wake()
-        return True
+                parts.tasks |= {plan.name}
+                for view in self.book.add_reader(window, plan):
+                    if view in self.board.ready:
+                        self.board.ready[view].readers_left.add(plan.name)
+                self.wake()
+                return True
+        return False
 
     def _join_parts(self, plan: TaskPlan, window: int, planned: frozenset[str]) -> None:
         """The task's part of a window planned in parts is planned in parts of its own, as
@@ -111,6 +111,8 @@ class TaskJoins:
                 return set()
         merged = self.book.merge(window, part, own)
         own.update(merged.new_views)
+        for name in self._sharing(plan.name, window):  # tasks that joined its parts
+            self.book.add_reader(window, self.book.plans[name], merged.new_views)
         if lead is None:  # its part of the window is whole
             self._own_views.pop((plan.name, window), None)
         self.board.add_part(window, merged, on_disk)

@@ -265,8 +265,7 @@ class WindowPlanner(TaskJoins):
     def _held_back(self, window: int) -> set[int]:
         """A window in parts and the later windows its tasks want: those are planned once it
         is whole (a jump: its rest at once); the other tasks' windows meanwhile."""
-        own = self._parts.get(window)
-        tasks = {*(own.tasks if own is not None else ()), *self._joiner_parts.get(window, {})}
+        tasks = {name for parts in self._groups(window) for name in parts.tasks}
         return {window} | {w for name in tasks & self.book.plans.keys()
                            if name not in self.book.unread
                            for w in self.book.wanted_by(name) if w > window}
@@ -306,9 +305,17 @@ class WindowPlanner(TaskJoins):
 
     def _in_parts(self, task: str, window: int) -> bool:
         """Is the task's part of the window still planned in parts?"""
+        return any(task in parts.tasks for parts in self._groups(window))
+
+    def _groups(self, window: int) -> list[WindowParts]:
+        """The window's own parts and those of the tasks that joined meanwhile."""
         own = self._parts.get(window)
-        return ((own is not None and task in own.tasks)
-                or task in self._joiner_parts.get(window, {}))
+        return [*([own] if own is not None else []), *self._joiner_parts.get(window, {}).values()]
+
+    def _sharing(self, name: str, window: int) -> set[str]:
+        """The tasks that joined the parts of a task that joined the window in parts."""
+        parts = self._joiner_parts.get(window, {}).get(name)
+        return set() if parts is None else parts.tasks & self.book.plans.keys() - {name}
 
     def _whole_yet(self, window: int) -> None:
         """A window planned in parts whose parts are all planned: whole, and pruned (whether
@@ -326,7 +333,12 @@ class WindowPlanner(TaskJoins):
         """A task left: its parts of windows planned in parts go, and those windows may be
         whole now."""
         for window, groups in list(self._joiner_parts.items()):
-            if groups.pop(name, None) is not None:
+            heirs = sorted(self._sharing(name, window))
+            parts = groups.pop(name, None)
+            if heirs:  # the tasks sharing its parts go on with them
+                groups[heirs[0]] = parts
+                self._own_views[heirs[0], window] = self._own_views.pop((name, window), set())
+            elif parts is not None:
                 self._whole_yet(window)
         for key in [k for k in self._own_views if k[0] == name]:
             del self._own_views[key]

@@ -282,18 +282,21 @@ class WindowBook:
                 found.uses = found.uses + work.uses  # not in place: the board's pending list
         base.failed.update(rest.failed)
 
-    def add_reader(self, window: int, plan: TaskPlan) -> list[ViewKey]:
+    def add_reader(self, window: int, plan: TaskPlan,
+                   keys: Iterable[ViewKey] | None = None) -> list[ViewKey]:
         """A task joining the tasks a window is planned in parts for reads their batches
-        planned so far (the same keys: a search's trials with one seed); those batches."""
-        base, added = self.windows[window], []
-        for epoch in plan.window_epochs(window):
-            for iteration in range(plan.iterations_per_epoch):
-                key = view_key(plan, epoch, iteration)
-                reader = (plan.name, epoch * plan.iterations_per_epoch + iteration)
-                readers = base.readers.get(key)
-                if readers is not None and reader not in readers:
-                    base.readers[key] = (*readers, reader)
-                    added.append(key)
+        planned so far (`keys`: of those, these), the same keys (a search's trials with one
+        seed); the batches it reads now."""
+        base, added, per_epoch = self.windows[window], [], plan.iterations_per_epoch
+        if keys is None:
+            keys = [view_key(plan, epoch, iteration) for epoch in plan.window_epochs(window)
+                    for iteration in range(per_epoch)]
+        for key in keys:
+            reader = (plan.name, key.epoch * per_epoch + key.iteration)
+            readers = base.readers.get(key)
+            if readers is not None and reader not in readers:
+                base.readers[key] = (*readers, reader)
+                added.append(key)
         return added
 
     def remove_task(self, name: str) -> dict[ViewKey, ViewOf]:

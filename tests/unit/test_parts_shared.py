@@ -10,7 +10,7 @@ from collections import Counter
 
 import trio
 
-from sandfs.plan.window import view_key
+from sandfs.plan.window import WindowPlan, view_key
 from sandfs.sched import planning as planning_module
 from sandfs.sched.scheduler import Scheduler
 from sandfs.stats import Stats
@@ -53,6 +53,20 @@ async def read_some(scheduler, plan, iterations, made_before=()) -> None:
         scheduler.released(plan.name, 0, iteration)
 
 
+async def made_whole(scheduler) -> WindowPlan:
+    """Window 0 once its rest is planned (the workers idle now), each slot of each of its
+    batches planned once."""
+    scheduler.planner.idle = lambda: True
+    scheduler.wake()
+    await until(lambda: not scheduler.book.rest_pending)
+    await settle(scheduler)
+    window = scheduler.book.windows[0]
+    uses = Counter((u.view, u.slot) for w in window.videos.values() for u in w.uses)
+    assert uses == Counter((key, slot) for key, view in window.view_plans.items()
+                           for slot in range(len(view.clips)))
+    return window
+
+
 async def shared_trial(tmp_path, monkeypatch, *, leaves: bool) -> None:
     whole = await read_all(*own_task(tmp_path, "whole")[:2])
     plan, scheduler, materializer = paced_own(tmp_path, monkeypatch)
@@ -70,15 +84,7 @@ async def shared_trial(tmp_path, monkeypatch, *, leaves: bool) -> None:
             if leaves:
                 await read_some(scheduler, plan, range(6, 9))
                 await scheduler.remove_plan(later.name)
-            scheduler.planner.idle = lambda: True  # the rest, now
-            scheduler.wake()
-            await until(lambda: not scheduler.book.rest_pending)
-            await settle(scheduler)
-        window = scheduler.book.windows[0]
-        uses = Counter((u.view, u.slot) for w in window.videos.values() for u in w.uses)
-        slots = Counter((key, slot) for key, view in window.view_plans.items()
-                        for slot in range(len(view.clips)))
-        assert uses == slots  # each slot of each batch once
+            window = await made_whole(scheduler)
         tasks = [plan.name] if leaves else sorted([plan.name, later.name])
         assert all(sorted(t for t, _ in readers) == tasks
                    for readers in window.readers.values())
@@ -161,3 +167,34 @@ async def test_a_task_in_a_window_of_its_own_leaves_the_rest_to_the_parts(tmp_pa
         assert 0 in scheduler.book.rest_pending
         nursery.cancel_scope.cancel()
 
+
+async def test_trials_joining_with_one_seed_share_their_parts(tmp_path, monkeypatch):
+    """Two trials with one seed (not the window's own) join while the window is in parts;
+    the first leaves: each slot of their batches is planned once, the second reads them all."""
+    plan, scheduler, _ = paced_own(tmp_path, monkeypatch)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(20):
+            await until(lambda: scheduler.book.rest_pending == {0})
+            first = joining_task(tmp_path, plan)
+            await scheduler.add_plan(first)
+            scheduler.opened(plan.name, 0, 0)
+            await read_some(scheduler, first, range(6))
+            second = joining_task(tmp_path, plan, name="second")
+            assert view_key(second, 0, 3) == view_key(first, 0, 3)
+            await scheduler.add_plan(second)
+            await read_some(scheduler, second, range(12), made_before=range(6))
+            await scheduler.remove_plan(first.name)
+            window = await made_whole(scheduler)
+        own_key = view_key(plan, 0, 0).plan_key
+        assert all([t for t, _ in readers] == [plan.name if key.plan_key == own_key else "second"]
+                   for key, readers in window.readers.items())
+        for epoch in range(2):
+            for iteration in range(12 if epoch == 0 else 0, second.iterations_per_epoch):
+                key = view_key(second, epoch, iteration)
+                scheduler.opened(second.name, epoch, iteration)
+                with trio.fail_after(10):
+                    assert (scheduler.ready_view(key, second.name)
+                            or await scheduler.wait_view(key, second.name)) is not None
+                scheduler.released(second.name, epoch, iteration)
+        nursery.cancel_scope.cancel()
