@@ -90,6 +90,30 @@ class TaskJoins:
             window, planned, [plan.name])
         self.wake()
 
+    def _groups(self, window: int) -> list[WindowParts]:
+        """The window's own parts and those of the tasks that joined meanwhile."""
+        own = self._parts.get(window)
+        return [*([own] if own is not None else []), *self._joiner_parts.get(window, {}).values()]
+
+    def _sharing(self, name: str, window: int) -> set[str]:
+        """The tasks that joined the parts of a task that joined the window in parts."""
+        parts = self._joiner_parts.get(window, {}).get(name)
+        return set() if parts is None else parts.tasks & self.book.plans.keys() - {name}
+
+    def _drop_joiner(self, name: str) -> None:
+        """A task left: its parts of windows planned in parts go on with a task that joined
+        them, or go, and those windows may be whole now."""
+        for window, groups in list(self._joiner_parts.items()):
+            heirs = sorted(self._sharing(name, window))
+            parts = groups.pop(name, None)
+            if heirs:  # the tasks sharing its parts go on with them
+                groups[heirs[0]] = parts
+                self._own_views[heirs[0], window] = self._own_views.pop((name, window), set())
+            elif parts is not None:
+                self._whole_yet(window)
+        for key in [k for k in self._own_views if k[0] == name]:
+            del self._own_views[key]
+
     async def _add_part(self, plan: TaskPlan, window: int, *,
                         lead: frozenset[str] | None = None,
                         skip: Container[str] = frozenset()) -> set[ViewKey]:

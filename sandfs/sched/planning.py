@@ -307,16 +307,6 @@ class WindowPlanner(TaskJoins):
         """Is the task's part of the window still planned in parts?"""
         return any(task in parts.tasks for parts in self._groups(window))
 
-    def _groups(self, window: int) -> list[WindowParts]:
-        """The window's own parts and those of the tasks that joined meanwhile."""
-        own = self._parts.get(window)
-        return [*([own] if own is not None else []), *self._joiner_parts.get(window, {}).values()]
-
-    def _sharing(self, name: str, window: int) -> set[str]:
-        """The tasks that joined the parts of a task that joined the window in parts."""
-        parts = self._joiner_parts.get(window, {}).get(name)
-        return set() if parts is None else parts.tasks & self.book.plans.keys() - {name}
-
     def _whole_yet(self, window: int) -> None:
         """A window planned in parts whose parts are all planned: whole, and pruned (whether
         it needs it is decided in the pruning thread: 250,000 videos, 1.2 s over its clips)."""
@@ -328,20 +318,6 @@ class WindowPlanner(TaskJoins):
         self._note_window_added()
         if self.store is not None:
             self.nursery.start_soon(self._prune, self.book.windows[window], True)
-
-    def _drop_joiner(self, name: str) -> None:
-        """A task left: its parts of windows planned in parts go, and those windows may be
-        whole now."""
-        for window, groups in list(self._joiner_parts.items()):
-            heirs = sorted(self._sharing(name, window))
-            parts = groups.pop(name, None)
-            if heirs:  # the tasks sharing its parts go on with them
-                groups[heirs[0]] = parts
-                self._own_views[heirs[0], window] = self._own_views.pop((name, window), set())
-            elif parts is not None:
-                self._whole_yet(window)
-        for key in [k for k in self._own_views if k[0] == name]:
-            del self._own_views[key]
 
     def _waited_batches(self, plan: WindowPlan) -> set[ViewKey]:
         """The plan's batches readers wait for (or are anticipated at), not made yet: a lead
