@@ -6,7 +6,7 @@ own."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 
 import trio
@@ -39,13 +39,20 @@ class TaskJoins:
             self.carry.forget(self.book.future)
             self.book.add_task(plan)
             shared = {w for w in self.book.windows if self._join_shared_parts(plan, w)}
+            self._lead_parts(plan, shared)
         self._note_window_added()  # a reader waiting on the task set looks again
         start = self.book.window_of_task(plan.name, 0)
         windows = sorted(set(self.book.windows) - shared, key=lambda w: (w != start, w))
         if not windows or plan.name in self.book.unread:  # planned once a reader comes
             return
         lead = self._lead_videos(windows[0], [plan])
-        first = await self._add_part(plan, windows[0], lead=lead)
+        try:
+            first = await self._add_part(plan, windows[0], lead=lead)
+        except BaseException:  # its views there are made on demand
+            self._drop_parts(plan.name, windows)
+            raise
+        if lead is None:  # planned whole: no parts of its own there
+            self._drop_parts(plan.name, windows[:1])
         later_parts: list[tuple[int, frozenset[str]]] = []
         for window in windows:
             if (window == windows[0] and lead is None) or not self._still_joining(plan, window):
@@ -83,12 +90,35 @@ class TaskJoins:
                 return True
         return False
 
+    def _lead_parts(self, plan: TaskPlan, shared: set[int]) -> None:
+        """The task's parts of the windows planned in parts that it does not share, kept
+        (none due: `leading`) while its lead part is planned: a trial with its seed joining
+        meanwhile joins them (`_join_shared_parts`), not parts of its own planning the same
+        batches. Called with `tasks_steady` held."""
+        if plan.name in self.book.unread:
+            return
+        for window in self.book.rest_pending - shared:
+            self._joiner_parts.setdefault(window, {})[plan.name] = WindowParts(
+                window, (), [plan.name], leading=True)
+
     def _join_parts(self, plan: TaskPlan, window: int, planned: frozenset[str]) -> None:
         """The task's part of a window planned in parts is planned in parts of its own, as
-        the window's are (`WindowPlanner._due_part`)."""
-        self._joiner_parts.setdefault(window, {})[plan.name] = WindowParts(
-            window, planned, [plan.name])
+        the window's are (`WindowPlanner._due_part`), from `planned` on."""
+        parts = self._joiner_parts.setdefault(window, {}).get(plan.name)
+        if parts is None:
+            parts = self._joiner_parts[window][plan.name] = WindowParts(
+                window, (), [plan.name])
+        parts.add(planned)
+        parts.leading = False
+        self._note_window_added()  # its readers waiting for a batch of its lead look again
         self.wake()
+
+    def _drop_parts(self, name: str, windows: Iterable[int]) -> None:
+        """The task's parts of these windows, planned whole (or failed): they may be whole
+        now."""
+        for window in windows:
+            if self._joiner_parts.get(window, {}).pop(name, None) is not None:
+                self._whole_yet(window)
 
     def _groups(self, window: int) -> list[WindowParts]:
         """The window's own parts and those of the tasks that joined meanwhile."""
@@ -107,6 +137,7 @@ class TaskJoins:
             heirs = sorted(self._sharing(name, window))
             parts = groups.pop(name, None)
             if heirs:  # the tasks sharing its parts go on with them
+                parts.leading = False  # its lead part was not planned: theirs is due
                 groups[heirs[0]] = parts
                 self._own_views[heirs[0], window] = self._own_views.pop((name, window), set())
             elif parts is not None:

@@ -40,8 +40,10 @@ class WindowParts:
     reader (`reach`, `back`) and from the window's start (`swept`) every batch is planned.
     Changed on the trio thread only, between parts."""
 
-    def __init__(self, window: int, planned: Iterable[str], tasks: Iterable[str]) -> None:
+    def __init__(self, window: int, planned: Iterable[str], tasks: Iterable[str], *,
+                 leading: bool = False) -> None:
         self.window, self.tasks = window, frozenset(tasks)
+        self.leading = leading  # a joining task's lead part is being planned: none due
         self.planned = set(planned)
         self.reach: dict[str, int] = {}
         self.swept: dict[str, int] = {}
@@ -59,6 +61,8 @@ class WindowParts:
         """The videos of the next part (`REST`: the rest; None: none is due): a reader within
         `ahead` batches of its planned frontier, or else, when `idle()`, the window's first
         batches not planned. `plans`: the book's; those of `tasks` count."""
+        if self.leading:
+            return None
         plans = [p for p in plans if p.name in self.tasks and p.window_epochs(self.window)]
         if not plans or len(self.planned) >= _listed(plans):  # its tasks left, or all planned
             return REST

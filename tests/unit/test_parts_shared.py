@@ -53,6 +53,18 @@ async def read_some(scheduler, plan, iterations, made_before=()) -> None:
         scheduler.released(plan.name, 0, iteration)
 
 
+async def read_past(scheduler, plan, read: int) -> None:
+    """Read the task's window 0 past its first `read` batches, none made on demand."""
+    for epoch in range(2):
+        for iteration in range(read if epoch == 0 else 0, plan.iterations_per_epoch):
+            key = view_key(plan, epoch, iteration)
+            scheduler.opened(plan.name, epoch, iteration)
+            with trio.fail_after(10):
+                assert (scheduler.ready_view(key, plan.name)
+                        or await scheduler.wait_view(key, plan.name)) is not None
+            scheduler.released(plan.name, epoch, iteration)
+
+
 async def made_whole(scheduler) -> WindowPlan:
     """Window 0 once its rest is planned (the workers idle now), each slot of each of its
     batches planned once."""
@@ -189,12 +201,29 @@ async def test_trials_joining_with_one_seed_share_their_parts(tmp_path, monkeypa
         own_key = view_key(plan, 0, 0).plan_key
         assert all([t for t, _ in readers] == [plan.name if key.plan_key == own_key else "second"]
                    for key, readers in window.readers.items())
-        for epoch in range(2):
-            for iteration in range(12 if epoch == 0 else 0, second.iterations_per_epoch):
-                key = view_key(second, epoch, iteration)
-                scheduler.opened(second.name, epoch, iteration)
-                with trio.fail_after(10):
-                    assert (scheduler.ready_view(key, second.name)
-                            or await scheduler.wait_view(key, second.name)) is not None
-                scheduler.released(second.name, epoch, iteration)
+        await read_past(scheduler, second, 12)
+        nursery.cancel_scope.cancel()
+
+
+async def test_trials_with_one_seed_joining_at_once_share_their_parts(tmp_path, monkeypatch):
+    """Two trials with one seed join together (the second while the first's lead part is
+    planned); the first leaves: each slot of their batches is planned once, and the second
+    reads every batch planned after it left, none made on demand."""
+    plan, scheduler, _ = paced_own(tmp_path, monkeypatch)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(20):
+            await until(lambda: scheduler.book.rest_pending == {0})
+            await read_some(scheduler, plan, range(2))
+            first = joining_task(tmp_path, plan)
+            second = joining_task(tmp_path, plan, name="second")
+            async with trio.open_nursery() as joining:
+                joining.start_soon(scheduler.add_plan, first)
+                joining.start_soon(scheduler.add_plan, second)
+            await read_some(scheduler, first, range(6))
+            await read_some(scheduler, second, range(12), made_before=range(6))
+            await scheduler.remove_plan(first.name)
+        await read_past(scheduler, second, 12)
+        with trio.fail_after(20):
+            await made_whole(scheduler)
         nursery.cancel_scope.cancel()
