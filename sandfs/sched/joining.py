@@ -83,12 +83,27 @@ class TaskJoins:
             if any(p.plan_key(window) == key for name, p in self.book.plans.items()
                    if name in parts.tasks):
                 parts.tasks |= {plan.name}
+                self._widen(plan, window, parts)
                 for view in self.book.add_reader(window, plan):
                     if view in self.board.ready:
                         self.board.ready[view].readers_left.add(plan.name)
                 self.wake()
                 return True
         return False
+
+    def _widen(self, plan: TaskPlan, window: int, parts: WindowParts) -> None:
+        """A task reading more of the window's epochs than the task whose parts it joined
+        (`plan_key` leaves epochs out) plans their next parts (its batches hold the other's):
+        planned for the other, its later epochs' batches were all made on demand. The
+        window's own parts are planned for all their tasks already."""
+        groups = self._joiner_parts.get(window, {})
+        owner = next((name for name, group in groups.items() if group is parts), None)
+        if owner is None or parts.leading:  # a lead part being planned keeps its owner
+            return
+        if len(plan.window_epochs(window)) > len(self.book.plans[owner].window_epochs(window)):
+            groups[plan.name] = groups.pop(owner)
+            self._own_views[plan.name, window] = self._own_views.pop((owner, window), set())
+            parts.behind = frozenset(parts.planned)  # their later epochs' clips, first
 
     def _lead_parts(self, plan: TaskPlan, shared: set[int]) -> None:
         """The task's parts of the windows planned in parts that it does not share, kept
@@ -147,17 +162,20 @@ class TaskJoins:
 
     async def _add_part(self, plan: TaskPlan, window: int, *,
                         lead: frozenset[str] | None = None,
-                        skip: Container[str] = frozenset()) -> set[ViewKey]:
+                        skip: Container[str] = frozenset(), fresh: bool = False
+                        ) -> set[ViewKey]:
         """The task's part of an active window (or its lead part, a next part, or the rest of
         it: `lead`, `skip` as `plan_window`'s); the batches to make before planning more. The
-        views the window holds already (a search's trials share theirs) get readers only;
+        views the window holds already (a search's trials share theirs; with `fresh`, those
+        it added too: `lead` planned in them already) get readers only;
         should one of them be released meanwhile, the part is planned again in full."""
         if not self._still_joining(plan, window):  # dropped while earlier parts were planned
             return set()
         started = trio.current_time()
         own = self._own_views.setdefault((plan.name, window), set())
         base = self.book.windows[window]
-        part, on_disk = await self._plan_part(plan, window, _Known(base.views, own), lead, skip)
+        known = _Known(base.views, () if fresh else own)
+        part, on_disk = await self._plan_part(plan, window, known, lead, skip)
         if part is None:
             return set()
         if any(k not in base.views for k in part.views if k not in part.view_plans):

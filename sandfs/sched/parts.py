@@ -44,6 +44,7 @@ class WindowParts:
                  leading: bool = False) -> None:
         self.window, self.tasks = window, frozenset(tasks)
         self.leading = leading  # a joining task's lead part is being planned: none due
+        self.behind = frozenset[str]()  # planned in fewer epochs than its tasks': due first
         self.planned = set(planned)
         self.reach: dict[str, int] = {}
         self.swept: dict[str, int] = {}
@@ -63,6 +64,8 @@ class WindowParts:
         batches not planned. `plans`: the book's; those of `tasks` count."""
         if self.leading:
             return None
+        if self.behind:
+            return self.behind
         plans = [p for p in plans if p.name in self.tasks and p.window_epochs(self.window)]
         if not plans or len(self.planned) >= _listed(plans):  # its tasks left, or all planned
             return REST

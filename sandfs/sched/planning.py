@@ -285,10 +285,13 @@ class WindowPlanner(TaskJoins):
         """A joining task's next part of a window planned in parts (`_add_part`). A failure
         leaves its other views of the window to be made on demand (the same bytes)."""
         parts, plan = self._joiner_parts[window][name], self.book.plans[name]
+        behind, parts.behind = parts.behind, frozenset()
         try:
+            if behind:  # planned for a task reading fewer epochs: the others' clips first
+                await self._add_part(plan, window, lead=behind, fresh=True)
             if part is REST:
                 await self._add_part(plan, window, skip=parts.planned)
-            else:
+            elif part is not behind:
                 await self._add_part(plan, window, lead=part)
         except Exception:
             if self.book.plans.get(name) is not plan:

@@ -286,12 +286,13 @@ class WindowBook:
                    keys: Iterable[ViewKey] | None = None) -> list[ViewKey]:
         """A task joining the tasks a window is planned in parts for reads their batches
         planned so far (`keys`: of those, these), the same keys (a search's trials with one
-        seed); the batches it reads now."""
+        seed; of its epochs only: it may read fewer); the batches it reads now."""
         base, added, per_epoch = self.windows[window], [], plan.iterations_per_epoch
+        epochs = plan.window_epochs(window)
         if keys is None:
-            keys = [view_key(plan, epoch, iteration) for epoch in plan.window_epochs(window)
+            keys = [view_key(plan, epoch, iteration) for epoch in epochs
                     for iteration in range(per_epoch)]
-        for key in keys:
+        for key in (k for k in keys if k.epoch in epochs):
             reader = (plan.name, key.epoch * per_epoch + key.iteration)
             readers = base.readers.get(key)
             if readers is not None and reader not in readers:

@@ -227,3 +227,30 @@ async def test_trials_with_one_seed_joining_at_once_share_their_parts(tmp_path, 
         with trio.fail_after(20):
             await made_whole(scheduler)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_trial_reading_more_epochs_plans_the_shared_parts(tmp_path, monkeypatch):
+    """A trial with one seed reading both epochs of the window joins the parts of one
+    reading its first only: its second epoch's batches are planned too, none made on demand,
+    and each slot once."""
+    plan, scheduler, _ = paced_own(tmp_path, monkeypatch)
+    trials = []
+    for name, epochs in [("short", 1), ("long", 2)]:
+        (tmp_path / name).mkdir()
+        trials.append(make_plan(tmp_path / name, videos=VIDEOS, epochs=epochs, k_epochs=2,
+                                task=name, seed=7))
+    short, long = trials
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(20):
+            await until(lambda: scheduler.book.rest_pending == {0})
+            await read_some(scheduler, plan, range(2))
+            await scheduler.add_plan(short)
+            await read_some(scheduler, short, range(3))
+            await scheduler.add_plan(long)
+            await read_some(scheduler, long, range(long.iterations_per_epoch),
+                            made_before=range(3))
+        await read_past(scheduler, long, long.iterations_per_epoch)
+        with trio.fail_after(20):
+            await made_whole(scheduler)
+        nursery.cancel_scope.cancel()
