@@ -72,9 +72,12 @@ class WindowParts:
         due = [(p, self._reader_frontier(p, positions[p.name])) for p in plans
                if self._stands_in(p, positions[p.name])]
         due = [(p, at) for p, at in due if at < self._end(p) and at - positions[p.name] < ahead]
-        if not due and idle():
-            due = [(p, self._frontier(p, self._start(p), self.swept)) for p in plans]
-            due = [(p, at) for p, at in due if at < self._end(p)]
+        if not due:
+            swept = [(p, self._frontier(p, self._start(p), self.swept)) for p in plans]
+            if all(at >= self._end(p) for p, at in swept):
+                return REST  # every batch planned: what is left no task reads (a shard's)
+            if idle():
+                due = [(p, at) for p, at in swept if at < self._end(p)]
         if not due:
             return None
         most = batches * max(p.sampling.videos_per_batch for p in plans)

@@ -2,7 +2,8 @@
 own tasks' (a search's trials with one seed: the same view keys), reading, and leaving: each
 clip slot of the window is planned once, every reader is listed, every batch holds the bytes
 of the window planned whole, and no video is decoded twice a window. A batch made before the
-rest is planned reads back; a task in a window of its own does not force the rest."""
+rest is planned reads back; a task in a window of its own does not force the rest; a shard's
+window becomes whole."""
 
 from __future__ import annotations
 
@@ -253,4 +254,23 @@ async def test_a_trial_reading_more_epochs_plans_the_shared_parts(tmp_path, monk
         await read_past(scheduler, long, long.iterations_per_epoch)
         with trio.fail_after(20):
             await made_whole(scheduler)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_shard_s_window_in_parts_becomes_whole(tmp_path, monkeypatch):
+    """A task reading one shard of four (a quarter of the listed videos) idles: its window
+    in parts becomes whole (each slot planned once), and the next window is planned."""
+    in_parts(monkeypatch)
+    monkeypatch.setattr(planning_module, "PART_BATCHES", 1)
+    plan = make_plan(tmp_path, videos=VIDEOS, epochs=4, k_epochs=2,
+                     sampling={"shard": {"world_size": 4, "rank": 1}})
+    scheduler = Scheduler([plan], RecordingMaterializer(None), Stats(), workers=2,
+                          memory_limit_bytes=1 << 30, limiter=trio.CapacityLimiter(2))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(20):
+            await until(lambda: scheduler.book.rest_pending == {0})
+            await read_some(scheduler, plan, range(2))
+            await made_whole(scheduler)
+            await until(lambda: 1 in scheduler.book.windows)
         nursery.cancel_scope.cancel()
