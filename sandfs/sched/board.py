@@ -165,6 +165,17 @@ class BatchBoard:
         self.ready.move_to_end(key)
         return ready
 
+    def add_reader(self, keys: Iterable[ViewKey], task: str) -> None:
+        """`task` will read these batches too (those ready: the others are not made yet)."""
+        for key in keys:
+            if key in self.ready:
+                self.ready[key].readers_left.add(task)
+
+    def forget_reader(self, task: str) -> None:
+        """`task` reads no ready batch any more (it left, or idles)."""
+        for ready in self.ready.values():
+            ready.readers_left.discard(task)
+
     def pending_jobs(self) -> list[VideoJobKey]:
         return [key for key, uses in self.pending.items() if uses]
 

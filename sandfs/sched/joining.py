@@ -84,9 +84,7 @@ class TaskJoins:
                    if name in parts.tasks):
                 parts.tasks |= {plan.name}
                 self._widen(plan, window, parts)
-                for view in self.book.add_reader(window, plan):
-                    if view in self.board.ready:
-                        self.board.ready[view].readers_left.add(plan.name)
+                self.board.add_reader(self.book.add_reader(window, plan), plan.name)
                 self.wake()
                 return True
         return False
@@ -275,8 +273,7 @@ class TaskJoins:
         self.board.forget_pending(set(released))
         for key in released:
             self.board.drop(key, ready_too=True)
-        for ready in self.board.ready.values():
-            ready.readers_left.discard(name)
+        self.board.forget_reader(name)
 
     def _forget(self, name: str) -> dict[ViewKey, ViewOf]:
         self.carry.forget(self.book.future)

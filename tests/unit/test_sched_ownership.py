@@ -16,6 +16,7 @@ OWNED = {("board", "demanded"): "board", ("board", "waiting"): "board",
          ("carry", "frames_on_disk"): "carry",
          ("passes", "paused"): "passes", ("passes", "fruitless"): "passes",
          ("passes", "handed_over"): "passes", ("passes", "pausing"): "passes",
+         ("board", "ready"): "board", (None, "readers_left"): "board",
          (None, "running"): "scheduler"}
 MUTATORS = {"add", "discard", "remove", "pop", "popitem", "clear", "update", "setdefault",
             "append", "extend", "move_to_end", "__setitem__", "__delitem__"}
