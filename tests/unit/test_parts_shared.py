@@ -11,8 +11,10 @@ from collections import Counter
 
 import trio
 
-from sandfs.plan.window import WindowPlan, view_key
+from sandfs.plan.window import WindowPlan, batches_holding, lead_indices, view_key
+from sandfs.sched import parts as parts_module
 from sandfs.sched import planning as planning_module
+from sandfs.sched.parts import WindowParts
 from sandfs.sched.scheduler import Scheduler
 from sandfs.stats import Stats
 from tests.helpers.plans import fake_videos, make_plan
@@ -274,3 +276,23 @@ async def test_a_shard_s_window_in_parts_becomes_whole(tmp_path, monkeypatch):
             await made_whole(scheduler)
             await until(lambda: 1 in scheduler.book.windows)
         nursery.cancel_scope.cancel()
+
+
+def test_a_part_s_batches_come_from_places_for_each_trial_of_one_dataset(tmp_path,
+                                                                         monkeypatch):
+    """Two trials list the same videos in equal tuples, not one: each finds a part's batches
+    from their places in its epochs' order, not from a walk of the listing, and finds the
+    batches the walk finds."""
+    plans = []
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        plans.append(make_plan(tmp_path / name, videos=VIDEOS, epochs=4, k_epochs=2,
+                               task=name, seed=7))
+    plans[1].listed = tuple(list(plans[0].listed))
+    assert plans[1].listed == plans[0].listed and plans[1].listed is not plans[0].listed
+    parts = WindowParts(0, (), [p.name for p in plans])
+    part = parts.next(plans, {p.name: 0 for p in plans}, ahead=1, batches=2, idle=lambda: False)
+    walked = [batches_holding(p, 0, lead_indices(p, part)) for p in plans]
+    assert part and all(walked)
+    monkeypatch.setattr(parts_module, "batches_holding", None)  # no walk: called, it fails
+    assert [part.batches_of(p, 0) for p in plans] == walked
