@@ -49,6 +49,7 @@ class WindowParts:
         self.reach: dict[str, int] = {}
         self.swept: dict[str, int] = {}
         self.back: dict[str, int] = {}  # a reader's frontier behind its reach, from its jump
+        self._looked: dict[str, int] = {}  # the position a back frontier was last looked from
         self._places: dict[tuple[str, int], np.ndarray] = {}  # each listed video's, by epoch
         self._picked: dict[str, tuple[list, int]] = {}  # a part's video: (listing, index)
         self._alike: dict[tuple[int, int], tuple] = {}  # two listings (kept), equal or not
@@ -70,7 +71,7 @@ class WindowParts:
         plans = [p for p in plans if p.name in self.tasks and p.window_epochs(self.window)]
         if not plans or len(self.planned) >= _listed(plans):  # its tasks left, or all planned
             return REST
-        due = [(p, self._reader_frontier(p, positions[p.name])) for p in plans
+        due = [(p, self._reader_frontier(p, positions[p.name], ahead)) for p in plans
                if self._stands_in(p, positions[p.name])]
         due = [(p, at) for p, at in due if at < self._end(p) and at - positions[p.name] < ahead]
         if not due:
@@ -119,13 +120,18 @@ class WindowParts:
             known = self._alike[id(listing), id(listed)] = (listing, listed, listing == listed)
         return known[2]
 
-    def _reader_frontier(self, plan: TaskPlan, position: int) -> int:
-        """The task's reader's frontier: from its reach, or, once it went back to a batch not
-        planned, from there (`back`) until that frontier is at its reach again: the frontier
-        only grows, and a reader that jumped ahead, then back, waited for the workers to idle."""
+    def _reader_frontier(self, plan: TaskPlan, position: int, ahead: int) -> int:
+        """The task's reader's frontier: from its reach, or, once it went back to within
+        `ahead` batches of one not planned, from there (`back`) until that frontier is at its
+        reach again: the frontier only grows, and a reader that jumped ahead, then back,
+        waited for the workers to idle."""
         name, reach = plan.name, self.reach.get(plan.name, position)
-        if position < reach and self._unplanned(plan, position, {}):
-            self.back[name] = position
+        if self._looked.get(name) != position:  # once a position: planned videos only grow
+            self._looked[name] = position
+            near = range(position, min(position + ahead, reach))
+            at = next((i for i in near if self._unplanned(plan, i, {})), None)
+            if at is not None:
+                self.back[name] = at
         if name in self.back:
             at = self._frontier(plan, position, self.back)
             if at < reach:
