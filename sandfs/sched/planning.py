@@ -245,6 +245,8 @@ class WindowPlanner(TaskJoins):
         groups = [(None, own)] if own is not None else []
         waited = self._waited_past(window)
         for owner, parts in [*groups, *self._joiner_parts.get(window, {}).items()]:
+            if parts.leading:  # its lead part is being planned: a rest now plans it twice
+                continue
             part = REST if waited else parts.next(
                 plans, self.book.positions, ahead=self.plan_ahead, batches=PART_BATCHES,
                 idle=idle)

@@ -7,6 +7,7 @@ window becomes whole."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import trio
@@ -14,6 +15,7 @@ import trio
 from sandfs.plan.window import WindowPlan, batches_holding, lead_indices, view_key
 from sandfs.sched import parts as parts_module
 from sandfs.sched import planning as planning_module
+from sandfs.sched import work
 from sandfs.sched.parts import WindowParts
 from sandfs.sched.scheduler import Scheduler
 from sandfs.stats import Stats
@@ -180,6 +182,41 @@ async def test_a_task_in_a_window_of_its_own_leaves_the_rest_to_the_parts(tmp_pa
             key = view_key(other, 6, 0)
             assert await scheduler.wait_view(key, other.name) is not None
         assert 0 in scheduler.book.rest_pending
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_rest_forced_during_a_joiner_s_lead_part_skips_its_parts(tmp_path,
+                                                                        monkeypatch):
+    """A reader jumping to a later window forces the window's rest at once; a task joining
+    meanwhile had its parts, registered before its lead part, planned whole as a rest while
+    that lead part was still being planned: its lead videos' slots were planned twice."""
+    plan, scheduler, _ = paced_own(tmp_path, monkeypatch)
+    planned = work.plan_task_part
+
+    def slow_lead(task_plan, window, store, known=frozenset(), lead=None, *args):
+        if lead is not None and task_plan.name == "later":
+            time.sleep(0.6)  # in its thread: the jump comes while it is planned
+        return planned(task_plan, window, store, known, lead, *args)
+
+    monkeypatch.setattr(work, "plan_task_part", slow_lead)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(20):
+            await until(lambda: scheduler.book.rest_pending == {0})
+            await read_some(scheduler, plan, range(2))
+            later = joining_task(tmp_path, plan, seed=9)
+            nursery.start_soon(scheduler.add_plan, later)
+            await until(lambda: "later" in scheduler.planner._joiner_parts.get(0, {}))
+            scheduler.opened(plan.name, 2, 0)  # window 1, not planned: window 0's rest now
+            scheduler.wake()
+            await trio.sleep(2)
+            scheduler.planner.idle = lambda: True
+            scheduler.wake()
+            await until(lambda: not scheduler.book.rest_pending)
+            await settle(scheduler)
+        window = scheduler.book.windows[0]
+        uses = Counter((u.view, u.slot) for w in window.videos.values() for u in w.uses)
+        assert max(uses.values()) == 1
         nursery.cancel_scope.cancel()
 
 
