@@ -5,6 +5,8 @@ the rest."""
 
 from __future__ import annotations
 
+import threading
+
 import trio
 
 # threads per concern: registrations are per-uid bounded on top (Limits.registrations_per_uid)
@@ -27,3 +29,14 @@ def limiter(concern: str) -> trio.CapacityLimiter:
         limiters = {name: trio.CapacityLimiter(n) for name, n in THREADS.items()}
         _LIMITERS.set(limiters)
     return limiters[concern]
+
+
+async def stop_when_cancelled(stop: threading.Event) -> None:
+    """Beside a planning thread: tell it to stop once the caller is cancelled (shutdown). It
+    checks between chunks of its work (`plan.window.stop_if_asked`), so the daemon does not
+    wait for a whole window to be planned; ended with the thread, it sets `stop` too, late."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        stop.set()
+

@@ -42,7 +42,7 @@ from sandfs.sched.joining import TaskJoins
 from sandfs.sched.parts import REST, WindowParts, lead_part
 from sandfs.sched.pruning import window_pruned
 from sandfs.sched.windows import WindowBook
-from sandfs.threads import limiter
+from sandfs.threads import limiter, stop_when_cancelled
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -168,7 +168,7 @@ class WindowPlanner(TaskJoins):
         try:
             failed: Exception | None = None
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_stop_when_cancelled, stop)
+                nursery.start_soon(stop_when_cancelled, stop)
                 if self.while_planning is not None:
                     nursery.start_soon(self.while_planning)
                 try:
@@ -492,12 +492,3 @@ class WindowPlanner(TaskJoins):
         if key is not None and key not in self.anticipated.values():
             self.board.unanticipate(key)
 
-
-async def _stop_when_cancelled(stop: threading.Event) -> None:
-    """Beside a planning thread: tell it to stop once the caller is cancelled (shutdown). It
-    checks between chunks of its work (`plan.window.stop_if_asked`), so the daemon does not
-    wait for a whole window to be planned; ended with the thread, it sets `stop` too, late."""
-    try:
-        await trio.sleep_forever()
-    finally:
-        stop.set()
