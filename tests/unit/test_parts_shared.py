@@ -70,15 +70,21 @@ async def read_past(scheduler, plan, read: int) -> None:
             scheduler.released(plan.name, epoch, iteration)
 
 
-async def made_whole(scheduler) -> WindowPlan:
-    """Window 0 once its rest is planned (the workers idle now), each slot of each of its
-    batches planned once."""
+async def idle_until_whole(scheduler) -> Counter:
+    """Let the workers idle until window 0's rest is planned: its uses by (batch, slot)."""
     scheduler.planner.idle = lambda: True
     scheduler.wake()
     await until(lambda: not scheduler.book.rest_pending)
     await settle(scheduler)
     window = scheduler.book.windows[0]
-    uses = Counter((u.view, u.slot) for w in window.videos.values() for u in w.uses)
+    return Counter((u.view, u.slot) for w in window.videos.values() for u in w.uses)
+
+
+async def made_whole(scheduler) -> WindowPlan:
+    """Window 0 once its rest is planned (the workers idle now), each slot of each of its
+    batches planned once."""
+    uses = await idle_until_whole(scheduler)
+    window = scheduler.book.windows[0]
     assert uses == Counter((key, slot) for key, view in window.view_plans.items()
                            for slot in range(len(view.clips)))
     return window
@@ -210,12 +216,7 @@ async def test_a_rest_forced_during_a_joiner_s_lead_part_skips_its_parts(tmp_pat
             scheduler.opened(plan.name, 2, 0)  # window 1, not planned: window 0's rest now
             scheduler.wake()
             await trio.sleep(2)
-            scheduler.planner.idle = lambda: True
-            scheduler.wake()
-            await until(lambda: not scheduler.book.rest_pending)
-            await settle(scheduler)
-        window = scheduler.book.windows[0]
-        uses = Counter((u.view, u.slot) for w in window.videos.values() for u in w.uses)
+            uses = await idle_until_whole(scheduler)
         assert max(uses.values()) == 1
         nursery.cancel_scope.cancel()
 
