@@ -24,6 +24,7 @@ import contextvars
 import logging
 import mmap
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -53,6 +54,9 @@ POOL_PROCESSES = 2
 START_TIMEOUT_SECONDS = 60.0
 KEPT_FAILURES = 20
 SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared memory segments, by name
+# a segment is named for the daemon that made it: an operator (or a test beside other runs)
+# tells one daemon's segments from another's and from other programs'
+SEGMENT_PREFIX = "sandfs_"
 _READY = "ready"
 _WORKER_CODE = ("import sys; from sandfs.ops.isolated import worker_main; "
                 "worker_main(int(sys.argv[1]), int(sys.argv[2]))")
@@ -118,9 +122,9 @@ class ProcessPool:
         frames = np.ascontiguousarray(np.stack(clip))
         out_shape, out_dtype = _out_shape(op, params, frames)
         out_bytes = int(np.prod(out_shape)) * np.dtype(out_dtype).itemsize
-        shm_in = shared_memory.SharedMemory(create=True, size=max(1, frames.nbytes))
+        shm_in = _segment(frames.nbytes)
         try:
-            shm_out = shared_memory.SharedMemory(create=True, size=max(1, out_bytes))
+            shm_out = _segment(out_bytes)
             try:
                 np.ndarray(frames.shape, frames.dtype, buffer=shm_in.buf)[...] = frames
                 kind = type(op)
@@ -176,6 +180,16 @@ class ProcessPool:
         with self._lock:
             return {"processes": workers.started, "calls": workers.uses, "failed": self.failed,
                     "workers_replaced": workers.replaced, "failures": list(self.failures)}
+
+
+def segment_prefix(pid: int) -> str:
+    """How the names of the segments that process `pid` creates begin."""
+    return f"{SEGMENT_PREFIX}{pid}_"
+
+
+def _segment(size: int) -> shared_memory.SharedMemory:
+    return shared_memory.SharedMemory(f"{segment_prefix(os.getpid())}{secrets.token_hex(8)}",
+                                      create=True, size=max(1, size))
 
 
 def _release(shm: shared_memory.SharedMemory) -> None:

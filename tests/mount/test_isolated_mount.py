@@ -22,6 +22,7 @@ from sandfs.media.scan import scan_dataset
 from sandfs.ops import isolated
 from sandfs.plan.task import TaskPlan
 from tests.helpers.harness import LOG_ERROR, mount_sandfs, task_config, write_config
+from tests.helpers.processes import segments_of
 from tests.helpers.reference import reference_view
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,10 +45,6 @@ def plugin_site(root: Path) -> Path:
 def single(name, inputs, outputs, *ops):
     return {"name": name, "branch_type": "single", "inputs": inputs, "outputs": outputs,
             "config": list(ops)}
-
-
-def shm_segments() -> set[str]:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
 
 
 def processes_with(marker: str) -> list[int]:
@@ -78,7 +75,6 @@ def test_a_failing_custom_step_fails_only_its_views(tmp_path, dataset_dir, how, 
         single("misbehave", ["r"], ["o"], {"test_misbehave": {"how": how}})]))
     site = plugin_site(tmp_path)
     path = os.pathsep.join([str(REPO), str(TESTS), str(PLUGIN_SRC), str(site)])
-    before = shm_segments()
     with mount_sandfs(tmp_path, [blur, bad], env={"PYTHONPATH": path}) as mounted:
         started = time.monotonic()
         with pytest.raises(OSError) as caught, open(mounted.path("bad", "0", "0", "view"),
@@ -94,6 +90,7 @@ def test_a_failing_custom_step_fails_only_its_views(tmp_path, dataset_dir, how, 
                 assert f.read() == reference_view(plan, 0, iteration)
         assert mounted.process.poll() is None  # the daemon serves on
         status = json.loads(mounted.path(".sand", "status.json").read_text())
+        daemon = status["pid"]
         reason = "signal SIGSEGV" if how == "segfault" else "no result within timeout_s"
         logged_reason = {"segfault": "its worker process died", "hang": "no result"}
         assert any(reason in r for r in status["isolated_ops"]["failures"])
@@ -112,4 +109,4 @@ def test_a_failing_custom_step_fails_only_its_views(tmp_path, dataset_dir, how, 
         mounted.expected_log_errors = len(errors)
     isolated.shutdown()
     assert processes_with(str(site)) == []
-    assert shm_segments() - before == set()
+    assert segments_of(daemon) == set()

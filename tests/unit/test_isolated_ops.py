@@ -16,12 +16,9 @@ import pytest
 from sandfs import ops as oplib
 from sandfs.ops import isolated
 from sandfs.ops.base import OpInstance, OpType
+from tests.helpers.processes import segments_of
 
 custom_ops.register()
-
-
-def shm_segments() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith("psm_")}
 
 
 def worker_pids() -> set[int]:
@@ -44,12 +41,11 @@ def worker_pids() -> set[int]:
 
 @pytest.fixture
 def clean_pool():
-    before = shm_segments()
     isolated.shutdown()
     yield
     isolated.shutdown()
     assert worker_pids() == set(), "worker processes left behind"
-    assert shm_segments() - before == set(), "shared memory segments left behind"
+    assert segments_of(os.getpid()) == set(), "shared memory segments left behind"
 
 
 def clip(frames: int = 3, height: int = 24, width: int = 32) -> list[np.ndarray]:
@@ -143,3 +139,17 @@ def test_registration_checks_the_isolation(attrs, fragment):
     op_type = type("Local", (OpType,), {"name": "test_bad_isolation", **attrs})
     with pytest.raises(ValueError, match=fragment):
         oplib.register_op(op_type)
+
+
+def test_a_calls_segments_are_named_for_the_daemon_and_unlinked(clean_pool):
+    """While a call runs, its two segments are this process's (not another run's on the same
+    machine, which a test or an operator tells apart by the name); when it fails, they go."""
+    with ThreadPoolExecutor(1) as pool:
+        call = pool.submit(oplib.apply_instance, misbehave("hang"), clip())
+        give_up = time.monotonic() + 10
+        while len(segments_of(os.getpid())) < 2 and time.monotonic() < give_up:
+            time.sleep(0.02)
+        assert len(segments_of(os.getpid())) == 2
+        with pytest.raises(isolated.IsolatedOpError, match="no result within timeout_s"):
+            call.result(timeout=30)
+    assert segments_of(os.getpid()) == set()

@@ -24,6 +24,7 @@ from sandfs.sched.scheduler import Scheduler
 from sandfs.stats import Stats
 from tests.helpers.harness import task_config, write_config
 from tests.helpers.plans import build_plans
+from tests.helpers.processes import segments_of
 from tests.helpers.reference import reference_view
 
 
@@ -70,11 +71,10 @@ class CountingMaterializer(Materializer):
 @pytest.fixture
 def clean_pool():
     """A fresh pool (its counters from zero), and nothing left behind."""
-    before = {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
     isolated.shutdown()
     yield
     isolated.shutdown()
-    assert {n for n in os.listdir("/dev/shm") if n.startswith("psm_")} - before == set()
+    assert segments_of(os.getpid()) == set()
 
 
 def two_tasks(tmp_path, dataset_dir, step: dict, seed: int = 0) -> dict:
