@@ -10,12 +10,14 @@ Per size and task:
   scan index kept): seconds from the launch to `sandfs mount` returning and to the first batch
   in hand, cold and warm; epoch-0 batches/s over --batches batches read one after the other
   after the first (each batch's videos are decoded for their window: the same work at every
-  size); the daemon's peak RSS (VmHWM) and its process tree's sampled peak; the pruning the
-  daemon logged by then; on the cold mount, when its scan was done (`scan_done_s`: it waits
-  for it, so the warm mount has its index); on the warm mount, right after its first batch (with
-  --join-when-planned: once it holds its first two windows planned, `kept_after_s` from the
-  launch), seconds from a second task's file written into `.sand/tasks/` (another seed) to
-  its first batch (`joined_first_batch_s`; `joined_at_s`: when it had it, from the launch).
+  size) and the CPU seconds of the daemon and its probe workers per batch; the daemon's peak
+  RSS (VmHWM) and its process tree's sampled peak; the pruning the daemon logged by then; on
+  the cold mount, when its scan was done (`scan_done_s`, seen after the batches: it waits for
+  it, so the warm mount has its index; `scan_s`, the daemon's own figure); on the warm
+  mount, right after its first batch (with --join-when-planned: once it holds its first two
+  windows planned, `kept_after_s` from the launch), seconds from a second task's file written
+  into `.sand/tasks/` (another seed) to its first batch (`joined_first_batch_s`;
+  `joined_at_s`: when it had it, from the launch).
 - scan (in this process): `scan_dataset` of the linked dataset with no scan index, two probe
   workers: wall seconds, videos/s, CPU milliseconds a video (this process and its workers).
 - warm (through `sandfs mount`): a mount on a cache dir holding only a scan index of every
@@ -89,6 +91,7 @@ PLAN_BUDGET_BYTES = 10 << 30  # the store `plan` keeps window 0's soonest clips 
 SOURCE_FRAMES, SOURCE_FPS, SOURCE_WH = 90, 30, (320, 240)
 PRUNED_LINE = re.compile(r"window (\d+): keeping (\d+) bytes on disk \((\d+) collapses, "
                          r"(\d+) drops.*\) in ([\d.]+)s")
+SCANNED_LINE = re.compile(r"scanned .*, ([\d.]+) s$", re.MULTILINE)  # the daemon's own figure
 
 
 def parse_args() -> argparse.Namespace:
@@ -200,14 +203,16 @@ def mounted_run(work_dir: Path, config: Path, task: str, args, *, warm: bool) ->
         else:
             iterations = mount.status()["tasks"][task]["iterations_per_epoch"]
             count = min(args.batches, iterations - 1)
-            started = time.monotonic()
+            started, cpu = time.monotonic(), tree_cpu_seconds(mount.pid)
             for iteration in range(1, count + 1):
                 read_batch(mount.mountpoint, task, iteration)
-            seconds = time.monotonic() - started
+            seconds, cpu = time.monotonic() - started, tree_cpu_seconds(mount.pid) - cpu
             record.update(batches=count, batches_per_s=round(count / seconds, 2),
+                          cpu_s_per_batch=round(cpu / count, 3),  # the daemon and its workers
                           daemon_peak_rss_mb=peak_rss_mb(mount.pid))
             if not warm:  # its scan index, kept for the warm mount, is written at the end
                 record["scan_done_s"] = scan_done_s(mount)
+                record["scan_s"] = scan_logged_s(log_path, since)
         record["pruning"] = pruning_logged(log_path, since)
     if not warm:
         record["tree_peak_rss_mb"] = tree.peak_mb
@@ -224,6 +229,13 @@ def scan_done_s(mount, timeout_s: float = 900) -> float | None:
             return round(time.monotonic() - mount.launched_at, 2)
         time.sleep(0.5)
     return None
+
+
+def scan_logged_s(log_path: Path, since: int) -> float | None:
+    """The scan's seconds from its listing to its index written, as the daemon logged them
+    (`scan_done_s` is when this process saw it done, after the timed batches)."""
+    found = SCANNED_LINE.findall(log_path.read_text(errors="replace")[since:])
+    return float(found[-1]) if found else None
 
 
 def windows_planned_s(mount, config: Path, task: str, k_epochs: int,
