@@ -8,6 +8,7 @@ by name. Planning threads wait on the videos they plan; the event loop asks `kno
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from collections import deque
@@ -40,7 +41,10 @@ class ProbeQueue:
     front worker's (scan_workers.ScanPace): what is waited for, and the next `ahead_videos`
     of the followed orders once a wait found its video not probed (the readers caught up with
     the scan); `take(BACKGROUND)` the followed orders and the rest, never what is waited for;
-    `take()` any job. `unpace()`: front workers take any job from then on."""
+    `take()` any job. `unpace()`: front workers take any job from then on. While a reader
+    waits for a batch (`readers_wait`), the background takes nothing: its results cost the
+    daemon's GIL that the waiting reader's jobs want, and the front still probes ahead of the
+    readers' parts."""
 
     FOLLOW_CHUNK = 256  # keys taken from a followed order at a time
 
@@ -56,6 +60,7 @@ class ProbeQueue:
         self._lead = 0  # followed jobs a front worker may take now
         self._paced = True  # False: a front worker takes any job
         self._background: dict[str, ProbeJob] = {}  # sent to a background worker, no result
+        self._readers_waiting = 0  # readers blocked on a batch: the background holds
         self.waker = Waker()  # poked when a job is waited for; closed with the queue
 
     def first(self, keys: Iterable[str]) -> None:
@@ -81,6 +86,8 @@ class ProbeQueue:
         """The next job `role` takes (None: none left, or none it takes now)."""
         with self._lock:
             front = role == FRONT and self._paced
+            if role == BACKGROUND and self._paced and self._readers_waiting:
+                return None
             job = None if role == BACKGROUND else self._pop(self._urgent)
             if job is None and (not front or self._lead > 0):
                 job = self._pop_followed()
@@ -105,6 +112,18 @@ class ProbeQueue:
         with self._lock:
             self._paced = False
             self.waker.poke()
+
+    @contextlib.contextmanager
+    def readers_wait(self) -> Iterator[None]:
+        """A reader waits for a batch in here (any thread): the background takes nothing.
+        The scan's thread sees the end within STOP_POLL_SECONDS."""
+        with self._lock:
+            self._readers_waiting += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._readers_waiting -= 1
 
     def _pop(self, keys: deque[str]) -> ProbeJob | None:
         """The next of `keys` not sent yet; none waited for unless from `_urgent`."""
@@ -249,6 +268,10 @@ class ProbeBook:
         in it, ahead of them, in turn with the orders followed before."""
         if self.queue is not None:
             self.queue.follow(rel_paths)
+
+    def readers_wait(self) -> contextlib.AbstractContextManager[None]:
+        """Around a reader's wait for a batch: the background scan holds meanwhile."""
+        return contextlib.nullcontext() if self.queue is None else self.queue.readers_wait()
 
     def result(self, rel_path: str) -> Probed:
         """`rel_path`'s result, waiting for its probe (sent next) if need be. Raises

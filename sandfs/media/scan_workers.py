@@ -329,6 +329,8 @@ def _start_like(worker: _Worker) -> _Worker:
 def _wait_seconds(pool: list[_Worker]) -> float:
     deadlines = [w.deadline for w in pool if w.sent]
     deadlines += [w.started + _WORKER_START_TIMEOUT_SECONDS for w in pool if not w.ready]
+    if not deadlines:  # every worker idle, jobs left (the background holds): poll
+        return STOP_POLL_SECONDS
     return max(0.0, min(deadlines) - time.monotonic())
 
 

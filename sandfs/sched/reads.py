@@ -5,6 +5,7 @@ recording jobs; it runs in the trio loop, once or twice per view read."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -81,12 +82,17 @@ class ReaderSide:
             event = flights.event(key)
             self.board.wait_started(key)
             self.wake()
-            try:
-                await event.wait()
+            try:  # the background scan holds meanwhile: its GIL is this batch's jobs'
+                with self._scan_holds(task):
+                    await event.wait()
             finally:
                 self.board.wait_ended(key)
         flights.check(key)
         return self.ready_view(key, task)
+
+    def _scan_holds(self, task: str) -> contextlib.AbstractContextManager[None]:
+        plan = self.book.plans.get(task)
+        return contextlib.nullcontext() if plan is None else plan.probes.readers_wait()
 
     def ready_ahead(self, task: str, count: int) -> int:
         plan = self.book.plans[task]

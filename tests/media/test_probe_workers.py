@@ -287,3 +287,22 @@ def test_a_lazy_scan_that_fails_to_start_leaves_no_descriptor(dataset_dir, monke
         start_lazy_scan(dataset_dir, [".mp4"], stop=threading.Event(), started=started)
     assert len(os.listdir("/proc/self/fd")) == fds
     assert children_of() <= before
+
+
+def test_a_paced_scan_holds_its_background_while_a_reader_waits(tmp_path, dataset_dir):
+    """Every worker idle with jobs left (a reader waits, nothing is waited for): the scan
+    polls until the reader is served, then the background probes the rest."""
+    jobs = copies(tmp_path, dataset_dir, 3)
+    queue = RecordedQueue(jobs)
+    waiting = queue.readers_wait()
+    waiting.__enter__()
+    threading.Timer(0.5, waiting.__exit__, (None, None, None)).start()
+    started = time.monotonic()
+    try:
+        pace = ScanPace(paced_from_videos=1)
+        results = probe_files(queue, MediaLimits(), workers=1, pace=pace)
+    finally:
+        queue.close()
+    assert time.monotonic() - started >= 0.5
+    assert set(results) == {job.key for job in jobs}
+    assert [role for role, _ in queue.taken] == [BACKGROUND] * 3

@@ -148,3 +148,31 @@ def test_waiting_for_every_result_unpaces_the_scan():
         assert queue.take(FRONT).key == "v0"
     finally:
         queue.close()
+
+
+def test_the_background_holds_while_a_reader_waits_the_front_does_not():
+    """A reader blocked on a batch: the niced worker takes nothing (its results cost the GIL
+    the reader's jobs want), a front worker still takes what is waited for and the lead; an
+    unpaced scan (every result waited for) holds nothing."""
+    queue = ProbeQueue([ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(6)],
+                       ahead_videos=1)
+    book = ProbeBook([], queue=queue)
+    try:
+        queue.follow(["v4", "v3"])
+        with book.readers_wait(), book.readers_wait():
+            assert queue.take(BACKGROUND) is None
+            queue.first(["v5"])
+            assert [queue.take(FRONT).key for _ in range(2)] == ["v5", "v4"]
+        assert queue.take(BACKGROUND).key == "v3"
+        with book.readers_wait():
+            assert queue.take(BACKGROUND) is None
+            queue.unpace()
+            assert queue.take(BACKGROUND).key == "v0"
+    finally:
+        queue.close()
+
+
+def test_a_plan_without_a_scan_going_on_has_nothing_to_hold():
+    with ProbeBook.of([]).readers_wait():
+        pass
+

@@ -26,6 +26,8 @@ from sandfs.materialize import (
     to_layout,
 )
 from sandfs.media.decode import DecodeError
+from sandfs.media.probebook import ProbeQueue
+from sandfs.media.scan_workers import BACKGROUND, ProbeJob
 from sandfs.plan.records import ClipPath, StreamClip
 from sandfs.plan.window import ClipUse, ViewKey, plan_window, view_key
 from sandfs.sched import joining as joining_module
@@ -496,6 +498,33 @@ async def test_a_demand_read_preempts_prematerialization(tmp_path, autojump_cloc
     # right after the job already running (a window-0 job: it cannot cover epoch 3)
     still_needed = wanted_videos
     assert set(materializer.decoded[1 : 1 + len(still_needed)]) == still_needed
+
+
+async def test_the_background_scan_holds_while_a_reader_waits(tmp_path, autojump_clock):
+    """A reader blocked on a batch: the lazy scan's niced worker takes no job (its results
+    cost the GIL this batch's jobs want) until the reader is served."""
+    gate = threading.Event()
+    plan, scheduler, _ = scheduler_for(tmp_path, gate=gate)
+    queue = plan.probes.queue = ProbeQueue([ProbeJob("later", "/d/later", (0, 1))])
+    seen = {}
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(scheduler.run)
+
+            async def reader():
+                await scheduler.wait_view(view_key(plan, 0, 1), plan.name)
+
+            nursery.start_soon(reader)
+            await trio.sleep(0.05)
+            seen["waiting"] = queue.take(BACKGROUND)
+            gate.set()
+            await settle(scheduler)
+            seen["served"] = queue.take(BACKGROUND)
+            nursery.cancel_scope.cancel()
+    finally:
+        queue.close()
+    assert seen["waiting"] is None
+    assert seen["served"].key == "later"
 
 
 async def test_readers_far_apart_keep_their_windows_and_a_re_read_does_not_drag_back(tmp_path):
