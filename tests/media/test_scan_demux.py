@@ -3,6 +3,7 @@ are decoded instead, a decode catches what packets cannot show, and progress is 
 
 from __future__ import annotations
 
+import gc
 import io
 import logging
 import shutil
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from sandfs.fileio import read_checked_json, write_checked_json
-from sandfs.media import probe
+from sandfs.media import probe, scan_index
 from sandfs.media.decode import ScanMismatch, decode_all_reference, decode_each, decode_frames
 from sandfs.media.mp4box import SAMPLE_TABLES
 from sandfs.media.scan import StderrProgress, format_progress, scan_dataset
@@ -259,3 +260,21 @@ def test_an_index_of_the_decoding_scan_is_rebuilt(tmp_path: Path):
     document["scan_version"] = SCAN_VERSION - 1
     write_checked_json(str(index_path), document)  # sound file, lying entry
     assert scan_dataset(root, ["mp4"], index_path=index_path).num_probed == 2
+
+
+def test_the_scan_index_is_built_and_written_without_cyclic_collections(tmp_path: Path,
+                                                                          monkeypatch):
+    """Its rows are garbage once written: the collector is off while they are made (250,000
+    of them made full collections walk them again and again), on again after."""
+    make_dataset(tmp_path / "videos", classes=1, videos_per_class=2, num_frames=(8, 8))
+    enabled = []
+
+    def write(path, document, **kwargs):
+        enabled.append(gc.isenabled())
+        write_checked_json(path, document, **kwargs)
+
+    monkeypatch.setattr(scan_index, "write_checked_json", write)
+    assert gc.isenabled()
+    scan_dataset(tmp_path / "videos", [".mp4"], workers=1, index_path=tmp_path / "index.json")
+    assert enabled == [False] and gc.isenabled()
+    assert len(read_checked_json(str(tmp_path / "index.json"))["entries"]) == 2
