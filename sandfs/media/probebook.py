@@ -91,7 +91,7 @@ class ProbeQueue:
         """The next job `role` takes (None: none left, or none it takes now)."""
         with self._lock:
             front = role == FRONT and self._paced
-            if role == BACKGROUND and self._paced and self._readers_waiting:
+            if role == BACKGROUND and self._paced and self._readers_waiting > 0:
                 return None
             job = None if role == BACKGROUND else self._pop(self._urgent)
             if job is None and (not front or self._lead > 0):
@@ -129,6 +129,12 @@ class ProbeQueue:
         finally:
             with self._lock:
                 self._readers_waiting -= 1
+
+    @property
+    def held(self) -> bool:
+        """Does the background hold now (a reader waits, the scan is paced)?"""
+        with self._lock:
+            return self._paced and self._readers_waiting > 0
 
     def _pop(self, keys: deque[str]) -> ProbeJob | None:
         """The next of `keys` not sent yet; none waited for unless from `_urgent`."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -233,6 +234,39 @@ def test_a_damaged_index_entry_has_its_file_probed_alone(tmp_path, mixed_dataset
         assert not thread.is_alive()
         assert probed == [damaged] and again.probes.probed == 12
         assert isinstance(again.probes.known(damaged), VideoInfo)
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_the_index_is_not_read_behind_a_waiting_reader_what_a_plan_needs_is(
+        tmp_path, mixed_dataset, monkeypatch):
+    """While a reader waits for a batch the scan's thread reads no more of the index (the GIL
+    is the reader's jobs'); a plan still gets what it asks for, a damaged entry's file probed
+    meanwhile; the rest is read once no reader waits."""
+    monkeypatch.setattr(scan_module, "RESOLVE_SLICE", 1)
+    index = tmp_path / "index.json"
+    _, thread, _ = lazy_scan(mixed_dataset, index_path=index)
+    thread.join()
+    damaged = "juggling/juggling_003.mp4"
+    edit_entry(index, damaged, lambda r: r["video"].update(num_frames=101))
+    again, thread, stop = lazy_scan(mixed_dataset, index_path=index)
+    waiting = again.probes.readers_wait()
+    waiting.__enter__()
+    try:
+        time.sleep(0.3)  # a slice read before the hold is done by now
+        held = again.probes.probed
+        got = []  # probed while held (asked from a thread: not probed would hang)
+        asker = threading.Thread(target=lambda: got.append(again.probes.result(damaged)),
+                                 daemon=True)
+        asker.start()
+        asker.join(30)
+        assert len(got) == 1 and isinstance(got[0], VideoInfo)
+        time.sleep(0.5)
+        assert again.probes.probed == held + 1 < 12
+        waiting.__exit__(None, None, None)
+        thread.join(60)
+        assert not thread.is_alive() and again.probes.probed == 12
     finally:
         stop.set()
         thread.join()
