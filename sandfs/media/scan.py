@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from operator import attrgetter
 from threading import Event
@@ -99,7 +99,7 @@ def scan_dataset(
                                 listing.began)
     jobs = listing.jobs()
     probe_files(jobs, listing.limits, workers, on_result=listing.recorder(report), stop=stop,
-                started=started)
+                started=started, texts=listing.texts)
     return listing.finish(progress, num_probed=len(jobs))
 
 
@@ -134,7 +134,8 @@ def start_lazy_scan(
         thread = threading.Thread(target=_probe_rest, name="lazy-scan", daemon=True,
                                   args=(listing, queue, own, progress, num_probed,
                                         partial(probe_files, queue, listing.limits, workers,
-                                                on_result=on_result, stop=stop, pace=pace)))
+                                                on_result=on_result, stop=stop, pace=pace,
+                                                texts=listing.texts)))
         thread.start()
     except BaseException:
         queue.close()
@@ -193,6 +194,9 @@ class _Listing:
     deferred: Collection[str] = ()  # index hits read when asked for (not read yet)
     index_as_is: bool = False  # the index holds exactly these results: not written again
     digest: str | None = None  # the listing's `listing_digest`, as the index gave it
+    # results' index texts made already (by a probe worker, or read from the index): the
+    # index is saved without encoding them again in this process
+    texts: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, root: str | os.PathLike[str], extensions: Iterable[str],
@@ -268,6 +272,7 @@ class _Listing:
                                                  target.identity)])
             return None
         self.results[target.rel_path] = result
+        self.texts[target.rel_path] = entry[3]
         return self._probed(target, result)
 
     def _changed(self, target: ListedVideo) -> BadVideo | None:
@@ -327,7 +332,7 @@ class _Listing:
         if self.index_path and not (self.index_as_is and num_probed == 0):
             save_index(self.index_path, self.limits, {
                 t.rel_path: (t, self.results[t.rel_path]) for t in self.targets},
-                self.root_device)
+                self.root_device, self.texts)
         scan = self.partial(num_probed)
         for item in scan.bad:
             name = os.path.splitext(item.rel_path)[0]

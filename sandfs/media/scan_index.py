@@ -12,24 +12,18 @@ is probed again."""
 from __future__ import annotations
 
 import errno
-import functools
-import itertools
-import json
 import logging
 import os
-from collections.abc import Iterator
-from dataclasses import asdict
-from fractions import Fraction
+from collections.abc import Mapping
 from typing import Any
 
 from sandfs.fileio import read_checked_json, write_checked_json
+from sandfs.media.resulttext import result_from_text, result_text
 from sandfs.media.types import (
     IDENTITY_VERSION,
-    FramePts,
     ListedVideo,
     MediaLimits,
     ProbeFacts,
-    ProbeFailure,
     ProbeResult,
     listing_digest,
 )
@@ -101,12 +95,6 @@ UNREADABLE = (KeyError, IndexError, TypeError, ValueError, AttributeError)
 Entry = list[Any]  # as stored: [path, size_bytes, mtime_ns, the result's JSON text, stat]
 
 
-# a usable video's result: these facts as a JSON list (a failure's: {"bad": {...}}); the
-# facts named in each of 250,000 entries made the index 100 MB, and its read 1.4 s of the GIL
-VIDEO_FIELDS = ("width", "height", "num_frames", "frame_pts", "time_base", "keyframe_indices",
-                "seekable", "rotation", "codec", "pix_fmt", "stream_index", "counted_by")
-
-
 def is_video_entry(entry: Entry) -> bool:
     """Is it a usable video's (known without parsing its result)?"""
     return entry[3].startswith("[")
@@ -133,23 +121,24 @@ def listed_from(entry: Entry | None, rel_path: str, name: str, path: str,
 
 
 def parse_entry(entry: Entry) -> ProbeResult:
-    return _entry_from_json(entry)
+    return result_from_text(entry[3])
 
 
 def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries: Entries,
-               root_device: int | None = None) -> None:
+               root_device: int | None = None, texts: Mapping[str, str] | None = None) -> None:
     """Writes `entries` atomically, leaving out results that depend on the machine's load;
-    `root_device`: the dataset root's st_dev, whose files the rows' stats describe. No cyclic
+    `root_device`: the dataset root's st_dev, whose files the rows' stats describe; `texts`:
+    rel_path -> its result's `result_text` where a probe worker made it. No cyclic
     collection meanwhile: the rows are garbage once written, and 250,000 of them made 8 full
     collections walk them as they were built (0.6 s with the GIL held, up to 140 ms each)."""
     with collector_paused():
-        _save_index(index_path, limits, entries, root_device)
+        _save_index(index_path, limits, entries, root_device, texts or {})
 
 
 def _save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries: Entries,
-                root_device: int | None) -> None:
+                root_device: int | None, texts: Mapping[str, str]) -> None:
     document_entries = {
-        rel_path: _entry_to_json(listed, result)
+        rel_path: _entry_to_json(listed, result, texts.get(rel_path))
         for rel_path, (listed, result) in entries.items()
         if _is_lasting(result)
     }
@@ -184,100 +173,8 @@ def _is_lasting(result: ProbeResult) -> bool:
     return result.lasting and not any(text in result.detail for text in _ACCESS_ERRORS)
 
 
-_FACT_FIELDS = tuple(ProbeFacts.__dataclass_fields__)
-
-
-def _entry_to_json(listed: ListedVideo, result: ProbeResult) -> Entry:
-    if isinstance(result, ProbeFailure):
-        text = json.dumps({"bad": asdict(result)}, separators=(",", ":"))
-    else:  # not asdict: it deep-copied every pts (250,000 videos: 13 s of CPU with the runs)
-        facts = {name: getattr(result, name) for name in _FACT_FIELDS}
-        facts["frame_pts"] = _encode_runs(result.frame_pts)
-        facts["keyframe_indices"] = _encode_runs(result.keyframe_indices)
-        facts["time_base"] = None if result.time_base is None else str(result.time_base)
-        text = json.dumps([facts[name] for name in VIDEO_FIELDS], separators=(",", ":"))
+def _entry_to_json(listed: ListedVideo, result: ProbeResult, text: str | None) -> Entry:
+    """`text`: the result's `result_text`, made already (None: made here)."""
+    text = text if text is not None else result_text(result)
     stat = [*(listed.identity or (0, 0)), *(listed.access or (0, 0, 0))]
     return [listed.path, listed.size_bytes, listed.mtime_ns, text, stat]
-
-
-def _entry_from_json(entry: Entry) -> ProbeResult:
-    document = json.loads(entry[3])
-    if isinstance(document, dict):
-        bad = document["bad"]
-        return ProbeFailure(str(bad["reason"]), str(bad["detail"]))
-    if len(document) != len(VIDEO_FIELDS):
-        raise ValueError(f"{len(document)} facts, not {len(VIDEO_FIELDS)}")
-    facts = dict(zip(VIDEO_FIELDS, document, strict=True))
-    time_base = facts["time_base"]
-    probe = ProbeFacts(
-        width=int(facts["width"]),
-        height=int(facts["height"]),
-        num_frames=int(facts["num_frames"]),
-        frame_pts=_frame_pts(facts["frame_pts"]),
-        time_base=None if time_base is None else _fraction(str(time_base)),
-        keyframe_indices=_decode_runs(facts["keyframe_indices"]),
-        seekable=bool(facts["seekable"]),
-        rotation=int(facts["rotation"]),
-        codec=str(facts["codec"]),
-        pix_fmt=str(facts["pix_fmt"]),
-        stream_index=int(facts["stream_index"]),
-        counted_by=str(facts["counted_by"]),
-    )
-    if not _consistent(probe):
-        raise ValueError(f"inconsistent entry: {probe}")
-    return probe
-
-
-@functools.lru_cache(maxsize=64)
-def _fraction(text: str) -> Fraction:
-    """A time base: a dataset's videos share a few."""
-    return Fraction(text)
-
-
-def _consistent(facts: ProbeFacts) -> bool:
-    """What decoding relies on: one pts per frame (or none), keyframes within range."""
-    pts_ok = len(facts.frame_pts) in (0, facts.num_frames) and (
-        facts.frame_pts or not facts.seekable
-    )
-    keyframes = facts.keyframe_indices
-    return facts.num_frames > 0 and pts_ok and (
-        not keyframes or 0 <= min(keyframes) <= max(keyframes) < facts.num_frames)
-
-
-def _encode_runs(values: tuple[int, ...]) -> list[int]:
-    """[first, step, count, step, count, ...]: a constant-rate video's pts fit in 3 numbers."""
-    if not values:
-        return []
-    if isinstance(values, FramePts) and (run := values.one_run()) is not None:
-        first, step, count = run  # most videos: no walk over every pts
-        return [first] if count == 1 else [first, step, count - 1]
-    encoded = [values[0]]
-    for step in _steps(values):
-        if len(encoded) > 1 and encoded[-2] == step:
-            encoded[-1] += 1
-        else:
-            encoded += [step, 1]
-    return encoded
-
-
-def _steps(values: tuple[int, ...]) -> Iterator[int]:
-    return (b - a for a, b in itertools.pairwise(values))
-
-
-def _frame_pts(encoded: list[int]) -> FramePts:
-    """The pts of the runs `_encode_runs` wrote; one constant step (most videos) without
-    listing every pts: loading 100,000 entries took 6.2 s of CPU, 3.9 s of it here."""
-    if len(encoded) == 3:
-        first, step, count = (int(number) for number in encoded)
-        return FramePts(runs=((first, step, count + 1),))  # as FramePts.of makes it
-    return FramePts.of(_decode_runs(encoded))
-
-
-def _decode_runs(encoded: list[int]) -> tuple[int, ...]:
-    if not encoded:
-        return ()
-    values = [int(encoded[0])]
-    for position in range(1, len(encoded), 2):
-        step, count, last = int(encoded[position]), int(encoded[position + 1]), values[-1]
-        values.extend(last + step * k for k in range(1, count + 1))
-    return tuple(values)

@@ -17,7 +17,7 @@ from threading import Event
 from typing import Protocol
 
 from sandfs.faults import fault_point
-from sandfs.media.types import MediaLimits, ProbeFailure, ProbeResult
+from sandfs.media.types import MediaLimits, ProbeFacts, ProbeFailure, ProbeResult
 from sandfs.workerproc import start_worker_process
 
 _WORKER_READY = "ready"
@@ -135,6 +135,9 @@ class ProbeJob:
     identity: tuple[int, int]
 
 
+Answer = tuple[str, ProbeResult, str | None]  # a job's key, result and scan index text
+
+
 @dataclass(slots=True)
 class _Worker:
     process: subprocess.Popen[bytes]
@@ -204,13 +207,16 @@ def probe_files(
     stop: Event | None = None,
     started: ProbeWorkers | None = None,
     pace: ScanPace | None = None,
+    texts: dict[str, str] | None = None,
 ) -> dict[str, ProbeResult]:
     """Probes `jobs` (a list, or a queue other threads reorder), up to `workers` at once,
     each in a worker process that is killed when a probe exceeds limits.decode_timeout_seconds;
     key -> result. `on_result(key, result)` is called in this process as each result arrives
     (in completion order). Once `stop` is set, raises ScanStopped within STOP_POLL_SECONDS, its
     workers stopped (busy ones killed). `started`: workers started ahead, used before any new
-    one. `pace`: a queue's jobs shared out as ScanPace says (from `paced_from_videos`)."""
+    one. `pace`: a queue's jobs shared out as ScanPace says (from `paced_from_videos`).
+    `texts`: each usable video's scan index text (`resulttext.result_text`) goes in here as
+    its worker made it."""
     if not jobs:
         return {}
     pending: JobQueue = _Listed(jobs) if isinstance(jobs, list) else jobs
@@ -230,10 +236,12 @@ def probe_files(
                 waker.drain()
             check_stop(stop)
             for position, worker in enumerate(pool):
-                for key, result in _poll_worker(worker, worker.replies in ready):
+                for key, result, text in _poll_worker(worker, worker.replies in ready):
                     pending.settled(key)
                     if key not in results:  # a job sent twice: the first result wins
                         results[key] = result
+                        if texts is not None and text is not None:
+                            texts[key] = text
                         if on_result:
                             on_result(key, result)
                 if worker.failed:
@@ -334,10 +342,10 @@ def _wait_seconds(pool: list[_Worker]) -> float:
     return max(0.0, min(deadlines) - time.monotonic())
 
 
-def _poll_worker(worker: _Worker, readable: bool) -> list[tuple[str, ProbeResult]]:
-    """The replies that came (`readable`: its pipe is), every one waiting: (key, result) of
-    each job answered, timed out or died. Sets `worker.failed` when it died or timed out
-    (replace it; the jobs not answered are still in `sent`)."""
+def _poll_worker(worker: _Worker, readable: bool) -> list[Answer]:
+    """The replies that came (`readable`: its pipe is), every one waiting: (key, result, its
+    index text or None) of each job answered, timed out or died. Sets `worker.failed` when it
+    died or timed out (replace it; the jobs not answered are still in `sent`)."""
     answered = []
     try:
         while readable and worker.replies.poll():
@@ -345,7 +353,7 @@ def _poll_worker(worker: _Worker, readable: bool) -> list[tuple[str, ProbeResult
             if isinstance(message, str):  # _WORKER_READY
                 worker.ready = True
             else:
-                answered += [_answer(worker, result) for result in message if worker.sent]
+                answered += [_answer(worker, *reply) for reply in message if worker.sent]
     except (EOFError, OSError):
         exit_code = worker.process.wait()
         if not worker.ready:
@@ -362,7 +370,7 @@ def _poll_worker(worker: _Worker, readable: bool) -> list[tuple[str, ProbeResult
     return answered
 
 
-def _failed(worker: _Worker, reason: str, detail: str) -> list[tuple[str, ProbeResult]]:
+def _failed(worker: _Worker, reason: str, detail: str) -> list[Answer]:
     """The job the worker was on, failed, when that is known: the last one left of its message
     (a worker replies to a message once done with it, so it held no result of it). None from
     a background worker: it may only have been starved of CPU at its nice."""
@@ -372,14 +380,14 @@ def _failed(worker: _Worker, reason: str, detail: str) -> list[tuple[str, ProbeR
     return [_answer(worker, ProbeFailure(reason, detail, lasting=False))]
 
 
-def _answer(worker: _Worker, result: ProbeResult) -> tuple[str, ProbeResult]:
+def _answer(worker: _Worker, result: ProbeResult, text: str | None = None) -> Answer:
     """The result of the job the worker was on; the next one starts now."""
     job = worker.sent.popleft()
     worker.messages[0] -= 1
     if not worker.messages[0]:
         worker.messages.popleft()
     worker.deadline = time.monotonic() + worker.timeout_seconds
-    return job.key, result
+    return job.key, result, text
 
 
 def _stop_worker(worker: _Worker) -> None:
@@ -404,16 +412,18 @@ _WORKER_CODE = (
 
 
 def worker_main(job_fd: int, reply_fd: int, nice: int = 0) -> None:
-    """The worker process's loop: (limits, [(path, identity), ...]) in, a ProbeResult for
-    each out, in order, in lists: at the message's end, or REPLY_EVERY_SECONDS after a result
-    (a timer: never held behind the next probe); None or a closed pipe (the parent is gone)
-    ends it. `nice`: added to its priority first (a background worker's)."""
+    """The worker process's loop: (limits, [(path, identity), ...]) in, (a ProbeResult, a
+    video's scan index text or None) for each out, in order, in lists: at the message's end,
+    or REPLY_EVERY_SECONDS after a result (a timer: never held behind the next probe); None
+    or a closed pipe (the parent is gone) ends it. `nice`: added to its priority first (a
+    background worker's)."""
     if nice:
         os.nice(nice)
         fault_point("background_scan")  # tests hold the background scan (sleep) this way
     # here, not at the top: the daemon starts its workers before it imports PyAV (25 ms)
     from sandfs.media.opening import describe_error
     from sandfs.media.probe import probe_video
+    from sandfs.media.resulttext import result_text
 
     jobs = Connection(job_fd, writable=False)
     replies = _Replies(Connection(reply_fd, readable=False))
@@ -432,7 +442,8 @@ def worker_main(job_fd: int, reply_fd: int, nice: int = 0) -> None:
                 done = probe_video(path, limits, identity)
             except Exception as error:  # a reply must always come back
                 done = ProbeFailure("open_invalid", f"probe failed: {describe_error(error)}")
-            replies.hold(_timed(done, time.monotonic() - started, limits, nice))
+            done = _timed(done, time.monotonic() - started, limits, nice)
+            replies.hold((done, result_text(done) if isinstance(done, ProbeFacts) else None))
         replies.flush()
 
 
@@ -453,14 +464,14 @@ class _Replies:
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
-        self._held: list[ProbeResult] = []
+        self._held: list[tuple[ProbeResult, str | None]] = []
         self._lock = threading.Lock()
         self._holding = Event()
         threading.Thread(target=self._flush_soon, daemon=True).start()
 
-    def hold(self, result: ProbeResult) -> None:
+    def hold(self, reply: tuple[ProbeResult, str | None]) -> None:
         with self._lock:
-            self._held.append(result)
+            self._held.append(reply)
             self._holding.set()
 
     def flush(self) -> None:

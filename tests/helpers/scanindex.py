@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sandfs.fileio import read_checked_json, write_checked_json
-from sandfs.media.scan_index import VIDEO_FIELDS
+from sandfs.media.resulttext import VIDEO_FIELDS
 
 
 def edit_entry(index_path: Path, rel_path: str, edit: Callable[[dict], None]) -> None:

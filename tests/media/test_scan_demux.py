@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from sandfs.fileio import read_checked_json, write_checked_json
-from sandfs.media import probe, scan_index
+from sandfs.media import probe, resulttext, scan_index
 from sandfs.media.decode import ScanMismatch, decode_all_reference, decode_each, decode_frames
 from sandfs.media.mp4box import SAMPLE_TABLES
 from sandfs.media.scan import StderrProgress, format_progress, scan_dataset
@@ -278,3 +278,20 @@ def test_the_scan_index_is_built_and_written_without_cyclic_collections(tmp_path
     scan_dataset(tmp_path / "videos", [".mp4"], workers=1, index_path=tmp_path / "index.json")
     assert enabled == [False] and gc.isenabled()
     assert len(read_checked_json(str(tmp_path / "index.json"))["entries"]) == 2
+
+
+def test_the_probe_workers_make_the_index_texts_not_the_scan_s_process(tmp_path: Path,
+                                                                       monkeypatch):
+    """A usable video's index text comes with its result from the worker: saving the index
+    encodes none of them here (250,000 took 1.3 s of the daemon's GIL), and reads back the
+    same results a scan in this process finds."""
+    make_dataset(tmp_path / "videos", classes=1, videos_per_class=3, num_frames=(8, 8))
+    made_here = []
+    real = resulttext.result_text
+    monkeypatch.setattr(scan_index, "result_text",
+                        lambda result: made_here.append(result) or real(result))
+    index = tmp_path / "index.json"
+    found = scan_dataset(tmp_path / "videos", [".mp4"], workers=1, index_path=index)
+    assert made_here == []
+    again = scan_dataset(tmp_path / "videos", [".mp4"], workers=1, index_path=index)
+    assert again.num_probed == 0 and again.videos == found.videos
