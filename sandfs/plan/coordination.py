@@ -32,6 +32,7 @@ from sandfs.config.schema import TaskConfig
 from sandfs.media.types import VideoInfo
 from sandfs.plan.abstract import stream_paths
 from sandfs.plan.identity import DatasetIdentity, data_fingerprint, dataset_identity
+from sandfs.plan.listing import Listings
 from sandfs.plan.pool import POOL_SPANS, FramePool
 from sandfs.plan.seeds import derive_seed
 from sandfs.plan.steps import source_shape, step_ops
@@ -126,6 +127,7 @@ class Coordination:
         self._shapers: dict[tuple[DataKey, int], dict[str, str]] = {}
         self._offset_configs: dict[str, str] = {}
         self._lock = threading.Lock()
+        self.listings = Listings()  # what tasks placing the same videos derive alike
         self.changed = False  # frozen state not checkpointed yet
 
     def remove(self, name: str) -> None:

@@ -27,7 +27,7 @@ import csv
 import errno
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sandfs.access import Owner, read_owner_file
@@ -145,11 +145,13 @@ def label_classes(rows: Sequence[LabelRow]) -> tuple[str, ...]:
     return tuple(sorted(labels))
 
 
-def match_labels(task: str, rows: Sequence[LabelRow], videos: Sequence[VideoInfo]) -> Labels:
+def match_labels(task: str, rows: Sequence[LabelRow], videos: Sequence[VideoInfo],
+                 names: Mapping[str, int] | None = None) -> Labels:
     """Each video's label: the row naming its relative path (with or without extension) or,
     when unique among the videos, its file name (with or without extension). UserError when
-    no row names any video (a file for another dataset, or paths from another root)."""
-    names = _video_names(videos)
+    no row names any video (a file for another dataset, or paths from another root).
+    `names`: `video_names(videos)`, if made already."""
+    names = video_names(videos) if names is None else names
     labels: list[str | None] = [None] * len(videos)
     unmatched = 0
     for row in rows:
@@ -170,7 +172,7 @@ def match_labels(task: str, rows: Sequence[LabelRow], videos: Sequence[VideoInfo
     return result
 
 
-def _lookup(names: dict[str, int], video: str) -> int | None:
+def _lookup(names: Mapping[str, int], video: str) -> int | None:
     """The video a row names: by the whole name, else by its longest tail that names one (an
     absolute path, or one under another root, as PySlowFast's files give them)."""
     parts = video.strip("/").split("/")
@@ -181,7 +183,7 @@ def _lookup(names: dict[str, int], video: str) -> int | None:
     return None
 
 
-def _video_names(videos: Sequence[VideoInfo]) -> dict[str, int]:
+def video_names(videos: Sequence[VideoInfo]) -> dict[str, int]:
     """Every name a row may give a video by: relative path and file name, each with and
     without its extension; a file name two videos share names neither."""
     names: dict[str, int] = {}

@@ -33,6 +33,7 @@ from sandfs.plan.draws import FirstOutput, NeedGenerator
 from sandfs.plan.identity import DatasetIdentity, data_fingerprint
 from sandfs.plan.interner import Interner
 from sandfs.plan.labels import Labels, match_labels, parse_label_rows, read_labels
+from sandfs.plan.listing import top_folder
 from sandfs.plan.probed import NoUsableVideo, ProbedVideos
 from sandfs.plan.records import ClipPath, StreamClip, ViewPlan
 from sandfs.plan.seeds import below, derive_seed, rng_for, unit_draws
@@ -92,7 +93,9 @@ class TaskPlan:
         self.videos = ProbedVideos(self.listed, self.probes)
         self.skipped = (*refused, *skipped)
         self._stand_ins: dict[int, int] = {}  # `stand_in`
-        self.video_index = {v.name: i for i, v in enumerate(self.listed)}
+        # derived from the listing once for every task placing it (listing.py)
+        self.listing = self.coordination.listings.of(self.listed)
+        self.video_index = self.listing.video_index
         self.positions = shard_positions(len(self.listed), self.sampling.shard,
                                          self.sampling.drop_last)
         self.label_match: Labels | None = None  # a labels CSV: what matched (`_labels`)
@@ -163,21 +166,21 @@ class TaskPlan:
         )
         return keep, skipped
 
-    def _labels(self, others: Sequence[str]) -> tuple[list[str | None], list[str]]:
+    def _labels(self, others: Sequence[str]) -> tuple[Sequence[str | None], list[str]]:
         """Each placed video's label and the class names; `others`: the scan's files this
         task does not place."""
         mode = self.cfg.dataset.labels
         if mode == "none":
-            return [None] * len(self.videos), []
+            return (None,) * len(self.videos), []
         if mode == "dirname":
-            labels = [_top_folder(v.rel_path) for v in self.listed]
-            every = {*labels, *map(_top_folder, others)}  # a set: paths may repeat
-            return labels, sorted(c for c in every if c is not None)
+            every = self.listing.folders.union(map(top_folder, others))  # paths may repeat
+            return self.listing.top_folders, sorted(c for c in every if c is not None)
         data = self.labels_data
         if data is None:  # planned at mount: the mount's own config, read now
             data = read_labels(mode, owner_of(self.cfg), MediaLimits.from_env().max_labels_bytes)
-        self.label_match = match_labels(self.name, parse_label_rows(data, mode), self.listed)
-        return list(self.label_match.labels), list(self.label_match.classes)
+        self.label_match = match_labels(self.name, parse_label_rows(data, mode), self.listed,
+                                        self.listing.names)
+        return self.label_match.labels, list(self.label_match.classes)
 
     def label_index(self, label: str | None) -> int | None:
         if label is None:
@@ -471,8 +474,3 @@ class TaskPlan:
             "samples": [self.clip_meta(c) for c in view.clips],
         }
 
-
-def _top_folder(rel_path: str) -> str | None:
-    """A video's class under `labels: dirname`: its top folder (None: at the root)."""
-    top, slash, _ = rel_path.partition("/")
-    return top if slash else None

@@ -1,0 +1,59 @@
+"""Tasks placing the same listing share what they derive from it (plan/listing.py): a task
+joining a mount of 250,000 videos rebuilt each video's index, folder and label names. Shared
+objects, with the answers each task would make on its own."""
+
+from __future__ import annotations
+
+from sandfs.config.loader import load_task_config
+from sandfs.plan.coordination import Coordination
+from sandfs.plan.listing import KEPT_LISTINGS, Listings
+from sandfs.plan.task import TaskPlan
+from tests.helpers.harness import task_config, write_config
+from tests.helpers.plans import FAKE_DATASET, fake_videos
+
+
+def config(tmp_path, name: str, seed: int, **dataset):
+    cfg = task_config(FAKE_DATASET, task=name, seed=seed)
+    cfg["dataset"].update(dataset)
+    return load_task_config(write_config(tmp_path / f"{name}.yaml", cfg), check_paths=False)
+
+
+def test_tasks_on_one_listing_share_its_index_and_folders(tmp_path):
+    videos = tuple(fake_videos(12))
+    first, joined = config(tmp_path, "a", 1), config(tmp_path, "b", 2)
+    coordination = Coordination([first, joined])
+    a = TaskPlan(first, videos, k_epochs=2, coordination=coordination)
+    b = TaskPlan(joined, videos, k_epochs=2, coordination=coordination,
+                 other_rel_paths=["d/left-out.mp4"])
+    alone = TaskPlan(joined, videos, k_epochs=2, other_rel_paths=["d/left-out.mp4"])
+    assert a.video_index is b.video_index and a.labels is b.labels
+    assert b.video_index == alone.video_index == {v.name: i for i, v in enumerate(videos)}
+    assert list(b.labels) == list(alone.labels) == [v.rel_path[:2] for v in videos]
+    assert a.class_names == ["c0", "c1", "c2"]  # the other task's left-out folder is its own
+    assert b.class_names == alone.class_names == ["c0", "c1", "c2", "d"]
+
+
+def test_a_labels_file_matches_through_the_shared_names(tmp_path):
+    videos = tuple(fake_videos(6))
+    rows = "video,label\n" + "".join(f"{v.rel_path},k{i % 2}\n" for i, v in enumerate(videos))
+    (tmp_path / "labels.csv").write_text(rows)
+    coordination = Coordination([])
+    plans = [TaskPlan(config(tmp_path, name, seed, labels=str(tmp_path / "labels.csv")), videos,
+                      k_epochs=2, coordination=coordination,
+                      labels_data=rows.encode())
+             for name, seed in (("a", 1), ("b", 2))]
+    for plan in plans:
+        assert list(plan.labels) == [f"k{i % 2}" for i in range(6)]
+        assert plan.class_names == ["k0", "k1"]
+    assert plans[0].listing is plans[1].listing
+
+
+def test_a_listing_other_than_the_kept_one_gets_facts_of_its_own():
+    listings = Listings()
+    videos = tuple(fake_videos(4))
+    equal = tuple(fake_videos(4))  # equal, another object: its own facts
+    assert listings.of(videos) is listings.of(videos)
+    assert listings.of(equal) is not listings.of(videos)
+    for count in range(KEPT_LISTINGS + 1):
+        listings.of(tuple(fake_videos(count + 1)))
+    assert listings.of(videos).listed is videos  # forgotten, made again for it
