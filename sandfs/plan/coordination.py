@@ -208,6 +208,13 @@ class Coordination:
             pool = replace(pool, grid=math.gcd(pool.grid, stride))
         return pool
 
+    def is_frozen(self, name: str, window: int) -> bool:
+        """Are the window's pool and crops on task `name`'s dataset frozen already (planning
+        the task's views there freezes nothing)?"""
+        with self._lock:
+            data = self._data.get(name)
+            return not self.coordinate or (data, window) in self._pools
+
     def crop_windows(self, cfg: TaskConfig, window: int) -> dict[CropContext, tuple[int, int]]:
         if not self.coordinate:
             return {}

@@ -1,0 +1,61 @@
+"""A task joining a live mount resolves its lead part's views in a registration thread while
+another task's part holds the planner (`TaskJoins._resolve_lead`): at 250,000 videos it waited
+0.4-0.7 s for that lock, then planned its lead part for 0.7 s. Its part, planned once the lock
+is free, holds the views resolved ahead, unchanged; a window not frozen yet is left alone (a
+task refused later shapes no window)."""
+
+from __future__ import annotations
+
+import trio
+
+from sandfs.plan.task import TaskPlan
+from sandfs.plan.window import view_key
+from sandfs.sched import planning as planning_module
+from sandfs.sched.joining import resolve_ahead
+from tests.unit.test_scheduler import joining_task, scheduler_for, settle
+from tests.unit.test_window_parts import until
+
+
+def joiner(tmp_path, plan) -> TaskPlan:
+    """A task of another seed on the mount's coordination, as `plan_new_task` makes it."""
+    cfg = joining_task(tmp_path, plan).cfg
+    plan.coordination.join(cfg, 0)
+    return TaskPlan(cfg, plan.videos, k_epochs=plan.k_epochs, coordination=plan.coordination)
+
+
+async def test_a_joining_task_resolves_its_lead_while_another_part_holds_the_lock(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(planning_module, "LEAD_CLIPS", 1)  # every window is large
+    monkeypatch.setattr(planning_module, "LEAD_BATCHES", 1)
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await settle(scheduler)
+        later = joiner(tmp_path, plan)
+        joined = trio.Event()
+
+        async def join():
+            await scheduler.add_plan(later)
+            joined.set()
+
+        async with scheduler.planner.tasks_steady:  # another task's part being planned
+            nursery.start_soon(join)
+            with trio.fail_after(10):
+                await until(lambda: later.view_plan.cache_info().currsize > 0)
+            assert not joined.is_set() and later.name not in scheduler.book.plans
+            ahead = later.view_plan(0, 0)
+        with trio.fail_after(10):
+            await joined.wait()
+        assert scheduler.board.held_view(view_key(later, 0, 0)) is ahead
+        nursery.cancel_scope.cancel()
+
+
+def test_a_window_not_frozen_is_not_resolved_ahead(tmp_path):
+    plan, _, _ = scheduler_for(tmp_path, videos=40, epochs=6)
+    later = joiner(tmp_path, plan)
+    lead = frozenset(later.listed[i].path for i in later.batch_slots(4, 0))
+    resolve_ahead(later, later.window_of(4), lead)  # window 2: no task planned it
+    assert later.view_plan.cache_info().currsize == 0
+    assert plan.coordination.state()["windows"] == []
+    resolve_ahead(later, 0, lead)  # nor window 0 yet
+    assert later.view_plan.cache_info().currsize == 0
