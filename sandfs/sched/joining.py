@@ -58,7 +58,7 @@ class TaskJoins:
             self._drop_parts(plan.name, windows)
             raise
         if lead is None:  # planned whole: no parts of its own there
-            self._drop_parts(plan.name, windows[:1])
+            self._drop_parts(plan.name, windows[:1], whole=True)
         later_parts: list[tuple[int, frozenset[str]]] = []
         for window in windows:
             if (window == windows[0] and lead is None) or not self._still_joining(plan, window):
@@ -142,15 +142,16 @@ class TaskJoins:
                 window, (), [plan.name])
         parts.add(planned)
         parts.leading = False
+        for name in sorted(self._sharing(plan.name, window)):  # joined during its lead part
+            self._widen(self.book.plans[name], window, parts)
         self._note_window_added()  # its readers waiting for a batch of its lead look again
         self.wake()
 
-    def _drop_parts(self, name: str, windows: Iterable[int]) -> None:
-        """The task's parts of these windows, planned whole (or failed): they may be whole
-        now."""
+    def _drop_parts(self, name: str, windows: Iterable[int], *, whole: bool = False) -> None:
+        """The task's parts of these windows failed, or (`whole`) were planned whole: they go
+        on with a trial that joined them meanwhile (`_hand_over`), or go."""
         for window in windows:
-            if self._joiner_parts.get(window, {}).pop(name, None) is not None:
-                self._whole_yet(window)
+            self._hand_over(name, window, whole=whole)
 
     def _groups(self, window: int) -> list[WindowParts]:
         """The window's own parts and those of the tasks that joined meanwhile."""
@@ -160,22 +161,46 @@ class TaskJoins:
     def _sharing(self, name: str, window: int) -> set[str]:
         """The tasks that joined the parts of a task that joined the window in parts."""
         parts = self._joiner_parts.get(window, {}).get(name)
-        return set() if parts is None else parts.tasks & self.book.plans.keys() - {name}
+        return set() if parts is None else self._sharing_group(parts, name)
+
+    def _sharing_group(self, parts: WindowParts, name: str) -> set[str]:
+        return parts.tasks & self.book.plans.keys() - {name}
 
     def _drop_joiner(self, name: str) -> None:
         """A task left: its parts of windows planned in parts go on with a task that joined
         them, or go, and those windows may be whole now."""
-        for window, groups in list(self._joiner_parts.items()):
-            heirs = sorted(self._sharing(name, window))
-            parts = groups.pop(name, None)
-            if heirs:  # the tasks sharing its parts go on with them
-                parts.leading = False  # its lead part was not planned: theirs is due
-                groups[heirs[0]] = parts
-                self._own_views[heirs[0], window] = self._own_views.pop((name, window), set())
-            elif parts is not None:
-                self._whole_yet(window)
+        for window in list(self._joiner_parts):
+            self._hand_over(name, window)
         for key in [k for k in self._own_views if k[0] == name]:
             del self._own_views[key]
+
+    def _hand_over(self, name: str, window: int, *, whole: bool = False) -> None:
+        """The task's parts of the window go on with the trial sharing them that reads the
+        most of the window's epochs, or go, and the window may be whole now. From a task
+        still registered, a trial reading more epochs plans the planned videos' later clips
+        first (as `_widen`); `whole`: its part was planned whole, and only such a trial
+        needs them. A trial joining during a lead part that failed or was planned whole had
+        its batches made on demand (its videos decoded twice)."""
+        parts = self._joiner_parts.get(window, {}).pop(name, None)
+        own = self._own_views.pop((name, window), set())
+        if parts is None:
+            return
+        reads = {n: len(self.book.plans[n].window_epochs(window))
+                 for n in self._sharing_group(parts, name)}
+        left = self.book.plans.get(name)  # None: it left, its part given as it is
+        epochs = 0 if left is None else len(left.window_epochs(window))
+        heirs = sorted(reads, key=lambda n: (-reads[n], n))
+        if whole:
+            heirs = [n for n in heirs if reads[n] > epochs]
+        if not heirs:
+            self._whole_yet(window)
+            return
+        parts.leading = False  # its lead part is over: the heir's are due
+        if left is not None and reads[heirs[0]] > epochs:
+            parts.behind = frozenset(parts.planned)
+        self._joiner_parts[window][heirs[0]] = parts
+        self._own_views[heirs[0], window] = own
+        self.wake()
 
     async def _add_part(self, plan: TaskPlan, window: int, *,
                         lead: frozenset[str] | None = None,

@@ -270,17 +270,22 @@ async def test_trials_with_one_seed_joining_at_once_share_their_parts(tmp_path, 
         nursery.cancel_scope.cancel()
 
 
-async def test_a_trial_reading_more_epochs_plans_the_shared_parts(tmp_path, monkeypatch):
-    """A trial with one seed reading both epochs of the window joins the parts of one
-    reading its first only: its second epoch's batches are planned too, none made on demand,
-    and each slot once."""
-    plan, scheduler, _ = paced_own(tmp_path, monkeypatch)
+def short_and_long(tmp_path) -> list:
+    """Two trials with one seed: reading the window's first epoch, and both."""
     trials = []
     for name, epochs in [("short", 1), ("long", 2)]:
         (tmp_path / name).mkdir()
         trials.append(make_plan(tmp_path / name, videos=VIDEOS, epochs=epochs, k_epochs=2,
                                 task=name, seed=7))
-    short, long = trials
+    return trials
+
+
+async def test_a_trial_reading_more_epochs_plans_the_shared_parts(tmp_path, monkeypatch):
+    """A trial with one seed reading both epochs of the window joins the parts of one
+    reading its first only: its second epoch's batches are planned too, none made on demand,
+    and each slot once."""
+    plan, scheduler, _ = paced_own(tmp_path, monkeypatch)
+    short, long = short_and_long(tmp_path)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         with trio.fail_after(20):

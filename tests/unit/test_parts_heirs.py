@@ -1,0 +1,87 @@
+"""A trial joining, with one seed, the parts of a task whose lead part is being planned
+(`TaskJoins._hand_over`): when that lead part fails, or is over and the trial reads more of
+the window's epochs, the parts go on with the trial. Dropped, the trial's batches were made on
+demand, each video decoded again."""
+
+from __future__ import annotations
+
+import threading
+
+import trio
+
+from sandfs.sched import parts as parts_module
+from sandfs.sched import work
+from tests.unit.test_parts_shared import made_whole, paced_own, read_past, read_some, short_and_long
+from tests.unit.test_scheduler import joining_task
+from tests.unit.test_window_parts import until
+
+
+def gated_lead(monkeypatch, name: str, *, fails: bool) -> threading.Event:
+    """`name`'s lead part is planned once the event is set (then raises, if `fails`)."""
+    planned, go = work.plan_task_part, threading.Event()
+
+    def lead_part(task_plan, window, store, known=frozenset(), lead=None, *args):
+        if task_plan.name == name and lead is not None and not isinstance(lead,
+                                                                          parts_module.Part):
+            go.wait(10)
+            if fails:
+                raise RuntimeError("its lead part failed")
+        return planned(task_plan, window, store, known, lead, *args)
+
+    monkeypatch.setattr(work, "plan_task_part", lead_part)
+    return go
+
+
+async def test_a_trial_inherits_the_parts_of_a_lead_part_that_failed(tmp_path, monkeypatch):
+    plan, scheduler, _ = paced_own(tmp_path, monkeypatch)
+    go = gated_lead(monkeypatch, "later", fails=True)
+    first = joining_task(tmp_path, plan)
+    second = joining_task(tmp_path, plan, name="second")
+
+    async def join_first():  # as ViewService.add_task: a task that fails leaves
+        try:
+            await scheduler.add_plan(first)
+        except RuntimeError:
+            await scheduler.remove_plan(first.name)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(20):
+            await until(lambda: scheduler.book.rest_pending == {0})
+            await read_some(scheduler, plan, range(2))
+            nursery.start_soon(join_first)
+            await until(lambda: first.name in scheduler.planner._joiner_parts.get(0, {}))
+            await scheduler.add_plan(second)  # joins the first's parts
+            go.set()
+            await until(lambda: first.name not in scheduler.book.plans)
+            assert second.name in scheduler.planner._joiner_parts[0]
+            await read_some(scheduler, second, range(12))  # none made on demand
+        await read_past(scheduler, second, 12)
+        with trio.fail_after(20):
+            await made_whole(scheduler)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_trial_reading_more_epochs_widens_once_the_lead_part_is_planned(
+        tmp_path, monkeypatch):
+    plan, scheduler, _ = paced_own(tmp_path, monkeypatch)
+    go = gated_lead(monkeypatch, "short", fails=False)
+    short, long = short_and_long(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(20):
+            await until(lambda: scheduler.book.rest_pending == {0})
+            await read_some(scheduler, plan, range(2))
+            nursery.start_soon(scheduler.add_plan, short)
+            await until(lambda: short.name in scheduler.planner._joiner_parts.get(0, {}))
+            await scheduler.add_plan(long)  # joins the short one's parts, its lead planned
+            go.set()
+            await until(lambda: not scheduler.planner._joiner_parts[0][short.name].leading
+                        if short.name in scheduler.planner._joiner_parts.get(0, {}) else True)
+            await read_some(scheduler, short, range(3))
+            await read_some(scheduler, long, range(long.iterations_per_epoch),
+                            made_before=range(3))
+        await read_past(scheduler, long, long.iterations_per_epoch)  # epoch 1: none on demand
+        with trio.fail_after(20):
+            await made_whole(scheduler)
+        nursery.cancel_scope.cancel()
