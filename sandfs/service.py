@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 
 import trio
 
@@ -127,10 +128,8 @@ class ViewService:
         return {name: (p.epoch, p.iteration) for name, p in positions.items()}
 
     def position(self, task: str) -> Position:
-        """Where the task stands; a task registered and not in the scheduler's book yet (its
-        `add_plan` waits while a window's part is planned) stands at its start."""
-        if task not in self.scheduler.book.plans:
-            return Position(0, 0)
+        """Where the task stands (a task is one of `tasks` once the scheduler's book holds
+        it: `TaskRegistry.joined`)."""
         return self.scheduler.position(task)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -147,13 +146,14 @@ class ViewService:
         """Register a task on the live mount. Windows already planned keep what they share;
         the task's views are planned into them as they are, its epoch 0 into the window the
         leading task on its dataset is in."""
-        plan = await self.registry.register(cfg, text, self.scheduler.position)
+        plan = await self.registry.register(cfg, self.scheduler.position)
         try:
-            await self.scheduler.add_plan(plan)
+            await self.scheduler.add_plan(plan, added=partial(self.registry.joined, plan, text))
         except Exception as exc:  # all or nothing: a refused task leaves no trace
             log.exception("task %s: planning it into the scheduler failed", cfg.task)
-            # its generation stays counted: inodes handed out meanwhile are never reused
-            self.registry.remove(cfg.task)
+            self.registry.withdraw(cfg.task)
+            if cfg.task in self.tasks:  # its generation stays counted: inodes handed out
+                self.registry.remove(cfg.task)  # meanwhile are never reused
             await self.scheduler.remove_plan(cfg.task)
             raise refusal(cfg.task, exc) from exc
         await self._fit_store()
@@ -294,8 +294,7 @@ class ViewService:
             failures = self.scheduler.failures.of(name)
             tasks[name] = TaskStatus(
                 epoch=position.epoch, iteration=position.iteration,
-                ready_ahead=(self.scheduler.ready_ahead(name, self.read_ahead)
-                             if name in self.scheduler.book.plans else 0),
+                ready_ahead=self.scheduler.ready_ahead(name, self.read_ahead),
                 views_served=stats.task_counts(name).get("views_served", 0),
                 stall_seconds=round(stats.stall_seconds(name), 3), epochs=plan.epochs,
                 iterations_per_epoch=plan.iterations_per_epoch, videos=len(plan.videos),

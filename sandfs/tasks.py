@@ -64,6 +64,9 @@ class TaskRegistry:
         self.registering = Quota("registrations being planned", limits.registrations_per_uid,
                                  per_uid_errno=errno.EAGAIN, setting="registrations")
         self.checkpoint_failure: str | None = None  # written by the planning thread only
+        # tasks planned and not in the scheduler's book yet, by name: their registrar, whose
+        # registration quota they hold (`register` to `joined` or `withdraw`)
+        self.joining: dict[str, int] = {}
 
     def window_planned(self) -> None:
         """In a worker thread, after a window was planned: checkpoint what coordination froze."""
@@ -122,11 +125,13 @@ class TaskRegistry:
         return ({name for name, owner in self.owners.items() if owner.uid == uid},
                 {name for name, by in self.error_writers.items() if by == uid})
 
-    async def register(self, cfg: TaskConfig, text: str,
-                       position: Callable[[str], Position]) -> TaskPlan:
+    async def register(self, cfg: TaskConfig, position: Callable[[str], Position]) -> TaskPlan:
         """Plan a task joining the live mount, its epoch 0 where the leading task on its
-        dataset stands (`leading_epochs`)."""
-        if cfg.task in self.tasks:
+        dataset stands (`leading_epochs`). Its name stays taken, and its registrar's quota
+        held, until the scheduler's book takes the plan (`joined`) or it is refused
+        (`withdraw`): it is one of `tasks` from the moment the scheduler knows it, never
+        before, so that where it stands and what is ready read one source."""
+        if cfg.task in self.tasks or cfg.task in self.joining:
             raise UserError(f"task {cfg.task} is already registered on this mount")
         if self.task_planner is None:
             raise UserError("this mount does not take new tasks")
@@ -135,22 +140,35 @@ class TaskRegistry:
         self.check_room(owner.uid, registrar)
         leaders = self.leading_epochs(cfg, position)
         self.registering.take(registrar)
+        self.joining[cfg.task] = registrar
         try:
-            plan = await trio.to_thread.run_sync(self.task_planner, cfg, leaders,
+            return await trio.to_thread.run_sync(self.task_planner, cfg, leaders,
                                                  limiter=limiter("registration"))
         except UserError:
+            self.withdraw(cfg.task)
             raise
         except Exception as exc:  # e.g. an unreadable labels file: refused, with the reason
+            self.withdraw(cfg.task)
             raise refusal(cfg.task, exc) from exc
-        finally:
+
+    def joined(self, plan: TaskPlan, text: str) -> None:
+        """The scheduler's book took a registered plan (on the trio thread, as it did): the
+        task is served from now on."""
+        name = plan.name
+        self.registering.give(self.joining.pop(name))
+        self.tasks[name] = plan
+        self.owners[name] = owner_of(plan.cfg)
+        self.generations[name] = self.generations.get(name, -1) + 1
+        self.task_texts[name] = text
+        self.task_errors.pop(name, None)
+        self.error_writers.pop(name, None)
+
+    def withdraw(self, name: str) -> None:
+        """A registration refused before the scheduler took its plan: its name and quota go
+        back."""
+        registrar = self.joining.pop(name, None)
+        if registrar is not None:
             self.registering.give(registrar)
-        self.tasks[cfg.task] = plan
-        self.owners[cfg.task] = owner
-        self.generations[cfg.task] = self.generations.get(cfg.task, -1) + 1
-        self.task_texts[cfg.task] = text
-        self.task_errors.pop(cfg.task, None)
-        self.error_writers.pop(cfg.task, None)
-        return plan
 
     def check_room(self, owner: int, registrar: int) -> None:
         """LimitReached past `tasks_total`, or, for a registrar other than root and the

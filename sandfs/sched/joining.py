@@ -6,7 +6,7 @@ own."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 
 import trio
@@ -31,7 +31,7 @@ AHEAD_BATCHES = 4
 
 class TaskJoins:
 
-    async def add_plan(self, plan: TaskPlan) -> None:
+    async def add_plan(self, plan: TaskPlan, added: Callable[[], None] | None = None) -> None:
         """Plan a new task into the active windows (and the windows to come), the window it
         starts in first: the videos of its first batches (`_lead_videos`) when its part of it
         is large. When that took long (`_first_batches_first`) it returns then: the other
@@ -39,11 +39,14 @@ class TaskJoins:
         there sooner waits for it (`window_planned`). In a window planned in parts the task's
         part is planned in parts too, as its readers come (`_join_parts`): a task joining a
         mount of 250,000 videos waited 3.7 s for the rest of the window planned at once. A
-        task with the window's own batches (one seed) joins their parts instead."""
+        task with the window's own batches (one seed) joins their parts instead. `added` is
+        called as the book takes the task (the registry serves it from then on)."""
         await self._resolve_lead(plan)
         async with self.tasks_steady:
             self.carry.forget(self.book.future)
             self.book.add_task(plan)
+            if added is not None:
+                added()
             shared = {w for w in self.book.windows if self._join_shared_parts(plan, w)}
             self._lead_parts(plan, shared)
         self._note_window_added()  # a reader waiting on the task set looks again

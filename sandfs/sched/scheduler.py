@@ -209,9 +209,9 @@ class Scheduler(ReaderSide):
                     return
                 await self._next_wakeup()
 
-    async def add_plan(self, plan: TaskPlan) -> None:
+    async def add_plan(self, plan: TaskPlan, added: Callable[[], None] | None = None) -> None:
         """Plan a new task into the active windows (`WindowPlanner.add_plan`)."""
-        await self.planner.add_plan(plan)
+        await self.planner.add_plan(plan, added)
         self.wake()
 
     async def remove_plan(self, name: str) -> None:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import trio
+
+from sandfs.errors import UserError
 from sandfs.fileio import DAMAGED
 from sandfs.media.types import BadVideo
 from sandfs.sched.ondemand import OnDemandObjects
@@ -11,6 +15,7 @@ from sandfs.service import ViewService
 from sandfs.stats import Stats
 from sandfs.status import FailureLog
 from tests.helpers.plans import fake_videos, make_plan
+from tests.unit.test_window_parts import until
 
 ZERO_CACHE = {"bytes_used": 0, "budget_bytes": 0, "objects": 0, "hits": 0, "misses": 0,
               "evictions": 0, "recomputed": 0, "corrupt_detected": 0}
@@ -80,17 +85,35 @@ def test_the_failure_log_keeps_the_latest_distinct_failures():
     assert log.total == 4
 
 
-def test_a_task_still_joining_is_in_status_at_its_start(tmp_path):
-    """A task is registered before the scheduler takes it (its planner waits while a window is
-    planned in parts): status.json failed with EIO (KeyError) meanwhile, found at 250,000
-    videos. It shows the task at its start."""
+async def test_a_status_read_during_a_join_shows_the_task_once_the_scheduler_has_it(
+        tmp_path):
+    """A task was registered before the scheduler took it (its planner waits while another
+    task's window part is planned): status.json failed with EIO (KeyError) meanwhile, found at
+    250,000 videos, then read a position of its own for it. It is served from the moment the
+    scheduler's book holds it: before that status.json, positions and readiness leave it out,
+    and its name stays taken."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     mine = make_plan(tmp_path / "a", videos=fake_videos(8), epochs=1)
     joining = make_plan(tmp_path / "b", videos=fake_videos(8), epochs=1, task="joining")
     service = ViewService([mine], engine=OnDemandObjects(workers=1, memory_budget_bytes=1 << 20),
-                          stats=Stats())
-    service.tasks[joining.name] = joining  # what TaskRegistry.register does first
-    status = json.loads(service.status_record().to_bytes())
-    assert (status["tasks"]["joining"]["epoch"], status["tasks"]["joining"]["iteration"],
-            status["tasks"]["joining"]["ready_ahead"]) == (0, 0, 0)
+                          stats=Stats(), task_planner=lambda cfg, leaders: joining)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run)
+        async with service.scheduler.planner.tasks_steady:  # a part being planned
+            nursery.start_soon(service.add_task, joining.cfg, "text")
+            with trio.fail_after(10):
+                await until(lambda: "joining" in service.registry.joining)
+            status = json.loads(service.status_record().to_bytes())
+            assert list(status["tasks"]) == list(service.positions) == [mine.name]
+            with pytest.raises(UserError, match="already registered"):
+                await service.registry.register(joining.cfg, service.scheduler.position)
+        with trio.fail_after(10):
+            await until(lambda: "joining" in service.tasks)
+        assert "joining" in service.scheduler.book.plans and not service.registry.joining
+        status = json.loads(service.status_record().to_bytes())
+        assert (status["tasks"]["joining"]["epoch"], status["tasks"]["joining"]["iteration"]) \
+            == (0, 0)
+        assert service.registry.generations["joining"] == 0
+        assert not service.registry.registering.held
+        nursery.cancel_scope.cancel()

@@ -80,7 +80,7 @@ def test_stuck_registrations_take_their_own_threads_and_few_of_them(tmp_path):
 
     async def register(name: str, uid: int) -> None:
         try:
-            await registry.register(task_cfg(tmp_path, name, uid), "", at_zero)
+            await registry.register(task_cfg(tmp_path, name, uid), at_zero)
         except UserError as exc:
             outcomes.append((name, getattr(exc, "errno", None)))
 
@@ -111,7 +111,7 @@ def test_a_user_past_tasks_per_uid_is_refused_before_planning(tmp_path):
                             limits=replace(DEFAULT_LIMITS, tasks_per_uid=1, tasks_total=5))
     registry.owners["held"] = owner_of(task_cfg(tmp_path, "held", NOBODY))
     with pytest.raises(LimitReached) as raised:
-        trio.run(registry.register, task_cfg(tmp_path, "more", NOBODY), "", at_zero)
+        trio.run(registry.register, task_cfg(tmp_path, "more", NOBODY), at_zero)
     assert raised.value.errno == errno.EDQUOT and "tasks_per_uid" in str(raised.value)
     assert planned == []
 
