@@ -9,13 +9,14 @@ import logging
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import trio
 
 from sandfs.plan.task import TaskPlan
-from sandfs.plan.window import ViewKey, WindowPlan, lead_batches
+from sandfs.plan.window import ViewKey, WindowPlan, batches_holding, lead_batches
 from sandfs.runtime import thaw_collector
 from sandfs.sched import work
-from sandfs.sched.parts import WindowParts, lead_part
+from sandfs.sched.parts import WindowParts
 from sandfs.sched.policy import makes_ahead_unread
 from sandfs.sched.windows import ViewOf
 from sandfs.threads import limiter
@@ -41,7 +42,7 @@ class TaskJoins:
         mount of 250,000 videos waited 3.7 s for the rest of the window planned at once. A
         task with the window's own batches (one seed) joins their parts instead. `added` is
         called as the book takes the task (the registry serves it from then on)."""
-        await self._resolve_lead(plan)
+        ahead = await self._resolve_lead(plan)
         async with self.tasks_steady:
             self.carry.forget(self.book.future)
             self.book.add_task(plan)
@@ -55,6 +56,8 @@ class TaskJoins:
         if not windows or plan.name in self.book.unread:  # planned once a reader comes
             return
         lead = self._lead_videos(windows[0], [plan])
+        if lead is not None and lead == ahead:  # where they are known: no walk of the listing
+            lead = ahead
         try:
             first = await self._add_part(plan, windows[0], lead=lead)
         except BaseException:  # its views there are made on demand
@@ -78,18 +81,18 @@ class TaskJoins:
             for window, skip in later_parts:
                 await self._add_part(plan, window, skip=skip)
 
-    async def _resolve_lead(self, plan: TaskPlan) -> None:
+    async def _resolve_lead(self, plan: TaskPlan) -> Lead | None:
         """Resolve the views of the task's lead part in a registration thread before its turn
         to plan (`resolve_ahead`): 250,000 videos, that part took 0.7 s once the task had
         waited 0.4-0.7 s for the lock another task's part held; what it resolved then is
         looked up. Another user's task makes nothing before it is read."""
         window = plan.window_of(0)
-        if not makes_ahead_unread(plan.cfg.access.registrar):
-            return
-        lead = lead_part([plan], {plan.name: 0}, window, 0, AHEAD_BATCHES)
-        if lead is not None:
-            await trio.to_thread.run_sync(resolve_ahead, plan, window, lead,
-                                          limiter=limiter("registration"))
+        if not makes_ahead_unread(plan.cfg.access.registrar) or not plan.window_epochs(window):
+            return None
+        lead = Lead.of(plan, range(min(AHEAD_BATCHES, plan.iterations_per_epoch)))
+        await trio.to_thread.run_sync(resolve_ahead, plan, window, lead,
+                                      limiter=limiter("registration"))
+        return lead
 
     def _join_shared_parts(self, plan: TaskPlan, window: int) -> bool:
         """A task whose batches in a window planned in parts are those of the window's own
@@ -333,6 +336,25 @@ class TaskJoins:
         if self.freezes_windows:  # the task's plan refers to itself: the collector frees it
             thaw_collector()
         return released
+
+
+class Lead(frozenset[str]):
+    """The videos of a joining task's first batches, as `plan_window`'s lead, with their
+    places in its listing: the batches holding them come from those (`lead_batches`), not
+    from a walk of the listing (250,000 videos: 30 ms of CPU, resolved ahead and planned)."""
+
+    __slots__ = ("places",)
+    places: np.ndarray
+
+    @classmethod
+    def of(cls, plan: TaskPlan, iterations: Iterable[int]) -> Lead:
+        places = [i for iteration in iterations for i in plan.batch_slots(0, iteration)]
+        lead = cls(plan.listed[i].path for i in places)
+        lead.places = np.unique(np.array(places, np.int64))
+        return lead
+
+    def batches_of(self, plan: TaskPlan, epoch: int) -> list[int]:
+        return batches_holding(plan, epoch, self.places)
 
 
 def resolve_ahead(plan: TaskPlan, window: int, lead: frozenset[str]) -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import trio
 
 from sandfs.plan.task import TaskPlan
-from sandfs.plan.window import view_key
+from sandfs.plan.window import lead_batches, view_key
 from sandfs.sched import planning as planning_module
-from sandfs.sched.joining import resolve_ahead
+from sandfs.sched.joining import Lead, resolve_ahead
 from tests.unit.test_scheduler import joining_task, scheduler_for, settle
 from tests.unit.test_window_parts import until
 
@@ -59,3 +59,11 @@ def test_a_window_not_frozen_is_not_resolved_ahead(tmp_path):
     assert plan.coordination.state()["windows"] == []
     resolve_ahead(later, 0, lead)  # nor window 0 yet
     assert later.view_plan.cache_info().currsize == 0
+
+
+def test_a_lead_s_batches_come_from_its_places_as_from_a_walk(tmp_path):
+    plan, _, _ = scheduler_for(tmp_path, videos=40, epochs=6)
+    lead = Lead.of(plan, range(3))
+    assert lead == {plan.listed[i].path for it in range(3) for i in plan.batch_slots(0, it)}
+    for epoch in range(plan.epochs):
+        assert lead_batches(plan, lead)(epoch) == lead_batches(plan, frozenset(lead))(epoch)
