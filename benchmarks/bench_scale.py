@@ -17,7 +17,9 @@ Per size and task:
   mount, right after its first batch (with --join-when-planned: once it holds its first two
   windows planned, `kept_after_s` from the launch), seconds from a second task's file written
   into `.sand/tasks/` (another seed) to its first batch (`joined_first_batch_s`;
-  `joined_at_s`: when it had it, from the launch).
+  `joined_at_s`: when it had it, from the launch), the first task reading on meanwhile (its
+  longest read during the join and its median read before: `other_read_during_join_s`,
+  `other_read_before_s`).
 - scan (in this process): `scan_dataset` of the linked dataset with no scan index, two probe
   workers: wall seconds, videos/s, CPU milliseconds a video (this process and its workers).
 - warm (through `sandfs mount`): a mount on a cache dir holding only a scan index of every
@@ -48,6 +50,7 @@ import resource
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -197,7 +200,7 @@ def mounted_run(work_dir: Path, config: Path, task: str, args, *, warm: bool) ->
             # with --no-join the warm mount's batches are timed as the cold one's
             if args.join_when_planned:
                 record["kept_after_s"] = windows_planned_s(mount, config, task, args.k_epochs)
-            record["joined_first_batch_s"] = joined_first_batch_s(mount.mountpoint, config)
+            record.update(joined_record(mount.mountpoint, config, task))
             record["joined_at_s"] = round(time.monotonic() - mount.launched_at, 2)
             record["daemon_peak_rss_mb"] = peak_rss_mb(mount.pid)
         else:
@@ -254,16 +257,42 @@ def windows_planned_s(mount, config: Path, task: str, k_epochs: int,
     return None
 
 
-def joined_first_batch_s(mountpoint: Path, config: Path) -> float:
+def joined_record(mountpoint: Path, config: Path, task: str) -> dict:
     """Seconds from writing a task file of the same pipeline with another seed into
-    `.sand/tasks/` to its first batch in hand."""
+    `.sand/tasks/` to its first batch in hand (`joined_first_batch_s`), while `task` reads
+    its next batches one after the other from 1 s before: the longest of its reads during
+    the join (`other_read_during_join_s`, a read that overlaps it) and the median of those
+    before (`other_read_before_s`)."""
     joined = yaml.safe_load(config.read_text())
     joined.update(task="joined", seed=int(joined.get("seed", 0)) + 1)
-    started = time.monotonic()
-    (mountpoint / ".sand" / "tasks" / "joined.yaml").write_text(
-        yaml.safe_dump(joined, sort_keys=False))
-    read_batch(mountpoint, "joined", 0)
-    return round(time.monotonic() - started, 2)
+    reads: list[tuple[float, float]] = []  # (start, seconds) of the other task's reads
+    stop = threading.Event()
+
+    def read_on() -> None:
+        iteration = 1
+        while not stop.is_set():
+            started = time.monotonic()
+            read_batch(mountpoint, task, iteration)
+            reads.append((started, time.monotonic() - started))
+            iteration += 1
+
+    reader = threading.Thread(target=read_on)
+    reader.start()
+    try:
+        time.sleep(1.0)
+        started = time.monotonic()
+        (mountpoint / ".sand" / "tasks" / "joined.yaml").write_text(
+            yaml.safe_dump(joined, sort_keys=False))
+        read_batch(mountpoint, "joined", 0)
+        done = time.monotonic()
+    finally:
+        stop.set()
+        reader.join()
+    during = [s for at, s in reads if at < done and at + s > started]
+    before = [s for at, s in reads if at + s <= started]
+    return {"joined_first_batch_s": round(done - started, 2),
+            "other_read_during_join_s": round(max(during, default=0.0), 2),
+            "other_read_before_s": round(float(np.median(before)), 2) if before else None}
 
 
 def mount_record(work_dir: Path, root: Path, task: str, videos: int, args) -> dict:
