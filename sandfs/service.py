@@ -149,9 +149,11 @@ class ViewService:
         plan = await self.registry.register(cfg, self.scheduler.position)
         try:
             await self.scheduler.add_plan(plan, added=partial(self.registry.joined, plan, text))
-        except Exception as exc:  # all or nothing: a refused task leaves no trace
-            log.exception("task %s: planning it into the scheduler failed", cfg.task)
+        except BaseException as exc:  # all or nothing: a refused task leaves no trace
             self.registry.withdraw(cfg.task)
+            if not isinstance(exc, Exception):
+                raise  # cancelled: the mount is stopping
+            log.exception("task %s: planning it into the scheduler failed", cfg.task)
             if cfg.task in self.tasks:  # its generation stays counted: inodes handed out
                 self.registry.remove(cfg.task)  # meanwhile are never reused
             await self.scheduler.remove_plan(cfg.task)

@@ -144,12 +144,11 @@ class TaskRegistry:
         try:
             return await trio.to_thread.run_sync(self.task_planner, cfg, leaders,
                                                  limiter=limiter("registration"))
-        except UserError:
+        except BaseException as exc:
             self.withdraw(cfg.task)
-            raise
-        except Exception as exc:  # e.g. an unreadable labels file: refused, with the reason
-            self.withdraw(cfg.task)
-            raise refusal(cfg.task, exc) from exc
+            if isinstance(exc, UserError) or not isinstance(exc, Exception):
+                raise  # a refusal with its reason, or cancelled
+            raise refusal(cfg.task, exc) from exc  # e.g. an unreadable labels file
 
     def joined(self, plan: TaskPlan, text: str) -> None:
         """The scheduler's book took a registered plan (on the trio thread, as it did): the

@@ -177,6 +177,7 @@ async def test_a_task_refused_after_registering_leaves_no_trace(fs, dataset_dir,
     assert await fs.listdir(".sand/tasks") == ["t0.yaml"]
     service = fs.ops.service
     assert set(service.scheduler.book.plans) == {"t0"}
+    assert not service.registry.joining and not service.registry.registering.held
     assert "t1" not in service.tasks["t0"].coordination._configs
     assert all(task == "t0" for window in service.scheduler.book.windows.values()
                for readers in window.readers.values() for task, _ in readers)
