@@ -13,13 +13,19 @@ import numpy as np
 import trio
 
 from sandfs.plan.task import TaskPlan
-from sandfs.plan.window import ViewKey, WindowPlan, batches_holding, lead_batches
+from sandfs.plan.window import (
+    PlanningStopped,
+    ViewKey,
+    WindowPlan,
+    batches_holding,
+    lead_batches,
+    stop_if_asked,
+)
 from sandfs.runtime import thaw_collector
 from sandfs.sched import work
 from sandfs.sched.parts import WindowParts
 from sandfs.sched.policy import makes_ahead_unread
 from sandfs.sched.windows import ViewOf
-from sandfs.threads import limiter
 
 log = logging.getLogger(__name__)
 # how long a joining task's other windows (and a window after one slow to plan) wait for its
@@ -82,16 +88,16 @@ class TaskJoins:
                 await self._add_part(plan, window, skip=skip)
 
     async def _resolve_lead(self, plan: TaskPlan) -> Lead | None:
-        """Resolve the views of the task's lead part in a registration thread before its turn
-        to plan (`resolve_ahead`): 250,000 videos, that part took 0.7 s once the task had
-        waited 0.4-0.7 s for the lock another task's part held; what it resolved then is
-        looked up. Another user's task makes nothing before it is read."""
+        """Resolve the views of the task's lead part in a planning thread before its turn to
+        plan (`resolve_ahead`): 250,000 videos, that part took 0.7 s once the task had waited
+        0.4-0.7 s for the lock another task's part held; what it resolved then is looked up.
+        Not a registration thread: registrations stuck in a user's labels FIFO hold those.
+        Another user's task makes nothing before it is read."""
         window = plan.window_of(0)
         if not makes_ahead_unread(plan.cfg.access.registrar) or not plan.window_epochs(window):
             return None
         lead = Lead.of(plan, range(min(AHEAD_BATCHES, plan.iterations_per_epoch)))
-        await trio.to_thread.run_sync(resolve_ahead, plan, window, lead,
-                                      limiter=limiter("registration"))
+        await self._plan_in_thread(resolve_ahead, plan, window, lead)
         return lead
 
     def _join_shared_parts(self, plan: TaskPlan, window: int) -> bool:
@@ -369,7 +375,10 @@ def resolve_ahead(plan: TaskPlan, window: int, lead: frozenset[str]) -> None:
             iterations = held(epoch)
             plan.draws.prepare_batches(epoch, iterations)  # drawn at once, not a video a time
             for iteration in iterations:
+                stop_if_asked()  # shutdown: the daemon does not wait for it
                 plan.view_plan(epoch, iteration)
+    except PlanningStopped:
+        raise
     except Exception:  # planned again in its part, and failed there with its reason
         log.debug("task %s: its lead part not resolved ahead", plan.name, exc_info=True)
 

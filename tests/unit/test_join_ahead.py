@@ -1,4 +1,4 @@
-"""A task joining a live mount resolves its lead part's views in a registration thread while
+"""A task joining a live mount resolves its lead part's views in a planning thread while
 another task's part holds the planner (`TaskJoins._resolve_lead`): at 250,000 videos it waited
 0.4-0.7 s for that lock, then planned its lead part for 0.7 s. Its part, planned once the lock
 is free, holds the views resolved ahead, unchanged; a window not frozen yet is left alone (a
@@ -12,6 +12,7 @@ from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import lead_batches, view_key
 from sandfs.sched import planning as planning_module
 from sandfs.sched.joining import Lead, resolve_ahead
+from sandfs.threads import limiter
 from tests.unit.test_scheduler import joining_task, scheduler_for, settle
 from tests.unit.test_window_parts import until
 
@@ -67,3 +68,21 @@ def test_a_lead_s_batches_come_from_its_places_as_from_a_walk(tmp_path):
     assert lead == {plan.listed[i].path for it in range(3) for i in plan.batch_slots(0, it)}
     for epoch in range(plan.epochs):
         assert lead_batches(plan, lead)(epoch) == lead_batches(plan, frozenset(lead))(epoch)
+
+
+async def test_a_join_does_not_wait_for_registrations_stuck_in_their_planners(tmp_path):
+    """Registrations stuck in their planners (a labels FIFO: `test_user_bounds`) hold every
+    registration thread; a planned task joining meanwhile resolves its lead part in a
+    planning thread, and is in the book without waiting for them."""
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await settle(scheduler)
+        later = joiner(tmp_path, plan)
+        stuck = limiter("registration")
+        for holder in [object() for _ in range(stuck.total_tokens)]:
+            await stuck.acquire_on_behalf_of(holder)
+        with trio.fail_after(10):
+            await scheduler.add_plan(later)
+        assert later.name in scheduler.book.plans
+        nursery.cancel_scope.cancel()
