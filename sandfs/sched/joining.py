@@ -202,7 +202,8 @@ class TaskJoins:
         left = self.book.plans.get(name)  # None: it left, its part given as it is
         epochs = 0 if left is None else len(left.window_epochs(window))
         heirs = sorted(reads, key=lambda n: (-reads[n], n))
-        if whole:
+        if whole:  # nor is it an heir later: its batches there are planned
+            parts.tasks -= {name}
             heirs = [n for n in heirs if reads[n] > epochs]
         if not heirs:
             self._whole_yet(window)

@@ -1,7 +1,7 @@
 """A trial joining, with one seed, the parts of a task whose lead part is being planned
 (`TaskJoins._hand_over`): when that lead part fails, or is over and the trial reads more of
 the window's epochs, the parts go on with the trial. Dropped, the trial's batches were made on
-demand, each video decoded again."""
+demand, each video decoded again. A task whose part was planned whole is no heir."""
 
 from __future__ import annotations
 
@@ -82,6 +82,43 @@ async def test_a_trial_reading_more_epochs_widens_once_the_lead_part_is_planned(
             await read_some(scheduler, long, range(long.iterations_per_epoch),
                             made_before=range(3))
         await read_past(scheduler, long, long.iterations_per_epoch)  # epoch 1: none on demand
+        with trio.fail_after(20):
+            await made_whole(scheduler)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_trial_planned_whole_is_not_the_heir_of_the_parts(tmp_path, monkeypatch):
+    """A trial whose part was planned whole hands its parts to a trial with its seed reading
+    more epochs; that one leaving, the parts go (the first's batches there are planned), not
+    back to the first: they stayed with it, and the window stayed in parts once its own task
+    had read it all."""
+    plan, scheduler, _ = paced_own(tmp_path, monkeypatch)
+    short, long = short_and_long(tmp_path)
+    planner, lead_videos, plan_part = scheduler.planner, scheduler.planner._lead_videos, \
+        work.plan_task_part
+    monkeypatch.setattr(planner, "_lead_videos", lambda window, tasks=None: (
+        None if tasks and tasks[0] is short else lead_videos(window, tasks)))
+    go = threading.Event()
+
+    def gated(task, window, *args, **kwargs):  # short's part, planned whole, waits
+        if task is short:
+            go.wait(10)
+        return plan_part(task, window, *args, **kwargs)
+
+    monkeypatch.setattr(work, "plan_task_part", gated)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(20):
+            await until(lambda: scheduler.book.rest_pending == {0})
+            await read_some(scheduler, plan, range(2))
+            nursery.start_soon(scheduler.add_plan, short)
+            await until(lambda: "short" in planner._joiner_parts.get(0, {}))
+            await scheduler.add_plan(long)  # joins short's parts
+            go.set()
+            await until(lambda: "long" in planner._joiner_parts.get(0, {}))
+            await scheduler.remove_plan("long")
+            assert "short" not in planner._joiner_parts.get(0, {})
+        await read_past(scheduler, plan, 2)
         with trio.fail_after(20):
             await made_whole(scheduler)
         nursery.cancel_scope.cancel()
