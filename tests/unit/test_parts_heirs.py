@@ -6,6 +6,7 @@ demand, each video decoded again. A task whose part was planned whole is no heir
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import trio
 
@@ -32,6 +33,18 @@ def gated_lead(monkeypatch, name: str, *, fails: bool) -> threading.Event:
     return go
 
 
+async def second_joins_during_first_lead(nursery, scheduler, plan, join_first, first: str,
+                                         second, go: threading.Event) -> None:
+    """The own task reads its first batches; `join_first` starts the first trial's join, the
+    second joins its parts while its lead part (gated by `go`) is planned, then `go` is set."""
+    await until(lambda: scheduler.book.rest_pending == {0})
+    await read_some(scheduler, plan, range(2))
+    nursery.start_soon(join_first)
+    await until(lambda: first in scheduler.planner._joiner_parts.get(0, {}))
+    await scheduler.add_plan(second)  # joins the first's parts
+    go.set()
+
+
 async def test_a_trial_inherits_the_parts_of_a_lead_part_that_failed(tmp_path, monkeypatch):
     plan, scheduler, _ = paced_own(tmp_path, monkeypatch)
     go = gated_lead(monkeypatch, "later", fails=True)
@@ -47,12 +60,8 @@ async def test_a_trial_inherits_the_parts_of_a_lead_part_that_failed(tmp_path, m
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         with trio.fail_after(20):
-            await until(lambda: scheduler.book.rest_pending == {0})
-            await read_some(scheduler, plan, range(2))
-            nursery.start_soon(join_first)
-            await until(lambda: first.name in scheduler.planner._joiner_parts.get(0, {}))
-            await scheduler.add_plan(second)  # joins the first's parts
-            go.set()
+            await second_joins_during_first_lead(nursery, scheduler, plan, join_first,
+                                                 first.name, second, go)
             await until(lambda: first.name not in scheduler.book.plans)
             assert second.name in scheduler.planner._joiner_parts[0]
             await read_some(scheduler, second, range(12))  # none made on demand
@@ -70,12 +79,8 @@ async def test_a_trial_reading_more_epochs_widens_once_the_lead_part_is_planned(
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         with trio.fail_after(20):
-            await until(lambda: scheduler.book.rest_pending == {0})
-            await read_some(scheduler, plan, range(2))
-            nursery.start_soon(scheduler.add_plan, short)
-            await until(lambda: short.name in scheduler.planner._joiner_parts.get(0, {}))
-            await scheduler.add_plan(long)  # joins the short one's parts, its lead planned
-            go.set()
+            await second_joins_during_first_lead(nursery, scheduler, plan, partial(
+                scheduler.add_plan, short), short.name, long, go)
             await until(lambda: not scheduler.planner._joiner_parts[0][short.name].leading
                         if short.name in scheduler.planner._joiner_parts.get(0, {}) else True)
             await read_some(scheduler, short, range(3))
@@ -109,12 +114,8 @@ async def test_a_trial_planned_whole_is_not_the_heir_of_the_parts(tmp_path, monk
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         with trio.fail_after(20):
-            await until(lambda: scheduler.book.rest_pending == {0})
-            await read_some(scheduler, plan, range(2))
-            nursery.start_soon(scheduler.add_plan, short)
-            await until(lambda: "short" in planner._joiner_parts.get(0, {}))
-            await scheduler.add_plan(long)  # joins short's parts
-            go.set()
+            await second_joins_during_first_lead(nursery, scheduler, plan, partial(
+                scheduler.add_plan, short), short.name, long, go)
             await until(lambda: "long" in planner._joiner_parts.get(0, {}))
             await scheduler.remove_plan("long")
             assert "short" not in planner._joiner_parts.get(0, {})
