@@ -32,7 +32,7 @@ class ReaderSide:
     def opened(self, task: str, epoch: int, iteration: int) -> None:
         """A reader opened a view: the task stands there, unless it re-reads a ready view
         behind its position (a probe or a second reader must not drag the windows back)."""
-        if task not in self.book.plans:  # not joined yet (`TaskJoins.add_plan`): on demand
+        if task not in self.book.plans:  # a task that left: the mount serves the book's only
             return
         check_reach(self.book, task, epoch, self.windows_ahead)
         key = view_key(self.book.plans[task], epoch, iteration)

@@ -80,7 +80,8 @@ class WindowBook:
         self.read_window.setdefault(task, self.plans[task].window_of(epoch))
 
     def read(self, task: str, epoch: int) -> None:
-        """A view of the task's `epoch` was read (a task not joined yet: nothing)."""
+        """A view of the task's `epoch` was read (a task that left while the read waited:
+        nothing)."""
         if task not in self.plans:
             return
         window = self.plans[task].window_of(epoch)
