@@ -266,15 +266,19 @@ def joined_record(mountpoint: Path, config: Path, task: str) -> dict:
     joined = yaml.safe_load(config.read_text())
     joined.update(task="joined", seed=int(joined.get("seed", 0)) + 1)
     reads: list[tuple[float, float]] = []  # (start, seconds) of the other task's reads
+    failed: list[BaseException] = []  # a read that raised: no figure of the reads during it
     stop = threading.Event()
 
     def read_on() -> None:
         iteration = 1
-        while not stop.is_set():
-            started = time.monotonic()
-            read_batch(mountpoint, task, iteration)
-            reads.append((started, time.monotonic() - started))
-            iteration += 1
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                read_batch(mountpoint, task, iteration)
+                reads.append((started, time.monotonic() - started))
+                iteration += 1
+        except BaseException as error:
+            failed.append(error)
 
     reader = threading.Thread(target=read_on)
     reader.start()
@@ -288,6 +292,8 @@ def joined_record(mountpoint: Path, config: Path, task: str) -> dict:
     finally:
         stop.set()
         reader.join()
+    if failed:
+        raise RuntimeError(f"{task}'s read {len(reads) + 1} failed during the join") from failed[0]
     during = [s for at, s in reads if at < done and at + s > started]
     before = [s for at, s in reads if at + s <= started]
     return {"joined_first_batch_s": round(done - started, 2),
