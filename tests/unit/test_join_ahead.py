@@ -6,6 +6,8 @@ task refused later shapes no window)."""
 
 from __future__ import annotations
 
+import time
+
 import trio
 
 from sandfs.plan.task import TaskPlan
@@ -85,4 +87,29 @@ async def test_a_join_does_not_wait_for_registrations_stuck_in_their_planners(tm
         with trio.fail_after(10):
             await scheduler.add_plan(later)
         assert later.name in scheduler.book.plans
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_join_cancelled_while_its_lead_is_resolved_stops_resolving(tmp_path):
+    """Shutdown during a join: the thread resolving its lead stops at its next view
+    (`STOP_PLANNING`) instead of resolving the rest."""
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await settle(scheduler)
+        later = joiner(tmp_path, plan)
+        resolved, view_plan = [], later.view_plan
+
+        def slow_view(epoch, iteration):
+            resolved.append((epoch, iteration))
+            time.sleep(0.5)
+            return view_plan(epoch, iteration)
+
+        later.view_plan = slow_view
+        with trio.fail_after(10):
+            async with trio.open_nursery() as joining:
+                joining.start_soon(scheduler.add_plan, later)
+                await until(lambda: resolved)
+                joining.cancel_scope.cancel()  # the mount stops
+        assert resolved == [(0, 0)] and later.name not in scheduler.book.plans
         nursery.cancel_scope.cancel()
