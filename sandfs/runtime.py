@@ -57,6 +57,8 @@
   added (docs/performance.md#planning-and-scheduling-at-scale). A window dropped later is freed by
   reference counting (its objects refer to no cycle); a task that ends thaws them all
   (`thaw_collector`), since a task's plan refers to itself and only the collector frees it.
+  A scan's results are frozen as they grow, each time after a full collection of what is not
+  frozen yet: garbage cycles frozen would be kept until a task ends.
 """
 
 from __future__ import annotations
@@ -124,9 +126,13 @@ def quick_gil_turns(interval_s: float = GIL_SWITCH_INTERVAL_S) -> None:
     sys.setswitchinterval(interval_s)
 
 
-def settle_collector() -> None:
+def settle_collector(collect: bool = False) -> None:
     """The objects alive now live long (the daemon's modules once imported, a window once
-    planned): the cyclic collector stops walking them."""
+    planned): the cyclic collector stops walking them. `collect`: garbage cycles not collected
+    yet are collected first (frozen, they would be kept until `thaw_collector`); a full
+    collection, which walks only what is not frozen yet."""
+    if collect:
+        gc.collect()
     gc.freeze()
 
 

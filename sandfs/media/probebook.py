@@ -29,10 +29,11 @@ from sandfs.runtime import settle_collector
 
 Probed = VideoInfo | BadVideo
 WAIT_SLICE = 2_000  # deferred results read by `wait_all` between checks of its stop
-# Results live as long as the mount: frozen out of the collector's walks each time this many
-# more are in (`runtime.settle_collector`). A cold scan of 250,000 videos otherwise left 16
-# full collections walking them all, 3.3 s with the GIL held, the last ones 0.4-0.5 s each.
-SETTLE_EVERY = 10_000
+# Results live as long as the mount: frozen out of the collector's walks once this many are
+# in, then at each doubling (`runtime.settle_collector`, garbage cycles collected first: a
+# freeze keeps one until a task ends). A cold scan of 250,000 videos otherwise left 16 full
+# collections walking them all, 3.3 s with the GIL held, the last ones 0.4-0.5 s each.
+SETTLE_FIRST = 10_000
 
 
 class ProbeLost(RuntimeError):
@@ -196,6 +197,7 @@ class ProbeBook:
         self._resolving = 0  # deferred results being read now
         self._changed = threading.Condition()
         self._failure: BaseException | None = None
+        self._settle_at = SETTLE_FIRST  # results in at the next freeze
 
     @classmethod
     def of(cls, videos: Sequence[VideoInfo]) -> ProbeBook:
@@ -214,8 +216,9 @@ class ProbeBook:
         self._results[rel_path] = result
         if isinstance(result, BadVideo):
             self._bad[rel_path] = result
-        if len(self._results) % SETTLE_EVERY == 0:
-            settle_collector()
+        if len(self._results) >= self._settle_at:
+            self._settle_at *= 2
+            settle_collector(collect=True)
 
     def defer(self, rel_path: str, resolve: Callable[[], Probed | None]) -> None:
         """`rel_path`'s result is `resolve()`'s, read when first asked for (before the book is

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import select
 import threading
+import weakref
 
 import pytest
 
@@ -180,16 +181,38 @@ def test_a_plan_without_a_scan_going_on_has_nothing_to_hold():
 
 
 def test_results_are_frozen_out_of_the_collector_s_walks_as_they_come(monkeypatch):
-    """Every SETTLE_EVERY results recorded, what is alive is frozen: a full collection does
-    not walk a large dataset's results again and again (0.5 s each at 250,000 videos)."""
-    monkeypatch.setattr(probebook, "SETTLE_EVERY", 3)
-    book = ProbeBook([ListedVideo(f"v{i}", f"v{i}", f"/d/v{i}", 1, 0) for i in range(3)])
+    """Once SETTLE_FIRST results are recorded, then at each doubling, what is alive is
+    frozen: a full collection does not walk a large dataset's results again and again (0.5 s
+    each at 250,000 videos)."""
+    monkeypatch.setattr(probebook, "SETTLE_FIRST", 3)
+    book = ProbeBook([ListedVideo(f"v{i}", f"v{i}", f"/d/v{i}", 1, 0) for i in range(12)])
+    frozen = []
+    monkeypatch.setattr(probebook, "settle_collector",
+                        lambda collect: frozen.append((book.probed, collect)))
+    for i in range(12):
+        book.record(f"v{i}", BadVideo(f"v{i}", "open_invalid", "x"))
+    assert frozen == [(3, True), (6, True), (12, True)]
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me, self.buffer = self, bytearray(1 << 20)
+
+
+def test_a_garbage_cycle_left_before_results_are_frozen_is_not_kept(monkeypatch):
+    """A freeze keeps what the collector has not freed yet until a task ends: a dead cycle
+    left by anything (8 MB each) would be held for good."""
+    monkeypatch.setattr(probebook, "SETTLE_FIRST", 1)
+    book = ProbeBook([ListedVideo("v0", "v0", "/d/v0", 1, 0)])
     gc.unfreeze()
     try:
-        for i in range(2):
-            book.record(f"v{i}", BadVideo(f"v{i}", "open_invalid", "x"))
-        assert gc.get_freeze_count() == 0
-        book.record("v2", BadVideo("v2", "open_invalid", "x"))
+        gc.collect()
+        cycle = _Cycle()
+        alive = weakref.ref(cycle)
+        del cycle
+        book.record("v0", BadVideo("v0", "open_invalid", "x"))
         assert gc.get_freeze_count() > 0
+        gc.collect()
+        assert alive() is None
     finally:
         gc.unfreeze()
