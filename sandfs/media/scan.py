@@ -194,8 +194,8 @@ class _Listing:
     deferred: Collection[str] = ()  # index hits read when asked for (not read yet)
     index_as_is: bool = False  # the index holds exactly these results: not written again
     digest: str | None = None  # the listing's `listing_digest`, as the index gave it
-    # results' index texts made already (by a probe worker, or read from the index): the
-    # index is saved without encoding them again in this process
+    # results' index texts made already (by a probe worker, or read from an index that is
+    # written again): the index is saved without encoding them again in this process
     texts: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -272,7 +272,8 @@ class _Listing:
                                                  target.identity)])
             return None
         self.results[target.rel_path] = result
-        self.texts[target.rel_path] = entry[3]
+        if not self.index_as_is:  # written again: its text saves encoding it (as-is: 85 MB)
+            self.texts[target.rel_path] = entry[3]
         return self._probed(target, result)
 
     def _changed(self, target: ListedVideo) -> BadVideo | None:
