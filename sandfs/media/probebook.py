@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from threading import Event
@@ -48,13 +50,15 @@ class ProbeQueue:
     of the followed orders once a wait found its video not probed (the readers caught up with
     the scan); `take(BACKGROUND)` the followed orders and the rest, never what is waited for;
     `take()` any job. `unpace()`: front workers take any job from then on. While a reader
-    waits for a batch (`readers_wait`), the background takes nothing: its results cost the
-    daemon's GIL that the waiting reader's jobs want, and the front still probes ahead of the
-    readers' parts."""
+    waits for a batch (`readers_wait`), the background takes `held_jobs` at most every
+    `held_every_s` (so the scan still ends beside a reader that always waits): its results
+    cost the daemon's GIL that the waiting reader's jobs want, and the front still probes
+    ahead of the readers' parts."""
 
     FOLLOW_CHUNK = 256  # keys taken from a followed order at a time
 
-    def __init__(self, jobs: Iterable[ProbeJob], ahead_videos: int = 0) -> None:
+    def __init__(self, jobs: Iterable[ProbeJob], ahead_videos: int = 0,
+                 held_every_s: float = math.inf, held_jobs: int = 1) -> None:
         self._lock = threading.Lock()
         self._jobs = {job.key: job for job in jobs}  # not sent yet
         self._urgent: deque[str] = deque()  # waited for: sent first
@@ -67,6 +71,9 @@ class ProbeQueue:
         self._paced = True  # False: a front worker takes any job
         self._background: dict[str, ProbeJob] = {}  # sent to a background worker, no result
         self._readers_waiting = 0  # readers blocked on a batch: the background holds
+        self.held_every_s, self.held_jobs = held_every_s, held_jobs
+        self._held_next = time.monotonic() + held_every_s  # when it may take while held
+        self._held_left = 0  # jobs it may take now while held
         self.waker = Waker()  # poked when a job is waited for; closed with the queue
 
     def first(self, keys: Iterable[str]) -> None:
@@ -92,7 +99,8 @@ class ProbeQueue:
         """The next job `role` takes (None: none left, or none it takes now)."""
         with self._lock:
             front = role == FRONT and self._paced
-            if role == BACKGROUND and self._paced and self._readers_waiting > 0:
+            if role == BACKGROUND and self._paced and self._readers_waiting > 0 and (
+                    not self._held_share()):
                 return None
             job = None if role == BACKGROUND else self._pop(self._urgent)
             if job is None and (not front or self._lead > 0):
@@ -122,7 +130,8 @@ class ProbeQueue:
     @contextlib.contextmanager
     def readers_wait(self) -> Iterator[None]:
         """A reader waits for a batch in here (any thread): the background takes nothing.
-        The scan's thread sees the end within STOP_POLL_SECONDS."""
+        The last one out wakes the scan's thread: a reader bound by decoding leaves the
+        background only short gaps between its waits."""
         with self._lock:
             self._readers_waiting += 1
         try:
@@ -130,6 +139,25 @@ class ProbeQueue:
         finally:
             with self._lock:
                 self._readers_waiting -= 1
+                if not self._readers_waiting:
+                    self.waker.poke()
+
+    def _held_share(self) -> bool:
+        """Under the lock, while held: may the background take a job now (its share)?"""
+        now = time.monotonic()
+        if not self._held_left and now >= self._held_next:
+            self._held_left, self._held_next = self.held_jobs, now + self.held_every_s
+        if not self._held_left:
+            return False
+        self._held_left -= 1
+        return True
+
+    def held_seconds(self) -> float:
+        """How soon the background may take a job again while held (inf: not held)."""
+        with self._lock:
+            if not (self._paced and self._readers_waiting > 0):
+                return math.inf
+            return 0.0 if self._held_left else max(0.0, self._held_next - time.monotonic())
 
     @property
     def held(self) -> bool:

@@ -5,6 +5,7 @@ crashing demuxer or decoder takes only its own process down)."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import subprocess
 import threading
@@ -48,6 +49,7 @@ class JobQueue(Protocol):
     """What `probe_files` takes jobs from (probebook.ProbeQueue; a list is wrapped as one)."""
 
     def take(self, role: str = ANY) -> ProbeJob | None: ...
+    def held_seconds(self) -> float: ...
     def extendleft(self, jobs: Iterable[ProbeJob]) -> None: ...
     def settled(self, key: str) -> None: ...
     def __len__(self) -> int: ...
@@ -61,14 +63,16 @@ class ScanPace:
     (the readers caught up with the scan); else they idle. `background_workers` probe the
     rest, in the readers' order, at `background_nice` (os.nice): they take the CPU decoding
     leaves, so the scan still ends. Each keeps `background_in_flight` jobs in its pipe (the
-    scan's thread waits for the daemon's GIL between replies). Paced only from
-    `paced_from_videos` files to probe (fewer: every worker takes every job)."""
+    scan's thread waits for the daemon's GIL between replies). While a reader waits for a
+    batch the background takes one message's jobs at most every `held_every_ms`. Paced only
+    from `paced_from_videos` files to probe (fewer: every worker takes every job)."""
 
     ahead_videos: int = 2_048
     background_workers: int = 1
     background_nice: int = 10
     background_in_flight: int = 32
     paced_from_videos: int = 2_000
+    held_every_ms: int = 100
 
     def __post_init__(self) -> None:
         for name, (least, most) in PACE_BOUNDS.items():
@@ -82,7 +86,8 @@ class ScanPace:
 # Each ScanPace field's (least, most) value; the config reads the same bounds.
 PACE_BOUNDS: dict[str, tuple[int, int | None]] = {
     "ahead_videos": (0, None), "background_workers": (1, None), "background_nice": (0, 19),
-    "background_in_flight": (1, None), "paced_from_videos": (1, None)}
+    "background_in_flight": (1, None), "paced_from_videos": (1, None),
+    "held_every_ms": (1, None)}
 
 
 DEFAULT_PACE = ScanPace()
@@ -229,7 +234,7 @@ def probe_files(
         while len(pending) or any(w.sent or w.alone for w in pool):
             for worker in pool:
                 _top_up(worker, pending, limits)
-            timeout = _wait_seconds(pool)
+            timeout = min(_wait_seconds(pool), pending.held_seconds())
             ready = wait([*(w.replies for w in pool), *([waker] if waker else [])],
                          timeout if stop is None else min(timeout, STOP_POLL_SECONDS))
             if waker in ready:
@@ -260,6 +265,9 @@ class _Listed(deque):
 
     def settled(self, key: str) -> None:
         pass
+
+    def held_seconds(self) -> float:
+        return math.inf
 
 
 def _fill_pool(pool: list[_Worker], count: int, workers: int, started: ProbeWorkers | None,

@@ -193,8 +193,8 @@ def nice_of(pid: int) -> int:
 class RecordedQueue(ProbeQueue):
     """A ProbeQueue that records (role, key) of each job taken."""
 
-    def __init__(self, jobs) -> None:
-        super().__init__(jobs)
+    def __init__(self, jobs, **options) -> None:
+        super().__init__(jobs, **options)
         self.taken: list[tuple[str, str]] = []
 
     def take(self, role=ANY):
@@ -306,3 +306,23 @@ def test_a_paced_scan_holds_its_background_while_a_reader_waits(tmp_path, datase
     assert time.monotonic() - started >= 0.5
     assert set(results) == {job.key for job in jobs}
     assert [role for role, _ in queue.taken] == [BACKGROUND] * 3
+
+
+def test_a_reader_that_always_waits_leaves_the_background_its_share(tmp_path, dataset_dir):
+    """Several tasks' readers keep a reader waiting nearly all the time: the background still
+    takes a message's jobs every `held_every_s`, and the scan ends (the warm index and the
+    full list of bad videos come with its end)."""
+    jobs = copies(tmp_path, dataset_dir, 6)
+    queue = RecordedQueue(jobs, held_every_s=0.05, held_jobs=2)
+    stop = threading.Event()
+    timer = threading.Timer(20, stop.set)
+    timer.start()
+    try:
+        with queue.readers_wait():
+            results = probe_files(queue, MediaLimits(), workers=1, stop=stop,
+                                  pace=ScanPace(paced_from_videos=1))
+    finally:
+        timer.cancel()
+        queue.close()
+    assert set(results) == {job.key for job in jobs}
+    assert [role for role, _ in queue.taken] == [BACKGROUND] * 6

@@ -216,3 +216,36 @@ def test_a_garbage_cycle_left_before_results_are_frozen_is_not_kept(monkeypatch)
         assert alive() is None
     finally:
         gc.unfreeze()
+
+
+def test_the_last_reader_out_wakes_the_scan_s_thread():
+    """A reader bound by decoding leaves the background gaps of 10-20 ms between its waits:
+    the scan's thread, polling every 0.2 s, missed nearly all of them."""
+    queue = ProbeQueue([ProbeJob("v0", "/d/v0", (0, 0))])
+    try:
+        with queue.readers_wait():
+            with queue.readers_wait():
+                pass
+            assert select.select([queue.waker], [], [], 0)[0] == []
+        assert select.select([queue.waker], [], [], 0)[0] == [queue.waker]
+    finally:
+        queue.close()
+
+
+def test_while_held_the_background_takes_a_share_at_most_every_interval(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(probebook.time, "monotonic", lambda: now[0])
+    queue = ProbeQueue([ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(6)],
+                       held_every_s=0.5, held_jobs=2)
+    try:
+        assert queue.held_seconds() == float("inf")
+        with queue.readers_wait():
+            assert queue.take(BACKGROUND) is None and queue.held_seconds() == 0.5
+            now[0] += 0.5
+            assert [queue.take(BACKGROUND).key for _ in range(2)] == ["v0", "v1"]
+            assert queue.take(BACKGROUND) is None and queue.held_seconds() == 0.5
+            now[0] += 0.25
+            assert queue.take(BACKGROUND) is None and queue.held_seconds() == 0.25
+        assert queue.take(BACKGROUND).key == "v2"  # not held: any
+    finally:
+        queue.close()
