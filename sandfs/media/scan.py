@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from operator import attrgetter
@@ -73,6 +73,9 @@ ProgressCallback = Callable[[ScanProgress], None]
 RESOLVE_SLICE = 2_000
 RESOLVE_PAUSE_S = 0.02
 RESOLVE_IDLE = 9
+# A scan held behind its readers may take hours: what it probed is saved in the index this
+# often, and when it is stopped, so that the next mount is warm for it.
+SAVE_EVERY_S = 60.0
 
 
 def scan_dataset(
@@ -169,6 +172,7 @@ def _probe_rest(listing: _Listing, queue: ProbeQueue, own: ProbeWorkers,
                 cpu = time.thread_time()
             probe()  # damaged entries found meanwhile (none: returns at once)
         except ScanStopped:
+            listing.save_partial()
             return
         except BaseException as error:  # the waiters hear of it, the log too
             log.error("probing %s failed: %s", ascii(listing.real_root), error)
@@ -192,12 +196,15 @@ class _Listing:
     began: float
     root_device: int  # the root's st_dev: the index's rows describe files of this device
     decoded: int = 0  # probed files whose packets were not trusted
-    deferred: Collection[str] = ()  # index hits read when asked for (not read yet)
+    # index hits read when asked for (not read yet): rel_path -> (listed, the row as stored)
+    deferred: Mapping[str, tuple[ListedVideo, list]] = field(default_factory=dict)
     index_as_is: bool = False  # the index holds exactly these results: not written again
     digest: str | None = None  # the listing's `listing_digest`, as the index gave it
     # results' index texts made already (by a probe worker, or read from an index that is
     # written again): the index is saved without encoding them again in this process
     texts: dict[str, str] = field(default_factory=dict)
+    saved_at: float = 0.0  # monotonic: when the index was last saved partway
+    unsaved: int = 0  # results probed since
 
     @classmethod
     def of(cls, root: str | os.PathLike[str], extensions: Iterable[str],
@@ -232,6 +239,7 @@ class _Listing:
         book = ProbeBook(sorted(targets, key=attrgetter("name")), stop)
         listing = cls(real_root, limits, targets, refused, book, {}, index_path, began,
                       root_device)
+        listing.saved_at = began
         for bad in refused:  # a listed name that collides is no target
             later.pop(bad.rel_path, None)
         hits = [] if len(later) == len(targets) else [  # a warm listing's are all in `later`
@@ -239,7 +247,7 @@ class _Listing:
             if t.rel_path not in later and _index_hit(entry := stored.get(t.rel_path), t)]
         hit_count = len(later) + len(hits)
         later |= {t.rel_path: (t, entry) for t, entry in hits if defer and is_video_entry(entry)}
-        listing.deferred = later.keys()  # an entry let go once read: 100,000 rows' texts, 34 MB
+        listing.deferred = later  # an entry let go once read: 100,000 rows' texts, 34 MB
         book.defer_all(later, lambda rel_path: listing.from_index(*later.pop(rel_path)))
         # an index without the digest (written before it was stored) is written again once
         listing.index_as_is = (hit_count == len(targets) == len(stored)  # a damaged entry: not
@@ -316,6 +324,9 @@ class _Listing:
             if not by_rel:
                 by_rel.update((t.rel_path, t) for t in self.targets)
             self.record(by_rel[key], result)
+            self.unsaved += 1
+            if time.monotonic() - self.saved_at >= SAVE_EVERY_S:
+                self.save_partial()
             if report is not None:
                 report(key, result)
 
@@ -327,6 +338,21 @@ class _Listing:
         bad = sorted([*self.refused, *self.book.bad()], key=lambda b: b.rel_path)
         return DatasetScan(self.real_root, tuple(videos), tuple(bad), num_probed,
                            self.book.listed, self.book, self.digest)
+
+    def save_partial(self) -> None:
+        """The index as far as the scan got (only if it probed something since the last
+        save): the results known, and the rows of the index not read yet as they are; the
+        files missing are listed afresh and probed by the next scan. Planning threads read
+        rows meanwhile: copies (one missing from both is probed again next time)."""
+        self.saved_at = time.monotonic()
+        if not self.index_path or not self.unsaved:
+            return
+        self.unsaved = 0
+        rows = {rel_path: row for rel_path, (_, row) in dict(self.deferred).items()}
+        results = dict(self.results)
+        save_index(self.index_path, self.limits, {
+            t.rel_path: (t, results[t.rel_path]) for t in self.targets
+            if t.rel_path in results}, self.root_device, dict(self.texts), rows)
 
     def finish(self, progress: ProgressCallback | None, num_probed: int) -> DatasetScan:
         """Every file probed: the index saved, the bad ones logged, the scan complete."""

@@ -125,23 +125,27 @@ def parse_entry(entry: Entry) -> ProbeResult:
 
 
 def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries: Entries,
-               root_device: int | None = None, texts: Mapping[str, str] | None = None) -> None:
+               root_device: int | None = None, texts: Mapping[str, str] | None = None,
+               rows: Mapping[str, Entry] | None = None) -> None:
     """Writes `entries` atomically, leaving out results that depend on the machine's load;
     `root_device`: the dataset root's st_dev, whose files the rows' stats describe; `texts`:
-    rel_path -> its result's `result_text` where a probe worker made it. No cyclic
+    rel_path -> its result's `result_text` where a probe worker made it; `rows`: rows read
+    from the index and not parsed, kept as they are (a scan saved partway). No cyclic
     collection meanwhile: the rows are garbage once written, and 250,000 of them made 8 full
     collections walk them as they were built (0.6 s with the GIL held, up to 140 ms each)."""
     with collector_paused():
-        _save_index(index_path, limits, entries, root_device, texts or {})
+        _save_index(index_path, limits, entries, root_device, texts or {}, rows or {})
 
 
 def _save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries: Entries,
-                root_device: int | None, texts: Mapping[str, str]) -> None:
+                root_device: int | None, texts: Mapping[str, str],
+                rows: Mapping[str, Entry]) -> None:
     document_entries = {
         rel_path: _entry_to_json(listed, result, texts.get(rel_path))
         for rel_path, (listed, result) in entries.items()
         if _is_lasting(result)
     }
+    document_entries.update((k, row) for k, row in rows.items() if k not in entries)
     document = {
         "format": INDEX_FORMAT,
         "scan_version": SCAN_VERSION,

@@ -17,8 +17,9 @@ from sandfs.media import scan as scan_module
 from sandfs.media.datasets import ScanBad
 from sandfs.media.probebook import ProbeBook, ProbeQueue
 from sandfs.media.scan import scan_dataset, start_lazy_scan
-from sandfs.media.scan_workers import ProbeJob, ScanStopped
-from sandfs.media.types import BadVideo, ListedVideo, VideoInfo
+from sandfs.media.scan_index import read_index
+from sandfs.media.scan_workers import ProbeJob, ScanPace, ScanStopped
+from sandfs.media.types import BadVideo, ListedVideo, MediaLimits, VideoInfo
 from sandfs.plan.mount import plan_tasks
 from tests.helpers.harness import task_config, write_config
 from tests.helpers.plans import fake_videos
@@ -239,17 +240,25 @@ def test_a_damaged_index_entry_has_its_file_probed_alone(tmp_path, mixed_dataset
         thread.join()
 
 
+DAMAGED = "juggling/juggling_003.mp4"
+
+
+def damaged_index(tmp_path: Path, root: Path, monkeypatch) -> Path:
+    """`root`'s scan index with DAMAGED's entry damaged; the index read a row a slice."""
+    monkeypatch.setattr(scan_module, "RESOLVE_SLICE", 1)
+    index = tmp_path / "index.json"
+    _, thread, _ = lazy_scan(root, index_path=index)
+    thread.join()
+    edit_entry(index, DAMAGED, lambda r: r["video"].update(num_frames=101))
+    return index
+
+
 def test_the_index_is_not_read_behind_a_waiting_reader_what_a_plan_needs_is(
         tmp_path, mixed_dataset, monkeypatch):
     """While a reader waits for a batch the scan's thread reads no more of the index (the GIL
     is the reader's jobs'); a plan still gets what it asks for, a damaged entry's file probed
     meanwhile; the rest is read once no reader waits."""
-    monkeypatch.setattr(scan_module, "RESOLVE_SLICE", 1)
-    index = tmp_path / "index.json"
-    _, thread, _ = lazy_scan(mixed_dataset, index_path=index)
-    thread.join()
-    damaged = "juggling/juggling_003.mp4"
-    edit_entry(index, damaged, lambda r: r["video"].update(num_frames=101))
+    index = damaged_index(tmp_path, mixed_dataset, monkeypatch)
     again, thread, stop = lazy_scan(mixed_dataset, index_path=index)
     waiting = again.probes.readers_wait()
     waiting.__enter__()
@@ -257,7 +266,7 @@ def test_the_index_is_not_read_behind_a_waiting_reader_what_a_plan_needs_is(
         time.sleep(0.3)  # a slice read before the hold is done by now
         held = again.probes.probed
         got = []  # probed while held (asked from a thread: not probed would hang)
-        asker = threading.Thread(target=lambda: got.append(again.probes.result(damaged)),
+        asker = threading.Thread(target=lambda: got.append(again.probes.result(DAMAGED)),
                                  daemon=True)
         asker.start()
         asker.join(30)
@@ -288,3 +297,51 @@ def test_a_warm_listing_keeps_the_index_s_texts_only_when_it_writes_the_index_ag
                                     defer=True)
     grown.book.resolve_all()
     assert not grown.index_as_is and len(grown.texts) == 11
+
+
+HELD = ScanPace(paced_from_videos=1, held_every_ms=1_000_000)  # no share while held
+
+
+def saved_rows(index: Path) -> set[str]:
+    return set(read_index(index, MediaLimits())[0]) if index.exists() else set()
+
+
+@pytest.mark.parametrize("every", [60.0, 0.0])
+def test_a_scan_stopped_partway_leaves_an_index_the_next_is_warm_for(
+        tmp_path, mixed_dataset, monkeypatch, every):
+    """A scan held behind its readers may take hours: what it probed is saved when it is
+    stopped (and every SAVE_EVERY_S); the next scan lists those from the index and probes
+    the rest, its dataset identity computed (the index's digest is of its rows alone)."""
+    monkeypatch.setattr(scan_module, "SAVE_EVERY_S", every)
+    index = tmp_path / "index.json"
+    found, thread, stop = lazy_scan(mixed_dataset, index_path=index, pace=HELD)
+    asked = [v.rel_path for v in found.listed if v.rel_path != BAD][:3]
+    with found.probes.readers_wait():
+        assert all(isinstance(found.probes.result(rel), VideoInfo) for rel in asked)
+        time.sleep(0.3)  # the last result's save, after its waiter is woken
+        assert (saved_rows(index) >= set(asked)) == (every == 0.0)
+        stop.set()
+        thread.join(30)
+    saved = saved_rows(index)
+    assert set(asked) <= saved and len(saved) < 12
+    again, thread, _ = lazy_scan(mixed_dataset, index_path=index)
+    assert len(again.probes.queue) == 12 - len(saved) and again.digest is None
+    thread.join(60)
+    assert again.probes.probed == 12 and saved_rows(index) == {v.rel_path for v in again.listed}
+    whole, thread, _ = lazy_scan(mixed_dataset, index_path=index)
+    assert len(whole.probes.queue) == 0 and whole.digest is not None
+    thread.join(60)
+
+
+def test_a_warm_scan_stopped_partway_keeps_the_rows_it_did_not_read(tmp_path, mixed_dataset,
+                                                                    monkeypatch):
+    index = damaged_index(tmp_path, mixed_dataset, monkeypatch)
+    again, thread, stop = lazy_scan(mixed_dataset, index_path=index, pace=HELD)
+    with again.probes.readers_wait():  # no row read but the damaged one's (probed)
+        assert isinstance(again.probes.result(DAMAGED), VideoInfo)
+        stop.set()
+        thread.join(30)
+    assert len(saved_rows(index)) == 12
+    third, thread, _ = lazy_scan(mixed_dataset, index_path=index)
+    assert len(third.probes.queue) == 0 and third.digest is not None
+    thread.join(60)
