@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from sandfs.media.scan_index import read_index
 from sandfs.media.synth import write_test_video
+from sandfs.media.types import MediaLimits
 from tests.helpers.harness import (
     Mounted,
     forgiving_teardown,
@@ -47,20 +50,26 @@ def linked_dataset(tmp_path_factory) -> Path:
     return root
 
 
-def test_the_first_batch_is_served_while_most_of_the_dataset_is_not_probed(
-        tmp_path, linked_dataset):
+def start_held(tmp_path: Path, root: Path) -> tuple[Path, Path, Path, Path, subprocess.Popen]:
+    """A cold mount of `root` (config, mountpoint, log, cache, daemon) whose scan cannot outrun
+    its first batch: 2 epochs a window of 3,000 videos (6,000 clips, planned from its first
+    batches' videos), front workers probing only what planning waits for, and the background
+    worker held 10 s at its start."""
     require_fuse()
-    # 2 epochs a window of 3,000 videos: 6,000 clips, planned from its first batches' videos
-    config = task_config(linked_dataset, epochs=2)
+    config = task_config(root, epochs=2)
     config["dataset"]["extensions"] = [".mkv"]
-    # front workers probe only what planning waits for, and the background worker is held
-    # 10 s at its start: an idle machine's scan cannot outrun the first batch
     config["engine"]["scan"] = {"ahead_videos": 0}
     config = write_config(tmp_path / "t.yaml", config)
     mountpoint, log, cache = tmp_path / "mnt", tmp_path / "cold.log", tmp_path / "cache"
     mountpoint.mkdir()
     process = start_daemon(mountpoint, [config], cache, log,
                            env={"SANDFS_FAULT": "background_scan:1:sleep"})
+    return config, mountpoint, log, cache, process
+
+
+def test_the_first_batch_is_served_while_most_of_the_dataset_is_not_probed(
+        tmp_path, linked_dataset):
+    config, mountpoint, log, cache, process = start_held(tmp_path, linked_dataset)
     try:
         wait_mounted(mountpoint, process, log)
         first = (mountpoint / "t0" / "0" / "0" / "view").read_bytes()
@@ -89,3 +98,29 @@ def test_the_first_batch_is_served_while_most_of_the_dataset_is_not_probed(
         strict_teardown(Mounted(mountpoint, process, tmp_path / "warm.log", tmp_path / "warm"))
     finally:
         forgiving_teardown(mountpoint, process)
+
+
+def test_a_mount_stopped_before_its_scan_ended_leaves_the_next_one_warm_for_what_it_probed(
+        tmp_path, linked_dataset):
+    """A scan held behind its readers may take hours: unmounted before it ends, the daemon
+    saves what it probed in the scan index, and the next mount probes only the rest."""
+    config, mountpoint, log, cache, process = start_held(tmp_path, linked_dataset)
+    try:
+        wait_mounted(mountpoint, process, log)
+        (mountpoint / "t0" / "0" / "0" / "view").read_bytes()
+        assert status_of(mountpoint)["scan"]["datasets"][0]["videos_scanned"] < VIDEOS // 2
+        strict_teardown(Mounted(mountpoint, process, log, cache))
+    finally:
+        forgiving_teardown(mountpoint, process)
+    (index,) = cache.glob("scan-*.json")
+    saved = len(read_index(index, MediaLimits())[0])
+    assert 0 < saved < VIDEOS // 2
+    log = tmp_path / "warm.log"
+    process = start_daemon(mountpoint, [config], cache, log)
+    try:
+        wait_mounted(mountpoint, process, log)
+        wait_scanned(mountpoint, process, log)
+        strict_teardown(Mounted(mountpoint, process, log, cache))
+    finally:
+        forgiving_teardown(mountpoint, process)
+    assert f" {VIDEOS - saved} probed " in log.read_text()
