@@ -333,13 +333,15 @@ def test_the_scan_section_sets_the_background_scan_s_pace(tmp_path):
     """`engine: scan:` (docs/config.md#the-scan): what it sets, the defaults for the rest;
     unknown names and values out of range name their line."""
     config = load_task_config("a.yaml", check_paths=False, text=_with_engine(
-        "a", "  scan:\n    ahead_videos: 512\n    background_nice: 19\n"))
+        "a", "  scan:\n    ahead_videos: 512\n    background_nice: 19\n    held_every_ms: 250\n"))
     settings, _ = mount_settings([config], {}, str(tmp_path / "mnt"))
-    assert settings.scan_pace == ScanPace(ahead_videos=512, background_nice=19)
+    assert settings.scan_pace == ScanPace(ahead_videos=512, background_nice=19,
+                                          held_every_ms=250)
     assert mount_settings([load_task_config("b.yaml", check_paths=False, text=BASE)], {},
                           str(tmp_path / "mnt"))[0].scan_pace == ScanPace()
     for engine, message in [("  scan:\n    ahead: 1\n", "unknown key 'ahead'"),
                             ("  scan:\n    background_nice: 20\n", "must be at most 19"),
-                            ("  scan:\n    background_workers: 0\n", "must be at least 1")]:
+                            ("  scan:\n    background_workers: 0\n", "must be at least 1"),
+                            ("  scan:\n    held_every_ms: 0\n", "must be at least 1")]:
         with pytest.raises(ConfigError, match=rf"c.yaml:\d+:\d+: engine.scan.*{message}"):
             load_task_config("c.yaml", check_paths=False, text=_with_engine("c", engine))
