@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import select
 import threading
 import time
 from collections import deque
@@ -158,6 +159,11 @@ class ProbeQueue:
             if not (self._paced and self._readers_waiting > 0):
                 return math.inf
             return 0.0 if self._held_left else max(0.0, self._held_next - time.monotonic())
+
+    def woken(self, seconds: float) -> None:
+        """Until the waker is poked (the last reader out, a job waited for) or `seconds`."""
+        if select.select([self.waker], [], [], seconds)[0]:
+            self.waker.drain()
 
     @property
     def held(self) -> bool:

@@ -170,7 +170,7 @@ def _probe_rest(listing: _Listing, queue: ProbeQueue, own: ProbeWorkers,
                     if queue:  # a damaged entry a plan waits for
                         probe()
                     check_stop(listing.book.stop)
-                    time.sleep(STOP_POLL_SECONDS)
+                    queue.woken(STOP_POLL_SECONDS)  # the last reader out: the gap is ours
                 cpu = time.thread_time()
             probe()  # damaged entries found meanwhile (none: returns at once)
         except ScanStopped:

@@ -345,3 +345,26 @@ def test_a_warm_scan_stopped_partway_keeps_the_rows_it_did_not_read(tmp_path, mi
     third, thread, _ = lazy_scan(mixed_dataset, index_path=index)
     assert len(third.probes.queue) == 0 and third.digest is not None
     thread.join(60)
+
+
+def test_a_warm_scan_reads_the_index_in_the_gaps_between_a_reader_s_waits(
+        tmp_path, mixed_dataset, monkeypatch):
+    """A reader bound by decoding waits nearly all the time: the last one out wakes the scan's
+    thread, which reads a slice in each 15 ms gap (polling every 0.2 s, it saw few)."""
+    monkeypatch.setattr(scan_module, "RESOLVE_SLICE", 1)
+    index = tmp_path / "index.json"
+    _, thread, _ = lazy_scan(mixed_dataset, index_path=index)
+    thread.join()
+    again, thread, stop = lazy_scan(mixed_dataset, index_path=index)
+    try:
+        with again.probes.readers_wait():
+            time.sleep(0.3)
+            before = again.probes.probed
+        for _ in range(8):
+            with again.probes.readers_wait():
+                time.sleep(0.3)
+            time.sleep(0.015)
+        assert again.probes.probed - before >= 5
+    finally:
+        stop.set()
+        thread.join()
