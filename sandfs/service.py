@@ -152,7 +152,7 @@ class ViewService:
         except BaseException as exc:  # all or nothing: a refused task leaves no trace
             self.registry.withdraw(cfg.task)
             if cfg.task not in self.tasks:  # never served: it joined the coordination only
-                plan.coordination.remove(cfg.task)  # as it was planned (plan_new_task)
+                plan.coordination.withdraw(cfg.task)  # as it was planned (plan_new_task)
             if not isinstance(exc, Exception):
                 raise  # cancelled: the mount is stopping
             log.exception("task %s: planning it into the scheduler failed", cfg.task)

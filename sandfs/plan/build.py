@@ -81,7 +81,7 @@ def _plan_joining(settings: MountSettings, coordination: Coordination, cfg: Task
                         identity=identity, refused=refused, labels_data=labels_data,
                         probes=probes)
         check_plan(cfg, plan)
-    except Exception:  # a refused task leaves nothing in the coordination
-        coordination.remove(cfg.task)
+    except Exception:  # a refused task leaves nothing in the coordination but its checkpoint
+        coordination.withdraw(cfg.task)
         raise
     return plan

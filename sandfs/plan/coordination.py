@@ -126,6 +126,8 @@ class Coordination:
         # whose offset was checkpointed: what a checkpoint entry applies to
         self._shapers: dict[tuple[DataKey, int], dict[str, str]] = {}
         self._offset_configs: dict[str, str] = {}
+        # what `join` took from the checkpoint (offset, its config), given back by `withdraw`
+        self._joined: dict[str, tuple[int | None, str | None]] = {}
         self._lock = threading.Lock()
         self.listings = Listings()  # what tasks placing the same videos derive alike
         self.changed = False  # frozen state not checkpointed yet
@@ -138,6 +140,23 @@ class Coordination:
         with self._lock:
             self._configs.pop(name, None)
             self._offsets.pop(name, None)
+            self._joined.pop(name, None)
+            self.changed = True
+
+    def withdraw(self, name: str) -> None:
+        """A task refused before it was served: as `remove`, but what `join` took from the
+        checkpoint is put back, so the task registered again starts at its checkpointed epoch
+        offset (the bytes it read before the restart), not the leading task's."""
+        with self._lock:
+            self._configs.pop(name, None)
+            if name not in self._joined:  # withdrawn already, or never joined
+                return
+            offset, config = self._joined.pop(name)
+            self._offsets.pop(name, None)
+            if offset is not None:
+                self._offsets[name] = offset
+            if config is not None:
+                self._offset_configs[name] = config
             self.changed = True
 
     def forget_unreached(self, k_epochs: int) -> int:
@@ -171,6 +190,8 @@ class Coordination:
         restart plans it as before."""
         with self._lock:
             self._configs[cfg.task] = cfg
+            self._joined[cfg.task] = (self._offsets.get(cfg.task),
+                                      self._offset_configs.get(cfg.task))
             checkpointed = self._offset_configs.pop(cfg.task, None)
             if checkpointed is not None and not _offset_applies(cfg, checkpointed):
                 self._offsets.pop(cfg.task, None)
