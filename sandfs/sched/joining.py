@@ -180,9 +180,14 @@ class TaskJoins:
 
     def _drop_joiner(self, name: str) -> None:
         """A task left: its parts of windows planned in parts go on with a task that joined
-        them, or go, and those windows may be whole now."""
+        them, or go, and those windows may be whole now. Its name leaves every part it shared
+        (a window's own too): a task registered again under it, of another seed maybe, got
+        their readers and could inherit them, its own parts overwritten."""
         for window in list(self._joiner_parts):
             self._hand_over(name, window)
+        for window in {*self._parts, *self._joiner_parts}:
+            for parts in self._groups(window):
+                parts.tasks -= {name}
         for key in [k for k in self._own_views if k[0] == name]:
             del self._own_views[key]
 

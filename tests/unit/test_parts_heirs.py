@@ -1,7 +1,8 @@
 """A trial joining, with one seed, the parts of a task whose lead part is being planned
 (`TaskJoins._hand_over`): when that lead part fails, or is over and the trial reads more of
 the window's epochs, the parts go on with the trial. Dropped, the trial's batches were made on
-demand, each video decoded again. A task whose part was planned whole is no heir."""
+demand, each video decoded again. A task whose part was planned whole is no heir, nor is a
+task that left, or a new one registered under its name."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ import trio
 
 from sandfs.sched import parts as parts_module
 from sandfs.sched import work
-from tests.unit.test_parts_shared import made_whole, paced_own, read_past, read_some, short_and_long
+from tests.helpers.plans import make_plan
+from tests.unit.test_parts_shared import (
+    VIDEOS,
+    made_whole,
+    paced_own,
+    read_past,
+    read_some,
+    short_and_long,
+)
 from tests.unit.test_scheduler import joining_task
 from tests.unit.test_window_parts import until
 
@@ -43,6 +52,16 @@ async def second_joins_during_first_lead(nursery, scheduler, plan, join_first, f
     await until(lambda: first in scheduler.planner._joiner_parts.get(0, {}))
     await scheduler.add_plan(second)  # joins the first's parts
     go.set()
+
+
+async def long_heir_of_short(nursery, scheduler, plan, short, long, go: threading.Event
+                             ) -> parts_module.WindowParts:
+    """Trial `long` joins `short`'s parts during its lead part; once that part is planned, the
+    parts go on with `long` (returned)."""
+    await second_joins_during_first_lead(nursery, scheduler, plan, partial(
+        scheduler.add_plan, short), short.name, long, go)
+    await until(lambda: long.name in scheduler.planner._joiner_parts.get(0, {}))
+    return scheduler.planner._joiner_parts[0][long.name]
 
 
 async def test_a_trial_inherits_the_parts_of_a_lead_part_that_failed(tmp_path, monkeypatch):
@@ -114,11 +133,36 @@ async def test_a_trial_planned_whole_is_not_the_heir_of_the_parts(tmp_path, monk
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         with trio.fail_after(20):
-            await second_joins_during_first_lead(nursery, scheduler, plan, partial(
-                scheduler.add_plan, short), short.name, long, go)
-            await until(lambda: "long" in planner._joiner_parts.get(0, {}))
+            await long_heir_of_short(nursery, scheduler, plan, short, long, go)
             await scheduler.remove_plan("long")
             assert "short" not in planner._joiner_parts.get(0, {})
+        await read_past(scheduler, plan, 2)
+        with trio.fail_after(20):
+            await made_whole(scheduler)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_task_that_left_shares_no_parts_with_a_task_of_its_name(tmp_path, monkeypatch):
+    """A trial that handed its parts to the trial that joined them leaves; a task of its name
+    but another seed registered later neither reads their batches (views of another seed held
+    for it) nor inherits them when that trial leaves (its own parts overwritten)."""
+    plan, scheduler, _ = paced_own(tmp_path, monkeypatch)
+    go = gated_lead(monkeypatch, "short", fails=False)
+    short, long = short_and_long(tmp_path)
+    planner = scheduler.planner
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(20):
+            group = await long_heir_of_short(nursery, scheduler, plan, short, long, go)
+            await scheduler.remove_plan("short")
+            assert "short" not in group.tasks
+            (tmp_path / "again").mkdir()
+            again = make_plan(tmp_path / "again", videos=VIDEOS, epochs=1, k_epochs=2,
+                              task="short", seed=8)
+            await scheduler.add_plan(again)
+            assert planner._sharing("long", 0) == set()
+            await scheduler.remove_plan("long")
+            assert planner._joiner_parts.get(0, {}).get("short") is not group
         await read_past(scheduler, plan, 2)
         with trio.fail_after(20):
             await made_whole(scheduler)

@@ -107,6 +107,8 @@ async def shared_trial(tmp_path, monkeypatch, *, leaves: bool) -> None:
             if leaves:
                 await read_some(scheduler, plan, range(6, 9))
                 await scheduler.remove_plan(later.name)
+                # nor is a task registered again under its name one of the window's own
+                assert all(later.name not in p.tasks for p in scheduler.planner._groups(0))
             window = await made_whole(scheduler)
         tasks = [plan.name] if leaves else sorted([plan.name, later.name])
         assert all(sorted(t for t, _ in readers) == tasks
