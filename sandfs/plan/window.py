@@ -19,7 +19,8 @@ from sandfs.config.condition import ConditionError
 from sandfs.faults import fault_point
 from sandfs.media.types import VideoInfo
 from sandfs.plan.probed import NoUsableVideo
-from sandfs.plan.task import StreamClip, TaskPlan, ViewPlan
+from sandfs.plan.task import TaskPlan, ViewPlan
+from sandfs.plan.uses import ClipUse, Uses, ViewRow
 from sandfs.runtime import collector_paused
 
 # views planned between two looks at `STOP_PLANNING` (a few milliseconds of planning)
@@ -61,21 +62,13 @@ def view_key(plan: TaskPlan, epoch: int, iteration: int) -> ViewKey:
     return ViewKey(plan.plan_key(plan.window_of(epoch)), epoch, iteration)
 
 
-@dataclass(frozen=True, slots=True)
-class ClipUse:
-    view: ViewKey  # the batch
-    slot: int  # position in the batch
-    clip: StreamClip
-    readers: tuple[tuple[str, int], ...]  # (task, position in its read order) per task
-
-
 @dataclass(slots=True)
 class VideoWork:
     info: VideoInfo
     plan: TaskPlan  # a plan that knows this video (for its ops and layout)
     window: int
-    # a tuple: replaced, never changed in place (the board's pending clips may be it)
-    uses: tuple[ClipUse, ...] = ()
+    # `Uses` or a tuple: replaced, never changed in place (the board's pending clips may be it)
+    uses: Sequence[ClipUse] = ()
 
     @property
     def frames(self) -> set[int]:
@@ -116,8 +109,7 @@ class WindowPlan:
         two copies left views without readers, which pruning reads (KeyError)."""
         readers = dict(self.readers)
         views = {key: view for key, view in dict(self.views).items() if key in readers}
-        videos = {p: VideoWork(w.info, w.plan, w.window, tuple(u for u in w.uses
-                                                               if u.view in views))
+        videos = {p: VideoWork(w.info, w.plan, w.window, _uses_of(w.uses, views))
                   for p, w in list(self.videos.items())}
         return WindowPlan(self.window, {p: w for p, w in videos.items() if w.uses}, views,
                           readers, dict(self.failed), dict(self.view_plans))
@@ -144,7 +136,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                  skip: Container[str] = frozenset(),
                  resolved: Mapping[ViewKey, ViewPlan] = MappingProxyType({})) -> WindowPlan:
     videos: dict[str, VideoWork] = {}
-    uses: dict[str, list[ClipUse]] = {}  # each video's, made into its tuple at the end
+    uses: dict[str, tuple[list[ViewRow], list[int]]] = {}  # each video's, `Uses` at the end
     views: dict[ViewKey, tuple[TaskPlan, int, int]] = {}
     readers: dict[ViewKey, list[tuple[str, int]]] = {}
     for plan in plans:
@@ -176,6 +168,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                                      frozen.pop(key))
             continue
         view_plans[key] = view
+        row = ViewRow(key, view.clips, frozen[key])
         owners = slot_owners(plan, view) if lead is not None or skip else None
         for slot, clip in enumerate(view.clips):
             info = plan.videos[clip.video_index]
@@ -185,10 +178,11 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
             found = uses.get(info.path)
             if found is None:  # not setdefault: a VideoWork made for every clip cost 1 us
                 videos[info.path] = VideoWork(info, plan, window)
-                found = uses[info.path] = []
-            found.append(ClipUse(key, slot, clip, frozen[key]))
+                found = uses[info.path] = ([], [])
+            found[0].append(row)
+            found[1].append(slot)
     for path, work in videos.items():
-        work.uses = tuple(uses[path])
+        work.uses = Uses(*uses[path])
     for plan, epoch in drawn:  # the views hold what was drawn: the arrays go
         plan.draws.release(epoch)
     for key in failed:
@@ -204,6 +198,13 @@ def slot_owners(plan: TaskPlan, view: ViewPlan) -> list[str]:
     per_stream = len(view.clips) // len(plan.paths)
     samples = per_stream // len(listed)
     return [listed[slot % per_stream // samples] for slot in range(len(view.clips))]
+
+
+def _uses_of(uses: Sequence[ClipUse], views: Container[ViewKey]) -> Sequence[ClipUse]:
+    """The uses of `views` (as columns where they are)."""
+    if isinstance(uses, Uses):
+        return uses.keep(views.__contains__)
+    return tuple(u for u in uses if u.view in views)
 
 
 @dataclass(frozen=True, slots=True)

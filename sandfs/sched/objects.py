@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -20,6 +20,7 @@ from sandfs.media.gop import frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.ops.base import OpInstance
 from sandfs.plan.task import TaskPlan, ViewPlan
+from sandfs.plan.uses import Uses
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
 
 log = logging.getLogger(__name__)
@@ -253,7 +254,8 @@ class LeafRows:
     the clips to keep reads, in numpy rather than a tuple and a sort key a clip."""
 
     paths: list[str]
-    uses: list[ClipUse]
+    keys: list[ViewKey]  # the window's batches
+    view: np.ndarray  # index in `keys`
     video: np.ndarray  # index in `paths`
     first: np.ndarray  # `first_reader`
     slot: np.ndarray
@@ -274,12 +276,20 @@ def leaf_rows(plan: WindowPlan) -> LeafRows:
                                in plan.views.values()), np.int64, len(views))
     paths = list(plan.videos)
     counts = [len(work.uses) for work in plan.videos.values()]
-    uses = [use for work in plan.videos.values() for use in work.uses]
-    rows = np.fromiter(((views[u.view], u.slot, len(u.clip.frame_indices)) for u in uses),
-                       _ROW, len(uses))
+    rows = np.fromiter((row for work in plan.videos.values()
+                        for row in _leaf_columns(work.uses, views)), _ROW, sum(counts))
     view = rows["view"]
-    return LeafRows(paths, uses, np.repeat(np.arange(len(paths)), counts), first[view],
-                    rows["slot"], frame_bytes[view] * rows["frames"])
+    return LeafRows(paths, list(views), view, np.repeat(np.arange(len(paths)), counts),
+                    first[view], rows["slot"], frame_bytes[view] * rows["frames"])
+
+
+def _leaf_columns(uses: Sequence[ClipUse], views: Mapping[ViewKey, int]) -> Iterator[tuple]:
+    """(batch index, slot, frames) of each use, read from its columns where it has them."""
+    if isinstance(uses, Uses):
+        rows, slots = uses.columns
+        return ((views[r.view], s, len(r.clips[s].frame_indices))
+                for r, s in zip(rows, slots, strict=True))
+    return ((views[u.view], u.slot, len(u.clip.frame_indices)) for u in uses)
 
 
 _ROW = np.dtype([("view", np.int64), ("slot", np.int64), ("frames", np.int64)])
@@ -307,5 +317,6 @@ def _leaves_only(rows: LeafRows, room: int) -> dict[str, DiskPlan]:
     fitting = np.searchsorted(np.cumsum(rows.nbytes[order]), room, side="right")
     kept: defaultdict[str, set[Spot]] = defaultdict(set)
     for index in np.sort(order[:fitting]).tolist():
-        kept[rows.paths[rows.video[index]]].add(Spot.of(rows.uses[index]))
+        kept[rows.paths[rows.video[index]]].add(Spot(rows.keys[rows.view[index]],
+                                                     int(rows.slot[index])))
     return {path: DiskPlan(spots) for path, spots in kept.items()}

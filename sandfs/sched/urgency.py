@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
 
+from sandfs.plan.uses import batches
 from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.sched.jobs import UrgencyEntries, VideoJobKey
 
@@ -146,7 +147,7 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
     jobs_of_view: dict[ViewKey, list[VideoJobKey]] = {}
     for path, uses in pending.items():
         job = VideoJobKey(window, path)
-        for use in uses:
+        for use in batches(uses):  # no ClipUse made: a window has millions
             _add_grouped_job(jobs_of_view, use.view, job)
             for task, position in use.readers:
                 at = soonest[task]

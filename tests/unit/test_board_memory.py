@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 
+from sandfs.plan.uses import Uses
 from sandfs.plan.window import plan_window
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
@@ -60,9 +61,9 @@ def test_a_batch_s_slots_are_kept_as_they_come(tmp_path):
 
 
 def test_pending_clips_are_the_window_s_own_lists_and_leave_them_as_they_are(tmp_path):
-    """A cold window's pending clips are its videos' `uses` tuples, not copies (23 bytes a
-    clip); the board replaces a job's tuple when clips come or go (tuples cannot be changed
-    in place), so the window keeps its clips whatever the board does."""
+    """A cold window's pending clips are its videos' `uses`, not copies (23 bytes a clip); the
+    board replaces a job's sequence when clips come or go (tuples and `Uses` cannot be
+    changed in place), so the window keeps its clips whatever the board does."""
     plan = make_plan(tmp_path, fake_videos(12), epochs=4)
     planned = work.plan_active_window([plan], 0, None, "leaves")
     board = BatchBoard()
@@ -77,7 +78,7 @@ def test_pending_clips_are_the_window_s_own_lists_and_leave_them_as_they_are(tmp
     board.add_window(work.plan_active_window([plan], 0, None, "leaves"))  # grown, not changed
     assert len(board.pending[other]) == 2 * len(before[other.path])
     assert {path: video.uses for path, video in videos.items()} == before
-    assert all(type(uses) is tuple for uses in board.pending.values())
+    assert all(type(uses) in (tuple, Uses) for uses in board.pending.values())
 
 
 def test_a_warm_batch_keeps_the_planner_s_set_of_its_slots_on_disk(tmp_path):
@@ -137,7 +138,7 @@ def test_a_joining_task_s_clips_pend_once_and_leave_with_it(tmp_path):
     assert set(released) == set(merged.new_views)
     assert {path: v.uses for path, v in window.videos.items() if v.uses} == before
     assert {job.path: uses for job, uses in board.pending.items() if uses} == before
-    assert all(type(uses) is tuple for uses in board.pending.values())
+    assert all(type(uses) in (tuple, Uses) for uses in board.pending.values())
 
 
 def test_a_window_is_added_to_the_board_with_the_collector_paused(tmp_path, monkeypatch):

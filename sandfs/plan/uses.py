@@ -1,0 +1,112 @@
+"""A video's clips in a window as two columns, not an object each: the batch each clip is in (a
+`ViewRow`, one a batch, shared by the batch's videos) and its slot there. A `ClipUse` is made
+when a clip is looked at, and is equal to the one a plan made before: 64 bytes of a clip's plan
+were its `ClipUse` (docs/performance.md#planning-and-scheduling-at-scale).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple, overload
+
+if TYPE_CHECKING:
+    from sandfs.plan.records import StreamClip
+    from sandfs.plan.window import ViewKey
+
+_new_use = tuple.__new__  # a ClipUse without its __new__'s call: made once a clip a look
+
+
+class ClipUse(NamedTuple):
+    """A clip in a slot of a batch: a tuple, so that one made on demand costs little."""
+
+    view: ViewKey  # the batch
+    slot: int  # position in the batch
+    clip: StreamClip
+    readers: tuple[tuple[str, int], ...]  # (task, position in its read order) per task
+
+
+@dataclass(frozen=True, slots=True)
+class ViewRow:
+    """One batch as its videos' uses see it: its key, clips and readers (`view` and
+    `readers` as a `ClipUse` names them: window-wide readers take either, `batches`)."""
+
+    view: ViewKey
+    clips: tuple[StreamClip, ...]
+    readers: tuple[tuple[str, int], ...]
+
+
+def _slot_column(slots: Sequence[int]) -> bytes | array:
+    """Slots a byte each where they fit (a batch of up to 256 clips), else two."""
+    return bytes(slots) if max(slots, default=0) < 256 else array("H", slots)
+
+
+class Uses(Sequence[ClipUse]):
+    """A video's uses in a window, in the order they were planned; immutable, as the tuple it
+    replaces (the board's pending clips may be this very object)."""
+
+    __slots__ = ("_rows", "_slots")
+
+    def __init__(self, rows: Sequence[ViewRow], slots: Sequence[int]) -> None:
+        if len(rows) != len(slots):
+            raise ValueError(f"{len(rows)} batches for {len(slots)} slots")
+        self._rows = tuple(rows)
+        self._slots = _slot_column(slots)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[ClipUse]:
+        for row, slot in zip(self._rows, self._slots, strict=True):
+            yield _new_use(ClipUse, (row.view, slot, row.clips[slot], row.readers))
+
+    @overload
+    def __getitem__(self, index: int) -> ClipUse: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Uses: ...
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return Uses(self._rows[index], self._slots[index])
+        row, slot = self._rows[index], self._slots[index]
+        return _new_use(ClipUse, (row.view, slot, row.clips[slot], row.readers))
+
+    @property
+    def columns(self) -> tuple[tuple[ViewRow, ...], bytes | array]:
+        """Each use's batch and slot."""
+        return self._rows, self._slots
+
+    def keep(self, wanted: Callable[[ViewKey], bool]) -> Uses:
+        """The uses whose batch is `wanted`, as columns still."""
+        pairs = [(r, s) for r, s in zip(self._rows, self._slots, strict=True) if wanted(r.view)]
+        return Uses([r for r, _ in pairs], [s for _, s in pairs])
+
+    def __add__(self, other: Sequence[ClipUse]) -> Sequence[ClipUse]:
+        if isinstance(other, Uses):
+            return Uses(self._rows + other._rows, [*self._slots, *other._slots])
+        return (*self, *other)
+
+    def __radd__(self, other: Sequence[ClipUse]) -> tuple[ClipUse, ...]:
+        return (*other, *self)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a tuple, which hashes otherwise
+
+    def __reduce__(self):
+        """Sent to a worker process as the tuple it stands for: its rows hold their whole
+        batches' clips, the video's own are enough there."""
+        return tuple, (tuple(self),)
+
+    def __repr__(self) -> str:
+        return f"Uses({list(self)!r})"
+
+
+def batches(uses: Sequence[ClipUse]) -> Sequence[ViewRow] | Sequence[ClipUse]:
+    """Each use's batch, as its `view` and `readers`, with no `ClipUse` made for it."""
+    return uses.columns[0] if isinstance(uses, Uses) else uses

@@ -1,0 +1,90 @@
+"""A window's uses as columns (`plan/uses.py`): each `ClipUse` made on demand is the one a plan
+made before (its batch, slot, clip and readers), whatever a window's consumers do with them."""
+
+from __future__ import annotations
+
+import pickle
+from array import array
+
+import pytest
+
+from sandfs.plan.uses import ClipUse, Uses, ViewRow, batches
+from sandfs.plan.window import ViewKey, plan_window
+from sandfs.sched.objects import leaf_rows
+from sandfs.sched.urgency import urgency_entries
+from tests.helpers.plans import fake_videos, make_plan
+
+
+def rows(count: int, clips_per_view: int = 3) -> list[ViewRow]:
+    return [ViewRow(ViewKey(("k",), 0, i), tuple(f"clip{i}.{s}" for s in range(clips_per_view)),
+                    (("t", i),)) for i in range(count)]
+
+
+def test_a_window_s_uses_are_its_views_clips_in_their_slots(tmp_path):
+    """Every use of a planned window (one and two samples a video) is the ClipUse of its
+    batch's clip in its slot, with the batch's readers; every clip of every view is used once."""
+    for overrides in ({}, {"sampling": {"samples_per_video": 2}}):
+        plan = make_plan(tmp_path, fake_videos(12), **overrides)
+        window = plan_window([plan], 0)
+        seen = set()
+        for work in window.videos.values():
+            assert isinstance(work.uses, Uses)
+            for use in work.uses:
+                clip = window.view_plans[use.view].clips[use.slot]
+                assert use == ClipUse(use.view, use.slot, clip, window.readers[use.view])
+                assert use.clip is clip and plan.videos[clip.video_index] is work.info
+                seen.add((use.view, use.slot))
+        assert seen == {(key, slot) for key, view in window.view_plans.items()
+                        for slot in range(len(view.clips))}
+
+
+def test_uses_behave_as_the_tuple_they_stand_for():
+    made = rows(4)
+    uses = Uses([made[0], made[2], made[2], made[3]], [1, 0, 2, 1])
+    plain = tuple(ClipUse(r.view, s, r.clips[s], r.readers)
+                  for r, s in zip([made[0], made[2], made[2], made[3]], [1, 0, 2, 1],
+                                  strict=True))
+    assert uses == plain and tuple(uses) == plain and len(uses) == 4
+    assert uses[1] == plain[1] and uses[-1] == plain[-1] and uses[1:3] == plain[1:3]
+    assert isinstance(uses[1:3], Uses)
+    assert uses.keep({made[2].view}.__contains__) == plain[1:3]
+    assert uses + uses[:1] == plain + plain[:1] and isinstance(uses + uses[:1], Uses)
+    assert uses + plain[:1] == plain + plain[:1] and plain[:1] + uses == plain[:1] + plain
+    assert list(batches(uses)) == [made[0], made[2], made[2], made[3]]
+    assert batches(plain) is plain
+    with pytest.raises(TypeError):
+        hash(uses)
+
+
+def test_uses_travel_to_a_worker_process_as_a_tuple():
+    """Its rows hold their whole batches' clips: a worker gets the video's own."""
+    made = rows(2)
+    uses = Uses(made, [2, 0])
+    sent = pickle.loads(pickle.dumps(uses))
+    assert type(sent) is tuple and sent == uses
+
+
+def test_slots_past_a_byte_and_bad_columns():
+    made = rows(2, clips_per_view=300)
+    uses = Uses(made, [299, 7])
+    assert isinstance(uses.columns[1], array) and [u.slot for u in uses] == [299, 7]
+    assert isinstance(Uses(made, [255, 7]).columns[1], bytes)
+    with pytest.raises(ValueError, match="2 batches for 1 slots"):
+        Uses(made, [1])
+    assert len(Uses([], [])) == 0 and Uses([], []) == ()
+
+
+def test_window_wide_readers_read_the_columns_as_the_clips(tmp_path):
+    """`leaf_rows` and `urgency_entries` read the columns; the same as from a tuple a video."""
+    plan = make_plan(tmp_path, fake_videos(12))
+    window = plan_window([plan], 0)
+    as_tuples = plan_window([make_plan(tmp_path, fake_videos(12))], 0)
+    for work in as_tuples.videos.values():
+        work.uses = tuple(work.uses)
+    got, want = leaf_rows(window), leaf_rows(as_tuples)
+    for column in ("view", "video", "first", "slot", "nbytes"):
+        assert getattr(got, column).tolist() == getattr(want, column).tolist()
+    assert got.keys == want.keys
+    pending = {path: work.uses for path, work in window.videos.items()}
+    tuples = {path: work.uses for path, work in as_tuples.videos.items()}
+    assert urgency_entries(0, pending) == urgency_entries(0, tuples)
