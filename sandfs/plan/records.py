@@ -4,7 +4,9 @@ branch records and decoding) is one shared `ClipPath`, not three fields of every
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sandfs.npy import npy_nbytes
 from sandfs.ops.base import OpInstance
@@ -17,9 +19,9 @@ class ClipPath:
     source: tuple | None = None  # how frames are decoded: None full size, or decode_resize
 
 
-@dataclass(frozen=True, slots=True)
-class StreamClip:
-    """One clip of one stream in a batch, with all randomness resolved."""
+class StreamClip(NamedTuple):
+    """One clip of one stream in a batch, with all randomness resolved: a tuple, so that one
+    made from a window's columns (`cliptable.py`) costs little."""
 
     video_index: int
     sample: int
@@ -46,7 +48,8 @@ class ViewPlan:
     task: str
     epoch: int
     iteration: int
-    clips: tuple[StreamClip, ...]  # batch order: stream-major, then video, then sample
+    # a tuple or `TableClips`; batch order: stream-major, then video, then sample
+    clips: Sequence[StreamClip]
     shape: tuple[int, ...]
     dtype: str
     layout: str

@@ -418,6 +418,10 @@ class TaskPlan:
                                  f"'{condition.source}' at epoch {epoch} iteration "
                                  f"{iteration}: {exc}") from None
 
+    def resolve_view(self, epoch: int, iteration: int) -> ViewPlan:
+        """The batch resolved again, not kept (`view_plan` keeps its last 4,096)."""
+        return self._view_plan(epoch, iteration)
+
     def _view_plan(self, epoch: int, iteration: int) -> ViewPlan:
         videos = self.batch_videos(epoch, iteration)
         draws = self.draws.prepare(epoch, videos)

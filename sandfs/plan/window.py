@@ -18,6 +18,7 @@ import numpy as np
 from sandfs.config.condition import ConditionError
 from sandfs.faults import fault_point
 from sandfs.media.types import VideoInfo
+from sandfs.plan.cliptable import ClipTable
 from sandfs.plan.probed import NoUsableVideo
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.uses import ClipUse, Uses, ViewRow
@@ -152,6 +153,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     drawn = _prepare(views, _Either(known, resolved))
     failed: dict[ViewKey, FailedView] = {}
     view_plans: dict[ViewKey, ViewPlan] = {}
+    table = ClipTable()
     for count, (key, (plan, epoch, iteration)) in enumerate(views.items()):
         if count % VIEWS_PER_STOP_CHECK == 0:
             stop_if_asked()
@@ -159,7 +161,8 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
             continue
         try:
             fault_point("planning", plan.name)
-            view = resolved.get(key) or plan.view_plan(epoch, iteration)
+            # not `view_plan`: its cache would keep a second copy of the clips the table has
+            view = resolved.get(key) or plan.resolve_view(epoch, iteration)
         except (ConditionError, NoUsableVideo) as exc:  # this view fails; the rest goes on
             failed[key] = FailedView(str(exc), frozen.pop(key))
             continue
@@ -167,10 +170,14 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
             failed[key] = FailedView(f"planning failed: {type(exc).__name__}: {exc}",
                                      frozen.pop(key))
             continue
+        clips = view.clips  # looked at here as resolved, not made again from the table
+        if key not in resolved:  # its clips as rows of the window's table
+            view = ViewPlan(view.task, view.epoch, view.iteration, table.add(clips),
+                            view.shape, view.dtype, view.layout)
         view_plans[key] = view
         row = ViewRow(key, view.clips, frozen[key])
         owners = slot_owners(plan, view) if lead is not None or skip else None
-        for slot, clip in enumerate(view.clips):
+        for slot, clip in enumerate(clips):
             info = plan.videos[clip.video_index]
             owner = info.path if owners is None else owners[slot]
             if owner in skip or (lead is not None and owner not in lead):
@@ -181,6 +188,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                 found = uses[info.path] = ([], [])
             found[0].append(row)
             found[1].append(slot)
+    table.seal()
     for path, work in videos.items():
         work.uses = Uses(*uses[path])
     for plan, epoch in drawn:  # the views hold what was drawn: the arrays go

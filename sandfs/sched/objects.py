@@ -19,6 +19,7 @@ from sandfs.materialize import FrameKey, Prefixed, clip_frame_keys
 from sandfs.media.gop import frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.ops.base import OpInstance
+from sandfs.plan.cliptable import frame_count
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.uses import Uses
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
@@ -287,7 +288,7 @@ def _leaf_columns(uses: Sequence[ClipUse], views: Mapping[ViewKey, int]) -> Iter
     """(batch index, slot, frames) of each use, read from its columns where it has them."""
     if isinstance(uses, Uses):
         rows, slots = uses.columns
-        return ((views[r.view], s, len(r.clips[s].frame_indices))
+        return ((views[r.view], s, frame_count(r.clips, s))
                 for r, s in zip(rows, slots, strict=True))
     return ((views[u.view], u.slot, len(u.clip.frame_indices)) for u in uses)
 

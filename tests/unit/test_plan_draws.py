@@ -20,10 +20,11 @@ from sandfs.config.loader import load_task_config
 from sandfs.media.probebook import ProbeBook
 from sandfs.media.types import DatasetScan
 from sandfs.ops.base import OpType
+from sandfs.plan.cliptable import TableClips
 from sandfs.plan.draws import FirstOutput, NeedGenerator, digest_words, key_texts, pcg64_first
 from sandfs.plan.mount import plan_tasks
 from sandfs.plan.seeds import _digest, rng_for
-from sandfs.plan.window import plan_window
+from sandfs.plan.window import plan_window, view_key
 from tests.helpers.harness import task_config
 from tests.helpers.plans import FAKE_DATASET, fake_videos, make_plan
 
@@ -114,6 +115,29 @@ RECORDED = {  # clips_digest of plan version 4 drawing clip by clip (commit 576f
 def test_views_draw_what_they_drew_clip_by_clip(name):
     texts, count = CASES[name]
     assert clips_digest(texts, count) == RECORDED[name]
+
+
+def window_clips_digest(texts: list[str], count: int) -> str:
+    """`clips_digest` of the views as their windows plan them (their clips rows of a
+    `ClipTable`, made again as they are read)."""
+    plans = _plans(texts, count)
+    windows = {w: plan_window(plans, w) for w in range(max(p.window_of(p.epochs - 1)
+                                                           for p in plans) + 1)}
+    digest = hashlib.sha256()
+    for plan in plans:
+        for epoch in range(plan.epochs):
+            planned = windows[plan.window_of(epoch)]
+            for iteration in range(plan.iterations_per_epoch):
+                clips = planned.view_plans[view_key(plan, epoch, iteration)].clips
+                assert isinstance(clips, TableClips)
+                digest.update(repr([_values(c) for c in clips]).encode())
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_windows_hold_the_clips_drawn_clip_by_clip(name):
+    texts, count = CASES[name]
+    assert window_clips_digest(texts, count) == RECORDED[name]
 
 
 def test_plain_paths_are_made_from_templates():

@@ -8,11 +8,14 @@ from array import array
 
 import pytest
 
+from sandfs.plan.cliptable import ClipTable, TableClips, frame_count
+from sandfs.plan.records import StreamClip
 from sandfs.plan.uses import ClipUse, Uses, ViewRow, batches
 from sandfs.plan.window import ViewKey, plan_window
 from sandfs.sched.objects import leaf_rows
 from sandfs.sched.urgency import urgency_entries
 from tests.helpers.plans import fake_videos, make_plan
+from tests.unit.test_testviews import make_plan as evaluation_plan
 
 
 def rows(count: int, clips_per_view: int = 3) -> list[ViewRow]:
@@ -32,10 +35,15 @@ def test_a_window_s_uses_are_its_views_clips_in_their_slots(tmp_path):
             for use in work.uses:
                 clip = window.view_plans[use.view].clips[use.slot]
                 assert use == ClipUse(use.view, use.slot, clip, window.readers[use.view])
-                assert use.clip is clip and plan.videos[clip.video_index] is work.info
+                assert plan.videos[clip.video_index] is work.info
                 seen.add((use.view, use.slot))
         assert seen == {(key, slot) for key, view in window.view_plans.items()
                         for slot in range(len(view.clips))}
+        fresh = make_plan(tmp_path, fake_videos(12), **overrides)
+        for key, view in window.view_plans.items():  # the table's clips: those resolved
+            assert isinstance(view.clips, TableClips)
+            again = fresh.view_plan(key.epoch, key.iteration)
+            assert view == again and tuple(view.clips) == again.clips
 
 
 def test_uses_behave_as_the_tuple_they_stand_for():
@@ -88,3 +96,39 @@ def test_window_wide_readers_read_the_columns_as_the_clips(tmp_path):
     pending = {path: work.uses for path, work in window.videos.items()}
     tuples = {path: work.uses for path, work in as_tuples.videos.items()}
     assert urgency_entries(0, pending) == urgency_entries(0, tuples)
+
+
+def test_a_table_s_batches_are_the_tuples_they_stand_for(tmp_path):
+    plan = make_plan(tmp_path, fake_videos(12), sampling={"samples_per_video": 2})
+    views = [plan.view_plan(0, i) for i in range(plan.iterations_per_epoch)]
+    table = ClipTable()
+    rows = [table.add(view.clips) for view in views]
+    for got, view in zip(rows, views, strict=True):
+        clips = view.clips
+        assert got == clips and tuple(got) == clips and hash(got) == hash(clips)
+        assert [got[i] for i in range(-len(clips), len(clips))] == [*clips, *clips]
+        assert got[1:3] == clips[1:3] and all(type(c) is StreamClip for c in got)
+        assert [frame_count(got, i) for i in range(len(got))] == [
+            len(c.frame_indices) for c in clips]
+        sent = pickle.loads(pickle.dumps(got))
+        assert type(sent) is tuple and sent == clips
+        with pytest.raises(IndexError):
+            got[len(clips)]
+    table.seal()
+    assert rows[0] == views[0].clips  # read after sealing, as ever
+    with pytest.raises(RuntimeError, match="sealed"):
+        table.add(views[0].clips)
+    with pytest.raises(ValueError, match="rows"):
+        TableClips(table, len(table), 1)
+
+
+def test_test_views_and_shards_plan_in_windows_as_alone(tmp_path):
+    shard = {"sampling": {"shard": {"rank": 1, "world_size": 2}}}
+    for made in (lambda: evaluation_plan(tmp_path, fake_videos(12)),
+                 lambda: make_plan(tmp_path, fake_videos(12), **shard)):
+        window, alone = plan_window([made()], 0), made()
+        assert window.view_plans
+        for key, view in window.view_plans.items():
+            assert isinstance(view.clips, TableClips)
+            again = alone.view_plan(key.epoch, key.iteration)
+            assert view == again and alone.view_meta(view) == alone.view_meta(again)

@@ -801,7 +801,7 @@ def test_a_frame_kept_after_its_clips_first_op_gives_the_same_clips(tmp_path):
     direct = list(materializer.augment_clips(clips, frames))
     from_kept = list(materializer.augment_clips(clips, kept))
     assert all(np.array_equal(a, b) for a, b in zip(direct, from_kept, strict=True))
-    cropped_first = replace(clips[0], ops=clips[0].ops[1:])
+    cropped_first = clips[0]._replace(ops=clips[0].ops[1:])
     assert first_ops([clips[0], cropped_first]) == {}  # they disagree: kept as decoded
     with pytest.raises(ValueError, match="does not start with"):
         list(materializer.augment_clips([cropped_first], kept))
