@@ -295,8 +295,9 @@ class BatchBoard:
                 self._note_slots(key, state)
         ready = {key for key in plan.views if key not in self.views}  # made already, or failed
         self.urgency.add_entries(planned.urgency, self.pending)
+        jobs = planned.urgency.jobs
         for path in plan.videos:
-            job = VideoJobKey(window, path)
+            job = jobs.get(path) or VideoJobKey(window, path)
             disk = planned.disk_plans.get(path)
             if path in planned.frames_on_disk:
                 disk = disk or DiskPlan()

@@ -147,6 +147,8 @@ class UrgencyEntries:
     # made for the board, which takes them as they are (`UrgencyOrder.add_entries`)
     by_task: Mapping[str, list[tuple[int, VideoJobKey]]]  # (soonest position, job), sorted
     jobs_of_view: Mapping[ViewKey, list[VideoJobKey]]  # the jobs with clips for a batch, once
+    # each video's job, the key its entries hold: the board's too, not one more a video
+    jobs: Mapping[str, VideoJobKey] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,8 +145,9 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
     (`urgent` takes a job at its first entry). In a planning thread: a clip at a time."""
     soonest: dict[str, dict[VideoJobKey, int]] = defaultdict(dict)
     jobs_of_view: dict[ViewKey, list[VideoJobKey]] = {}
+    jobs: dict[str, VideoJobKey] = {}
     for path, uses in pending.items():
-        job = VideoJobKey(window, path)
+        job = jobs[path] = VideoJobKey(window, path)
         for use in batches(uses):  # no ClipUse made: a window has millions
             _add_grouped_job(jobs_of_view, use.view, job)
             for task, position in use.readers:
@@ -155,7 +156,7 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
                     at[job] = position
     by_task = {task: sorted(((p, j) for j, p in jobs.items()), key=_position)
                for task, jobs in soonest.items()}
-    return UrgencyEntries(by_task, dict(jobs_of_view))
+    return UrgencyEntries(by_task, dict(jobs_of_view), jobs)
 
 
 def _add_grouped_job(jobs_of_view: dict[ViewKey, list[VideoJobKey]], view: ViewKey,

@@ -72,6 +72,8 @@ def test_pending_clips_are_the_window_s_own_lists_and_leave_them_as_they_are(tmp
     before = {path: video.uses for path, video in videos.items()}
     job, uses = next(iter(board.pending.items()))
     assert uses is videos[job.path].uses
+    # one key a video: the urgency order's is the board's (64 bytes a video more, before)
+    assert all(key is planned.urgency.jobs[key.path] for key in board.pending)
     board.add_pending(job, uses[0])  # made, not kept: pending again
     board.take_pending(job, uses[:1])
     other = next(j for j in board.pending if j != job)
