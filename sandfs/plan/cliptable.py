@@ -11,82 +11,61 @@ from array import array
 from collections.abc import Iterator, Sequence
 from typing import overload
 
+import numpy as np
+
 from sandfs.plan.records import StreamClip
 
 _new_clip = tuple.__new__  # a StreamClip without its __new__'s call
 
 
-class _Distinct:
-    """Distinct objects once each, by index. Found by identity: the plan interns equal parts
-    of clips (`TaskPlan.shared`), and hashing a tuple of frames at every clip cost more than
-    an equal value kept twice where its interner was cleared."""
-
-    __slots__ = ("_index", "values")
-
-    def __init__(self) -> None:
-        self.values: list = []
-        self._index: dict[int, int] | None = {}  # by id(): each value is kept in `values`
-
-    def seal(self) -> None:
-        self._index = None
-
-    @property
-    def sealed(self) -> bool:
-        return self._index is None
-
-    def index(self, value) -> int:
-        found = self._index.get(id(value))
-        if found is None:
-            found = self._index[id(value)] = len(self.values)
-            self.values.append(value)
-        return found
+def _distinct(objects: Sequence) -> tuple[list, array]:
+    """The distinct objects and each one's index among them. By identity, in numpy: the plan
+    interns equal parts of clips (`TaskPlan.shared`), and hashing a clip's tuple of frames
+    cost more than an equal value kept twice where its interner was cleared."""
+    ids = np.fromiter(map(id, objects), np.int64, len(objects))
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    indices = array("i")
+    indices.frombytes(inverse.astype(np.int32).tobytes())
+    return [objects[i] for i in first.tolist()], indices
 
 
 class ClipTable:
     """The clips of the batches one planning pass resolved (a window or a part of one), a row
-    each; rows are added, never changed."""
+    each, made at once and never changed."""
 
     __slots__ = ("_frames", "_ops", "_paths", "frames", "ops", "path", "sample", "stream",
                  "video")
 
-    def __init__(self) -> None:
-        self.video, self.frames, self.ops = array("i"), array("i"), array("i")
-        self.sample, self.stream, self.path = array("i"), array("H"), array("H")
-        self._frames, self._ops, self._paths = _Distinct(), _Distinct(), _Distinct()
+    def __init__(self, clips: Sequence[StreamClip]) -> None:
+        video, sample, stream, frames, ops, paths = zip(*clips, strict=True) if clips else (
+            (),) * 6
+        self.video, self.sample, self.stream = (array("i", video), array("i", sample),
+                                                array("H", stream))
+        self._frames, self.frames = _distinct(frames)
+        self._ops, self.ops = _distinct(ops)
+        self._paths, self.path = _distinct(paths)
+
+    @classmethod
+    def of(cls, batches: Sequence[Sequence[StreamClip]]) -> list[TableClips]:
+        """Each batch's clips as rows of one new table."""
+        table = cls([clip for clips in batches for clip in clips])
+        made, start = [], 0
+        for clips in batches:
+            made.append(TableClips(table, start, len(clips)))
+            start += len(clips)
+        return made
 
     def __len__(self) -> int:
         return len(self.video)
 
-    @property
-    def _columns(self) -> tuple[array, ...]:
-        return self.video, self.sample, self.stream, self.frames, self.ops, self.path
-
-    def add(self, clips: Sequence[StreamClip]) -> TableClips:
-        """A batch's clips, as rows of the table."""
-        if self._frames.sealed:
-            raise RuntimeError("a sealed ClipTable takes no more rows")
-        start = len(self.video)
-        frames, ops, paths = self._frames.index, self._ops.index, self._paths.index
-        rows = [(v, s, t, frames(f), ops(o), paths(p)) for v, s, t, f, o, p in clips]
-        for column, values in zip(self._columns, zip(*rows, strict=True), strict=False):
-            column.extend(values)
-        return TableClips(self, start, len(rows))
-
-    def seal(self) -> None:
-        """No more rows: what found a value's index goes (a clip of its own ops, a random
-        resized crop's, would keep ~100 bytes there)."""
-        for distinct in (self._frames, self._ops, self._paths):
-            distinct.seal()
-
     def clip(self, row: int) -> StreamClip:
         return _new_clip(StreamClip, (self.video[row], self.sample[row], self.stream[row],
-                                      self._frames.values[self.frames[row]],
-                                      self._ops.values[self.ops[row]],
-                                      self._paths.values[self.path[row]]))
+                                      self._frames[self.frames[row]], self._ops[self.ops[row]],
+                                      self._paths[self.path[row]]))
 
     def frame_count(self, row: int) -> int:
         """len(frame_indices) of a row's clip, without the clip made."""
-        return len(self._frames.values[self.frames[row]])
+        return len(self._frames[self.frames[row]])
 
 
 class TableClips(Sequence[StreamClip]):

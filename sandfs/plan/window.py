@@ -152,8 +152,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     frozen = {key: tuple(r) for key, r in readers.items()}
     drawn = _prepare(views, _Either(known, resolved))
     failed: dict[ViewKey, FailedView] = {}
-    view_plans: dict[ViewKey, ViewPlan] = {}
-    table = ClipTable()
+    planned: list[tuple[ViewKey, TaskPlan, ViewPlan]] = []
     for count, (key, (plan, epoch, iteration)) in enumerate(views.items()):
         if count % VIEWS_PER_STOP_CHECK == 0:
             stop_if_asked()
@@ -170,14 +169,12 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
             failed[key] = FailedView(f"planning failed: {type(exc).__name__}: {exc}",
                                      frozen.pop(key))
             continue
-        clips = view.clips  # looked at here as resolved, not made again from the table
-        if key not in resolved:  # its clips as rows of the window's table
-            view = ViewPlan(view.task, view.epoch, view.iteration, table.add(clips),
-                            view.shape, view.dtype, view.layout)
-        view_plans[key] = view
-        row = ViewRow(key, view.clips, frozen[key])
+        planned.append((key, plan, view))
+    view_plans = _tabled(planned, resolved)
+    for key, plan, view in planned:  # as resolved: no clip made again from the table
+        row = ViewRow(key, view_plans[key].clips, frozen[key])
         owners = slot_owners(plan, view) if lead is not None or skip else None
-        for slot, clip in enumerate(clips):
+        for slot, clip in enumerate(view.clips):
             info = plan.videos[clip.video_index]
             owner = info.path if owners is None else owners[slot]
             if owner in skip or (lead is not None and owner not in lead):
@@ -188,7 +185,6 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                 found = uses[info.path] = ([], [])
             found[0].append(row)
             found[1].append(slot)
-    table.seal()
     for path, work in videos.items():
         work.uses = Uses(*uses[path])
     for plan, epoch in drawn:  # the views hold what was drawn: the arrays go
@@ -196,6 +192,16 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     for key in failed:
         del views[key]
     return WindowPlan(window, videos, views, frozen, failed, view_plans)
+
+
+def _tabled(planned: list[tuple[ViewKey, TaskPlan, ViewPlan]],
+            resolved: Container[ViewKey]) -> dict[ViewKey, ViewPlan]:
+    """The views, those resolved here with their clips as rows of one new `ClipTable`."""
+    mine = [view for key, _, view in planned if key not in resolved]
+    rows = iter(ClipTable.of([view.clips for view in mine]))
+    return {key: view if key in resolved else ViewPlan(
+        view.task, view.epoch, view.iteration, next(rows), view.shape, view.dtype, view.layout)
+        for key, _, view in planned}
 
 
 def slot_owners(plan: TaskPlan, view: ViewPlan) -> list[str]:

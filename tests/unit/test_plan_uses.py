@@ -101,25 +101,25 @@ def test_window_wide_readers_read_the_columns_as_the_clips(tmp_path):
 def test_a_table_s_batches_are_the_tuples_they_stand_for(tmp_path):
     plan = make_plan(tmp_path, fake_videos(12), sampling={"samples_per_video": 2})
     views = [plan.view_plan(0, i) for i in range(plan.iterations_per_epoch)]
-    table = ClipTable()
-    rows = [table.add(view.clips) for view in views]
+    rows = ClipTable.of([view.clips for view in views])
+    assert rows[0].table is rows[-1].table and len(rows[0].table) == sum(
+        len(view.clips) for view in views)
     for got, view in zip(rows, views, strict=True):
         clips = view.clips
         assert got == clips and tuple(got) == clips and hash(got) == hash(clips)
         assert [got[i] for i in range(-len(clips), len(clips))] == [*clips, *clips]
         assert got[1:3] == clips[1:3] and all(type(c) is StreamClip for c in got)
+        assert all(a.frame_indices is b.frame_indices and a.ops is b.ops and a.path is b.path
+                   for a, b in zip(got, clips, strict=True))  # the plan's own, not copies
         assert [frame_count(got, i) for i in range(len(got))] == [
             len(c.frame_indices) for c in clips]
         sent = pickle.loads(pickle.dumps(got))
         assert type(sent) is tuple and sent == clips
         with pytest.raises(IndexError):
             got[len(clips)]
-    table.seal()
-    assert rows[0] == views[0].clips  # read after sealing, as ever
-    with pytest.raises(RuntimeError, match="sealed"):
-        table.add(views[0].clips)
     with pytest.raises(ValueError, match="rows"):
-        TableClips(table, len(table), 1)
+        TableClips(rows[0].table, len(rows[0].table), 1)
+    assert ClipTable.of([]) == [] and ClipTable.of([()])[0] == ()
 
 
 def test_test_views_and_shards_plan_in_windows_as_alone(tmp_path):
