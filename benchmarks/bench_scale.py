@@ -30,8 +30,11 @@ Per size and task:
   daemon's CPU seconds by then, peak RSS; unmounted at once (no scan waited for).
 - plan (in this process, on scan results copied from the sources' probes, no mount): planning
   seconds (CPU) of the tasks' plans and of window 0, plan bytes a clip (what tracemalloc sees
-  the task plans and the window plan hold, over the window's clips), and Algorithm 1's CPU
-  seconds over window 0 with room for half its clips (skipped above --prune-max-clips).
+  the task plans and the window plan hold, over the window's clips), this process's RSS
+  before planning and holding the scan, the plans, window 0 whole and its board
+  (`rss_before_mb`, `rss_window_mb`: what a daemon's plan costs it, without the FUSE side),
+  and Algorithm 1's CPU seconds over window 0 with room for half its clips (skipped above
+  --prune-max-clips).
 One JSON object per line.
 
     .venv/bin/python benchmarks/bench_scale.py --sizes 1000 10000
@@ -45,6 +48,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import os
 import re
 import resource
 import shutil
@@ -66,6 +70,7 @@ from common import (
     emit,
     machine_info,
     peak_rss_mb,
+    rss_mb,
     sandfs_mount,
     settle_disk,
     tree_cpu_seconds,
@@ -394,6 +399,7 @@ def plan_window0(config: Path, scan: DatasetScan, k_epochs: int, store: ObjectSt
     held["board"] = board = BatchBoard()
     board.add_window(planned)
     held["board_s"] = time.process_time() - cpu
+    held["rss_mb"] = rss_mb(os.getpid())  # the scan, the plans, window 0 whole and its board
     fresh = plan_tasks([cfg], scans, k_epochs=k_epochs)  # their views and draws not cached
     cpu = time.process_time()
     held["window"] = plan_window(fresh, 0)
@@ -410,9 +416,10 @@ def plan_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, v
     scan = copied_scan(root, infos, videos)
     store = ObjectStore(str(work_dir / "plan-store"), PLAN_BUDGET_BYTES)
     gc.collect()
+    before_mb = rss_mb(os.getpid())
     held = plan_window0(config, scan, args.k_epochs, store)
     clips = sum(len(work.uses) for work in held["window"].videos.values())
-    times = {k: held[k] for k in ("tasks_s", "window_s", "active_s", "board_s")}
+    times = {k: held[k] for k in ("tasks_s", "window_s", "active_s", "board_s", "rss_mb")}
     del held
     gc.unfreeze()  # settled: walked again, to be collected
     gc.collect()
@@ -431,7 +438,8 @@ def plan_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, v
               "active_cpu_s": round(times["active_s"], 3),
               "board_cpu_s": round(times["board_s"], 3),
               "planning_us_per_clip": round(whole / clips * 1e6, 2),
-              "plan_bytes_per_clip": round(plan_bytes / clips, 1)}
+              "plan_bytes_per_clip": round(plan_bytes / clips, 1),
+              "rss_before_mb": round(before_mb), "rss_window_mb": round(times["rss_mb"])}
     if clips <= args.prune_max_clips:
         window = plan_window0(config, scan, args.k_epochs, store)["window"]
         room = leaves_nbytes(window) // 2

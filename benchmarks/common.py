@@ -295,6 +295,11 @@ def _rss_bytes(pid: int) -> int:
         return 0  # gone meanwhile
 
 
+def rss_mb(pid: int) -> float:
+    """A live process's RSS now, MiB."""
+    return _rss_bytes(pid) / 2**20
+
+
 class PeakMemory:
     """The peak, over time, of the summed RSS of some process trees (a loader and its workers,
     a daemon and its readers), sampled every `interval_s` in a thread while the `with` block
