@@ -153,9 +153,33 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     drawn = _prepare(views, _Either(known, resolved))
     failed: dict[ViewKey, FailedView] = {}
     planned: list[tuple[ViewKey, TaskPlan, ViewPlan]] = []
+    view_plans: dict[ViewKey, ViewPlan] = {}
+
+    def tabled() -> None:
+        """The views resolved since the last call, their clips as a table's rows, and their
+        uses grouped by video: a table a few hundred batches, so that their clips as resolved
+        are not all held at once (a window's peak would be the memory its columns save)."""
+        view_plans.update(_tabled(planned, resolved))
+        for key, plan, view in planned:  # as resolved: no clip made again from the table
+            row = ViewRow(key, view_plans[key].clips, frozen[key])
+            owners = slot_owners(plan, view) if lead is not None or skip else None
+            for slot, clip in enumerate(view.clips):
+                info = plan.videos[clip.video_index]
+                owner = info.path if owners is None else owners[slot]
+                if owner in skip or (lead is not None and owner not in lead):
+                    continue
+                found = uses.get(info.path)
+                if found is None:  # not setdefault: a VideoWork made for every clip cost 1 us
+                    videos[info.path] = VideoWork(info, plan, window)
+                    found = uses[info.path] = ([], [])
+                found[0].append(row)
+                found[1].append(slot)
+        planned.clear()
+
     for count, (key, (plan, epoch, iteration)) in enumerate(views.items()):
         if count % VIEWS_PER_STOP_CHECK == 0:
             stop_if_asked()
+            tabled()
         if key in known:
             continue
         try:
@@ -170,21 +194,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                                      frozen.pop(key))
             continue
         planned.append((key, plan, view))
-    view_plans = _tabled(planned, resolved)
-    for key, plan, view in planned:  # as resolved: no clip made again from the table
-        row = ViewRow(key, view_plans[key].clips, frozen[key])
-        owners = slot_owners(plan, view) if lead is not None or skip else None
-        for slot, clip in enumerate(view.clips):
-            info = plan.videos[clip.video_index]
-            owner = info.path if owners is None else owners[slot]
-            if owner in skip or (lead is not None and owner not in lead):
-                continue
-            found = uses.get(info.path)
-            if found is None:  # not setdefault: a VideoWork made for every clip cost 1 us
-                videos[info.path] = VideoWork(info, plan, window)
-                found = uses[info.path] = ([], [])
-            found[0].append(row)
-            found[1].append(slot)
+    tabled()
     for path, work in videos.items():
         work.uses = Uses(*uses[path])
     for plan, epoch in drawn:  # the views hold what was drawn: the arrays go
