@@ -112,6 +112,7 @@ class TaskPlan:
         self._fixed: dict[tuple[OpSpec, tuple[int, int]], OpInstance] = {}  # `_fixed_instance`
         self._shapes: dict[tuple[OpSpec, FrameShape], FrameShape] = {}  # `_shape_after`
         self.view_plan = lru_cache(maxsize=4096)(self._view_plan)
+        self._ahead: dict[tuple[int, int], ViewPlan] = {}  # `resolve_ahead`
         self.epoch_order = lru_cache(maxsize=64)(self._epoch_order)
         self.plan_key = lru_cache(maxsize=256)(self._plan_key)
         self.draws = ClipDraws(self)  # the clips' draws, made for a batch or window at once
@@ -421,6 +422,15 @@ class TaskPlan:
     def resolve_view(self, epoch: int, iteration: int) -> ViewPlan:
         """The batch resolved again, not kept (`view_plan` keeps its last 4,096)."""
         return self._view_plan(epoch, iteration)
+
+    def resolve_ahead(self, epoch: int, iteration: int) -> None:
+        """Resolve the batch before its window is planned (a joining task's lead part, while
+        another part holds the planner), kept for `take_ahead`."""
+        self._ahead[epoch, iteration] = self.view_plan(epoch, iteration)
+
+    def take_ahead(self, epoch: int, iteration: int) -> ViewPlan | None:
+        """The batch as `resolve_ahead` resolved it, once; None if it did not."""
+        return self._ahead.pop((epoch, iteration), None)
 
     def _view_plan(self, epoch: int, iteration: int) -> ViewPlan:
         videos = self.batch_videos(epoch, iteration)

@@ -154,12 +154,13 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     failed: dict[ViewKey, FailedView] = {}
     planned: list[tuple[ViewKey, TaskPlan, ViewPlan]] = []
     view_plans: dict[ViewKey, ViewPlan] = {}
+    as_is: set[ViewKey] = set()  # resolved by an earlier part or ahead: not tabled again
 
     def tabled() -> None:
         """The views resolved since the last call, their clips as a table's rows, and their
         uses grouped by video: a table a few hundred batches, so that their clips as resolved
         are not all held at once (a window's peak would be the memory its columns save)."""
-        view_plans.update(_tabled(planned, resolved))
+        view_plans.update(_tabled(planned, as_is))
         for key, plan, view in planned:  # as resolved: no clip made again from the table
             row = ViewRow(key, view_plans[key].clips, frozen[key])
             owners = slot_owners(plan, view) if lead is not None or skip else None
@@ -185,7 +186,11 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
         try:
             fault_point("planning", plan.name)
             # not `view_plan`: its cache would keep a second copy of the clips the table has
-            view = resolved.get(key) or plan.resolve_view(epoch, iteration)
+            view = resolved.get(key) or plan.take_ahead(epoch, iteration)
+            if view is not None:  # resolved already: held as it is, not made again
+                as_is.add(key)
+            else:
+                view = plan.resolve_view(epoch, iteration)
         except (ConditionError, NoUsableVideo) as exc:  # this view fails; the rest goes on
             failed[key] = FailedView(str(exc), frozen.pop(key))
             continue
@@ -205,11 +210,11 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
 
 
 def _tabled(planned: list[tuple[ViewKey, TaskPlan, ViewPlan]],
-            resolved: Container[ViewKey]) -> dict[ViewKey, ViewPlan]:
-    """The views, those resolved here with their clips as rows of one new `ClipTable`."""
-    mine = [view for key, _, view in planned if key not in resolved]
+            as_is: Container[ViewKey]) -> dict[ViewKey, ViewPlan]:
+    """The views, the others than `as_is` with their clips as rows of one new `ClipTable`."""
+    mine = [view for key, _, view in planned if key not in as_is]
     rows = iter(ClipTable.of([view.clips for view in mine]))
-    return {key: view if key in resolved else ViewPlan(
+    return {key: view if key in as_is else ViewPlan(
         view.task, view.epoch, view.iteration, next(rows), view.shape, view.dtype, view.layout)
         for key, _, view in planned}
 

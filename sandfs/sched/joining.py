@@ -382,7 +382,7 @@ def resolve_ahead(plan: TaskPlan, window: int, lead: frozenset[str]) -> None:
             plan.draws.prepare_batches(epoch, iterations)  # drawn at once, not a video a time
             for iteration in iterations:
                 stop_if_asked()  # shutdown: the daemon does not wait for it
-                plan.view_plan(epoch, iteration)
+                plan.resolve_ahead(epoch, iteration)
     except PlanningStopped:
         raise
     except Exception:  # planned again in its part, and failed there with its reason
