@@ -132,3 +132,28 @@ def test_test_views_and_shards_plan_in_windows_as_alone(tmp_path):
             assert isinstance(view.clips, TableClips)
             again = alone.view_plan(key.epoch, key.iteration)
             assert view == again and alone.view_meta(view) == alone.view_meta(again)
+
+
+def test_decode_resize_and_a_failing_condition_plan_in_windows_as_alone(tmp_path):
+    """A view whose condition fails fails alone (`failed`, its reason); the others, and
+    clips decoded at another size, are those planned alone."""
+    fails = [{"name": "resize", "branch_type": "single", "inputs": ["frame"], "outputs": ["r"],
+              "config": [{"resize": {"shape": [32, 32]}}]},
+             {"name": "odd", "branch_type": "conditional", "inputs": ["r"], "outputs": ["out"],
+              "branches": [{"condition": "1 // (iteration - 1) >= 0",
+                            "config": [{"inv_sample": True}]},
+                           {"condition": "else", "config": []}]}]
+    for overrides in ({"sampling": {"decode_resize": {"shape": [36, 48],
+                                                      "interpolation": "area"}}},
+                      {"augmentation": fails}):
+        window = plan_window([make_plan(tmp_path, fake_videos(12), **overrides)], 0)
+        alone = make_plan(tmp_path, fake_videos(12), **overrides)
+        assert window.view_plans
+        for key, view in window.view_plans.items():
+            assert isinstance(view.clips, TableClips)
+            assert view == alone.view_plan(key.epoch, key.iteration)
+        if "augmentation" in overrides:
+            assert {key.iteration for key in window.failed} == {1}
+            assert all("division" in failed.reason for failed in window.failed.values())
+        else:
+            assert all(c.source for v in window.view_plans.values() for c in v.clips)
