@@ -63,6 +63,10 @@ class ClipTable:
                                       self._frames[self.frames[row]], self._ops[self.ops[row]],
                                       self._paths[self.path[row]]))
 
+    def frames_and_source(self, row: int) -> tuple[tuple[int, ...], tuple | None]:
+        """(frame_indices, source) of a row's clip, without the clip made."""
+        return self._frames[self.frames[row]], self._paths[self.path[row]].source
+
     def frame_count(self, row: int) -> int:
         """len(frame_indices) of a row's clip, without the clip made."""
         return len(self._frames[self.frames[row]])
@@ -122,3 +126,11 @@ def frame_count(clips: Sequence[StreamClip], index: int) -> int:
     if isinstance(clips, TableClips):
         return clips.table.frame_count(clips.start + index)
     return len(clips[index].frame_indices)
+
+
+def clip_frames(clips: Sequence[StreamClip], index: int) -> tuple[tuple[int, ...], tuple | None]:
+    """(frame_indices, source) of a batch's clip, read from its table where it has one."""
+    if isinstance(clips, TableClips):
+        return clips.table.frames_and_source(clips.start + index)
+    clip = clips[index]
+    return clip.frame_indices, clip.source

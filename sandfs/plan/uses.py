@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, overload
 
+from sandfs.plan.cliptable import TableClips, clip_frames
+
 if TYPE_CHECKING:
     from sandfs.plan.records import StreamClip
     from sandfs.plan.window import ViewKey
@@ -110,3 +112,20 @@ class Uses(Sequence[ClipUse]):
 def batches(uses: Sequence[ClipUse]) -> Sequence[ViewRow] | Sequence[ClipUse]:
     """Each use's batch, as its `view` and `readers`, with no `ClipUse` made for it."""
     return uses.columns[0] if isinstance(uses, Uses) else uses
+
+
+def frame_rows(uses: Sequence[ClipUse]) -> Iterator[tuple[ViewKey, int, tuple[int, ...],
+                                                           tuple | None]]:
+    """(batch, slot, frame indices, source) of each use, with no `ClipUse` or `StreamClip`
+    made where its columns have them: what pruning and a video's frames read."""
+    if isinstance(uses, Uses):
+        for row, slot in zip(*uses.columns, strict=True):
+            clips = row.clips
+            if type(clips) is TableClips:  # inline `clip_frames`: a clip a call, three passes
+                frames, source = clips.table.frames_and_source(clips.start + slot)
+            else:
+                frames, source = clip_frames(clips, slot)
+            yield row.view, slot, frames, source
+    else:
+        for use in uses:
+            yield use.view, use.slot, use.clip.frame_indices, use.clip.source

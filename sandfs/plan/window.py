@@ -21,7 +21,7 @@ from sandfs.media.types import VideoInfo
 from sandfs.plan.cliptable import ClipTable
 from sandfs.plan.probed import NoUsableVideo
 from sandfs.plan.task import TaskPlan, ViewPlan
-from sandfs.plan.uses import ClipUse, Uses, ViewRow
+from sandfs.plan.uses import ClipUse, Uses, ViewRow, frame_rows
 from sandfs.runtime import collector_paused
 
 # views planned between two looks at `STOP_PLANNING` (a few milliseconds of planning)
@@ -73,13 +73,13 @@ class VideoWork:
 
     @property
     def frames(self) -> set[int]:
-        return {i for use in self.uses for i in use.clip.frame_indices}
+        return {i for _, _, frames, _ in frame_rows(self.uses) for i in frames}
 
     @property
     def frame_keys(self) -> set[tuple]:
         """(index, source) of every frame the uses need: a frame wanted at full size and
         scaled in the decoder (decode_resize) is two objects from one decode."""
-        return {(i, use.clip.source) for use in self.uses for i in use.clip.frame_indices}
+        return {(i, source) for _, _, frames, source in frame_rows(self.uses) for i in frames}
 
 
 @dataclass(frozen=True, slots=True)

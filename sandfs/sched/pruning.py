@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sandfs.cache.flatprune import FlatGraphs, prune_flat
+from sandfs.plan.uses import frame_rows
 from sandfs.plan.window import VideoWork, WindowPlan
 from sandfs.runtime import collector_paused
 from sandfs.sched.objects import (
@@ -72,8 +73,8 @@ def _pruned_plans(plan: WindowPlan, paths: list[str], room: int,
     plans, first = {}, 0
     for index, path in enumerate(paths):
         uses = plan.videos[path].uses
-        spots = {Spot(use.view, use.slot) for use, keep in zip(
-            uses, kept[first:first + len(uses)], strict=True) if keep}
+        spots = {Spot(view, slot) for (view, slot, _, _), keep in zip(
+            frame_rows(uses), kept[first:first + len(uses)], strict=True) if keep}
         if spots or frames_kept[index]:  # none for a video that keeps nothing
             plans[path] = DiskPlan(spots or NO_CLIPS, frames_kept[index])
         first += len(uses)
@@ -111,14 +112,12 @@ class _ClipRows:
 
     def add(self, plan: WindowPlan, index: int, work: VideoWork) -> None:
         sizes: dict[tuple | None, int] = {}  # a frame's bytes depend on its source only
-        for use in work.uses:
-            source, frames = use.clip.source, use.clip.frame_indices
+        for view, _, frames, source in frame_rows(work.uses):  # no records made
             if source not in sizes:
                 sizes[source] = frame_nbytes(work.info, (0, source))
-            per_frame = self._out_frame.get(use.view)
+            per_frame = self._out_frame.get(view)
             if per_frame is None:  # once a view
-                per_frame = self._out_frame[use.view] = out_frame_nbytes(
-                    plan.views[use.view][0])
+                per_frame = self._out_frame[view] = out_frame_nbytes(plan.views[view][0])
             self.video.append(index)
             self.frame_indices.append(frames)
             self.source.append(self._sources.setdefault(source, len(self._sources)))

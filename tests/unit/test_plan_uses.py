@@ -10,7 +10,7 @@ import pytest
 
 from sandfs.plan.cliptable import ClipTable, TableClips, frame_count
 from sandfs.plan.records import StreamClip
-from sandfs.plan.uses import ClipUse, Uses, ViewRow, batches
+from sandfs.plan.uses import ClipUse, Uses, ViewRow, batches, frame_rows
 from sandfs.plan.window import ViewKey, plan_window
 from sandfs.sched.objects import leaf_rows
 from sandfs.sched.urgency import urgency_entries
@@ -83,7 +83,8 @@ def test_slots_past_a_byte_and_bad_columns():
 
 
 def test_window_wide_readers_read_the_columns_as_the_clips(tmp_path):
-    """`leaf_rows` and `urgency_entries` read the columns; the same as from a tuple a video."""
+    """`leaf_rows`, `urgency_entries` and `frame_rows` read the columns; the same as from a
+    tuple a video."""
     plan = make_plan(tmp_path, fake_videos(12))
     window = plan_window([plan], 0)
     as_tuples = plan_window([make_plan(tmp_path, fake_videos(12))], 0)
@@ -96,6 +97,9 @@ def test_window_wide_readers_read_the_columns_as_the_clips(tmp_path):
     pending = {path: work.uses for path, work in window.videos.items()}
     tuples = {path: work.uses for path, work in as_tuples.videos.items()}
     assert urgency_entries(0, pending) == urgency_entries(0, tuples)
+    for path, work in window.videos.items():  # what pruning and a video's frames read
+        assert list(frame_rows(work.uses)) == list(frame_rows(as_tuples.videos[path].uses))
+        assert work.frame_keys == as_tuples.videos[path].frame_keys
 
 
 def test_a_table_s_batches_are_the_tuples_they_stand_for(tmp_path):
