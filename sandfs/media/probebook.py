@@ -100,8 +100,8 @@ class ProbeQueue:
         """The next job `role` takes (None: none left, or none it takes now)."""
         with self._lock:
             front = role == FRONT and self._paced
-            if role == BACKGROUND and self._paced and self._readers_waiting > 0 and (
-                    not self._held_share()):
+            held = role == BACKGROUND and self._paced and self._readers_waiting > 0
+            if held and not self._held_share():
                 return None
             job = None if role == BACKGROUND else self._pop(self._urgent)
             if job is None and (not front or self._lead > 0):
@@ -111,6 +111,7 @@ class ProbeQueue:
                 job = self._pop(self._order)
             if job is not None and role == BACKGROUND:
                 self._background[job.key] = job
+                self._held_left -= held  # a slot of the share spent only on a job
             elif job is not None:  # with a front worker now: a wait sends it no further
                 self._background.pop(job.key, None)
             return job
@@ -144,21 +145,21 @@ class ProbeQueue:
                     self.waker.poke()
 
     def _held_share(self) -> bool:
-        """Under the lock, while held: may the background take a job now (its share)?"""
+        """Under the lock, while held: is a slot of the background's share left now?"""
         now = time.monotonic()
         if not self._held_left and now >= self._held_next:
             self._held_left, self._held_next = self.held_jobs, now + self.held_every_s
-        if not self._held_left:
-            return False
-        self._held_left -= 1
-        return True
+        return self._held_left > 0
 
-    def held_seconds(self) -> float:
-        """How soon the background may take a job again while held (inf: not held)."""
+    def held_seconds(self, room: bool) -> float:
+        """How soon a background worker that has `room` (took what it could just now) may
+        take a job again while held. inf: not held, no room (its reply wakes the scan), or a
+        slot left that found no job (those left are a front worker's): the scan's thread must
+        not poll, holding the GIL, while the reader it holds for waits."""
         with self._lock:
-            if not (self._paced and self._readers_waiting > 0):
+            if not (room and self._paced and self._readers_waiting > 0) or self._held_left:
                 return math.inf
-            return 0.0 if self._held_left else max(0.0, self._held_next - time.monotonic())
+            return max(0.0, self._held_next - time.monotonic())
 
     def woken(self, seconds: float) -> None:
         """Until the waker is poked (the last reader out, a job waited for) or `seconds`."""

@@ -17,11 +17,9 @@ from multiprocessing.connection import Connection, wait
 from threading import Event
 from typing import Protocol
 
-from sandfs.faults import fault_point
-from sandfs.media.types import MediaLimits, ProbeFacts, ProbeFailure, ProbeResult
+from sandfs.media.types import MediaLimits, ProbeFailure, ProbeResult
 from sandfs.workerproc import start_worker_process
 
-_WORKER_READY = "ready"
 _WORKER_START_TIMEOUT_SECONDS = 120.0
 STOP_POLL_SECONDS = 0.2  # how soon a scan run in another thread sees its stop event
 # A worker's start (an interpreter and PyAV, ~0.1-0.2 s of CPU) pays for itself only over this
@@ -34,11 +32,6 @@ WORKERS_AHEAD = 1  # started before the daemon's imports: the dataset's size is 
 # imports). 16 short videos with a busy thread beside the scan: 96-107 ms with 4, 122-130 with
 # 2, 180-190 with 1 (60 ms of probing; docs/performance.md#cold-start).
 IN_FLIGHT = 4
-# A worker's results go back a list at a time, at most this long after the first (a timer in
-# the worker, never held behind its next probe): one write and one wake-up of the scan's
-# thread for a run of short probes. One each cost the lazy scan's thread 74 % more CPU a
-# video (docs/performance.md#the-background-scan-s-order-and-pace).
-REPLY_EVERY_SECONDS = 0.02
 # Who takes which jobs from a ProbeQueue (ScanPace): ANY every job (an unpaced scan), FRONT
 # what is waited for and the lead, BACKGROUND the followed orders and the rest, never a job
 # waited for.
@@ -49,7 +42,7 @@ class JobQueue(Protocol):
     """What `probe_files` takes jobs from (probebook.ProbeQueue; a list is wrapped as one)."""
 
     def take(self, role: str = ANY) -> ProbeJob | None: ...
-    def held_seconds(self) -> float: ...
+    def held_seconds(self, room: bool) -> float: ...
     def extendleft(self, jobs: Iterable[ProbeJob]) -> None: ...
     def settled(self, key: str) -> None: ...
     def __len__(self) -> int: ...
@@ -234,7 +227,8 @@ def probe_files(
         while len(pending) or any(w.sent or w.alone for w in pool):
             for worker in pool:
                 _top_up(worker, pending, limits)
-            timeout = min(_wait_seconds(pool), pending.held_seconds())
+            room = any(w.role == BACKGROUND and _has_room(w) for w in pool)
+            timeout = min(_wait_seconds(pool), pending.held_seconds(room))
             ready = wait([*(w.replies for w in pool), *([waker] if waker else [])],
                          timeout if stop is None else min(timeout, STOP_POLL_SECONDS))
             if waker in ready:
@@ -266,7 +260,7 @@ class _Listed(deque):
     def settled(self, key: str) -> None:
         pass
 
-    def held_seconds(self) -> float:
+    def held_seconds(self, room: bool) -> float:
         return math.inf
 
 
@@ -311,13 +305,19 @@ def _top_up(worker: _Worker, pending: JobQueue, limits: MediaLimits) -> None:
     half = max(1, worker.in_flight // 2)
     while worker.ready and worker.alone and len(worker.sent) < worker.in_flight:
         _send(worker, [worker.alone.popleft()], limits)
-    while worker.ready and not worker.alone and len(worker.sent) + half <= worker.in_flight:
+    while _has_room(worker):
         batch = []
         while len(batch) < half and (job := pending.take(worker.role)) is not None:
             batch.append(job)
         if not batch:
             return
         _send(worker, batch, limits)
+
+
+def _has_room(worker: _Worker) -> bool:
+    """May it be sent a message of jobs taken from the queue now?"""
+    return (worker.ready and not worker.alone
+            and len(worker.sent) + max(1, worker.in_flight // 2) <= worker.in_flight)
 
 
 def _send(worker: _Worker, batch: list[ProbeJob], limits: MediaLimits) -> None:
@@ -358,7 +358,7 @@ def _poll_worker(worker: _Worker, readable: bool) -> list[Answer]:
     try:
         while readable and worker.replies.poll():
             message = worker.replies.recv()
-            if isinstance(message, str):  # _WORKER_READY
+            if isinstance(message, str):  # probe_worker.WORKER_READY
                 worker.ready = True
             else:
                 answered += [_answer(worker, *reply) for reply in message if worker.sent]
@@ -414,84 +414,6 @@ def _stop_worker(worker: _Worker) -> None:
 # Done, the worker leaves without the interpreter's teardown: unloading PyAV and numpy took
 # 15 ms that the scan waited for (3.4 ms now).
 _WORKER_CODE = (
-    "import os, sys; from sandfs.media.scan_workers import worker_main; "
+    "import os, sys; from sandfs.media.probe_worker import worker_main; "
     "worker_main(int(sys.argv[1]), int(sys.argv[2]), {nice}); os._exit(0)"
 )
-
-
-def worker_main(job_fd: int, reply_fd: int, nice: int = 0) -> None:
-    """The worker process's loop: (limits, [(path, identity), ...]) in, (a ProbeResult, a
-    video's scan index text or None) for each out, in order, in lists: at the message's end,
-    or REPLY_EVERY_SECONDS after a result (a timer: never held behind the next probe); None
-    or a closed pipe (the parent is gone) ends it. `nice`: added to its priority first (a
-    background worker's)."""
-    if nice:
-        os.nice(nice)
-        fault_point("background_scan")  # tests hold the background scan (sleep) this way
-    # here, not at the top: the daemon starts its workers before it imports PyAV (25 ms)
-    from sandfs.media.opening import describe_error
-    from sandfs.media.probe import probe_video
-    from sandfs.media.resulttext import result_text
-
-    jobs = Connection(job_fd, writable=False)
-    replies = _Replies(Connection(reply_fd, readable=False))
-    replies.connection.send(_WORKER_READY)
-    while True:
-        try:
-            message = jobs.recv()
-        except EOFError:
-            return
-        if message is None:
-            return
-        limits, batch = message
-        for path, identity in batch:
-            started = time.monotonic()
-            try:
-                done = probe_video(path, limits, identity)
-            except Exception as error:  # a reply must always come back
-                done = ProbeFailure("open_invalid", f"probe failed: {describe_error(error)}")
-            done = _timed(done, time.monotonic() - started, limits, nice)
-            replies.hold((done, result_text(done) if isinstance(done, ProbeFacts) else None))
-        replies.flush()
-
-
-def _timed(done: ProbeResult, seconds: float, limits: MediaLimits, nice: int) -> ProbeResult:
-    """A front worker's probe that ran past the timeout is a decode_timeout, as if killed: the
-    scan's thread may look late (a busy machine) and would take it. A background worker's
-    is kept: its time is what decoding left it."""
-    if nice or isinstance(done, ProbeFailure) or seconds <= limits.decode_timeout_seconds:
-        return done
-    return ProbeFailure("decode_timeout", f"the probe took {seconds:.2f} s, over "
-                        f"decode_timeout_seconds ({limits.decode_timeout_seconds} s)",
-                        lasting=False)
-
-
-class _Replies:
-    """A worker's results held for one write, sent REPLY_EVERY_SECONDS after the first by a
-    thread (a probe in Python code yields the GIL to it) or at the message's end."""
-
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-        self._held: list[tuple[ProbeResult, str | None]] = []
-        self._lock = threading.Lock()
-        self._holding = Event()
-        threading.Thread(target=self._flush_soon, daemon=True).start()
-
-    def hold(self, reply: tuple[ProbeResult, str | None]) -> None:
-        with self._lock:
-            self._held.append(reply)
-            self._holding.set()
-
-    def flush(self) -> None:
-        with self._lock:
-            held, self._held = self._held, []
-            self._holding.clear()
-            if held:
-                self.connection.send(held)
-
-    def _flush_soon(self) -> None:
-        with contextlib.suppress(OSError):  # the parent is gone: the loop ends too
-            while True:
-                self._holding.wait()
-                time.sleep(REPLY_EVERY_SECONDS)
-                self.flush()

@@ -90,7 +90,8 @@ def test_a_probe_worker_starts_without_numpy():
     """The workers start while the daemon imports and mounts; numpy would be a third of their
     start, and probing demuxes without it. Starting one imports neither (the daemon starts
     its worker before it imports PyAV); the worker imports PyAV to probe."""
-    code = ("import sys; from sandfs.media.scan_workers import ProbeWorkers, worker_main; "
+    code = ("import sys; from sandfs.media.probe_worker import worker_main; "
+            "from sandfs.media.scan_workers import ProbeWorkers; "
             "print('numpy' in sys.modules, 'av' in sys.modules); "
             "import sandfs.media.probe; print('numpy' in sys.modules, 'av' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -119,7 +120,7 @@ def patch_probe(monkeypatch, condition: str, action: str) -> None:
             f"    if {condition}: {action}\n"
             "    return real(path, *args)\n"
             "p.probe_video = probe\n"
-            "from sandfs.media.scan_workers import worker_main\n"
+            "from sandfs.media.probe_worker import worker_main\n"
             "worker_main(int(sys.argv[1]), int(sys.argv[2]), {nice}); os._exit(0)")
     monkeypatch.setattr(scan_workers, "_WORKER_CODE", code.replace("{", "{{")
                         .replace("}", "}}").replace("{{nice}}", "{nice}"))

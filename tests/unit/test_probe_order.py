@@ -238,14 +238,35 @@ def test_while_held_the_background_takes_a_share_at_most_every_interval(monkeypa
     queue = ProbeQueue([ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(6)],
                        held_every_s=0.5, held_jobs=2)
     try:
-        assert queue.held_seconds() == float("inf")
+        assert queue.held_seconds(room=True) == float("inf")
         with queue.readers_wait():
-            assert queue.take(BACKGROUND) is None and queue.held_seconds() == 0.5
+            assert queue.take(BACKGROUND) is None and queue.held_seconds(room=True) == 0.5
+            assert queue.held_seconds(room=False) == float("inf")  # its reply wakes the scan
             now[0] += 0.5
             assert [queue.take(BACKGROUND).key for _ in range(2)] == ["v0", "v1"]
-            assert queue.take(BACKGROUND) is None and queue.held_seconds() == 0.5
+            assert queue.take(BACKGROUND) is None and queue.held_seconds(room=True) == 0.5
             now[0] += 0.25
-            assert queue.take(BACKGROUND) is None and queue.held_seconds() == 0.25
+            assert queue.take(BACKGROUND) is None and queue.held_seconds(room=True) == 0.25
         assert queue.take(BACKGROUND).key == "v2"  # not held: any
+    finally:
+        queue.close()
+
+
+def test_a_held_share_s_slot_is_spent_only_on_a_job(monkeypatch):
+    """A slot that found no background job (those left are waited for) is kept, and the
+    scan's thread is not told to come back at once for it."""
+    now = [100.0]
+    monkeypatch.setattr(probebook.time, "monotonic", lambda: now[0])
+    queue = ProbeQueue([ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(3)],
+                       held_every_s=0.5, held_jobs=1)
+    try:
+        with queue.readers_wait():
+            queue.first(["v0", "v1"])
+            now[0] += 0.5
+            assert queue.take(BACKGROUND).key == "v2"
+            now[0] += 0.5
+            assert queue.take(BACKGROUND) is None  # v0, v1: a front worker's
+            assert queue._held_left == 1  # kept: spent, the next share would be in 0.5 s
+            assert queue.held_seconds(room=True) == float("inf")  # no job: nothing to poll for
     finally:
         queue.close()
