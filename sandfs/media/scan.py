@@ -32,6 +32,7 @@ from sandfs.media.probebook import ProbeBook, ProbeQueue
 from sandfs.media.scan_index import (
     NO_INDEX,
     UNREADABLE,
+    index_row,
     is_video_entry,
     listed_from,
     parse_entry,
@@ -248,7 +249,9 @@ class _Listing:
             (t, entry) for t in targets
             if t.rel_path not in later and _index_hit(entry := stored.get(t.rel_path), t)]
         hit_count = len(later) + len(hits)
-        later |= {t.rel_path: (t, entry) for t, entry in hits if defer and is_video_entry(entry)}
+        # their rows with the stat listed (another device's name no file here): saved partway
+        later |= {t.rel_path: (t, index_row(t, entry[3])) for t, entry in hits
+                  if defer and is_video_entry(entry)}
         listing.deferred = later  # an entry let go once read: 100,000 rows' texts, 34 MB
         book.defer_all(later, lambda rel_path: listing.from_index(*later.pop(rel_path)))
         # an index without the digest (written before it was stored) is written again once
@@ -343,9 +346,10 @@ class _Listing:
 
     def save_partial(self) -> None:
         """The index as far as the scan got (only if it probed something since the last
-        save): the results known, and the rows of the index not read yet as they are; the
-        files missing are listed afresh and probed by the next scan. Planning threads read
-        rows meanwhile: copies (one missing from both is probed again next time)."""
+        save): the results known, and the rows of the index not read yet (with the stat the
+        listing took: `of`); the files missing are listed afresh and probed by the next scan.
+        Planning threads read rows meanwhile: copies (one missing from both is probed again
+        next time)."""
         self.saved_at = time.monotonic()
         if not self.index_path or not self.unsaved:
             return

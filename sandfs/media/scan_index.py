@@ -129,8 +129,8 @@ def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries:
                rows: Mapping[str, Entry] | None = None) -> None:
     """Writes `entries` atomically, leaving out results that depend on the machine's load;
     `root_device`: the dataset root's st_dev, whose files the rows' stats describe; `texts`:
-    rel_path -> its result's `result_text` where a probe worker made it; `rows`: rows read
-    from the index and not parsed, kept as they are (a scan saved partway). No cyclic
+    rel_path -> its result's `result_text` where a probe worker made it; `rows`: rows not
+    parsed, written as they are (a scan saved partway: `index_row`). No cyclic
     collection meanwhile: the rows are garbage once written, and 250,000 of them made 8 full
     collections walk them as they were built (0.6 s with the GIL held, up to 140 ms each)."""
     with collector_paused():
@@ -179,6 +179,10 @@ def _is_lasting(result: ProbeResult) -> bool:
 
 def _entry_to_json(listed: ListedVideo, result: ProbeResult, text: str | None) -> Entry:
     """`text`: the result's `result_text`, made already (None: made here)."""
-    text = text if text is not None else result_text(result)
+    return index_row(listed, text if text is not None else result_text(result))
+
+
+def index_row(listed: ListedVideo, text: str) -> Entry:
+    """`listed`'s row, its result's `text` as it is: the stat is the listing's."""
     stat = [*(listed.identity or (0, 0)), *(listed.access or (0, 0, 0))]
     return [listed.path, listed.size_bytes, listed.mtime_ns, text, stat]

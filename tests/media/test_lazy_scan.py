@@ -5,6 +5,7 @@ found bad; a plan never places a bad file's frames."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sandfs.config.loader import load_task_config
+from sandfs.fileio import write_checked_json
 from sandfs.media import scan as scan_module
 from sandfs.media.datasets import ScanBad
 from sandfs.media.probebook import ProbeBook, ProbeQueue
@@ -368,3 +370,29 @@ def test_a_warm_scan_reads_the_index_in_the_gaps_between_a_reader_s_waits(
     finally:
         stop.set()
         thread.join()
+
+
+def test_a_partial_save_after_a_device_change_stores_the_files_stat(tmp_path, mixed_dataset,
+                                                                   monkeypatch):
+    """A restore onto another device: the index's rows, read when asked for, are saved partway
+    with the stat the listing took, so the next (warm) mount does not find them changed."""
+    monkeypatch.setattr(scan_module, "RESOLVE_SLICE", 1)
+    index = tmp_path / "index.json"
+    _, thread, _ = lazy_scan(mixed_dataset, index_path=index)
+    thread.join()
+    document = json.loads(index.read_text())
+    document["root_device"] += 1
+    for row in document["entries"].values():
+        row[4][0] += 1
+    write_checked_json(str(index), document)
+    shutil.copy(mixed_dataset / "juggling/juggling_003.mp4", mixed_dataset / "new.mp4")
+    first, thread, stop = lazy_scan(mixed_dataset, index_path=index, pace=HELD)
+    with first.probes.readers_wait():  # the rows stay unread: saved partway by the new probe
+        assert isinstance(first.probes.result("new.mp4"), VideoInfo)
+        stop.set()
+        thread.join(30)
+    second, thread, _ = lazy_scan(mixed_dataset, index_path=index)
+    thread.join(60)
+    results = {v.rel_path: second.probes.result(v.rel_path) for v in second.listed}
+    assert len(results) == 13  # the 12 listed first, new.mp4
+    assert sorted(k for k, r in results.items() if isinstance(r, BadVideo)) == [BAD]
