@@ -128,7 +128,7 @@ def start_lazy_scan(
     what is known at return. Setting `stop` ends the thread soon (its waiters get
     ScanStopped); the caller joins it. Progress as for `scan_dataset`, from the thread."""
     listing = _Listing.of(root, extensions, limits, index_path, stop, defer=True)
-    queue = ProbeQueue(listing.jobs(), pace.ahead_videos, pace.held_every_ms / 1000,
+    queue = ProbeQueue(listing.jobs(), pace.ahead_videos, pace.held_every_s,
                        max(1, pace.background_in_flight // 2))  # one message while held
     own = ProbeWorkers(0)
     try:  # until the thread owns them: the queue's waker pipe, the workers handed over

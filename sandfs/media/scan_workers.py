@@ -75,6 +75,14 @@ class ScanPace:
                                  if most is not None else
                                  f"scan {name} must be >= {least}, not {value}")
 
+    @property
+    def held_every_s(self) -> float:
+        """`held_every_ms` in seconds; inf past a float's range (the share is off)."""
+        try:
+            return self.held_every_ms / 1000
+        except OverflowError:
+            return math.inf
+
 
 # Each ScanPace field's (least, most) value; the config reads the same bounds.
 PACE_BOUNDS: dict[str, tuple[int, int | None]] = {

@@ -13,7 +13,7 @@ import pytest
 
 from sandfs.media import probebook
 from sandfs.media.probebook import ProbeBook, ProbeQueue
-from sandfs.media.scan_workers import BACKGROUND, FRONT, ProbeJob, ScanStopped
+from sandfs.media.scan_workers import BACKGROUND, FRONT, ProbeJob, ScanPace, ScanStopped
 from sandfs.media.types import BadVideo, ListedVideo
 from sandfs.plan import probeorder
 from sandfs.plan.probeorder import reading_order
@@ -268,5 +268,18 @@ def test_a_held_share_s_slot_is_spent_only_on_a_job(monkeypatch):
             assert queue.take(BACKGROUND) is None  # v0, v1: a front worker's
             assert queue._held_left == 1  # kept: spent, the next share would be in 0.5 s
             assert queue.held_seconds(room=True) == float("inf")  # no job: nothing to poll for
+    finally:
+        queue.close()
+
+
+def test_a_held_every_ms_past_a_float_s_range_turns_the_share_off():
+    held_every_s = ScanPace(held_every_ms=10**400).held_every_s  # a valid integer in YAML
+    assert held_every_s == float("inf")
+    queue = ProbeQueue([ProbeJob("v0", "/d/v0", (0, 0))], held_every_s=held_every_s)
+    try:
+        with queue.readers_wait():
+            assert queue.take(BACKGROUND) is None
+            assert queue.held_seconds(room=True) == float("inf")
+        assert queue.take(BACKGROUND).key == "v0"
     finally:
         queue.close()
