@@ -133,7 +133,8 @@ class ProbeQueue:
     def readers_wait(self) -> Iterator[None]:
         """A reader waits for a batch in here (any thread): the background takes nothing.
         The last one out wakes the scan's thread: a reader bound by decoding leaves the
-        background only short gaps between its waits."""
+        background only short gaps between its waits. A share's slots left are not carried
+        into the next hold (which would start with two shares)."""
         with self._lock:
             self._readers_waiting += 1
         try:
@@ -142,6 +143,7 @@ class ProbeQueue:
             with self._lock:
                 self._readers_waiting -= 1
                 if not self._readers_waiting:
+                    self._held_left = 0
                     self.waker.poke()
 
     def _held_share(self) -> bool:

@@ -272,6 +272,23 @@ def test_a_held_share_s_slot_is_spent_only_on_a_job(monkeypatch):
         queue.close()
 
 
+def test_a_hold_starts_with_no_slots_left_from_the_last(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(probebook.time, "monotonic", lambda: now[0])
+    queue = ProbeQueue([ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(6)],
+                       held_every_s=0.5, held_jobs=2)
+    try:
+        with queue.readers_wait():
+            now[0] += 0.5
+            assert queue.take(BACKGROUND).key == "v0"  # one slot of two spent
+        with queue.readers_wait():  # at once: the share's next slots are 0.5 s away
+            assert queue.take(BACKGROUND) is None
+            now[0] += 0.5
+            assert [queue.take(BACKGROUND).key for _ in range(2)] == ["v1", "v2"]
+    finally:
+        queue.close()
+
+
 def test_a_held_every_ms_past_a_float_s_range_turns_the_share_off():
     held_every_s = ScanPace(held_every_ms=10**400).held_every_s  # a valid integer in YAML
     assert held_every_s == float("inf")
