@@ -13,14 +13,15 @@ Per size and task:
   size) and the CPU seconds of the daemon and its probe workers per batch; the daemon's peak
   RSS (VmHWM) and its process tree's sampled peak; the pruning the daemon logged by then; on
   the cold mount, when its scan was done (`scan_done_s`, seen after the batches: it waits for
-  it, so the warm mount has its index; `scan_s`, the daemon's own figure) and when window 0 was
-  planned whole, with the daemon's peak RSS by then (`whole_s`, `daemon_peak_rss_whole_mb`: the
-  timed batches need only the window's first parts); on the warm mount, right after its first
-  batch (with --join-when-planned: once it holds its first two windows planned, `kept_after_s`
-  from the launch), seconds from a second task's file written into `.sand/tasks/` (another
-  seed) to its first batch (`joined_first_batch_s`; `joined_at_s`: when it had it, from the
-  launch), the first task reading on meanwhile (its longest read during the join and its median
-  read before: `other_read_during_join_s`, `other_read_before_s`).
+  it, so the warm mount has its index; `scan_s`, the daemon's own figure) and, with
+  --whole-timeout, when window 0 was planned whole, with the daemon's peak RSS by then
+  (`whole_s`, `daemon_peak_rss_whole_mb`: the timed batches need only the window's first
+  parts); on the warm mount, right after its first batch (with --join-when-planned: once it
+  holds its first two windows planned, `kept_after_s` from the launch), seconds from a second
+  task's file written into `.sand/tasks/` (another seed) to its first batch
+  (`joined_first_batch_s`; `joined_at_s`: when it had it, from the launch), the first task
+  reading on meanwhile (its longest read during the join and its median read before:
+  `other_read_during_join_s`, `other_read_before_s`).
 - scan (in this process): `scan_dataset` of the linked dataset with no scan index, two probe
   workers: wall seconds, videos/s, CPU milliseconds a video (this process and its workers).
 - warm (through `sandfs mount`): a mount on a cache dir holding only a scan index of every
@@ -121,6 +122,11 @@ def parse_args() -> argparse.Namespace:
                         help="the task joins the warm mount once its first two windows are "
                              "planned (minutes at 100,000 videos), not right after its first "
                              "batch")
+    parser.add_argument("--whole-timeout", type=float, default=0,
+                        help="after the cold mount's scan, wait up to this many seconds for "
+                             "window 0 to be planned whole and report its RSS then (0: not "
+                             "waited; its rest is planned while the workers idle, and they "
+                             "decode the planned videos ahead first: minutes at 100,000 videos)")
     parser.add_argument("--sources", type=int, default=16, help="distinct videos linked")
     parser.add_argument("--prune-max-clips", type=int, default=300_000,
                         help="skip the in-process pruning figure above this many clips")
@@ -222,14 +228,15 @@ def mounted_run(work_dir: Path, config: Path, task: str, args, *, warm: bool) ->
             if not warm:  # its scan index, kept for the warm mount, is written at the end
                 record["scan_done_s"] = scan_done_s(mount)
                 record["scan_s"] = scan_logged_s(log_path, since)
-                record.update(whole_record(mount))
+                if args.whole_timeout:
+                    record.update(whole_record(mount, args.whole_timeout))
         record["pruning"] = pruning_logged(log_path, since)
     if not warm:
         record["tree_peak_rss_mb"] = tree.peak_mb
     return record
 
 
-def whole_record(mount, timeout_s: float = 900, settle_s: float = 5.0) -> dict:
+def whole_record(mount, timeout_s: float, settle_s: float = 5.0) -> dict:
     """Once window 0 is planned whole (its parts planned as readers come, the rest while the
     workers idle): seconds from the launch (`whole_s`, None if not within `timeout_s`) and the
     daemon's peak RSS by then and `settle_s` later (`daemon_peak_rss_whole_mb`), what a
