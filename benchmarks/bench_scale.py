@@ -127,6 +127,10 @@ def parse_args() -> argparse.Namespace:
                              "window 0 to be planned whole and report its RSS then (0: not "
                              "waited; its rest is planned while the workers idle, and they "
                              "decode the planned videos ahead first: minutes at 100,000 videos)")
+    parser.add_argument("--plan-ahead", type=int, default=None,
+                        help="the mount runs' engine.plan_ahead (default: the config's, 64); "
+                             "with one over an epoch's batches window 0 is planned whole "
+                             "ahead of the first reader, for --whole-timeout")
     parser.add_argument("--sources", type=int, default=16, help="distinct videos linked")
     parser.add_argument("--prune-max-clips", type=int, default=300_000,
                         help="skip the in-process pruning figure above this many clips")
@@ -169,9 +173,11 @@ def link_dataset(root: Path, sources: list[Path], videos: int) -> Path:
     return root
 
 
-def task_config(task: str, root: Path, work_dir: Path) -> Path:
+def task_config(task: str, root: Path, work_dir: Path, plan_ahead: int | None = None) -> Path:
     config = yaml.safe_load((CONFIGS / TASKS[task]).read_text())
     config["task"] = task
+    if plan_ahead is not None:  # a large window planned this many batches ahead of a reader
+        config.setdefault("engine", {})["plan_ahead"] = plan_ahead
     config["dataset"]["video_dataset_path"] = str(root)
     path = work_dir / f"{task}-{root.name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -331,7 +337,7 @@ def joined_record(mountpoint: Path, config: Path, task: str) -> dict:
 
 
 def mount_record(work_dir: Path, root: Path, task: str, videos: int, args) -> dict:
-    config = task_config(task, root, work_dir)
+    config = task_config(task, root, work_dir, args.plan_ahead)
     shutil.rmtree(work_dir / "mnt-cache", ignore_errors=True)
     cold = mounted_run(work_dir, config, task, args, warm=False)
     warm = mounted_run(work_dir, config, task, args, warm=True)
