@@ -9,6 +9,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import compress
 from typing import TYPE_CHECKING, NamedTuple, overload
 
 from sandfs.plan.cliptable import TableClips, clip_frames
@@ -80,18 +81,45 @@ class Uses(Sequence[ClipUse]):
         """Each use's batch and slot."""
         return self._rows, self._slots
 
+    @classmethod
+    def of(cls, uses: Sequence[ClipUse]) -> Uses:
+        """Loose uses as columns: a row a batch, holding only these uses' clips in their
+        slots (the others None), so that no batch's whole clips are needed."""
+        if isinstance(uses, Uses):
+            return uses
+        clips: dict[ViewKey, list] = {}
+        readers: dict[ViewKey, tuple] = {}
+        for use in uses:
+            found = clips.setdefault(use.view, [])
+            readers.setdefault(use.view, use.readers)
+            found.extend([None] * (use.slot + 1 - len(found)))
+            found[use.slot] = use.clip
+        rows = {view: ViewRow(view, tuple(c), readers[view]) for view, c in clips.items()}
+        return cls([rows[u.view] for u in uses], [u.slot for u in uses])
+
     def keep(self, wanted: Callable[[ViewKey], bool]) -> Uses:
-        """The uses whose batch is `wanted`, as columns still."""
-        pairs = [(r, s) for r, s in zip(self._rows, self._slots, strict=True) if wanted(r.view)]
-        return Uses([r for r, _ in pairs], [s for _, s in pairs])
+        """The uses whose batch is `wanted`, as columns still (this one if all are)."""
+        mask = [wanted(row.view) for row in self._rows]
+        return self if all(mask) else self.select(mask)
 
-    def __add__(self, other: Sequence[ClipUse]) -> Sequence[ClipUse]:
-        if isinstance(other, Uses):
-            return Uses(self._rows + other._rows, [*self._slots, *other._slots])
-        return (*self, *other)
+    def select(self, mask: Sequence[bool]) -> Uses:
+        """The uses where `mask` is true, as columns still."""
+        if len(mask) != len(self):
+            raise ValueError(f"{len(mask)} flags for {len(self)} uses")
+        return Uses(tuple(compress(self._rows, mask)), list(compress(self._slots, mask)))
 
-    def __radd__(self, other: Sequence[ClipUse]) -> tuple[ClipUse, ...]:
-        return (*other, *self)
+    def __add__(self, other: Sequence[ClipUse]) -> Uses:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        if not other:
+            return self
+        other = Uses.of(other)  # loose uses become rows: this side stays as it is
+        return Uses(self._rows + other._rows, [*self._slots, *other._slots])
+
+    def __radd__(self, other: Sequence[ClipUse]) -> Uses:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return Uses.of(other) + self if other else self
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, str | bytes):
@@ -107,6 +135,20 @@ class Uses(Sequence[ClipUse]):
 
     def __repr__(self) -> str:
         return f"Uses({list(self)!r})"
+
+
+def kept(uses: Sequence[ClipUse], wanted: Callable[[ViewKey], bool]) -> Sequence[ClipUse]:
+    """The uses whose batch is `wanted`: as columns where they are, with no `ClipUse` made."""
+    if isinstance(uses, Uses):
+        return uses.keep(wanted)
+    return tuple(u for u in uses if wanted(u.view))
+
+
+def selected(uses: Sequence[ClipUse], mask: Sequence[bool]) -> Sequence[ClipUse]:
+    """The uses where `mask` is true (as columns where they are)."""
+    if isinstance(uses, Uses):
+        return uses.select(mask)
+    return tuple(u for u, m in zip(uses, mask, strict=True) if m)
 
 
 def batches(uses: Sequence[ClipUse]) -> Sequence[ViewRow] | Sequence[ClipUse]:

@@ -21,7 +21,7 @@ from sandfs.media.types import VideoInfo
 from sandfs.plan.cliptable import ClipTable
 from sandfs.plan.probed import NoUsableVideo
 from sandfs.plan.task import TaskPlan, ViewPlan
-from sandfs.plan.uses import ClipUse, Uses, ViewRow, frame_rows
+from sandfs.plan.uses import ClipUse, Uses, ViewRow, frame_rows, kept
 from sandfs.runtime import collector_paused
 
 # views planned between two looks at `STOP_PLANNING` (a few milliseconds of planning)
@@ -110,7 +110,7 @@ class WindowPlan:
         two copies left views without readers, which pruning reads (KeyError)."""
         readers = dict(self.readers)
         views = {key: view for key, view in dict(self.views).items() if key in readers}
-        videos = {p: VideoWork(w.info, w.plan, w.window, _uses_of(w.uses, views))
+        videos = {p: VideoWork(w.info, w.plan, w.window, kept(w.uses, views.__contains__))
                   for p, w in list(self.videos.items())}
         return WindowPlan(self.window, {p: w for p, w in videos.items() if w.uses}, views,
                           readers, dict(self.failed), dict(self.view_plans))
@@ -227,13 +227,6 @@ def slot_owners(plan: TaskPlan, view: ViewPlan) -> list[str]:
     per_stream = len(view.clips) // len(plan.paths)
     samples = per_stream // len(listed)
     return [listed[slot % per_stream // samples] for slot in range(len(view.clips))]
-
-
-def _uses_of(uses: Sequence[ClipUse], views: Container[ViewKey]) -> Sequence[ClipUse]:
-    """The uses of `views` (as columns where they are)."""
-    if isinstance(uses, Uses):
-        return uses.keep(views.__contains__)
-    return tuple(u for u in uses if u.view in views)
 
 
 @dataclass(frozen=True, slots=True)

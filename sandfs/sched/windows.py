@@ -4,11 +4,12 @@ and further ahead only to carry frames), and who reads which batch when."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Container, Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from sandfs.plan.task import TaskPlan, ViewPlan
+from sandfs.plan.uses import batches, kept, selected
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan, view_key
 from sandfs.sched.policy import NOT_NEEDED, makes_ahead_unread, share_owner
 
@@ -29,7 +30,7 @@ class Merged:
 
     new_views: dict[ViewKey, ViewOf]  # batches no task planned before, in plan order
     more_readers: dict[ViewKey, frozenset[str]]  # tasks that read batches planned already
-    uses: dict[str, tuple[ClipUse, ...]]  # the new views' clips, by video
+    uses: dict[str, Sequence[ClipUse]]  # the new views' clips, by video (`Uses`)
     view_plans: dict[ViewKey, ViewPlan]  # the new views, resolved
 
 
@@ -255,7 +256,7 @@ class WindowBook:
                 base.view_plans[key] = part.view_plans[key]
         uses = {}
         for path, work in part.videos.items():
-            mine = tuple(u for u in work.uses if u.view in new_views or u.view in own)
+            mine = kept(work.uses, lambda view: view in new_views or view in own)
             if mine:
                 video = base.videos.setdefault(path, VideoWork(work.info, work.plan, window))
                 video.uses = video.uses + mine  # not in place: the board's pending list
@@ -328,16 +329,21 @@ class WindowBook:
         released: dict[ViewKey, ViewOf] = {}
         for window in self.windows.values():
             for key in list(window.readers):
-                readers = tuple(r for r in window.readers[key] if r[0] != name)
+                before = window.readers[key]
+                readers = tuple(r for r in before if r[0] != name)
                 if readers:
-                    window.readers[key] = readers
+                    if len(readers) < len(before):  # else the batch's own, not a copy
+                        window.readers[key] = readers
                     continue
                 del window.readers[key]
                 self._window_of.pop(key, None)
                 released[key] = window.views.pop(key)
                 window.view_plans.pop(key, None)
-            for work in window.videos.values():
-                work.uses = tuple(u for u in work.uses if u.view not in released)
+            if released:  # as columns: a tuple of new records was 3.8 us a clip on the loop
+                for work in window.videos.values():
+                    mask = [row.view not in released for row in batches(work.uses)]
+                    if not all(mask):
+                        work.uses = selected(work.uses, mask)
         return released
 
 

@@ -29,6 +29,7 @@ from sandfs.materialize import (
 from sandfs.media.decode import converted
 from sandfs.ops import isolated
 from sandfs.plan.task import TaskPlan, ViewPlan
+from sandfs.plan.uses import selected
 from sandfs.plan.window import (
     ClipUse,
     VideoWork,
@@ -119,7 +120,7 @@ def _disk_half(plan: WindowPlan, store: ObjectStore | None, prune_mode: str, *,
     there, and the jobs of the clips to make."""
     on_disk: dict[ViewKey, set[int]] = {}
     frames_on_disk = set()
-    pending: dict[str, tuple[ClipUse, ...]] = {}  # the board's
+    pending: dict[str, Sequence[ClipUse]] = {}  # the board's
     # an empty store (a cold mount) holds none of them, and each key costs a digest
     if store is not None and store.object_count():
         for count, (path, work) in enumerate(plan.videos.items()):
@@ -127,12 +128,13 @@ def _disk_half(plan: WindowPlan, store: ObjectStore | None, prune_mode: str, *,
                 stop_if_asked()  # a digest a clip: 250,000 videos take seconds
             missing = []
             for use in work.uses:
-                if clip_object_key(use, work.info) in store:
+                found = clip_object_key(use, work.info) in store
+                if found:
                     on_disk.setdefault(use.view, set()).add(use.slot)
-                else:
-                    missing.append(use)
-            # the video's own list when none is on disk: shared, as the board never extends it
-            pending[path] = work.uses if len(missing) == len(work.uses) else tuple(missing)
+                missing.append(not found)
+            # the video's own list when none is on disk: shared, as the board never extends it;
+            # else its columns' selection, not a tuple of records made again (a warm mount)
+            pending[path] = work.uses if all(missing) else selected(work.uses, missing)
             if (all(p.object_key(work.info) in store for p in window_packs(work))
                     or all(frame_object_key(work.info, k) in store for k in work.frame_keys)):
                 frames_on_disk.add(path)
