@@ -13,7 +13,7 @@ frame grid with one random phase per (video, k-epoch window): the shared frame p
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -425,12 +425,20 @@ class TaskPlan:
 
     def resolve_ahead(self, epoch: int, iteration: int) -> None:
         """Resolve the batch before its window is planned (a joining task's lead part, while
-        another part holds the planner), kept for `take_ahead`."""
-        self._ahead[epoch, iteration] = self.view_plan(epoch, iteration)
+        another part holds the planner), kept for `take_ahead` (not in `view_plan`'s cache:
+        the window's table holds its clips, a cached copy would be a second)."""
+        self._ahead[epoch, iteration] = self._view_plan(epoch, iteration)
 
     def take_ahead(self, epoch: int, iteration: int) -> ViewPlan | None:
         """The batch as `resolve_ahead` resolved it, once; None if it did not."""
         return self._ahead.pop((epoch, iteration), None)
+
+    def drop_ahead(self, epochs: Container[int]) -> None:
+        """Forget the batches of `epochs` resolved ahead: their window is planned for this
+        task, and a part that found one planned already (or read by another task) never took
+        it."""
+        for key in [key for key in self._ahead if key[0] in epochs]:
+            del self._ahead[key]
 
     def _view_plan(self, epoch: int, iteration: int) -> ViewPlan:
         videos = self.batch_videos(epoch, iteration)

@@ -200,6 +200,8 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
             continue
         planned.append((key, plan, view))
     tabled()
+    for plan in plans:  # what was resolved ahead and not taken (planned already) goes
+        plan.drop_ahead(plan.window_epochs(window))
     for path, work in videos.items():
         work.uses = Uses(*uses[path])
     for plan, epoch in drawn:  # the views hold what was drawn: the arrays go

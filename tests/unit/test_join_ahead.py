@@ -11,10 +11,11 @@ import time
 import trio
 
 from sandfs.plan.task import TaskPlan
-from sandfs.plan.window import lead_batches, view_key
+from sandfs.plan.window import lead_batches, plan_window, view_key
 from sandfs.sched import planning as planning_module
 from sandfs.sched.joining import Lead, resolve_ahead
 from sandfs.threads import limiter
+from tests.helpers.plans import fake_videos, make_plan
 from tests.unit.test_scheduler import joining_task, scheduler_for, settle
 from tests.unit.test_window_parts import until
 
@@ -44,12 +45,14 @@ async def test_a_joining_task_resolves_its_lead_while_another_part_holds_the_loc
         async with scheduler.planner.tasks_steady:  # another task's part being planned
             nursery.start_soon(join)
             with trio.fail_after(10):
-                await until(lambda: later.view_plan.cache_info().currsize > 0)
+                await until(lambda: (0, 0) in later._ahead)
             assert not joined.is_set() and later.name not in scheduler.book.plans
-            ahead = later.view_plan(0, 0)
+            ahead = later._ahead[0, 0]
+            assert later.view_plan.cache_info().currsize == 0  # the table's clips, once
         with trio.fail_after(10):
             await joined.wait()
         assert scheduler.board.held_view(view_key(later, 0, 0)) is ahead
+        assert not later._ahead  # taken by its part, or dropped once the window was planned
         nursery.cancel_scope.cancel()
 
 
@@ -58,10 +61,10 @@ def test_a_window_not_frozen_is_not_resolved_ahead(tmp_path):
     later = joiner(tmp_path, plan)
     lead = frozenset(later.listed[i].path for i in later.batch_slots(4, 0))
     resolve_ahead(later, later.window_of(4), lead)  # window 2: no task planned it
-    assert later.view_plan.cache_info().currsize == 0
+    assert not later._ahead
     assert plan.coordination.state()["windows"] == []
     resolve_ahead(later, 0, lead)  # nor window 0 yet
-    assert later.view_plan.cache_info().currsize == 0
+    assert not later._ahead
 
 
 def test_a_lead_s_batches_come_from_its_places_as_from_a_walk(tmp_path):
@@ -98,14 +101,14 @@ async def test_a_join_cancelled_while_its_lead_is_resolved_stops_resolving(tmp_p
         await nursery.start(scheduler.run)
         await settle(scheduler)
         later = joiner(tmp_path, plan)
-        resolved, view_plan = [], later.view_plan
+        resolved, view_plan = [], later._view_plan
 
         def slow_view(epoch, iteration):
             resolved.append((epoch, iteration))
             time.sleep(0.5)
             return view_plan(epoch, iteration)
 
-        later.view_plan = slow_view
+        later._view_plan = slow_view
         with trio.fail_after(10):
             async with trio.open_nursery() as joining:
                 joining.start_soon(scheduler.add_plan, later)
@@ -113,3 +116,20 @@ async def test_a_join_cancelled_while_its_lead_is_resolved_stops_resolving(tmp_p
                 joining.cancel_scope.cancel()  # the mount stops
         assert resolved == [(0, 0)] and later.name not in scheduler.book.plans
         nursery.cancel_scope.cancel()
+
+
+def test_batches_resolved_ahead_go_once_their_window_is_planned(tmp_path):
+    """A part that finds a batch resolved ahead planned already (`known`: a search trial's, or
+    read by an identical pipeline) never takes it: planning the window drops it all the same,
+    and none is held in `view_plan`'s cache either (the table holds the clips)."""
+    for name in "ab":
+        (tmp_path / name).mkdir()
+    plan = make_plan(tmp_path / "a", videos=fake_videos(40), epochs=4)
+    twin = make_plan(tmp_path / "b", videos=plan.videos, task="b", epochs=4)  # same batches
+    for task in (plan, twin):
+        for epoch in (0, 1, 2):
+            task.resolve_ahead(epoch, 0)
+    known = {view_key(plan, 0, i) for i in range(plan.iterations_per_epoch)}
+    plan_window([plan, twin], 0, known)
+    assert set(plan._ahead) == set(twin._ahead) == {(2, 0)}  # window 1's stay for it
+    assert plan.view_plan.cache_info().currsize == twin.view_plan.cache_info().currsize == 0
