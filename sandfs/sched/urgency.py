@@ -154,8 +154,8 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
                 at = soonest[task]
                 if position < at.get(job, position + 1):
                     at[job] = position
-    by_task = {task: sorted(((p, j) for j, p in jobs.items()), key=_position)
-               for task, jobs in soonest.items()}
+    by_task = {task: sorted(((p, j) for j, p in at.items()), key=_position)
+               for task, at in soonest.items()}
     return UrgencyEntries(by_task, dict(jobs_of_view), jobs)
 
 
