@@ -18,6 +18,7 @@ from sandfs.media.gop import keyframe_at_or_before
 from sandfs.media.types import VideoInfo
 from sandfs.npy import npy_buffer, npy_nbytes
 from sandfs.plan.task import ViewPlan
+from sandfs.plan.uses import selected
 from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.runtime import collector_paused
 from sandfs.sched.flights import Flights
@@ -335,20 +336,18 @@ class BatchBoard:
         added = []
         for path, uses in merged.uses.items():
             job = VideoJobKey(window, path)
-            before = self.pending.get(job, ())
-            grown = list(before)
+            pends = []
             for use in uses:
-                state = self.views.get(use.view)
-                if state is None:
-                    continue  # its batch failed, or was made already
-                if Spot.of(use) in on_disk:
+                state = self.views.get(use.view)  # None: its batch failed, or was made already
+                stored = state is not None and Spot.of(use) in on_disk
+                if stored:
                     state.add_on_disk((use.slot,))
                     self._note_slots(use.view, state)
-                else:
-                    grown.append(use)
+                pends.append(state is not None and not stored)
+                if pends[-1]:
                     added.append((job, use))
-            if len(grown) > len(before):
-                self.pending[job] = tuple(grown)
+            if any(pends):  # replaced, not grown: columns joined where both are columns
+                self.pending[job] = self.pending.get(job, ()) + selected(uses, pends)
         self.urgency.add_many(added, self.pending)
 
     def drop_window(self, window: int, views: Iterable[ViewKey]) -> None:

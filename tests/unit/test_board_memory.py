@@ -131,6 +131,8 @@ def test_a_joining_task_s_clips_pend_once_and_leave_with_it(tmp_path):
     merged = book.merge(0, plan_window([joined], 0))
     board.add_part(0, merged, frozenset())
     assert merged.uses and merged.new_views
+    # its pending clips stay columns, the window's rows and the part's, no record made a clip
+    assert all(isinstance(board.pending[VideoJobKey(0, path)], Uses) for path in merged.uses)
     for path, video in window.videos.items():
         assert video.uses == before.get(path, ()) + merged.uses.get(path, ())
         spots = [Spot.of(u) for u in board.pending[VideoJobKey(0, path)]]
