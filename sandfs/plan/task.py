@@ -437,8 +437,9 @@ class TaskPlan:
         """Forget the batches of `epochs` resolved ahead: their window is planned for this
         task, and a part that found one planned already (or read by another task) never took
         it."""
-        for key in [key for key in self._ahead if key[0] in epochs]:
-            del self._ahead[key]
+        for key in list(self._ahead):  # copied in one call: a joiner's part pops meanwhile
+            if key[0] in epochs:
+                self._ahead.pop(key, None)
 
     def _view_plan(self, epoch: int, iteration: int) -> ViewPlan:
         videos = self.batch_videos(epoch, iteration)

@@ -6,7 +6,10 @@ task refused later shapes no window)."""
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
+from types import SimpleNamespace
 
 import trio
 
@@ -133,3 +136,35 @@ def test_batches_resolved_ahead_go_once_their_window_is_planned(tmp_path):
     plan_window([plan, twin], 0, known)
     assert set(plan._ahead) == set(twin._ahead) == {(2, 0)}  # window 1's stay for it
     assert plan.view_plan.cache_info().currsize == twin.view_plan.cache_info().currsize == 0
+
+
+def test_batches_resolved_ahead_are_dropped_while_a_joiner_takes_them():
+    """A joiner's part takes its batches resolved ahead (`take_ahead`) in one planning thread
+    while the planner drops another window's (`drop_ahead`) in the other: a drop that walked
+    the dict as it changed raised, and stopped the scheduler."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    errors, stop = [], threading.Event()
+    plan = SimpleNamespace(_ahead={})
+
+    def joiner() -> None:
+        while not stop.is_set():
+            for iteration in range(4):
+                plan._ahead[0, iteration] = object()
+            for iteration in range(4):
+                TaskPlan.take_ahead(plan, 0, iteration)
+
+    thread = threading.Thread(target=joiner)
+    try:
+        thread.start()
+        for _ in range(100_000):
+            try:
+                TaskPlan.drop_ahead(plan, {2, 3})
+            except RuntimeError as exc:
+                errors.append(exc)
+                break
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(switch)
+    assert errors == []
