@@ -42,7 +42,8 @@ class ViewRow:
 
 def _slot_column(slots: Sequence[int]) -> bytes | array:
     """Slots a byte each where they fit (a batch of up to 256 clips), else two."""
-    return bytes(slots) if max(slots, default=0) < 256 else array("H", slots)
+    fits = max(slots, default=0) < 256
+    return bytes(list(slots)) if fits else array("H", slots)  # values, not an array's bytes
 
 
 class Uses(Sequence[ClipUse]):

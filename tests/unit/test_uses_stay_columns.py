@@ -151,3 +151,11 @@ def test_a_warm_window_s_pending_clips_are_its_columns(tmp_path):
         assert set(rows_of(pending)) <= set(rows_of(video.uses))
         some += len(pending) < len(video.uses)
     assert some
+
+
+def test_a_slice_of_two_byte_slots_that_fit_in_one_keeps_their_values():
+    big, small = row(0, clips=300), row(1)
+    uses = Uses([big, big, small], [299, 5, 3])
+    tail = uses[1:]
+    assert [u.slot for u in tail] == [5, 3] and len(list(tail)) == 2
+    assert [u.slot for u in uses.select([True, False, True])] == [299, 3]
