@@ -161,7 +161,7 @@ def _fast_drops(graphs: FlatGraphs, fast: np.ndarray,
     while active.any():
         wait_turn()
         clips = np.flatnonzero(active)
-        frames = _gather(graphs.frame_ids, starts, clips)
+        frames = gather(graphs.frame_ids, starts, clips)
         unneeded = np.add.reduceat(~needed[frames], _offsets(counts[clips]))
         added = sums[video[clips], unneeded] + graphs.clip_seconds[clips]
         saved = graphs.clip_nbytes[clips]
@@ -171,7 +171,7 @@ def _fast_drops(graphs: FlatGraphs, fast: np.ndarray,
         chosen = clips[first]
         found.append((video[chosen], ratio[first], saved[first], added[first], chosen))
         active[chosen] = False
-        needed[_gather(graphs.frame_ids, starts, chosen)] = True
+        needed[gather(graphs.frame_ids, starts, chosen)] = True
     if not found:
         return _EMPTY
     columns = [np.concatenate(c) for c in zip(*found, strict=True)]
@@ -192,7 +192,7 @@ def _offsets(counts: np.ndarray) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
 
 
-def _gather(values: np.ndarray, starts: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def gather(values: np.ndarray, starts: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """values[starts[r]:starts[r + 1]] for each r of `rows`, concatenated."""
     counts = starts[rows + 1] - starts[rows]
     within = np.arange(counts.sum()) - np.repeat(_offsets(counts), counts)

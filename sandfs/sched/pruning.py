@@ -1,22 +1,27 @@
 """What a window keeps on disk: Algorithm 1 (`sandfs.cache.flatprune`) over the window's objects
 as columns (video -> frames -> clips, the cost model of `objects.object_graph`), read from the
-window one video at a time; the general walk builds `object_graph` only for the videos whose
-collapses might save space."""
+window's clip tables and uses as columns (a clip's row, frame list and source by index, in
+numpy); the general walk builds `object_graph` only for the videos whose collapses might save
+space."""
 
 from __future__ import annotations
 
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from sandfs.cache.flatprune import FlatGraphs, prune_flat
-from sandfs.plan.uses import frame_rows
+from sandfs.cache.flatprune import FlatGraphs, gather, prune_flat
+from sandfs.plan.cliptable import TableClips, _distinct
+from sandfs.plan.uses import Uses, frame_rows
 from sandfs.plan.window import VideoWork, WindowPlan
 from sandfs.runtime import collector_paused
 from sandfs.sched.objects import (
+    AUGMENT_SECONDS_PER_MPIXEL,
+    DECODE_SECONDS_PER_MPIXEL,
     NO_CLIPS,
     DiskPlan,
     Spot,
@@ -26,7 +31,6 @@ from sandfs.sched.objects import (
     out_frame_nbytes,
     prune_room,
     soonest_clips,
-    video_seconds,
 )
 
 log = logging.getLogger(__name__)
@@ -53,8 +57,8 @@ def window_pruned(plan: WindowPlan, budget_bytes: int, unless_fits: str | None,
 def pruned_plans(plan: WindowPlan, room: int,
                  wait_turn: Callable[[], object] = lambda: None) -> dict[str, DiskPlan]:
     """Algorithm 1 over the window's objects, within `room` bytes; it calls `wait_turn` before
-    each video is read and between the walk's passes (the planner holds it back while it
-    plans)."""
+    each chunk of videos is read and between the walk's passes (the planner holds it back
+    while it plans)."""
     started = time.monotonic()
     paths = list(plan.videos)
     with collector_paused():  # its objects live until it returns (100,000 videos: 2x faster)
@@ -63,78 +67,179 @@ def pruned_plans(plan: WindowPlan, room: int,
 
 def _pruned_plans(plan: WindowPlan, paths: list[str], room: int,
                   wait_turn: Callable[[], object], started: float) -> dict[str, DiskPlan]:
-    graphs = window_graphs(plan, paths, wait_turn)
-    chosen = prune_flat(graphs, room, lambda v: object_graph(plan.videos[paths[v]], plan),
-                        wait_turn)
+    clips = window_clips(plan, paths, wait_turn)
+    chosen = prune_flat(clips.graphs, room,
+                        lambda v: object_graph(plan.videos[paths[v]], plan), wait_turn)
     log.info("window %d: keeping %d bytes on disk (%d collapses, %d drops, +%.1fs "
              "recompute) in %.2fs", plan.window, chosen.total_nbytes, chosen.collapses,
              chosen.drops, chosen.added_recompute_seconds, time.monotonic() - started)
-    kept, frames_kept = chosen.clips_kept.tolist(), chosen.frames_kept.tolist()
-    plans, first = {}, 0
-    for index, path in enumerate(paths):
-        uses = plan.videos[path].uses
-        spots = {Spot(view, slot) for (view, slot, _, _), keep in zip(
-            frame_rows(uses), kept[first:first + len(uses)], strict=True) if keep}
-        if spots or frames_kept[index]:  # none for a video that keeps nothing
-            plans[path] = DiskPlan(spots or NO_CLIPS, frames_kept[index])
-        first += len(uses)
+    return _kept_plans(paths, clips, chosen.clips_kept, chosen.frames_kept)
+
+
+def _kept_plans(paths: list[str], clips: WindowClips, clips_kept: np.ndarray,
+                frames_kept: np.ndarray) -> dict[str, DiskPlan]:
+    """Each video's kept clips as spots: a `Spot` per kept clip, none per dropped one."""
+    kept = np.flatnonzero(clips_kept)
+    views = clips.views
+    spots = list(map(Spot, map(views.__getitem__, clips.view[kept].tolist()),
+                     clips.slot[kept].tolist()))
+    ends = np.searchsorted(clips.graphs.clip_video[kept], np.arange(len(paths) + 1))
+    keeping = (np.diff(ends) > 0) | frames_kept  # none for a video that keeps nothing
+    plans = {}
+    for index in np.flatnonzero(keeping).tolist():
+        first, last = int(ends[index]), int(ends[index + 1])
+        plans[paths[index]] = DiskPlan(set(spots[first:last]) or NO_CLIPS,
+                                       bool(frames_kept[index]))
     return plans
 
 
-def window_graphs(plan: WindowPlan, paths: list[str],
-                  wait_turn: Callable[[], object] = lambda: None) -> FlatGraphs:
-    """The objects of the videos `paths` of the window, as columns; `wait_turn` before each
-    video is read. A clip's frames are its distinct (index, source) pairs, as in
-    `clip_frame_keys`; frames are numbered in numpy, not per frame in Python."""
-    clips = _ClipRows()
-    frame_seconds, shares = [], []
-    for index, path in enumerate(paths):
+@dataclass(frozen=True, slots=True)
+class WindowClips:
+    """A window's clips as pruning reads them: their graphs, and where each clip goes (its
+    batch, an index into `views`, and its slot there)."""
+
+    graphs: FlatGraphs
+    views: list
+    view: np.ndarray  # int64 [C]
+    slot: np.ndarray  # int64 [C]
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """A window's uses as columns, a row each, grouped by video in the order of its uses."""
+
+    video: np.ndarray
+    views: list
+    view: np.ndarray
+    slot: np.ndarray
+    source: np.ndarray  # a number per distinct source
+    sources: int
+    frame_nbytes: np.ndarray  # one frame's, decoded
+    out_nbytes: np.ndarray  # the clip's
+    lengths: np.ndarray  # frame indices a clip
+    indices: np.ndarray  # the clips' frame indices, concatenated
+
+
+def window_clips(plan: WindowPlan, paths: list[str],
+                 wait_turn: Callable[[], object] = lambda: None) -> WindowClips:
+    """The objects of the videos `paths` of the window, as columns. A clip's frames are its
+    distinct (index, source) pairs, as in `clip_frame_keys`. Where the uses are columns over
+    clip tables, they are read by index in numpy (`_table_rows`), else one use at a time."""
+    works = [plan.videos[path] for path in paths]
+    rows = _table_rows(plan, works, wait_turn) if all(
+        type(work.uses) is Uses for work in works) else None
+    if rows is None:
+        rows = use_rows(plan, works, wait_turn)
+    return WindowClips(_graphs(rows, works), rows.views, rows.view, rows.slot)
+
+
+_CHUNK = 4096  # videos read between two `wait_turn`s
+
+
+def _table_rows(plan: WindowPlan, works: list[VideoWork],
+                wait_turn: Callable[[], object]) -> _Rows | None:
+    """The uses read as columns: each use's batch and slot, its clip's table row there, and
+    the row's frame list and path by index; None where a batch's clips are not a table's."""
+    batch_rows, slots, counts = [], [], []
+    for chunk in range(0, len(works), _CHUNK):
         wait_turn()
-        work = plan.videos[path]
-        decode, share = video_seconds(work)
-        frame_seconds.append(decode)
-        shares.append(share)
-        clips.add(plan, index, work)
-    return _columns(clips, np.array(frame_seconds), np.array(shares))
+        columns = chunk_columns(works[chunk:chunk + _CHUNK])
+        counts.extend(len(rows) for rows, _ in columns)
+        batch_rows.extend(itertools.chain.from_iterable(rows for rows, _ in columns))
+        slots.extend(itertools.chain.from_iterable(slot for _, slot in columns))
+    batches, batch_of = _distinct(batch_rows)
+    if any(type(row.clips) is not TableClips for row in batches):
+        return None
+    wait_turn()
+    batch = np.frombuffer(batch_of, np.int32).astype(np.int64)
+    slot = np.array(slots, np.int64)
+    tables, table_of = _distinct([row.clips.table for row in batches])
+    starts = np.array([row.clips.start for row in batches], np.int64)
+    base = np.cumsum([0] + [len(table) for table in tables])[np.frombuffer(table_of, np.int32)]
+    table_row = (base + starts)[batch] + slot
+    frame_list = _stacked([table.frames for table in tables], [table._frames for table in tables])
+    path = _stacked([table.path for table in tables], [table._paths for table in tables])
+    numbers: dict[tuple | None, int] = {}
+    source = np.array([numbers.setdefault(p.source, len(numbers))
+                       for table in tables for p in table._paths], np.int64)[path[table_row]]
+    lists = list(itertools.chain.from_iterable(table._frames for table in tables))
+    list_lengths = np.fromiter(map(len, lists), np.int64, len(lists))
+    flat = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(list_lengths.sum()))
+    which = frame_list[table_row]
+    lengths = list_lengths[which]
+    indices = gather(flat, np.concatenate(([0], np.cumsum(list_lengths))), which)
+    video = np.repeat(np.arange(len(works)), counts)
+    per_frame = _out_frame_nbytes(plan, [row.view for row in batches])
+    return _Rows(video, [row.view for row in batches], batch, slot, source, len(numbers),
+                 _frame_nbytes(works, video, source, list(numbers)),
+                 per_frame[batch] * lengths, lengths, indices)
 
 
-class _ClipRows:
-    """A window's clips, read one video at a time into plain lists."""
-
-    def __init__(self) -> None:
-        self.video: list[int] = []
-        self.frame_indices: list[tuple[int, ...]] = []
-        self.source: list[int] = []  # a number per distinct source
-        self.frame_nbytes: list[int] = []  # one frame's, decoded
-        self.out_nbytes: list[int] = []  # the clip's
-        self._sources: dict[tuple | None, int] = {}
-        self._out_frame: dict[object, int] = {}  # per view: one output frame's bytes
-
-    def add(self, plan: WindowPlan, index: int, work: VideoWork) -> None:
-        sizes: dict[tuple | None, int] = {}  # a frame's bytes depend on its source only
-        for view, _, frames, source in frame_rows(work.uses):  # no records made
-            if source not in sizes:
-                sizes[source] = frame_nbytes(work.info, (0, source))
-            per_frame = self._out_frame.get(view)
-            if per_frame is None:  # once a view
-                per_frame = self._out_frame[view] = out_frame_nbytes(plan.views[view][0])
-            self.video.append(index)
-            self.frame_indices.append(frames)
-            self.source.append(self._sources.setdefault(source, len(self._sources)))
-            self.frame_nbytes.append(sizes[source])
-            self.out_nbytes.append(per_frame * len(frames))
+def chunk_columns(works: list[VideoWork]) -> list:
+    """A chunk of videos' uses, as their columns."""
+    return [work.uses.columns for work in works]
 
 
-def _columns(clips: _ClipRows, frame_seconds: np.ndarray, shares: np.ndarray) -> FlatGraphs:
-    count = len(clips.video)
-    lengths = np.fromiter(map(len, clips.frame_indices), np.int64, count)
-    indices = np.fromiter(itertools.chain.from_iterable(clips.frame_indices), np.int64,
-                          int(lengths.sum()))
-    video = np.array(clips.video, np.int64)
-    clip_of = np.repeat(np.arange(count), lengths)
+def _stacked(columns: Sequence, distinct: Sequence[Sequence]) -> np.ndarray:
+    """Tables' index columns as one, each table's indices past those of the tables before."""
+    base = np.cumsum([0] + [len(d) for d in distinct])
+    return np.concatenate([np.frombuffer(column, np.int32).astype(np.int64) + offset
+                           for column, offset in zip(columns, base.tolist(), strict=False)]
+                          or [np.zeros(0, np.int64)])
+
+
+def _out_frame_nbytes(plan: WindowPlan, views: list) -> np.ndarray:
+    """One output frame's bytes, per batch: once a view."""
+    sizes: dict[object, int] = {}
+    for view in views:
+        if view not in sizes:
+            sizes[view] = out_frame_nbytes(plan.views[view][0])
+    return np.array([sizes[view] for view in views], np.int64)
+
+
+def _frame_nbytes(works: list[VideoWork], video: np.ndarray, source: np.ndarray,
+                  sources: list) -> np.ndarray:
+    """A decoded frame's bytes, per use: they depend on the video and source only."""
+    pair = video * max(1, len(sources)) + source
+    distinct, inverse = np.unique(pair, return_inverse=True)
+    nbytes = [frame_nbytes(works[p // len(sources)].info, (0, sources[p % len(sources)]))
+              for p in distinct.tolist()]
+    return np.array(nbytes, np.int64)[inverse] if nbytes else np.zeros(0, np.int64)
+
+
+def use_rows(plan: WindowPlan, works: list[VideoWork],
+             wait_turn: Callable[[], object] = lambda: None) -> _Rows:
+    """The uses read one at a time (`frame_rows`): any uses, the reference for
+    `_table_rows`."""
+    video, view, slots, lengths, indices, source = [], [], [], [], [], []
+    views: dict[object, int] = {}
+    numbers: dict[tuple | None, int] = {}
+    for index, work in enumerate(works):
+        wait_turn()
+        for batch, slot, frames, clip_source in frame_rows(work.uses):  # no records made
+            video.append(index)
+            view.append(views.setdefault(batch, len(views)))
+            slots.append(slot)
+            lengths.append(len(frames))
+            indices.extend(frames)
+            source.append(numbers.setdefault(clip_source, len(numbers)))
+    named = list(views)
+    video_, view_, source_, lengths_ = (np.array(c, np.int64)
+                                        for c in (video, view, source, lengths))
+    return _Rows(video_, named, view_, np.array(slots, np.int64), source_, len(numbers),
+                 _frame_nbytes(works, video_, source_, list(numbers)),
+                 _out_frame_nbytes(plan, named)[view_] * lengths_, lengths_,
+                 np.array(indices, np.int64))
+
+
+def _graphs(rows: _Rows, works: list[VideoWork]) -> FlatGraphs:
+    """The rows as flat graphs: frames numbered in numpy, per (video, source, index)."""
+    count = len(rows.video)
+    indices, video = rows.indices, rows.video
+    clip_of = np.repeat(np.arange(count), rows.lengths)
     span = int(indices.max(initial=0)) + 1
-    key = ((video * max(1, len(clips._sources)) + np.array(clips.source, np.int64))[clip_of]
-           * span + indices)  # one number per (video, source, index): a frame
+    key = ((video * max(1, rows.sources) + rows.source)[clip_of] * span
+           + indices)  # one number per (video, source, index): a frame
     rising = (np.diff(key) > 0) | (clip_of[1:] != clip_of[:-1])
     if not rising.all():  # a clip repeats or reorders frames: keep each distinct frame once
         order = np.lexsort((key, clip_of))
@@ -143,9 +248,49 @@ def _columns(clips: _ClipRows, frame_seconds: np.ndarray, shares: np.ndarray) ->
         clip_of, key = clip_of[first], key[first]
     distinct, frame_ids = np.unique(key, return_inverse=True)
     frame_bytes = np.zeros(len(distinct), np.int64)
-    frame_bytes[frame_ids] = np.array(clips.frame_nbytes, np.int64)[clip_of]
+    frame_bytes[frame_ids] = rows.frame_nbytes[clip_of]
     per_clip = np.bincount(clip_of, minlength=count)
-    return FlatGraphs(video, np.array(clips.out_nbytes, np.int64),
-                      shares[video] * per_clip,
+    frame_seconds, shares = _video_seconds(
+        works, distinct // span // max(1, rows.sources) * span + distinct % span, span)
+    return FlatGraphs(video, rows.out_nbytes, shares[video] * per_clip,
                       np.concatenate(([0], np.cumsum(per_clip))).astype(np.int64),
                       frame_ids.astype(np.int64), frame_bytes, frame_seconds)
+
+
+def _video_seconds(works: list[VideoWork], frames: np.ndarray,
+                   span: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each video's `video_seconds`, from its frames (video * span + index, one per source):
+    the same float operations, a video per row."""
+    frames = np.sort(frames)  # not np.unique: its hash table took seconds on 10^6 frames
+    frames = frames[np.r_[True, frames[1:] != frames[:-1]]] if len(frames) else frames
+    infos = [work.info for work in works]
+    mpixels = np.array([info.width * info.height for info in infos], float) / 1e6
+    needed = np.bincount(frames // span, minlength=len(works))
+    decodes = _frames_to_decode(infos, frames // span, frames % span)
+    return (DECODE_SECONDS_PER_MPIXEL * mpixels * decodes / np.maximum(1, needed),
+            AUGMENT_SECONDS_PER_MPIXEL * mpixels)
+
+
+def _frames_to_decode(infos: list, video: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """`frames_to_decode` of each video, from its sorted distinct frames: a run starts at a
+    frame's keyframe (`keyframe_at_or_before`) unless that is at most one past the frame
+    before, and decodes from there to its last frame."""
+    count = len(infos)
+    num_frames = np.array([info.num_frames for info in infos], np.int64)
+    if len(index) and (index.min() < 0 or np.any(index >= num_frames[video])):
+        bad = int(np.flatnonzero((index < 0) | (index >= num_frames[video]))[0])
+        info = infos[int(video[bad])]
+        raise ValueError(f"frame index {int(index[bad])} out of range [0, {info.num_frames})"
+                         f" of {info.name!r}")
+    keys = [info.keyframe_indices if info.seekable else () for info in infos]
+    lengths = np.fromiter(map(len, keys), np.int64, count)
+    keyframes = np.fromiter(itertools.chain.from_iterable(keys), np.int64, int(lengths.sum()))
+    width = int(max(num_frames.max(initial=0), keyframes.max(initial=0))) + 1
+    owner = np.repeat(np.arange(count), lengths)
+    at = np.searchsorted(owner * width + keyframes, video * width + index, "right") - 1
+    mine = (at >= 0) & (owner[np.maximum(at, 0)] == video) if len(owner) else at >= 0
+    start = np.where(mine, keyframes[np.maximum(at, 0)] if len(owner) else 0, 0)
+    new = np.r_[True, (video[1:] != video[:-1]) | (start[1:] > index[:-1] + 1)]
+    last = np.r_[new[1:], True]  # a run's last frame: the one before the next run
+    decoded = index[last] - start[new] + 1
+    return np.bincount(video[new], weights=decoded, minlength=count)

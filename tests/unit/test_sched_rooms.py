@@ -246,17 +246,17 @@ def test_where_every_clip_fits_disk_plans_keep_what_algorithm_1_keeps(tmp_path):
     assert tight == pruned_plans(window, int(budget // 2 * PRUNE_TARGET_FRACTION)) != kept
 
 
-def test_pruning_asks_for_its_turn_before_each_video(tmp_path, monkeypatch):
-    """The planner holds pruning back while it plans (`wait_turn`, before each video is read
-    and between the walk's passes): a window's pruning yields between videos, never in the
-    middle of one."""
+def test_pruning_asks_for_its_turn_between_chunks_of_videos(tmp_path, monkeypatch):
+    """The planner holds pruning back while it plans (`wait_turn`, before each chunk of videos
+    is read and between the walk's passes): a chunk a turn, here a video."""
     from sandfs.sched import pruning
 
     window = plan_window([make_plan(tmp_path)], 0)
     events = []
-    seconds_of = pruning.video_seconds
-    monkeypatch.setattr(pruning, "video_seconds",
-                        lambda work: events.append("video") or seconds_of(work))
+    monkeypatch.setattr(pruning, "_CHUNK", 1)
+    columns_of = pruning.chunk_columns
+    monkeypatch.setattr(pruning, "chunk_columns",
+                        lambda works: events.append("video") or columns_of(works))
     for room in (0, 1 << 40):
         events.clear()
         pruned_plans(window, room, lambda: events.append("turn"))

@@ -1461,12 +1461,12 @@ async def test_pruning_waits_while_a_joining_task_s_part_is_planned(tmp_path, mo
 
     planning = threading.Event()  # set while the joining task's part is planned
     built_while_planning = []
-    seconds_of = pruning.video_seconds  # called as each video is read
+    columns_of = pruning.chunk_columns  # called as each chunk (here a video) is read
 
-    def slow_read(video):
+    def slow_read(works):
         built_while_planning.append(planning.is_set())
         time.sleep(0.02)
-        return seconds_of(video)
+        return columns_of(works)
 
     plan_part = work_module.plan_task_part
 
@@ -1478,7 +1478,8 @@ async def test_pruning_waits_while_a_joining_task_s_part_is_planned(tmp_path, mo
         finally:
             planning.clear()
 
-    monkeypatch.setattr(pruning, "video_seconds", slow_read)
+    monkeypatch.setattr(pruning, "chunk_columns", slow_read)
+    monkeypatch.setattr(pruning, "_CHUNK", 1)
     monkeypatch.setattr(work_module, "plan_task_part", slow_part)
     plan, _, _ = scheduler_for(tmp_path, videos=24)
     videos = len(plan_window([plan], 0).videos)

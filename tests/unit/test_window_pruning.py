@@ -24,7 +24,7 @@ from sandfs.sched.objects import (
     object_graph,
     soonest_clips,
 )
-from sandfs.sched.pruning import pruned_plans, window_graphs, window_pruned
+from sandfs.sched.pruning import pruned_plans, window_clips, window_pruned
 from sandfs.sched.windows import WindowBook
 from tests.helpers.plans import fake_videos, make_plan
 
@@ -156,7 +156,7 @@ def test_the_columns_cost_model_is_object_graph_s(tmp_path):
     window = plan_window([make_plan(tmp_path / "t", videos=videos, k_epochs=3,
                                     sampling={"samples_per_video": 2})], 0)
     paths = list(window.videos)
-    graphs = window_graphs(window, paths)
+    graphs = window_clips(window, paths).graphs
     for index, path in enumerate(paths):
         graph = object_graph(window.videos[path], window)
         clips = np.flatnonzero(graphs.clip_video == index)
