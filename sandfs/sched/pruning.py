@@ -112,8 +112,8 @@ class _Rows:
     views: list
     view: np.ndarray
     slot: np.ndarray
-    source: np.ndarray  # a number per distinct source
-    sources: int
+    source: np.ndarray  # an index into `sources`
+    sources: list  # the distinct sources
     frame_nbytes: np.ndarray  # one frame's, decoded
     out_nbytes: np.ndarray  # the clip's
     lengths: np.ndarray  # frame indices a clip
@@ -124,19 +124,19 @@ def window_clips(plan: WindowPlan, paths: list[str],
                  wait_turn: Callable[[], object] = lambda: None) -> WindowClips:
     """The objects of the videos `paths` of the window, as columns. A clip's frames are its
     distinct (index, source) pairs, as in `clip_frame_keys`. Where the uses are columns over
-    clip tables, they are read by index in numpy (`_table_rows`), else one use at a time."""
+    clip tables, they are read by index in numpy (`table_rows`), else one use at a time."""
     works = [plan.videos[path] for path in paths]
-    rows = _table_rows(plan, works, wait_turn) if all(
+    rows = table_rows(plan, works, wait_turn) if all(
         type(work.uses) is Uses for work in works) else None
     if rows is None:
         rows = use_rows(plan, works, wait_turn)
-    return WindowClips(_graphs(rows, works), rows.views, rows.view, rows.slot)
+    return WindowClips(flat_graphs(rows, works), rows.views, rows.view, rows.slot)
 
 
 _CHUNK = 4096  # videos read between two `wait_turn`s
 
 
-def _table_rows(plan: WindowPlan, works: list[VideoWork],
+def table_rows(plan: WindowPlan, works: list[VideoWork],
                 wait_turn: Callable[[], object]) -> _Rows | None:
     """The uses read as columns: each use's batch and slot, its clip's table row there, and
     the row's frame list and path by index; None where a batch's clips are not a table's."""
@@ -170,7 +170,7 @@ def _table_rows(plan: WindowPlan, works: list[VideoWork],
     indices = gather(flat, np.concatenate(([0], np.cumsum(list_lengths))), which)
     video = np.repeat(np.arange(len(works)), counts)
     per_frame = _out_frame_nbytes(plan, [row.view for row in batches])
-    return _Rows(video, [row.view for row in batches], batch, slot, source, len(numbers),
+    return _Rows(video, [row.view for row in batches], batch, slot, source, list(numbers),
                  _frame_nbytes(works, video, source, list(numbers)),
                  per_frame[batch] * lengths, lengths, indices)
 
@@ -210,7 +210,7 @@ def _frame_nbytes(works: list[VideoWork], video: np.ndarray, source: np.ndarray,
 def use_rows(plan: WindowPlan, works: list[VideoWork],
              wait_turn: Callable[[], object] = lambda: None) -> _Rows:
     """The uses read one at a time (`frame_rows`): any uses, the reference for
-    `_table_rows`."""
+    `table_rows`."""
     video, view, slots, lengths, indices, source = [], [], [], [], [], []
     views: dict[object, int] = {}
     numbers: dict[tuple | None, int] = {}
@@ -226,19 +226,19 @@ def use_rows(plan: WindowPlan, works: list[VideoWork],
     named = list(views)
     video_, view_, source_, lengths_ = (np.array(c, np.int64)
                                         for c in (video, view, source, lengths))
-    return _Rows(video_, named, view_, np.array(slots, np.int64), source_, len(numbers),
+    return _Rows(video_, named, view_, np.array(slots, np.int64), source_, list(numbers),
                  _frame_nbytes(works, video_, source_, list(numbers)),
                  _out_frame_nbytes(plan, named)[view_] * lengths_, lengths_,
                  np.array(indices, np.int64))
 
 
-def _graphs(rows: _Rows, works: list[VideoWork]) -> FlatGraphs:
+def flat_graphs(rows: _Rows, works: list[VideoWork]) -> FlatGraphs:
     """The rows as flat graphs: frames numbered in numpy, per (video, source, index)."""
     count = len(rows.video)
     indices, video = rows.indices, rows.video
     clip_of = np.repeat(np.arange(count), rows.lengths)
     span = int(indices.max(initial=0)) + 1
-    key = ((video * max(1, rows.sources) + rows.source)[clip_of] * span
+    key = ((video * max(1, len(rows.sources)) + rows.source)[clip_of] * span
            + indices)  # one number per (video, source, index): a frame
     rising = (np.diff(key) > 0) | (clip_of[1:] != clip_of[:-1])
     if not rising.all():  # a clip repeats or reorders frames: keep each distinct frame once
@@ -251,7 +251,7 @@ def _graphs(rows: _Rows, works: list[VideoWork]) -> FlatGraphs:
     frame_bytes[frame_ids] = rows.frame_nbytes[clip_of]
     per_clip = np.bincount(clip_of, minlength=count)
     frame_seconds, shares = _video_seconds(
-        works, distinct // span // max(1, rows.sources) * span + distinct % span, span)
+        works, distinct // span // max(1, len(rows.sources)) * span + distinct % span, span)
     return FlatGraphs(video, rows.out_nbytes, shares[video] * per_clip,
                       np.concatenate(([0], np.cumsum(per_clip))).astype(np.int64),
                       frame_ids.astype(np.int64), frame_bytes, frame_seconds)

@@ -14,6 +14,7 @@ import pytest
 
 from sandfs.cache.prune import prune
 from sandfs.plan.window import plan_window
+from sandfs.sched import pruning
 from sandfs.sched.objects import (
     PRUNE_TARGET_FRACTION,
     DiskPlan,
@@ -91,10 +92,9 @@ def _crop(size: int) -> list[dict]:
              "config": [{"random_crop": {"size": [size, size]}}]}]
 
 
-@pytest.mark.parametrize("trial", range(6))
-def test_the_soonest_clips_match_at_every_boundary(tmp_path, trial):
-    """Random windows of 1-3 tasks (shared or own views, clips of several sizes), at rooms on
-    every side of the clip-at-a-time walk's boundaries: ties and off-by-one budgets."""
+def random_window(tmp_path, trial: int):
+    """A random window of 1-3 tasks over the same videos (shared or own views, clips of
+    several sizes)."""
     rng = random.Random(trial)
     videos = fake_videos(rng.randint(3, 25), num_frames=rng.choice([14, 40, 120]))
     plans = []
@@ -105,7 +105,14 @@ def test_the_soonest_clips_match_at_every_boundary(tmp_path, trial):
         extra = {"augmentation": _crop(rng.choice([16, 32]))} if rng.random() < 0.5 else {}
         plans.append(make_plan(tmp_path / f"t{t}", videos=videos, task=f"t{t}",
                                seed=rng.choice([0, 0, 1]), sampling=sampling, **extra))
-    window = plan_window(plans, 0)
+    return plan_window(plans, 0)
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_the_soonest_clips_match_at_every_boundary(tmp_path, trial):
+    """Random windows, at rooms on every side of the clip-at-a-time walk's boundaries: ties
+    and off-by-one budgets."""
+    window = random_window(tmp_path, trial)
     uses = sorted(((first_reader(u), p, u) for p, w in window.videos.items() for u in w.uses),
                   key=lambda item: (item[0], item[1], item[2].slot))
     ends = list(itertools.accumulate(clip_nbytes(window.views[u.view][0], u)
@@ -114,6 +121,46 @@ def test_the_soonest_clips_match_at_every_boundary(tmp_path, trial):
     for room in sorted({0, total, total + 1} | {e + d for e in ends for d in (-1, 0, 1)}):
         budget = int(room / PRUNE_TARGET_FRACTION) + 1
         assert soonest_clips(window, budget) == leaves_reference(window, room), room
+
+
+@pytest.mark.parametrize("trial", range(8))
+def test_random_windows_keep_what_the_general_walk_keeps(tmp_path, trial):
+    """Random windows of 1-3 tasks sharing frames, at several budgets."""
+    window = random_window(tmp_path, trial)
+    total = leaves_nbytes(window)
+    for share in (0.9, 0.6, 0.35, 0.1):
+        room = int(total * share)
+        assert pruned_plans(window, room) == reference(window, room), share
+
+
+def _read_rows(rows):
+    """Each use's (video, batch, slot, source, frame bytes, clip bytes, frame indices)."""
+    starts = np.concatenate(([0], np.cumsum(rows.lengths))).tolist()
+    return [(int(rows.video[i]), rows.views[rows.view[i]], int(rows.slot[i]),
+             rows.sources[rows.source[i]], int(rows.frame_nbytes[i]), int(rows.out_nbytes[i]),
+             rows.indices[starts[i]:starts[i + 1]].tolist()) for i in range(len(rows.video))]
+
+
+@pytest.mark.parametrize("trial", range(5))
+def test_the_table_columns_are_the_uses_read_one_at_a_time(tmp_path, trial):
+    """`table_rows` (the clip tables by index, in numpy) reads what `use_rows` (`frame_rows`,
+    a use at a time) reads, on planned windows; and uses that are not columns (a tuple) give
+    the same disk plans."""
+    (tmp_path / "w").mkdir()
+    planned = [random_window(tmp_path / "w", trial)] + (windows(tmp_path) if trial == 0 else [])
+    for window in planned:
+        works = [window.videos[path] for path in window.videos]
+        by_index = pruning.table_rows(window, works, lambda: None)
+        one_at_a_time = pruning.use_rows(window, works)
+        assert by_index is not None and _read_rows(by_index) == _read_rows(one_at_a_time)
+        graphs = [pruning.flat_graphs(rows, works) for rows in (by_index, one_at_a_time)]
+        for name in type(graphs[0]).__slots__:
+            assert np.array_equal(*(getattr(g, name) for g in graphs)), name
+        room = leaves_nbytes(window) // 3
+        kept = pruned_plans(window, room)
+        for work in works:
+            work.uses = tuple(work.uses)
+        assert pruned_plans(window, room) == kept == reference(window, room)
 
 
 def test_a_task_leaving_while_a_window_is_snapshot_for_pruning(tmp_path):
