@@ -163,6 +163,30 @@ def test_the_table_columns_are_the_uses_read_one_at_a_time(tmp_path, trial):
         assert pruned_plans(window, room) == kept == reference(window, room)
 
 
+def test_a_window_planned_in_parts_whole(tmp_path):
+    """A lead part and its rest, joined in the window book: the clips of two tables, read
+    by index, keep what `prune` keeps."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    videos = fake_videos(30, num_frames=40)
+    plans = [make_plan(tmp_path / name, videos=videos, task=name, seed=seed,
+                       sampling={"samples_per_video": 2, "frames_per_video": 4})
+             for name, seed in (("a", 0), ("b", 0))]
+    lead = frozenset(plans[0].listed[i].path for i in plans[0].batch_slots(0, 0))
+    part = plan_window(plans, 0, lead=lead)
+    rest = plan_window(plans, 0, skip=lead, resolved=part.view_plans)
+    book = WindowBook(plans)
+    book.add_window(part)
+    book.extend(0, rest)
+    window = book.windows[0]
+    works = [window.videos[path] for path in window.videos]
+    rows = pruning.table_rows(window, works, lambda: None)
+    assert rows is not None and _read_rows(rows) == _read_rows(pruning.use_rows(window, works))
+    for share in (0.7, 0.3):
+        room = int(leaves_nbytes(window) * share)
+        assert pruned_plans(window, room) == reference(window, room), share
+
+
 def test_a_task_leaving_while_a_window_is_snapshot_for_pruning(tmp_path):
     """The snapshot copies views first and readers last: a task leaving between them leaves a
     view without readers, which the columns read (a KeyError skipped pruning the window)."""
