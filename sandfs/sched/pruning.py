@@ -246,7 +246,8 @@ def flat_graphs(rows: _Rows, works: list[VideoWork]) -> FlatGraphs:
         clip_of, key = clip_of[order], key[order]
         first = np.r_[True, (clip_of[1:] != clip_of[:-1]) | (key[1:] != key[:-1])]
         clip_of, key = clip_of[first], key[first]
-    distinct, frame_ids = np.unique(key, return_inverse=True)
+    width = max(1, len(rows.sources)) * span  # a video's keys
+    distinct, frame_ids = _numbered(key, width)
     frame_bytes = np.zeros(len(distinct), np.int64)
     frame_bytes[frame_ids] = rows.frame_nbytes[clip_of]
     per_clip = np.bincount(clip_of, minlength=count)
@@ -257,12 +258,38 @@ def flat_graphs(rows: _Rows, works: list[VideoWork]) -> FlatGraphs:
                       frame_ids.astype(np.int64), frame_bytes, frame_seconds)
 
 
+_DENSE = 1 << 22  # keys numbered at once by a mark each
+
+
+def _numbered(key: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(key, return_inverse=True)` without its sort: the keys come video by video,
+    each video's in its own `width` keys, so a block of videos is numbered by marking its
+    keys and counting the marks."""
+    if not len(key) or width > _DENSE:
+        return np.unique(key, return_inverse=True)
+    video = key // width
+    block = _DENSE // width
+    ends = np.searchsorted(video, np.arange(0, int(video[-1]) + block + 1, block)).tolist()
+    numbers, found, base = np.empty(len(key), np.int64), [], 0
+    for first, last in itertools.pairwise(ends):
+        if first == last:
+            continue
+        origin = int(video[first]) * width
+        marked = np.zeros(int(video[last - 1] + 1) * width - origin, bool)
+        marked[key[first:last] - origin] = True
+        numbers[first:last] = np.cumsum(marked)[key[first:last] - origin] + (base - 1)
+        found.append(np.flatnonzero(marked) + origin)
+        base += len(found[-1])
+    return np.concatenate(found), numbers
+
+
 def _video_seconds(works: list[VideoWork], frames: np.ndarray,
                    span: int) -> tuple[np.ndarray, np.ndarray]:
     """Each video's `video_seconds`, from its frames (video * span + index, one per source):
     the same float operations, a video per row."""
-    frames = np.sort(frames)  # not np.unique: its hash table took seconds on 10^6 frames
-    frames = frames[np.r_[True, frames[1:] != frames[:-1]]] if len(frames) else frames
+    if np.any(frames[1:] <= frames[:-1]):  # a video's frames from two sources
+        frames = np.sort(frames)  # not np.unique: its hash table took seconds on 10^6
+        frames = frames[np.r_[True, frames[1:] != frames[:-1]]]
     infos = [work.info for work in works]
     mpixels = np.array([info.width * info.height for info in infos], float) / 1e6
     needed = np.bincount(frames // span, minlength=len(works))

@@ -235,3 +235,17 @@ def test_the_columns_cost_model_is_object_graph_s(tmp_path):
         assert graphs.clip_seconds[clips].tolist() == [
             s for s, parents in zip(graph.make_seconds, graph.parents, strict=True)
             if parents and parents != (0,)]
+
+
+@pytest.mark.parametrize("dense", [1, 7, 64, 1 << 22])
+def test_frames_are_numbered_as_np_unique_numbers_them(monkeypatch, dense):
+    """Blocks of videos numbered by marks (`_numbered`), a video wider than a block by
+    `np.unique`: the numbers `np.unique` gives, on keys that come video by video."""
+    monkeypatch.setattr(pruning, "_DENSE", dense)
+    rng = np.random.default_rng(dense)
+    width = 5
+    video = np.sort(rng.integers(0, 40, 300))
+    key = video * width + rng.integers(0, width, 300)
+    distinct, numbers = pruning._numbered(key, width)
+    expected = np.unique(key, return_inverse=True)
+    assert np.array_equal(distinct, expected[0]) and np.array_equal(numbers, expected[1])
