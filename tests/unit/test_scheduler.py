@@ -1454,8 +1454,8 @@ async def test_a_trial_sharing_every_batch_plans_no_clip_when_it_joins(tmp_path)
 async def test_pruning_waits_while_a_joining_task_s_part_is_planned(tmp_path, monkeypatch):
     """Pruning and planning are both pure Python in threads of one interpreter: beside
     pruning, a task joining a kept mount of 10,000 videos took 13 s to plan its first part
-    instead of 2. Pruning only refines what jobs keep on disk, so it pauses between videos
-    while a window or part is planned, and finishes afterwards."""
+    instead of 2. Pruning only refines what jobs keep on disk, so it pauses between chunks of
+    videos while a window or part is planned, and finishes afterwards."""
     from sandfs.sched import pruning
     from sandfs.sched import work as work_module
 
