@@ -105,7 +105,7 @@ class WindowClips:
 
 
 @dataclass(frozen=True, slots=True)
-class _Rows:
+class UseRows:
     """A window's uses as columns, a row each, grouped by video in the order of its uses."""
 
     video: np.ndarray
@@ -137,7 +137,7 @@ _CHUNK = 4096  # videos read between two `wait_turn`s
 
 
 def table_rows(plan: WindowPlan, works: list[VideoWork],
-                wait_turn: Callable[[], object]) -> _Rows | None:
+               wait_turn: Callable[[], object]) -> UseRows | None:
     """The uses read as columns: each use's batch and slot, its clip's table row there, and
     the row's frame list and path by index; None where a batch's clips are not a table's."""
     batch_rows, slots, counts = [], [], []
@@ -170,7 +170,7 @@ def table_rows(plan: WindowPlan, works: list[VideoWork],
     indices = gather(flat, np.concatenate(([0], np.cumsum(list_lengths))), which)
     video = np.repeat(np.arange(len(works)), counts)
     per_frame = _out_frame_nbytes(plan, [row.view for row in batches])
-    return _Rows(video, [row.view for row in batches], batch, slot, source, list(numbers),
+    return UseRows(video, [row.view for row in batches], batch, slot, source, list(numbers),
                  _frame_nbytes(works, video, source, list(numbers)),
                  per_frame[batch] * lengths, lengths, indices)
 
@@ -208,7 +208,7 @@ def _frame_nbytes(works: list[VideoWork], video: np.ndarray, source: np.ndarray,
 
 
 def use_rows(plan: WindowPlan, works: list[VideoWork],
-             wait_turn: Callable[[], object] = lambda: None) -> _Rows:
+             wait_turn: Callable[[], object] = lambda: None) -> UseRows:
     """The uses read one at a time (`frame_rows`): any uses, the reference for
     `table_rows`."""
     video, view, slots, lengths, indices, source = [], [], [], [], [], []
@@ -226,13 +226,13 @@ def use_rows(plan: WindowPlan, works: list[VideoWork],
     named = list(views)
     video_, view_, source_, lengths_ = (np.array(c, np.int64)
                                         for c in (video, view, source, lengths))
-    return _Rows(video_, named, view_, np.array(slots, np.int64), source_, list(numbers),
+    return UseRows(video_, named, view_, np.array(slots, np.int64), source_, list(numbers),
                  _frame_nbytes(works, video_, source_, list(numbers)),
                  _out_frame_nbytes(plan, named)[view_] * lengths_, lengths_,
                  np.array(indices, np.int64))
 
 
-def flat_graphs(rows: _Rows, works: list[VideoWork]) -> FlatGraphs:
+def flat_graphs(rows: UseRows, works: list[VideoWork]) -> FlatGraphs:
     """The rows as flat graphs: frames numbered in numpy, per (video, source, index)."""
     count = len(rows.video)
     indices, video = rows.indices, rows.video
