@@ -84,7 +84,7 @@ class BatchBoard:
         self.views: dict[ViewKey, ViewState] = {}  # batches of active windows, not ready yet
         self.ready: OrderedDict[ViewKey, ReadyView] = OrderedDict()
         # clips no job made yet, as tuples (a window's are its videos' own `uses`)
-        self.pending: dict[VideoJobKey, tuple[ClipUse, ...]] = {}
+        self.pending: dict[VideoJobKey, Sequence[ClipUse]] = {}  # a video's `Uses` or tuple
         # a reader is blocked on it, or expected there soon: read anywhere (a job's thread
         # reads whether it is empty), written by the demand methods below and on completion
         self.demanded: set[ViewKey] = set()
@@ -218,7 +218,7 @@ class BatchBoard:
         """A pending job's remaining work and each clip's lead work, worked out again only
         when its pending clips change: the urgent jobs are ranked at every dispatch, and
         counting their frames was a fifth of the ranking's time. Valid while `pending` holds
-        this list: lists are replaced, never changed in place (the memo keeps the list, so its
+        these uses: they are replaced, never changed in place (the memo keeps them, so their
         id is not reused)."""
         kept = self._work.get(job)
         if kept is not None and kept[0] is uses:
