@@ -232,11 +232,22 @@ def test_the_last_reader_out_wakes_the_scan_s_thread():
         queue.close()
 
 
-def test_while_held_the_background_takes_a_share_at_most_every_interval(monkeypatch):
-    now = [100.0]
-    monkeypatch.setattr(probebook.time, "monotonic", lambda: now[0])
-    queue = ProbeQueue([ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(6)],
-                       held_every_s=0.5, held_jobs=2)
+@pytest.fixture
+def now(monkeypatch) -> list[float]:
+    """The probe book's clock, moved by hand."""
+    clock = [100.0]
+    monkeypatch.setattr(probebook.time, "monotonic", lambda: clock[0])
+    return clock
+
+
+def held_queue(videos: int, *, held_jobs: int) -> ProbeQueue:
+    """A queue whose background takes `held_jobs` every 0.5 s while held."""
+    return ProbeQueue([ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(videos)],
+                      held_every_s=0.5, held_jobs=held_jobs)
+
+
+def test_while_held_the_background_takes_a_share_at_most_every_interval(now):
+    queue = held_queue(6, held_jobs=2)
     try:
         assert queue.held_seconds(room=True) == float("inf")
         with queue.readers_wait():
@@ -252,13 +263,10 @@ def test_while_held_the_background_takes_a_share_at_most_every_interval(monkeypa
         queue.close()
 
 
-def test_a_held_share_s_slot_is_spent_only_on_a_job(monkeypatch):
+def test_a_held_share_s_slot_is_spent_only_on_a_job(now):
     """A slot that found no background job (those left are waited for) is kept, and the
     scan's thread is not told to come back at once for it."""
-    now = [100.0]
-    monkeypatch.setattr(probebook.time, "monotonic", lambda: now[0])
-    queue = ProbeQueue([ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(3)],
-                       held_every_s=0.5, held_jobs=1)
+    queue = held_queue(3, held_jobs=1)
     try:
         with queue.readers_wait():
             queue.first(["v0", "v1"])
@@ -272,11 +280,8 @@ def test_a_held_share_s_slot_is_spent_only_on_a_job(monkeypatch):
         queue.close()
 
 
-def test_a_hold_starts_with_no_slots_left_from_the_last(monkeypatch):
-    now = [100.0]
-    monkeypatch.setattr(probebook.time, "monotonic", lambda: now[0])
-    queue = ProbeQueue([ProbeJob(f"v{i}", f"/d/v{i}", (0, i)) for i in range(6)],
-                       held_every_s=0.5, held_jobs=2)
+def test_a_hold_starts_with_no_slots_left_from_the_last(now):
+    queue = held_queue(6, held_jobs=2)
     try:
         with queue.readers_wait():
             now[0] += 0.5
