@@ -58,6 +58,14 @@ async def read_some(scheduler, plan, iterations, made_before=()) -> None:
         scheduler.released(plan.name, 0, iteration)
 
 
+async def start_in_parts(nursery, scheduler, plan, read: int) -> None:
+    """Run the scheduler, wait for window 0 to be planned in parts, read its first `read`
+    batches."""
+    await nursery.start(scheduler.run)
+    await until(lambda: scheduler.book.rest_pending == {0})
+    await read_some(scheduler, plan, range(read))
+
+
 async def read_past(scheduler, plan, read: int) -> None:
     """Read the task's window 0 past its first `read` batches, none made on demand."""
     for epoch in range(2):
@@ -94,10 +102,8 @@ async def shared_trial(tmp_path, monkeypatch, *, leaves: bool) -> None:
     whole = await read_all(*own_task(tmp_path, "whole")[:2])
     plan, scheduler, materializer = paced_own(tmp_path, monkeypatch)
     async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
         with trio.fail_after(20):
-            await until(lambda: scheduler.book.rest_pending == {0})
-            await read_some(scheduler, plan, range(6))
+            await start_in_parts(nursery, scheduler, plan, 6)
             later = joining_task(tmp_path, plan, seed=0)
             assert view_key(later, 0, 5) == view_key(plan, 0, 5)  # the same batches
             await scheduler.add_plan(later)
@@ -208,10 +214,8 @@ async def test_a_rest_forced_during_a_joiner_s_lead_part_skips_its_parts(tmp_pat
 
     monkeypatch.setattr(work, "plan_task_part", slow_lead)
     async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
         with trio.fail_after(20):
-            await until(lambda: scheduler.book.rest_pending == {0})
-            await read_some(scheduler, plan, range(2))
+            await start_in_parts(nursery, scheduler, plan, 2)
             later = joining_task(tmp_path, plan, seed=9)
             nursery.start_soon(scheduler.add_plan, later)
             await until(lambda: "later" in scheduler.planner._joiner_parts.get(0, {}))
@@ -254,10 +258,8 @@ async def test_trials_with_one_seed_joining_at_once_share_their_parts(tmp_path, 
     reads every batch planned after it left, none made on demand."""
     plan, scheduler, _ = paced_own(tmp_path, monkeypatch)
     async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
         with trio.fail_after(20):
-            await until(lambda: scheduler.book.rest_pending == {0})
-            await read_some(scheduler, plan, range(2))
+            await start_in_parts(nursery, scheduler, plan, 2)
             first = joining_task(tmp_path, plan)
             second = joining_task(tmp_path, plan, name="second")
             async with trio.open_nursery() as joining:
@@ -289,10 +291,8 @@ async def test_a_trial_reading_more_epochs_plans_the_shared_parts(tmp_path, monk
     plan, scheduler, _ = paced_own(tmp_path, monkeypatch)
     short, long = short_and_long(tmp_path)
     async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
         with trio.fail_after(20):
-            await until(lambda: scheduler.book.rest_pending == {0})
-            await read_some(scheduler, plan, range(2))
+            await start_in_parts(nursery, scheduler, plan, 2)
             await scheduler.add_plan(short)
             await read_some(scheduler, short, range(3))
             await scheduler.add_plan(long)
@@ -314,10 +314,8 @@ async def test_a_shard_s_window_in_parts_becomes_whole(tmp_path, monkeypatch):
     scheduler = Scheduler([plan], RecordingMaterializer(None), Stats(), workers=2,
                           memory_limit_bytes=1 << 30, limiter=trio.CapacityLimiter(2))
     async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
         with trio.fail_after(20):
-            await until(lambda: scheduler.book.rest_pending == {0})
-            await read_some(scheduler, plan, range(2))
+            await start_in_parts(nursery, scheduler, plan, 2)
             await made_whole(scheduler)
             await until(lambda: 1 in scheduler.book.windows)
         nursery.cancel_scope.cancel()
