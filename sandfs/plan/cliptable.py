@@ -22,7 +22,7 @@ from sandfs.plan.records import StreamClip
 _new_clip = tuple.__new__  # a StreamClip without its __new__'s call
 
 
-def _distinct(objects: Sequence) -> tuple[list, array]:
+def distinct(objects: Sequence) -> tuple[list, array]:
     """The distinct objects and each one's index among them. By identity, in numpy: the plan
     interns equal parts of clips (`TaskPlan.shared`), and hashing a clip's tuple of frames
     cost more than an equal value kept twice where its interner was cleared."""
@@ -45,9 +45,9 @@ class ClipTable:
             (),) * 6
         self.video, self.sample, self.stream = (array("i", video), array("i", sample),
                                                 array("H", stream))
-        self._frames, self.frames = _distinct(frames)
-        self._ops, self.ops = _distinct(ops)
-        self._paths, self.path = _distinct(paths)
+        self._frames, self.frames = distinct(frames)
+        self._ops, self.ops = distinct(ops)
+        self._paths, self.path = distinct(paths)
 
     @classmethod
     def of(cls, batches: Sequence[Sequence[StreamClip]]) -> list[TableClips]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sandfs.cache.flatprune import FlatGraphs, gather, prune_flat
-from sandfs.plan.cliptable import TableClips, _distinct
+from sandfs.plan.cliptable import TableClips, distinct
 from sandfs.plan.uses import Uses, frame_rows
 from sandfs.plan.window import VideoWork, WindowPlan
 from sandfs.runtime import collector_paused
@@ -147,13 +147,13 @@ def table_rows(plan: WindowPlan, works: list[VideoWork],
         counts.extend(len(rows) for rows, _ in columns)
         batch_rows.extend(itertools.chain.from_iterable(rows for rows, _ in columns))
         slots.extend(itertools.chain.from_iterable(slot for _, slot in columns))
-    batches, batch_of = _distinct(batch_rows)
+    batches, batch_of = distinct(batch_rows)
     if any(type(row.clips) is not TableClips for row in batches):
         return None
     wait_turn()
     batch = np.frombuffer(batch_of, np.int32).astype(np.int64)
     slot = np.array(slots, np.int64)
-    tables, table_of = _distinct([row.clips.table for row in batches])
+    tables, table_of = distinct([row.clips.table for row in batches])
     starts = np.array([row.clips.start for row in batches], np.int64)
     base = np.cumsum([0] + [len(table) for table in tables])[np.frombuffer(table_of, np.int32)]
     table_row = (base + starts)[batch] + slot
