@@ -42,6 +42,8 @@ class EpochDraws:
     units: dict[Prefix, np.ndarray]  # float64 (videos, samples): a random branch step's draw
     outputs: dict[tuple[Prefix, int], np.ndarray]  # uint64 (videos, samples): by (prefix, op)
     crops_shared: bool  # the epoch's window shares crop windows with other tasks
+    # int32 (videos, 3): each drawn video's frame count, height and width (its probe's)
+    sizes: np.ndarray
 
 
 def random_keys(paths: Sequence[StreamPath]) -> tuple[list[Prefix], list[tuple[Prefix, int]]]:
@@ -112,7 +114,8 @@ class ClipDraws:
         crops = plan.coordination.crop_windows(plan.cfg, plan.window_of(epoch))
         return EpochDraws(np.zeros(shape[0], bool), np.zeros(shape, np.int32),
                           {p: np.zeros(shape) for p in self.branch_prefixes},
-                          {k: np.zeros(shape, np.uint64) for k in self.op_keys}, bool(crops))
+                          {k: np.zeros(shape, np.uint64) for k in self.op_keys}, bool(crops),
+                          np.zeros((shape[0], 3), np.int32))
 
     def _draw(self, epoch: int, into: EpochDraws, rows: np.ndarray) -> None:
         plan = self.plan
@@ -127,8 +130,9 @@ class ClipDraws:
         for (prefix, pos), column in into.outputs.items():
             words = digest_words(key_texts(head, clips, ("op", prefix, pos)))
             column[rows] = pcg64_first(words).reshape(len(rows), samples)
+        into.sizes[rows] = [(info.num_frames, info.height, info.width) for info in infos]
         if not plan.test_views:
-            frames = np.array([info.num_frames for info in infos], np.int64)
+            frames = into.sizes[rows, 0].astype(np.int64)
             long = np.flatnonzero(frames >= plan.span_frames)
             if len(long):
                 window = plan.window_of(epoch)

@@ -28,9 +28,17 @@ def distinct(objects: Sequence) -> tuple[list, array]:
     cost more than an equal value kept twice where its interner was cleared."""
     ids = np.fromiter(map(id, objects), np.int64, len(objects))
     _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    indices = array("i")
-    indices.frombytes(inverse.astype(np.int32).tobytes())
-    return [objects[i] for i in first.tolist()], indices
+    return [objects[i] for i in first.tolist()], _array("i", inverse)
+
+
+_DTYPES = {"i": np.int32, "H": np.uint16}  # an `array`'s typecode's numpy type
+
+
+def _array(code: str, column: np.ndarray) -> array:
+    """A numpy column as an `array` (its items Python ints when read, as a clip's are)."""
+    made = array(code)
+    made.frombytes(np.ascontiguousarray(column, _DTYPES[code]).tobytes())
+    return made
 
 
 class ClipTable:
@@ -48,6 +56,20 @@ class ClipTable:
         self._frames, self.frames = distinct(frames)
         self._ops, self.ops = distinct(ops)
         self._paths, self.path = distinct(paths)
+
+    @classmethod
+    def of_columns(cls, video: np.ndarray, sample: np.ndarray, stream: np.ndarray,
+                   frames: tuple[list, np.ndarray], ops: tuple[list, np.ndarray],
+                   paths: tuple[list, np.ndarray]) -> ClipTable:
+        """A table made from its columns: (distinct objects, each row's index among them) for
+        frames, ops and paths, as `distinct` gives them."""
+        table = cls.__new__(cls)
+        table.video, table.sample = _array("i", video), _array("i", sample)
+        table.stream = _array("H", stream)
+        table._frames, table.frames = frames[0], _array("i", frames[1])
+        table._ops, table.ops = ops[0], _array("i", ops[1])
+        table._paths, table.path = paths[0], _array("i", paths[1])
+        return table
 
     @classmethod
     def of(cls, batches: Sequence[Sequence[StreamClip]]) -> list[TableClips]:
@@ -138,3 +160,10 @@ def clip_frames(clips: Sequence[StreamClip], index: int) -> tuple[tuple[int, ...
         return clips.table.frames_and_source(clips.start + index)
     clip = clips[index]
     return clip.frame_indices, clip.source
+
+
+def clip_videos(clips: Sequence[StreamClip]) -> Sequence[int]:
+    """Each clip's video_index, read from its table's column where it has one."""
+    if isinstance(clips, TableClips):
+        return clips.table.video[clips.start:clips.start + clips.count]
+    return [clip.video_index for clip in clips]

@@ -12,7 +12,7 @@ the real generator instead.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -74,6 +74,32 @@ def pcg64_first(words: np.ndarray) -> np.ndarray:
         hi, lo = _step(hi, lo, inc_hi, inc_lo)  # the step of the first output
         mixed, rot = hi ^ lo, hi >> np.uint64(58)
         return (mixed >> rot) | (mixed << ((np.uint64(64) - rot) & np.uint64(63)))
+
+
+def first_integers(outputs: np.ndarray, spans: Sequence[int]
+                   ) -> tuple[list[np.ndarray], np.ndarray] | None:
+    """`FirstOutput(output).integers(0, span)` for each span in turn, for every output: the
+    values drawn, and where `FirstOutput` would raise NeedGenerator (a draw numpy rejects);
+    None where it would for every output (a span it cannot draw, a third 32-bit half)."""
+    halves = (outputs & _MASK32, outputs >> _U32)
+    need = np.zeros(len(outputs), bool)
+    values, taken = [], 0
+    for span in spans:
+        if span == 1:  # numpy draws nothing
+            values.append(np.zeros(len(outputs), np.int64))
+            continue
+        if not 1 < span < 0xFFFFFFFF or taken == len(halves):
+            return None
+        scaled = halves[taken] * np.uint64(span)
+        taken += 1
+        need |= (scaled & _MASK32) < np.uint64((0x100000000 - span) % span)
+        values.append((scaled >> _U32).astype(np.int64))
+    return values, need
+
+
+def first_units(outputs: np.ndarray) -> np.ndarray:
+    """`FirstOutput(output).random()` for every output."""
+    return (outputs >> np.uint64(11)).astype(np.float64) * _UNIT
 
 
 class NeedGenerator(Exception):

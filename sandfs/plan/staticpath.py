@@ -52,7 +52,8 @@ class StaticPath:
         self.plan, self.path, self.stream = plan, path, stream
         self.clip_path = clip_path  # the same for every clip
         self._templates: dict[tuple, Template] = {}
-        self._instances: dict[tuple, OpInstance] = {}  # `_drawn`
+        self._instances: dict[tuple, OpInstance] = {}  # `first_drawn`
+        self.coded: dict[tuple, tuple] = {}  # ops by template and draws' code (columns.py)
 
     @classmethod
     def of(cls, plan: TaskPlan, path: StreamPath, stream: int) -> StaticPath | None:
@@ -99,7 +100,7 @@ class StaticPath:
                                                                         tuple(randoms))
         return found
 
-    def _drawn(self, random: RandomOp, output: int) -> OpInstance:
+    def first_drawn(self, random: RandomOp, output: int) -> OpInstance:
         """The op drawn from its generator's first output: one instance for equal draws, kept
         by what the op's `draw` returns (`draw_instance` normalizes it, and costs more)."""
         spec = random.spec
@@ -120,26 +121,32 @@ class StaticPath:
                 self._instances[key] = found
         return found
 
+    def instance(self, random: RandomOp, output: int, row: tuple[EpochDraws, VideoInfo, int],
+                 clip_key: tuple) -> OpInstance:
+        """A random op of a clip drawn from its generator's first `output` (`row`: the epoch's
+        draws, the video and the sample; `clip_key`: its generators' keys, where one is
+        needed). A crop in a window shared with other tasks is drawn as the walk draws it."""
+        draws, info, sample = row
+        if draws.crops_shared and random.spec.name == "random_crop":
+            return self.plan.random_instance(random.spec, random.in_hw, random.static,
+                                             clip_key[1], info, sample, output,
+                                             (*clip_key, "op", *random.key))
+        try:
+            return self.first_drawn(random, output)
+        except NeedGenerator:
+            spec = random.spec
+            return self.plan.shared(oplib.draw_instance(
+                spec.name, spec.params, rng_for(*clip_key, "op", *random.key), random.in_hw))
+
     def clip(self, template: Template, row: tuple[EpochDraws, int, int], clip_key: tuple,
              frames: tuple[int, ...], info: VideoInfo) -> StreamClip:
         """One clip: its template with its random ops drawn (`row`: the epoch's draws, the
-        video and the sample; `clip_key`: its generators' keys, where one is needed). A crop
-        in a window shared with other tasks is drawn as the walk draws it."""
+        video and the sample; `clip_key`: its generators' keys, where one is needed)."""
         draws, video, sample = row
-        shared = self.plan.shared
         ops = list(template.ops)
         for random in template.randoms:
             output = int(draws.outputs[random.key][video, sample])
-            if draws.crops_shared and random.spec.name == "random_crop":
-                ops[random.index] = self.plan.random_instance(
-                    random.spec, random.in_hw, random.static, clip_key[1], info, sample, output,
-                    (*clip_key, "op", *random.key))
-                continue
-            try:
-                ops[random.index] = self._drawn(random, output)
-            except NeedGenerator:
-                spec = random.spec
-                ops[random.index] = shared(oplib.draw_instance(
-                    spec.name, spec.params, rng_for(*clip_key, "op", *random.key), random.in_hw))
+            ops[random.index] = self.instance(random, output, (draws, info, sample), clip_key)
+        shared = self.plan.shared
         return StreamClip(video, sample, self.stream, shared(frames), shared(tuple(ops)),
                           self.clip_path)

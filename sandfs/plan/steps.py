@@ -3,8 +3,11 @@ the task plan and the cross-task coordination."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from sandfs import ops as oplib
-from sandfs.config.schema import OpSpec, TaskConfig
+from sandfs.config.condition import ConditionError
+from sandfs.config.schema import Condition, OpSpec, TaskConfig
 from sandfs.ops.base import FrameShape
 from sandfs.plan.abstract import PathStep, StreamPath
 
@@ -63,3 +66,29 @@ def branch_label(ps: PathStep, choice: int | None) -> str:
     if step.branch_type == "multi":
         return step.outputs[ps.output_index]
     return step.branch_type
+
+
+def branch_choice(ps: PathStep, draw: float | None, task: str, epoch: int,
+                  iteration: int) -> int | None:
+    """The branch a clip of `task` takes at this step (`draw`: its uniform draw at a random
+    step; a conditional step's first branch whose condition holds in this view)."""
+    step = ps.step
+    if step.branch_type == "random":
+        probs = np.array([b.prob for b in step.branches], dtype=np.float64)
+        cumulative = np.cumsum(probs) / probs.sum()  # 0.333 x 3: each a third, exactly
+        return int(min(np.searchsorted(cumulative, draw, side="right"), len(probs) - 1))
+    if step.branch_type == "conditional":
+        for i, branch in enumerate(step.branches):
+            if branch.condition is None or _holds(task, step.name, branch.condition, epoch,
+                                                  iteration):
+                return i
+    return None
+
+
+def _holds(task: str, step: str, condition: Condition, epoch: int, iteration: int) -> bool:
+    """A branch's condition; ConditionError names the task, step, expression and view."""
+    try:
+        return condition.holds(epoch=epoch, iteration=iteration, task=task)
+    except ConditionError as exc:
+        raise ConditionError(f"task {task} step {step}: condition '{condition.source}' at "
+                             f"epoch {epoch} iteration {iteration}: {exc}") from None

@@ -20,14 +20,14 @@ import numpy as np
 
 from sandfs import ops as oplib
 from sandfs.access import owner_of
-from sandfs.config.condition import ConditionError
-from sandfs.config.schema import TEST_VIEW_CROP_STEPS, Condition, OpSpec, TaskConfig
+from sandfs.config.schema import TEST_VIEW_CROP_STEPS, OpSpec, TaskConfig
 from sandfs.media.probebook import ProbeBook
 from sandfs.media.types import BadVideo, ListedVideo, MediaLimits, VideoInfo
 from sandfs.npy import npy_nbytes
 from sandfs.ops.base import FrameShape, OpInstance, Window
-from sandfs.plan.abstract import PathStep, stream_paths
+from sandfs.plan.abstract import stream_paths
 from sandfs.plan.clipdraws import ClipDraws, EpochDraws
+from sandfs.plan.columns import frame_list, resolve_batches
 from sandfs.plan.coordination import Coordination
 from sandfs.plan.draws import FirstOutput, NeedGenerator
 from sandfs.plan.identity import DatasetIdentity, data_fingerprint
@@ -39,7 +39,14 @@ from sandfs.plan.records import ClipPath, StreamClip, ViewPlan
 from sandfs.plan.seeds import below, derive_seed, rng_for, unit_draws
 from sandfs.plan.shard import shard_positions
 from sandfs.plan.staticpath import StaticPath
-from sandfs.plan.steps import branch_label, has_temporal_op, source_shape, static_output, step_ops
+from sandfs.plan.steps import (
+    branch_choice,
+    branch_label,
+    has_temporal_op,
+    source_shape,
+    static_output,
+    step_ops,
+)
 from sandfs.plan.testviews import clip_start as test_clip_start
 from sandfs.plan.testviews import fixed_crop, view_index
 
@@ -264,13 +271,9 @@ class TaskPlan:
         `frame_stride` apart from a random start on the window's frame grid (`draws`: the
         epoch's, with this video's made; `info`: the video's, if at hand)."""
         info = info or self.videos[video_index]
-        count, stride = self.sampling.frames_per_video, self.sampling.frame_stride
-        if info.num_frames < self.span_frames:
-            if self.sampling.short_video == "wrap":
-                return tuple((j * stride) % info.num_frames for j in range(count))
-            return tuple(min(j * stride, info.num_frames - 1) for j in range(count))
-        start = self.clip_start(epoch, info, sample, draws)
-        return tuple(range(start, start + count * stride, stride))
+        short = info.num_frames < self.span_frames
+        return frame_list(self.sampling, info.num_frames,
+                          None if short else self.clip_start(epoch, info, sample, draws))
 
     def clip_start(self, epoch: int, info: VideoInfo, sample: int,
                    draws: EpochDraws | None = None) -> int:
@@ -310,7 +313,7 @@ class TaskPlan:
             prefix += ((ps.step.name, ps.output_index),)
             unit = (float(draws.units[prefix][video_index, sample])
                     if ps.step.branch_type == "random" else None)
-            choice = self._branch_choice(ps, unit, epoch, iteration)
+            choice = branch_choice(ps, unit, self.name, epoch, iteration)
             for pos, spec in enumerate(step_ops(ps, choice)):
                 op = oplib.get_op(spec.name)
                 in_hw = (shape.height, shape.width)
@@ -394,34 +397,15 @@ class TaskPlan:
         x = window_x + int(own.integers(0, window_w - crop_w + 1))
         return OpInstance("random_crop", spec.params, (("x", x), ("y", y)))
 
-    def _branch_choice(self, ps: PathStep, draw: float | None, epoch: int,
-                       iteration: int) -> int | None:
-        """The branch a clip takes (`draw`: its uniform draw at a random step)."""
-        step = ps.step
-        if step.branch_type == "random":
-            probs = np.array([b.prob for b in step.branches], dtype=np.float64)
-            cumulative = np.cumsum(probs) / probs.sum()  # 0.333 x 3: each a third, exactly
-            return int(min(np.searchsorted(cumulative, draw, side="right"), len(probs) - 1))
-        if step.branch_type == "conditional":
-            for i, branch in enumerate(step.branches):
-                if branch.condition is None or self._holds(step.name, branch.condition, epoch,
-                                                           iteration):
-                    return i
-            return None
-        return None
-
-    def _holds(self, step: str, condition: Condition, epoch: int, iteration: int) -> bool:
-        """A branch's condition; ConditionError names the task, step, expression and view."""
-        try:
-            return condition.holds(epoch=epoch, iteration=iteration, task=self.name)
-        except ConditionError as exc:
-            raise ConditionError(f"task {self.name} step {step}: condition "
-                                 f"'{condition.source}' at epoch {epoch} iteration "
-                                 f"{iteration}: {exc}") from None
-
     def resolve_view(self, epoch: int, iteration: int) -> ViewPlan:
         """The batch resolved again, not kept (`view_plan` keeps its last 4,096)."""
         return self._view_plan(epoch, iteration)
+
+    def resolve_batches(self, epoch: int, iterations: Sequence[int]
+                        ) -> list[ViewPlan | Exception]:
+        """These batches resolved again, not kept, their clips rows of one new table; or why
+        each that cannot be made fails (columns.py)."""
+        return resolve_batches(self, epoch, iterations)
 
     def resolve_ahead(self, epoch: int, iteration: int) -> None:
         """Resolve the batch before its window is planned (a joining task's lead part, while
@@ -442,6 +426,11 @@ class TaskPlan:
                 self._ahead.pop(key, None)
 
     def _view_plan(self, epoch: int, iteration: int) -> ViewPlan:
+        if all(self.static_paths):  # as columns, one batch as a window's
+            found = resolve_batches(self, epoch, [iteration])[0]
+            if isinstance(found, Exception):
+                raise found
+            return found
         videos = self.batch_videos(epoch, iteration)
         draws = self.draws.prepare(epoch, videos)
         infos = [self.videos[v] for v in videos]

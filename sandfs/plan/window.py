@@ -18,7 +18,7 @@ import numpy as np
 from sandfs.config.condition import ConditionError
 from sandfs.faults import fault_point
 from sandfs.media.types import VideoInfo
-from sandfs.plan.cliptable import ClipTable
+from sandfs.plan.cliptable import clip_videos
 from sandfs.plan.probed import NoUsableVideo
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.uses import ClipUse, Uses, ViewRow, frame_rows, kept
@@ -154,18 +154,19 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     failed: dict[ViewKey, FailedView] = {}
     planned: list[tuple[ViewKey, TaskPlan, ViewPlan]] = []
     view_plans: dict[ViewKey, ViewPlan] = {}
-    as_is: set[ViewKey] = set()  # resolved by an earlier part or ahead: not tabled again
+    pending: list[ViewKey] = []  # views of one task epoch, resolved together
 
     def tabled() -> None:
-        """The views resolved since the last call, their clips as a table's rows, and their
-        uses grouped by video: a table a few hundred batches, so that their clips as resolved
+        """The views resolved since the last call (their clips a table's rows), and their uses
+        grouped by video: a table a few hundred batches, so that their clips as resolved
         are not all held at once (a window's peak would be the memory its columns save)."""
-        view_plans.update(_tabled(planned, as_is))
-        for key, plan, view in planned:  # as resolved: no clip made again from the table
-            row = ViewRow(key, view_plans[key].clips, frozen[key])
+        resolve()
+        view_plans.update((key, view) for key, _, view in planned)
+        for key, plan, view in planned:
+            row = ViewRow(key, view.clips, frozen[key])
             owners = slot_owners(plan, view) if lead is not None or skip else None
-            for slot, clip in enumerate(view.clips):
-                info = plan.videos[clip.video_index]
+            for slot, video_index in enumerate(clip_videos(view.clips)):
+                info = plan.videos[video_index]
                 owner = info.path if owners is None else owners[slot]
                 if owner in skip or (lead is not None and owner not in lead):
                     continue
@@ -177,28 +178,44 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                 found[1].append(slot)
         planned.clear()
 
+    def resolve() -> None:
+        """The pending views, resolved at once (a task epoch's as columns, `resolve_batches`);
+        a view that fails fails alone, with its reason."""
+        if not pending:
+            return
+        plan, epoch, _ = views[pending[0]]
+        iterations = [views[key][2] for key in pending]
+        try:
+            found = plan.resolve_batches(epoch, iterations)
+        except Exception:  # a bug resolving them together: each alone, to fail alone
+            found = [_alone(plan, epoch, iteration) for iteration in iterations]
+        for key, view in zip(pending, found, strict=True):
+            if isinstance(view, Exception):
+                failed[key] = FailedView(_reason(view), frozen.pop(key))
+            else:
+                planned.append((key, plan, view))
+        pending.clear()
+
     for count, (key, (plan, epoch, iteration)) in enumerate(views.items()):
         if count % VIEWS_PER_STOP_CHECK == 0:
             stop_if_asked()
             tabled()
         if key in known:
             continue
+        if pending and views[pending[0]][:2] != (plan, epoch):
+            resolve()
         try:
             fault_point("planning", plan.name)
-            # not `view_plan`: its cache would keep a second copy of the clips the table has
-            view = resolved.get(key) or plan.take_ahead(epoch, iteration)
-            if view is not None:  # resolved already: held as it is, not made again
-                as_is.add(key)
-            else:
-                view = plan.resolve_view(epoch, iteration)
-        except (ConditionError, NoUsableVideo) as exc:  # this view fails; the rest goes on
-            failed[key] = FailedView(str(exc), frozen.pop(key))
+        except Exception as exc:  # this view fails; the rest goes on
+            failed[key] = FailedView(_reason(exc), frozen.pop(key))
             continue
-        except Exception as exc:  # a bug or MemoryError planning it: so does this one
-            failed[key] = FailedView(f"planning failed: {type(exc).__name__}: {exc}",
-                                     frozen.pop(key))
-            continue
-        planned.append((key, plan, view))
+        # not `view_plan`: its cache would keep a second copy of the clips the table has
+        view = resolved.get(key) or plan.take_ahead(epoch, iteration)
+        if view is None:
+            pending.append(key)
+        else:  # resolved already: held as it is, not made again, in the views' order
+            resolve()
+            planned.append((key, plan, view))
     tabled()
     for plan in plans:  # what was resolved ahead and not taken (planned already) goes
         plan.drop_ahead(plan.window_epochs(window))
@@ -211,14 +228,20 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     return WindowPlan(window, videos, views, frozen, failed, view_plans)
 
 
-def _tabled(planned: list[tuple[ViewKey, TaskPlan, ViewPlan]],
-            as_is: Container[ViewKey]) -> dict[ViewKey, ViewPlan]:
-    """The views, the others than `as_is` with their clips as rows of one new `ClipTable`."""
-    mine = [view for key, _, view in planned if key not in as_is]
-    rows = iter(ClipTable.of([view.clips for view in mine]))
-    return {key: view if key in as_is else ViewPlan(
-        view.task, view.epoch, view.iteration, next(rows), view.shape, view.dtype, view.layout)
-        for key, _, view in planned}
+def _alone(plan: TaskPlan, epoch: int, iteration: int) -> ViewPlan | Exception:
+    """One batch resolved alone, or why it cannot be."""
+    try:
+        return plan.resolve_batches(epoch, [iteration])[0]
+    except Exception as exc:  # the batch's reason
+        return exc
+
+
+def _reason(exc: Exception) -> str:
+    """Why a view failed: a condition or no usable video say so; a bug or MemoryError
+    planning it is named."""
+    if isinstance(exc, ConditionError | NoUsableVideo):
+        return str(exc)
+    return f"planning failed: {type(exc).__name__}: {exc}"
 
 
 def slot_owners(plan: TaskPlan, view: ViewPlan) -> list[str]:

@@ -1,0 +1,215 @@
+"""A task epoch's batches resolved at once, into the columns of one `ClipTable`: each batch a
+`ViewPlan` whose clips are a range of the table's rows (`TableClips`).
+
+Where every stream path of the task is plain (`StaticPath`: no branch drawn or chosen, no
+temporal op, no test view), no clip is made: each clip's video, sample and stream, its frame
+list (one a start on the frame pool), its ops (its template with its random ops drawn, one
+tuple for equal draws) and its path are numpy columns computed from the epoch's draws. A
+random op whose draw from its generator's first output is known here (a crop's two origins, a
+coin: `drawn_codes`) is drawn for all the clips at once as a code, equal codes being equal
+draws; other ops, and a draw numpy would reject, are drawn clip by clip. Other tasks resolve
+their batches clip by clip, as one batch on demand is. Both give the clips resolving them one
+by one gives (`TaskPlan.resolve_clip`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sandfs import ops as oplib
+from sandfs.ops.base import FrameShape, OpInstance
+from sandfs.ops.checks import CoinOp
+from sandfs.ops.geometry import RandomCrop, cover_hw
+from sandfs.plan.cliptable import ClipTable, TableClips, distinct
+from sandfs.plan.draws import first_integers, first_units
+from sandfs.plan.interner import INTERNED_MAX
+from sandfs.plan.records import ViewPlan
+
+if TYPE_CHECKING:
+    from sandfs.config.schema import Sampling
+    from sandfs.plan.clipdraws import EpochDraws
+    from sandfs.plan.staticpath import RandomOp, StaticPath, Template
+    from sandfs.plan.task import TaskPlan
+
+_CODES_MAX = 1 << 62  # combined codes of a template's random ops stay int64
+
+
+def frame_list(sampling: Sampling, num_frames: int, start: int | None) -> tuple[int, ...]:
+    """A clip's decoded frames: `frames_per_video` indices `frame_stride` apart from `start`,
+    or (None) those of a video shorter than the clip's span (`short_video`)."""
+    count, stride = sampling.frames_per_video, sampling.frame_stride
+    if start is not None:
+        return tuple(range(start, start + count * stride, stride))
+    if sampling.short_video == "wrap":
+        return tuple((j * stride) % num_frames for j in range(count))
+    return tuple(min(j * stride, num_frames - 1) for j in range(count))
+
+
+def resolve_batches(plan: TaskPlan, epoch: int,
+                    iterations: Sequence[int]) -> list[ViewPlan | Exception]:
+    """Each batch's view, its clips rows of one new table, or why it cannot be made (its
+    videos: `NoUsableVideo`; a condition: `ConditionError`; a bug): a batch fails alone."""
+    found: list[ViewPlan | Exception | None] = [None] * len(iterations)
+    held: list[tuple[int, ViewPlan | list[int]]] = []  # (place in `found`, its view or videos)
+    for place, iteration in enumerate(iterations):
+        try:
+            held.append((place, plan.batch_videos(epoch, iteration) if all(plan.static_paths)
+                         else plan.resolve_view(epoch, iteration)))
+        except Exception as exc:  # the batch's reason, given to its caller
+            found[place] = exc
+    if held and all(plan.static_paths):
+        views = _plain_views(plan, epoch, [iterations[p] for p, _ in held], [v for _, v in held])
+    else:  # resolved clip by clip: the same rows, distinct parts found by identity
+        walked = [view for _, view in held]
+        views = [ViewPlan(v.task, v.epoch, v.iteration, clips, v.shape, v.dtype, v.layout)
+                 for v, clips in zip(walked, ClipTable.of([v.clips for v in walked]),
+                                     strict=True)]
+    for (place, _), view in zip(held, views, strict=True):
+        found[place] = view
+    return found  # type: ignore[return-value]
+
+
+def _plain_views(plan: TaskPlan, epoch: int, iterations: list[int],
+                 videos: list[list[int]]) -> list[ViewPlan]:
+    """The batches of a task whose stream paths are all plain, as columns."""
+    draws = plan.draws.prepare(epoch, [v for batch in videos for v in batch])
+    samples, streams = plan.sampling.samples_per_video, len(plan.paths)
+    counts = np.array([len(batch) for batch in videos], np.int64)
+    per_stream = counts * samples
+    rows = per_stream * streams  # a batch's: stream-major, then video, then sample
+    first_row = np.cumsum(rows) - rows
+    batch = np.repeat(np.arange(len(videos)), rows)
+    stream, rest = np.divmod(np.arange(int(rows.sum())) - first_row[batch], per_stream[batch])
+    place, sample = np.divmod(rest, samples)
+    flat = np.array([v for batch in videos for v in batch], np.int64)
+    video = flat[(np.cumsum(counts) - counts)[batch] + place]
+    table = ClipTable.of_columns(video, sample, stream, _frame_lists(plan, draws, video, sample),
+                                 _op_lists(plan, draws, epoch, video, sample, stream),
+                                 distinct([plan.static_paths[s].clip_path for s in stream]))
+    return [ViewPlan(plan.name, epoch, iteration, TableClips(table, start, count),
+                     plan.view_shape(len(batch)), plan.out_dtype, plan.sampling.layout)
+            for iteration, batch, start, count in zip(iterations, videos, first_row.tolist(),
+                                                      rows.tolist(), strict=True)]
+
+
+def _frame_lists(plan: TaskPlan, draws: EpochDraws, video: np.ndarray,
+                 sample: np.ndarray) -> tuple[list, np.ndarray]:
+    """Each clip's frame list (one for a start on the pool, or a short video's length)."""
+    num_frames = draws.sizes[video, 0].astype(np.int64)
+    key = np.where(num_frames >= plan.span_frames, draws.starts[video, sample], -1 - num_frames)
+    keys, index = np.unique(key, return_inverse=True)
+    return [plan.shared(frame_list(plan.sampling, -1 - k, k if k >= 0 else None))
+            for k in keys.tolist()], index
+
+
+def _op_lists(plan: TaskPlan, draws: EpochDraws, epoch: int, video: np.ndarray,
+              sample: np.ndarray, stream: np.ndarray) -> tuple[list, np.ndarray]:
+    """Each clip's ops: grouped by template (stream and frame size), then by draws."""
+    fixed = plan.source_shape
+    size = (np.zeros(len(video), np.int64) if fixed.height else
+            draws.sizes[video, 1].astype(np.int64) << 32 | draws.sizes[video, 2])
+    sizes, size_index = np.unique(size, return_inverse=True)
+    group = stream * len(sizes) + size_index
+    order = np.argsort(group, kind="stable")
+    bounds = np.flatnonzero(np.diff(group[order])) + 1
+    made: list = []
+    column = np.empty(len(video), np.int64)
+    for rows in np.split(order, bounds) if len(order) else ():
+        g = int(group[rows[0]])
+        fast = plan.static_paths[g // len(sizes)]
+        hw = int(sizes[g % len(sizes)])
+        shape = fixed if fixed.height else FrameShape(hw >> 32, hw & 0xFFFFFFFF, "uint8")
+        template = fast.template(shape, plan._fixed_instance, plan._shape_after)
+        ops, index = _template_ops(plan, fast, template, draws, (epoch, video[rows],
+                                                                  sample[rows]))
+        column[rows] = index + len(made)
+        made += ops
+    return made, column
+
+
+def _template_ops(plan: TaskPlan, fast: StaticPath, template: Template, draws: EpochDraws,
+                  clips: tuple[int, np.ndarray, np.ndarray]) -> tuple[list, np.ndarray]:
+    """The ops of clips of one template: distinct tuples, each clip's index among them."""
+    epoch, video, sample = clips
+    outputs = [draws.outputs[random.key][video, sample] for random in template.randoms]
+    code = np.zeros(len(video), np.int64)
+    alone = np.zeros(len(video), bool)  # clips whose ops are drawn one at a time
+    radix = 1
+    for random, output in zip(template.randoms, outputs, strict=True):
+        found = None if draws.crops_shared and random.spec.name == "random_crop" else (
+            drawn_codes(random, output))
+        radix *= 1 if found is None else found[2]
+        if found is None or radix >= _CODES_MAX:
+            alone[:] = True
+            break
+        code = code * found[2] + found[0]
+        alone |= found[1]
+    made, index = [], np.empty(len(video), np.int64)
+    coded = np.flatnonzero(~alone)
+    if len(coded):
+        codes, first, index[coded] = np.unique(code[coded], return_index=True,
+                                               return_inverse=True)
+        made = [_coded_ops(plan, fast, template, (int(c), [int(o[coded[i]]) for o in outputs]))
+                for c, i in zip(codes.tolist(), first.tolist(), strict=True)]
+    for row in np.flatnonzero(alone).tolist():
+        index[row] = len(made)
+        made.append(_drawn_ops(plan, fast, template, draws, outputs, (epoch, int(video[row]),
+                                                                      int(sample[row]), row)))
+    return made, index
+
+
+def _coded_ops(plan: TaskPlan, fast: StaticPath, template: Template,
+               coded: tuple[int, list[int]]) -> tuple[OpInstance, ...]:
+    """The ops of the clips whose draws have this code (`coded`: it, and one clip's first
+    outputs), made once a template and code."""
+    code, outputs = coded
+    key = (id(template), code)
+    found = fast.coded.get(key)
+    if found is None:
+        ops = list(template.ops)
+        for random, output in zip(template.randoms, outputs, strict=True):
+            ops[random.index] = fast.first_drawn(random, output)
+        if len(fast.coded) >= INTERNED_MAX:
+            fast.coded.clear()
+        found = fast.coded[key] = plan.shared(tuple(ops))
+    return found
+
+
+def _drawn_ops(plan: TaskPlan, fast: StaticPath, template: Template, draws: EpochDraws,
+               outputs: list[np.ndarray], clip: tuple[int, int, int, int]
+               ) -> tuple[OpInstance, ...]:
+    """One clip's ops, drawn as `StaticPath.clip` draws them."""
+    epoch, video, sample, row = clip
+    info = plan.videos[video]
+    clip_key = (plan.data_key, epoch, info.name, sample)
+    ops = list(template.ops)
+    for random, output in zip(template.randoms, outputs, strict=True):
+        ops[random.index] = fast.instance(random, int(output[row]), (draws, info, sample),
+                                          clip_key)
+    return plan.shared(tuple(ops))
+
+
+def drawn_codes(random: RandomOp, outputs: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """What the op draws from each of these first outputs of its generators, as codes below
+    the third value (equal codes: equal draws), and where the draw needs the generator; None
+    for an op drawn one clip at a time. Only for an op whose `draw` is the built-in one."""
+    op, params = oplib.get_op(random.spec.name), random.spec.param_dict()
+    if type(op).draw is RandomCrop.draw:
+        (cover_h, cover_w), (crop_h, crop_w) = cover_hw(random.in_hw, params["size"]), \
+            params["size"]
+        spans = (cover_h - crop_h + 1, cover_w - crop_w + 1)
+        found = first_integers(outputs, spans)  # y, then x
+        if found is None:
+            return None
+        (y, x), need = found
+        return y * spans[1] + x, need, spans[0] * spans[1]
+    if type(op).draw is CoinOp.draw:
+        none = np.zeros(len(outputs), bool)
+        if not 0.0 < params["p"] < 1.0:  # drawn nothing
+            return np.zeros(len(outputs), np.int64), none, 1
+        return (first_units(outputs) < params["p"]).astype(np.int64), none, 2
+    return None
