@@ -10,10 +10,11 @@ those of `TaskPlan` (docs/contract.md#determinism).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,11 +25,14 @@ from sandfs.plan.draws import digest_words, key_texts, pcg64_first, unit_columns
 from sandfs.plan.steps import step_ops
 
 if TYPE_CHECKING:
+    from sandfs.media.types import VideoInfo
+    from sandfs.plan.pool import FramePool
     from sandfs.plan.task import TaskPlan
 
 # batches planned alone keep the draws of the epochs drawn last, a window's and this many more
 # (a window's planning releases its own); their arrays are zeroed pages, in memory where drawn
 KEPT_EPOCHS_AFTER_WINDOW = 1
+KEPT_WINDOWS = 2  # windows whose probes and pool anchors are kept: the one planned, the next
 
 Prefix = tuple[tuple[str, int], ...]  # the DAG entries of a path up to a step
 
@@ -44,6 +48,13 @@ class EpochDraws:
     crops_shared: bool  # the epoch's window shares crop windows with other tasks
     # int32 (videos, 3): each drawn video's frame count, height and width (its probe's)
     sizes: np.ndarray
+    # the videos of the batches drawn together (`prepare_batches`), by iteration, until the
+    # batch is resolved (`take_batch`): found once, as their probes are waited for
+    batches: dict[int, list[int]] = field(default_factory=dict)
+
+    def take_batch(self, iteration: int) -> list[int] | None:
+        """The batch's videos, as `prepare_batches` found them (None: it did not), once."""
+        return self.batches.pop(iteration, None)
 
 
 def random_keys(paths: Sequence[StreamPath]) -> tuple[list[Prefix], list[tuple[Prefix, int]]]:
@@ -67,6 +78,32 @@ def random_keys(paths: Sequence[StreamPath]) -> tuple[list[Prefix], list[tuple[P
     return list(branches), list(op_keys)
 
 
+def epoch_batches(plan: TaskPlan, epoch: int, iterations: Iterable[int]) -> dict[int, list[int]]:
+    """`TaskPlan.batch_videos` of these batches of the epoch, by iteration, those it finds (a
+    batch it does not fails, with the reason, when it is planned): their slots read from the
+    epoch's order at once, and their probes asked for at once."""
+    iterations = list(iterations)
+    per_batch, order = plan.sampling.videos_per_batch, plan.epoch_order(epoch)
+    places = np.asarray(iterations, np.int64)[:, None] * per_batch + np.arange(per_batch)
+    held = places < len(order)  # an epoch's last batch may hold fewer
+    slots, counts = order[places[held]].tolist(), held.sum(axis=1).tolist()
+    plan.videos.want(slots)
+    found, start = {}, 0
+    for iteration, count in zip(iterations, counts, strict=True):
+        with contextlib.suppress(Exception):  # its view fails, with the reason, when planned
+            found[iteration] = [plan.stand_in(i) for i in slots[start:start + count]]
+        start += count
+    return found
+
+
+@dataclass(slots=True)
+class _Window:
+    """What every epoch of a window draws alike, by listed video."""
+
+    infos: list[VideoInfo | None]  # the probes looked up
+    anchors: dict[int, tuple[np.ndarray, np.ndarray]]  # by pool key: (drawn, `FramePool.anchors`)
+
+
 class ClipDraws:
     """The draws of one task's clips, for the epochs drawn last."""
 
@@ -76,6 +113,8 @@ class ClipDraws:
         self._epochs: OrderedDict[int, EpochDraws] = OrderedDict()
         self._kept = plan.k_epochs + KEPT_EPOCHS_AFTER_WINDOW
         self._lock = threading.Lock()  # planning threads ask for the same epochs
+        # what the epochs of a window draw alike, found once a window, not once an epoch
+        self._windows: OrderedDict[int, _Window] = OrderedDict()
 
     def prepare(self, epoch: int, indices: Sequence[int]) -> EpochDraws:
         """The epoch's draws, with those of these listed videos made (they must be usable:
@@ -87,21 +126,53 @@ class ClipDraws:
                 found = self._epochs[epoch] = self._empty(epoch)
                 while len(self._epochs) > self._kept:
                     self._epochs.popitem(last=False)
-        missing = np.unique(np.asarray(indices, dtype=np.int64))
-        missing = missing[~found.done[missing]]
+        indices = np.asarray(indices, dtype=np.int64)
+        missing = indices[~found.done[indices]]
         if len(missing):
-            self._draw(epoch, found, missing)
+            self._draw(epoch, found, np.unique(missing))
         return found
 
     def prepare_batches(self, epoch: int, iterations: Iterable[int]) -> None:
         """Draw the clips of these batches of the epoch at once (a window's, planned next)."""
-        videos: list[int] = []
-        for iteration in iterations:
-            try:
-                videos += self.plan.batch_videos(epoch, iteration)
-            except Exception:  # its view fails, with the reason, when it is planned
-                continue
-        self.prepare(epoch, videos)
+        batches = epoch_batches(self.plan, epoch, iterations)
+        self.prepare(epoch, [v for videos in batches.values() for v in videos]).batches.update(
+            batches)
+
+    def _window(self, window: int) -> _Window:
+        with self._lock:
+            found = self._windows.get(window)
+            if found is None:
+                found = self._windows[window] = _Window([None] * len(self.plan.listed), {})
+                while len(self._windows) > KEPT_WINDOWS:
+                    self._windows.popitem(last=False)
+        return found
+
+    def _infos(self, window: int, rows: list[int]) -> list[VideoInfo]:
+        """These listed videos' probes, looked up once a window."""
+        known, videos = self._window(window).infos, self.plan.videos
+        for i in rows:
+            if known[i] is None:
+                known[i] = videos[i]
+        return [known[i] for i in rows]
+
+    def _anchors(self, window: int, pool: FramePool, rows: np.ndarray,
+                 names: list[str]) -> np.ndarray:
+        """The pool anchors of these listed videos (`names`: theirs) in the window."""
+        anchors = self._window(window).anchors
+        found = anchors.get(pool.key)
+        if found is None:
+            count = len(self.plan.listed)
+            found = anchors.setdefault(pool.key, (np.zeros(count, bool), np.zeros((count, 2))))
+        drawn, values = found
+        missing = np.flatnonzero(~drawn[rows])
+        if len(missing):
+            values[rows[missing]] = pool.anchors(window, [names[i] for i in missing.tolist()])
+            drawn[rows[missing]] = True
+        return values[rows]
+
+    def drawn(self, epoch: int) -> EpochDraws | None:
+        """The epoch's draws, if held."""
+        return self._epochs.get(epoch)
 
     def release(self, epoch: int) -> None:
         """Forget the epoch's draws (its views are planned): drawn again if asked for."""
@@ -120,7 +191,8 @@ class ClipDraws:
     def _draw(self, epoch: int, into: EpochDraws, rows: np.ndarray) -> None:
         plan = self.plan
         samples = plan.sampling.samples_per_video
-        infos = [plan.videos[int(i)] for i in rows]
+        window = plan.window_of(epoch)
+        infos = self._infos(window, rows.tolist())
         names = [info.name for info in infos]
         clips = [f"{name!r}, {sample!r}" for name in names for sample in range(samples)]
         head = (plan.data_key, epoch)
@@ -135,9 +207,10 @@ class ClipDraws:
             frames = into.sizes[rows, 0].astype(np.int64)
             long = np.flatnonzero(frames >= plan.span_frames)
             if len(long):
-                window = plan.window_of(epoch)
                 pool = plan.coordination.pool(plan.cfg, window)
+                names = [names[i] for i in long]
+                anchors = self._anchors(window, pool, rows[long], names)
                 into.starts[rows[long]] = pool.starts(
-                    window, [names[i] for i in long], epoch + plan.epoch_offset, samples,
-                    frames[long], plan.span_frames)
+                    window, names, epoch + plan.epoch_offset, samples, frames[long],
+                    plan.span_frames, anchors)
         into.done[rows] = True

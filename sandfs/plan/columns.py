@@ -25,7 +25,6 @@ from sandfs.ops.checks import CoinOp
 from sandfs.ops.geometry import RandomCrop, cover_hw
 from sandfs.plan.cliptable import ClipTable, TableClips, distinct
 from sandfs.plan.draws import first_integers, first_units
-from sandfs.plan.interner import INTERNED_MAX
 from sandfs.plan.records import ViewPlan
 
 if TYPE_CHECKING:
@@ -54,13 +53,19 @@ def resolve_batches(plan: TaskPlan, epoch: int,
     videos: `NoUsableVideo`; a condition: `ConditionError`; a bug): a batch fails alone."""
     found: list[ViewPlan | Exception | None] = [None] * len(iterations)
     held: list[tuple[int, ViewPlan | list[int]]] = []  # (place in `found`, its view or videos)
+    plain = all(plan.static_paths)
+    drawn = plan.draws.drawn(epoch)
     for place, iteration in enumerate(iterations):
         try:
-            held.append((place, plan.batch_videos(epoch, iteration) if all(plan.static_paths)
-                         else plan.resolve_view(epoch, iteration)))
+            if not plain:
+                held.append((place, plan.resolve_view(epoch, iteration)))
+                continue
+            videos = drawn.take_batch(iteration) if drawn is not None else None
+            held.append((place, plan.batch_videos(epoch, iteration) if videos is None
+                         else videos))
         except Exception as exc:  # the batch's reason, given to its caller
             found[place] = exc
-    if held and all(plan.static_paths):
+    if held and plain:
         views = _plain_views(plan, epoch, [iterations[p] for p, _ in held], [v for _, v in held])
     else:  # resolved clip by clip: the same rows, distinct parts found by identity
         walked = [view for _, view in held]
@@ -114,10 +119,10 @@ def _op_lists(plan: TaskPlan, draws: EpochDraws, epoch: int, video: np.ndarray,
     sizes, size_index = np.unique(size, return_inverse=True)
     group = stream * len(sizes) + size_index
     order = np.argsort(group, kind="stable")
-    bounds = np.flatnonzero(np.diff(group[order])) + 1
+    groups = np.split(order, np.flatnonzero(np.diff(group[order])) + 1) if len(order) else []
     made: list = []
     column = np.empty(len(video), np.int64)
-    for rows in np.split(order, bounds) if len(order) else ():
+    for rows in groups:
         g = int(group[rows[0]])
         fast = plan.static_paths[g // len(sizes)]
         hw = int(sizes[g % len(sizes)])
@@ -125,14 +130,17 @@ def _op_lists(plan: TaskPlan, draws: EpochDraws, epoch: int, video: np.ndarray,
         template = fast.template(shape, plan._fixed_instance, plan._shape_after)
         ops, index = _template_ops(plan, fast, template, draws, (epoch, video[rows],
                                                                   sample[rows]))
+        if len(groups) == 1:  # the template's own list, shared by the tables holding it
+            return ops, index
+        used, index = np.unique(index, return_inverse=True)
         column[rows] = index + len(made)
-        made += ops
+        made += [ops[i] for i in used.tolist()]
     return made, column
 
 
 def _template_ops(plan: TaskPlan, fast: StaticPath, template: Template, draws: EpochDraws,
                   clips: tuple[int, np.ndarray, np.ndarray]) -> tuple[list, np.ndarray]:
-    """The ops of clips of one template: distinct tuples, each clip's index among them."""
+    """The ops of clips of one template: a list of tuples, each clip's index in it."""
     epoch, video, sample = clips
     outputs = [draws.outputs[random.key][video, sample] for random in template.randoms]
     code = np.zeros(len(video), np.int64)
@@ -147,35 +155,28 @@ def _template_ops(plan: TaskPlan, fast: StaticPath, template: Template, draws: E
             break
         code = code * found[2] + found[0]
         alone |= found[1]
-    made, index = [], np.empty(len(video), np.int64)
     coded = np.flatnonzero(~alone)
+    made, index = [], np.empty(len(video), np.int64)
     if len(coded):
-        codes, first, index[coded] = np.unique(code[coded], return_index=True,
-                                               return_inverse=True)
-        made = [_coded_ops(plan, fast, template, (int(c), [int(o[coded[i]]) for o in outputs]))
-                for c, i in zip(codes.tolist(), first.tolist(), strict=True)]
-    for row in np.flatnonzero(alone).tolist():
-        index[row] = len(made)
-        made.append(_drawn_ops(plan, fast, template, draws, outputs, (epoch, int(video[row]),
-                                                                      int(sample[row]), row)))
+        book = fast.codebook(template)
+        made, index[coded] = book.places_of(code[coded], lambda i: _ops_of(
+            plan, fast, template, [int(o[coded[i]]) for o in outputs]))
+    if alone.any():
+        made = list(made)  # not the codebook's
+        for row in np.flatnonzero(alone).tolist():
+            index[row] = len(made)
+            made.append(_drawn_ops(plan, fast, template, draws, outputs,
+                                   (epoch, int(video[row]), int(sample[row]), row)))
     return made, index
 
 
-def _coded_ops(plan: TaskPlan, fast: StaticPath, template: Template,
-               coded: tuple[int, list[int]]) -> tuple[OpInstance, ...]:
-    """The ops of the clips whose draws have this code (`coded`: it, and one clip's first
-    outputs), made once a template and code."""
-    code, outputs = coded
-    key = (id(template), code)
-    found = fast.coded.get(key)
-    if found is None:
-        ops = list(template.ops)
-        for random, output in zip(template.randoms, outputs, strict=True):
-            ops[random.index] = fast.first_drawn(random, output)
-        if len(fast.coded) >= INTERNED_MAX:
-            fast.coded.clear()
-        found = fast.coded[key] = plan.shared(tuple(ops))
-    return found
+def _ops_of(plan: TaskPlan, fast: StaticPath, template: Template,
+            outputs: list[int]) -> tuple[OpInstance, ...]:
+    """The ops of a clip whose random ops' first outputs are these (none needing more)."""
+    ops = list(template.ops)
+    for random, output in zip(template.randoms, outputs, strict=True):
+        ops[random.index] = fast.first_drawn(random, output)
+    return plan.shared(tuple(ops))
 
 
 def _drawn_ops(plan: TaskPlan, fast: StaticPath, template: Template, draws: EpochDraws,

@@ -31,16 +31,21 @@ class FramePool:
     width_frames: int  # clip starts of one window vary within this many frames
     span_frames: int  # the pool clip: the longest span of the tasks sharing the pool
 
+    def anchors(self, window: int, videos: Sequence[str]) -> np.ndarray:
+        """The pool's own draws for each video in a window, the same for every clip of that
+        window: its grid phase and its offset (as a fraction of the valid range), rows of two
+        uniform draws."""
+        return unit_columns(digest_words(key_texts((self.key, "pool", window),
+                                                   [repr(video) for video in videos])))
+
     def starts(self, window: int, videos: Sequence[str], epoch: int, samples: int,
-               num_frames: np.ndarray, span: int) -> np.ndarray:
+               num_frames: np.ndarray, span: int, anchors: np.ndarray) -> np.ndarray:
         """The first frame of the clip of (epoch, sample) spanning `span` frames, for every
-        video (rows: `num_frames` >= span each) and sample (columns). The pool's own draws for a
-        video in a window (its grid phase, and its offset as a fraction of the valid range)
-        are the same for every clip of that window."""
+        video (rows: `num_frames` >= span each) and sample (columns); `anchors`: the videos'
+        (`anchors`)."""
         grid = self.grid
         names = [repr(video) for video in videos]
-        phase, offset = unit_columns(digest_words(key_texts((self.key, "pool", window),
-                                                            names))).T
+        phase, offset = anchors.T
         phase = below(np.int64(grid), phase)
         frames = num_frames.astype(np.int64)[:, None]
         phase = np.where(phase > frames[:, 0] - span, 0, phase)[:, None]

@@ -7,9 +7,12 @@ path walked again op by op (planning a window spent most of its time there).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from sandfs import ops as oplib
 from sandfs.config.schema import OpSpec
@@ -44,6 +47,42 @@ class Template:
     randoms: tuple[RandomOp, ...]
 
 
+class Codebook:
+    """A template's ops tuples by the code of their draws (`drawn_codes`), each made once, in
+    a list that only grows: the tables of the clips holding them share it."""
+
+    __slots__ = ("_codes", "_lock", "_places", "ops")
+
+    def __init__(self) -> None:
+        self._codes = self._places = np.zeros(0, np.int64)  # sorted codes, their places
+        self.ops: list[tuple[OpInstance, ...]] = []
+        self._lock = threading.Lock()  # planning threads add to one list
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def places_of(self, code: np.ndarray, make: Callable[[int], tuple]
+                  ) -> tuple[list, np.ndarray]:
+        """`ops` and each code's place in it; `make(i)`: the ops of `code[i]`, made where its
+        code has none yet."""
+        distinct, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        with self._lock:
+            at = np.searchsorted(self._codes, distinct)
+            known = np.zeros(len(distinct), bool)
+            inside = at < len(self._codes)
+            known[inside] = self._codes[at[inside]] == distinct[inside]
+            fresh = np.flatnonzero(~known)
+            if len(fresh):
+                places = np.arange(len(self.ops), len(self.ops) + len(fresh))
+                self.ops += [make(i) for i in first[fresh].tolist()]
+                codes = np.concatenate([self._codes, distinct[fresh]])
+                order = np.argsort(codes, kind="stable")
+                self._codes = codes[order]
+                self._places = np.concatenate([self._places, places])[order]
+                at = np.searchsorted(self._codes, distinct)
+            return self.ops, self._places[at][inverse]
+
+
 class StaticPath:
     """A plain stream path of one task: its templates, and the op instances drawn into them."""
 
@@ -53,7 +92,7 @@ class StaticPath:
         self.clip_path = clip_path  # the same for every clip
         self._templates: dict[tuple, Template] = {}
         self._instances: dict[tuple, OpInstance] = {}  # `first_drawn`
-        self.coded: dict[tuple, tuple] = {}  # ops by template and draws' code (columns.py)
+        self._books: dict[int, Codebook] = {}  # `codebook`
 
     @classmethod
     def of(cls, plan: TaskPlan, path: StreamPath, stream: int) -> StaticPath | None:
@@ -98,6 +137,15 @@ class StaticPath:
                 static = shape_after(op, spec, static)
         found = self._templates[(start.height, start.width)] = Template(tuple(ops),
                                                                         tuple(randoms))
+        return found
+
+    def codebook(self, template: Template) -> Codebook:
+        """The template's ops by the code of their draws (columns.py); a new one once full
+        (the tables holding the last keep it)."""
+        key = id(template)  # templates are kept as long as the path
+        found = self._books.get(key)
+        if found is None or len(found) >= INTERNED_MAX:
+            found = self._books[key] = Codebook()
         return found
 
     def first_drawn(self, random: RandomOp, output: int) -> OpInstance:

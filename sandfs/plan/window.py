@@ -166,14 +166,14 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
             row = ViewRow(key, view.clips, frozen[key])
             owners = slot_owners(plan, view) if lead is not None or skip else None
             for slot, video_index in enumerate(clip_videos(view.clips)):
-                info = plan.videos[video_index]
-                owner = info.path if owners is None else owners[slot]
+                path = plan.listed[video_index].path  # its probe's: looked up once a video
+                owner = path if owners is None else owners[slot]
                 if owner in skip or (lead is not None and owner not in lead):
                     continue
-                found = uses.get(info.path)
+                found = uses.get(path)
                 if found is None:  # not setdefault: a VideoWork made for every clip cost 1 us
-                    videos[info.path] = VideoWork(info, plan, window)
-                    found = uses[info.path] = ([], [])
+                    videos[path] = VideoWork(plan.videos[video_index], plan, window)
+                    found = uses[path] = ([], [])
                 found[0].append(row)
                 found[1].append(slot)
         planned.clear()
