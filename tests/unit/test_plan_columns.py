@@ -1,0 +1,230 @@
+"""A task epoch's batches resolved at once into a table's columns (`sandfs/plan/columns.py`)
+are the clips resolving them one by one gives: over seeded random configs (crops up to the
+frame's size and past it, coins, a drawn-alone op, several streams, decode_resize, shards,
+short videos), paths that are not plain, a bad video's stand-in, and a batch that fails."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from sandfs import ops as oplib
+from sandfs.config.loader import load_task_config
+from sandfs.config.schema import OpSpec
+from sandfs.media.probebook import ProbeBook
+from sandfs.media.types import BadVideo, DatasetScan, ListedVideo
+from sandfs.plan import columns
+from sandfs.plan.cliptable import TableClips
+from sandfs.plan.draws import FirstOutput, NeedGenerator, digest_words, pcg64_first
+from sandfs.plan.mount import plan_tasks
+from sandfs.plan.probed import NoUsableVideo
+from sandfs.plan.staticpath import RandomOp
+from sandfs.plan.task import TaskPlan
+from sandfs.plan.window import plan_window
+from tests.helpers.harness import task_config
+from tests.helpers.plans import FAKE_DATASET, fake_videos
+
+
+def _single(name: str, source: str, output: str, ops: list) -> dict:
+    return {"name": name, "branch_type": "single", "inputs": [source], "outputs": [output],
+            "config": ops}
+
+
+def _random_config(seed: int) -> dict:
+    """A plain pipeline (no drawn or conditional branch, no temporal op) and sampling."""
+    rng = np.random.default_rng(seed)
+    crop = int(rng.choice([8, 24, 40, 48]))  # 48: the fake videos' height, or past it
+    steps, source = [], "frame"
+    if rng.random() < 0.6:
+        shape = [int(rng.integers(crop, crop + 20)), int(rng.integers(crop, crop + 30))]
+        steps.append(_single("resize", "frame", "resized", [{"resize": {"shape": shape}}]))
+        source = "resized"
+    ops = [{"random_crop": {"size": [crop, crop]}},
+           {"flip": {"direction": "horizontal", "p": float(rng.choice([0.25, 0.5, 1.0]))}}]
+    if rng.random() < 0.5:
+        ops.append({"grayscale": {"p": 0.3}})
+    if rng.random() < 0.3:  # drawn from uniform draws: one clip at a time
+        ops.insert(0, {"random_resized_crop": {"size": [crop + 8, crop + 8]}})
+    if rng.random() < 0.4:  # two streams
+        other = [{"resize": {"shape": [crop + 4, crop + 6]}},
+                 {"random_crop": {"size": [crop, crop]}}]
+        steps += [{"name": "two", "branch_type": "multi", "inputs": [source],
+                   "outputs": ["a", "b"], "branches": [{"config": ops}, {"config": other}]},
+                  {"name": "join", "branch_type": "merge", "inputs": ["a", "b"],
+                   "outputs": ["out"]}]
+    else:
+        steps.append(_single("aug", source, "out", ops))
+    sampling = {"videos_per_batch": int(rng.integers(1, 6)),
+                "frames_per_video": int(rng.integers(1, 7)),
+                "frame_stride": int(rng.integers(1, 4)),
+                "samples_per_video": int(rng.integers(1, 4)),
+                "drop_last": bool(rng.random() < 0.3),
+                "short_video": str(rng.choice(["repeat_last", "wrap"]))}
+    if rng.random() < 0.3:
+        sampling["frames_per_video"] = 40  # longer than some videos
+    if rng.random() < 0.3:
+        sampling["decode_resize"] = {"shape": [int(rng.integers(crop, 90)), 60]}
+    if rng.random() < 0.3:
+        sampling["shard"] = {"world_size": 2, "rank": int(rng.integers(0, 2))}
+    return task_config(FAKE_DATASET, seed=seed, epochs=4, sampling=sampling,
+                       augmentation=steps)
+
+
+def _videos(count: int, seed: int) -> list:
+    """Videos of several lengths and sizes, some shorter than a clip."""
+    rng = np.random.default_rng(seed)
+    return [dataclasses.replace(v, num_frames=int(n), frame_pts=tuple(range(int(n))),
+                                width=int(w), height=int(h))
+            for v, n, w, h in zip(fake_videos(count), rng.integers(3, 200, count),
+                                  rng.choice([40, 64, 200], count),
+                                  rng.choice([30, 48, 150], count), strict=True)]
+
+
+def _plans(config: dict, videos: list, tasks: int = 1) -> list[TaskPlan]:
+    configs = [load_task_config(Path("t.yaml"), text=yaml.safe_dump(
+        config | {"task": f"t{i}", "seed": config["seed"] + i}), check_paths=False)
+        for i in range(tasks)]
+    scans = {(configs[0].dataset.video_dataset_path, configs[0].dataset.extensions):
+             DatasetScan(str(FAKE_DATASET), tuple(videos), ())}
+    return plan_tasks(configs, scans, k_epochs=2)
+
+
+def _walked(plans: list[TaskPlan]) -> list[TaskPlan]:
+    """The plans resolving every clip by walking its path."""
+    for plan in plans:
+        plan.static_paths = [None] * len(plan.paths)
+    return plans
+
+
+def _values(view) -> list[tuple]:
+    return [(c.video_index, c.sample, c.stream, tuple(c.frame_indices), c.ops, c.path)
+            for c in view.clips]
+
+
+def _assert_batches_as_walked(fast: TaskPlan, slow: TaskPlan) -> None:
+    for epoch in range(fast.epochs):
+        iterations = list(range(fast.iterations_per_epoch))
+        found = fast.resolve_batches(epoch, iterations)
+        tables = {id(view.clips.table) for view in found}
+        assert len(tables) == 1 and all(isinstance(v.clips, TableClips) for v in found)
+        for iteration, view in zip(iterations, found, strict=True):
+            walked = slow.view_plan(epoch, iteration)
+            assert _values(view) == _values(walked), (epoch, iteration)
+            assert (view.shape, view.dtype, view.layout) == (walked.shape, walked.dtype,
+                                                             walked.layout)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_columns_resolve_the_clips_the_walk_resolves(seed):
+    config, videos = _random_config(seed), _videos(23, seed)
+    tasks = 2 if seed % 4 == 3 else 1  # two tasks: crops in a shared window, drawn one by one
+    fast, slow = _plans(config, videos, tasks), _walked(_plans(config, videos, tasks))
+    for plan, walked in zip(fast, slow, strict=True):
+        assert all(plan.static_paths)
+        _assert_batches_as_walked(plan, walked)
+
+
+NOT_PLAIN = {
+    "drawn_branch": {},  # the harness's pipeline draws a branch
+    "temporal": {"augmentation": [_single("rev", "frame", "out", [
+        {"inv_sample": True}, {"random_crop": {"size": [32, 32]}}])]},
+    "test_views": {"sampling": {"samples_per_video": None,
+                                "test_views": {"clips": 2, "crops": 3}},
+                   "augmentation": [_single("crop", "frame", "out",
+                                            [{"random_crop": {"size": [32, 32]}}])]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_PLAIN))
+def test_paths_that_are_not_plain_resolve_batches_clip_by_clip(name):
+    config = task_config(FAKE_DATASET, **NOT_PLAIN[name])
+    plan, = _plans(config, _videos(11, 5))
+    assert not all(plan.static_paths)
+    _assert_batches_as_walked(plan, _plans(config, _videos(11, 5))[0])
+
+
+def test_a_bad_videos_slots_hold_its_stand_ins_clips():
+    infos = _videos(9, 3)
+    listed = [ListedVideo(v.name, v.rel_path, v.path, 1, 1) for v in infos]
+    plans = []
+    for _ in range(2):
+        book = ProbeBook(listed, threading.Event())
+        for info in infos:
+            book.record(info.rel_path, BadVideo(info.rel_path, "open_invalid", "no")
+                        if info.name == infos[4].name else info)
+        config = load_task_config(Path("t.yaml"), text=yaml.safe_dump(_random_config(2)),
+                                  check_paths=False)
+        plans.append(TaskPlan(config, listed, k_epochs=2, probes=book))
+    fast, slow = plans[0], _walked(plans[1:])[0]
+    _assert_batches_as_walked(fast, slow)
+    held = {c.video_index for i in range(fast.iterations_per_epoch)
+            for c in fast.view_plan(0, i).clips}
+    assert 4 not in held and 5 in held  # the next usable one by name stands in
+
+
+def test_a_batch_that_fails_fails_alone(monkeypatch):
+    plan, = _plans(_random_config(1), _videos(23, 1))
+    whole = plan.resolve_batches(0, range(plan.iterations_per_epoch))
+    found = plan.batch_videos
+
+    def batch_videos(epoch, iteration):
+        if iteration == 2:
+            raise NoUsableVideo("none usable")
+        return found(epoch, iteration)
+
+    monkeypatch.setattr(plan, "batch_videos", batch_videos)
+    again = plan.resolve_batches(0, range(plan.iterations_per_epoch))
+    assert isinstance(again[2], NoUsableVideo)
+    assert [_values(v) for i, v in enumerate(again) if i != 2] == [
+        _values(v) for i, v in enumerate(whole) if i != 2]
+
+
+def test_a_window_resolves_each_batch_alone_when_resolving_them_together_fails(monkeypatch):
+    config, videos = _random_config(6), _videos(23, 6)
+    expected = plan_window(_plans(config, videos), 0)
+    plain_views = columns._plain_views
+
+    def failing(plan, epoch, iterations, batch_videos):
+        if len(iterations) > 1:
+            raise MemoryError("together")
+        return plain_views(plan, epoch, iterations, batch_videos)
+
+    monkeypatch.setattr(columns, "_plain_views", failing)
+    planned = plan_window(_plans(config, videos), 0)
+    assert not planned.failed and planned.views.keys() == expected.views.keys()
+    assert all(_values(planned.view_plans[key]) == _values(view)
+               for key, view in expected.view_plans.items())
+
+
+OUTPUTS = pcg64_first(digest_words([repr(("draw", i)) for i in range(4000)]))
+
+
+@pytest.mark.parametrize(("spec", "in_hw"), [
+    (OpSpec("random_crop", (("size", (32, 32)),)), (48, 64)),
+    (OpSpec("random_crop", (("size", (48, 20)),)), (48, 64)),  # no room down: x from the low half
+    (OpSpec("random_crop", (("size", (48, 64)),)), (48, 64)),  # draws nothing
+    (OpSpec("random_crop", (("size", (100, 30)),)), (48, 64)),  # past the frame: upscaled
+    (OpSpec("random_crop", (("size", (8, 8)),)), (3 << 30, 64)),  # a quarter drawn again
+    (OpSpec("flip", (("direction", "horizontal"), ("p", 0.3))), (48, 64)),
+    (OpSpec("flip", (("direction", "horizontal"), ("p", 1.0))), (48, 64)),
+])
+def test_drawn_codes_are_the_ops_draws(spec, in_hw):
+    """Equal codes for equal draws, and NeedGenerator where numpy would draw again."""
+    random = RandomOp(0, spec, in_hw, None, ((), 0))
+    codes, need, count = columns.drawn_codes(random, OUTPUTS)
+    op, by_code = oplib.get_op(spec.name), {}
+    for code, needed, output in zip(codes.tolist(), need.tolist(), OUTPUTS.tolist(),
+                                    strict=True):
+        try:
+            drawn = op.draw(dict(spec.params), FirstOutput(output), in_hw)
+        except NeedGenerator:
+            assert needed
+            continue
+        assert not needed and 0 <= code < count
+        assert by_code.setdefault(code, drawn) == drawn
+    assert len(set(map(repr, by_code.values()))) == len(by_code)
