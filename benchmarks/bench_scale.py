@@ -465,6 +465,7 @@ def plan_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, v
     record = {"record": "plan", "videos": videos, "task": task, "window_clips": clips,
               "task_plans_cpu_s": round(times["tasks_s"], 3),
               "window_cpu_s": round(times["window_s"], 3),
+              "window_us_per_clip": round(times["window_s"] / clips * 1e6, 2),
               "active_cpu_s": round(times["active_s"], 3),
               "board_cpu_s": round(times["board_s"], 3),
               "planning_us_per_clip": round(whole / clips * 1e6, 2),

@@ -10,7 +10,6 @@ those of `TaskPlan` (docs/contract.md#determinism).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -78,22 +77,36 @@ def random_keys(paths: Sequence[StreamPath]) -> tuple[list[Prefix], list[tuple[P
     return list(branches), list(op_keys)
 
 
-def epoch_batches(plan: TaskPlan, epoch: int, iterations: Iterable[int]) -> dict[int, list[int]]:
+def epoch_batches(plan: TaskPlan, epoch: int, iterations: Iterable[int],
+                  known: np.ndarray) -> dict[int, list[int]]:
     """`TaskPlan.batch_videos` of these batches of the epoch, by iteration, those it finds (a
     batch it does not fails, with the reason, when it is planned): their slots read from the
-    epoch's order at once, and their probes asked for at once."""
+    epoch's order at once; `known`: each listed video's stand-in found so far (-1: none),
+    found for the others, their probes asked for at once."""
     iterations = list(iterations)
     per_batch, order = plan.sampling.videos_per_batch, plan.epoch_order(epoch)
     places = np.asarray(iterations, np.int64)[:, None] * per_batch + np.arange(per_batch)
     held = places < len(order)  # an epoch's last batch may hold fewer
-    slots, counts = order[places[held]].tolist(), held.sum(axis=1).tolist()
-    plan.videos.want(slots)
-    found, start = {}, 0
-    for iteration, count in zip(iterations, counts, strict=True):
-        with contextlib.suppress(Exception):  # its view fails, with the reason, when planned
-            found[iteration] = [plan.stand_in(i) for i in slots[start:start + count]]
-        start += count
-    return found
+    slots, counts = order[places[held]], held.sum(axis=1).tolist()
+    videos, ends = known[slots], np.cumsum(counts)
+    missing = np.flatnonzero(videos < 0)
+    if len(missing):
+        plan.videos.want(slots[missing].tolist())
+    batch_of, failed = np.searchsorted(ends, missing, side="right").tolist(), set()
+    for place, batch in zip(missing.tolist(), batch_of, strict=True):
+        if batch in failed:
+            continue
+        try:
+            videos[place] = known[slots[place]] = plan.stand_in(int(slots[place]))
+        except Exception:  # its view fails, with the reason, when it is planned
+            failed.add(batch)
+    found, start = videos.tolist(), 0
+    batches = {}
+    for batch, (iteration, end) in enumerate(zip(iterations, ends.tolist(), strict=True)):
+        if batch not in failed:
+            batches[iteration] = found[start:end]
+        start = end
+    return batches
 
 
 @dataclass(slots=True)
@@ -101,6 +114,7 @@ class _Window:
     """What every epoch of a window draws alike, by listed video."""
 
     infos: list[VideoInfo | None]  # the probes looked up
+    stand_ins: np.ndarray  # int64: `TaskPlan.stand_in` as found (-1: not yet)
     anchors: dict[int, tuple[np.ndarray, np.ndarray]]  # by pool key: (drawn, `FramePool.anchors`)
 
 
@@ -134,7 +148,8 @@ class ClipDraws:
 
     def prepare_batches(self, epoch: int, iterations: Iterable[int]) -> None:
         """Draw the clips of these batches of the epoch at once (a window's, planned next)."""
-        batches = epoch_batches(self.plan, epoch, iterations)
+        window = self._window(self.plan.window_of(epoch))
+        batches = epoch_batches(self.plan, epoch, iterations, window.stand_ins)
         self.prepare(epoch, [v for videos in batches.values() for v in videos]).batches.update(
             batches)
 
@@ -142,7 +157,9 @@ class ClipDraws:
         with self._lock:
             found = self._windows.get(window)
             if found is None:
-                found = self._windows[window] = _Window([None] * len(self.plan.listed), {})
+                count = len(self.plan.listed)
+                found = self._windows[window] = _Window([None] * count,
+                                                        np.full(count, -1, np.int64), {})
                 while len(self._windows) > KEPT_WINDOWS:
                     self._windows.popitem(last=False)
         return found

@@ -228,3 +228,26 @@ def test_drawn_codes_are_the_ops_draws(spec, in_hw):
         assert not needed and 0 <= code < count
         assert by_code.setdefault(code, drawn) == drawn
     assert len(set(map(repr, by_code.values()))) == len(by_code)
+
+
+def test_a_stand_in_not_found_fails_the_batches_holding_its_slot_alone(monkeypatch):
+    """Found while the window's batches are drawn (their slots read at once), then again as
+    the batch is resolved, where it fails with its reason."""
+    config, videos = _random_config(9), _videos(23, 9)
+    expected = plan_window(_plans(config, videos), 0)
+    plan, = plans = _plans(config, videos)
+    stand_in = plan.stand_in
+
+    def failing(index):
+        if index == 7:
+            raise NoUsableVideo("slot 7 has none")
+        return stand_in(index)
+
+    monkeypatch.setattr(plan, "stand_in", failing)
+    planned = plan_window(plans, 0)
+    holding = {key for key, (_, epoch, iteration) in expected.views.items()
+               if 7 in plan.batch_slots(epoch, iteration)}
+    assert holding and planned.failed.keys() == holding
+    assert {f.reason for f in planned.failed.values()} == {"slot 7 has none"}
+    assert all(_values(planned.view_plans[key]) == _values(view)
+               for key, view in expected.view_plans.items() if key not in holding)
