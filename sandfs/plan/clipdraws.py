@@ -192,9 +192,13 @@ class ClipDraws:
         return self._epochs.get(epoch)
 
     def release(self, epoch: int) -> None:
-        """Forget the epoch's draws (its views are planned): drawn again if asked for."""
+        """Forget the epoch's draws (its views are planned): drawn again if asked for; and
+        what its window's epochs draw alike, once none of them is held."""
+        window = self.plan.window_of(epoch)
         with self._lock:
             self._epochs.pop(epoch, None)
+            if not any(self.plan.window_of(e) == window for e in self._epochs):
+                self._windows.pop(window, None)
 
     def _empty(self, epoch: int) -> EpochDraws:
         plan = self.plan

@@ -80,7 +80,8 @@ def resolve_batches(plan: TaskPlan, epoch: int,
 def _plain_views(plan: TaskPlan, epoch: int, iterations: list[int],
                  videos: list[list[int]]) -> list[ViewPlan]:
     """The batches of a task whose stream paths are all plain, as columns."""
-    draws = plan.draws.prepare(epoch, [v for batch in videos for v in batch])
+    flat = np.array([v for batch in videos for v in batch], np.int64)
+    draws = plan.draws.prepare(epoch, flat)
     samples, streams = plan.sampling.samples_per_video, len(plan.paths)
     counts = np.array([len(batch) for batch in videos], np.int64)
     per_stream = counts * samples
@@ -89,11 +90,11 @@ def _plain_views(plan: TaskPlan, epoch: int, iterations: list[int],
     batch = np.repeat(np.arange(len(videos)), rows)
     stream, rest = np.divmod(np.arange(int(rows.sum())) - first_row[batch], per_stream[batch])
     place, sample = np.divmod(rest, samples)
-    flat = np.array([v for batch in videos for v in batch], np.int64)
     video = flat[(np.cumsum(counts) - counts)[batch] + place]
+    paths, path_of_stream = distinct([fast.clip_path for fast in plan.static_paths])
     table = ClipTable.of_columns(video, sample, stream, _frame_lists(plan, draws, video, sample),
                                  _op_lists(plan, draws, epoch, video, sample, stream),
-                                 distinct([plan.static_paths[s].clip_path for s in stream]))
+                                 (paths, np.asarray(path_of_stream)[stream]))
     return [ViewPlan(plan.name, epoch, iteration, TableClips(table, start, count),
                      plan.view_shape(len(batch)), plan.out_dtype, plan.sampling.layout)
             for iteration, batch, start, count in zip(iterations, videos, first_row.tolist(),
@@ -102,12 +103,13 @@ def _plain_views(plan: TaskPlan, epoch: int, iterations: list[int],
 
 def _frame_lists(plan: TaskPlan, draws: EpochDraws, video: np.ndarray,
                  sample: np.ndarray) -> tuple[list, np.ndarray]:
-    """Each clip's frame list (one for a start on the pool, or a short video's length)."""
+    """Each clip's frame list: one for a start on the pool (its key), one for a short video's
+    length (minus one minus it)."""
     num_frames = draws.sizes[video, 0].astype(np.int64)
     key = np.where(num_frames >= plan.span_frames, draws.starts[video, sample], -1 - num_frames)
     keys, index = np.unique(key, return_inverse=True)
-    return [plan.shared(frame_list(plan.sampling, -1 - k, k if k >= 0 else None))
-            for k in keys.tolist()], index
+    return [plan.shared(frame_list(plan.sampling, 0, k) if k >= 0 else
+                        frame_list(plan.sampling, -1 - k, None)) for k in keys.tolist()], index
 
 
 def _op_lists(plan: TaskPlan, draws: EpochDraws, epoch: int, video: np.ndarray,

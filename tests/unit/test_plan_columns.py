@@ -251,3 +251,11 @@ def test_a_stand_in_not_found_fails_the_batches_holding_its_slot_alone(monkeypat
     assert {f.reason for f in planned.failed.values()} == {"slot 7 has none"}
     assert all(_values(planned.view_plans[key]) == _values(view)
                for key, view in expected.view_plans.items() if key not in holding)
+
+
+def test_a_planned_window_keeps_no_draws():
+    """Its epochs' draws, and what they drew alike (probes, stand-ins, pool anchors), go once
+    its views are planned: the views hold what was drawn."""
+    plan, = plans = _plans(_random_config(4), _videos(23, 4))
+    plan_window(plans, 0)
+    assert not plan.draws._epochs and not plan.draws._windows
