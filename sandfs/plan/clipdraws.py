@@ -24,7 +24,6 @@ from sandfs.plan.draws import digest_words, key_texts, pcg64_first, unit_columns
 from sandfs.plan.steps import step_ops
 
 if TYPE_CHECKING:
-    from sandfs.media.types import VideoInfo
     from sandfs.plan.pool import FramePool
     from sandfs.plan.task import TaskPlan
 
@@ -113,7 +112,8 @@ def epoch_batches(plan: TaskPlan, epoch: int, iterations: Iterable[int],
 class _Window:
     """What every epoch of a window draws alike, by listed video."""
 
-    infos: list[VideoInfo | None]  # the probes looked up
+    names: list[str | None]  # repr(name) of the videos whose probes were looked up
+    sizes: np.ndarray  # int32 (videos, 3): their frame counts, heights and widths
     stand_ins: np.ndarray  # int64: `TaskPlan.stand_in` as found (-1: not yet)
     anchors: dict[int, tuple[np.ndarray, np.ndarray]]  # by pool key: (drawn, `FramePool.anchors`)
 
@@ -158,19 +158,24 @@ class ClipDraws:
             found = self._windows.get(window)
             if found is None:
                 count = len(self.plan.listed)
-                found = self._windows[window] = _Window([None] * count,
-                                                        np.full(count, -1, np.int64), {})
+                found = self._windows[window] = _Window(
+                    [None] * count, np.zeros((count, 3), np.int32),
+                    np.full(count, -1, np.int64), {})
                 while len(self._windows) > KEPT_WINDOWS:
                     self._windows.popitem(last=False)
         return found
 
-    def _infos(self, window: int, rows: list[int]) -> list[VideoInfo]:
-        """These listed videos' probes, looked up once a window."""
-        known, videos = self._window(window).infos, self.plan.videos
+    def _probed(self, window: int, rows: list[int]) -> tuple[list[str], np.ndarray]:
+        """repr(name) and (frames, height, width) of these listed videos, their probes looked
+        up once a window."""
+        found, videos = self._window(window), self.plan.videos
+        names = found.names
         for i in rows:
-            if known[i] is None:
-                known[i] = videos[i]
-        return [known[i] for i in rows]
+            if names[i] is None:
+                info = videos[i]
+                found.sizes[i] = (info.num_frames, info.height, info.width)
+                names[i] = repr(info.name)
+        return [names[i] for i in rows], found.sizes[rows]
 
     def _anchors(self, window: int, pool: FramePool, rows: np.ndarray,
                  names: list[str]) -> np.ndarray:
@@ -213,9 +218,8 @@ class ClipDraws:
         plan = self.plan
         samples = plan.sampling.samples_per_video
         window = plan.window_of(epoch)
-        infos = self._infos(window, rows.tolist())
-        names = [info.name for info in infos]
-        clips = [f"{name!r}, {sample!r}" for name in names for sample in range(samples)]
+        names, into.sizes[rows] = self._probed(window, rows.tolist())
+        clips = [f"{name}, {sample!r}" for name in names for sample in range(samples)]
         head = (plan.data_key, epoch)
         for prefix, column in into.units.items():
             units = unit_columns(digest_words(key_texts(head, clips, ("branch", prefix))), 1)
@@ -223,7 +227,6 @@ class ClipDraws:
         for (prefix, pos), column in into.outputs.items():
             words = digest_words(key_texts(head, clips, ("op", prefix, pos)))
             column[rows] = pcg64_first(words).reshape(len(rows), samples)
-        into.sizes[rows] = [(info.num_frames, info.height, info.width) for info in infos]
         if not plan.test_views:
             frames = into.sizes[rows, 0].astype(np.int64)
             long = np.flatnonzero(frames >= plan.span_frames)

@@ -31,20 +31,18 @@ class FramePool:
     width_frames: int  # clip starts of one window vary within this many frames
     span_frames: int  # the pool clip: the longest span of the tasks sharing the pool
 
-    def anchors(self, window: int, videos: Sequence[str]) -> np.ndarray:
-        """The pool's own draws for each video in a window, the same for every clip of that
-        window: its grid phase and its offset (as a fraction of the valid range), rows of two
-        uniform draws."""
-        return unit_columns(digest_words(key_texts((self.key, "pool", window),
-                                                   [repr(video) for video in videos])))
+    def anchors(self, window: int, names: Sequence[str]) -> np.ndarray:
+        """The pool's own draws for each video in a window (`names`: repr(name) of each), the
+        same for every clip of that window: its grid phase and its offset (as a fraction of
+        the valid range), rows of two uniform draws."""
+        return unit_columns(digest_words(key_texts((self.key, "pool", window), names)))
 
-    def starts(self, window: int, videos: Sequence[str], epoch: int, samples: int,
+    def starts(self, window: int, names: Sequence[str], epoch: int, samples: int,
                num_frames: np.ndarray, span: int, anchors: np.ndarray) -> np.ndarray:
         """The first frame of the clip of (epoch, sample) spanning `span` frames, for every
-        video (rows: `num_frames` >= span each) and sample (columns); `anchors`: the videos'
-        (`anchors`)."""
+        video (`names`: repr(name) of each; rows: `num_frames` >= span each) and sample
+        (columns); `anchors`: the videos' (`anchors`)."""
         grid = self.grid
-        names = [repr(video) for video in videos]
         phase, offset = anchors.T
         phase = below(np.int64(grid), phase)
         frames = num_frames.astype(np.int64)[:, None]
@@ -57,8 +55,8 @@ class FramePool:
         draws = unit_columns(digest_words(key_texts(
             (self.key, "clip", window),
             [f"{name}, {epoch!r}, {sample!r}" for name in names for sample in range(samples)])))
-        slot_draw = draws[:, 0].reshape(len(videos), samples)
-        quantile_draw = draws[:, 1].reshape(len(videos), samples)
+        slot_draw = draws[:, 0].reshape(len(names), samples)
+        quantile_draw = draws[:, 1].reshape(len(names), samples)
         pool_slot = ((offset[:, None] * pool_slots).astype(np.int64)
                      + below(width, slot_draw)) % pool_slots
         # the same quantile of the task's own range: uniform, and inside the pool clip
