@@ -426,11 +426,8 @@ class TaskPlan:
                 self._ahead.pop(key, None)
 
     def _view_plan(self, epoch: int, iteration: int) -> ViewPlan:
-        if all(self.static_paths):  # as columns, one batch as a window's
-            found = resolve_batches(self, epoch, [iteration])[0]
-            if isinstance(found, Exception):
-                raise found
-            return found
+        """One batch clip by clip (as columns, `resolve_batches`, one batch costs ~40% more:
+        numpy's calls on 8 rows)."""
         videos = self.batch_videos(epoch, iteration)
         draws = self.draws.prepare(epoch, videos)
         infos = [self.videos[v] for v in videos]
