@@ -152,17 +152,23 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     frozen = {key: tuple(r) for key, r in readers.items()}
     drawn = _prepare(views, _Either(known, resolved))
     failed: dict[ViewKey, FailedView] = {}
-    planned: list[tuple[ViewKey, TaskPlan, ViewPlan]] = []
+    planned: list[tuple[ViewKey, TaskPlan, ViewPlan | None]] = []  # None: in `done`
     view_plans: dict[ViewKey, ViewPlan] = {}
     pending: list[ViewKey] = []  # views of one task epoch, resolved together
+    done: dict[ViewKey, ViewPlan | Exception] = {}  # pending views resolved, or why not
 
     def tabled() -> None:
         """The views resolved since the last call (their clips a table's rows), and their uses
         grouped by video: a table a few hundred batches, so that their clips as resolved
         are not all held at once (a window's peak would be the memory its columns save)."""
         resolve()
-        view_plans.update((key, view) for key, _, view in planned)
         for key, plan, view in planned:
+            if view is None:
+                view = done.pop(key)
+                if isinstance(view, Exception):  # this view fails; the rest goes on
+                    failed[key] = FailedView(_reason(view), frozen.pop(key))
+                    continue
+            view_plans[key] = view
             row = ViewRow(key, view.clips, frozen[key])
             owners = slot_owners(plan, view) if lead is not None or skip else None
             for slot, video_index in enumerate(clip_videos(view.clips)):
@@ -189,11 +195,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
             found = plan.resolve_batches(epoch, iterations)
         except Exception:  # a bug resolving them together: each alone, to fail alone
             found = [_alone(plan, epoch, iteration) for iteration in iterations]
-        for key, view in zip(pending, found, strict=True):
-            if isinstance(view, Exception):
-                failed[key] = FailedView(_reason(view), frozen.pop(key))
-            else:
-                planned.append((key, plan, view))
+        done.update(zip(pending, found, strict=True))
         pending.clear()
 
     for count, (key, (plan, epoch, iteration)) in enumerate(views.items()):
@@ -202,20 +204,19 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
             tabled()
         if key in known:
             continue
-        if pending and views[pending[0]][:2] != (plan, epoch):
-            resolve()
         try:
             fault_point("planning", plan.name)
         except Exception as exc:  # this view fails; the rest goes on
             failed[key] = FailedView(_reason(exc), frozen.pop(key))
             continue
-        # not `view_plan`: its cache would keep a second copy of the clips the table has
+        # not `view_plan`: its cache would keep a second copy of the clips the table has;
+        # one resolved already is held as it is, not made again
         view = resolved.get(key) or plan.take_ahead(epoch, iteration)
         if view is None:
+            if pending and views[pending[0]][:2] != (plan, epoch):
+                resolve()
             pending.append(key)
-        else:  # resolved already: held as it is, not made again, in the views' order
-            resolve()
-            planned.append((key, plan, view))
+        planned.append((key, plan, view))
     tabled()
     for plan in plans:  # what was resolved ahead and not taken (planned already) goes
         plan.drop_ahead(plan.window_epochs(window))

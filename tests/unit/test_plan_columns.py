@@ -259,3 +259,25 @@ def test_a_planned_window_keeps_no_draws():
     plan, = plans = _plans(_random_config(4), _videos(23, 4))
     plan_window(plans, 0)
     assert not plan.draws._epochs and not plan.draws._windows
+
+
+def test_views_resolved_already_leave_a_task_epochs_others_resolved_together(monkeypatch):
+    """A window's part finds every other batch resolved by an earlier part: those are held as
+    they are, and the rest of each task epoch is still resolved in one call, not one call
+    between two resolved ones."""
+    config, videos = _random_config(10), _videos(23, 10)
+    whole = plan_window(_plans(config, videos), 0)
+    earlier = {key: view for n, (key, view) in enumerate(whole.view_plans.items()) if n % 2}
+    plan, = plans = _plans(config, videos)
+    calls = []
+    resolve_batches = plan.resolve_batches
+    monkeypatch.setattr(plan, "resolve_batches", lambda epoch, iterations: (
+        calls.append(len(iterations)) or resolve_batches(epoch, iterations)))
+    planned = plan_window(plans, 0, resolved=earlier)
+    assert len(calls) == len(plan.window_epochs(0)) and sum(calls) == len(whole.views) - len(
+        earlier)
+    assert all(planned.view_plans[key] is view for key, view in earlier.items())
+    assert all(_values(planned.view_plans[key]) == _values(view)
+               for key, view in whole.view_plans.items())
+    assert [list(w.uses) for w in planned.videos.values()] == [
+        list(w.uses) for w in whole.videos.values()]  # in the views' order
