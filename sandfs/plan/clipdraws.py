@@ -177,6 +177,10 @@ class ClipDraws:
                 names[i] = repr(info.name)
         return [names[i] for i in rows], found.sizes[rows]
 
+    def name_reprs(self, epoch: int, rows: list[int]) -> list[str]:
+        """repr(name) of these listed videos (their probes looked up once a window)."""
+        return self._probed(self.plan.window_of(epoch), rows)[0]
+
     def _anchors(self, window: int, pool: FramePool, rows: np.ndarray,
                  names: list[str]) -> np.ndarray:
         """The pool anchors of these listed videos (`names`: theirs) in the window."""

@@ -24,7 +24,14 @@ from sandfs.ops.base import FrameShape, OpInstance
 from sandfs.ops.checks import CoinOp
 from sandfs.ops.geometry import RandomCrop, cover_hw
 from sandfs.plan.cliptable import ClipTable, TableClips, distinct
-from sandfs.plan.draws import first_integers, first_units
+from sandfs.plan.draws import (
+    below,
+    digest_words,
+    first_integers,
+    first_units,
+    key_texts,
+    unit_columns,
+)
 from sandfs.plan.records import ViewPlan
 
 if TYPE_CHECKING:
@@ -145,24 +152,28 @@ def _template_ops(plan: TaskPlan, fast: StaticPath, template: Template, draws: E
     """The ops of clips of one template: a list of tuples, each clip's index in it."""
     epoch, video, sample = clips
     outputs = [draws.outputs[random.key][video, sample] for random in template.randoms]
-    code = np.zeros(len(video), np.int64)
+    code, codes = np.zeros(len(video), np.int64), []  # the clips', and each op's
     alone = np.zeros(len(video), bool)  # clips whose ops are drawn one at a time
     radix = 1
     for random, output in zip(template.randoms, outputs, strict=True):
-        found = None if draws.crops_shared and random.spec.name == "random_crop" else (
-            drawn_codes(random, output))
+        window = (_shared_window(plan, random, epoch)
+                  if draws.crops_shared and random.spec.name == "random_crop" else None)
+        found = drawn_codes(random, output) if window is None else _shared_crop_codes(
+            plan, random, (epoch, window), (video, sample), output)
         radix *= 1 if found is None else found[2]
         if found is None or radix >= _CODES_MAX:
             alone[:] = True
             break
         code = code * found[2] + found[0]
+        codes.append(found[0])
         alone |= found[1]
     coded = np.flatnonzero(~alone)
     made, index = [], np.empty(len(video), np.int64)
     if len(coded):
         book = fast.codebook(template)
         made, index[coded] = book.places_of(code[coded], lambda i: _ops_of(
-            plan, fast, template, [int(o[coded[i]]) for o in outputs]))
+            plan, fast, template, [(int(o[coded[i]]), int(c[coded[i]]))
+                                   for o, c in zip(outputs, codes, strict=True)]))
     if alone.any():
         made = list(made)  # not the codebook's
         for row in np.flatnonzero(alone).tolist():
@@ -173,12 +184,66 @@ def _template_ops(plan: TaskPlan, fast: StaticPath, template: Template, draws: E
 
 
 def _ops_of(plan: TaskPlan, fast: StaticPath, template: Template,
-            outputs: list[int]) -> tuple[OpInstance, ...]:
-    """The ops of a clip whose random ops' first outputs are these (none needing more)."""
+            drawn: list[tuple[int, int]]) -> tuple[OpInstance, ...]:
+    """The ops of a clip whose random ops drew these (their first output and code, none
+    needing more): a crop is made from its code (its place, shared with other tasks or not),
+    another op drawn again from its output."""
     ops = list(template.ops)
-    for random, output in zip(template.randoms, outputs, strict=True):
-        ops[random.index] = fast.first_drawn(random, output)
+    for random, (output, code) in zip(template.randoms, drawn, strict=True):
+        if type(oplib.get_op(random.spec.name)).draw is RandomCrop.draw:
+            y, x = divmod(code, _crop_spans(random)[1])
+            ops[random.index] = plan.shared(OpInstance(random.spec.name, random.spec.params,
+                                                       (("x", x), ("y", y))))
+        else:
+            ops[random.index] = fast.first_drawn(random, output)
     return plan.shared(tuple(ops))
+
+
+def _shared_window(plan: TaskPlan, random: RandomOp, epoch: int) -> tuple[int, int] | None:
+    """The crop window the random crop's place is drawn in, shared with other tasks (None:
+    drawn in the whole frame), as `TaskPlan._shared_crop` finds it."""
+    (in_h, in_w), (crop_h, crop_w) = random.in_hw, random.spec.param_dict()["size"]
+    static = random.static
+    context = (plan.identity.key, (static.height, static.width) if static.height else None)
+    window = plan.coordination.crop_windows(plan.cfg, plan.window_of(epoch)).get(context)
+    if (window is None or in_h < window[0] or in_w < window[1] or crop_h > window[0]
+            or crop_w > window[1]):
+        return None
+    return window
+
+
+def _shared_crop_codes(plan: TaskPlan, random: RandomOp, where: tuple[int, tuple[int, int]],
+                       clips: tuple[np.ndarray, np.ndarray], outputs: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """`drawn_codes` of a random crop in a window shared with other tasks (`where`: the epoch
+    and the window): the window's place is the pool's draw for the clip, the crop's place in
+    it the task's own, as `TaskPlan._shared_crop` draws them."""
+    epoch, (window_h, window_w) = where
+    video, sample = clips
+    (in_h, in_w), (crop_h, crop_w) = random.in_hw, random.spec.param_dict()["size"]
+    found = first_integers(outputs, (window_h - crop_h + 1, window_w - crop_w + 1))
+    if found is None:
+        return None
+    (dy, dx), need = found
+    static = random.static
+    context = (plan.identity.key, (static.height, static.width) if static.height else None)
+    names = plan.draws.name_reprs(epoch, video.tolist())
+    k_window = plan.window_of(epoch)
+    units = unit_columns(digest_words(key_texts(
+        (plan.coordination.pool(plan.cfg, k_window).key, "crop", epoch + plan.epoch_offset),
+        [f"{name}, {s!r}" for name, s in zip(names, sample.tolist(), strict=True)],
+        (context,))))
+    y = below(np.int64(in_h - window_h + 1), units[:, 0]) + dy
+    x = below(np.int64(in_w - window_w + 1), units[:, 1]) + dx
+    spans = _crop_spans(random)
+    return y * spans[1] + x, need, spans[0] * spans[1]
+
+
+def _crop_spans(random: RandomOp) -> tuple[int, int]:
+    """The places a random crop may take in its frame, down and across."""
+    size = random.spec.param_dict()["size"]
+    cover_h, cover_w = cover_hw(random.in_hw, size)
+    return cover_h - size[0] + 1, cover_w - size[1] + 1
 
 
 def _drawn_ops(plan: TaskPlan, fast: StaticPath, template: Template, draws: EpochDraws,
@@ -202,9 +267,7 @@ def drawn_codes(random: RandomOp, outputs: np.ndarray
     for an op drawn one clip at a time. Only for an op whose `draw` is the built-in one."""
     op, params = oplib.get_op(random.spec.name), random.spec.param_dict()
     if type(op).draw is RandomCrop.draw:
-        (cover_h, cover_w), (crop_h, crop_w) = cover_hw(random.in_hw, params["size"]), \
-            params["size"]
-        spans = (cover_h - crop_h + 1, cover_w - crop_w + 1)
+        spans = _crop_spans(random)
         found = first_integers(outputs, spans)  # y, then x
         if found is None:
             return None
