@@ -296,7 +296,7 @@ class BatchBoard:
                 self._note_slots(key, state)
         ready = {key for key in plan.views if key not in self.views}  # made already, or failed
         self.urgency.add_entries(planned.urgency, self.pending)
-        jobs = planned.urgency.jobs
+        jobs = dict(zip(planned.pending, planned.urgency.jobs, strict=True))  # for this call
         for path in plan.videos:
             job = jobs.get(path) or VideoJobKey(window, path)
             disk = planned.disk_plans.get(path)

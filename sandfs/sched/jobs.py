@@ -12,7 +12,7 @@ clip's batch (`Failed`): the other tasks sharing the video's decode pass get the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -22,6 +22,7 @@ from sandfs.ops.base import OpInstance
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
 from sandfs.sched.objects import DiskPlan, Spot
+from sandfs.sched.viewjobs import ViewJobs
 from sandfs.sched.viewstate import ViewState
 
 
@@ -139,16 +140,21 @@ class JobResult:
     failed: tuple[Failed, ...] = ()
 
 
+# a task's entries in read order: (soonest position, job) as two columns (`urgency.py`)
+TaskOrder = tuple[np.ndarray, np.ndarray]  # int64 positions, sorted; the jobs (references)
+
+
 @dataclass(frozen=True, slots=True)
 class UrgencyEntries:
     """A window's pending jobs in each task's read order (`urgency.urgency_entries`), made in
     its planning thread: the event loop merges them, not a clip at a time."""
 
     # made for the board, which takes them as they are (`UrgencyOrder.add_entries`)
-    by_task: Mapping[str, list[tuple[int, VideoJobKey]]]  # (soonest position, job), sorted
-    jobs_of_view: Mapping[ViewKey, list[VideoJobKey]]  # the jobs with clips for a batch, once
-    # each video's job, the key its entries hold: the board's too, not one more a video
-    jobs: Mapping[str, VideoJobKey] = field(default_factory=dict)
+    by_task: Mapping[str, TaskOrder]
+    views: ViewJobs  # the jobs with clips for each batch, once each
+    # each video's job, in the order of the window's pending clips: the keys its entries hold
+    # and the board's too, not one more a video
+    jobs: Sequence[VideoJobKey] = ()
 
 
 @dataclass(frozen=True, slots=True)

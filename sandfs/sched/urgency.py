@@ -7,47 +7,85 @@ windows, 2,000 jobs of a few milliseconds each) it spent 28 of the run's 55 CPU-
 and a batch of 8 small clips took 0.38 s (docs/performance.md#planning-and-scheduling-at-scale). A
 job's deadline is the soonest position a reader of its clips stands at, so in each task's order
 the first pending jobs are the most urgent; all jobs at the position of the last one taken are
-taken too (the videos of one batch rank by their decoding, `policy.priority`)."""
+taken too (the videos of one batch rank by their decoding, `policy.priority`).
+
+A task's order is two columns, its entries' positions and jobs (a reference each), not a tuple
+an entry; a window's jobs of each batch are `ViewJobs` columns (docs/design.md#planning)."""
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from operator import itemgetter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import chain
 
+import numpy as np
+
+from sandfs.plan.cliptable import distinct
 from sandfs.plan.uses import batches
 from sandfs.plan.window import ClipUse, ViewKey
-from sandfs.sched.jobs import UrgencyEntries, VideoJobKey
+from sandfs.sched.jobs import TaskOrder, UrgencyEntries, VideoJobKey
+from sandfs.sched.viewjobs import ViewJobs, view_jobs
 
 URGENT_JOBS_PER_TASK = 32  # ranked per dispatch, and those tied with the last of them
-_position = itemgetter(0)  # of an entry: (position in the task's read order, job)
+_NONE = (np.zeros(0, np.int64), np.zeros(0, object))
+
+
+def job_column(jobs: Sequence[VideoJobKey]) -> np.ndarray:
+    """Jobs as a column of references (not np.array's guess at their shape)."""
+    column = np.empty(len(jobs), object)
+    column[:] = jobs
+    return column
+
+
+def _merged(first: TaskOrder, then: TaskOrder) -> TaskOrder:
+    """Two orders as one by position, `first`'s entries before `then`'s at a tie."""
+    positions = np.concatenate((first[0], then[0]))
+    by = np.argsort(positions, kind="stable")
+    return positions[by], np.concatenate((first[1], then[1]))[by]
+
+
+def _alive(order: TaskOrder, start: int, pending: Mapping) -> TaskOrder:
+    """The entries from `start` whose jobs are still pending."""
+    positions, jobs = order[0][start:], order[1][start:]
+    keep = np.fromiter((bool(pending.get(job)) for job in jobs.tolist()), bool, len(jobs))
+    return positions[keep], jobs[keep]
+
+
+def _walk(order: TaskOrder, start: int) -> Iterator[tuple[int, int, VideoJobKey]]:
+    """(index, position, job) from `start`, read a chunk at a time (a numpy scalar a read
+    costs more than the rank it serves)."""
+    positions, jobs = order
+    size = 64
+    while start < len(positions):
+        end = start + size
+        yield from zip(range(start, end), positions[start:end].tolist(),
+                       jobs[start:end].tolist(), strict=False)
+        start, size = end, size * 2
 
 
 class UrgencyOrder:
     def __init__(self, per_task: int = URGENT_JOBS_PER_TASK) -> None:
         self.per_task = per_task
-        self._order: dict[str, list[tuple[int, VideoJobKey]]] | None = None  # None: rebuild
+        self._order: dict[str, TaskOrder] | None = None  # None: rebuild
         self._cursor: dict[str, int] = {}
+        self._staged: dict[str, list[tuple[int, VideoJobKey]]] = {}  # `add`s not placed yet
+        self._windows: list[ViewJobs] = []  # the jobs of each window's batches
         # lists, not sets: a set of a batch's 8 jobs is 728 bytes (91 a clip), a list 120
-        self._jobs_of_view: dict[ViewKey, list[VideoJobKey]] = {}
+        self._more_views: dict[ViewKey, list[VideoJobKey]] = {}  # clips added one by one
 
     def rebuild(self) -> None:
         """Pending clips left (a window dropped): the order is built again when next asked."""
         self._order = None
 
     def add(self, job: VideoJobKey, use: ClipUse) -> None:
-        """One clip became pending again: placed in each reader's order, the cursor moved back
-        to it if it is sooner (rebuilding cost O(pending clips) a clip: at 10,000 videos,
-        every clip a job could not keep rebuilt 100,000 entries)."""
+        """One clip became pending again: placed in each reader's order (after the entries at
+        its position), the cursor moved back to it if it is sooner. Placed when the order is
+        next read, all such clips at once: an insertion into a column copies it."""
         if self._order is None:
             return
-        _add_job(self._jobs_of_view, use.view, job)
+        _add_job(self._more_views, use.view, job)
         for task, position in use.readers:
-            entries = self._order.setdefault(task, [])
-            index = bisect.bisect_right(entries, position, key=_position)
-            entries.insert(index, (position, job))
-            self._cursor[task] = min(self._cursor.get(task, index), index)
+            self._staged.setdefault(task, []).append((position, job))
 
     def add_many(self, added: Iterable[tuple[VideoJobKey, ClipUse]],
                  pending: Mapping[VideoJobKey, Sequence[ClipUse]]) -> None:
@@ -55,44 +93,44 @@ class UrgencyOrder:
         order with the entries not passed yet and still pending."""
         if self._order is None:
             return
+        self._place_staged()
         new: dict[str, list[tuple[int, VideoJobKey]]] = defaultdict(list)
         for job, use in added:
-            _add_job(self._jobs_of_view, use.view, job)
+            _add_job(self._more_views, use.view, job)
             for task, position in use.readers:
                 new[task].append((position, job))
         for task, entries in new.items():
-            old = self._order.get(task, [])[self._cursor.get(task, 0):]
-            entries += [entry for entry in old if pending.get(entry[1])]
-            entries.sort(key=_position)
-            self._order[task], self._cursor[task] = entries, 0
+            made = (np.array([p for p, _ in entries], np.int64),
+                    job_column([j for _, j in entries]))
+            old = _alive(self._order.get(task, _NONE), self._cursor.get(task, 0), pending)
+            self._order[task], self._cursor[task] = _merged(made, old), 0
 
     def add_entries(self, added: UrgencyEntries,
                     pending: Mapping[VideoJobKey, Sequence[ClipUse]]) -> None:
         """A window's jobs (`urgency_entries`, made in its planning thread), merged as
-        `add_many` merges clips; `pending`: as it was before them. Its lists are taken, not
+        `add_many` merges clips; `pending`: as it was before them. Its columns are taken, not
         copied: the planning thread made them for the board alone."""
-        self._built(pending)
-        for view, jobs in added.jobs_of_view.items():  # taken, not copied, where new
-            found = self._jobs_of_view.setdefault(view, jobs)
-            if found is not jobs:
-                found += [job for job in jobs if job not in found]
+        order = self._built(pending)
+        if len(added.views):
+            self._windows.append(added.views)
         for task, entries in added.by_task.items():
-            old = [e for e in self._order.get(task, [])[self._cursor.get(task, 0):]
-                   if pending.get(e[1])]
-            if old:
-                entries = entries + old
-                entries.sort(key=_position)  # two sorted runs: merged in C
-            self._order[task], self._cursor[task] = entries, 0
+            old = _alive(order.get(task, _NONE), self._cursor.get(task, 0), pending)
+            order[task], self._cursor[task] = _merged(entries, old) if len(old[0]) else entries, 0
 
     def forget_window(self, window: int, views: Iterable[ViewKey]) -> None:
         """A window dropped: its jobs leave the order (entries before a cursor are passed)."""
         if self._order is None:
             return
-        for task, entries in self._order.items():
-            self._order[task] = [e for e in entries[self._cursor[task]:] if e[1].window != window]
+        self._place_staged()
+        for task, (positions, jobs) in self._order.items():
+            start = self._cursor[task]
+            keep = np.fromiter((job.window != window for job in jobs[start:].tolist()), bool,
+                               len(jobs) - start)
+            self._order[task] = positions[start:][keep], jobs[start:][keep]
             self._cursor[task] = 0
+        self._windows = [jobs for jobs in self._windows if jobs.window != window]
         for view in views:
-            self._jobs_of_view.pop(view, None)
+            self._more_views.pop(view, None)
 
     def urgent(self, pending: Mapping[VideoJobKey, Sequence[ClipUse]],
                busy: set) -> set[VideoJobKey]:
@@ -100,13 +138,14 @@ class UrgencyOrder:
         order = self._built(pending)
         chosen: set[VideoJobKey] = set()
         for task, entries in order.items():
-            start = self._cursor[task]
-            while start < len(entries) and not pending.get(entries[start][1]):
-                start += 1  # done: never pending again unless clips are added (a rebuild)
+            start = len(entries[0])
+            for index, _, job in _walk(entries, self._cursor[task]):
+                if pending.get(job):
+                    start = index
+                    break  # before it: done, never pending again unless clips are added
             self._cursor[task] = start
             taken, last = 0, None
-            for index in range(start, len(entries)):
-                position, job = entries[index]
+            for _, position, job in _walk(entries, start):
                 if taken >= self.per_task and position != last:
                     break
                 if job in chosen or job in busy or not pending.get(job):
@@ -119,11 +158,36 @@ class UrgencyOrder:
                  Sequence[ClipUse]]) -> set[VideoJobKey]:
         """The pending jobs with clips for these batches (a blocked reader's)."""
         self._built(pending)
-        return {job for view in views for job in self._jobs_of_view.get(view, ())
-                if pending.get(job)}
+        return {job for view in views for job in self.jobs_of(view) if pending.get(job)}
 
-    def _built(self, pending: Mapping[VideoJobKey, Sequence[ClipUse]]
-               ) -> dict[str, list[tuple[int, VideoJobKey]]]:
+    def jobs_of(self, view: ViewKey) -> list[VideoJobKey]:
+        """The jobs that had clips for `view`, pending or not, each once."""
+        found = [job for jobs in self._windows for job in jobs.of(view)]
+        more = self._more_views.get(view, ())
+        return found + [job for job in more if job not in found] if more else found
+
+    def entries(self, task: str) -> list[tuple[int, VideoJobKey]]:
+        """The task's order, passed entries too: (position, job)."""
+        if self._order is None:
+            return []
+        self._place_staged()
+        positions, jobs = self._order.get(task, _NONE)
+        return list(zip(positions.tolist(), jobs.tolist(), strict=True))
+
+    def _place_staged(self) -> None:
+        """The clips `add`ed since the order was last read, each after the entries at its
+        position and those added before it there: as one insertion at a time would."""
+        assert self._order is not None
+        for task, staged in self._staged.items():
+            positions, jobs = self._order.get(task, _NONE)
+            new = np.array([p for p, _ in staged], np.int64)
+            at = np.searchsorted(positions, new, side="right")
+            self._order[task] = (np.insert(positions, at, new),
+                                 np.insert(jobs, at, job_column([j for _, j in staged])))
+            self._cursor[task] = min(self._cursor.get(task, len(positions)), int(at.min()))
+        self._staged.clear()
+
+    def _built(self, pending: Mapping[VideoJobKey, Sequence[ClipUse]]) -> dict[str, TaskOrder]:
         if self._order is None:
             order: dict[str, list[tuple[int, VideoJobKey]]] = defaultdict(list)
             jobs_of_view: dict[ViewKey, list[VideoJobKey]] = {}
@@ -132,31 +196,61 @@ class UrgencyOrder:
                     _add_grouped_job(jobs_of_view, use.view, job)
                     for task, position in use.readers:
                         order[task].append((position, job))
-            for entries in order.values():
-                entries.sort(key=_position)
-            self._order, self._jobs_of_view = dict(order), dict(jobs_of_view)
+            self._order = {}
+            for task, entries in order.items():
+                entries.sort(key=lambda entry: entry[0])
+                self._order[task] = (np.array([p for p, _ in entries], np.int64),
+                                     job_column([j for _, j in entries]))
+            self._more_views, self._windows, self._staged = jobs_of_view, [], {}
             self._cursor = dict.fromkeys(order, 0)
+        elif self._staged:
+            self._place_staged()
         return self._order
 
 
 def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> UrgencyEntries:
     """The window's jobs (its videos' clips `pending`, by path) in each task's read order: one
     entry a job and task, at the soonest position a reader of the task reads one of its clips
-    (`urgent` takes a job at its first entry). In a planning thread: a clip at a time."""
-    soonest: dict[str, dict[VideoJobKey, int]] = defaultdict(dict)
-    jobs_of_view: dict[ViewKey, list[VideoJobKey]] = {}
-    jobs: dict[str, VideoJobKey] = {}
-    for path, uses in pending.items():
-        job = jobs[path] = VideoJobKey(window, path)
-        for use in batches(uses):  # no ClipUse made: a window has millions
-            _add_grouped_job(jobs_of_view, use.view, job)
-            for task, position in use.readers:
-                at = soonest[task]
-                if position < at.get(job, position + 1):
-                    at[job] = position
-    by_task = {task: sorted(((p, j) for j, p in at.items()), key=_position)
-               for task, at in soonest.items()}
-    return UrgencyEntries(by_task, dict(jobs_of_view), jobs)
+    (`urgent` takes a job at its first entry), ties in the order of `pending`. In a planning
+    thread, in numpy from the uses' columns: a Python step a batch, not a clip."""
+    jobs = [VideoJobKey(window, path) for path in pending]
+    per_video = [batches(uses) for uses in pending.values()]
+    counts = np.fromiter(map(len, per_video), np.int64, len(jobs))
+    rows, row_of = distinct(list(chain.from_iterable(per_video)))  # a ViewRow a batch
+    use_row = np.frombuffer(row_of, np.int32).astype(np.int64)
+    use_job = np.repeat(np.arange(len(jobs)), counts)
+    views: dict[ViewKey, int] = {}
+    tasks: dict[str, int] = {}
+    row_view = np.fromiter((views.setdefault(row.view, len(views)) for row in rows), np.int64,
+                           len(rows))
+    readers = np.array([(tasks.setdefault(task, len(tasks)), position) for row in rows
+                        for task, position in row.readers], np.int64).reshape(-1, 2)
+    reader_counts = np.fromiter((len(row.readers) for row in rows), np.int64, len(rows))
+    by_task = _soonest(readers, reader_counts, use_row, use_job, list(tasks), job_column(jobs))
+    return UrgencyEntries(by_task, view_jobs(window, list(views), row_view[use_row], use_job,
+                                             jobs), jobs)
+
+
+def _soonest(readers: np.ndarray, reader_counts: np.ndarray, use_row: np.ndarray,
+             use_job: np.ndarray, tasks: list[str], jobs: np.ndarray) -> dict[str, TaskOrder]:
+    """Each task's jobs by the soonest position its readers read one of their clips (ties in
+    job order); tasks in the order their first entries come. `readers`: (task, position) of
+    each row's readers, a row's together (`reader_counts` a row)."""
+    row_start = np.concatenate(([0], np.cumsum(reader_counts)))
+    per_use = reader_counts[use_row]
+    within = np.arange(per_use.sum()) - np.repeat(np.cumsum(per_use) - per_use, per_use)
+    reader = np.repeat(row_start[use_row], per_use) + within  # a use's readers, in order
+    task, position, job = readers[reader, 0], readers[reader, 1], np.repeat(use_job, per_use)
+    found, first = np.unique(task, return_index=True)
+    by_task = {}
+    for index in found[np.argsort(first)].tolist():
+        mine = task == index
+        mine_job, mine_position = job[mine], position[mine]  # jobs ascending
+        starts = np.flatnonzero(np.r_[True, mine_job[1:] != mine_job[:-1]])
+        soonest = np.minimum.reduceat(mine_position, starts)
+        by = np.argsort(soonest, kind="stable")
+        by_task[tasks[index]] = soonest[by], jobs[mine_job[starts][by]]
+    return by_task
 
 
 def _add_grouped_job(jobs_of_view: dict[ViewKey, list[VideoJobKey]], view: ViewKey,

@@ -37,8 +37,8 @@ def test_a_window_s_untouched_batches_and_videos_hold_no_sets(tmp_path):
     assert 0 < len(kept) < len(whole.videos)
     assert all(d.clips for d in planned.disk_plans.values())
     assert all(s.on_disk is NO_SLOTS and s.in_memory is NO_SLOTS for s in board.views.values())
-    jobs = board.urgency._jobs_of_view
-    assert jobs and all(type(j) is list and len(set(j)) == len(j) for j in jobs.values())
+    jobs = {view: board.urgency.jobs_of(view) for view in whole.views}
+    assert all(jobs.values()) and all(len(set(j)) == len(j) for j in jobs.values())
     assert {v: set(j) for v, j in jobs.items()} == {
         v: {job for job, uses in board.pending.items() for u in uses if u.view == v}
         for v in jobs}
@@ -73,7 +73,8 @@ def test_pending_clips_are_the_window_s_own_lists_and_leave_them_as_they_are(tmp
     job, uses = next(iter(board.pending.items()))
     assert uses is videos[job.path].uses
     # one key a video: the urgency order's is the board's (64 bytes a video more, before)
-    assert all(key is planned.urgency.jobs[key.path] for key in board.pending)
+    jobs = dict(zip(planned.pending, planned.urgency.jobs, strict=True))
+    assert all(key is jobs[key.path] for key in board.pending)
     board.add_pending(job, uses[0])  # made, not kept: pending again
     board.take_pending(job, uses[:1])
     other = next(j for j in board.pending if j != job)
