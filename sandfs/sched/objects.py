@@ -47,13 +47,75 @@ class Spot:
 NO_CLIPS: frozenset[Spot] = frozenset()
 
 
+class KeptClips(AbstractSet[Spot]):
+    """Some of a video's uses in a window, as the spots they go to: the uses (the window's
+    own sequence, not copied) and a bit each, not a set of `Spot`s (~43 bytes a clip of a
+    planned window at 20,000 videos); a `Spot` is made when one is asked for."""
+
+    __slots__ = ("_mask", "_uses")
+
+    def __init__(self, uses: Sequence[ClipUse], mask: int) -> None:
+        if mask < 0 or mask >> len(uses):
+            raise ValueError(f"mask {mask:#x} marks uses past the video's {len(uses)}")
+        self._uses, self._mask = uses, mask
+
+    def _spots(self) -> Iterator[tuple[ViewKey, int, bool]]:
+        """(batch, slot, kept) of each use, in order, with no `ClipUse` made."""
+        mask = self._mask
+        if isinstance(self._uses, Uses):
+            rows, slots = self._uses.columns
+            views: Iterable[ViewKey] = (row.view for row in rows)
+        else:
+            views, slots = (u.view for u in self._uses), [u.slot for u in self._uses]
+        for index, (view, slot) in enumerate(zip(views, slots, strict=True)):
+            yield view, slot, bool(mask >> index & 1)
+
+    def __contains__(self, spot: object) -> bool:
+        if not isinstance(spot, Spot):
+            return False
+        return any(kept and slot == spot.slot and view == spot.view
+                   for view, slot, kept in self._spots())
+
+    def __iter__(self) -> Iterator[Spot]:
+        return (Spot(view, slot) for view, slot, kept in self._spots() if kept)
+
+    def __len__(self) -> int:
+        return self._mask.bit_count()
+
+    def __repr__(self) -> str:
+        return f"KeptClips({set(self)!r})"
+
+
 @dataclass(slots=True)
 class DiskPlan:
     """What pruning keeps on disk for one video in one window. A video that keeps no clip
-    holds no set of its own (an empty set is 216 bytes: at 250,000 videos most keep none)."""
+    holds no set of its own (an empty set is 216 bytes: at 250,000 videos most keep none);
+    one that keeps some holds `KeptClips`."""
 
     clips: AbstractSet[Spot] = NO_CLIPS
     frames: bool = False
+
+
+def kept_plans(uses: Sequence[Sequence[ClipUse]], video: np.ndarray, within: np.ndarray,
+               frames: np.ndarray | None = None) -> list[DiskPlan | None]:
+    """Each video's plan from its kept clips: clip i is use `within[i]` of video `video[i]`
+    (videos indexing `uses`, sorted); `frames`: whether the video keeps its frames (None:
+    none does). None for a video that keeps nothing."""
+    masks = _masks(len(uses), video, within)
+    framed = [False] * len(uses) if frames is None else frames.tolist()
+    return [DiskPlan(KeptClips(u, mask) if mask else NO_CLIPS, frame) if mask or frame
+            else None for u, mask, frame in zip(uses, masks, framed, strict=True)]
+
+
+def _masks(count: int, video: np.ndarray, within: np.ndarray) -> list[int]:
+    """Each video's bits of its kept uses, in numpy where they fit in 63 bits."""
+    masks = np.zeros(count, np.int64)
+    narrow = within < 63
+    np.bitwise_or.at(masks, video[narrow], np.left_shift(1, within[narrow]))
+    found = masks.tolist()
+    for index, bit in zip(video[~narrow].tolist(), within[~narrow].tolist(), strict=True):
+        found[index] |= 1 << bit  # a video with more uses in the window: as a Python int
+    return found
 
 
 def clip_object_key(use: ClipUse, info: VideoInfo) -> ObjectKey:
@@ -301,14 +363,14 @@ def soonest_clips(plan: WindowPlan, budget_bytes: int,
     """The clips needed soonest that fit on disk: what the `leaves` ablation and Algorithm 1
     with every clip fitting keep, and what jobs keep until pruning has decided. Only videos
     that keep a clip have a plan. `rows`: the window's `leaf_rows`, when made already."""
-    return _leaves_only(rows or leaf_rows(plan), prune_room(budget_bytes))
+    return _leaves_only(plan, rows or leaf_rows(plan), prune_room(budget_bytes))
 
 
 def leaves_nbytes(plan: WindowPlan) -> int:
     return leaf_rows(plan).total
 
 
-def _leaves_only(rows: LeafRows, room: int) -> dict[str, DiskPlan]:
+def _leaves_only(plan: WindowPlan, rows: LeafRows, room: int) -> dict[str, DiskPlan]:
     """Final clips only, the soonest needed first (then by path and slot, ties in the
     window's order), as long as they fit."""
     path_rank = np.empty(len(rows.paths), np.int64)
@@ -316,8 +378,12 @@ def _leaves_only(rows: LeafRows, room: int) -> dict[str, DiskPlan]:
         len(rows.paths))
     order = np.lexsort((rows.slot, path_rank[rows.video], rows.first))  # stable, as sorted()
     fitting = np.searchsorted(np.cumsum(rows.nbytes[order]), room, side="right")
-    kept: defaultdict[str, set[Spot]] = defaultdict(set)
-    for index in np.sort(order[:fitting]).tolist():
-        kept[rows.paths[rows.video[index]]].add(Spot(rows.keys[rows.view[index]],
-                                                     int(rows.slot[index])))
-    return {path: DiskPlan(spots) for path, spots in kept.items()}
+    kept = np.sort(order[:fitting])
+    video = rows.video[kept]
+    videos = np.unique(video)
+    first_use = np.searchsorted(rows.video, videos)  # rows go video by video, uses in order
+    compact = np.searchsorted(videos, video)
+    paths = [rows.paths[index] for index in videos.tolist()]
+    plans = kept_plans([plan.videos[path].uses for path in paths], compact,
+                       kept - first_use[compact])
+    return dict(zip(paths, plans, strict=True))

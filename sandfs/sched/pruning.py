@@ -22,10 +22,9 @@ from sandfs.runtime import collector_paused
 from sandfs.sched.objects import (
     AUGMENT_SECONDS_PER_MPIXEL,
     DECODE_SECONDS_PER_MPIXEL,
-    NO_CLIPS,
     DiskPlan,
-    Spot,
     frame_nbytes,
+    kept_plans,
     needs_pruning,
     object_graph,
     out_frame_nbytes,
@@ -73,24 +72,21 @@ def _pruned_plans(plan: WindowPlan, paths: list[str], room: int,
     log.info("window %d: keeping %d bytes on disk (%d collapses, %d drops, +%.1fs "
              "recompute) in %.2fs", plan.window, chosen.total_nbytes, chosen.collapses,
              chosen.drops, chosen.added_recompute_seconds, time.monotonic() - started)
-    return _kept_plans(paths, clips, chosen.clips_kept, chosen.frames_kept)
+    return _kept_plans(plan, paths, clips, chosen.clips_kept, chosen.frames_kept)
 
 
-def _kept_plans(paths: list[str], clips: WindowClips, clips_kept: np.ndarray,
-                frames_kept: np.ndarray) -> dict[str, DiskPlan]:
-    """Each video's kept clips as spots: a `Spot` per kept clip, none per dropped one."""
+def _kept_plans(plan: WindowPlan, paths: list[str], clips: WindowClips,
+                clips_kept: np.ndarray, frames_kept: np.ndarray) -> dict[str, DiskPlan]:
+    """Each video's kept clips as bits over its uses, none for a video that keeps nothing."""
+    video = clips.graphs.clip_video
     kept = np.flatnonzero(clips_kept)
-    views = clips.views
-    spots = list(map(Spot, map(views.__getitem__, clips.view[kept].tolist()),
-                     clips.slot[kept].tolist()))
-    ends = np.searchsorted(clips.graphs.clip_video[kept], np.arange(len(paths) + 1))
-    keeping = (np.diff(ends) > 0) | frames_kept  # none for a video that keeps nothing
-    plans = {}
-    for index in np.flatnonzero(keeping).tolist():
-        first, last = int(ends[index]), int(ends[index + 1])
-        plans[paths[index]] = DiskPlan(set(spots[first:last]) or NO_CLIPS,
-                                       bool(frames_kept[index]))
-    return plans
+    keeping = np.flatnonzero(np.bincount(video[kept], minlength=len(paths)) | frames_kept)
+    first_use = np.searchsorted(video, keeping)  # clips go video by video, uses in order
+    compact = np.searchsorted(keeping, video[kept])
+    chosen = [paths[index] for index in keeping.tolist()]
+    plans = kept_plans([plan.videos[path].uses for path in chosen], compact,
+                       kept - first_use[compact], frames_kept[keeping])
+    return dict(zip(chosen, plans, strict=True))
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,11 @@ from sandfs.sched import pruning
 from sandfs.sched.objects import (
     PRUNE_TARGET_FRACTION,
     DiskPlan,
+    KeptClips,
     Spot,
     clip_nbytes,
     first_reader,
+    kept_plans,
     leaves_nbytes,
     object_graph,
     soonest_clips,
@@ -249,3 +251,24 @@ def test_frames_are_numbered_as_np_unique_numbers_them(monkeypatch, dense):
     distinct, numbers = pruning._numbered(key, width)
     expected = np.unique(key, return_inverse=True)
     assert np.array_equal(distinct, expected[0]) and np.array_equal(numbers, expected[1])
+
+
+def test_kept_clips_are_bits_over_the_video_s_uses_as_many_as_it_has(tmp_path):
+    """A plan keeps a bit a use, not a `Spot` a clip; a video with more uses in the window
+    than a machine word holds keeps them all."""
+    (tmp_path / "wide").mkdir()
+    window = plan_window([make_plan(tmp_path / "wide", videos=fake_videos(2), epochs=20,
+                                    k_epochs=20, sampling={"samples_per_video": 4})], 0)
+    uses = next(iter(window.videos.values())).uses
+    assert len(uses) > 64
+    rng = random.Random(3)
+    within = np.array(sorted([*rng.sample(range(len(uses) - 1), 20), len(uses) - 1]))
+    plan = kept_plans([uses], np.zeros(len(within), np.int64), within)[0]
+    spots = {Spot.of(uses[i]) for i in within.tolist()}
+    assert plan == DiskPlan(spots) and set(plan.clips) == spots and len(plan.clips) == 21
+    assert all(Spot.of(u) in plan.clips for u in uses[-1:]) and "spot" not in plan.clips
+    assert sum(Spot.of(u) in plan.clips for u in uses) == 21
+    assert kept_plans([uses, uses], np.zeros(0, np.int64), np.zeros(0, np.int64),
+                      np.array([False, True])) == [None, DiskPlan(frames=True)]
+    with pytest.raises(ValueError, match="marks uses past"):
+        KeptClips(uses[:2], 0b100)
