@@ -31,8 +31,11 @@ class ListingFacts:
 
     @cached_property
     def top_folders(self) -> tuple[str | None, ...]:
-        """Each video's class under `labels: dirname`: its top folder (None: at the root)."""
-        return tuple(map(top_folder, (v.rel_path for v in self.listed)))
+        """Each video's class under `labels: dirname`: its top folder (None: at the root),
+        one string a folder, not one a video (~50 bytes a video)."""
+        folders: dict[str | None, str | None] = {}
+        return tuple(folders.setdefault(top, top)
+                     for top in map(top_folder, (v.rel_path for v in self.listed)))
 
     @cached_property
     def folders(self) -> frozenset[str]:

@@ -29,6 +29,7 @@ def test_tasks_on_one_listing_share_its_index_and_folders(tmp_path):
     assert a.video_index is b.video_index and a.labels is b.labels
     assert b.video_index == alone.video_index == {v.name: i for i, v in enumerate(videos)}
     assert list(b.labels) == list(alone.labels) == [v.rel_path[:2] for v in videos]
+    assert len({id(label) for label in a.labels}) == 3  # a string a folder, not a video
     assert a.class_names == ["c0", "c1", "c2"]  # the other task's left-out folder is its own
     assert b.class_names == alone.class_names == ["c0", "c1", "c2", "d"]
 
