@@ -7,7 +7,8 @@ reads `BatchBoard.demanded` only, to ask whether it is empty).
     state                                     owner, the only writer        its methods' callers
     tasks, positions, windows, future ones    windows.WindowBook (0)        planning, scheduler
     batches planned and ready (their readers  board.BatchBoard              planning, scheduler
-    left), pending clips
+    left), pending clips, their urgency
+    order, what pruning keeps on disk
     `demanded`, `waiting`: readers' demand    board.BatchBoard (1)          scheduler, planning
     the board's views failed or in flight     flights.Flights               board, scheduler
     frames carried ahead, their bytes         carry.CarryBook (2)           scheduler, planning

@@ -21,6 +21,7 @@ from sandfs.plan.task import ViewPlan
 from sandfs.plan.uses import selected
 from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.runtime import collector_paused
+from sandfs.sched.diskplans import DiskPlans
 from sandfs.sched.flights import Flights
 from sandfs.sched.jobs import Job, JobResult, PlannedWindow, VideoJob, VideoJobKey
 from sandfs.sched.objects import DiskPlan, Spot
@@ -91,7 +92,7 @@ class BatchBoard:
         self.flights = Flights()
         # what pruning keeps on disk, for the jobs that keep anything (most keep nothing at
         # scale: no record for them)
-        self.disk_plans: dict[VideoJobKey, DiskPlan] = {}
+        self.disk_plans = DiskPlans()
         self.made: set[Spot] = set()  # made in this run: a second time is a recompute
         self.evicted_unread = 0
         self.waiting: Counter[ViewKey] = Counter()  # readers blocked on each batch (ditto)
@@ -296,15 +297,10 @@ class BatchBoard:
                 self._note_slots(key, state)
         ready = {key for key in plan.views if key not in self.views}  # made already, or failed
         self.urgency.add_entries(planned.urgency, self.pending)
+        self.disk_plans.add(window, planned.disk_plans, planned.frames_on_disk)
         jobs = dict(zip(planned.pending, planned.urgency.jobs, strict=True))  # for this call
         for path in plan.videos:
             job = jobs.get(path) or VideoJobKey(window, path)
-            disk = planned.disk_plans.get(path)
-            if path in planned.frames_on_disk:
-                disk = disk or DiskPlan()
-                disk.frames = True
-            if disk is not None and (disk.clips or disk.frames):
-                self.disk_plans[job] = disk
             pending = planned.pending.get(path)
             if pending and ready:
                 pending = tuple(use for use in pending if use.view not in ready)
@@ -314,17 +310,7 @@ class BatchBoard:
     def refine_disk_plans(self, window: int, kept: Mapping[str, DiskPlan]) -> None:
         """Pruning's plans for the window's jobs from now on (those started keep theirs);
         frames already on disk stay kept."""
-        framed = set()
-        for job, old in list(self.disk_plans.items()):
-            if job.window == window:
-                del self.disk_plans[job]
-                if old.frames:
-                    framed.add(job.path)
-        for path in kept.keys() | framed:
-            new = kept.get(path) or DiskPlan()
-            new.frames = new.frames or path in framed
-            if new.clips or new.frames:
-                self.disk_plans[VideoJobKey(window, path)] = new
+        self.disk_plans.refine(window, kept)
 
     def add_part(self, window: int, merged: Merged, on_disk: frozenset[Spot]) -> None:
         """A joining task's part of an active window (`WindowBook.merge`)."""
@@ -356,8 +342,7 @@ class BatchBoard:
             self._work.pop(key, None)
         views = list(views)
         self.urgency.forget_window(window, views)
-        for key in [k for k in self.disk_plans if k.window == window]:
-            del self.disk_plans[key]
+        self.disk_plans.drop(window)
         for key in views:
             self.drop(key)
 

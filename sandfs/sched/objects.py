@@ -23,6 +23,7 @@ from sandfs.plan.cliptable import frame_count
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.uses import Uses
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
+from sandfs.sched.hashrows import HashRows
 
 log = logging.getLogger(__name__)
 
@@ -86,25 +87,60 @@ class KeptClips(AbstractSet[Spot]):
         return f"KeptClips({set(self)!r})"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class DiskPlan:
-    """What pruning keeps on disk for one video in one window. A video that keeps no clip
-    holds no set of its own (an empty set is 216 bytes: at 250,000 videos most keep none);
-    one that keeps some holds `KeptClips`."""
+    """What pruning keeps on disk for one video in one window: its clips (`KeptClips`, or
+    none) and whether its frames. Made when asked for (`KeptWindow`)."""
 
     clips: AbstractSet[Spot] = NO_CLIPS
     frames: bool = False
 
 
-def kept_plans(uses: Sequence[Sequence[ClipUse]], video: np.ndarray, within: np.ndarray,
-               frames: np.ndarray | None = None) -> list[DiskPlan | None]:
-    """Each video's plan from its kept clips: clip i is use `within[i]` of video `video[i]`
-    (videos indexing `uses`, sorted); `frames`: whether the video keeps its frames (None:
-    none does). None for a video that keeps nothing."""
-    masks = _masks(len(uses), video, within)
-    framed = [False] * len(uses) if frames is None else frames.tolist()
-    return [DiskPlan(KeptClips(u, mask) if mask else NO_CLIPS, frame) if mask or frame
-            else None for u, mask, frame in zip(uses, masks, framed, strict=True)]
+class KeptWindow(Mapping[str, DiskPlan]):
+    """What a window keeps on disk, by video: a row for each video that keeps anything (its
+    uses, a bit each, and whether its frames), found by its path's hash; a `DiskPlan` is
+    made when one is asked for. A dict of plans, each with a set of `Spot`s, held ~190 bytes
+    a clip of a window whose clips all fit (the store's default size)."""
+
+    __slots__ = ("_frames", "_masks", "_rows", "_uses")
+
+    def __init__(self, paths: Sequence[str], uses: Sequence[Sequence[ClipUse]],
+                 masks: Sequence[int], frames: np.ndarray) -> None:
+        self._rows, order = HashRows.of(paths)
+        rows = order.tolist()
+        self._uses = [uses[i] for i in rows]
+        self._masks = [masks[i] for i in rows]
+        self._frames = np.asarray(frames, bool)[order]
+
+    def __getitem__(self, path: str) -> DiskPlan:
+        row = self._rows.row(path)
+        if row < 0:
+            raise KeyError(path)
+        mask = self._masks[row]
+        return DiskPlan(KeptClips(self._uses[row], mask) if mask else NO_CLIPS,
+                        bool(self._frames[row]))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows.keys)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def framed(self) -> list[str]:
+        """The videos whose frames are kept."""
+        return [self._rows.keys[row] for row in np.flatnonzero(self._frames).tolist()]
+
+
+def kept_window(paths: Sequence[str], uses: Sequence[Sequence[ClipUse]], video: np.ndarray,
+                within: np.ndarray, frames: np.ndarray | None = None) -> KeptWindow:
+    """What the videos `paths` (with their `uses`) keep: clip i is use `within[i]` of video
+    `video[i]` (sorted); `frames`: whether each keeps its frames (None: none does). Only
+    videos that keep anything have a row."""
+    masks = np.array(_masks(len(paths), video, within), object)
+    framed = np.zeros(len(paths), bool) if frames is None else np.asarray(frames, bool)
+    rows = np.flatnonzero((masks != 0) | framed).tolist()
+    return KeptWindow([paths[i] for i in rows], [uses[i] for i in rows], masks[rows].tolist(),
+                      framed[rows])
 
 
 def _masks(count: int, video: np.ndarray, within: np.ndarray) -> list[int]:
@@ -359,7 +395,7 @@ _ROW = np.dtype([("view", np.int64), ("slot", np.int64), ("frames", np.int64)])
 
 
 def soonest_clips(plan: WindowPlan, budget_bytes: int,
-                  rows: LeafRows | None = None) -> dict[str, DiskPlan]:
+                  rows: LeafRows | None = None) -> KeptWindow:
     """The clips needed soonest that fit on disk: what the `leaves` ablation and Algorithm 1
     with every clip fitting keep, and what jobs keep until pruning has decided. Only videos
     that keep a clip have a plan. `rows`: the window's `leaf_rows`, when made already."""
@@ -370,7 +406,7 @@ def leaves_nbytes(plan: WindowPlan) -> int:
     return leaf_rows(plan).total
 
 
-def _leaves_only(plan: WindowPlan, rows: LeafRows, room: int) -> dict[str, DiskPlan]:
+def _leaves_only(plan: WindowPlan, rows: LeafRows, room: int) -> KeptWindow:
     """Final clips only, the soonest needed first (then by path and slot, ties in the
     window's order), as long as they fit."""
     path_rank = np.empty(len(rows.paths), np.int64)
@@ -384,6 +420,5 @@ def _leaves_only(plan: WindowPlan, rows: LeafRows, room: int) -> dict[str, DiskP
     first_use = np.searchsorted(rows.video, videos)  # rows go video by video, uses in order
     compact = np.searchsorted(videos, video)
     paths = [rows.paths[index] for index in videos.tolist()]
-    plans = kept_plans([plan.videos[path].uses for path in paths], compact,
+    return kept_window(paths, [plan.videos[path].uses for path in paths], compact,
                        kept - first_use[compact])
-    return dict(zip(paths, plans, strict=True))

@@ -22,9 +22,9 @@ from sandfs.runtime import collector_paused
 from sandfs.sched.objects import (
     AUGMENT_SECONDS_PER_MPIXEL,
     DECODE_SECONDS_PER_MPIXEL,
-    DiskPlan,
+    KeptWindow,
     frame_nbytes,
-    kept_plans,
+    kept_window,
     needs_pruning,
     object_graph,
     out_frame_nbytes,
@@ -35,7 +35,7 @@ from sandfs.sched.objects import (
 log = logging.getLogger(__name__)
 
 
-def disk_plans(plan: WindowPlan, budget_bytes: int, mode: str) -> dict[str, DiskPlan]:
+def disk_plans(plan: WindowPlan, budget_bytes: int, mode: str) -> KeptWindow:
     """What to keep on disk for each video of the window, within `budget_bytes`."""
     if needs_pruning(plan, budget_bytes, mode):
         return pruned_plans(plan, prune_room(budget_bytes))
@@ -43,7 +43,7 @@ def disk_plans(plan: WindowPlan, budget_bytes: int, mode: str) -> dict[str, Disk
 
 
 def window_pruned(plan: WindowPlan, budget_bytes: int, unless_fits: str | None,
-                  wait_turn: Callable[[], object] = lambda: None) -> dict[str, DiskPlan] | None:
+                  wait_turn: Callable[[], object] = lambda: None) -> KeptWindow | None:
     """In a thread: Algorithm 1 over a snapshot of the window (`WindowPlanner._prune`); with
     `unless_fits` (the prune mode), None when it has nothing to do (`needs_pruning`)."""
     wait_turn()
@@ -54,7 +54,7 @@ def window_pruned(plan: WindowPlan, budget_bytes: int, unless_fits: str | None,
 
 
 def pruned_plans(plan: WindowPlan, room: int,
-                 wait_turn: Callable[[], object] = lambda: None) -> dict[str, DiskPlan]:
+                 wait_turn: Callable[[], object] = lambda: None) -> KeptWindow:
     """Algorithm 1 over the window's objects, within `room` bytes; it calls `wait_turn` before
     each chunk of videos is read and between the walk's passes (the planner holds it back
     while it plans)."""
@@ -65,7 +65,7 @@ def pruned_plans(plan: WindowPlan, room: int,
 
 
 def _pruned_plans(plan: WindowPlan, paths: list[str], room: int,
-                  wait_turn: Callable[[], object], started: float) -> dict[str, DiskPlan]:
+                  wait_turn: Callable[[], object], started: float) -> KeptWindow:
     clips = window_clips(plan, paths, wait_turn)
     chosen = prune_flat(clips.graphs, room,
                         lambda v: object_graph(plan.videos[paths[v]], plan), wait_turn)
@@ -76,17 +76,13 @@ def _pruned_plans(plan: WindowPlan, paths: list[str], room: int,
 
 
 def _kept_plans(plan: WindowPlan, paths: list[str], clips: WindowClips,
-                clips_kept: np.ndarray, frames_kept: np.ndarray) -> dict[str, DiskPlan]:
-    """Each video's kept clips as bits over its uses, none for a video that keeps nothing."""
+                clips_kept: np.ndarray, frames_kept: np.ndarray) -> KeptWindow:
+    """Each video's kept clips as bits over its uses, no row for a video that keeps nothing."""
     video = clips.graphs.clip_video
     kept = np.flatnonzero(clips_kept)
-    keeping = np.flatnonzero(np.bincount(video[kept], minlength=len(paths)) | frames_kept)
-    first_use = np.searchsorted(video, keeping)  # clips go video by video, uses in order
-    compact = np.searchsorted(keeping, video[kept])
-    chosen = [paths[index] for index in keeping.tolist()]
-    plans = kept_plans([plan.videos[path].uses for path in chosen], compact,
-                       kept - first_use[compact], frames_kept[keeping])
-    return dict(zip(chosen, plans, strict=True))
+    first_use = np.searchsorted(video, np.arange(len(paths)))  # clips go video by video
+    return kept_window(paths, [plan.videos[path].uses for path in paths], video[kept],
+                       kept - first_use[video[kept]], frames_kept)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,11 @@ OWNED = {("board", "demanded"): "board", ("board", "waiting"): "board",
          ("passes", "paused"): "passes", ("passes", "fruitless"): "passes",
          ("passes", "handed_over"): "passes", ("passes", "pausing"): "passes",
          ("board", "ready"): "board", (None, "readers_left"): "board",
-         (None, "running"): "scheduler"}
+         (None, "running"): "scheduler", ("board", "disk_plans"): "board",
+         ("board", "urgency"): "board"}
 MUTATORS = {"add", "discard", "remove", "pop", "popitem", "clear", "update", "setdefault",
-            "append", "extend", "move_to_end", "__setitem__", "__delitem__"}
+            "append", "extend", "move_to_end", "__setitem__", "__delitem__", "refine", "drop",
+            "add_entries", "add_many", "forget_window", "rebuild"}
 
 
 def owned(node: ast.expr) -> tuple[str | None, str] | None:

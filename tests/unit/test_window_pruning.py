@@ -19,10 +19,11 @@ from sandfs.sched.objects import (
     PRUNE_TARGET_FRACTION,
     DiskPlan,
     KeptClips,
+    KeptWindow,
     Spot,
     clip_nbytes,
     first_reader,
-    kept_plans,
+    kept_window,
     leaves_nbytes,
     object_graph,
     soonest_clips,
@@ -208,7 +209,7 @@ def test_a_task_leaving_while_a_window_is_snapshot_for_pruning(tmp_path):
             return super().items()
 
     window.videos = LeavingMeanwhile(window.videos)
-    assert isinstance(window_pruned(window, 1, "algorithm1"), dict)
+    assert isinstance(window_pruned(window, 1, "algorithm1"), KeptWindow)
 
 
 def test_the_dense_window_collapses(tmp_path):
@@ -254,21 +255,24 @@ def test_frames_are_numbered_as_np_unique_numbers_them(monkeypatch, dense):
 
 
 def test_kept_clips_are_bits_over_the_video_s_uses_as_many_as_it_has(tmp_path):
-    """A plan keeps a bit a use, not a `Spot` a clip; a video with more uses in the window
-    than a machine word holds keeps them all."""
+    """A window keeps a bit a use, not a `Spot` a clip, and a row a video that keeps anything,
+    found by its path; a video with more uses in the window than a machine word holds keeps
+    them all."""
     (tmp_path / "wide").mkdir()
-    window = plan_window([make_plan(tmp_path / "wide", videos=fake_videos(2), epochs=20,
+    window = plan_window([make_plan(tmp_path / "wide", videos=fake_videos(3), epochs=20,
                                     k_epochs=20, sampling={"samples_per_video": 4})], 0)
-    uses = next(iter(window.videos.values())).uses
-    assert len(uses) > 64
+    paths = list(window.videos)
+    uses = [window.videos[path].uses for path in paths]
+    assert len(uses[2]) > 64
     rng = random.Random(3)
-    within = np.array(sorted([*rng.sample(range(len(uses) - 1), 20), len(uses) - 1]))
-    plan = kept_plans([uses], np.zeros(len(within), np.int64), within)[0]
-    spots = {Spot.of(uses[i]) for i in within.tolist()}
-    assert plan == DiskPlan(spots) and set(plan.clips) == spots and len(plan.clips) == 21
-    assert all(Spot.of(u) in plan.clips for u in uses[-1:]) and "spot" not in plan.clips
-    assert sum(Spot.of(u) in plan.clips for u in uses) == 21
-    assert kept_plans([uses, uses], np.zeros(0, np.int64), np.zeros(0, np.int64),
-                      np.array([False, True])) == [None, DiskPlan(frames=True)]
+    within = np.array(sorted([*rng.sample(range(len(uses[2]) - 1), 20), len(uses[2]) - 1]))
+    kept = kept_window(paths, uses, np.full(len(within), 2), within,
+                       np.array([False, True, False]))
+    spots = {Spot.of(uses[2][i]) for i in within.tolist()}
+    assert kept == {paths[1]: DiskPlan(frames=True), paths[2]: DiskPlan(spots)}
+    plan = kept[paths[2]]
+    assert set(plan.clips) == spots and len(plan.clips) == 21 and "spot" not in plan.clips
+    assert sum(Spot.of(u) in plan.clips for u in uses[2]) == 21
+    assert kept.framed() == [paths[1]] and paths[0] not in kept
     with pytest.raises(ValueError, match="marks uses past"):
-        KeptClips(uses[:2], 0b100)
+        KeptClips(uses[2][:2], 0b100)
