@@ -298,10 +298,8 @@ class BatchBoard:
         ready = {key for key in plan.views if key not in self.views}  # made already, or failed
         self.urgency.add_entries(planned.urgency, self.pending)
         self.disk_plans.add(window, planned.disk_plans, planned.frames_on_disk)
-        jobs = dict(zip(planned.pending, planned.urgency.jobs, strict=True))  # for this call
-        for path in plan.videos:
-            job = jobs.get(path) or VideoJobKey(window, path)
-            pending = planned.pending.get(path)
+        # a video's job is its urgency entries' key (`jobs`: one a video of `pending`, in order)
+        for pending, job in zip(planned.pending.values(), planned.urgency.jobs, strict=True):
             if pending and ready:
                 pending = tuple(use for use in pending if use.view not in ready)
             if pending and self.pending.setdefault(job, pending) is not pending:
