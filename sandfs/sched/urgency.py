@@ -212,30 +212,61 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
     """The window's jobs (its videos' clips `pending`, by path) in each task's read order: one
     entry a job and task, at the soonest position a reader of the task reads one of its clips
     (`urgent` takes a job at its first entry), ties in the order of `pending`. In a planning
-    thread, in numpy from the uses' columns: a Python step a batch, not a clip."""
+    thread, in numpy from the uses' columns: a Python step a batch, not a clip; a chunk of
+    videos at a time (`_CHUNK_VIDEOS`)."""
     jobs = [VideoJobKey(window, path) for path in pending]
-    per_video = [batches(uses) for uses in pending.values()]
-    counts = np.fromiter(map(len, per_video), np.int64, len(jobs))
-    rows, row_of = distinct(list(chain.from_iterable(per_video)))  # a ViewRow a batch
-    use_row = np.frombuffer(row_of, np.int32).astype(np.int64)
-    use_job = np.repeat(np.arange(len(jobs)), counts)
+    uses = list(pending.values())
     views: dict[ViewKey, int] = {}
     tasks: dict[str, int] = {}
+    found: dict[int, list[TaskOrder]] = {}  # by task, in the order tasks first come
+    pairs = []  # (batch, job) of each chunk's clips, once each: batch * len(jobs) + job
+    for first in range(0, len(uses), _CHUNK_VIDEOS):
+        by_task, keys = _chunk_entries(uses[first:first + _CHUNK_VIDEOS], first, views, tasks,
+                                       len(jobs))
+        for task, entries in by_task.items():
+            found.setdefault(task, []).append(entries)
+        pairs.append(keys)
+    names, column = list(tasks), job_column(jobs)
+    by_task = {}
+    for task, parts in found.items():
+        positions = np.concatenate([p for p, _ in parts])
+        by = np.argsort(positions, kind="stable")  # ties: in job order, as the chunks come
+        by_task[names[task]] = positions[by], column[np.concatenate([j for _, j in parts])[by]]
+    keys = np.concatenate(pairs) if pairs else np.zeros(0, np.int64)
+    keys.sort()  # by batch, then job; each once (a job is in one chunk)
+    return UrgencyEntries(by_task, view_jobs(window, list(views), keys, jobs), jobs)
+
+
+# videos a chunk: the arrays of a whole window (~60 MB at 100,000 videos, freed) stayed in
+# the heap, as much RSS again as the entries hold; a chunk's are reused by the next
+_CHUNK_VIDEOS = 4096
+
+
+def _chunk_entries(uses: Sequence[Sequence[ClipUse]], first_job: int,
+                   views: dict[ViewKey, int], tasks: dict[str, int], width: int
+                   ) -> tuple[dict[int, TaskOrder], np.ndarray]:
+    """Jobs `first_job`... (their `uses`): each task's (soonest position, job) in job order,
+    and the (batch, job) keys of their clips (`urgency_entries`); batches and tasks numbered
+    in `views` and `tasks` as they come."""
+    per_video = [batches(video) for video in uses]
+    counts = np.fromiter(map(len, per_video), np.int64, len(uses))
+    rows, row_of = distinct(list(chain.from_iterable(per_video)))  # a ViewRow a batch
+    use_row = np.frombuffer(row_of, np.int32)
+    use_job = np.repeat(np.arange(first_job, first_job + len(uses)), counts)
     row_view = np.fromiter((views.setdefault(row.view, len(views)) for row in rows), np.int64,
                            len(rows))
     readers = np.array([(tasks.setdefault(task, len(tasks)), position) for row in rows
                         for task, position in row.readers], np.int64).reshape(-1, 2)
     reader_counts = np.fromiter((len(row.readers) for row in rows), np.int64, len(rows))
-    by_task = _soonest(readers, reader_counts, use_row, use_job, list(tasks), job_column(jobs))
-    return UrgencyEntries(by_task, view_jobs(window, list(views), row_view[use_row], use_job,
-                                             jobs), jobs)
+    return (_soonest(readers, reader_counts, use_row, use_job),
+            np.unique(row_view[use_row] * width + use_job))
 
 
 def _soonest(readers: np.ndarray, reader_counts: np.ndarray, use_row: np.ndarray,
-             use_job: np.ndarray, tasks: list[str], jobs: np.ndarray) -> dict[str, TaskOrder]:
-    """Each task's jobs by the soonest position its readers read one of their clips (ties in
-    job order); tasks in the order their first entries come. `readers`: (task, position) of
-    each row's readers, a row's together (`reader_counts` a row)."""
+             use_job: np.ndarray) -> dict[int, TaskOrder]:
+    """Each task's jobs (ascending) and the soonest position its readers read one of their
+    clips; tasks in the order their first entries come. `readers`: (task, position) of each
+    row's readers, a row's together (`reader_counts` a row)."""
     row_start = np.concatenate(([0], np.cumsum(reader_counts)))
     per_use = reader_counts[use_row]
     within = np.arange(per_use.sum()) - np.repeat(np.cumsum(per_use) - per_use, per_use)
@@ -247,9 +278,7 @@ def _soonest(readers: np.ndarray, reader_counts: np.ndarray, use_row: np.ndarray
         mine = task == index
         mine_job, mine_position = job[mine], position[mine]  # jobs ascending
         starts = np.flatnonzero(np.r_[True, mine_job[1:] != mine_job[:-1]])
-        soonest = np.minimum.reduceat(mine_position, starts)
-        by = np.argsort(soonest, kind="stable")
-        by_task[tasks[index]] = soonest[by], jobs[mine_job[starts][by]]
+        by_task[index] = np.minimum.reduceat(mine_position, starts), mine_job[starts]
     return by_task
 
 
