@@ -8,7 +8,8 @@ reads `BatchBoard.demanded` only, to ask whether it is empty).
     tasks, positions, windows, future ones    windows.WindowBook (0)        planning, scheduler
     batches planned and ready (their readers  board.BatchBoard              planning, scheduler
     left), pending clips, their urgency
-    order, what pruning keeps on disk
+    order, what pruning keeps on disk;
+    states of batches in flight               (`onboard.OnBoard`: the board's)
     `demanded`, `waiting`: readers' demand    board.BatchBoard (1)          scheduler, planning
     the board's views failed or in flight     flights.Flights               board, scheduler
     frames carried ahead, their bytes         carry.CarryBook (2)           scheduler, planning

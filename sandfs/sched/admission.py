@@ -134,7 +134,7 @@ class Admission:
                 or any(Spot.of(u) not in disk.clips for u in pending)):
             return []
         info = window.videos[following.path].info
-        clip_bytes = sum(clip_nbytes(self.board.views[u.view].plan, u) for u in pending)
+        clip_bytes = sum(clip_nbytes(self.board.views.plan_of(u.view), u) for u in pending)
         frame_bytes = sum(kept_frame_nbytes(info, k, carried.firsts.get(k)) for k in carried.keys)
         return list(pending) if clip_bytes <= AHEAD_BYTES_RATIO * frame_bytes else []
 

@@ -25,6 +25,7 @@ from sandfs.sched.diskplans import DiskPlans
 from sandfs.sched.flights import Flights
 from sandfs.sched.jobs import Job, JobResult, PlannedWindow, VideoJob, VideoJobKey
 from sandfs.sched.objects import DiskPlan, Spot
+from sandfs.sched.onboard import OnBoard
 from sandfs.sched.policy import JobState
 from sandfs.sched.urgency import UrgencyOrder
 from sandfs.sched.viewstate import ViewState
@@ -82,7 +83,7 @@ class BatchBoard:
     def __init__(self, allocate: Callable[[int], np.ndarray] | None = None) -> None:
         """`allocate(nbytes)`: where new batch buffers live (uint8; None: the heap)."""
         self.allocate = allocate
-        self.views: dict[ViewKey, ViewState] = {}  # batches of active windows, not ready yet
+        self.views = OnBoard()  # batches of active windows, not ready yet (states in flight)
         self.ready: OrderedDict[ViewKey, ReadyView] = OrderedDict()
         # clips no job made yet, as tuples (a window's are its videos' own `uses`)
         self.pending: dict[VideoJobKey, Sequence[ClipUse]] = {}  # a video's `Uses` or tuple
@@ -139,7 +140,7 @@ class BatchBoard:
             return "failed"
         if key in self.ready:
             return "ready"
-        state = self.views.get(key)
+        state = self.views.peek(key)
         if state is None:
             return "planned"
         if len(state.on_disk) == state.slots:
@@ -147,12 +148,9 @@ class BatchBoard:
         return "materializing" if state.on_disk or state.in_memory else "planned"
 
     def held_view(self, key: ViewKey) -> ViewPlan | None:
-        """The batch's plan, when it is active or ready."""
-        state = self.views.get(key)
-        if state is not None:
-            return state.view
+        """The batch's plan, when it is active or ready (None: not resolved here)."""
         ready = self.ready.get(key)
-        return ready.view if ready is not None else None
+        return ready.view if ready is not None else self.views.view_of(key)
 
     def is_planned(self, key: ViewKey) -> bool:
         """True when the view is ready or a job is making (or will make) it."""
@@ -231,10 +229,10 @@ class BatchBoard:
 
     def lead_work(self, use: ClipUse) -> int:
         """Frames x pixels a pass decodes to make this clip: from the keyframe before it."""
-        state = self.views.get(use.view)
-        if state is None:
+        plan = self.views.plan_of(use.view)
+        if plan is None:
             return 0
-        info = state.plan.videos[use.clip.video_index]
+        info = plan.videos[use.clip.video_index]
         first, last = min(use.clip.frame_indices), max(use.clip.frame_indices)
         return (last - keyframe_at_or_before(info, first) + 1) * info.width * info.height
 
@@ -242,13 +240,13 @@ class BatchBoard:
     def memory_bytes(self) -> int:
         """Ready batches and the buffers being filled."""
         ready = sum(r.nbytes for r in self.ready.values())
-        return ready + sum(v.buffer.whole.nbytes for v in self.views.values()
+        return ready + sum(v.buffer.whole.nbytes for _, v in self.views.held()
                            if v.buffer is not None)
 
     # -- planning ---------------------------------------------------------------------------
 
     def plan(self, key: ViewKey, state: ViewState, on_disk: Collection[int] = ()) -> None:
-        self.views[key] = state
+        self.views.hold(key, state)
         self.covered.discard(key)
         if on_disk:  # most batches have none: no set made for them
             state.add_on_disk(on_disk)
@@ -286,16 +284,12 @@ class BatchBoard:
 
     def _add_window(self, planned: PlannedWindow) -> None:
         plan, window = planned.plan, planned.plan.window
-        for key, (task_plan, epoch, iteration) in plan.views.items():
-            state = self.views.get(key)
-            if state is None and key not in self.ready:
-                self.plan(key, ViewState.planned(task_plan, epoch, iteration,
-                                                 plan.view_plans.get(key)),
-                          planned.on_disk.get(key, ()))
-            elif state is not None and key in planned.on_disk:
-                state.add_on_disk(planned.on_disk[key])
+        ready = self.views.add_window(plan, self.ready)  # made already, or failed
+        for key, slots in planned.on_disk.items():  # a state for those with clips on disk
+            if slots and key not in ready and key in self.views:
+                state = self.views[key]
+                state.add_on_disk(slots)
                 self._note_slots(key, state)
-        ready = {key for key in plan.views if key not in self.views}  # made already, or failed
         self.urgency.add_entries(planned.urgency, self.pending)
         self.disk_plans.add(window, planned.disk_plans, planned.frames_on_disk)
         # a video's job is its urgency entries' key (`jobs`: one a video of `pending`, in order)
@@ -315,19 +309,22 @@ class BatchBoard:
         for key, readers in merged.more_readers.items():
             if key in self.ready:
                 self.ready[key].readers_left |= readers
+        self.views.rejoin(merged.new_views)  # their window's plan holds them: on the board
         for key, view in merged.new_views.items():
-            self.plan(key, ViewState.planned(*view, merged.view_plans.get(key)))
+            if key not in self.views:  # a window the board was not given this plan of
+                self.plan(key, ViewState.planned(*view, merged.view_plans.get(key)))
         added = []
         for path, uses in merged.uses.items():
             job = VideoJobKey(window, path)
             pends = []
             for use in uses:
-                state = self.views.get(use.view)  # None: its batch failed, or was made already
-                stored = state is not None and Spot.of(use) in on_disk
+                planned = use.view in self.views  # no: its batch failed, or was made already
+                stored = planned and Spot.of(use) in on_disk
                 if stored:
+                    state = self.views[use.view]
                     state.add_on_disk((use.slot,))
                     self._note_slots(use.view, state)
-                pends.append(state is not None and not stored)
+                pends.append(planned and not stored)
                 if pends[-1]:
                     added.append((job, use))
             if any(pends):  # replaced, not grown: columns joined where both are columns
@@ -339,6 +336,7 @@ class BatchBoard:
             del self.pending[key]
             self._work.pop(key, None)
         views = list(views)
+        self.views.drop_window(window)
         self.urgency.forget_window(window, views)
         self.disk_plans.drop(window)
         for key in views:
@@ -399,7 +397,7 @@ class BatchBoard:
             if video:
                 recomputed += spot in self.made
                 self.made.add(spot)
-            state = self.views.get(use.view)
+            state = self.views.peek(use.view)
             if state is None or state is not job.states.get(use.view):
                 continue
             if placed.on_disk:
@@ -411,20 +409,20 @@ class BatchBoard:
                 self.add_pending(job.owner(use), use)  # could not be kept: later
         failed: dict[ViewKey, str] = {}
         for clip in result.failed:
-            if self.views.get(clip.use.view) is job.states.get(clip.use.view):
+            if self.views.peek(clip.use.view) is job.states.get(clip.use.view):
                 failed.setdefault(clip.use.view, clip.reason)
         for key, reason in failed.items():
             self.fail(key, reason)
         touched = {placed.use.view for placed in result.placed}
-        return Recorded(recomputed, [v for v in touched if self.views.get(v) is job.states.get(v)],
-                        failed)
+        return Recorded(recomputed, [v for v in touched
+                                     if self.views.peek(v) is job.states.get(v)], failed)
 
     def complete_if_full(self, key: ViewKey, readers: Callable[[], set[str]]) -> ViewState | None:
         """Move a batch with every slot in memory to the ready ones; the batch, or None."""
-        state = self.views.get(key)
+        state = self.views.peek(key)
         if state is None or state.buffer is None or len(state.in_memory) < state.slots:
             return None
-        del self.views[key]
+        self.views.leave(key)
         self.covered.discard(key)
         self.ready[key] = ReadyView(state.buffer.whole, readers(), state.view)
         state.buffer = None  # the ready batch holds it alone now: a job's state must not pin it
@@ -433,14 +431,14 @@ class BatchBoard:
         return state
 
     def fail(self, key: ViewKey, reason: str) -> None:
-        self.views.pop(key, None)
+        self.views.leave(key)
         self.covered.discard(key)
         self.forget_pending({key})
         self.flights.fail(key, reason)
 
     def drop(self, key: ViewKey, *, ready_too: bool = False) -> None:
         """No longer planned: a reader still waiting computes the view on demand."""
-        self.views.pop(key, None)
+        self.views.leave(key)
         self.covered.discard(key)
         if ready_too:
             self.ready.pop(key, None)

@@ -18,7 +18,8 @@ from sandfs.sched.objects import (
     clip_nbytes,
     clip_object_key,
 )
-from sandfs.sched.viewstate import NO_SLOTS, ViewState
+from sandfs.sched.urgency import UrgencyOrder
+from sandfs.sched.viewstate import NO_SLOTS
 from sandfs.sched.windows import WindowBook
 from tests.helpers.plans import PlanStore, fake_videos, make_plan
 
@@ -36,6 +37,7 @@ def test_a_window_s_untouched_batches_and_videos_hold_no_sets(tmp_path):
     assert kept == set(planned.disk_plans)  # no plan made for a video that keeps nothing
     assert 0 < len(kept) < len(whole.videos)
     assert all(d.clips for d in planned.disk_plans.values())
+    assert not list(board.views.held()) and len(board.views) == len(whole.views)  # no state
     assert all(s.on_disk is NO_SLOTS and s.in_memory is NO_SLOTS for s in board.views.values())
     jobs = {view: board.urgency.jobs_of(view) for view in whole.views}
     assert all(jobs.values()) and all(len(set(j)) == len(j) for j in jobs.values())
@@ -95,6 +97,7 @@ def test_a_warm_batch_keeps_the_planner_s_set_of_its_slots_on_disk(tmp_path):
     planned = work.plan_active_window([plan], 0, PlanStore(1 << 30, kept), "leaves")
     board = BatchBoard()
     board.add_window(planned)
+    assert [key for key, _ in board.views.held()] == [use.view]  # the one with a slot on disk
     state = board.views[use.view]
     assert state.on_disk is planned.on_disk[use.view] == {use.slot}
     state.add_on_disk([use.slot + 1])
@@ -151,13 +154,13 @@ def test_a_window_is_added_to_the_board_with_the_collector_paused(tmp_path, monk
     triggered by the board's own allocations take 1.6 of the 2.1 s it took to add."""
     plan = make_plan(tmp_path, fake_videos(8), epochs=2)
     planned = work.plan_active_window([plan], 0, None, "leaves")
-    seen, planned_state = [], ViewState.planned
+    seen, add_entries = [], UrgencyOrder.add_entries
 
     def recording(*args):
         seen.append(gc.isenabled())
-        return planned_state(*args)
+        return add_entries(*args)
 
-    monkeypatch.setattr(ViewState, "planned", recording)
+    monkeypatch.setattr(UrgencyOrder, "add_entries", recording)
     assert gc.isenabled()
     BatchBoard().add_window(planned)
     assert seen and not any(seen) and gc.isenabled()

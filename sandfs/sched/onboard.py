@@ -1,0 +1,123 @@
+"""The batches of the active windows as the board sees them: a `ViewState` only for those in
+flight, the rest answered from their windows' plans (SAND §5.4: the board holds what is in
+flight, not the window). A window of 250,000 videos has 156,000 batches; a state and its dict
+entry each were ~15 bytes a clip of the plan (docs/performance.md#planning-and-scheduling-at-scale).
+
+A batch is on the board while its window is (`add_window` to `drop_window`) and it has not
+left it: made (ready), failed or dropped (`leave`). Its state is made when something holds it
+(`__getitem__`: a job taking its slots, a buffer, a read back; `hold`: slots on disk, a batch
+planned again); read-only looks (`peek`, `plan_of`, `view_of`, membership) make none."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from sandfs.plan.task import TaskPlan, ViewPlan
+from sandfs.plan.window import ViewKey, WindowPlan
+from sandfs.sched.viewstate import ViewState
+
+
+class OnBoard(Mapping[ViewKey, ViewState]):
+    """Batches of active windows, not ready yet, by key: a mapping to their states, each made
+    the first time it is looked up and kept until the batch leaves."""
+
+    def __init__(self) -> None:
+        self._held: dict[ViewKey, ViewState] = {}  # the batches in flight
+        self._parts: dict[int, list[WindowPlan]] = {}  # each window's plans (whole, or parts)
+        self._gone: dict[int, set[ViewKey]] = {}  # batches of a window that left the board
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _planned(self, key: ViewKey) -> tuple[int, WindowPlan] | None:
+        """The window and plan of a batch on the board without a state yet (a few windows)."""
+        for window, parts in self._parts.items():
+            for part in parts:
+                if key in part.views:
+                    return None if key in self._gone[window] else (window, part)
+        return None
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._held or self._planned(key) is not None  # type: ignore[arg-type]
+
+    def __getitem__(self, key: ViewKey) -> ViewState:
+        state = self._held.get(key)
+        if state is not None:
+            return state
+        found = self._planned(key)
+        if found is None:
+            raise KeyError(key)
+        part = found[1]
+        state = self._held[key] = ViewState.planned(*part.views[key], part.view_plans.get(key))
+        return state
+
+    def peek(self, key: ViewKey) -> ViewState | None:
+        """The batch's state when it is in flight: None for one planned only (or not here)."""
+        return self._held.get(key)
+
+    def plan_of(self, key: ViewKey) -> TaskPlan | None:
+        """The task plan of a batch on the board, without a state made for it."""
+        state = self._held.get(key)
+        if state is not None:
+            return state.plan
+        found = self._planned(key)
+        return None if found is None else found[1].views[key][0]
+
+    def view_of(self, key: ViewKey) -> ViewPlan | None:
+        """The batch's plan where the board has it resolved (its state's, or its window's)."""
+        state = self._held.get(key)
+        if state is not None:
+            return state.view
+        found = self._planned(key)
+        return None if found is None else found[1].view_plans.get(key)
+
+    def held(self) -> Iterator[tuple[ViewKey, ViewState]]:
+        """The batches in flight and their states."""
+        return iter(self._held.items())
+
+    def __iter__(self) -> Iterator[ViewKey]:
+        """Every batch on the board (those planned only too): a walk of its windows."""
+        yield from self._held
+        seen = set(self._held)
+        for window, parts in self._parts.items():
+            for part in parts:
+                for key in part.views:
+                    if key not in seen and key not in self._gone[window]:
+                        seen.add(key)
+                        yield key
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    # -- changing ---------------------------------------------------------------------------
+
+    def add_window(self, plan: WindowPlan, ready: Mapping[ViewKey, object]) -> set[ViewKey]:
+        """A window's batches (or a part's) join the board, but those `ready` already, and
+        those of the window that left it already; the keys of `plan` not on the board."""
+        window = plan.window
+        self._parts.setdefault(window, []).append(plan)
+        gone = self._gone.setdefault(window, set())
+        gone.update(key for key in ready if key in plan.views and key not in self._held)
+        return {key for key in gone if key in plan.views}
+
+    def hold(self, key: ViewKey, state: ViewState) -> None:
+        """The batch's state from now on (planned again, or its window's new batch)."""
+        self._held[key] = state
+        for gone in self._gone.values():
+            gone.discard(key)
+
+    def rejoin(self, keys: Mapping[ViewKey, object]) -> None:
+        """Batches a window holds again (a task joined with them): on the board."""
+        for gone in self._gone.values():
+            gone.difference_update(keys)
+
+    def leave(self, key: ViewKey) -> ViewState | None:
+        """The batch leaves the board (made, failed or dropped); its state, if it had one."""
+        found = self._planned(key)
+        if found is not None:
+            self._gone[found[0]].add(key)
+        return self._held.pop(key, None)
+
+    def drop_window(self, window: int) -> None:
+        """The window leaves: its batches' records (`leave` each of its states)."""
+        self._parts.pop(window, None)
+        self._gone.pop(window, None)
