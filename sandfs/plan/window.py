@@ -7,7 +7,7 @@ of tasks with the same data key are the same objects and appear once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, MutableMapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
@@ -18,6 +18,7 @@ import numpy as np
 from sandfs.config.condition import ConditionError
 from sandfs.faults import fault_point
 from sandfs.media.types import VideoInfo
+from sandfs.plan.batchrows import BatchRows, ReadersMap, RowMap, ViewPlansMap, ViewsMap
 from sandfs.plan.cliptable import clip_videos
 from sandfs.plan.probed import NoUsableVideo
 from sandfs.plan.task import TaskPlan, ViewPlan
@@ -92,28 +93,54 @@ class FailedView:
 class WindowPlan:
     window: int
     videos: dict[str, VideoWork]  # by video path
-    views: dict[ViewKey, tuple[TaskPlan, int, int]]  # (plan, epoch, iteration)
-    readers: dict[ViewKey, tuple[tuple[str, int], ...]]  # (task, position) pairs
+    # mappings over the window's batch rows (`plan.batchrows`), or dicts: a key a batch
+    views: MutableMapping[ViewKey, tuple[TaskPlan, int, int]]  # (plan, epoch, iteration)
+    readers: MutableMapping[ViewKey, tuple[tuple[str, int], ...]]  # (task, position) pairs
     # views that could not be planned (a condition failed): why, and their readers; they are
     # in neither `views` nor `readers`, and fail (EIO) instead of being made
     failed: dict[ViewKey, FailedView] = field(default_factory=dict)
     # the views planned here (not `known` ones), resolved: the board holds them, rather than
     # resolving them again (a task's plan keeps its last 4,096; 10,000 videos make 6,250 a
-    # window, and resolving those again took the event loop 2 s)
-    view_plans: dict[ViewKey, ViewPlan] = field(default_factory=dict)
+    # window, and resolving those again took the event loop 2 s); made from their rows
+    view_plans: MutableMapping[ViewKey, ViewPlan] = field(default_factory=dict)
 
     def snapshot(self) -> WindowPlan:
         """A copy for a thread to read while tasks join and leave (they change this one),
-        taken in a thread too: each container is copied in one call (atomic under the GIL),
+        taken in a thread too: each container is copied in one call (atomic under the GIL;
+        a mapping over rows copies only what was changed since, its rows never change),
         and uses of views the copy does not hold (a task joining or leaving meanwhile) are
         left out. Its views are those with readers in its copy: a task leaving between the
         two copies left views without readers, which pruning reads (KeyError)."""
-        readers = dict(self.readers)
-        views = {key: view for key, view in dict(self.views).items() if key in readers}
+        readers = self.readers.copy()  # type: ignore[attr-defined]
+        views = self.views.copy()  # type: ignore[attr-defined]
+        for key in [key for key in views if key not in readers]:
+            del views[key]
         videos = {p: VideoWork(w.info, w.plan, w.window, kept(w.uses, views.__contains__))
                   for p, w in list(self.videos.items())}
         return WindowPlan(self.window, {p: w for p, w in videos.items() if w.uses}, views,
-                          readers, dict(self.failed), dict(self.view_plans))
+                          readers, dict(self.failed),
+                          self.view_plans.copy())  # type: ignore[attr-defined]
+
+    def take_rest(self, rest: WindowPlan) -> list[ViewKey]:
+        """The batches of a window's rest (planned after this part): those here already get
+        its readers too, the others join as they are (its rows, not copied a key at a time);
+        the keys that joined."""
+        new = []
+        for key in rest.views:
+            if key in self.views:  # an earlier part's batch: its readers stay, the rest's join
+                more = tuple(r for r in rest.readers[key] if r not in self.readers[key])
+                if more:
+                    self.readers[key] = self.readers[key] + more
+            else:
+                new.append(key)
+        pairs = ((self.views, rest.views), (self.readers, rest.readers),
+                 (self.view_plans, rest.view_plans))
+        for mine, theirs in pairs:
+            if isinstance(mine, RowMap) and isinstance(theirs, RowMap):
+                mine.absorb(theirs)
+            else:
+                mine.update((key, theirs[key]) for key in new if key in theirs)
+        return new
 
 
 def plan_window(plans: Sequence[TaskPlan], window: int,
@@ -138,22 +165,12 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                  resolved: Mapping[ViewKey, ViewPlan] = MappingProxyType({})) -> WindowPlan:
     videos: dict[str, VideoWork] = {}
     uses: dict[str, tuple[list[ViewRow], list[int]]] = {}  # each video's, `Uses` at the end
-    views: dict[ViewKey, tuple[TaskPlan, int, int]] = {}
-    readers: dict[ViewKey, list[tuple[str, int]]] = {}
-    for plan in plans:
-        held = None if lead is None else lead_batches(plan, lead)
-        for epoch in plan.window_epochs(window):
-            for iteration in range(plan.iterations_per_epoch) if held is None else held(epoch):
-                key = view_key(plan, epoch, iteration)
-                position = epoch * plan.iterations_per_epoch + iteration
-                readers.setdefault(key, []).append((plan.name, position))
-                if key not in views:
-                    views[key] = (plan, epoch, iteration)
-    frozen = {key: tuple(r) for key, r in readers.items()}
+    rows = _batch_rows(plans, window, lead)
+    views, frozen = ViewsMap([rows]), ReadersMap([rows])
     drawn = _prepare(views, _Either(known, resolved))
     failed: dict[ViewKey, FailedView] = {}
     planned: list[tuple[ViewKey, TaskPlan, ViewPlan | None]] = []  # None: in `done`
-    view_plans: dict[ViewKey, ViewPlan] = {}
+    view_plans = ViewPlansMap([rows])
     pending: list[ViewKey] = []  # views of one task epoch, resolved together
     done: dict[ViewKey, ViewPlan | Exception] = {}  # pending views resolved, or why not
 
@@ -168,8 +185,9 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                 if isinstance(view, Exception):  # this view fails; the rest goes on
                     failed[key] = FailedView(_reason(view), frozen.pop(key))
                     continue
-            view_plans[key] = view
-            row = ViewRow(key, view.clips, frozen[key])
+            number = rows.row_of(key)
+            row = ViewRow(key, view.clips, rows.readers[number])
+            rows.resolved(number, row, view)
             owners = slot_owners(plan, view) if lead is not None or skip else None
             for slot, video_index in enumerate(clip_videos(view.clips)):
                 path = plan.listed[video_index].path  # its probe's: looked up once a video
@@ -243,6 +261,24 @@ def _reason(exc: Exception) -> str:
     if isinstance(exc, ConditionError | NoUsableVideo):
         return str(exc)
     return f"planning failed: {type(exc).__name__}: {exc}"
+
+
+def _batch_rows(plans: Sequence[TaskPlan], window: int,
+                lead: Container[str] | None) -> BatchRows:
+    """The window's batches, a row each, with their readers: those with a lead video only
+    when `lead` is given."""
+    rows = BatchRows()
+    for plan in plans:
+        held = None if lead is None else lead_batches(plan, lead)
+        per = plan.iterations_per_epoch
+        for epoch in plan.window_epochs(window):
+            for iteration in range(per) if held is None else held(epoch):
+                key = view_key(plan, epoch, iteration)
+                number = rows.row_of(key)
+                if number < 0:
+                    number = rows.add(key, plan)
+                rows.readers[number] = (*rows.readers[number], (plan.name, epoch * per + iteration))
+    return rows
 
 
 def slot_owners(plan: TaskPlan, view: ViewPlan) -> list[str]:

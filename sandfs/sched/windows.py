@@ -267,15 +267,7 @@ class WindowBook:
     def extend(self, window: int, rest: WindowPlan) -> None:
         """The rest of a window planned in part: its other batches and videos."""
         base = self.windows[window]
-        for key, view in rest.views.items():
-            if key in base.views:  # an earlier part's batch: its readers stay, the rest's join
-                more = tuple(r for r in rest.readers[key] if r not in base.readers[key])
-                base.readers[key] = base.readers[key] + more
-            else:
-                base.views[key], base.readers[key] = view, rest.readers[key]
-                self._window_of[key] = window
-                if key in rest.view_plans:
-                    base.view_plans[key] = rest.view_plans[key]
+        self._window_of.update(dict.fromkeys(base.take_rest(rest), window))
         for path, work in rest.videos.items():
             found = base.videos.get(path)
             if found is None:

@@ -22,13 +22,13 @@ def test_a_window_s_batches_are_on_the_board_with_no_state_until_one_is_taken(tm
     for key in keys:
         assert key in board.views and board.is_planned(key)
         assert board.state_of(key) == "planned"
-        assert board.held_view(key) is window.view_plans[key]
+        assert board.held_view(key) == window.view_plans[key]
         assert board.views.plan_of(key) is plan
     assert not list(board.views.held())  # looking made none
     first, second, third, fourth = keys[:4]
     state = board.views[first]  # a job takes its slots: held from now on, the same one
     assert board.views[first] is state and dict(board.views.held()) == {first: state}
-    assert state.view is window.view_plans[first] and (state.epoch, state.iteration) == (
+    assert state.view == window.view_plans[first] and (state.epoch, state.iteration) == (
         first.epoch, first.iteration)
     board.buffer(first)
     for slot in range(state.slots):

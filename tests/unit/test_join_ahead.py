@@ -54,7 +54,8 @@ async def test_a_joining_task_resolves_its_lead_while_another_part_holds_the_loc
             assert later.view_plan.cache_info().currsize == 0  # the table's clips, once
         with trio.fail_after(10):
             await joined.wait()
-        assert scheduler.board.held_view(view_key(later, 0, 0)) is ahead
+        held = scheduler.board.held_view(view_key(later, 0, 0))  # made from its row
+        assert held == ahead and held.clips is ahead.clips
         assert not later._ahead  # taken by its part, or dropped once the window was planned
         nursery.cancel_scope.cancel()
 

@@ -1,0 +1,113 @@
+"""A window's batches as rows (`plan/batchrows.py`): `views`, `readers` and `view_plans` read
+as the dicts they replace, built by the walk that built those dicts, and change as a dict
+would while tasks join and leave."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sandfs.plan.batchrows import ReadersMap, ViewsMap
+from sandfs.plan.task import TaskPlan
+from sandfs.plan.window import WindowPlan, lead_batches, plan_window, view_key
+from tests.helpers.plans import fake_videos, make_plan
+
+
+def walked(plans, window, lead=None) -> tuple[dict, dict]:
+    """`views` and `readers` as the window's planning walked them into dicts."""
+    views: dict = {}
+    readers: dict = {}
+    for plan in plans:
+        held = None if lead is None else lead_batches(plan, lead)
+        for epoch in plan.window_epochs(window):
+            for iteration in (range(plan.iterations_per_epoch) if held is None
+                              else held(epoch)):
+                key = view_key(plan, epoch, iteration)
+                readers.setdefault(key, []).append(
+                    (plan.name, epoch * plan.iterations_per_epoch + iteration))
+                views.setdefault(key, (plan, epoch, iteration))
+    return views, {key: tuple(r) for key, r in readers.items()}
+
+
+def plans_of(tmp_path, seed: int) -> list[TaskPlan]:
+    """Three tasks on the same videos: two a search's trials of one seed (the same batches),
+    one of another seed."""
+    rng = random.Random(seed)
+    videos, epochs = fake_videos(rng.randrange(20, 60)), rng.randrange(2, 8)
+    sampling = {"videos_per_batch": rng.choice([2, 3, 4])}
+    return [make_plan(tmp_path, videos, k_epochs=3, epochs=epochs, sampling=sampling,
+                      task=name, seed=task_seed)
+            for name, task_seed in (("first", 1), ("shares", 1), ("other", 2))]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_rows_read_as_the_walked_dicts(tmp_path, seed):
+    plans = plans_of(tmp_path, seed)
+    for window in range(2):
+        if not plans[0].window_epochs(window):
+            continue
+        lead = None if seed % 2 == 0 else {plans[0].videos[0].path, plans[0].videos[3].path}
+        planned = plan_window(plans, window, lead=lead)
+        views, readers = walked(plans, window, lead)
+        assert views and {len(r) for r in readers.values()} == {1, 2}  # shared and not
+        assert list(planned.views.items()) == list(views.items())
+        assert list(planned.readers.items()) == list(readers.items())
+        assert len(planned.views) == len(views) and len(planned.readers) == len(readers)
+        fresh = plans_of(tmp_path, seed)
+        by_name = {plan.name: plan for plan in fresh}
+        assert list(planned.view_plans) == list(views)
+        for key, (plan, epoch, iteration) in planned.views.items():
+            assert planned.view_plans[key] == by_name[plan.name].view_plan(epoch, iteration)
+        absent = view_key(plans[0], plans[0].window_epochs(window)[0], 10_000)
+        assert absent not in planned.views and planned.readers.get(absent) is None
+
+
+def test_a_row_map_changes_as_a_dict_would(tmp_path):
+    """Random sets, deletions and sets again, in the book's ways (a task joining: a key's
+    readers set, a new key; a task leaving: keys deleted), against a dict."""
+    plans = plans_of(tmp_path, 7)
+    planned = plan_window(plans, 0)
+    rng = random.Random(11)
+    for mapping in (planned.views, planned.readers):
+        assert isinstance(mapping, ViewsMap | ReadersMap)
+        copy, model = mapping.copy(), dict(mapping.items())
+        keys = list(model)
+        new = [view_key(plans[0], 0, 10_000 + i) for i in range(5)]  # not a row's
+        for step in range(400):
+            key = rng.choice(keys + new)
+            action = rng.random()
+            if action < 0.4:
+                mapping[key] = model[key] = ("set", step)
+            elif action < 0.7:
+                if key in model:
+                    del mapping[key], model[key]
+                else:
+                    with pytest.raises(KeyError):
+                        del mapping[key]
+            else:
+                assert mapping.pop(key, None) == model.pop(key, None)
+            probe = rng.choice(keys + new)
+            assert (probe in mapping) == (probe in model)
+            assert mapping.get(probe) == model.get(probe)
+            if step % 50 == 0:
+                assert list(mapping.items()) == list(model.items())
+                assert list(mapping) == list(model) and len(mapping) == len(model)
+        assert list(mapping.items()) == list(model.items())
+        assert dict(copy.items()) == dict(zip(keys, (v for v in copy.values()), strict=True))
+
+
+def test_a_rest_joins_its_lead_part_as_the_window_planned_whole(tmp_path):
+    plans = plans_of(tmp_path, 3)
+    lead = {plans[0].videos[1].path}
+    first = plan_window(plans, 0, lead=lead)
+    rest = plan_window(plans_of(tmp_path, 3), 0, skip=lead, resolved=first.view_plans)
+    whole = plan_window(plans_of(tmp_path, 3), 0)
+    joined = first.take_rest(rest)
+    assert set(joined) == set(whole.views) - set(walked(plans, 0, lead)[0])
+    assert dict(first.readers.items()) == dict(whole.readers.items())
+    assert {k: (p.name, e, i) for k, (p, e, i) in first.views.items()} == {
+        k: (p.name, e, i) for k, (p, e, i) in whole.views.items()}
+    assert dict(first.view_plans.items()) == dict(whole.view_plans.items())
+    dicts = WindowPlan(0, {}, dict(first.views.items()), dict(first.readers.items()))
+    assert dicts.take_rest(rest) == []  # dicts take a rest too, a key at a time
