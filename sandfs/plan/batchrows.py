@@ -130,21 +130,22 @@ class RowMap(MutableMapping):
                 return table, row
         return None
 
+    # the overlay is looked at only when it holds anything: a key's hash is Python code
     def __getitem__(self, key):
-        if key in self._extra:
+        if self._extra and key in self._extra:
             return self._extra[key]
-        if key in self._override:
+        if self._override and key in self._override:
             return self._override[key]
-        if key not in self._deleted:
+        if not (self._deleted and key in self._deleted):
             found = self._find(key)
             if found is not None:
                 return self._value(*found)
         raise KeyError(key)
 
     def __contains__(self, key: object) -> bool:
-        if key in self._extra or key in self._override:
+        if (self._extra and key in self._extra) or (self._override and key in self._override):
             return True
-        return key not in self._deleted and self._find(key) is not None
+        return not (self._deleted and key in self._deleted) and self._find(key) is not None
 
     def __setitem__(self, key, value) -> None:
         if key not in self._extra and key not in self._deleted and self._find(key):
@@ -164,11 +165,12 @@ class RowMap(MutableMapping):
     def _rows(self) -> Iterator[tuple[object, BatchRows, int]]:
         """(key, table, row) of the keys held at a row's place, in order."""
         seen: set = set()  # a key in two tables (a window's parts) once, at its first row
+        hidden, parts = self._deleted | self._extra.keys(), len(self._tables) > 1
         for table in self._tables:
             for row, key in enumerate(table.keys):
-                if (self._holds(table, row) and key not in self._deleted
-                        and key not in self._extra and key not in seen):
-                    if len(self._tables) > 1:
+                if (self._holds(table, row) and not (hidden and key in hidden)
+                        and not (parts and key in seen)):
+                    if parts:
                         seen.add(key)
                     yield key, table, row
 
@@ -181,7 +183,7 @@ class RowMap(MutableMapping):
         """Each key and value, with no lookup of the key made again."""
         override = self._override
         for key, table, row in self._rows():
-            yield key, override[key] if key in override else self._value(table, row)
+            yield key, override[key] if override and key in override else self._value(table, row)
         yield from self._extra.items()
 
     def values(self) -> Iterator:  # type: ignore[override]
