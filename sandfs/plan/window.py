@@ -19,10 +19,10 @@ from sandfs.config.condition import ConditionError
 from sandfs.faults import fault_point
 from sandfs.media.types import VideoInfo
 from sandfs.plan.batchrows import BatchRows, ReadersMap, RowMap, ViewPlansMap, ViewsMap
-from sandfs.plan.cliptable import clip_videos
 from sandfs.plan.probed import NoUsableVideo
 from sandfs.plan.task import TaskPlan, ViewPlan
-from sandfs.plan.uses import ClipUse, Uses, ViewRow, frame_rows, kept
+from sandfs.plan.usegroups import UseGroups
+from sandfs.plan.uses import ClipUse, ViewRow, frame_rows, kept
 from sandfs.runtime import collector_paused
 
 # views planned between two looks at `STOP_PLANNING` (a few milliseconds of planning)
@@ -163,8 +163,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                  known: Container[ViewKey] = frozenset(), lead: Container[str] | None = None,
                  skip: Container[str] = frozenset(),
                  resolved: Mapping[ViewKey, ViewPlan] = MappingProxyType({})) -> WindowPlan:
-    videos: dict[str, VideoWork] = {}
-    uses: dict[str, tuple[list[ViewRow], list[int]]] = {}  # each video's, `Uses` at the end
+    groups = UseGroups()  # each batch's uses, grouped by video at the end
     rows = _batch_rows(plans, window, lead)
     views, frozen = ViewsMap([rows]), ReadersMap([rows])
     drawn = _prepare(views, _Either(known, resolved))
@@ -189,17 +188,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
             row = ViewRow(key, view.clips, rows.readers[number])
             rows.resolved(number, row, view)
             owners = slot_owners(plan, view) if lead is not None or skip else None
-            for slot, video_index in enumerate(clip_videos(view.clips)):
-                path = plan.listed[video_index].path  # its probe's: looked up once a video
-                owner = path if owners is None else owners[slot]
-                if owner in skip or (lead is not None and owner not in lead):
-                    continue
-                found = uses.get(path)
-                if found is None:  # not setdefault: a VideoWork made for every clip cost 1 us
-                    videos[path] = VideoWork(plan.videos[video_index], plan, window)
-                    found = uses[path] = ([], [])
-                found[0].append(row)
-                found[1].append(slot)
+            groups.note(plan, row, owners, lead, skip)
         planned.clear()
 
     def resolve() -> None:
@@ -238,8 +227,8 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     tabled()
     for plan in plans:  # what was resolved ahead and not taken (planned already) goes
         plan.drop_ahead(plan.window_epochs(window))
-    for path, work in videos.items():
-        work.uses = Uses(*uses[path])
+    videos = {info.path: VideoWork(info, plan, window, uses)
+              for info, plan, uses in groups.grouped()}
     for plan, epoch in drawn:  # the views hold what was drawn: the arrays go
         plan.draws.release(epoch)
     for key in failed:

@@ -10,7 +10,7 @@ import pytest
 
 from sandfs.plan.batchrows import ReadersMap, ViewsMap
 from sandfs.plan.task import TaskPlan
-from sandfs.plan.window import WindowPlan, lead_batches, plan_window, view_key
+from sandfs.plan.window import WindowPlan, lead_batches, plan_window, slot_owners, view_key
 from tests.helpers.plans import fake_videos, make_plan
 
 
@@ -111,3 +111,34 @@ def test_a_rest_joins_its_lead_part_as_the_window_planned_whole(tmp_path):
     assert dict(first.view_plans.items()) == dict(whole.view_plans.items())
     dicts = WindowPlan(0, {}, dict(first.views.items()), dict(first.readers.items()))
     assert dicts.take_rest(rest) == []  # dicts take a rest too, a key at a time
+
+
+def walked_uses(planned: WindowPlan, lead=None, skip=frozenset()) -> dict:
+    """Each video's (info, plan, uses) as the window's planning walked its clips one by one."""
+    videos: dict = {}
+    for key, (plan, _, _) in planned.views.items():
+        view = planned.view_plans[key]
+        owners = slot_owners(plan, view) if lead is not None or skip else None
+        for slot, clip in enumerate(view.clips):
+            info = plan.videos[clip.video_index]
+            owner = info.path if owners is None else owners[slot]
+            if owner in skip or (lead is not None and owner not in lead):
+                continue
+            videos.setdefault(info.path, (info, plan, []))[2].append((key, slot, clip))
+    return videos
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_uses_grouped_in_numpy_are_the_clip_walk_s(tmp_path, seed):
+    plans = plans_of(tmp_path, seed)
+    rng = random.Random(seed)
+    paths = [video.path for video in plans[0].videos]
+    part = set(rng.sample(paths, rng.randrange(1, 6)))
+    for lead, skip in ((None, frozenset()), (part, frozenset()), (None, frozenset(part))):
+        planned = plan_window(plans, 0, lead=lead, skip=skip)
+        walked_videos = walked_uses(planned, lead, skip)
+        assert walked_videos and list(planned.videos) == list(walked_videos)
+        for path, (info, plan, uses) in walked_videos.items():
+            work = planned.videos[path]
+            assert work.info == info and work.plan is plan and work.window == 0
+            assert [(u.view, u.slot, u.clip) for u in work.uses] == uses

@@ -1,0 +1,82 @@
+"""A window's uses grouped by video in numpy, not a clip at a time in Python: each batch's
+clips are noted as columns (the batch, the plan and video index of each clip, its slot) as
+the window is planned, and grouped once at the end by a stable argsort of the clips' videos,
+so that each video's uses keep the order they were planned in, and the videos the order
+their first use came in (what a walk clip by clip made: `test_window_parts.py`'s digests).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Container, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sandfs.plan.cliptable import clip_videos
+from sandfs.plan.uses import Uses, ViewRow
+
+if TYPE_CHECKING:
+    from sandfs.media.types import VideoInfo
+    from sandfs.plan.task import TaskPlan
+
+_PLAN_SHIFT = 40  # a clip's (plan, video index) as one int64: video indices stay below 2**40
+
+
+class UseGroups:
+    """The uses of a window noted a batch at a time, grouped by video at the end (`grouped`)."""
+
+    def __init__(self) -> None:
+        self._rows: list[ViewRow] = []  # each batch noted
+        self._plans: list[TaskPlan] = []
+        self._plan_of: dict[int, int] = {}  # id of a plan -> its number
+        self._batch = array("i")  # per use: its batch, an index into `_rows`
+        self._slot = array("H")
+        self._video = array("q")  # per use: (plan number << _PLAN_SHIFT) | video index
+
+    def note(self, plan: TaskPlan, row: ViewRow, owners: Sequence[str] | None = None,
+             lead: Container[str] | None = None, skip: Container[str] = frozenset()) -> None:
+        """A batch's uses, all of them, or (`owners`: each slot's listed video) those of slots
+        whose owner is held: in `lead` when given, and not in `skip`."""
+        number = self._plan_of.get(id(plan))
+        if number is None:
+            number = self._plan_of[id(plan)] = len(self._plans)
+            self._plans.append(plan)
+        videos = clip_videos(row.clips)  # a slice of the table's column, not a clip at a time
+        slots: Sequence[int] = range(len(videos))
+        if owners is not None:
+            slots = [slot for slot in slots if owners[slot] not in skip
+                     and (lead is None or owners[slot] in lead)]
+            videos = array("i", (videos[slot] for slot in slots))
+        batch = len(self._rows)
+        self._rows.append(row)
+        self._batch.extend([batch] * len(slots))
+        self._slot.extend(slots)
+        base = number << _PLAN_SHIFT
+        self._video.extend([base + video for video in videos])
+
+    def grouped(self) -> Iterator[tuple[VideoInfo, TaskPlan, Uses]]:
+        """Each video, the plan of its first use and its uses as columns, in the order the
+        videos came."""
+        if not self._video:
+            return
+        keys, inverse = np.unique(np.frombuffer(self._video, np.int64), return_inverse=True)
+        pairs = [(self._plans[k >> _PLAN_SHIFT], k & ((1 << _PLAN_SHIFT) - 1))
+                 for k in keys.tolist()]
+        ids: dict[str, int] = {}  # two plans of one dataset place a path at other indices
+        path_id = np.array([ids.setdefault(plan.listed[index].path, len(ids))
+                            for plan, index in pairs], np.int64)  # the listing's: no probe
+        video = path_id[inverse]
+        order = np.argsort(video, kind="stable")  # each video's uses in planning order
+        ends = np.searchsorted(video[order], np.arange(len(ids) + 1))
+        starts = ends[:-1]
+        came = np.argsort(order[starts], kind="stable")  # videos by their first use
+        batch = np.frombuffer(self._batch, np.int32)[order].tolist()
+        slot = np.frombuffer(self._slot, np.uint16)[order]
+        first = inverse[order[starts]]  # each video's first use's (plan, video index)
+        rows = self._rows
+        for group in came.tolist():
+            start, end = int(starts[group]), int(ends[group + 1])
+            plan, index = pairs[int(first[group])]
+            yield plan.videos[index], plan, Uses(  # its probe, once a video
+                list(map(rows.__getitem__, batch[start:end])), slot[start:end].tolist())
