@@ -3,14 +3,15 @@ a batch, found from its `ViewKey` by arithmetic (its plan key's first epoch and 
 epoch), holding the task plan it is resolved with, its readers and, once resolved, its clips
 (a `ViewRow`, shared by its videos' uses). `WindowPlan.views`, `readers` and `view_plans` are
 mappings over these rows (`RowMap`), with a small overlay for what tasks joining and leaving
-change; a `ViewPlan` is made when one is looked up
+change; a `ViewPlan` is made when one is looked up. A window planned in parts has one table:
+each later part's new batches are rows added to it
 (docs/performance.md#a-window-s-batches-and-the-board).
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,8 +24,8 @@ NONE = 0xFFFF  # no profile: a batch with no clips planned here (known, or faile
 
 
 class BatchRows:
-    """The batches one `plan_window` call planned, a row each in planning order; rows are only
-    added while it plans, never changed after."""
+    """The batches of a window, a row each in planning order: those one `plan_window` call
+    planned, then those of its later parts (`take`); a row is never changed once added."""
 
     __slots__ = ("_index", "_owner", "_plan_of", "_plans", "_profile", "_profile_of",
                  "_profiles", "keys", "readers", "rows")
@@ -92,6 +93,19 @@ class BatchRows:
             self._profiles.append(profile)
         self._profile[row] = number
 
+    def resolved_here(self, row: int) -> bool:
+        return self._profile[row] != NONE
+
+    def take(self, other: BatchRows, keys: list[ViewKey], readers: Mapping) -> None:
+        """Rows of `other` (a later part of the window) for these keys, none of which has a
+        row here; `readers`: theirs, as the part's mapping has them."""
+        for key in keys:
+            row = other.row_of(key)
+            mine = self.add(key, other.plan(row))
+            self.readers[mine] = readers[key]
+            if other.resolved_here(row):
+                self.resolved(mine, other.rows[row], other.view_plan(row))
+
     def view_plan(self, row: int) -> ViewPlan | None:
         """The batch's plan, made now from its row; None when not resolved here."""
         from sandfs.plan.records import ViewPlan
@@ -105,30 +119,31 @@ class BatchRows:
 
 
 class RowMap(MutableMapping):
-    """A mapping over the rows of one or more `BatchRows` (a window and the parts added to
-    it), read by arithmetic; what is set or deleted afterwards is kept beside them, with a
-    dict's order: a row's key where its row is, keys set anew after the rows."""
+    """A mapping over the rows of a window's `BatchRows`, read by arithmetic; what is set or
+    deleted afterwards is kept beside them, with a dict's order: a row's key where its row
+    is, keys set anew after the rows. A copy (`copy`) sees the rows there were when it was
+    made: rows added since (a window's later parts, `take`) are not its."""
 
-    __slots__ = ("_deleted", "_extra", "_override", "_tables")
+    __slots__ = ("_deleted", "_extra", "_limit", "_override", "table")
 
-    def __init__(self, tables: list[BatchRows]) -> None:
-        self._tables = tables
+    def __init__(self, table: BatchRows, limit: int | None = None) -> None:
+        self.table = table
+        self._limit = limit  # rows past it are not this mapping's (None: every row)
         self._override: dict = {}  # rows' keys set since, at their row's place
         self._extra: dict = {}  # keys not at a row's place
         self._deleted: set = set()  # rows' keys deleted since
 
-    def _value(self, table: BatchRows, row: int):
+    def _value(self, row: int):
         raise NotImplementedError
 
-    def _holds(self, table: BatchRows, row: int) -> bool:
+    def _holds(self, row: int) -> bool:
         return True
 
-    def _find(self, key: object) -> tuple[BatchRows, int] | None:
-        for table in self._tables:
-            row = table.row_of(key)
-            if row >= 0 and self._holds(table, row):
-                return table, row
-        return None
+    def _find(self, key: object) -> int:
+        row = self.table.row_of(key)
+        if row < 0 or (self._limit is not None and row >= self._limit):
+            return -1
+        return row if self._holds(row) else -1
 
     # the overlay is looked at only when it holds anything: a key's hash is Python code
     def __getitem__(self, key):
@@ -137,18 +152,18 @@ class RowMap(MutableMapping):
         if self._override and key in self._override:
             return self._override[key]
         if not (self._deleted and key in self._deleted):
-            found = self._find(key)
-            if found is not None:
-                return self._value(*found)
+            row = self._find(key)
+            if row >= 0:
+                return self._value(row)
         raise KeyError(key)
 
     def __contains__(self, key: object) -> bool:
         if (self._extra and key in self._extra) or (self._override and key in self._override):
             return True
-        return not (self._deleted and key in self._deleted) and self._find(key) is not None
+        return not (self._deleted and key in self._deleted) and self._find(key) >= 0
 
     def __setitem__(self, key, value) -> None:
-        if key not in self._extra and key not in self._deleted and self._find(key):
+        if key not in self._extra and key not in self._deleted and self._find(key) >= 0:
             self._override[key] = value
         else:
             self._extra[key] = value
@@ -156,34 +171,31 @@ class RowMap(MutableMapping):
     def __delitem__(self, key) -> None:
         if key in self._extra:
             del self._extra[key]
-        elif key in self._override or (key not in self._deleted and self._find(key)):
+        elif key in self._override or (key not in self._deleted and self._find(key) >= 0):
             self._override.pop(key, None)
             self._deleted.add(key)
         else:
             raise KeyError(key)
 
-    def _rows(self) -> Iterator[tuple[object, BatchRows, int]]:
-        """(key, table, row) of the keys held at a row's place, in order."""
-        seen: set = set()  # a key in two tables (a window's parts) once, at its first row
-        hidden, parts = self._deleted | self._extra.keys(), len(self._tables) > 1
-        for table in self._tables:
-            for row, key in enumerate(table.keys):
-                if (self._holds(table, row) and not (hidden and key in hidden)
-                        and not (parts and key in seen)):
-                    if parts:
-                        seen.add(key)
-                    yield key, table, row
+    def _rows(self) -> Iterator[tuple[object, int]]:
+        """(key, row) of the keys held at a row's place, in order."""
+        hidden = self._deleted | self._extra.keys()
+        keys = self.table.keys
+        for row in range(len(keys) if self._limit is None else self._limit):
+            key = keys[row]
+            if self._holds(row) and not (hidden and key in hidden):
+                yield key, row
 
     def __iter__(self) -> Iterator:
-        for key, _, _ in self._rows():
+        for key, _ in self._rows():
             yield key
         yield from self._extra
 
     def items(self) -> Iterator[tuple]:  # type: ignore[override]
         """Each key and value, with no lookup of the key made again."""
         override = self._override
-        for key, table, row in self._rows():
-            yield key, override[key] if override and key in override else self._value(table, row)
+        for key, row in self._rows():
+            yield key, override[key] if override and key in override else self._value(row)
         yield from self._extra.items()
 
     def values(self) -> Iterator:  # type: ignore[override]
@@ -192,22 +204,14 @@ class RowMap(MutableMapping):
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
-    def absorb(self, other: RowMap) -> None:
-        """The keys of `other` not here join (a window's rest): its tables after these, and
-        its own overlay."""
-        for table in other._tables:
-            if table not in self._tables:
-                self._tables.append(table)
-        for key in other._deleted:
-            if key not in self:
-                self._deleted.add(key)
-        for key, value in (*other._override.items(), *other._extra.items()):
-            if key not in self:
-                self[key] = value
+    def is_over(self, table: BatchRows) -> bool:
+        """Does this mapping read `table`'s rows, all of them (not a copy's)?"""
+        return self.table is table and self._limit is None
 
     def copy(self) -> RowMap:
-        """A copy sharing the rows (they never change), with copies of the overlay."""
-        copied = type(self)(list(self._tables))
+        """A copy sharing the rows there are now (they never change), with copies of the
+        overlay."""
+        copied = type(self)(self.table, len(self.table) if self._limit is None else self._limit)
         copied._override, copied._extra = dict(self._override), dict(self._extra)
         copied._deleted = set(self._deleted)
         return copied
@@ -221,9 +225,9 @@ class ViewsMap(RowMap):
 
     __slots__ = ()
 
-    def _value(self, table: BatchRows, row: int):
-        key = table.keys[row]
-        return table.plan(row), key.epoch, key.iteration
+    def _value(self, row: int):
+        key = self.table.keys[row]
+        return self.table.plan(row), key.epoch, key.iteration
 
 
 class ReadersMap(RowMap):
@@ -231,8 +235,8 @@ class ReadersMap(RowMap):
 
     __slots__ = ()
 
-    def _value(self, table: BatchRows, row: int):
-        return table.readers[row]
+    def _value(self, row: int):
+        return self.table.readers[row]
 
 
 class ViewPlansMap(RowMap):
@@ -240,8 +244,8 @@ class ViewPlansMap(RowMap):
 
     __slots__ = ()
 
-    def _holds(self, table: BatchRows, row: int) -> bool:
-        return table._profile[row] != NONE
+    def _holds(self, row: int) -> bool:
+        return self.table.resolved_here(row)
 
-    def _value(self, table: BatchRows, row: int):
-        return table.view_plan(row)
+    def _value(self, row: int):
+        return self.table.view_plan(row)

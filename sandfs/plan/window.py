@@ -18,7 +18,7 @@ import numpy as np
 from sandfs.config.condition import ConditionError
 from sandfs.faults import fault_point
 from sandfs.media.types import VideoInfo
-from sandfs.plan.batchrows import BatchRows, ReadersMap, RowMap, ViewPlansMap, ViewsMap
+from sandfs.plan.batchrows import BatchRows, ReadersMap, ViewPlansMap, ViewsMap
 from sandfs.plan.probed import NoUsableVideo
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.usegroups import UseGroups
@@ -123,8 +123,8 @@ class WindowPlan:
 
     def take_rest(self, rest: WindowPlan) -> list[ViewKey]:
         """The batches of a window's rest (planned after this part): those here already get
-        its readers too, the others join as they are (its rows, not copied a key at a time);
-        the keys that joined."""
+        its readers too, the others join as they are (rows added to this window's table where
+        both are rows, else a key at a time); the keys that joined."""
         new = []
         for key in rest.views:
             if key in self.views:  # an earlier part's batch: its readers stay, the rest's join
@@ -133,13 +133,17 @@ class WindowPlan:
                     self.readers[key] = self.readers[key] + more
             else:
                 new.append(key)
-        pairs = ((self.views, rest.views), (self.readers, rest.readers),
-                 (self.view_plans, rest.view_plans))
-        for mine, theirs in pairs:
-            if isinstance(mine, RowMap) and isinstance(theirs, RowMap):
-                mine.absorb(theirs)
-            else:
-                mine.update((key, theirs[key]) for key in new if key in theirs)
+        loose = new
+        table = getattr(self.views, "table", None)
+        theirs = getattr(rest.views, "table", None)
+        if table is not None and theirs is not None and all(
+                m.is_over(table) for m in (self.views, self.readers, self.view_plans)):
+            loose = [key for key in new if table.row_of(key) >= 0]  # deleted here once
+            table.take(theirs, [key for key in new if table.row_of(key) < 0], rest.readers)
+        for key in loose:
+            self.views[key], self.readers[key] = rest.views[key], rest.readers[key]
+            if key in rest.view_plans:
+                self.view_plans[key] = rest.view_plans[key]
         return new
 
 
@@ -165,11 +169,11 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                  resolved: Mapping[ViewKey, ViewPlan] = MappingProxyType({})) -> WindowPlan:
     groups = UseGroups()  # each batch's uses, grouped by video at the end
     rows = _batch_rows(plans, window, lead)
-    views, frozen = ViewsMap([rows]), ReadersMap([rows])
+    views, frozen = ViewsMap(rows), ReadersMap(rows)
     drawn = _prepare(views, _Either(known, resolved))
     failed: dict[ViewKey, FailedView] = {}
     planned: list[tuple[ViewKey, TaskPlan, ViewPlan | None]] = []  # None: in `done`
-    view_plans = ViewPlansMap([rows])
+    view_plans = ViewPlansMap(rows)
     pending: list[ViewKey] = []  # views of one task epoch, resolved together
     done: dict[ViewKey, ViewPlan | Exception] = {}  # pending views resolved, or why not
 

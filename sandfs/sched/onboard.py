@@ -94,7 +94,9 @@ class OnBoard(Mapping[ViewKey, ViewState]):
         """A window's batches (or a part's) join the board, but those `ready` already, and
         those of the window that left it already; the keys of `plan` not on the board."""
         window = plan.window
-        self._parts.setdefault(window, []).append(plan)
+        parts = self._parts.setdefault(window, [])
+        if not parts or any(key not in parts[0].views for key in plan.views):
+            parts.append(plan)  # else a later part its window's plan holds (`take_rest`)
         gone = self._gone.setdefault(window, set())
         gone.update(key for key in ready if key in plan.views and key not in self._held)
         return {key for key in gone if key in plan.views}

@@ -97,19 +97,36 @@ def test_a_row_map_changes_as_a_dict_would(tmp_path):
         assert dict(copy.items()) == dict(zip(keys, (v for v in copy.values()), strict=True))
 
 
-def test_a_rest_joins_its_lead_part_as_the_window_planned_whole(tmp_path):
-    plans = plans_of(tmp_path, 3)
-    lead = {plans[0].videos[1].path}
-    first = plan_window(plans, 0, lead=lead)
-    rest = plan_window(plans_of(tmp_path, 3), 0, skip=lead, resolved=first.view_plans)
-    whole = plan_window(plans_of(tmp_path, 3), 0)
-    joined = first.take_rest(rest)
-    assert set(joined) == set(whole.views) - set(walked(plans, 0, lead)[0])
-    assert dict(first.readers.items()) == dict(whole.readers.items())
-    assert {k: (p.name, e, i) for k, (p, e, i) in first.views.items()} == {
+@pytest.mark.parametrize("seed", range(3))
+def test_parts_join_their_window_s_table_as_the_window_planned_whole(tmp_path, seed):
+    """A window planned in parts, a few videos each (as a daemon plans a large one), then its
+    rest: each part's new batches become rows of the first part's table (one table, looked up
+    by arithmetic, however many parts); a snapshot sees the rows of when it was taken."""
+    plans = plans_of(tmp_path, seed)
+    paths = [video.path for video in plans[0].videos]
+    random.Random(seed).shuffle(paths)
+    held: set = set()
+    base = plan_window(plans, 0, lead=set(paths[:2]))
+    table = base.views.table
+    before = base.snapshot()
+    for start in range(2, len(paths) // 2, 3):
+        part = set(paths[start:start + 3])
+        later = plan_window(plans_of(tmp_path, seed), 0, lead=part, skip=held,
+                            resolved=base.view_plans)
+        base.take_rest(later)
+        held |= part
+    rest = plan_window(plans_of(tmp_path, seed), 0, skip=held | set(paths[:2]),
+                       resolved=base.view_plans)
+    assert base.take_rest(rest)
+    whole = plan_window(plans_of(tmp_path, seed), 0)
+    assert all(m.table is table for m in (base.views, base.readers, base.view_plans))
+    assert len(table) == len(whole.views)  # a row a batch, none twice
+    assert dict(base.readers.items()) == dict(whole.readers.items())
+    assert {k: (p.name, e, i) for k, (p, e, i) in base.views.items()} == {
         k: (p.name, e, i) for k, (p, e, i) in whole.views.items()}
-    assert dict(first.view_plans.items()) == dict(whole.view_plans.items())
-    dicts = WindowPlan(0, {}, dict(first.views.items()), dict(first.readers.items()))
+    assert dict(base.view_plans.items()) == dict(whole.view_plans.items())
+    assert set(before.views) == set(walked(plans, 0, set(paths[:2]))[0]) < set(base.views)
+    dicts = WindowPlan(0, {}, dict(base.views.items()), dict(base.readers.items()))
     assert dicts.take_rest(rest) == []  # dicts take a rest too, a key at a time
 
 

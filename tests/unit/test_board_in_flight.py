@@ -60,3 +60,23 @@ def test_a_batch_ready_when_its_window_comes_stays_off_the_board(tmp_path):
     assert other not in board.views and board.state_of(other) == "ready"
     assert len(board.views) == len(planned.plan.views) - 1 and not list(board.views.held())
     assert all(u.view != other for uses in board.pending.values() for u in uses)
+
+
+def test_a_window_s_later_parts_are_found_through_its_first_plan(tmp_path):
+    """As the planner adds a window's rest (`WindowBook.extend`, then the board): its batches
+    are rows of the first part's table, and the board looks them up there, not in a list of
+    parts growing with them."""
+    plan = make_plan(tmp_path, fake_videos(24), epochs=4)
+    lead = {plan.videos[0].path}
+    first = work.plan_active_window([plan], 0, None, "leaves", lead=lead)
+    board = BatchBoard()
+    board.add_window(first)
+    rest = work.plan_active_window([plan], 0, None, "leaves", skip=lead,
+                                   resolved=first.plan.view_plans)
+    lead_keys = set(first.plan.views)
+    first.plan.take_rest(rest.plan)
+    board.add_window(rest)
+    assert board.views._parts[0] == [first.plan]
+    assert set(board.views) == set(rest.plan.views) and not list(board.views.held())
+    key = next(k for k in rest.plan.views if k not in lead_keys)
+    assert board.views.plan_of(key) is plan and board.held_view(key) == rest.plan.view_plans[key]
