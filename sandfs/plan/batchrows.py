@@ -5,7 +5,7 @@ epoch), holding the task plan it is resolved with, its readers and, once resolve
 mappings over these rows (`RowMap`), with a small overlay for what tasks joining and leaving
 change; a `ViewPlan` is made when one is looked up. A window planned in parts has one table:
 each later part's new batches are rows added to it
-(docs/performance.md#a-window-s-batches-and-the-board).
+(docs/performance.md#a-windows-batches-and-the-board).
 """
 
 from __future__ import annotations
