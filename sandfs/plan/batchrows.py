@@ -14,6 +14,8 @@ from array import array
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     from sandfs.plan.records import ViewPlan
     from sandfs.plan.task import TaskPlan
@@ -95,6 +97,10 @@ class BatchRows:
 
     def resolved_here(self, row: int) -> bool:
         return self._profile[row] != NONE
+
+    def resolved_count(self, rows: int) -> int:
+        """How many of the first `rows` rows were resolved here."""
+        return int(np.count_nonzero(np.frombuffer(self._profile, np.uint16)[:rows] != NONE))
 
     def take(self, other: BatchRows, keys: list[ViewKey], readers: Mapping) -> None:
         """Rows of `other` (a later part of the window) for these keys, none of which has a
@@ -202,7 +208,13 @@ class RowMap(MutableMapping):
         return (value for _, value in self.items())
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        """Counted from the overlay, not a walk (a status asks it of a window's batches)."""
+        rows = len(self.table) if self._limit is None else self._limit
+        return self._held_rows(rows) - len(self._deleted) + len(self._extra)
+
+    def _held_rows(self, rows: int) -> int:
+        """How many of the first `rows` rows this mapping holds."""
+        return rows
 
     def is_over(self, table: BatchRows) -> bool:
         """Does this mapping read `table`'s rows, all of them (not a copy's)?"""
@@ -246,6 +258,9 @@ class ViewPlansMap(RowMap):
 
     def _holds(self, row: int) -> bool:
         return self.table.resolved_here(row)
+
+    def _held_rows(self, rows: int) -> int:
+        return self.table.resolved_count(rows)
 
     def _value(self, row: int):
         return self.table.view_plan(row)

@@ -87,7 +87,15 @@ class OnBoard(Mapping[ViewKey, ViewState]):
                         yield key
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        """Counted from the windows' mappings and what left, not a walk of their batches."""
+        if any(len(parts) > 1 for parts in self._parts.values()):
+            return sum(1 for _ in self)  # parts the board was given as they are (no book)
+        count = len(self._held)
+        for window, (plan,) in ((w, p) for w, p in self._parts.items() if p):
+            views = plan.views
+            count += len(views) - sum(1 for key in self._gone[window] if key in views)
+            count -= sum(1 for key in self._held if key in views and key not in self._gone[window])
+        return count
 
     # -- changing ---------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from sandfs.plan.batchrows import ReadersMap, ViewsMap
+from sandfs.plan.batchrows import ReadersMap, ViewPlansMap, ViewsMap
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import WindowPlan, lead_batches, plan_window, slot_owners, view_key
 from tests.helpers.plans import fake_videos, make_plan
@@ -69,8 +69,8 @@ def test_a_row_map_changes_as_a_dict_would(tmp_path):
     plans = plans_of(tmp_path, 7)
     planned = plan_window(plans, 0)
     rng = random.Random(11)
-    for mapping in (planned.views, planned.readers):
-        assert isinstance(mapping, ViewsMap | ReadersMap)
+    for mapping in (planned.views, planned.readers, planned.view_plans):
+        assert isinstance(mapping, ViewsMap | ReadersMap | ViewPlansMap)
         copy, model = mapping.copy(), dict(mapping.items())
         keys = list(model)
         new = [view_key(plans[0], 0, 10_000 + i) for i in range(5)]  # not a row's

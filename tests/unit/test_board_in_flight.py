@@ -45,6 +45,7 @@ def test_a_window_s_batches_are_on_the_board_with_no_state_until_one_is_taken(tm
     board.replan(third, 0, window.views[third], window.readers[third], lambda use, info: False)
     assert third in board.views and board.views.peek(third) is not None
     assert fourth in board.views and board.views.peek(fourth) is None
+    assert len(board.views) == len(keys) - 2 == len(list(board.views))
     board.drop_window(0, window.views)
     assert not list(board.views) and not list(board.views.held())
     assert board.state_of(fourth) == "planned" and not board.is_planned(fourth)
