@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from sandfs.plan.window import ViewKey
 
 NONE = 0xFFFF  # no profile: a batch with no clips planned here (known, or failed)
+_MISSING = object()
 
 
 class BatchRows:
@@ -152,7 +153,9 @@ class RowMap(MutableMapping):
         return row if self._holds(row) else -1
 
     # the overlay is looked at only when it holds anything: a key's hash is Python code
-    def __getitem__(self, key):
+    def get(self, key, default=None):
+        """As `__getitem__`, without an exception for a key not here (a part's rest asks
+        its window's `view_plans` for each of its batches, most not resolved yet)."""
         if self._extra and key in self._extra:
             return self._extra[key]
         if self._override and key in self._override:
@@ -161,7 +164,13 @@ class RowMap(MutableMapping):
             row = self._find(key)
             if row >= 0:
                 return self._value(row)
-        raise KeyError(key)
+        return default
+
+    def __getitem__(self, key):
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
 
     def __contains__(self, key: object) -> bool:
         if (self._extra and key in self._extra) or (self._override and key in self._override):
