@@ -7,7 +7,6 @@ this VM's host far more). While memory is free the batches read last are spared.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from sandfs.sched.jobs import Job, JobResult, PlannedWindow, VideoJob, VideoJobK
 from sandfs.sched.objects import DiskPlan, Spot
 from sandfs.sched.onboard import OnBoard
 from sandfs.sched.policy import JobState
+from sandfs.sched.ready import ReadyView
 from sandfs.sched.urgency import UrgencyOrder
 from sandfs.sched.viewstate import ViewState
 from sandfs.sched.windows import Merged, ViewOf
@@ -40,39 +40,6 @@ class Recorded:
     touched: list[ViewKey]  # batches that may be complete now
     failed: dict[ViewKey, str]  # batches failed now (a step failed on one of their clips): why
 
-
-@dataclass(slots=True)
-class ReadyView:
-    whole: np.ndarray  # the .npy file; the board keeps no other reference to its memory
-    readers_left: set[str]  # tasks that will read it and have not yet
-    view: ViewPlan | None = None  # its plan, to mark its clips read once every reader has it
-
-    @property
-    def data(self) -> memoryview:
-        """A memoryview of its own for each reader: its managed buffer, which it shares with
-        every slice and `memoryview()` of it, holds a reference to `whole` while any of them
-        lives. Handing out one memoryview to all would hide its slices from `unshared`."""
-        return memoryview(self.whole)
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.whole)
-
-    def unshared(self) -> bool:
-        """Does nothing but this batch refer to its buffer? Whatever can read it — a
-        reader's memoryview or a slice of it (a file handle's data, a reply being sent), a
-        numpy view, a worker's target array — holds a reference to `whole`, directly or
-        through its base or managed buffer, and only this trio thread hands out new ones."""
-        return _references(self) <= _ALONE
-
-
-def _references(ready: ReadyView) -> int:
-    return sys.getrefcount(ready.whole)
-
-
-# what `_references` counts for a buffer held by a ready batch alone (measured, not assumed:
-# what the interpreter counts for the call's own argument varies between versions)
-_ALONE = _references(ReadyView(np.empty(1, np.uint8), set()))
 
 # read batches whose buffers no new batch takes: the last ones read (`take` keeps `ready` in
 # the order batches were taken), for a client that opens a file again right after reading it
