@@ -176,15 +176,18 @@ class UrgencyOrder:
 
     def _place_staged(self) -> None:
         """The clips `add`ed since the order was last read, each after the entries at its
-        position and those added before it there: as one insertion at a time would."""
+        position and those added before it there: as one insertion at a time would. They are
+        sorted by position first (stable: added order at a tie), since `np.insert` puts the
+        values of one index in the order given, and the cursor goes back to the first."""
         assert self._order is not None
         for task, staged in self._staged.items():
             positions, jobs = self._order.get(task, _NONE)
+            staged.sort(key=lambda entry: entry[0])
             new = np.array([p for p, _ in staged], np.int64)
             at = np.searchsorted(positions, new, side="right")
             self._order[task] = (np.insert(positions, at, new),
                                  np.insert(jobs, at, job_column([j for _, j in staged])))
-            self._cursor[task] = min(self._cursor.get(task, len(positions)), int(at.min()))
+            self._cursor[task] = min(self._cursor.get(task, len(positions)), int(at[0]))
         self._staged.clear()
 
     def _built(self, pending: Mapping[VideoJobKey, Sequence[ClipUse]]) -> dict[str, TaskOrder]:

@@ -88,15 +88,39 @@ def test_one_clip_pending_again_is_placed_in_the_order_without_rebuilding_it():
     assert order.urgent(pending, busy=set()) == {job(0), job(1)}
     pending[job(0)], pending[job(1)], pending[job(2)] = [], [], []
     assert order.urgent(pending, busy=set()) == {job(3), job(4)}  # the cursor is past 0-2
+    built = order._order
     again = use(11)  # job 1's clip, not kept: pending again
     pending[job(1)] = [again]
     order.add(job(1), again)
     pending[job(30)] = [use(5, "b")]  # a task the order had not seen
     order.add(job(30), pending[job(30)][0])
+    assert order._order is built
     assert order.urgent(pending, busy=set()) == {job(1), job(3), job(30)}
+    assert order._order is built
     assert order.of_views({view(5)}, pending) == {job(30)}
     order.rebuild()  # rebuilt from scratch: the same answer
     assert order.urgent(pending, busy=set()) == {job(1), job(3), job(30)}
+
+
+def test_clips_pending_again_between_two_reads_are_placed_by_position():
+    """A job's unkept clips are `add`ed one after another with no read between: placed at
+    the next read, in position order whatever order they came in (the later one first
+    made the cursor skip the sooner), after the entries already at their position."""
+    order = UrgencyOrder(per_task=1)
+    pending = {job(0): [use(0)], job(1): [use(20)]}
+    assert order.urgent(pending, busy=set()) == {job(0)}
+    pending[job(0)] = []  # made: the cursor passes it
+    for i, position in ((2, 50), (3, 20), (4, 10), (5, 60)):  # past the end, a tie, a gap
+        pending[job(i)] = [use(position)]
+        order.add(job(i), pending[job(i)][0])
+    pending[job(6)] = [use(5, "b")]  # and two for a task the order had not seen
+    pending[job(7)] = [use(1, "b")]
+    order.add(job(6), pending[job(6)][0])
+    order.add(job(7), pending[job(7)][0])
+    assert order.urgent(pending, busy=set()) == {job(4), job(7)}
+    assert [p for p, _ in order.entries("a")] == [0, 10, 20, 20, 50, 60]
+    assert [j for _, j in order.entries("a")][1:] == [job(4), job(1), job(3), job(2), job(5)]
+    assert [j for _, j in order.entries("b")] == [job(7), job(6)]
 
 
 def test_a_window_s_clips_merge_into_the_order_without_rebuilding_it():
@@ -108,10 +132,12 @@ def test_a_window_s_clips_merge_into_the_order_without_rebuilding_it():
     assert order.urgent(pending, busy=set()) == {job(0), job(1)}
     pending[job(0)] = []
     del pending[job(5)]  # its window dropped
+    built = order._order
     added = [(job(100 + i), use(2 * i, "a", "b")) for i in range(8)]
     for key, clip in added:
         pending[key] = [clip]
     order.add_many(added, pending)
+    assert order._order is built
     assert [j for _, j in order.entries("a")] == [
         job(100), job(101), job(102), job(103), job(104), job(105), job(1), job(106), job(2),
         job(3), job(107), job(4), job(6), job(7), job(8), job(9)]

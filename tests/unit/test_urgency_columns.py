@@ -1,6 +1,7 @@
 """The urgency order as columns (`sched/urgency.py`) answers as the order of a tuple an entry
 did (`tests/helpers/urgency_reference.py`), step for step: windows added, clips added one by
-one and many at once, jobs done and busy, windows dropped; ties at one position too."""
+one (several, of several tasks, between two reads) and many at once, jobs done and busy,
+windows dropped; ties at one position too."""
 
 from __future__ import annotations
 
@@ -54,7 +55,14 @@ def test_the_columns_rank_as_the_tuples_did(seed, monkeypatch):
     old.per_task = new.per_task
     pending: dict[VideoJobKey, tuple] = {}
     windows: dict[int, list[ViewKey]] = {}
-    for step in range(30):
+
+    def drop(window: int) -> None:
+        for job in [j for j in pending if j.window == window]:
+            del pending[job]
+        new.forget_window(window, windows[window])
+        old.forget_window(window, windows.pop(window))
+
+    for _ in range(30):
         views = [v for keys in windows.values() for v in keys]
         action = rng.random()
         if action < 0.25 or not windows:
@@ -70,12 +78,17 @@ def test_the_columns_rank_as_the_tuples_did(seed, monkeypatch):
             windows[window] = sorted({row.view for uses in clips.values()
                                       for row in uses.columns[0]}, key=repr)
         elif action < 0.45 and views:
-            key = rng.choice(views)
-            job = VideoJobKey(key.epoch, f"w{key.epoch}v{rng.randint(0, 25):02d}")
-            use = ClipUse(key, rng.randrange(4), None, (("a", rng.randint(0, 9)),))
-            pending[job] = (*pending.get(job, ()), use)
-            new.add(job, use)
-            old.add(job, use)
+            for _ in range(rng.randint(1, 6)):  # no read between them, as a job's unkept clips
+                key = rng.choice(views)
+                job = VideoJobKey(key.epoch, f"w{key.epoch}v{rng.randint(0, 25):02d}")
+                readers = tuple((task, rng.randint(0, 9))
+                                for task in rng.sample(tasks, rng.randint(1, len(tasks))))
+                use = ClipUse(key, rng.randrange(4), None, readers)
+                pending[job] = (*pending.get(job, ()), use)
+                new.add(job, use)
+                old.add(job, use)
+            if rng.random() < 0.3 and len(windows) > 1:  # then a window dropped before a read
+                drop(min(windows))
         elif action < 0.55 and views:
             added = []
             for _ in range(rng.randint(1, 5)):
@@ -90,16 +103,11 @@ def test_the_columns_rank_as_the_tuples_did(seed, monkeypatch):
             for job in rng.sample(sorted(pending, key=repr), min(len(pending), 3)):
                 pending[job] = ()  # its clips made
         elif len(windows) > 1:
-            window = min(windows)
-            for job in [j for j in pending if j.window == window]:
-                del pending[job]
-            new.forget_window(window, windows[window])
-            old.forget_window(window, windows.pop(window))
+            drop(min(windows))
         same(new, old, pending, rng, views or [ViewKey("p", 0, 0)])
-        if step % 7 == 6:
-            for task in tasks:
-                assert [j for _, j in new.entries(task)[new._cursor.get(task, 0):]] == [
-                    j for _, j in (old._order or {}).get(task, [])[old._cursor.get(task, 0):]]
+        for task in tasks:
+            assert [j for _, j in new.entries(task)[new._cursor.get(task, 0):]] == [
+                j for _, j in (old._order or {}).get(task, [])[old._cursor.get(task, 0):]]
 
 
 class Colliding(str):
