@@ -51,14 +51,17 @@ NO_CLIPS: frozenset[Spot] = frozenset()
 class KeptClips(AbstractSet[Spot]):
     """Some of a video's uses in a window, as the spots they go to: the uses (the window's
     own sequence, not copied) and a bit each, not a set of `Spot`s (~43 bytes a clip of a
-    planned window at 20,000 videos); a `Spot` is made when one is asked for."""
+    planned window at 20,000 videos); a `Spot` is made when one is asked for. Made for one
+    job's admission (`KeptWindow.__getitem__`), which asks for each of its pending clips:
+    the kept (batch, slot) pairs are found once, at the first ask, not a walk an ask."""
 
-    __slots__ = ("_mask", "_uses")
+    __slots__ = ("_kept", "_mask", "_uses")
 
     def __init__(self, uses: Sequence[ClipUse], mask: int) -> None:
         if mask < 0 or mask >> len(uses):
             raise ValueError(f"mask {mask:#x} marks uses past the video's {len(uses)}")
         self._uses, self._mask = uses, mask
+        self._kept: frozenset[tuple[ViewKey, int]] | None = None  # its own: found once
 
     def _spots(self) -> Iterator[tuple[ViewKey, int, bool]]:
         """(batch, slot, kept) of each use, in order, with no `ClipUse` made."""
@@ -74,8 +77,9 @@ class KeptClips(AbstractSet[Spot]):
     def __contains__(self, spot: object) -> bool:
         if not isinstance(spot, Spot):
             return False
-        return any(kept and slot == spot.slot and view == spot.view
-                   for view, slot, kept in self._spots())
+        if self._kept is None:
+            self._kept = frozenset((view, slot) for view, slot, kept in self._spots() if kept)
+        return (spot.view, spot.slot) in self._kept
 
     def __iter__(self) -> Iterator[Spot]:
         return (Spot(view, slot) for view, slot, kept in self._spots() if kept)
