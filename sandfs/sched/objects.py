@@ -151,7 +151,8 @@ def _masks(count: int, video: np.ndarray, within: np.ndarray) -> list[int]:
     """Each video's bits of its kept uses, in numpy where they fit in 63 bits."""
     masks = np.zeros(count, np.int64)
     narrow = within < 63
-    np.bitwise_or.at(masks, video[narrow], np.left_shift(1, within[narrow]))
+    bits = np.left_shift(np.int64(1), within[narrow].astype(np.int64))  # not `within`'s width
+    np.bitwise_or.at(masks, video[narrow], bits)
     found = masks.tolist()
     for index, bit in zip(video[~narrow].tolist(), within[~narrow].tolist(), strict=True):
         found[index] |= 1 << bit  # a video with more uses in the window: as a Python int

@@ -1,13 +1,15 @@
 """A video's kept clips as bits over its uses (`sched/objects.py` `KeptClips`, `kept_window`):
 admission asks for each pending clip of a job, on the event loop, so an ask must not walk the
-video's uses."""
+video's uses; bits past the 32nd of a narrow index column are not lost."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import numpy as np
+
 from sandfs.plan.window import ClipUse, ViewKey
-from sandfs.sched.objects import KeptClips, Spot
+from sandfs.sched.objects import KeptClips, Spot, kept_window
 
 
 class Walked(Sequence[ClipUse]):
@@ -42,3 +44,9 @@ def test_asking_for_each_of_a_job_s_clips_walks_the_uses_once():
     assert Spot(ViewKey("p", 0, 2), 3) not in clips  # a kept batch, another slot
     assert len(clips) == 100 and set(clips) == {Spot.of(u) for u in walked.uses[::2]}
 
+
+def test_a_use_past_the_32nd_of_an_int32_column_keeps_its_bit():
+    video = uses(50)
+    within = np.array([0, 31, 40, 49], np.int32)
+    kept = kept_window(["v"], [video], np.zeros(4, np.int32), within)
+    assert set(kept["v"].clips) == {Spot.of(video[i]) for i in (0, 31, 40, 49)}
