@@ -153,8 +153,8 @@ class UrgencyEntries:
     by_task: Mapping[str, TaskOrder]
     views: ViewJobs  # the jobs with clips for each batch, once each
     # each video's job, in the order of the window's pending clips: the keys its entries hold
-    # and the board's too, not one more a video
-    jobs: Sequence[VideoJobKey] = ()
+    # and the board's too, not one more a video; required: the board zips it with them
+    jobs: Sequence[VideoJobKey]
 
 
 @dataclass(frozen=True, slots=True)

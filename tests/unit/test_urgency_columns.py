@@ -14,7 +14,7 @@ import pytest
 from sandfs.plan.uses import Uses, ViewRow
 from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.sched import urgency
-from sandfs.sched.jobs import VideoJobKey
+from sandfs.sched.jobs import UrgencyEntries, VideoJobKey
 from sandfs.sched.urgency import UrgencyOrder, urgency_entries
 from sandfs.sched.viewjobs import view_jobs
 from tests.helpers import urgency_reference as reference
@@ -123,3 +123,12 @@ def test_a_batch_s_jobs_are_found_past_keys_of_the_same_hash():
     found = view_jobs(0, views, np.sort(keys), ["j0", "j1", "j2"])
     assert [found.of(v) for v in views] == [["j1"], ["j1"], ["j0", "j1", "j2"]]
     assert found.of(Colliding("w")) == [] and found.of("x") == []
+
+
+def test_a_window_s_entries_come_with_its_jobs():
+    """The board zips a window's pending clips with `jobs` (strict): entries without them
+    cannot be made, rather than failing the window when it is added."""
+    made = urgency_entries(0, {"v0": (), "v1": ()})
+    assert [job.path for job in made.jobs] == ["v0", "v1"]
+    with pytest.raises(TypeError):
+        UrgencyEntries(made.by_task, made.views)  # type: ignore[call-arg]
