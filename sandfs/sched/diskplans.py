@@ -53,6 +53,8 @@ class DiskPlans(Mapping[VideoJobKey, DiskPlan]):
         return plan
 
     def __iter__(self) -> Iterator[VideoJobKey]:
+        """Every job with a plan: O(every kept video of every window), each looked up again
+        (tests and diagnostics; the scheduler only looks jobs up)."""
         for window in self._kept.keys() | self._framed.keys():
             paths = set(self._framed.get(window, ())).union(*self._kept.get(window, ()))
             for path in paths:
@@ -61,4 +63,5 @@ class DiskPlans(Mapping[VideoJobKey, DiskPlan]):
                     yield job
 
     def __len__(self) -> int:
+        """O(everything), as `__iter__`."""
         return sum(1 for _ in self)
