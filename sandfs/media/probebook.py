@@ -311,6 +311,11 @@ class ProbeBook:
     def known(self, rel_path: str) -> Probed | None:
         return self._results.get(rel_path)
 
+    def all_known(self) -> bool:
+        """Is every listed file's result in, or in the scan index (read without a probe)? A
+        thread waiting for one then waits for no worker (read on the event loop: lengths)."""
+        return len(self._results) + len(self._deferred) >= len(self.listed)
+
     def want(self, rel_paths: Iterable[str]) -> None:
         """Probe these next: a planning thread is about to wait for them."""
         if self.queue is not None:

@@ -3,15 +3,17 @@
 A large window where a task stands is planned in parts that follow its readers: its lead part
 (the videos of each task's next batches), then, whenever a reader comes within `ahead` batches
 of the first batch not wholly planned, the unplanned videos of the `batches` batches from
-there; while the machine would otherwise idle, the same from the window's first batch not
-wholly planned (`sweep`), so the window is whole before its readers leave it; the last few
-(at most two parts' worth) at once, as its rest. Each video comes with all its clips in the
+there; while no reader waits, the same from the window's first batch not wholly planned (the
+sweep, paced by `SweepPace`), so the window is whole in about the time planning it takes,
+not once the workers have decoded what is planned; the last few (at most two parts' worth)
+at once, as its rest. Each video comes with all its clips in the
 window (one pass a video a window). A part costs its own batches: where each task's readers
 and sweep got to is kept (`WindowParts`), and only grows, as the planned videos do.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -25,10 +27,12 @@ REST = frozenset[str]()  # `WindowParts.next`: plan the window's rest, at once
 class Part(frozenset[str]):
     """A part's videos, as `plan_window`'s lead: the batches holding them come from their
     places in each epoch's order (`WindowParts.batches_of`), not from a walk of the listing
-    (250,000 videos: 16 ms a part, as long as planning the part's clips)."""
+    (250,000 videos: 16 ms a part, as long as planning the part's clips). `swept`: from the
+    window's start, no reader near (`SweepPace` times it)."""
 
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "swept")
     parts: WindowParts
+    swept: bool
 
     def batches_of(self, plan: TaskPlan, epoch: int) -> list[int]:
         return self.parts.batches_of(plan, epoch, self)
@@ -60,10 +64,12 @@ class WindowParts:
             self._picked.pop(path, None)
 
     def next(self, plans: Sequence[TaskPlan], positions: Mapping[str, int], *, ahead: int,
-             batches: int, idle: Callable[[], bool]) -> frozenset[str] | None:
+             batches: int, sweep: Callable[[], bool], sweep_batches: int = 0
+             ) -> frozenset[str] | None:
         """The videos of the next part (`REST`: the rest; None: none is due): a reader within
-        `ahead` batches of its planned frontier, or else, when `idle()`, the window's first
-        batches not planned. `plans`: the book's; those of `tasks` count."""
+        `ahead` batches of its planned frontier (`batches` batches), or else, when `sweep()`,
+        the window's first `sweep_batches` (default `batches`) not planned. `plans`: the
+        book's; those of `tasks` count."""
         if self.leading:
             return None
         if self.behind:
@@ -74,12 +80,14 @@ class WindowParts:
         due = [(p, self._reader_frontier(p, positions[p.name], ahead)) for p in plans
                if self._stands_in(p, positions[p.name])]
         due = [(p, at) for p, at in due if at < self._end(p) and at - positions[p.name] < ahead]
+        count, swept_now = batches, False
         if not due:
             swept = [(p, self._frontier(p, self._start(p), self.swept)) for p in plans]
             if all(at >= self._end(p) for p, at in swept):
                 return REST  # every batch planned: what is left no task reads (a shard's)
-            if idle():
+            if sweep():
                 due = [(p, at) for p, at in swept if at < self._end(p)]
+                count, swept_now = max(batches, sweep_batches), True
         if not due:
             return None
         most = batches * max(p.sampling.videos_per_batch for p in plans)
@@ -87,10 +95,10 @@ class WindowParts:
             return REST
         part: set[str] = set()
         for plan, at in due:
-            for index in range(at, min(at + batches, self._end(plan))):
+            for index in range(at, min(at + count, self._end(plan))):
                 part |= self._unplanned(plan, index, self._picked)
         found = Part(part)
-        found.parts = self
+        found.parts, found.swept = self, swept_now
         return found or None
 
     def batches_of(self, plan: TaskPlan, epoch: int, part: frozenset[str]) -> list[int]:
@@ -193,3 +201,31 @@ def lead_part(plans: Iterable[TaskPlan], positions: Mapping[str, int], window: i
             if epoch < plan.epochs and plan.window_of(epoch) == window:
                 lead |= {plan.listed[i].path for i in plan.batch_slots(epoch, iteration)}
     return frozenset(lead) or None
+
+
+class SweepPace:
+    """When a window's parts may be planned from its start while the workers are busy (the
+    sweep), and how many batches such a part takes. Its planning (thread and merge) takes
+    `share` of the time at most: after a part of t seconds the next waits t * (1/share - 1).
+    The part doubles while it takes under half `part_s` and halves over it, so a reader coming
+    meanwhile waits about `part_s` at most for its own part, and merging parts into the board
+    (each O(the task's pending jobs)) is paid a few dozen times a window, not 16 batches at a
+    time (250,000 videos: ~2,000 parts)."""
+
+    def __init__(self, batches: int, *, share: float = 0.5, part_s: float = 0.25,
+                 most: int = 1 << 16) -> None:
+        self.share, self.part_s = share, part_s  # share 0: no sweep while the workers are busy
+        self.least = self.batches = batches
+        self.most = most
+        self._next_s = -math.inf
+
+    def due(self, now_s: float) -> bool:
+        return self.share > 0 and now_s >= self._next_s
+
+    def planned(self, seconds: float, now_s: float) -> None:
+        """A swept part took `seconds` (its planning and merge), ending at `now_s`."""
+        self._next_s = now_s + seconds * (1 / self.share - 1) if self.share > 0 else math.inf
+        if seconds < self.part_s / 2:
+            self.batches = min(2 * self.batches, self.most)
+        elif seconds > self.part_s:
+            self.batches = max(self.batches // 2, self.least)

@@ -39,7 +39,7 @@ from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import VideoJobKey
 from sandfs.sched.joining import TaskJoins
-from sandfs.sched.parts import REST, WindowParts, lead_part
+from sandfs.sched.parts import REST, SweepPace, WindowParts, lead_part
 from sandfs.sched.pruning import window_pruned
 from sandfs.sched.windows import WindowBook
 from sandfs.threads import limiter, stop_when_cancelled
@@ -77,6 +77,7 @@ class WindowPlanner(TaskJoins):
         # batches a reader may come within of its window's planned frontier before the next
         # part is planned; `idle`: whether the workers would otherwise idle (the scheduler's)
         self.plan_ahead, self.idle = plan_ahead, idle
+        self.pace = SweepPace(PART_BATCHES)  # parts from a window's start, no reader waiting
         # the windows in `book.rest_pending`: their own tasks' parts, and those of tasks that
         # joined meanwhile (by task); and the batches each such task added (by task, window)
         self._parts: dict[int, WindowParts] = {}
@@ -237,50 +238,50 @@ class WindowPlanner(TaskJoins):
     def _due_part(self, window: int) -> tuple[str | None, frozenset[str]] | None:
         """The next part of a window planned in parts, `WindowParts.next`'s of its own tasks
         (None) or of a task that joined meanwhile (its name); None: none is due (no reader
-        within `plan_ahead` batches of its frontier, and the workers busy). Walks its few
-        batches past the frontiers, on the trio thread. A reader standing in a later window
-        not planned yet waits for this one whole: its parts' rest, at once."""
-        idle, plans = cache(self.idle), self.book.planned_plans(window)  # asked once, if at all
+        within `plan_ahead` batches of its frontier, and no sweep now: `_sweeps`). Walks its
+        few batches past the frontiers, on the trio thread. A reader standing in a later
+        window not planned yet waits for this one whole: its parts' rest, at once."""
+        plans = self.book.planned_plans(window)
+        sweep = cache(lambda: self._sweeps(plans))  # asked once, if at all
         own = self._parts.get(window)
         groups = [(None, own)] if own is not None else []
-        waited = self._waited_past(window)
+        waited = self.book.stands_in_any(self._held_back(window) - {window})
         for owner, parts in [*groups, *self._joiner_parts.get(window, {}).items()]:
             if parts.leading:  # its lead part is being planned: a rest now plans it twice
                 continue
             part = REST if waited else parts.next(
                 plans, self.book.positions, ahead=self.plan_ahead, batches=PART_BATCHES,
-                idle=idle)
+                sweep=sweep, sweep_batches=self.pace.batches)
             if part is not None:
                 return owner, part
         return None
 
-    def _waited_past(self, window: int) -> bool:
-        """Does a task's reader stand in a window after `window`, not planned yet, that it
-        holds back (`_held_back`)? A task on other videos, standing in a window of its own,
-        had the whole rest planned at once."""
-        book, held = self.book, self._held_back(window) - {window}
-        return any(current in held and current not in book.windows
-                   for name, plan in book.plans.items() if name not in book.unread
-                   for current in [plan.window_of(book.positions[name]
-                                                  // plan.iterations_per_epoch)])
+    def _sweeps(self, plans: Iterable[TaskPlan]) -> bool:
+        """May a part come from a window's start (no reader near)? Never while a reader waits
+        for a batch; at the pace's share once the tasks' videos are all probed (a part waiting
+        for probes would hold a reader's part back); at once where the workers would idle."""
+        if self.board.demanded:
+            return False
+        due = self.pace.due(trio.current_time()) and all(p.probes.all_known() for p in plans)
+        return due or self.idle()
 
     def _held_back(self, window: int) -> set[int]:
-        """A window in parts and the later windows its tasks want: those are planned once it
-        is whole (a jump: its rest at once); the other tasks' windows meanwhile."""
+        """`WindowBook.held_back` by a window in parts, for the tasks of its parts."""
         tasks = {name for parts in self._groups(window) for name in parts.tasks}
-        return {window} | {w for name in tasks & self.book.plans.keys()
-                           if name not in self.book.unread
-                           for w in self.book.wanted_by(name) if w > window}
+        return self.book.held_back(window, tasks)
 
     async def _plan_due(self, window: int, owner: str | None, part: frozenset[str]
                         ) -> work.PlannedWindow | None:
         """`_due_part`'s part planned and merged in; the window whole once every part is."""
+        started = trio.current_time()
         if owner is None:
             planned = await self._plan_rest(window, part)
         else:
             planned = None
             await self._plan_joiner_part(owner, window, part)
         self._whole_yet(window)
+        if getattr(part, "swept", False):
+            self.pace.planned(trio.current_time() - started, trio.current_time())
         return planned
 
     async def _plan_joiner_part(self, name: str, window: int, part: frozenset[str]) -> None:

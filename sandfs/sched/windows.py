@@ -145,6 +145,22 @@ class WindowBook:
         return ({w for w in (current, current + 1) if plan.window_epochs(w)}
                 | {plan.window_of(p // per_epoch) for p in self.open_positions[name]})
 
+    def held_back(self, window: int, tasks: Iterable[str]) -> set[int]:
+        """A window in parts and the later windows its `tasks` want: those are planned once
+        it is whole (a jump: its rest at once); the other tasks' windows meanwhile."""
+        return {window} | {w for name in set(tasks) & self.plans.keys()
+                           if name not in self.unread
+                           for w in self.wanted_by(name) if w > window}
+
+    def stands_in_any(self, windows: Container[int]) -> bool:
+        """Does a read task stand in one of `windows` not planned yet (a reader that jumped
+        past a window in parts to one it holds back: its rest is planned at once)? A task
+        on other videos, standing in a window of its own, had the whole rest planned."""
+        return any(current in windows and current not in self.windows
+                   for name, plan in self.plans.items() if name not in self.unread
+                   for current in [plan.window_of(self.positions[name]
+                                                  // plan.iterations_per_epoch)])
+
     def next_to_plan(self, todo: set[int]) -> int:
         """Of the windows to plan, the soonest of the owner whose turn it is (the one served
         least recently): owners take turns, so one user's many tasks hold no other user's

@@ -19,7 +19,7 @@ def test_a_reader_back_before_a_batch_not_planned_has_its_part_due(tmp_path):
 
     def due(position: int) -> frozenset[str] | None:
         return parts.next([plan], {plan.name: position}, ahead=2, batches=1,
-                          idle=lambda: False)
+                          sweep=lambda: False)
 
     assert due(30) is None  # its frontier, 32, is 2 batches ahead
     assert due(0) == videos(1) - parts.planned

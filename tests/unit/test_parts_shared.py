@@ -334,7 +334,7 @@ def test_a_part_s_batches_come_from_places_for_each_trial_of_one_dataset(tmp_pat
     plans[1].listed = tuple(list(plans[0].listed))
     assert plans[1].listed == plans[0].listed and plans[1].listed is not plans[0].listed
     parts = WindowParts(0, (), [p.name for p in plans])
-    part = parts.next(plans, {p.name: 0 for p in plans}, ahead=1, batches=2, idle=lambda: False)
+    part = parts.next(plans, {p.name: 0 for p in plans}, ahead=1, batches=2, sweep=lambda: False)
     walked = [batches_holding(p, 0, lead_indices(p, part)) for p in plans]
     assert part and all(walked)
     monkeypatch.setattr(parts_module, "batches_holding", None)  # no walk: called, it fails

@@ -109,8 +109,10 @@ def parts_recorded(scheduler) -> list[tuple[str, int]]:
 
 
 def workers_busy(scheduler) -> None:
-    """The workers never idle: parts are planned only as readers near their frontier."""
+    """The workers never idle and no part is swept from the window's start while they are
+    busy: parts are planned only as readers near their frontier."""
     scheduler.planner.idle = lambda: False
+    scheduler.planner.pace.share = 0
 
 
 def paced(tmp_path, monkeypatch, *, plan_ahead: int):

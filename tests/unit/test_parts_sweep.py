@@ -1,0 +1,132 @@
+"""A window planned in parts becomes whole while its readers pause, the workers busy: its
+parts are swept from its start at the planner's share (`parts.SweepPace`), never while a
+reader waits, and a reader coming meanwhile has its own part planned first
+(docs/design.md#planning-ahead)."""
+
+from __future__ import annotations
+
+import threading
+
+import trio
+
+from sandfs.media.probebook import ProbeBook
+from sandfs.media.types import BadVideo, ListedVideo
+from sandfs.plan.window import view_key
+from sandfs.sched import planning as planning_module
+from sandfs.sched.parts import SweepPace
+from tests.unit.test_scheduler import scheduler_for
+from tests.unit.test_window_parts import in_parts, until
+
+
+def swept_parts(scheduler, hold: threading.Event | None = None) -> list[tuple[bool, frozenset]]:
+    """Each part after the lead part as (swept, videos), recorded as its planning starts; the
+    first swept one waits for `hold` (set) in its thread."""
+    parts, planned = [], scheduler.planner.plan_active
+
+    def planning(window, lead=None, skip=frozenset(), tasks=None):
+        if skip:
+            swept = bool(getattr(lead, "swept", False))
+            parts.append((swept, frozenset(lead or ())))
+            if swept and hold is not None and sum(s for s, _ in parts) == 1:
+                assert hold.wait(10)
+        return planned(window, lead, skip, tasks)
+
+    scheduler.planner.plan_active = planning
+    return parts
+
+
+def busy_window(tmp_path, monkeypatch):
+    """160 videos, window 0 in parts of one batch's videos for readers, planned ahead one
+    batch; the workers never idle (to the planner)."""
+    in_parts(monkeypatch)
+    monkeypatch.setattr(planning_module, "PART_BATCHES", 1)
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
+    scheduler.planner.idle = lambda: False
+    scheduler.planner.plan_ahead = 1
+    return plan, scheduler
+
+
+async def read_first(plan, scheduler, nursery) -> None:
+    """The scheduler started in `nursery`, batch 0 read and released: the reader pauses."""
+    await nursery.start(scheduler.run)
+    scheduler.opened(plan.name, 0, 0)
+    with trio.fail_after(10):
+        assert await scheduler.wait_view(view_key(plan, 0, 0), plan.name) is not None
+    scheduler.released(plan.name, 0, 0)
+
+
+async def test_a_window_becomes_whole_while_its_reader_pauses_and_the_workers_are_busy(
+        tmp_path, monkeypatch):
+    """A cold mount of 250,000 videos whose reader stopped after 120 batches had 10% of
+    window 0 unplanned after 400 s: parts came only as its reader came, or once the workers
+    idled, and they decoded the planned videos first. The parts are swept from the window's
+    start while no reader waits, in parts that grow while they plan fast."""
+    plan, scheduler = busy_window(tmp_path, monkeypatch)
+    parts = swept_parts(scheduler)
+    async with trio.open_nursery() as nursery:
+        await read_first(plan, scheduler, nursery)
+        with trio.fail_after(10):
+            await until(lambda: not scheduler.book.rest_pending)
+        nursery.cancel_scope.cancel()
+    swept = [len(videos) for is_swept, videos in parts if is_swept]
+    assert len(swept) >= 2 and max(swept) > plan.sampling.videos_per_batch, parts
+    assert len(scheduler.book.windows[0].videos) == len(plan.videos)
+
+
+async def test_a_reader_coming_while_parts_are_swept_has_its_part_first(tmp_path,
+                                                                          monkeypatch):
+    """A reader that comes to a batch far ahead while a swept part is planned waits for that
+    part only: the next part is its batch's, not the sweep's."""
+    plan, scheduler = busy_window(tmp_path, monkeypatch)
+    hold = threading.Event()
+    parts = swept_parts(scheduler, hold)
+    last = plan.iterations_per_epoch - 1
+    far = {plan.listed[i].path for i in plan.batch_slots(0, last)}
+    async with trio.open_nursery() as nursery:
+        await read_first(plan, scheduler, nursery)
+        with trio.fail_after(10):
+            await until(lambda: any(swept for swept, _ in parts))
+            scheduler.opened(plan.name, 0, last)  # while the swept part is planned
+            hold.set()
+            got = await scheduler.wait_view(view_key(plan, 0, last), plan.name)
+        nursery.cancel_scope.cancel()
+    assert got is not None
+    swept, videos = parts[1]
+    assert not swept and far - parts[0][1] <= videos, parts[:2]
+
+
+def test_the_sweep_takes_its_share_and_sizes_its_parts_by_their_time():
+    """After a part of t seconds the next waits t (a share of one half); a part twice as fast
+    as `part_s` doubles the next, one slower halves it, never below the readers' size."""
+    pace = SweepPace(16, share=0.5, part_s=0.2)
+    assert pace.due(0.0)
+    pace.planned(0.05, now_s=10.0)
+    assert not pace.due(10.04) and pace.due(10.05) and pace.batches == 32
+    pace.planned(0.15, now_s=20.0)
+    assert pace.batches == 32 and pace.due(20.15)
+    for _ in range(3):
+        pace.planned(0.5, now_s=30.0)
+    assert pace.batches == 16
+    off = SweepPace(16, share=0)
+    assert not off.due(0.0)
+
+
+async def test_no_part_is_swept_while_a_reader_waits_or_videos_wait_for_their_probes(tmp_path):
+    """A swept part waiting for its videos' probes (a cold mount's scan still running) would
+    hold a reader's next part back as long: the workers busy, the sweep waits for the scan,
+    and for no reader waiting for a batch."""
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=16, workers=2)
+    planner = scheduler.planner
+    planner.idle = lambda: False
+    assert planner._sweeps([plan])
+    scheduler.board.anticipate(view_key(plan, 0, 0))
+    assert not planner._sweeps([plan])
+    scheduler.board.unanticipate(view_key(plan, 0, 0))
+    listed = [ListedVideo(f"v{i}", f"v{i}.mp4", f"/d/v{i}.mp4", 1, 0) for i in range(3)]
+    book = ProbeBook(listed)
+    book.defer("v0.mp4", lambda: None)
+    book.record("v1.mp4", BadVideo("v1.mp4", "open_invalid", ""))
+    plan.probes = book
+    assert not book.all_known() and not planner._sweeps([plan])
+    book.record("v2.mp4", BadVideo("v2.mp4", "open_invalid", ""))
+    assert book.all_known() and planner._sweeps([plan])
