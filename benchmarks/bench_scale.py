@@ -235,26 +235,37 @@ def mounted_run(work_dir: Path, config: Path, task: str, args, *, warm: bool) ->
                 record["scan_done_s"] = scan_done_s(mount)
                 record["scan_s"] = scan_logged_s(log_path, since)
                 if args.whole_timeout:
-                    record.update(whole_record(mount, args.whole_timeout))
+                    record.update(whole_record(mount, config, task, args))
         record["pruning"] = pruning_logged(log_path, since)
     if not warm:
         record["tree_peak_rss_mb"] = tree.peak_mb
     return record
 
 
-def whole_record(mount, timeout_s: float, settle_s: float = 5.0) -> dict:
-    """Once window 0 is planned whole (its parts planned as readers come, the rest while the
-    workers idle): seconds from the launch (`whole_s`, None if not within `timeout_s`) and the
-    daemon's peak RSS by then and `settle_s` later (`daemon_peak_rss_whole_mb`), what a
-    whole window costs beyond the parts the timed batches needed."""
-    give_up = time.monotonic() + timeout_s
+def whole_record(mount, config: Path, task: str, args, settle_s: float = 5.0) -> dict:
+    """Once window 0 is planned whole (its parts planned as readers come, the rest swept
+    while no reader waits): seconds from the launch (`whole_s`, None if not within
+    --whole-timeout), the daemon's RSS then (`daemon_rss_whole_mb`) and its peak by then
+    and `settle_s` later (`daemon_peak_rss_whole_mb`, what a whole window costs beyond the
+    parts the timed batches needed); then, once the task's first two windows are planned (the
+    next one is planned once the first is whole), the daemon's peak and RSS by then
+    (`planned_s`, `daemon_peak_rss_planned_mb`, `daemon_rss_planned_mb`)."""
+    give_up = time.monotonic() + args.whole_timeout
+    record = {"whole_s": None}
     while time.monotonic() < give_up:
         if 0 not in mount.status()["scheduler"]["windows_in_parts"]:
-            whole_s = round(time.monotonic() - mount.launched_at, 2)
+            record.update(whole_s=round(time.monotonic() - mount.launched_at, 2),
+                          daemon_rss_whole_mb=round(rss_mb(mount.pid), 1))
             time.sleep(settle_s)
-            return {"whole_s": whole_s, "daemon_peak_rss_whole_mb": peak_rss_mb(mount.pid)}
+            break
         time.sleep(0.5)
-    return {"whole_s": None, "daemon_peak_rss_whole_mb": peak_rss_mb(mount.pid)}
+    record["daemon_peak_rss_whole_mb"] = peak_rss_mb(mount.pid)
+    if record["whole_s"] is not None:
+        planned = windows_planned_s(mount, config, task, args.k_epochs, args.whole_timeout,
+                                    read=args.batches + 1)
+        record.update(planned_s=planned, daemon_peak_rss_planned_mb=peak_rss_mb(mount.pid),
+                      daemon_rss_planned_mb=round(rss_mb(mount.pid), 1))
+    return record
 
 
 def scan_done_s(mount, timeout_s: float = 900) -> float | None:
@@ -277,15 +288,15 @@ def scan_logged_s(log_path: Path, since: int) -> float | None:
 
 
 def windows_planned_s(mount, config: Path, task: str, k_epochs: int,
-                      timeout_s: float = 900) -> float | None:
+                      timeout_s: float = 900, read: int = 1) -> float | None:
     """Seconds from the launch until the mount holds every batch of its first two windows
-    planned or made (None: not within `timeout_s`)."""
+    planned or made, but the `read` ones (None: not within `timeout_s`)."""
     epochs = min(int(yaml.safe_load(config.read_text())["epochs"]), 2 * k_epochs)
     give_up = time.monotonic() + timeout_s
     while time.monotonic() < give_up:
         status = mount.status()
         scheduler = status["scheduler"]
-        wanted = epochs * status["tasks"][task]["iterations_per_epoch"] - 1  # one read
+        wanted = epochs * status["tasks"][task]["iterations_per_epoch"] - read
         if scheduler["views_planned"] + scheduler["views_ready"] >= wanted:
             return round(time.monotonic() - mount.launched_at, 2)
         time.sleep(0.5)
