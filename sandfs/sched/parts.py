@@ -206,13 +206,14 @@ def lead_part(plans: Iterable[TaskPlan], positions: Mapping[str, int], window: i
 class SweepPace:
     """When a window's parts may be planned from its start while the workers are busy (the
     sweep), and how many batches such a part takes. Its planning (thread and merge) takes
-    `share` of the time at most: after a part of t seconds the next waits t * (1/share - 1).
-    The part doubles while it takes under half `part_s` and halves over it, so a reader coming
-    meanwhile waits about `part_s` at most for its own part, and merging parts into the board
-    (each O(the task's pending jobs)) is paid a few dozen times a window, not 16 batches at a
-    time (250,000 videos: ~2,000 parts)."""
+    `share` of the time at most: after a part of t seconds the next waits t * (1/share - 1)
+    (1: back to back, the jobs running beside them). The part doubles while it takes under
+    half `part_s` and halves over it, so a reader coming meanwhile waits about `part_s` at
+    most for its own part, and merging parts into the board (each O(the task's pending
+    jobs)) is paid a few hundred times a window, not 16 batches at a time (250,000 videos:
+    ~2,000 parts)."""
 
-    def __init__(self, batches: int, *, share: float = 0.5, part_s: float = 0.25,
+    def __init__(self, batches: int, *, share: float = 1.0, part_s: float = 1.0,
                  most: int = 1 << 16) -> None:
         self.share, self.part_s = share, part_s  # share 0: no sweep while the workers are busy
         self.least = self.batches = batches

@@ -78,6 +78,7 @@ class WindowPlanner(TaskJoins):
         # part is planned; `idle`: whether the workers would otherwise idle (the scheduler's)
         self.plan_ahead, self.idle = plan_ahead, idle
         self.pace = SweepPace(PART_BATCHES)  # parts from a window's start, no reader waiting
+        self.sweeping = False  # such a part is planned now: every job may start beside it
         # the windows in `book.rest_pending`: their own tasks' parts, and those of tasks that
         # joined meanwhile (by task); and the batches each such task added (by task, window)
         self._parts: dict[int, WindowParts] = {}
@@ -273,12 +274,15 @@ class WindowPlanner(TaskJoins):
     async def _plan_due(self, window: int, owner: str | None, part: frozenset[str]
                         ) -> work.PlannedWindow | None:
         """`_due_part`'s part planned and merged in; the window whole once every part is."""
-        started = trio.current_time()
-        if owner is None:
-            planned = await self._plan_rest(window, part)
-        else:
-            planned = None
-            await self._plan_joiner_part(owner, window, part)
+        started, self.sweeping = trio.current_time(), getattr(part, "swept", False)
+        try:
+            if owner is None:
+                planned = await self._plan_rest(window, part)
+            else:
+                planned = None
+                await self._plan_joiner_part(owner, window, part)
+        finally:
+            self.sweeping = False
         self._whole_yet(window)
         if getattr(part, "swept", False):
             self.pace.planned(trio.current_time() - started, trio.current_time())

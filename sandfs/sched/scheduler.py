@@ -192,9 +192,13 @@ class Scheduler(ReaderSide):
         """Beside each planning thread (`WindowPlanner.while_planning`): the jobs of batches
         readers are blocked on. Planning a window of 10,000 videos takes 2 s, and a task that
         joined then waited for it to its first batch. Other jobs wait: started before the
-        window is planned, they would carry nothing for it."""
+        window is planned, they would carry nothing for it. Beside a part swept from a
+        window's start (no reader waits), every job: its videos are none of theirs, and parts
+        swept back to back left the workers idle."""
         while True:
-            if self.board.demand_waiting:
+            if self.planner.sweeping:
+                self._dispatch()
+            elif self.board.demand_waiting:
                 self._dispatch(demanded_only=True)
             await self._next_wakeup()
 

@@ -18,16 +18,17 @@ from tests.unit.test_scheduler import scheduler_for
 from tests.unit.test_window_parts import in_parts, until
 
 
-def swept_parts(scheduler, hold: threading.Event | None = None) -> list[tuple[bool, frozenset]]:
+def swept_parts(scheduler, hold: threading.Event | None = None, held: int = 1
+                ) -> list[tuple[bool, frozenset]]:
     """Each part after the lead part as (swept, videos), recorded as its planning starts; the
-    first swept one waits for `hold` (set) in its thread."""
+    `held`-th swept one waits for `hold` (set) in its thread."""
     parts, planned = [], scheduler.planner.plan_active
 
     def planning(window, lead=None, skip=frozenset(), tasks=None):
         if skip:
             swept = bool(getattr(lead, "swept", False))
             parts.append((swept, frozenset(lead or ())))
-            if swept and hold is not None and sum(s for s, _ in parts) == 1:
+            if swept and hold is not None and sum(s for s, _ in parts) == held:
                 assert hold.wait(10)
         return planned(window, lead, skip, tasks)
 
@@ -35,11 +36,11 @@ def swept_parts(scheduler, hold: threading.Event | None = None) -> list[tuple[bo
     return parts
 
 
-def busy_window(tmp_path, monkeypatch):
-    """160 videos, window 0 in parts of one batch's videos for readers, planned ahead one
-    batch; the workers never idle (to the planner)."""
+def busy_window(tmp_path, monkeypatch, part_batches: int = 1):
+    """160 videos, window 0 in parts of `part_batches` batches' videos for readers, planned
+    ahead one batch; the workers never idle (to the planner)."""
     in_parts(monkeypatch)
-    monkeypatch.setattr(planning_module, "PART_BATCHES", 1)
+    monkeypatch.setattr(planning_module, "PART_BATCHES", part_batches)
     plan, scheduler, _ = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
     scheduler.planner.idle = lambda: False
     scheduler.planner.plan_ahead = 1
@@ -95,9 +96,29 @@ async def test_a_reader_coming_while_parts_are_swept_has_its_part_first(tmp_path
     assert not swept and far - parts[0][1] <= videos, parts[:2]
 
 
+async def test_jobs_start_beside_a_swept_part(tmp_path, monkeypatch):
+    """Beside a planning thread only the jobs readers wait for start; parts swept back to back
+    then left the workers idle. A swept part holds no reader's batch: every job starts, here
+    those of the next batches' part (4 batches, 2 workers) while the first swept part waits."""
+    plan, scheduler = busy_window(tmp_path, monkeypatch, part_batches=4)
+    scheduler.planner.plan_ahead = 2  # batches 1-4's part comes before the sweep's
+    hold = threading.Event()
+    parts = swept_parts(scheduler, hold)
+    async with trio.open_nursery() as nursery:
+        await read_first(plan, scheduler, nursery)
+        with trio.fail_after(10):
+            await until(lambda: any(swept for swept, _ in parts))
+            done = scheduler.jobs_done
+            await until(lambda: scheduler.jobs_done >= done + 3)
+        assert scheduler.planner.sweeping and not hold.is_set()
+        hold.set()
+        nursery.cancel_scope.cancel()
+
+
 def test_the_sweep_takes_its_share_and_sizes_its_parts_by_their_time():
-    """After a part of t seconds the next waits t (a share of one half); a part twice as fast
-    as `part_s` doubles the next, one slower halves it, never below the readers' size."""
+    """After a part of t seconds the next waits t at a share of one half (none at the default,
+    1); a part twice as fast as `part_s` doubles the next, one slower halves it, never below
+    the readers' size."""
     pace = SweepPace(16, share=0.5, part_s=0.2)
     assert pace.due(0.0)
     pace.planned(0.05, now_s=10.0)
@@ -107,8 +128,9 @@ def test_the_sweep_takes_its_share_and_sizes_its_parts_by_their_time():
     for _ in range(3):
         pace.planned(0.5, now_s=30.0)
     assert pace.batches == 16
-    off = SweepPace(16, share=0)
-    assert not off.due(0.0)
+    off, back_to_back = SweepPace(16, share=0), SweepPace(16)
+    back_to_back.planned(0.5, now_s=1.0)
+    assert not off.due(0.0) and back_to_back.due(1.0)
 
 
 async def test_no_part_is_swept_while_a_reader_waits_or_videos_wait_for_their_probes(tmp_path):
