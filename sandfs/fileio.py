@@ -11,6 +11,7 @@ import logging
 import os
 import secrets
 import threading
+from collections.abc import Iterable, Iterator
 
 import xxhash
 
@@ -46,10 +47,31 @@ DAMAGED = _DamagedCount()
 
 def write_checked_json(path: str, document: dict, *, durable: bool = True) -> None:
     """`atomic_write` a JSON object with its checksum as the last key (still plain JSON)."""
-    body = json.dumps(document, separators=(",", ":")).encode()
-    digest = xxhash.xxh3_64_hexdigest(body).encode()
-    sealed = body[:-1] + (_CHECKSUM_MARK if body != b"{}" else _CHECKSUM_MARK[1:])
-    atomic_write(path, sealed + digest + b'"}', durable=durable)
+    write_checked_pieces(path, [json.dumps(document, separators=(",", ":")).encode()],
+                         durable=durable)
+
+
+def write_checked_pieces(path: str, body: Iterable[bytes], *, durable: bool = True) -> None:
+    """`write_checked_json` of a JSON object given as its text's pieces, each written as it
+    comes: a scan index of 250,000 rows held its 60 MB text four times at once (dumped,
+    encoded, sealed, joined)."""
+    hasher = xxhash.xxh3_64()
+
+    def sealed() -> Iterator[bytes]:
+        held, size = b"", 0
+        for piece in body:
+            if piece:
+                hasher.update(piece)
+                size += len(piece)
+                if held:
+                    yield held
+                held = piece
+        if not held.endswith(b"}"):
+            raise ValueError("a checked document is a JSON object")
+        yield held[:-1] + (_CHECKSUM_MARK if size > 2 else _CHECKSUM_MARK[1:])
+        yield hasher.hexdigest().encode() + b'"}'
+
+    atomic_write_pieces(path, sealed(), durable=durable)
 
 
 def read_checked_json(path: str) -> dict:
@@ -83,15 +105,22 @@ def atomic_write(path: str, data: bytes, *, durable: bool = True, mode: int = 0o
     over `path`, then the directory fsynced so that the rename survives a power cut. The temp
     file is removed on any failure. `durable=False` skips both fsyncs (a cache that can be
     rebuilt trades them for speed)."""
+    atomic_write_pieces(path, [data], durable=durable, mode=mode)
+
+
+def atomic_write_pieces(path: str, pieces: Iterable[bytes], *, durable: bool = True,
+                        mode: int = 0o600) -> None:
+    """`atomic_write` of the pieces' bytes, one after the other, each written as it comes."""
     directory = os.path.dirname(os.path.abspath(path))
     temp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(4)}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW,
                  mode)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            for data in pieces:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
             if durable:
                 os.fsync(fd)
         finally:

@@ -16,7 +16,7 @@ import av
 import numpy as np
 import pytest
 
-from sandfs.fileio import read_checked_json, write_checked_json
+from sandfs.fileio import read_checked_json, write_checked_json, write_checked_pieces
 from sandfs.media import probe, resulttext, scan_index
 from sandfs.media.decode import ScanMismatch, decode_all_reference, decode_each, decode_frames
 from sandfs.media.mp4box import SAMPLE_TABLES
@@ -269,14 +269,18 @@ def test_the_scan_index_is_built_and_written_without_cyclic_collections(tmp_path
     make_dataset(tmp_path / "videos", classes=1, videos_per_class=2, num_frames=(8, 8))
     enabled = []
 
-    def write(path, document, **kwargs):
-        enabled.append(gc.isenabled())
-        write_checked_json(path, document, **kwargs)
+    def write(path, pieces, **kwargs):
+        def checked():
+            for piece in pieces:  # the rows are made as they are written
+                enabled.append(gc.isenabled())
+                yield piece
 
-    monkeypatch.setattr(scan_index, "write_checked_json", write)
+        write_checked_pieces(path, checked(), **kwargs)
+
+    monkeypatch.setattr(scan_index, "write_checked_pieces", write)
     assert gc.isenabled()
     scan_dataset(tmp_path / "videos", [".mp4"], workers=1, index_path=tmp_path / "index.json")
-    assert enabled == [False] and gc.isenabled()
+    assert enabled and not any(enabled) and gc.isenabled()
     assert len(read_checked_json(str(tmp_path / "index.json"))["entries"]) == 2
 
 
