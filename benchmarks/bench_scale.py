@@ -14,14 +14,16 @@ Per size and task:
   RSS (VmHWM) and its process tree's sampled peak; the pruning the daemon logged by then; on
   the cold mount, when its scan was done (`scan_done_s`, seen after the batches: it waits for
   it, so the warm mount has its index; `scan_s`, the daemon's own figure) and, with
-  --whole-timeout, when window 0 was planned whole, with the daemon's peak RSS by then
-  (`whole_s`, `daemon_peak_rss_whole_mb`: the timed batches need only the window's first
-  parts); on the warm mount, right after its first batch (with --join-when-planned: once it
-  holds its first two windows planned, `kept_after_s` from the launch), seconds from a second
-  task's file written into `.sand/tasks/` (another seed) to its first batch
-  (`joined_first_batch_s`; `joined_at_s`: when it had it, from the launch), the first task
-  reading on meanwhile (its longest read during the join and its median read before:
-  `other_read_during_join_s`, `other_read_before_s`).
+  --whole-timeout, when window 0 was planned whole (its rest swept once the scan is done),
+  with the daemon's RSS then and its peak 5 s later (`whole_s`, `daemon_rss_whole_mb`,
+  `daemon_peak_rss_whole_mb`: the timed batches need only the window's first parts), and its
+  peak once the task's first two windows are planned (`planned_s`,
+  `daemon_peak_rss_planned_mb`); on the warm mount, right after its first batch (with
+  --join-when-planned: once it holds its first two windows planned, `kept_after_s` from the
+  launch), seconds from a second task's file written into `.sand/tasks/` (another seed) to
+  its first batch (`joined_first_batch_s`; `joined_at_s`: when it had it, from the launch),
+  the first task reading on meanwhile (its longest read during the join and its median read
+  before: `other_read_during_join_s`, `other_read_before_s`).
 - scan (in this process): `scan_dataset` of the linked dataset with no scan index, two probe
   workers: wall seconds, videos/s, CPU milliseconds a video (this process and its workers).
 - warm (through `sandfs mount`): a mount on a cache dir holding only a scan index of every
@@ -124,13 +126,10 @@ def parse_args() -> argparse.Namespace:
                              "batch")
     parser.add_argument("--whole-timeout", type=float, default=0,
                         help="after the cold mount's scan, wait up to this many seconds for "
-                             "window 0 to be planned whole and report its RSS then (0: not "
-                             "waited; its rest is planned while the workers idle, and they "
-                             "decode the planned videos ahead first: minutes at 100,000 videos)")
+                             "window 0 to be planned whole, then for its first two windows, "
+                             "and report the daemon's RSS then (0: not waited)")
     parser.add_argument("--plan-ahead", type=int, default=None,
-                        help="the mount runs' engine.plan_ahead (default: the config's, 64); "
-                             "with one over an epoch's batches window 0 is planned whole "
-                             "ahead of the first reader, for --whole-timeout")
+                        help="the mount runs' engine.plan_ahead (default: the config's, 64)")
     parser.add_argument("--sources", type=int, default=16, help="distinct videos linked")
     parser.add_argument("--prune-max-clips", type=int, default=300_000,
                         help="skip the in-process pruning figure above this many clips")
