@@ -47,7 +47,15 @@ class TaskJoins:
         part is planned in parts too, as its readers come (`_join_parts`): a task joining a
         mount of 250,000 videos waited 3.7 s for the rest of the window planned at once. A
         task with the window's own batches (one seed) joins their parts instead. `added` is
-        called as the book takes the task (the registry serves it from then on)."""
+        called as the book takes the task (the registry serves it from then on). No part is
+        swept meanwhile (`_sweeps`): it would hold the lock the task waits for."""
+        self._joining += 1
+        try:
+            await self._join(plan, added)
+        finally:
+            self._joining -= 1
+
+    async def _join(self, plan: TaskPlan, added: Callable[[], None] | None) -> None:
         ahead = await self._resolve_lead(plan)
         async with self.tasks_steady:
             self.carry.forget(self.book.future)

@@ -213,7 +213,7 @@ class SweepPace:
     jobs)) is paid a few hundred times a window, not 16 batches at a time (250,000 videos:
     ~2,000 parts)."""
 
-    def __init__(self, batches: int, *, share: float = 1.0, part_s: float = 1.0,
+    def __init__(self, batches: int, *, share: float = 1.0, part_s: float = 0.5,
                  most: int = 1 << 16) -> None:
         self.share, self.part_s = share, part_s  # share 0: no sweep while the workers are busy
         self.least = self.batches = batches

@@ -78,7 +78,7 @@ class WindowPlanner(TaskJoins):
         # part is planned; `idle`: whether the workers would otherwise idle (the scheduler's)
         self.plan_ahead, self.idle = plan_ahead, idle
         self.pace = SweepPace(PART_BATCHES)  # parts from a window's start, no reader waiting
-        self.sweeping = False  # such a part is planned now: every job may start beside it
+        self.sweeping, self._joining = False, 0  # a swept part planned now; tasks joining
         # the windows in `book.rest_pending`: their own tasks' parts, and those of tasks that
         # joined meanwhile (by task); and the batches each such task added (by task, window)
         self._parts: dict[int, WindowParts] = {}
@@ -258,10 +258,10 @@ class WindowPlanner(TaskJoins):
         return None
 
     def _sweeps(self, plans: Iterable[TaskPlan]) -> bool:
-        """May a part come from a window's start (no reader near)? Never while a reader waits
-        for a batch; at the pace's share once the tasks' videos are all probed (a part waiting
-        for probes would hold a reader's part back); at once where the workers would idle."""
-        if self.board.demanded:
+        """May a part come from a window's start? Not while a reader waits or a task joins;
+        at the pace's share once the tasks' videos are all probed (a part waiting for probes
+        holds a reader's part back); at once where the workers would idle."""
+        if self.board.demanded or self._joining:
             return False
         due = self.pace.due(trio.current_time()) and all(p.probes.all_known() for p in plans)
         return due or self.idle()

@@ -14,7 +14,7 @@ from sandfs.media.types import BadVideo, ListedVideo
 from sandfs.plan.window import view_key
 from sandfs.sched import planning as planning_module
 from sandfs.sched.parts import SweepPace
-from tests.unit.test_scheduler import scheduler_for
+from tests.unit.test_scheduler import joining_task, scheduler_for
 from tests.unit.test_window_parts import in_parts, until
 
 
@@ -152,3 +152,24 @@ async def test_no_part_is_swept_while_a_reader_waits_or_videos_wait_for_their_pr
     assert not book.all_known() and not planner._sweeps([plan])
     book.record("v2.mp4", BadVideo("v2.mp4", "open_invalid", ""))
     assert book.all_known() and planner._sweeps([plan])
+
+
+async def test_no_part_is_swept_while_a_task_joins(tmp_path, monkeypatch):
+    """A task joining a kept mount waits for the planner's lock: a swept part holding it would
+    add its seconds to the task's first batch."""
+    plan, scheduler = busy_window(tmp_path, monkeypatch)
+    planner, entered = scheduler.planner, trio.Event()
+    assert planner._sweeps([plan])
+    resolve = planner._resolve_lead
+
+    async def resolving(joining):
+        entered.set()
+        await trio.sleep(0.2)
+        return await resolve(joining)
+
+    planner._resolve_lead = resolving
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(planner.add_plan, joining_task(tmp_path, plan))
+        await entered.wait()
+        assert not planner._sweeps([plan])
+    assert planner._sweeps([plan])
