@@ -103,6 +103,9 @@ PLAN_BUDGET_BYTES = 10 << 30  # the store `plan` keeps window 0's soonest clips 
 SOURCE_FRAMES, SOURCE_FPS, SOURCE_WH = 90, 30, (320, 240)
 PRUNED_LINE = re.compile(r"window (\d+): keeping (\d+) bytes on disk \((\d+) collapses, "
                          r"(\d+) drops.*\) in ([\d.]+)s")
+# status.json at 250,000 videos costs the daemon tens of ms (its status walks the pending
+# jobs and the store's index): polled every 0.5 s it was a third of the daemon's Python time
+STATUS_POLL_S = 2.0
 SCANNED_LINE = re.compile(r"scanned .*, ([\d.]+) s$", re.MULTILINE)  # the daemon's own figure
 
 
@@ -257,7 +260,7 @@ def whole_record(mount, config: Path, task: str, args, settle_s: float = 5.0) ->
                           daemon_rss_whole_mb=round(rss_mb(mount.pid), 1))
             time.sleep(settle_s)
             break
-        time.sleep(0.5)
+        time.sleep(STATUS_POLL_S)
     record["daemon_peak_rss_whole_mb"] = peak_rss_mb(mount.pid)
     if record["whole_s"] is not None:
         planned = windows_planned_s(mount, config, task, args.k_epochs, args.whole_timeout,
@@ -298,7 +301,7 @@ def windows_planned_s(mount, config: Path, task: str, k_epochs: int,
         wanted = epochs * status["tasks"][task]["iterations_per_epoch"] - read
         if scheduler["views_planned"] + scheduler["views_ready"] >= wanted:
             return round(time.monotonic() - mount.launched_at, 2)
-        time.sleep(0.5)
+        time.sleep(STATUS_POLL_S)
     return None
 
 
