@@ -14,7 +14,9 @@ and sweep got to is kept (`WindowParts`), and only grows, as the planned videos 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -22,6 +24,7 @@ from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import batches_holding, lead_indices
 
 REST = frozenset[str]()  # `WindowParts.next`: plan the window's rest, at once
+T = TypeVar("T")
 
 
 class Part(frozenset[str]):
@@ -219,12 +222,24 @@ class SweepPace:
         self.least = self.batches = batches
         self.most = most
         self._next_s = -math.inf
+        self.cpu_s: float | None = None  # the last `timed` call's
 
     def due(self, now_s: float) -> bool:
         return self.share > 0 and now_s >= self._next_s
 
-    def planned(self, seconds: float, now_s: float) -> None:
-        """A swept part took `seconds` (its planning and merge), ending at `now_s`."""
+    def timed(self, plan: Callable[..., T], *args: object, **kwargs: object) -> T:
+        """`plan(...)`, in a planning thread, its CPU seconds kept (`cpu_s`): a part is sized
+        by its CPU, not by the wall time a loaded machine stretches (load 8 on 2 cores: 3-4x)."""
+        started = time.thread_time()
+        try:
+            return plan(*args, **kwargs)
+        finally:
+            self.cpu_s = time.thread_time() - started
+
+    def planned(self, started_s: float, now_s: float) -> None:
+        """A swept part planned from `started_s` to `now_s`: it took its planning thread's CPU
+        (`timed`), else that wall time."""
+        seconds = self.cpu_s if self.cpu_s is not None else now_s - started_s
         self._next_s = now_s + seconds * (1 / self.share - 1) if self.share > 0 else math.inf
         if seconds < self.part_s / 2:
             self.batches = min(2 * self.batches, self.most)

@@ -199,9 +199,9 @@ class WindowPlanner(TaskJoins):
         resolved."""
         resolved = self.book.windows[window].view_plans if skip else MappingProxyType({})
         plans = [p for p in self.book.planned_plans(window) if tasks is None or p.name in tasks]
-        planned = work.plan_active_window(plans, window, self.store,
-                                          self.prune_mode, lead=lead, skip=skip,
-                                          resolved=resolved, settle=self.freezes_windows)
+        planned = self.pace.timed(work.plan_active_window, plans, window, self.store,
+                                  self.prune_mode, lead=lead, skip=skip, resolved=resolved,
+                                  settle=self.freezes_windows)
         if self.on_window_planned is not None:
             try:
                 self.on_window_planned()
@@ -268,13 +268,13 @@ class WindowPlanner(TaskJoins):
 
     def _held_back(self, window: int) -> set[int]:
         """`WindowBook.held_back` by a window in parts, for the tasks of its parts."""
-        tasks = {name for parts in self._groups(window) for name in parts.tasks}
-        return self.book.held_back(window, tasks)
+        return self.book.held_back(window, {n for p in self._groups(window) for n in p.tasks})
 
     async def _plan_due(self, window: int, owner: str | None, part: frozenset[str]
                         ) -> work.PlannedWindow | None:
         """`_due_part`'s part planned and merged in; the window whole once every part is."""
-        started, self.sweeping = trio.current_time(), getattr(part, "swept", False)
+        swept, started = getattr(part, "swept", False), trio.current_time()
+        self.sweeping, self.pace.cpu_s = swept, None
         try:
             if owner is None:
                 planned = await self._plan_rest(window, part)
@@ -284,8 +284,8 @@ class WindowPlanner(TaskJoins):
         finally:
             self.sweeping = False
         self._whole_yet(window)
-        if getattr(part, "swept", False):
-            self.pace.planned(trio.current_time() - started, trio.current_time())
+        if swept:
+            self.pace.planned(started, trio.current_time())
         return planned
 
     async def _plan_joiner_part(self, name: str, window: int, part: frozenset[str]) -> None:

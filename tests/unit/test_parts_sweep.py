@@ -115,19 +115,23 @@ async def test_jobs_start_beside_a_swept_part(tmp_path, monkeypatch):
         nursery.cancel_scope.cancel()
 
 
-def test_the_sweep_takes_its_share_and_sizes_its_parts_by_their_time():
+def test_the_sweep_takes_its_share_and_sizes_its_parts_by_their_cpu():
     """After a part of t seconds the next waits t at a share of one half (none at the default,
     1); a part twice as fast as `part_s` doubles the next, one slower halves it, never below
-    the readers' size."""
+    the readers' size. A part's seconds are its planning thread's CPU where `timed`."""
     pace = SweepPace(16, share=0.5, part_s=0.2)
     assert pace.due(0.0)
-    pace.planned(0.05, now_s=10.0)
+    pace.planned(9.95, now_s=10.0)
     assert not pace.due(10.04) and pace.due(10.05) and pace.batches == 32
-    pace.planned(0.15, now_s=20.0)
+    pace.planned(19.85, now_s=20.0)
     assert pace.batches == 32 and pace.due(20.15)
     for _ in range(3):
-        pace.planned(0.5, now_s=30.0)
+        pace.planned(29.5, now_s=30.0)
     assert pace.batches == 16
+    assert pace.timed(sum, range(10)) == 45 and pace.cpu_s is not None
+    pace.cpu_s = 0.5  # a part of 0.5 CPU-s that a loaded machine stretched to 2 s
+    pace.planned(38.0, now_s=40.0)
+    assert pace.batches == 16 and not pace.due(40.4) and pace.due(40.5)
     off, back_to_back = SweepPace(16, share=0), SweepPace(16)
     back_to_back.planned(0.5, now_s=1.0)
     assert not off.due(0.0) and back_to_back.due(1.0)
