@@ -93,7 +93,7 @@ class WindowParts:
                 count, swept_now = max(batches, sweep_batches), True
         if not due:
             return None
-        most = batches * max(p.sampling.videos_per_batch for p in plans)
+        most = count * max(p.sampling.videos_per_batch for p in plans)  # a swept part: its own
         if 2 * most >= _listed(plans) - len(self.planned):
             return REST
         part: set[str] = set()

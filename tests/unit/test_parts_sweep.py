@@ -13,7 +13,8 @@ from sandfs.media.probebook import ProbeBook
 from sandfs.media.types import BadVideo, ListedVideo
 from sandfs.plan.window import view_key
 from sandfs.sched import planning as planning_module
-from sandfs.sched.parts import SweepPace
+from sandfs.sched.parts import REST, SweepPace, WindowParts
+from tests.helpers.plans import fake_videos, make_plan
 from tests.unit.test_scheduler import joining_task, scheduler_for
 from tests.unit.test_window_parts import in_parts, until
 
@@ -177,3 +178,20 @@ async def test_no_part_is_swept_while_a_task_joins(tmp_path, monkeypatch):
         await entered.wait()
         assert not planner._sweeps([plan])
     assert planner._sweeps([plan])
+
+
+def test_a_sweep_within_two_of_its_parts_of_the_end_plans_the_rest(tmp_path):
+    """Its parts had grown to thousands of batches while the rest was held back until two
+    readers' parts (256 videos at 250,000) were left: each swept part walked ever more planned
+    batches for ever fewer videos. Two swept parts' worth left: the rest, at once."""
+    plan = make_plan(tmp_path, videos=fake_videos(160), epochs=2, k_epochs=2)
+    parts = WindowParts(0, {plan.listed[i].path for i in plan.batch_slots(0, 0)}, [plan.name])
+
+    def due(sweep_batches: int):
+        return parts.next([plan], {plan.name: 0}, ahead=1, batches=1, sweep=lambda: True,
+                          sweep_batches=sweep_batches)
+
+    left = len(plan.listed) - len(parts.planned)
+    small = due(1)
+    assert small is not REST and small.swept and len(small) <= plan.sampling.videos_per_batch
+    assert due(-(-left // (2 * plan.sampling.videos_per_batch))) is REST
