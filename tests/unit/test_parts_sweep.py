@@ -19,17 +19,20 @@ from tests.unit.test_scheduler import joining_task, scheduler_for
 from tests.unit.test_window_parts import in_parts, until
 
 
-def swept_parts(scheduler, hold: threading.Event | None = None, held: int = 1
-                ) -> list[tuple[bool, frozenset]]:
+def swept_parts(scheduler, hold: threading.Event | None = None, held: int = 1,
+                held_at: list | None = None) -> list[tuple[bool, frozenset]]:
     """Each part after the lead part as (swept, videos), recorded as its planning starts; the
-    `held`-th swept one waits for `hold` (set) in its thread."""
+    `held`-th swept one waits for `hold` (set) in its thread, the jobs done then in
+    `held_at`."""
     parts, planned = [], scheduler.planner.plan_active
+    held_at = [] if held_at is None else held_at
 
     def planning(window, lead=None, skip=frozenset(), tasks=None):
         if skip:
             swept = bool(getattr(lead, "swept", False))
             parts.append((swept, frozenset(lead or ())))
             if swept and hold is not None and sum(s for s, _ in parts) == held:
+                held_at.append(scheduler.jobs_done)
                 assert hold.wait(10)
         return planned(window, lead, skip, tasks)
 
@@ -103,14 +106,13 @@ async def test_jobs_start_beside_a_swept_part(tmp_path, monkeypatch):
     those of the next batches' part (4 batches, 2 workers) while the first swept part waits."""
     plan, scheduler = busy_window(tmp_path, monkeypatch, part_batches=4)
     scheduler.planner.plan_ahead = 2  # batches 1-4's part comes before the sweep's
-    hold = threading.Event()
-    parts = swept_parts(scheduler, hold)
+    hold, done = threading.Event(), []
+    swept_parts(scheduler, hold, held_at=done)
     async with trio.open_nursery() as nursery:
         await read_first(plan, scheduler, nursery)
         with trio.fail_after(10):
-            await until(lambda: any(swept for swept, _ in parts))
-            done = scheduler.jobs_done
-            await until(lambda: scheduler.jobs_done >= done + 3)
+            await until(lambda: done)  # the jobs done as the swept part began
+            await until(lambda: scheduler.jobs_done >= done[0] + 3)
         assert scheduler.planner.sweeping and not hold.is_set()
         hold.set()
         nursery.cancel_scope.cancel()
