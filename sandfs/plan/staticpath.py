@@ -49,14 +49,15 @@ class Template:
 
 class Codebook:
     """A template's ops tuples by the code of their draws (`drawn_codes`), each made once, in
-    a list that only grows: the tables of the clips holding them share it."""
+    a list that only grows (a table indexing it keeps what it indexes); its path's books are
+    replaced together once they hold INTERNED_MAX tuples (`Shelf`)."""
 
-    __slots__ = ("_codes", "_lock", "_places", "ops")
+    __slots__ = ("_codes", "_places", "_shelf", "ops")
 
-    def __init__(self) -> None:
+    def __init__(self, shelf: Shelf) -> None:
         self._codes = self._places = np.zeros(0, np.int64)  # sorted codes, their places
         self.ops: list[tuple[OpInstance, ...]] = []
-        self._lock = threading.Lock()  # planning threads add to one list
+        self._shelf = shelf
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -64,9 +65,9 @@ class Codebook:
     def places_of(self, code: np.ndarray, make: Callable[[int], tuple]
                   ) -> tuple[list, np.ndarray]:
         """`ops` and each code's place in it; `make(i)`: the ops of `code[i]`, made where its
-        code has none yet."""
+        code has none yet. New codes are merged into the sorted ones (no sort of the book)."""
         distinct, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-        with self._lock:
+        with self._shelf.lock:
             at = np.searchsorted(self._codes, distinct)
             known = np.zeros(len(distinct), bool)
             inside = at < len(self._codes)
@@ -75,12 +76,24 @@ class Codebook:
             if len(fresh):
                 places = np.arange(len(self.ops), len(self.ops) + len(fresh))
                 self.ops += [make(i) for i in first[fresh].tolist()]
-                codes = np.concatenate([self._codes, distinct[fresh]])
-                order = np.argsort(codes, kind="stable")
-                self._codes = codes[order]
-                self._places = np.concatenate([self._places, places])[order]
+                self._shelf.size += len(fresh)
+                self._codes = np.insert(self._codes, at[fresh], distinct[fresh])
+                self._places = np.insert(self._places, at[fresh], places)
                 at = np.searchsorted(self._codes, distinct)
             return self.ops, self._places[at][inverse]
+
+
+class Shelf:
+    """A path's codebooks, by template, and the ops tuples they hold together: replaced as a
+    whole once those reach INTERNED_MAX (one book a frame size: 100 sizes held 100 times
+    that). A thread still adding to a book of an older shelf goes on; tables keep its list."""
+
+    __slots__ = ("books", "lock", "size")
+
+    def __init__(self) -> None:
+        self.books: dict[int, Codebook] = {}  # by id(template): kept as long as the path
+        self.lock = threading.Lock()  # planning threads add to one list
+        self.size = 0
 
 
 class StaticPath:
@@ -92,7 +105,7 @@ class StaticPath:
         self.clip_path = clip_path  # the same for every clip
         self._templates: dict[tuple, Template] = {}
         self._instances: dict[tuple, OpInstance] = {}  # `first_drawn`
-        self._books: dict[int, Codebook] = {}  # `codebook`
+        self._shelf = Shelf()  # `codebook`
 
     @classmethod
     def of(cls, plan: TaskPlan, path: StreamPath, stream: int) -> StaticPath | None:
@@ -140,13 +153,16 @@ class StaticPath:
         return found
 
     def codebook(self, template: Template) -> Codebook:
-        """The template's ops by the code of their draws (columns.py); a new one once full
-        (the tables holding the last keep it)."""
-        key = id(template)  # templates are kept as long as the path
-        found = self._books.get(key)
-        if found is None or len(found) >= INTERNED_MAX:
-            found = self._books[key] = Codebook()
-        return found
+        """The template's ops by the code of their draws (columns.py), on a new shelf once
+        the path's books hold INTERNED_MAX tuples (the tables holding the last keep them)."""
+        shelf = self._shelf
+        with shelf.lock:
+            if shelf.size >= INTERNED_MAX:
+                shelf = self._shelf = Shelf()
+            found = shelf.books.get(id(template))
+            if found is None:
+                found = shelf.books[id(template)] = Codebook(shelf)
+            return found
 
     def first_drawn(self, random: RandomOp, output: int) -> OpInstance:
         """The op drawn from its generator's first output: one instance for equal draws, kept
