@@ -156,10 +156,10 @@ def _template_ops(plan: TaskPlan, fast: StaticPath, template: Template, draws: E
     alone = np.zeros(len(video), bool)  # clips whose ops are drawn one at a time
     radix = 1
     for random, output in zip(template.randoms, outputs, strict=True):
-        window = (_shared_window(plan, random, epoch)
+        window = (plan.crop_window(random.spec, random.in_hw, random.static, epoch)
                   if draws.crops_shared and random.spec.name == "random_crop" else None)
         found = drawn_codes(random, output) if window is None else _shared_crop_codes(
-            plan, random, (epoch, window), (video, sample), output)
+            plan, random, (epoch, *window), (video, sample), output)
         radix *= 1 if found is None else found[2]
         if found is None or radix >= _CODES_MAX:
             alone[:] = True
@@ -199,34 +199,21 @@ def _ops_of(plan: TaskPlan, fast: StaticPath, template: Template,
     return plan.shared(tuple(ops))
 
 
-def _shared_window(plan: TaskPlan, random: RandomOp, epoch: int) -> tuple[int, int] | None:
-    """The crop window the random crop's place is drawn in, shared with other tasks (None:
-    drawn in the whole frame), as `TaskPlan._shared_crop` finds it."""
-    (in_h, in_w), (crop_h, crop_w) = random.in_hw, random.spec.param_dict()["size"]
-    static = random.static
-    context = (plan.identity.key, (static.height, static.width) if static.height else None)
-    window = plan.coordination.crop_windows(plan.cfg, plan.window_of(epoch)).get(context)
-    if (window is None or in_h < window[0] or in_w < window[1] or crop_h > window[0]
-            or crop_w > window[1]):
-        return None
-    return window
-
-
-def _shared_crop_codes(plan: TaskPlan, random: RandomOp, where: tuple[int, tuple[int, int]],
+def _shared_crop_codes(plan: TaskPlan, random: RandomOp,
+                       where: tuple[int, tuple[int, int], tuple],
                        clips: tuple[np.ndarray, np.ndarray], outputs: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """`drawn_codes` of a random crop in a window shared with other tasks (`where`: the epoch
-    and the window): the window's place is the pool's draw for the clip, the crop's place in
-    it the task's own, as `TaskPlan._shared_crop` draws them."""
-    epoch, (window_h, window_w) = where
+    """`drawn_codes` of a random crop in a window shared with other tasks (`where`: the epoch,
+    the window and its context, `TaskPlan.crop_window`): the window's place is the pool's draw
+    for the clip, the crop's place in it the task's own, as `TaskPlan._shared_crop` draws
+    them."""
+    epoch, (window_h, window_w), context = where
     video, sample = clips
     (in_h, in_w), (crop_h, crop_w) = random.in_hw, random.spec.param_dict()["size"]
     found = first_integers(outputs, (window_h - crop_h + 1, window_w - crop_w + 1))
     if found is None:
         return None
     (dy, dx), need = found
-    static = random.static
-    context = (plan.identity.key, (static.height, static.width) if static.height else None)
     names = plan.draws.name_reprs(epoch, video.tolist())
     k_window = plan.window_of(epoch)
     units = unit_columns(digest_words(key_texts(

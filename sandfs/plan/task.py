@@ -382,17 +382,12 @@ class TaskPlan:
                      info: VideoInfo, sample: int, own: np.random.Generator):
         """A random_crop inside the window shared with other tasks (None: not shared): the
         window's place is the pool's draw, the crop's place in it is this task's own."""
-        if spec.name != "random_crop":
+        found = spec.name == "random_crop" and self.crop_window(spec, in_hw, static, epoch)
+        if not found:
             return None
-        context = (self.identity.key, (static.height, static.width) if static.height else None)
-        k_window = self.window_of(epoch)
-        window = self.coordination.crop_windows(self.cfg, k_window).get(context)
+        (window_h, window_w), context = found
         crop_h, crop_w = spec.param_dict()["size"]
-        if (window is None or in_hw[0] < window[0] or in_hw[1] < window[1]
-                or crop_h > window[0] or crop_w > window[1]):
-            return None
-        window_h, window_w = window
-        pool_key = self.coordination.pool(self.cfg, k_window).key
+        pool_key = self.coordination.pool(self.cfg, self.window_of(epoch)).key
         draw_y, draw_x = unit_draws(pool_key, "crop", epoch + self.epoch_offset, info.name,
                                     sample, context)[:2]
         window_y = below(in_hw[0] - window_h + 1, draw_y)
@@ -400,6 +395,19 @@ class TaskPlan:
         y = window_y + int(own.integers(0, window_h - crop_h + 1))
         x = window_x + int(own.integers(0, window_w - crop_w + 1))
         return OpInstance("random_crop", spec.params, (("x", x), ("y", y)))
+
+    def crop_window(self, spec: OpSpec, in_hw: tuple[int, int], static: FrameShape,
+                    epoch: int) -> tuple[tuple[int, int], tuple] | None:
+        """The window, shared with other tasks, a random crop's place is drawn in, and its
+        context (the dataset and the crop's input as the config says); None: drawn in the
+        whole frame (no window, or one it does not fit in, or too small for it)."""
+        context = (self.identity.key, (static.height, static.width) if static.height else None)
+        window = self.coordination.crop_windows(self.cfg, self.window_of(epoch)).get(context)
+        crop_h, crop_w = spec.param_dict()["size"]
+        if (window is None or in_hw[0] < window[0] or in_hw[1] < window[1]
+                or crop_h > window[0] or crop_w > window[1]):
+            return None
+        return window, context
 
     def resolve_view(self, epoch: int, iteration: int) -> ViewPlan:
         """The batch resolved again, not kept (`view_plan` keeps its last 4,096)."""
