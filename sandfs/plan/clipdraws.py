@@ -80,8 +80,9 @@ def epoch_batches(plan: TaskPlan, epoch: int, iterations: Iterable[int],
                   known: np.ndarray) -> dict[int, list[int]]:
     """`TaskPlan.batch_videos` of these batches of the epoch, by iteration, those it finds (a
     batch it does not fails, with the reason, when it is planned): their slots read from the
-    epoch's order at once; `known`: each listed video's stand-in found so far (-1: none),
-    found for the others, their probes asked for at once."""
+    epoch's order at once; `known`: each listed video's stand-in found so far (-1: none;
+    `TaskPlan.stand_in` keeps those it finds), found for the others, their probes asked for
+    at once."""
     iterations = list(iterations)
     per_batch, order = plan.sampling.videos_per_batch, plan.epoch_order(epoch)
     places = np.asarray(iterations, np.int64)[:, None] * per_batch + np.arange(per_batch)
@@ -96,7 +97,7 @@ def epoch_batches(plan: TaskPlan, epoch: int, iterations: Iterable[int],
         if batch in failed:
             continue
         try:
-            videos[place] = known[slots[place]] = plan.stand_in(int(slots[place]))
+            videos[place] = plan.stand_in(int(slots[place]))
         except Exception:  # its view fails, with the reason, when it is planned
             failed.add(batch)
     found, start = videos.tolist(), 0
@@ -108,14 +109,19 @@ def epoch_batches(plan: TaskPlan, epoch: int, iterations: Iterable[int],
     return batches
 
 
-@dataclass(slots=True)
-class _Window:
-    """What every epoch of a window draws alike, by listed video."""
+@dataclass(slots=True, weakref_slot=True)
+class WindowDraws:
+    """What every epoch of a window draws alike, by listed video, for every task placing the
+    listing (`ListingFacts.window_draws`: one object while a task holds it). ~108 bytes a
+    video at 250,000 (docs/design.md#planning)."""
 
     names: list[str | None]  # repr(name) of the videos whose probes were looked up
     sizes: np.ndarray  # int32 (videos, 3): their frame counts, heights and widths
-    stand_ins: np.ndarray  # int64: `TaskPlan.stand_in` as found (-1: not yet)
     anchors: dict[int, tuple[np.ndarray, np.ndarray]]  # by pool key: (drawn, `FramePool.anchors`)
+
+    @classmethod
+    def empty(cls, count: int) -> WindowDraws:
+        return cls([None] * count, np.zeros((count, 3), np.int32), {})
 
 
 class ClipDraws:
@@ -127,8 +133,9 @@ class ClipDraws:
         self._epochs: OrderedDict[int, EpochDraws] = OrderedDict()
         self._kept = plan.k_epochs + KEPT_EPOCHS_AFTER_WINDOW
         self._lock = threading.Lock()  # planning threads ask for the same epochs
-        # what the epochs of a window draw alike, found once a window, not once an epoch
-        self._windows: OrderedDict[int, _Window] = OrderedDict()
+        # what the epochs of a window draw alike, found once a window, not once an epoch: the
+        # windows used last (a batch on demand in another window evicts the oldest)
+        self._windows: OrderedDict[int, WindowDraws] = OrderedDict()
 
     def prepare(self, epoch: int, indices: Sequence[int]) -> EpochDraws:
         """The epoch's draws, with those of these listed videos made (they must be usable:
@@ -148,21 +155,21 @@ class ClipDraws:
 
     def prepare_batches(self, epoch: int, iterations: Iterable[int]) -> None:
         """Draw the clips of these batches of the epoch at once (a window's, planned next)."""
-        window = self._window(self.plan.window_of(epoch))
-        batches = epoch_batches(self.plan, epoch, iterations, window.stand_ins)
+        # the task's stand-ins found so far (`TaskPlan.stand_in` keeps them)
+        batches = epoch_batches(self.plan, epoch, iterations, self.plan._stand_ins)
         self.prepare(epoch, [v for videos in batches.values() for v in videos]).batches.update(
             batches)
 
-    def _window(self, window: int) -> _Window:
+    def _window(self, window: int) -> WindowDraws:
         with self._lock:
             found = self._windows.get(window)
             if found is None:
-                count = len(self.plan.listed)
-                found = self._windows[window] = _Window(
-                    [None] * count, np.zeros((count, 3), np.int32),
-                    np.full(count, -1, np.int64), {})
+                plan = self.plan
+                found = self._windows[window] = plan.listing.window_draws(
+                    window, lambda: WindowDraws.empty(len(plan.listed)))
                 while len(self._windows) > KEPT_WINDOWS:
                     self._windows.popitem(last=False)
+            self._windows.move_to_end(window)
         return found
 
     def _probed(self, window: int, rows: list[int]) -> tuple[list[str], np.ndarray]:

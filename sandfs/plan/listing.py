@@ -2,17 +2,22 @@
 listing and shared: each video's index by name, its top folder (`labels: dirname`) and the
 names a labels file may give it. A task joining a mount of 250,000 videos rebuilt these for
 ~0.25 s of CPU (held by the GIL beside the other tasks' planning); its plan now looks them up.
-Read-only once made: tasks share the objects."""
+Read-only once made: tasks share the objects. Also what the tasks draw alike in a window
+(`window_draws`), while one of them holds it."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
+from typing import Any, TypeVar
+from weakref import WeakValueDictionary
 
 from sandfs.media.types import ListedVideo, VideoInfo
 from sandfs.plan.labels import video_names
+
+T = TypeVar("T")
 
 # listings whose facts are kept (a mount's scans, and the few tasks placing fewer videos)
 KEPT_LISTINGS = 8
@@ -23,6 +28,18 @@ class ListingFacts:
 
     def __init__(self, listed: Sequence[ListedVideo] | Sequence[VideoInfo]) -> None:
         self.listed = listed
+        # what the tasks draw alike in a window, while one of them holds it (`window_draws`)
+        self._windows: WeakValueDictionary[int, Any] = WeakValueDictionary()
+        self._lock = threading.Lock()  # planning threads of several tasks
+
+    def window_draws(self, window: int, make: Callable[[], T]) -> T:
+        """What every task placing this listing draws alike in the window (`clipdraws.py`:
+        names, sizes, pool anchors): `make()`'s, one object while any task holds it."""
+        with self._lock:
+            found = self._windows.get(window)
+            if found is None:
+                found = self._windows[window] = make()
+            return found
 
     @cached_property
     def video_index(self) -> Mapping[str, int]:

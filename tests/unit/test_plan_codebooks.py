@@ -13,6 +13,7 @@ import pytest
 
 from sandfs.plan import columns, staticpath
 from sandfs.plan.staticpath import Codebook, Shelf
+from sandfs.plan.window import plan_window
 from tests.helpers.harness import task_config
 from tests.helpers.plans import FAKE_DATASET, fake_videos
 from tests.unit.test_plan_columns import (
@@ -138,3 +139,25 @@ def test_a_books_places_stay_sorted_by_code_as_codes_come():
         assert [ops[p] for p in places.tolist()] == [(c,) for c in codes.tolist()]
     assert len(made) == len(set(made)) == len(book)
     assert np.all(np.diff(book._codes) > 0)
+
+
+def test_tasks_on_one_listing_share_a_windows_draws_until_the_last_lets_go():
+    """Names, sizes and pool anchors are the listing's: one object a window for every task
+    placing it, gone once every task has planned the window."""
+    config, videos = _random_config(3), _videos(23, 3)
+    plans = _plans(config, videos, tasks=2)
+    first, second = (plan.draws._window(0) for plan in plans)
+    assert first is second and plans[0].listing is plans[1].listing
+    del first, second
+    plan_window(plans, 0)
+    assert not plans[0].draws._windows and not plans[0].listing._windows
+
+
+def test_a_window_used_last_is_kept_before_an_older_one():
+    plan, = _plans(_random_config(3), _videos(23, 3))
+    draws = plan.draws
+    kept = draws._window(0)
+    draws._window(1)
+    assert draws._window(0) is kept  # used again: the newest
+    draws._window(2)  # evicts window 1, not 0
+    assert list(draws._windows) == [0, 2] and draws._window(0) is kept
