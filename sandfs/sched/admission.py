@@ -101,8 +101,8 @@ class Admission:
             save_frames=disk.frames and self.keeps_on_disk, frames_on_disk=frames_on_disk,
             frame_bytes=frame_bytes, carry=carry,
             deadlines={u.view: first_reader(u) for u in uses},
-            layouts={u.view: views[u.view].plan.sampling.layout for u in uses},
-            states={u.view: views[u.view] for u in uses}, ahead=ahead_spots,
+            layouts={u.view: views.state(u.view).plan.sampling.layout for u in uses},
+            states={u.view: views.state(u.view) for u in uses}, ahead=ahead_spots,
             ahead_of=VideoJobKey(job_key.window + 1, job_key.path) if ahead else None)
 
     @staticmethod
@@ -149,6 +149,6 @@ class Admission:
         fits, _ = self.memory.reserve_buffer(key, self.memory.free_bytes, demanded=demanded)
         if not fits:
             return None
-        state = self.board.views[key]
+        state = self.board.views.state(key)
         return AssemblyJob(key, state.plan, state.view,
                            tuple(sorted(state.on_disk - state.in_memory)), {key: state})

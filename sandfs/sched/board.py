@@ -170,7 +170,7 @@ class BatchBoard:
                 owner_load=owner_load(u.view for u in uses) if owner_load else 0,
             ), job
         for key in self.covered:  # batches to read back: those needed soon
-            state = self.views[key]
+            state = self.views.state(key)
             on_disk_only = state.on_disk - state.in_memory  # to read back: no job owes a clip
             if key in busy or not on_disk_only:
                 continue
@@ -254,7 +254,7 @@ class BatchBoard:
         ready = self.views.add_window(plan, self.ready)  # made already, or failed
         for key, slots in planned.on_disk.items():  # a state for those with clips on disk
             if slots and key not in ready and key in self.views:
-                state = self.views[key]
+                state = self.views.state(key)
                 state.add_on_disk(slots)
                 self._note_slots(key, state)
         self.urgency.add_entries(planned.urgency, self.pending)
@@ -288,7 +288,7 @@ class BatchBoard:
                 planned = use.view in self.views  # no: its batch failed, or was made already
                 stored = planned and Spot.of(use) in on_disk
                 if stored:
-                    state = self.views[use.view]
+                    state = self.views.state(use.view)
                     state.add_on_disk((use.slot,))
                     self._note_slots(use.view, state)
                 pends.append(planned and not stored)
@@ -326,7 +326,7 @@ class BatchBoard:
 
     def buffer(self, key: ViewKey) -> np.ndarray:
         """The array to fill the batch `key` in (a new one unless `reuse_buffer` gave it one)."""
-        state = self.views[key]
+        state = self.views.state(key)
         if state.buffer is None:
             shape, dtype = state.view.shape, state.view.dtype
             into = None if self.allocate is None else self.allocate(npy_nbytes(shape, dtype))
@@ -340,7 +340,7 @@ class BatchBoard:
         the REREAD_KEPT batches read last stay, for a client that reads a file twice in a row
         (short of memory they would be evicted anyway, and their buffers are better taken).
         Its memory was counted already: no more is taken. False: there is none."""
-        state = self.views[key]
+        state = self.views.state(key)
         nbytes = state.nbytes
         read = [old for old, ready in self.ready.items() if not ready.readers_left]
         spared = REREAD_KEPT if spare_last_read else 0

@@ -100,7 +100,7 @@ class MemoryLedger:
         VM 0.6-1.8 s a GiB to touch (a cold run's daemon: 3.6 CPU-s instead of 4.2,
         docs/performance.md#fresh-pages). A read batch is then gone for whoever reads it again (it
         is built again, from disk if its clips are there), as it was once memory ran short."""
-        state = self.board.views[key]
+        state = self.board.views.state(key)
         if state.buffer is not None:
             return True, free
         cost = state.nbytes

@@ -6,8 +6,9 @@ entry each were 17 bytes a clip of window 0 at 10,000 videos
 
 A batch is on the board while its window is (`add_window` to `drop_window`) and it has not
 left it: made (ready), failed or dropped (`leave`). Its state is made when something holds it
-(`__getitem__`: a job taking its slots, a buffer, a read back; `hold`: slots on disk, a batch
-planned again); read-only looks (`peek`, `plan_of`, `view_of`, membership) make none."""
+(`state`: a job taking its slots, a buffer, a read back; `hold`: slots on disk, a batch
+planned again); every other look (`[]`, `get`, `plan_of`, `view_of`, membership, `held`)
+makes none."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from sandfs.plan.window import ViewKey, WindowPlan
 from sandfs.sched.viewstate import ViewState
 
 
-class OnBoard(Mapping[ViewKey, ViewState]):
-    """Batches of active windows, not ready yet, by key: a mapping to their states, each made
-    the first time it is looked up and kept until the batch leaves."""
+class OnBoard:
+    """Batches of active windows, not ready yet, by key: a state for each in flight, made by
+    `state` and kept until the batch leaves; the others found in their windows' plans."""
 
     def __init__(self) -> None:
         self._held: dict[ViewKey, ViewState] = {}  # the batches in flight
@@ -41,6 +42,18 @@ class OnBoard(Mapping[ViewKey, ViewState]):
         return key in self._held or self._planned(key) is not None  # type: ignore[arg-type]
 
     def __getitem__(self, key: ViewKey) -> ViewState:
+        """The batch's state when it is in flight (KeyError for one planned only)."""
+        return self._held[key]
+
+    def get(self, key: ViewKey, default: ViewState | None = None) -> ViewState | None:
+        """The batch's state when it is in flight, else `default`: none is made."""
+        return self._held.get(key, default)
+
+    peek = get
+
+    def state(self, key: ViewKey) -> ViewState:
+        """The batch's state, made now when it has none: the batch is in flight from now on
+        (a job takes its slots, a buffer, a read back) until it leaves; KeyError off it."""
         state = self._held.get(key)
         if state is not None:
             return state
@@ -50,10 +63,6 @@ class OnBoard(Mapping[ViewKey, ViewState]):
         part = found[1]
         state = self._held[key] = ViewState.planned(*part.views[key], part.view_plans.get(key))
         return state
-
-    def peek(self, key: ViewKey) -> ViewState | None:
-        """The batch's state when it is in flight: None for one planned only (or not here)."""
-        return self._held.get(key)
 
     def plan_of(self, key: ViewKey) -> TaskPlan | None:
         """The task plan of a batch on the board, without a state made for it."""

@@ -363,7 +363,7 @@ class WindowPlanner(TaskJoins):
         if planning_s < FIRST_BATCHES_FIRST_S:
             return set()
         keys = self._waited_batches(plan)
-        videos = {c.video_index for k in keys for c in self.board.views[k].view.clips}
+        videos = {c.video_index for k in keys for c in self.board.views.state(k).view.clips}
         few = len(videos) * FIRST_BATCHES_VIDEO_SHARE <= len(plan.videos)
         return keys if few else set()
 

@@ -4,6 +4,7 @@ answered from its plan, as a state made for each of them answered before."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard, ReadyView
@@ -26,7 +27,10 @@ def test_a_window_s_batches_are_on_the_board_with_no_state_until_one_is_taken(tm
         assert board.views.plan_of(key) is plan
     assert not list(board.views.held())  # looking made none
     first, second, third, fourth = keys[:4]
-    state = board.views[first]  # a job takes its slots: held from now on, the same one
+    assert board.views.get(first) is None and first not in dict(board.views.held())
+    with pytest.raises(KeyError):
+        board.views[first]  # no state made by a look
+    state = board.views.state(first)  # a job takes its slots: held from now on, the same one
     assert board.views[first] is state and dict(board.views.held()) == {first: state}
     assert state.view == window.view_plans[first] and (state.epoch, state.iteration) == (
         first.epoch, first.iteration)

@@ -38,7 +38,10 @@ def test_a_window_s_untouched_batches_and_videos_hold_no_sets(tmp_path):
     assert 0 < len(kept) < len(whole.videos)
     assert all(d.clips for d in planned.disk_plans.values())
     assert not list(board.views.held()) and len(board.views) == len(whole.views)  # no state
-    assert all(s.on_disk is NO_SLOTS and s.in_memory is NO_SLOTS for s in board.views.values())
+    assert all(board.views.get(key) is None for key in whole.views)  # a look makes none
+    assert not list(board.views.held())
+    states = [board.views.state(key) for key in whole.views]  # as jobs take them
+    assert all(s.on_disk is NO_SLOTS and s.in_memory is NO_SLOTS for s in states)
     jobs = {view: board.urgency.jobs_of(view) for view in whole.views}
     assert all(jobs.values()) and all(len(set(j)) == len(j) for j in jobs.values())
     assert {v: set(j) for v, j in jobs.items()} == {
@@ -51,7 +54,8 @@ def test_a_batch_s_slots_are_kept_as_they_come(tmp_path):
     planned = work.plan_active_window([plan], 0, None, "leaves")
     board = BatchBoard()
     board.add_window(planned)
-    key, state = next(iter(board.views.items()))
+    key = next(iter(board.views))
+    state = board.views.state(key)
     state.add_on_disk(())
     assert state.on_disk is NO_SLOTS  # nothing came
     state.add_on_disk([1])

@@ -1510,7 +1510,7 @@ def test_the_board_holds_the_batches_the_window_resolved(tmp_path):
     assert plan.view_plan.cache_info().misses == 0
     key = view_key(plan, 0, 0)
     assert scheduler.board.held_view(key) == plan._view_plan(0, 0)
-    state = scheduler.board.views[key]
+    state = scheduler.board.views.state(key)
     state.in_memory = set(range(state.slots))
     scheduler.board.buffer(key)
     scheduler.board.complete_if_full(key, lambda: {plan.name})
