@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 NONE = 0xFFFF  # no profile: a batch with no clips planned here (known, or failed)
 _MISSING = object()
+HELD_BESIDE = -2  # `RowMap.place`: a key held, not at its row's place
 
 
 class BatchRows:
@@ -147,6 +148,7 @@ class RowMap(MutableMapping):
         return True
 
     def _find(self, key: object) -> int:
+        """The key's row, overlay aside."""
         row = self.table.row_of(key)
         if row < 0 or (self._limit is not None and row >= self._limit):
             return -1
@@ -171,6 +173,19 @@ class RowMap(MutableMapping):
         if value is _MISSING:
             raise KeyError(key)
         return value
+
+    def place(self, key: object) -> int:
+        """Where the key is held: its row, HELD_BESIDE when set beside the rows, -1 when not
+        held (its row looked up once, for a caller that keeps bytes by row; the board asks
+        it of every batch a joining task's clip is of)."""
+        if self._extra and key in self._extra:
+            return HELD_BESIDE
+        if self._deleted and key in self._deleted:
+            return -1
+        row = self.table.row_of(key)
+        if row < 0 or (self._limit is not None and row >= self._limit):
+            return -1
+        return row if self._holds(row) else -1
 
     def __contains__(self, key: object) -> bool:
         if (self._extra and key in self._extra) or (self._override and key in self._override):
@@ -224,6 +239,10 @@ class RowMap(MutableMapping):
     def _held_rows(self, rows: int) -> int:
         """How many of the first `rows` rows this mapping holds."""
         return rows
+
+    def deleted(self) -> frozenset | set:
+        """The rows' keys deleted since the rows were made (some may be set anew since)."""
+        return self._deleted
 
     def is_over(self, table: BatchRows) -> bool:
         """Does this mapping read `table`'s rows, all of them (not a copy's)?"""

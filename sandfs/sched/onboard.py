@@ -14,9 +14,74 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+import numpy as np
+
+from sandfs.plan.batchrows import HELD_BESIDE, RowMap
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.window import ViewKey, WindowPlan
 from sandfs.sched.viewstate import ViewState
+
+
+class _Gone:
+    """The batches of a window that left the board: a byte a row of its table (a set of
+    100,000 keys was 4 MB, and counting those still in the window walked it), and a set for
+    the keys with no row (a dict of views, or a joiner's overlay)."""
+
+    __slots__ = ("count", "keys", "rows", "table", "views")
+
+    def __init__(self, views: object) -> None:
+        self.views = views if isinstance(views, RowMap) else None  # the window's first plan's
+        self.table = getattr(views, "table", None)  # a `BatchRows`, or None (a dict)
+        self.rows = bytearray()
+        self.count = 0  # bytes set in `rows`
+        self.keys: set[ViewKey] = set()
+
+    def _row(self, key: ViewKey) -> int:
+        return -1 if self.table is None else self.table.row_of(key)
+
+    def has_row(self, row: int) -> bool:
+        return row < len(self.rows) and self.rows[row] == 1
+
+    def __contains__(self, key: ViewKey) -> bool:
+        row = self._row(key)
+        if row < 0:
+            return bool(self.keys) and key in self.keys
+        return row < len(self.rows) and self.rows[row] == 1
+
+    def add(self, key: ViewKey) -> None:
+        row = self._row(key)
+        if row < 0:
+            self.keys.add(key)
+            return
+        if row >= len(self.rows):
+            self.rows.extend(bytes(len(self.table) - len(self.rows)))
+        if not self.rows[row]:
+            self.rows[row] = 1
+            self.count += 1
+
+    def discard(self, key: ViewKey) -> None:
+        row = self._row(key)
+        if row < 0:
+            self.keys.discard(key)
+        elif row < len(self.rows) and self.rows[row]:
+            self.rows[row] = 0
+            self.count -= 1
+
+    def __bool__(self) -> bool:
+        return self.count > 0 or bool(self.keys)
+
+    def __iter__(self) -> Iterator[ViewKey]:
+        if self.count:
+            keys = self.table.keys
+            yield from (keys[row] for row in np.flatnonzero(np.frombuffer(self.rows, np.uint8)))
+        yield from self.keys
+
+    def within(self, views: Mapping[ViewKey, object]) -> int:
+        """How many of these are batches of `views`: the rows set but those deleted from it
+        since (a task left), and the keys it holds; no walk of the rows."""
+        deleted = views.deleted() if self.table is not None else ()  # type: ignore[attr-defined]
+        return (self.count - sum(1 for key in deleted if key not in views and key in self)
+                + sum(1 for key in self.keys if key in views))
 
 
 class OnBoard:
@@ -26,16 +91,30 @@ class OnBoard:
     def __init__(self) -> None:
         self._held: dict[ViewKey, ViewState] = {}  # the batches in flight
         self._parts: dict[int, list[WindowPlan]] = {}  # each window's plans (whole, or parts)
-        self._gone: dict[int, set[ViewKey]] = {}  # batches of a window that left the board
+        self._gone: dict[int, _Gone] = {}  # batches of a window that left the board
+        # a batch's plan key names its window (`TaskPlan.plan_key`): learnt as keys are found
+        self._window_of: dict[object, int] = {}
 
     # -- reading ----------------------------------------------------------------------------
 
     def _planned(self, key: ViewKey) -> tuple[int, WindowPlan] | None:
-        """The window and plan of a batch on the board without a state yet (a few windows)."""
-        for window, parts in self._parts.items():
+        """The window and plan of a batch on the board (a state or not): its row looked up
+        once in its window's table, once its plan key was seen (a window's batches share a
+        few); other windows and parts walked only for a key not found so."""
+        window = self._window_of.get(getattr(key, "plan_key", None))
+        if window is not None:
+            gone = self._gone[window]
+            if gone.views is not None:  # the window's first plan, a mapping over rows
+                row = gone.views.place(key)
+                if row >= 0:
+                    return None if gone.has_row(row) else (window, self._parts[window][0])
+                if row == HELD_BESIDE:
+                    return None if key in gone else (window, self._parts[window][0])
+        for other, parts in self._parts.items():
             for part in parts:
                 if key in part.views:
-                    return None if key in self._gone[window] else (window, part)
+                    self._window_of[key.plan_key] = other
+                    return None if key in self._gone[other] else (other, part)
         return None
 
     def __contains__(self, key: object) -> bool:
@@ -96,14 +175,15 @@ class OnBoard:
                         yield key
 
     def __len__(self) -> int:
-        """Counted from the windows' mappings and what left, not a walk of their batches."""
+        """Counted from the windows' mappings, what left them and the states in flight, not a
+        walk of their batches (a status asks it at every scrape)."""
         if any(len(parts) > 1 for parts in self._parts.values()):
             return sum(1 for _ in self)  # parts the board was given as they are (no book)
         count = len(self._held)
         for window, (plan,) in ((w, p) for w, p in self._parts.items() if p):
-            views = plan.views
-            count += len(views) - sum(1 for key in self._gone[window] if key in views)
-            count -= sum(1 for key in self._held if key in views and key not in self._gone[window])
+            views, gone = plan.views, self._gone[window]
+            count += len(views) - gone.within(views)
+            count -= sum(1 for key in self._held if key in views and key not in gone)
         return count
 
     # -- changing ---------------------------------------------------------------------------
@@ -113,10 +193,14 @@ class OnBoard:
         those of the window that left it already; the keys of `plan` not on the board."""
         window = plan.window
         parts = self._parts.setdefault(window, [])
-        if not parts or any(key not in parts[0].views for key in plan.views):
-            parts.append(plan)  # else a later part its window's plan holds (`take_rest`)
-        gone = self._gone.setdefault(window, set())
-        gone.update(key for key in ready if key in plan.views and key not in self._held)
+        if not parts or next(iter(plan.views), None) not in parts[0].views:
+            parts.append(plan)  # else a later part its window's plan took (`take_rest`)
+        gone = self._gone.get(window)
+        if gone is None:
+            gone = self._gone[window] = _Gone(parts[0].views)
+        for key in ready:
+            if key in plan.views and key not in self._held:
+                gone.add(key)
         return {key for key in gone if key in plan.views}
 
     def hold(self, key: ViewKey, state: ViewState) -> None:
@@ -128,7 +212,9 @@ class OnBoard:
     def rejoin(self, keys: Mapping[ViewKey, object]) -> None:
         """Batches a window holds again (a task joined with them): on the board."""
         for gone in self._gone.values():
-            gone.difference_update(keys)
+            if gone:
+                for key in keys:
+                    gone.discard(key)
 
     def leave(self, key: ViewKey) -> ViewState | None:
         """The batch leaves the board (made, failed or dropped); its state, if it had one."""
@@ -138,6 +224,9 @@ class OnBoard:
         return self._held.pop(key, None)
 
     def drop_window(self, window: int) -> None:
-        """The window leaves: its batches' records (`leave` each of its states)."""
+        """The window's plans and what left it go; its states in flight stay until each
+        leaves (`BatchBoard.drop_window` drops them)."""
         self._parts.pop(window, None)
         self._gone.pop(window, None)
+        for plan_key in [k for k, w in self._window_of.items() if w == window]:
+            del self._window_of[plan_key]
