@@ -50,8 +50,10 @@ class BatchRows:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def add(self, key: ViewKey, plan: TaskPlan) -> int:
-        """A new batch, resolved with `plan`; its row."""
+    def add(self, key: ViewKey, plan: TaskPlan, readers: tuple = ()) -> int:
+        """A new batch, resolved with `plan`, read by `readers`; its row. Its columns are
+        written before its index: a planning thread reading the mappings meanwhile finds
+        no row, or a whole one."""
         index = self._index.get(key.plan_key)
         if index is None:
             # every task of a plan key has its k epochs and batches an epoch (of the key)
@@ -61,16 +63,16 @@ class BatchRows:
                                                  array("i", [-1]) * (plan.k_epochs * per))
         first, per, rows = index
         row = len(self.keys)
-        rows[(key.epoch - first) * per + key.iteration] = row
         number = self._plan_of.get(id(plan))
         if number is None:
             number = self._plan_of[id(plan)] = len(self._plans)
             self._plans.append(plan)
         self._owner.append(number)
-        self.keys.append(key)
-        self.readers.append(())
+        self.readers.append(readers)
         self.rows.append(None)
         self._profile.append(NONE)
+        self.keys.append(key)
+        rows[(key.epoch - first) * per + key.iteration] = row
         return row
 
     def row_of(self, key: object) -> int:
@@ -109,8 +111,7 @@ class BatchRows:
         row here; `readers`: theirs, as the part's mapping has them."""
         for key in keys:
             row = other.row_of(key)
-            mine = self.add(key, other.plan(row))
-            self.readers[mine] = readers[key]
+            mine = self.add(key, other.plan(row), readers[key])
             if other.resolved_here(row):
                 self.resolved(mine, other.rows[row], other.view_plan(row))
 
@@ -158,10 +159,12 @@ class RowMap(MutableMapping):
     def get(self, key, default=None):
         """As `__getitem__`, without an exception for a key not here (a part's rest asks
         its window's `view_plans` for each of its batches, most not resolved yet)."""
-        if self._extra and key in self._extra:
-            return self._extra[key]
-        if self._override and key in self._override:
-            return self._override[key]
+        # one call a dict: a task leaving (the event loop) may delete the key meanwhile
+        value = self._extra.get(key, _MISSING) if self._extra else _MISSING
+        if value is _MISSING and self._override:
+            value = self._override.get(key, _MISSING)
+        if value is not _MISSING:
+            return value
         if not (self._deleted and key in self._deleted):
             row = self._find(key)
             if row >= 0:

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from sandfs.plan.batchrows import ReadersMap, ViewPlansMap, ViewsMap
+from sandfs.plan.batchrows import BatchRows, ReadersMap, ViewPlansMap, ViewsMap
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.window import WindowPlan, lead_batches, plan_window, slot_owners, view_key
 from tests.helpers.plans import fake_videos, make_plan
@@ -159,3 +159,39 @@ def test_uses_grouped_in_numpy_are_the_clip_walk_s(tmp_path, seed):
             work = planned.videos[path]
             assert work.info == info and work.plan is plan and work.window == 0
             assert [(u.view, u.slot, u.clip) for u in work.uses] == uses
+
+
+def test_a_row_is_whole_before_its_key_finds_it(tmp_path):
+    """Planning threads read a window's mappings while the event loop adds its rest's rows:
+    a key found has all its columns (an IndexError in between before), readers included."""
+    plan = plans_of(tmp_path, 1)[0]
+    table, seen = BatchRows(), []
+
+    class Watching(list):
+        def append(self, value):
+            seen.append(table.row_of(value))  # what a reader in between finds
+            super().append(value)
+
+    table.keys = Watching()
+    key = view_key(plan, 0, 0)
+    row = table.add(key, plan, (("first", 0),))
+    assert seen == [-1] and table.row_of(key) == row == 0
+    assert table.readers[row] == (("first", 0),) and table.plan(row) is plan
+
+
+def test_a_key_deleted_while_a_thread_reads_it_is_no_key_error(tmp_path):
+    """`get` looked a key up in the overlay twice: a task leaving in between (the event loop)
+    left a planning thread a KeyError."""
+    plans = plans_of(tmp_path, 2)
+    readers = plan_window(plans, 0).readers
+    key = view_key(plans[0], 0, 10_000)  # not a row's: kept beside the rows
+
+    class LeavingMeanwhile(dict):
+        def __contains__(self, item):
+            found = super().__contains__(item)
+            self.pop(item, None)
+            return found
+
+    readers[key] = (("joined", 1),)
+    readers._extra = LeavingMeanwhile(readers._extra)
+    assert readers.get(key, "gone") in ((("joined", 1),), "gone")
