@@ -29,7 +29,8 @@ HELD_BESIDE = -2  # `RowMap.place`: a key held, not at its row's place
 
 class BatchRows:
     """The batches of a window, a row each in planning order: those one `plan_window` call
-    planned, then those of its later parts (`take`); a row is never changed once added."""
+    planned, then those of its later parts (`take`); a row is never changed once added, but
+    released: a batch deleted from `readers` or `view_plans` drops its readers or clips."""
 
     __slots__ = ("_index", "_owner", "_plan_of", "_plans", "_profile", "_profile_of",
                  "_profiles", "keys", "readers", "rows")
@@ -112,14 +113,15 @@ class BatchRows:
         for key in keys:
             row = other.row_of(key)
             mine = self.add(key, other.plan(row), readers[key])
-            if other.resolved_here(row):
-                self.resolved(mine, other.rows[row], other.view_plan(row))
+            view = other.view_plan(row)
+            if view is not None:
+                self.resolved(mine, other.rows[row], view)
 
     def view_plan(self, row: int) -> ViewPlan | None:
         """The batch's plan, made now from its row; None when not resolved here."""
         from sandfs.plan.records import ViewPlan
         number = self._profile[row]
-        if number == NONE:
+        if number == NONE or self.rows[row] is None:  # not resolved here, or released since
             return None
         task, shape, dtype, layout = self._profiles[number]
         key = self.keys[row]
@@ -131,7 +133,8 @@ class RowMap(MutableMapping):
     """A mapping over the rows of a window's `BatchRows`, read by arithmetic; what is set or
     deleted afterwards is kept beside them, with a dict's order: a row's key where its row
     is, keys set anew after the rows. A copy (`copy`) sees the rows there were when it was
-    made: rows added since (a window's later parts, `take`) are not its."""
+    made: rows added since (a window's later parts, `take`) are not its, and a row released
+    since reads as released (no readers, not resolved here)."""
 
     __slots__ = ("_deleted", "_extra", "_limit", "_override", "table")
 
@@ -144,6 +147,10 @@ class RowMap(MutableMapping):
 
     def _value(self, row: int):
         raise NotImplementedError
+
+    def _release(self, row: int) -> None:
+        """A batch deleted (its task left, or it was released): what its row holds for this
+        mapping goes now, not when the window drops."""
 
     def _holds(self, row: int) -> bool:
         return True
@@ -207,6 +214,7 @@ class RowMap(MutableMapping):
         elif key in self._override or (key not in self._deleted and self._find(key) >= 0):
             self._override.pop(key, None)
             self._deleted.add(key)
+            self._release(self.table.row_of(key))
         else:
             raise KeyError(key)
 
@@ -252,8 +260,8 @@ class RowMap(MutableMapping):
         return self.table is table and self._limit is None
 
     def copy(self) -> RowMap:
-        """A copy sharing the rows there are now (they never change), with copies of the
-        overlay."""
+        """A copy sharing the rows there are now (changed only when released), with copies of
+        the overlay."""
         copied = type(self)(self.table, len(self.table) if self._limit is None else self._limit)
         copied._override, copied._extra = dict(self._override), dict(self._extra)
         copied._deleted = set(self._deleted)
@@ -281,6 +289,9 @@ class ReadersMap(RowMap):
     def _value(self, row: int):
         return self.table.readers[row]
 
+    def _release(self, row: int) -> None:
+        self.table.readers[row] = ()
+
 
 class ViewPlansMap(RowMap):
     """key -> its `ViewPlan`, made from its row: only the batches resolved here."""
@@ -295,3 +306,6 @@ class ViewPlansMap(RowMap):
 
     def _value(self, row: int):
         return self.table.view_plan(row)
+
+    def _release(self, row: int) -> None:
+        self.table.rows[row] = None  # its clips; a copy taken before reads None for it

@@ -195,3 +195,21 @@ def test_a_key_deleted_while_a_thread_reads_it_is_no_key_error(tmp_path):
     readers[key] = (("joined", 1),)
     readers._extra = LeavingMeanwhile(readers._extra)
     assert readers.get(key, "gone") in ((("joined", 1),), "gone")
+
+
+def test_a_batch_deleted_drops_its_row_s_readers_and_clips(tmp_path):
+    """A task leaving deletes its batches from the window's mappings: their rows held their
+    readers and clips until the window dropped; a copy taken before reads them as released."""
+    plans = plans_of(tmp_path, 3)
+    planned = plan_window(plans, 0)
+    table, before = planned.views.table, planned.snapshot()
+    keys = list(planned.views)[:5]
+    for key in keys:
+        del planned.views[key], planned.readers[key]
+        planned.view_plans.pop(key)
+    rows = [table.row_of(key) for key in keys]
+    assert all(table.rows[row] is None and table.readers[row] == () for row in rows)
+    assert all(key not in planned.view_plans and key in before.view_plans for key in keys)
+    assert all(before.view_plans.get(key) is None for key in keys)
+    kept = next(iter(planned.views))
+    assert planned.view_plans[kept] == before.view_plans[kept] is not None
