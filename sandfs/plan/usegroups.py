@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sandfs.plan.cliptable import clip_videos
-from sandfs.plan.uses import Uses, ViewRow
+from sandfs.plan.uses import UseColumns, Uses, ViewRow, WindowUses
 
 if TYPE_CHECKING:
     from sandfs.media.types import VideoInfo
@@ -71,12 +71,10 @@ class UseGroups:
         ends = np.searchsorted(video[order], np.arange(len(ids) + 1))
         starts = ends[:-1]
         came = np.argsort(order[starts], kind="stable")  # videos by their first use
-        batch = np.frombuffer(self._batch, np.int32)[order].tolist()
         slot = np.frombuffer(self._slot, np.uint16)[order]
+        columns = UseColumns(self._rows, np.frombuffer(self._batch, np.int32)[order],
+                             slot.astype(np.uint8) if slot.max() < 256 else slot, ends)
         first = inverse[order[starts]]  # each video's first use's (plan, video index)
-        rows = self._rows
         for group in came.tolist():
-            start, end = int(starts[group]), int(ends[group + 1])
             plan, index = pairs[int(first[group])]
-            yield plan.videos[index], plan, Uses(  # its probe, once a video
-                list(map(rows.__getitem__, batch[start:end])), slot[start:end].tolist())
+            yield plan.videos[index], plan, WindowUses(columns, group)  # its probe, once a video

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from itertools import compress
 from typing import TYPE_CHECKING, NamedTuple, overload
 
+import numpy as np
+
 from sandfs.plan.cliptable import TableClips, clip_frames
 
 if TYPE_CHECKING:
@@ -62,7 +64,7 @@ class Uses(Sequence[ClipUse]):
         return len(self._rows)
 
     def __iter__(self) -> Iterator[ClipUse]:
-        for row, slot in zip(self._rows, self._slots, strict=True):
+        for row, slot in zip(*self.columns, strict=True):
             yield _new_use(ClipUse, (row.view, slot, row.clips[slot], row.readers))
 
     @overload
@@ -72,9 +74,10 @@ class Uses(Sequence[ClipUse]):
     def __getitem__(self, index: slice) -> Uses: ...
 
     def __getitem__(self, index):
+        rows, slots = self.columns
         if isinstance(index, slice):
-            return Uses(self._rows[index], self._slots[index])
-        row, slot = self._rows[index], self._slots[index]
+            return Uses(rows[index], slots[index])
+        row, slot = rows[index], slots[index]
         return _new_use(ClipUse, (row.view, slot, row.clips[slot], row.readers))
 
     @property
@@ -100,22 +103,23 @@ class Uses(Sequence[ClipUse]):
 
     def keep(self, wanted: Callable[[ViewKey], bool]) -> Uses:
         """The uses whose batch is `wanted`, as columns still (this one if all are)."""
-        mask = [wanted(row.view) for row in self._rows]
+        mask = [wanted(row.view) for row in self.columns[0]]
         return self if all(mask) else self.select(mask)
 
     def select(self, mask: Sequence[bool]) -> Uses:
         """The uses where `mask` is true, as columns still."""
         if len(mask) != len(self):
             raise ValueError(f"{len(mask)} flags for {len(self)} uses")
-        return Uses(tuple(compress(self._rows, mask)), list(compress(self._slots, mask)))
+        rows, slots = self.columns
+        return Uses(tuple(compress(rows, mask)), list(compress(slots, mask)))
 
     def __add__(self, other: Sequence[ClipUse]) -> Uses:
         if not isinstance(other, Sequence):
             return NotImplemented
         if not other:
             return self
-        other = Uses.of(other)  # loose uses become rows: this side stays as it is
-        return Uses(self._rows + other._rows, [*self._slots, *other._slots])
+        (rows, slots), (more, theirs) = self.columns, Uses.of(other).columns  # loose: rows
+        return Uses(tuple(rows) + tuple(more), [*slots, *theirs])
 
     def __radd__(self, other: Sequence[ClipUse]) -> Uses:
         if not isinstance(other, Sequence):
@@ -136,6 +140,49 @@ class Uses(Sequence[ClipUse]):
 
     def __repr__(self) -> str:
         return f"Uses({list(self)!r})"
+
+
+class UseColumns:
+    """A window's uses, all its videos', as columns grouped by video (`UseGroups`): each use's
+    batch (an index into `rows`) and its slot there, and where each video's uses start
+    (`starts`, one more than the videos). A video's `WindowUses` is its group of them: 5 or 6
+    bytes a clip, not a tuple of rows and a column of slots a video."""
+
+    __slots__ = ("batch", "rows", "slot", "starts")
+
+    def __init__(self, rows: Sequence[ViewRow], batch: np.ndarray, slot: np.ndarray,
+                 starts: np.ndarray) -> None:
+        if len(batch) != len(slot) or starts[-1] != len(batch):
+            raise ValueError(f"{len(batch)} batches, {len(slot)} slots, {starts[-1]} uses")
+        self.rows, self.batch, self.slot, self.starts = rows, batch, slot, starts
+
+
+class WindowUses(Uses):
+    """A video's uses in a window as its group of the window's `UseColumns` (`_rows` holds
+    them, `_slots` the group: a slot fewer than a range, and one int a video, not two, as
+    each int is an object), its rows and slots made when they are read."""
+
+    __slots__ = ()
+
+    def __init__(self, columns: UseColumns, group: int) -> None:
+        if not 0 <= group < len(columns.starts) - 1:
+            raise ValueError(f"group {group} of a window's {len(columns.starts) - 1}")
+        self._rows, self._slots = columns, group  # type: ignore[assignment]
+
+    def _range(self) -> tuple[UseColumns, int, int]:
+        columns: UseColumns = self._rows  # type: ignore[assignment]
+        start, end = columns.starts[self._slots:self._slots + 2].tolist()  # type: ignore[misc]
+        return columns, start, end
+
+    def __len__(self) -> int:
+        _, start, end = self._range()
+        return end - start
+
+    @property
+    def columns(self) -> tuple[tuple[ViewRow, ...], list[int]]:
+        columns, start, end = self._range()
+        batch = columns.batch[start:end].tolist()
+        return tuple(map(columns.rows.__getitem__, batch)), columns.slot[start:end].tolist()
 
 
 def kept(uses: Sequence[ClipUse], wanted: Callable[[ViewKey], bool]) -> Sequence[ClipUse]:

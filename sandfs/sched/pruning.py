@@ -119,7 +119,7 @@ def window_clips(plan: WindowPlan, paths: list[str],
     clip tables, they are read by index in numpy (`table_rows`), else one use at a time."""
     works = [plan.videos[path] for path in paths]
     rows = table_rows(plan, works, wait_turn) if all(
-        type(work.uses) is Uses for work in works) else None
+        isinstance(work.uses, Uses) for work in works) else None
     if rows is None:
         rows = use_rows(plan, works, wait_turn)
     return WindowClips(flat_graphs(rows, works), rows.views, rows.view, rows.slot)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
+import numpy as np
 import pytest
 
 from sandfs.plan import uses as uses_module
-from sandfs.plan.uses import ClipUse, Uses, ViewRow, batches
+from sandfs.plan.uses import ClipUse, UseColumns, Uses, ViewRow, WindowUses, batches
 from sandfs.plan.window import ViewKey, plan_window
 from sandfs.sched import work
 from sandfs.sched.objects import clip_object_key
@@ -71,6 +72,40 @@ def test_column_operations_stay_columns():
     assert batches(uses + loose)[:3] == tuple(made) and batches(loose + uses)[2:] == tuple(made)
     assert uses + () is uses and () + uses is uses  # noqa: RUF005  (the operators)
     assert Uses.of(loose) == loose and Uses.of(uses) is uses
+
+
+def test_a_windows_uses_are_groups_of_its_columns():
+    made = [row(0), row(1), row(2)]
+    columns = UseColumns(made, np.array([2, 0, 1, 2], np.int32), np.array([1, 3, 0, 2], np.uint8),
+                         np.array([0, 1, 4]))
+    first, second = WindowUses(columns, 0), WindowUses(columns, 1)
+    assert first == Uses([made[2]], [1]) and len(second) == 3
+    assert second == Uses([made[0], made[1], made[2]], [3, 0, 2])
+    assert batches(second) == (made[0], made[1], made[2]) and second[1:] == tuple(second)[1:]
+    assert second.keep(lambda view: True) is second and second.select([1, 0, 1]) == (
+        second[0], second[2])
+    assert first + second == tuple(first) + tuple(second)
+    with pytest.raises(ValueError, match="group 2 of a window's 2"):
+        WindowUses(columns, 2)
+    with pytest.raises(ValueError, match="4 batches, 3 slots"):
+        UseColumns(made, np.zeros(4, np.int32), np.zeros(3, np.uint8), np.array([0, 4]))
+
+
+def test_a_planned_windows_videos_share_its_columns(tmp_path):
+    """Each video's uses a group of the window's columns, equal to the uses planned clip by
+    clip: a tuple of rows and a column of slots a video were 33 bytes a clip (5 a video)."""
+    first, second = two_tasks(tmp_path)
+    window = plan_window([first, second], 0)
+    uses = [w.uses for w in window.videos.values()]
+    assert all(type(u) is WindowUses for u in uses)
+    assert len({id(u._rows) for u in uses}) == 1  # one set of columns
+    by_view = {}
+    for path, video in window.videos.items():
+        for use in video.uses:
+            assert window.views[use.view] and use.clip.video_index is not None
+            by_view.setdefault(use.view, {})[use.slot] = path
+    for key, plan in window.view_plans.items():  # every clip of every batch, once
+        assert sorted(by_view[key]) == list(range(len(plan.clips)))
 
 
 @pytest.mark.parametrize("leave", ["rest_task", "remove_task"])
