@@ -72,8 +72,7 @@ class UseGroups:
         starts = ends[:-1]
         came = np.argsort(order[starts], kind="stable")  # videos by their first use
         slot = np.frombuffer(self._slot, np.uint16)[order]
-        columns = UseColumns(self._rows, np.frombuffer(self._batch, np.int32)[order],
-                             slot.astype(np.uint8) if slot.max() < 256 else slot, ends)
+        columns = UseColumns(self._rows, np.frombuffer(self._batch, np.int32)[order], slot, ends)
         first = inverse[order[starts]]  # each video's first use's (plan, video index)
         for group in came.tolist():
             plan, index = pairs[int(first[group])]

@@ -142,6 +142,12 @@ class Uses(Sequence[ClipUse]):
         return f"Uses({list(self)!r})"
 
 
+def _array(code: str, values: np.ndarray) -> array:
+    found = array(code)
+    found.frombytes(np.ascontiguousarray(values, np.dtype(code)).tobytes())
+    return found
+
+
 class UseColumns:
     """A window's uses, all its videos', as columns grouped by video (`UseGroups`): each use's
     batch (an index into `rows`) and its slot there, and where each video's uses start
@@ -154,7 +160,9 @@ class UseColumns:
                  starts: np.ndarray) -> None:
         if len(batch) != len(slot) or starts[-1] != len(batch):
             raise ValueError(f"{len(batch)} batches, {len(slot)} slots, {starts[-1]} uses")
-        self.rows, self.batch, self.slot, self.starts = rows, batch, slot, starts
+        self.rows = rows  # arrays, not numpy's: a video's group is read a few ints at a time
+        self.batch, self.starts = _array("i", batch), _array("q", starts)
+        self.slot = _array("B" if len(slot) == 0 or slot.max() < 256 else "H", slot)
 
 
 class WindowUses(Uses):
@@ -171,18 +179,18 @@ class WindowUses(Uses):
 
     def _range(self) -> tuple[UseColumns, int, int]:
         columns: UseColumns = self._rows  # type: ignore[assignment]
-        start, end = columns.starts[self._slots:self._slots + 2].tolist()  # type: ignore[misc]
-        return columns, start, end
+        group: int = self._slots  # type: ignore[assignment]
+        return columns, columns.starts[group], columns.starts[group + 1]
 
     def __len__(self) -> int:
         _, start, end = self._range()
         return end - start
 
     @property
-    def columns(self) -> tuple[tuple[ViewRow, ...], list[int]]:
+    def columns(self) -> tuple[tuple[ViewRow, ...], array]:
         columns, start, end = self._range()
-        batch = columns.batch[start:end].tolist()
-        return tuple(map(columns.rows.__getitem__, batch)), columns.slot[start:end].tolist()
+        rows = columns.rows
+        return tuple(map(rows.__getitem__, columns.batch[start:end])), columns.slot[start:end]
 
 
 def kept(uses: Sequence[ClipUse], wanted: Callable[[ViewKey], bool]) -> Sequence[ClipUse]:
