@@ -7,6 +7,7 @@ made here are counted, and the rows kept are the window's own."""
 from __future__ import annotations
 
 import gc
+import pickle
 import tracemalloc
 
 import numpy as np
@@ -106,6 +107,8 @@ def test_a_planned_windows_videos_share_its_columns(tmp_path):
             by_view.setdefault(use.view, {})[use.slot] = path
     for key, plan in window.view_plans.items():  # every clip of every batch, once
         assert sorted(by_view[key]) == list(range(len(plan.clips)))
+    sent = pickle.loads(pickle.dumps(uses[0]))  # to a worker process: its own clips only
+    assert type(sent) is tuple and sent == uses[0]
 
 
 @pytest.mark.parametrize("leave", ["rest_task", "remove_task"])
