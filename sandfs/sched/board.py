@@ -85,7 +85,7 @@ class BatchBoard:
 
     def wait_ended(self, key: ViewKey) -> None:
         """That reader stopped waiting (the batch was made, failed, or the read was
-        interrupted); the batch stays demanded until it is made or dropped."""
+        interrupted); the batch stays demanded until it is made, failed or dropped."""
         self.waiting[key] -= 1
         if not self.waiting[key]:
             del self.waiting[key]
@@ -398,9 +398,12 @@ class BatchBoard:
         return state
 
     def fail(self, key: ViewKey, reason: str) -> None:
+        """The batch failed: its readers get EIO (remembered), so none waits for it now; still
+        demanded, it held the sweep and the planner's idle test off until the window's end."""
         self.views.leave(key)
         self.covered.discard(key)
         self.forget_pending({key})
+        self.demanded.discard(key)
         self.flights.fail(key, reason)
 
     def drop(self, key: ViewKey, *, ready_too: bool = False) -> None:

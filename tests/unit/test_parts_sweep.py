@@ -197,3 +197,21 @@ def test_a_sweep_within_two_of_its_parts_of_the_end_plans_the_rest(tmp_path):
     small = due(1)
     assert small is not REST and small.swept and len(small) <= plan.sampling.videos_per_batch
     assert due(-(-left // (2 * plan.sampling.videos_per_batch))) is REST
+
+
+async def test_a_failed_batch_a_reader_waited_for_does_not_stop_the_sweep(tmp_path):
+    """A batch that failed (EIO) stayed demanded once its reader had its error: the sweep
+    (and the planner's idle test) saw a reader waiting until the window's end, and the window
+    stayed in parts."""
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=16, workers=2)
+    planner, board = scheduler.planner, scheduler.board
+    planner.idle = lambda: False
+    assert planner._sweeps([plan])
+    key = view_key(plan, 0, 0)
+    board.wait_started(key)
+    board.fail(key, "decode failed")
+    board.wait_ended(key)
+    assert not board.demanded and planner._sweeps([plan])
+    board.anticipate(view_key(plan, 0, 1))  # one anticipated, then failed in its planning
+    board.fail(view_key(plan, 0, 1), "could not be planned")
+    assert not board.demanded and planner._sweeps([plan])
