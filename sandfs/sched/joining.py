@@ -23,7 +23,7 @@ from sandfs.plan.window import (
 )
 from sandfs.runtime import thaw_collector
 from sandfs.sched import work
-from sandfs.sched.parts import WindowParts
+from sandfs.sched.parts import REST, WindowParts, timed_by
 from sandfs.sched.policy import makes_ahead_unread
 from sandfs.sched.windows import ViewOf
 
@@ -228,6 +228,31 @@ class TaskJoins:
         self._own_views[heirs[0], window] = own
         self.wake()
 
+    async def _plan_joiner_part(self, name: str, window: int, part: frozenset[str]) -> None:
+        """A joining task's next part of a window planned in parts (`_add_part`). A failure
+        leaves its other views of the window to be made on demand (the same bytes)."""
+        parts, plan = self._joiner_parts[window][name], self.book.plans[name]
+        behind, parts.behind = parts.behind, frozenset()
+        try:
+            if behind:  # planned for a task reading fewer epochs: the others' clips first
+                await self._add_part(plan, window, lead=behind, fresh=True)
+            if part is REST:
+                await self._add_part(plan, window, skip=parts.planned)
+            elif part is not behind:
+                await self._add_part(plan, window, lead=part)
+        except Exception:
+            if self.book.plans.get(name) is not plan:
+                return  # removed while it was planned: no loss
+            log.exception("task %s: planning its part of window %d failed; its views there "
+                          "are made on demand", name, window)
+            part = REST
+        if part is REST:
+            self._joiner_parts.get(window, {}).pop(name, None)
+            self._own_views.pop((name, window), None)
+        else:
+            parts.add(part)
+        self._note_window_added()  # its readers waiting for the part look again
+
     async def _add_part(self, plan: TaskPlan, window: int, *,
                         lead: frozenset[str] | None = None,
                         skip: Container[str] = frozenset(), fresh: bool = False
@@ -250,19 +275,25 @@ class TaskJoins:
             part, on_disk = await self._plan_part(plan, window, frozenset(), lead, skip)
             if part is None:
                 return set()
+        timed_by(self._timing, self._merge_part)(plan, part, on_disk, own, whole=lead is None)
+        if lead is not None:
+            return self._waited_batches(part)
+        return self._first_batches_first(part, trio.current_time() - started)
+
+    def _merge_part(self, plan: TaskPlan, part: WindowPlan, on_disk: frozenset,
+                    own: set[ViewKey], *, whole: bool) -> None:
+        """A task's part (`whole`: its last) merged into its window, on the board."""
+        window = part.window
         merged = self.book.merge(window, part, own)
         own.update(merged.new_views)
         for name in self._sharing(plan.name, window):  # tasks that joined its parts
             self.book.add_reader(window, self.book.plans[name], merged.new_views)
-        if lead is None:  # its part of the window is whole
+        if whole:  # its part of the window is whole
             self._own_views.pop((plan.name, window), None)
         self.board.add_part(window, merged, on_disk)
         self._anticipate(part)
         self._fail_views(part)
         self._settle()
-        if lead is not None:
-            return self._waited_batches(part)
-        return self._first_batches_first(part, trio.current_time() - started)
 
     async def _plan_part(self, plan: TaskPlan, window: int, known: Container[ViewKey],
                          lead: frozenset[str] | None, skip: Container[str]

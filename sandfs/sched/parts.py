@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import TypeVar
 
 import numpy as np
@@ -33,9 +34,10 @@ class Part(frozenset[str]):
     (250,000 videos: 16 ms a part, as long as planning the part's clips). `swept`: from the
     window's start, no reader near (`SweepPace` times it)."""
 
-    __slots__ = ("parts", "swept")
+    __slots__ = ("batches", "parts", "swept")
     parts: WindowParts
     swept: bool
+    batches: int  # from each task's frontier
 
     def batches_of(self, plan: TaskPlan, epoch: int) -> list[int]:
         return self.parts.batches_of(plan, epoch, self)
@@ -60,6 +62,7 @@ class WindowParts:
         self._places: dict[tuple[str, int], np.ndarray] = {}  # each listed video's, by epoch
         self._picked: dict[str, tuple[list, int]] = {}  # a part's video: (listing, index)
         self._alike: dict[tuple[int, int], tuple] = {}  # two listings (kept), equal or not
+        self.pace = SweepPace()  # its swept parts' size and share
 
     def add(self, videos: Iterable[str]) -> None:
         self.planned.update(videos)
@@ -71,8 +74,8 @@ class WindowParts:
              ) -> frozenset[str] | None:
         """The videos of the next part (`REST`: the rest; None: none is due): a reader within
         `ahead` batches of its planned frontier (`batches` batches), or else, when `sweep()`,
-        the window's first `sweep_batches` (default `batches`) not planned. `plans`: the
-        book's; those of `tasks` count."""
+        the window's first `sweep_batches` (default: its pace's size, `batches` at least) not
+        planned. `plans`: the book's; those of `tasks` count."""
         if self.leading:
             return None
         if self.behind:
@@ -90,7 +93,8 @@ class WindowParts:
                 return REST  # every batch planned: what is left no task reads (a shard's)
             if sweep():
                 due = [(p, at) for p, at in swept if at < self._end(p)]
-                count, swept_now = max(batches, sweep_batches), True
+                count = max(batches, sweep_batches or self.pace.batches)
+                swept_now = True
         if not due:
             return None
         most = count * max(p.sampling.videos_per_batch for p in plans)  # a swept part: its own
@@ -101,7 +105,7 @@ class WindowParts:
             for index in range(at, min(at + count, self._end(plan))):
                 part |= self._unplanned(plan, index, self._picked)
         found = Part(part)
-        found.parts, found.swept = self, swept_now
+        found.parts, found.swept, found.batches = self, swept_now, count
         return found or None
 
     def batches_of(self, plan: TaskPlan, epoch: int, part: frozenset[str]) -> list[int]:
@@ -208,40 +212,48 @@ def lead_part(plans: Iterable[TaskPlan], positions: Mapping[str, int], window: i
 
 class SweepPace:
     """When a window's parts may be planned from its start while the workers are busy (the
-    sweep), and how many batches such a part takes. Its planning (thread and merge) takes
-    `share` of the time at most: after a part of t seconds the next waits t * (1/share - 1)
-    (1: back to back, the jobs running beside them). The part doubles while it takes under
-    half `part_s` and halves over it, so a reader coming meanwhile waits about `part_s` at
-    most for its own part, and merging parts into the board (each O(the task's pending
-    jobs)) is paid a few hundred times a window, not 16 batches at a time (250,000 videos:
-    ~2,000 parts)."""
+    sweep), and how many batches such a part takes; one for each `WindowParts`, so a size
+    grown on one window's cheap batches is not used for another's. A part's seconds are the
+    CPU of its planning thread and of its merge into the board on the trio thread (`timed`,
+    each O(the task's pending jobs)): at a `share` of the time (`planned`'s), after a part of
+    t seconds the next waits t * (1/share - 1) (1: back to back, the jobs running beside
+    them; 0: none). The next part is sized to take `part_s` (this one's batches scaled by
+    `part_s` over its seconds, growing 4x at most), so a reader coming meanwhile waits about
+    `part_s` of CPU for the swept part before its own (more while the machine is loaded),
+    and the merges are paid a few hundred times a window, not 16 batches at a time (250,000
+    videos: ~2,000 parts)."""
 
-    def __init__(self, batches: int, *, share: float = 1.0, part_s: float = 0.5,
-                 most: int = 1 << 16) -> None:
-        self.share, self.part_s = share, part_s  # share 0: no sweep while the workers are busy
-        self.least = self.batches = batches
+    def __init__(self, *, part_s: float = 0.5, most: int = 1 << 16) -> None:
+        self.part_s = part_s
+        self.batches = 0  # the next swept part's (0: the readers' size, as none was timed)
         self.most = most
         self._next_s = -math.inf
-        self.cpu_s: float | None = None  # the last `timed` call's
+        self.cpu_s: float | None = None  # the part's so far (`timed`); None: none timed
 
     def due(self, now_s: float) -> bool:
-        return self.share > 0 and now_s >= self._next_s
+        return now_s >= self._next_s
 
     def timed(self, plan: Callable[..., T], *args: object, **kwargs: object) -> T:
-        """`plan(...)`, in a planning thread, its CPU seconds kept (`cpu_s`): a part is sized
+        """`plan(...)`, its thread's CPU seconds added to the part's (`cpu_s`): a part is sized
         by its CPU, not by the wall time a loaded machine stretches (load 8 on 2 cores: 3-4x)."""
         started = time.thread_time()
         try:
             return plan(*args, **kwargs)
         finally:
-            self.cpu_s = time.thread_time() - started
+            self.cpu_s = (self.cpu_s or 0.0) + time.thread_time() - started
 
-    def planned(self, started_s: float, now_s: float) -> None:
-        """A swept part planned from `started_s` to `now_s`: it took its planning thread's CPU
-        (`timed`), else that wall time."""
+    def planned(self, batches: int, started_s: float, now_s: float, share: float = 1.0
+                ) -> None:
+        """A swept part of `batches` batches planned from `started_s` to `now_s`: it took the
+        CPU `timed` counted, else that wall time."""
         seconds = self.cpu_s if self.cpu_s is not None else now_s - started_s
-        self._next_s = now_s + seconds * (1 / self.share - 1) if self.share > 0 else math.inf
-        if seconds < self.part_s / 2:
-            self.batches = min(2 * self.batches, self.most)
-        elif seconds > self.part_s:
-            self.batches = max(self.batches // 2, self.least)
+        self.cpu_s = None
+        self._next_s = now_s + seconds * (1 / share - 1) if share > 0 else math.inf
+        scale = min(self.part_s / seconds, 4.0) if seconds > 0 else 4.0
+        self.batches = min(max(round(batches * scale), 1), self.most)
+
+
+def timed_by(pace: SweepPace | None, step: Callable[..., T]) -> Callable[..., T]:
+    """`step`, its CPU counted in the swept part `pace` times now (its planning thread's, and
+    its merge's on the trio thread: both hold back a reader coming meanwhile)."""
+    return step if pace is None else partial(pace.timed, step)

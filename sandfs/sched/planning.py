@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Container, Iterable
-from functools import cache
+from functools import partial
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -39,7 +39,7 @@ from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import VideoJobKey
 from sandfs.sched.joining import TaskJoins
-from sandfs.sched.parts import REST, SweepPace, WindowParts, lead_part
+from sandfs.sched.parts import REST, SweepPace, WindowParts, lead_part, timed_by
 from sandfs.sched.pruning import window_pruned
 from sandfs.sched.windows import WindowBook
 from sandfs.threads import limiter, stop_when_cancelled
@@ -77,8 +77,9 @@ class WindowPlanner(TaskJoins):
         # batches a reader may come within of its window's planned frontier before the next
         # part is planned; `idle`: whether the workers would otherwise idle (the scheduler's)
         self.plan_ahead, self.idle = plan_ahead, idle
-        self.pace = SweepPace(PART_BATCHES)  # parts from a window's start, no reader waiting
         self.sweeping, self._joining = False, 0  # a swept part planned now; tasks joining
+        self._timing: SweepPace | None = None  # the swept part's, while it is planned
+        self.sweep_share = 1.0  # of the time, swept parts while the workers are busy (0: none)
         # the windows in `book.rest_pending`: their own tasks' parts, and those of tasks that
         # joined meanwhile (by task); and the batches each such task added (by task, window)
         self._parts: dict[int, WindowParts] = {}
@@ -174,7 +175,7 @@ class WindowPlanner(TaskJoins):
                 if self.while_planning is not None:
                     nursery.start_soon(self.while_planning)
                 try:
-                    planned = await trio.to_thread.run_sync(plan, *args,
+                    planned = await trio.to_thread.run_sync(timed_by(self._timing, plan), *args,
                                                             limiter=limiter("planning"))
                 except PlanningStopped:
                     await trio.lowlevel.checkpoint()  # cancelled: raises Cancelled
@@ -199,9 +200,9 @@ class WindowPlanner(TaskJoins):
         resolved."""
         resolved = self.book.windows[window].view_plans if skip else MappingProxyType({})
         plans = [p for p in self.book.planned_plans(window) if tasks is None or p.name in tasks]
-        planned = self.pace.timed(work.plan_active_window, plans, window, self.store,
-                                  self.prune_mode, lead=lead, skip=skip, resolved=resolved,
-                                  settle=self.freezes_windows)
+        planned = work.plan_active_window(plans, window, self.store, self.prune_mode, lead=lead,
+                                          skip=skip, resolved=resolved,
+                                          settle=self.freezes_windows)
         if self.on_window_planned is not None:
             try:
                 self.on_window_planned()
@@ -243,7 +244,6 @@ class WindowPlanner(TaskJoins):
         few batches past the frontiers, on the trio thread. A reader standing in a later
         window not planned yet waits for this one whole: its parts' rest, at once."""
         plans = self.book.planned_plans(window)
-        sweep = cache(lambda: self._sweeps(plans))  # asked once, if at all
         own = self._parts.get(window)
         groups = [(None, own)] if own is not None else []
         waited = self.book.stands_in_any(self._held_back(window) - {window})
@@ -252,19 +252,19 @@ class WindowPlanner(TaskJoins):
                 continue
             part = REST if waited else parts.next(
                 plans, self.book.positions, ahead=self.plan_ahead, batches=PART_BATCHES,
-                sweep=sweep, sweep_batches=self.pace.batches)
+                sweep=partial(self._sweeps, plans, parts.pace))
             if part is not None:
                 return owner, part
         return None
 
-    def _sweeps(self, plans: Iterable[TaskPlan]) -> bool:
+    def _sweeps(self, plans: Iterable[TaskPlan], pace: SweepPace | None = None) -> bool:
         """May a part come from a window's start? Not while a reader waits or a task joins;
-        at the pace's share once the tasks' videos are all probed (a part waiting for probes
+        at `pace`'s share once the tasks' videos are all probed (a part waiting for probes
         holds a reader's part back); at once where the workers would idle."""
         if self.board.demanded or self._joining:
             return False
-        due = self.pace.due(trio.current_time()) and all(p.probes.all_known() for p in plans)
-        return due or self.idle()
+        due = self.sweep_share > 0 and (pace is None or pace.due(trio.current_time()))
+        return (due and all(p.probes.all_known() for p in plans)) or self.idle()
 
     def _held_back(self, window: int) -> set[int]:
         """`WindowBook.held_back` by a window in parts, for the tasks of its parts."""
@@ -274,44 +274,20 @@ class WindowPlanner(TaskJoins):
                         ) -> work.PlannedWindow | None:
         """`_due_part`'s part planned and merged in; the window whole once every part is."""
         swept, started = getattr(part, "swept", False), trio.current_time()
-        self.sweeping, self.pace.cpu_s = swept, None
+        self.sweeping, self._timing = swept, part.parts.pace if swept else None
         try:
             if owner is None:
                 planned = await self._plan_rest(window, part)
             else:
                 planned = None
                 await self._plan_joiner_part(owner, window, part)
+            self._whole_yet(window)
         finally:
-            self.sweeping = False
-        self._whole_yet(window)
+            self.sweeping, self._timing = False, None
         if swept:
-            self.pace.planned(started, trio.current_time())
+            part.parts.pace.planned(part.batches, started, trio.current_time(),
+                                    self.sweep_share)
         return planned
-
-    async def _plan_joiner_part(self, name: str, window: int, part: frozenset[str]) -> None:
-        """A joining task's next part of a window planned in parts (`_add_part`). A failure
-        leaves its other views of the window to be made on demand (the same bytes)."""
-        parts, plan = self._joiner_parts[window][name], self.book.plans[name]
-        behind, parts.behind = parts.behind, frozenset()
-        try:
-            if behind:  # planned for a task reading fewer epochs: the others' clips first
-                await self._add_part(plan, window, lead=behind, fresh=True)
-            if part is REST:
-                await self._add_part(plan, window, skip=parts.planned)
-            elif part is not behind:
-                await self._add_part(plan, window, lead=part)
-        except Exception:
-            if self.book.plans.get(name) is not plan:
-                return  # removed while it was planned: no loss
-            log.exception("task %s: planning its part of window %d failed; its views there "
-                          "are made on demand", name, window)
-            part = REST
-        if part is REST:
-            self._joiner_parts.get(window, {}).pop(name, None)
-            self._own_views.pop((name, window), None)
-        else:
-            parts.add(part)
-        self._note_window_added()  # its readers waiting for the part look again
 
     def _in_parts(self, task: str, window: int) -> bool:
         """Is the task's part of the window still planned in parts?"""
@@ -352,7 +328,7 @@ class WindowPlanner(TaskJoins):
         parts.add(part)
         if part is REST:
             self._parts.pop(window, None)
-        self._add_window(planned)
+        timed_by(self._timing, self._add_window)(planned)
         return planned
 
     def _first_batches_first(self, plan: WindowPlan, planning_s: float) -> set[ViewKey]:

@@ -6,6 +6,7 @@ reader waits, and a reader coming meanwhile has its own part planned first
 from __future__ import annotations
 
 import threading
+import time
 
 import trio
 
@@ -13,6 +14,7 @@ from sandfs.media.probebook import ProbeBook
 from sandfs.media.types import BadVideo, ListedVideo
 from sandfs.plan.window import view_key
 from sandfs.sched import planning as planning_module
+from sandfs.sched import work
 from sandfs.sched.parts import REST, SweepPace, WindowParts
 from tests.helpers.plans import fake_videos, make_plan
 from tests.unit.test_scheduler import joining_task, scheduler_for
@@ -118,26 +120,31 @@ async def test_jobs_start_beside_a_swept_part(tmp_path, monkeypatch):
         nursery.cancel_scope.cancel()
 
 
-def test_the_sweep_takes_its_share_and_sizes_its_parts_by_their_cpu():
+def test_the_sweep_takes_its_share_and_sizes_its_parts_to_take_part_s():
     """After a part of t seconds the next waits t at a share of one half (none at the default,
-    1); a part twice as fast as `part_s` doubles the next, one slower halves it, never below
-    the readers' size. A part's seconds are its planning thread's CPU where `timed`."""
-    pace = SweepPace(16, share=0.5, part_s=0.2)
-    assert pace.due(0.0)
-    pace.planned(9.95, now_s=10.0)
-    assert not pace.due(10.04) and pace.due(10.05) and pace.batches == 32
-    pace.planned(19.85, now_s=20.0)
-    assert pace.batches == 32 and pace.due(20.15)
-    for _ in range(3):
-        pace.planned(29.5, now_s=30.0)
+    1). The next part is this one's batches scaled by `part_s` over its seconds: a part at 8x
+    `part_s` halved once was followed by 4x, 2x, then 1x; now by 1x at once. Growth is 4x a
+    part at most. A part's seconds are the CPU `timed` counted (every step of it)."""
+    pace = SweepPace(part_s=0.2)
+    assert pace.due(0.0) and pace.batches == 0
+    pace.planned(16, 9.95, now_s=10.0, share=0.5)
+    assert not pace.due(10.04) and pace.due(10.05) and pace.batches == 64
+    pace.planned(64, 18.4, now_s=20.0, share=0.5)  # 8x part_s
+    assert pace.batches == 8 and pace.due(21.6)
+    pace.planned(8, 29.9, now_s=30.0)
     assert pace.batches == 16
-    assert pace.timed(sum, range(10)) == 45 and pace.cpu_s is not None
-    pace.cpu_s = 0.5  # a part of 0.5 CPU-s that a loaded machine stretched to 2 s
-    pace.planned(38.0, now_s=40.0)
-    assert pace.batches == 16 and not pace.due(40.4) and pace.due(40.5)
-    off, back_to_back = SweepPace(16, share=0), SweepPace(16)
-    back_to_back.planned(0.5, now_s=1.0)
-    assert not off.due(0.0) and back_to_back.due(1.0)
+    pace.planned(1, 39.0, now_s=40.0)
+    assert pace.batches == 1  # never below one batch (the readers' size: `WindowParts.next`)
+    assert pace.timed(sum, range(10)) == 45 and pace.timed(sum, range(3)) == 3
+    assert pace.cpu_s is not None and pace.cpu_s < 0.2
+    pace.cpu_s = 0.4  # a part of 0.4 CPU-s (thread and merge) that load stretched to 2 s
+    pace.planned(32, 38.0, now_s=40.0, share=0.5)
+    assert pace.batches == 16 and not pace.due(40.3) and pace.due(40.4)
+    assert pace.cpu_s is None  # the next part's count starts again
+    off, back_to_back = SweepPace(), SweepPace()
+    off.planned(16, 0.5, now_s=1.0, share=0)
+    back_to_back.planned(16, 0.5, now_s=1.0)
+    assert not off.due(1e9) and back_to_back.due(1.0)
 
 
 async def test_no_part_is_swept_while_a_reader_waits_or_videos_wait_for_their_probes(tmp_path):
@@ -215,3 +222,58 @@ async def test_a_failed_batch_a_reader_waited_for_does_not_stop_the_sweep(tmp_pa
     board.anticipate(view_key(plan, 0, 1))  # one anticipated, then failed in its planning
     board.fail(view_key(plan, 0, 1), "could not be planned")
     assert not board.demanded and planner._sweeps([plan])
+
+
+def test_each_window_s_parts_keep_their_own_size(tmp_path):
+    """One pace a planner grew its size on one window's cheap batches and used it for
+    another's (a joining task's parts too): each `WindowParts` sizes its own."""
+    plan = make_plan(tmp_path, videos=fake_videos(160), epochs=2, k_epochs=2)
+    lead = {plan.listed[i].path for i in plan.batch_slots(0, 0)}
+    grown, fresh = (WindowParts(0, lead, [plan.name]) for _ in range(2))
+    grown.pace.planned(4, 0.0, now_s=0.01)
+    assert grown.pace.batches == 16 and fresh.pace.batches == 0
+
+    def swept(parts):
+        return parts.next([plan], {plan.name: 0}, ahead=1, batches=1, sweep=lambda: True)
+
+    assert swept(grown).batches == 16 and swept(fresh).batches == 1
+
+
+async def test_a_swept_part_counts_the_cpu_of_its_planning_and_its_merge(tmp_path,
+                                                                          monkeypatch):
+    """A joining task's swept parts were sized by their wall time (its planning untimed), and
+    no part counted its merge into the board on the trio thread (O(pending jobs)): every
+    swept part, the window's own and a joiner's, counts its thread's CPU and its merge's,
+    not the time its thread waited (here 0.1 s asleep; 0.05 CPU-s each)."""
+    plan, scheduler = busy_window(tmp_path, monkeypatch)
+    seen: list[tuple[float | None, float, bool]] = []
+    planned, planner = SweepPace.planned, scheduler.planner
+
+    def recording(pace, batches, started_s, now_s, share=1.0):
+        joiner = any(pace is p.pace for g in planner._joiner_parts.values() for p in g.values())
+        seen.append((pace.cpu_s, now_s - started_s, joiner))
+        planned(pace, batches, started_s, now_s, share)
+
+    def busy(step, asleep_s=0.0):  # 0.05 CPU-s more (and `asleep_s` of wall time)
+        def slow(*args, **kwargs):
+            time.sleep(asleep_s)
+            started = time.thread_time()
+            while time.thread_time() - started < 0.05:
+                pass
+            return step(*args, **kwargs)
+        return slow
+
+    monkeypatch.setattr(SweepPace, "planned", recording)
+    monkeypatch.setattr(work, "plan_active_window", busy(work.plan_active_window, 0.1))
+    monkeypatch.setattr(work, "plan_task_part", busy(work.plan_task_part, 0.1))
+    board = scheduler.board
+    board.add_window, board.add_part = busy(board.add_window), busy(board.add_part)
+    joiner = joining_task(tmp_path, plan)
+    async with trio.open_nursery() as nursery:
+        await read_first(plan, scheduler, nursery)
+        await scheduler.add_plan(joiner)
+        with trio.fail_after(30):
+            await until(lambda: not scheduler.book.rest_pending)
+        nursery.cancel_scope.cancel()
+    assert not planner._joiner_parts and {j for _, _, j in seen} == {False, True}, seen
+    assert all(cpu is not None and 0.1 <= cpu < wall - 0.09 for cpu, wall, _ in seen), seen

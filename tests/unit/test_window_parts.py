@@ -112,7 +112,7 @@ def workers_busy(scheduler) -> None:
     """The workers never idle and no part is swept from the window's start while they are
     busy: parts are planned only as readers near their frontier."""
     scheduler.planner.idle = lambda: False
-    scheduler.planner.pace.share = 0
+    scheduler.planner.sweep_share = 0
 
 
 def paced(tmp_path, monkeypatch, *, plan_ahead: int):
