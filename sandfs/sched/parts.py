@@ -227,11 +227,11 @@ class SweepPace:
         self.part_s = part_s
         self.batches = 0  # the next swept part's (0: the readers' size, as none was timed)
         self.most = most
-        self._next_s = -math.inf
+        self.next_s = -math.inf  # when the next swept part is due
         self.cpu_s: float | None = None  # the part's so far (`timed`); None: none timed
 
     def due(self, now_s: float) -> bool:
-        return now_s >= self._next_s
+        return now_s >= self.next_s
 
     def timed(self, plan: Callable[..., T], *args: object, **kwargs: object) -> T:
         """`plan(...)`, its thread's CPU seconds added to the part's (`cpu_s`): a part is sized
@@ -248,7 +248,7 @@ class SweepPace:
         CPU `timed` counted, else that wall time."""
         seconds = self.cpu_s if self.cpu_s is not None else now_s - started_s
         self.cpu_s = None
-        self._next_s = now_s + seconds * (1 / share - 1) if share > 0 else math.inf
+        self.next_s = now_s + seconds * (1 / share - 1) if share > 0 else math.inf
         scale = min(self.part_s / seconds, 4.0) if seconds > 0 else 4.0
         self.batches = min(max(round(batches * scale), 1), self.most)
 

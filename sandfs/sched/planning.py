@@ -14,7 +14,10 @@ jobs.
 from __future__ import annotations
 
 import logging
+import math
+import os
 import threading
+import time
 from collections.abc import Awaitable, Callable, Container, Iterable
 from functools import partial
 from types import MappingProxyType
@@ -58,6 +61,11 @@ FIRST_BATCHES_VIDEO_SHARE = 8
 LEAD_CLIPS = 4_000
 LEAD_BATCHES = 4
 PART_BATCHES = 16
+# While a task of the window read within READING_S, its parts are swept at READING_SHARE of the
+# time at most: back to back beside a warm mount's reader (100,000 videos) they halved its
+# batches/s (docs/performance.md#the-sweep-on-a-warm-mount).
+READING_S = 2.0
+READING_SHARE = 0.1
 
 
 class WindowPlanner(TaskJoins):
@@ -79,7 +87,9 @@ class WindowPlanner(TaskJoins):
         self.plan_ahead, self.idle = plan_ahead, idle
         self.sweeping, self._joining = False, 0  # a swept part planned now; tasks joining
         self._timing: SweepPace | None = None  # the swept part's, while it is planned
-        self.sweep_share = 1.0  # of the time, swept parts while the workers are busy (0: none)
+        # of the time, swept parts while the workers are busy (0: none; the environment's for
+        # benchmarks/bench_scale.py's A B runs only, no setting)
+        self.sweep_share = float(os.environ.get("SANDFS_SWEEP_SHARE", "1"))
         # the windows in `book.rest_pending`: their own tasks' parts, and those of tasks that
         # joined meanwhile (by task); and the batches each such task added (by task, window)
         self._parts: dict[int, WindowParts] = {}
@@ -285,9 +295,23 @@ class WindowPlanner(TaskJoins):
         finally:
             self.sweeping, self._timing = False, None
         if swept:
-            part.parts.pace.planned(part.batches, started, trio.current_time(),
-                                    self.sweep_share)
+            pace, now = part.parts.pace, trio.current_time()
+            pace.planned(part.batches, started, now, self._sweep_share(window))
+            if self.nursery is not None and math.isfinite(pace.next_s) and pace.next_s > now:
+                self.nursery.start_soon(self._wake_at, pace.next_s)  # the sweep due again
         return planned
+
+    async def _wake_at(self, deadline: float) -> None:
+        await trio.sleep_until(deadline)
+        self.wake()
+
+    def _sweep_share(self, window: int) -> float:
+        """`sweep_share`, or READING_SHARE at most while the window's tasks read."""
+        now, read_at = time.monotonic(), self.book.read_at
+        if any(now - read_at.get(p.name, -math.inf) < READING_S
+               for p in self.book.planned_plans(window)):
+            return min(self.sweep_share, READING_SHARE)
+        return self.sweep_share
 
     def _in_parts(self, task: str, window: int) -> bool:
         """Is the task's part of the window still planned in parts?"""

@@ -277,3 +277,30 @@ async def test_a_swept_part_counts_the_cpu_of_its_planning_and_its_merge(tmp_pat
         nursery.cancel_scope.cancel()
     assert not planner._joiner_parts and {j for _, _, j in seen} == {False, True}, seen
     assert all(cpu is not None and 0.1 <= cpu < wall - 0.09 for cpu, wall, _ in seen), seen
+
+
+async def test_parts_are_swept_at_a_share_while_the_tasks_read(tmp_path, monkeypatch):
+    """Swept back to back beside a warm mount's reader (100,000 videos) the parts halved its
+    batches/s: while a task of the window read within `READING_S`, a swept part of t CPU-s is
+    followed by none for t * (1/READING_SHARE - 1); once its readers pause, back to back."""
+    plan, scheduler = busy_window(tmp_path, monkeypatch)
+    planner, shares = scheduler.planner, []
+    planned = SweepPace.planned
+
+    def recording(pace, batches, started_s, now_s, share=1.0):
+        shares.append(share)
+        planned(pace, batches, started_s, now_s, share)
+
+    monkeypatch.setattr(SweepPace, "planned", recording)
+    async with trio.open_nursery() as nursery:
+        await read_first(plan, scheduler, nursery)  # read just now
+        with trio.fail_after(10):
+            await until(lambda: shares)
+        nursery.cancel_scope.cancel()
+    assert shares[0] == planning_module.READING_SHARE
+    pace = planner._parts[0].pace
+    assert not pace.due(trio.current_time())
+    planner.book.read_at[plan.name] = time.monotonic() - planning_module.READING_S
+    assert planner._sweep_share(0) == 1.0
+    planner.sweep_share = 0
+    assert planner._sweep_share(0) == 0
