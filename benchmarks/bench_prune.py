@@ -13,14 +13,13 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_scale
-from common import compile_sandfs, emit, machine_info
+from common import emit
 
 from sandfs.config.loader import load_task_config
 from sandfs.plan.mount import plan_tasks
@@ -65,13 +64,7 @@ def prune_record(work_dir: Path, infos: list, videos: int, k_epochs: int) -> dic
 
 def main() -> int:
     args = parse_args()
-    emit({"bench": "prune", "params": {**vars(args), "work_dir": str(args.work_dir)},
-          "machine": machine_info()})
-    compile_sandfs()
-    with tempfile.TemporaryDirectory(prefix="bench-prune-") as temp:
-        work_dir = args.work_dir or Path(temp)
-        work_dir.mkdir(parents=True, exist_ok=True)
-        sources = bench_scale.write_sources(work_dir / "sources", args.sources)
+    with bench_scale.started("prune", args) as (work_dir, sources):
         infos = bench_scale.source_infos(sources, args)
         for videos in args.sizes:
             for _ in range(args.repeats):

@@ -50,6 +50,7 @@ One JSON object per line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import os
@@ -61,6 +62,7 @@ import tempfile
 import threading
 import time
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -493,15 +495,22 @@ def plan_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, v
     return record
 
 
-def main() -> int:
-    args = parse_args()
-    emit({"bench": "scale", "params": {**vars(args), "work_dir": str(args.work_dir)},
+@contextlib.contextmanager
+def started(name: str, args) -> Iterator[tuple[Path, list[Path]]]:
+    """A run's params line, its work dir (`--work-dir`, else a temporary one) and the source
+    videos in it: the common start of this benchmark and `bench_prune.py`."""
+    emit({"bench": name, "params": {**vars(args), "work_dir": str(args.work_dir)},
           "machine": machine_info()})
     compile_sandfs()
-    with tempfile.TemporaryDirectory(prefix="bench-scale-") as temp:
+    with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as temp:
         work_dir = args.work_dir or Path(temp)
         work_dir.mkdir(parents=True, exist_ok=True)
-        sources = write_sources(work_dir / "sources", args.sources)
+        yield work_dir, write_sources(work_dir / "sources", args.sources)
+
+
+def main() -> int:
+    args = parse_args()
+    with started("scale", args) as (work_dir, sources):
         infos = source_infos(sources, args) if {"plan", "warm"} & set(args.parts) else []
         for videos in sorted(args.sizes):
             root = link_dataset(work_dir / f"videos-{videos}", sources, videos)
