@@ -8,16 +8,16 @@ their first use came in (what a walk clip by clip made: `test_window_parts.py`'s
 from __future__ import annotations
 
 from array import array
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Container, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sandfs.plan.cliptable import clip_videos
-from sandfs.plan.uses import UseColumns, Uses, ViewRow, WindowUses
+from sandfs.plan.uses import UseColumns, ViewRow
+from sandfs.plan.windowvideos import WindowVideos
 
 if TYPE_CHECKING:
-    from sandfs.media.types import VideoInfo
     from sandfs.plan.task import TaskPlan
 
 _PLAN_SHIFT = 40  # a clip's (plan, video index) as one int64: video indices stay below 2**40
@@ -55,25 +55,28 @@ class UseGroups:
         base = number << _PLAN_SHIFT
         self._video.extend([base + video for video in videos])
 
-    def grouped(self) -> Iterator[tuple[VideoInfo, TaskPlan, Uses]]:
-        """Each video, the plan of its first use and its uses as columns, in the order the
-        videos came."""
+    def grouped(self, window: int) -> WindowVideos:
+        """The window's videos: each video's uses as a group of columns, in planning order,
+        the videos in the order their first uses came, each with the plan of its first use."""
         if not self._video:
-            return
+            return WindowVideos(window, UseColumns([], np.zeros(0, np.int32),
+                                                   np.zeros(0, np.uint16), np.zeros(1, np.int64)),
+                                [], [], [])
         keys, inverse = np.unique(np.frombuffer(self._video, np.int64), return_inverse=True)
-        pairs = [(self._plans[k >> _PLAN_SHIFT], k & ((1 << _PLAN_SHIFT) - 1))
-                 for k in keys.tolist()]
+        pairs = [(k >> _PLAN_SHIFT, k & ((1 << _PLAN_SHIFT) - 1)) for k in keys.tolist()]
         ids: dict[str, int] = {}  # two plans of one dataset place a path at other indices
-        path_id = np.array([ids.setdefault(plan.listed[index].path, len(ids))
+        path_id = np.array([ids.setdefault(self._plans[plan].listed[index].path, len(ids))
                             for plan, index in pairs], np.int64)  # the listing's: no probe
         video = path_id[inverse]
+        _, first = np.unique(video, return_index=True)  # each video's first use
+        rank = np.empty(len(ids), np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(ids))
+        video = rank[video]  # videos numbered in the order they came
         order = np.argsort(video, kind="stable")  # each video's uses in planning order
         ends = np.searchsorted(video[order], np.arange(len(ids) + 1))
-        starts = ends[:-1]
-        came = np.argsort(order[starts], kind="stable")  # videos by their first use
         slot = np.frombuffer(self._slot, np.uint16)[order]
         columns = UseColumns(self._rows, np.frombuffer(self._batch, np.int32)[order], slot, ends)
-        first = inverse[order[starts]]  # each video's first use's (plan, video index)
-        for group in came.tolist():
-            plan, index = pairs[int(first[group])]
-            yield plan.videos[index], plan, WindowUses(columns, group)  # its probe, once a video
+        firsts = [pairs[k] for k in inverse[order[ends[:-1]]].tolist()]  # (plan, video index)
+        plans = self._plans
+        infos = [plans[plan].videos[index] for plan, index in firsts]  # its probe, once a video
+        return WindowVideos(window, columns, infos, plans, [plan for plan, _ in firsts])

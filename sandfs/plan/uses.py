@@ -48,20 +48,21 @@ def _slot_column(slots: Sequence[int]) -> bytes | array:
     return bytes(list(slots)) if fits else array("H", slots)  # values, not an array's bytes
 
 
-class Uses(Sequence[ClipUse]):
-    """A video's uses in a window, in the order they were planned; immutable, as the tuple it
-    replaces (the board's pending clips may be this very object)."""
+class ColumnUses(Sequence[ClipUse]):
+    """A video's uses as columns, each use's batch and slot (`columns`), in the order they were
+    planned; immutable, as the tuple they replace (the board's pending clips may be these). Two
+    kinds: `Uses`, holding its own rows and slots, and `WindowUses`, a video's range of its
+    window's `UseColumns`."""
 
-    __slots__ = ("_rows", "_slots")
+    __slots__ = ()
 
-    def __init__(self, rows: Sequence[ViewRow], slots: Sequence[int]) -> None:
-        if len(rows) != len(slots):
-            raise ValueError(f"{len(rows)} batches for {len(slots)} slots")
-        self._rows = tuple(rows)
-        self._slots = _slot_column(slots)
+    @property
+    def columns(self) -> tuple[Sequence[ViewRow], bytes | array]:
+        """Each use's batch and slot."""
+        raise NotImplementedError
 
     def __len__(self) -> int:
-        return len(self._rows)
+        raise NotImplementedError
 
     def __iter__(self) -> Iterator[ClipUse]:
         for row, slot in zip(*self.columns, strict=True):
@@ -80,16 +81,11 @@ class Uses(Sequence[ClipUse]):
         row, slot = rows[index], slots[index]
         return _new_use(ClipUse, (row.view, slot, row.clips[slot], row.readers))
 
-    @property
-    def columns(self) -> tuple[tuple[ViewRow, ...], bytes | array]:
-        """Each use's batch and slot."""
-        return self._rows, self._slots
-
-    @classmethod
-    def of(cls, uses: Sequence[ClipUse]) -> Uses:
+    @staticmethod
+    def of(uses: Sequence[ClipUse]) -> ColumnUses:
         """Loose uses as columns: a row a batch, holding only these uses' clips in their
         slots (the others None), so that no batch's whole clips are needed."""
-        if isinstance(uses, Uses):
+        if isinstance(uses, ColumnUses):
             return uses
         clips: dict[ViewKey, list] = {}
         readers: dict[ViewKey, tuple] = {}
@@ -99,9 +95,9 @@ class Uses(Sequence[ClipUse]):
             found.extend([None] * (use.slot + 1 - len(found)))
             found[use.slot] = use.clip
         rows = {view: ViewRow(view, tuple(c), readers[view]) for view, c in clips.items()}
-        return cls([rows[u.view] for u in uses], [u.slot for u in uses])
+        return Uses([rows[u.view] for u in uses], [u.slot for u in uses])
 
-    def keep(self, wanted: Callable[[ViewKey], bool]) -> Uses:
+    def keep(self, wanted: Callable[[ViewKey], bool]) -> ColumnUses:
         """The uses whose batch is `wanted`, as columns still (this one if all are)."""
         mask = [wanted(row.view) for row in self.columns[0]]
         return self if all(mask) else self.select(mask)
@@ -113,7 +109,7 @@ class Uses(Sequence[ClipUse]):
         rows, slots = self.columns
         return Uses(tuple(compress(rows, mask)), list(compress(slots, mask)))
 
-    def __add__(self, other: Sequence[ClipUse]) -> Uses:
+    def __add__(self, other: Sequence[ClipUse]) -> ColumnUses:
         if not isinstance(other, Sequence):
             return NotImplemented
         if not other:
@@ -121,7 +117,7 @@ class Uses(Sequence[ClipUse]):
         (rows, slots), (more, theirs) = self.columns, Uses.of(other).columns  # loose: rows
         return Uses(tuple(rows) + tuple(more), [*slots, *theirs])
 
-    def __radd__(self, other: Sequence[ClipUse]) -> Uses:
+    def __radd__(self, other: Sequence[ClipUse]) -> ColumnUses:
         if not isinstance(other, Sequence):
             return NotImplemented
         return Uses.of(other) + self if other else self
@@ -142,6 +138,25 @@ class Uses(Sequence[ClipUse]):
         return f"Uses({list(self)!r})"
 
 
+class Uses(ColumnUses):
+    """Uses holding their own rows (a batch each) and slots."""
+
+    __slots__ = ("_rows", "_slots")
+
+    def __init__(self, rows: Sequence[ViewRow], slots: Sequence[int]) -> None:
+        if len(rows) != len(slots):
+            raise ValueError(f"{len(rows)} batches for {len(slots)} slots")
+        self._rows = tuple(rows)
+        self._slots = _slot_column(slots)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @property
+    def columns(self) -> tuple[tuple[ViewRow, ...], bytes | array]:
+        return self._rows, self._slots
+
+
 def _array(code: str, values: np.ndarray) -> array:
     found = array(code)
     found.frombytes(np.ascontiguousarray(values, np.dtype(code)).tobytes())
@@ -151,7 +166,7 @@ def _array(code: str, values: np.ndarray) -> array:
 class UseColumns:
     """A window's uses, all its videos', as columns grouped by video (`UseGroups`): each use's
     batch (an index into `rows`) and its slot there, and where each video's uses start
-    (`starts`, one more than the videos). A video's `WindowUses` is its group of them: 5 or 6
+    (`starts`, one more than the videos). A video's `WindowUses` is its range of them: 5 or 6
     bytes a clip, not a tuple of rows and a column of slots a video."""
 
     __slots__ = ("batch", "rows", "slot", "starts")
@@ -164,59 +179,62 @@ class UseColumns:
         self.batch, self.starts = _array("i", batch), _array("q", starts)
         self.slot = _array("B" if len(slot) == 0 or slot.max() < 256 else "H", slot)
 
+    def __len__(self) -> int:
+        """The videos."""
+        return len(self.starts) - 1
 
-class WindowUses(Uses):
-    """A video's uses in a window as its group of the window's `UseColumns` (`_rows` holds
-    them, `_slots` the group: a slot fewer than a range, and one int a video, not two, as
-    each int is an object), its rows and slots made when they are read."""
+    def group(self, group: int) -> WindowUses:
+        """The uses of video `group`."""
+        if not 0 <= group < len(self):
+            raise ValueError(f"group {group} of a window's {len(self)}")
+        return WindowUses(self, self.starts[group], self.starts[group + 1])
 
-    __slots__ = ()
 
-    def __init__(self, columns: UseColumns, group: int) -> None:
-        if not 0 <= group < len(columns.starts) - 1:
-            raise ValueError(f"group {group} of a window's {len(columns.starts) - 1}")
-        self._rows, self._slots = columns, group  # type: ignore[assignment]
+class WindowUses(ColumnUses):
+    """A video's uses in a window: its range [start, end) of the window's `UseColumns`, its
+    rows and slots made when they are read."""
 
-    def _range(self) -> tuple[UseColumns, int, int]:
-        columns: UseColumns = self._rows  # type: ignore[assignment]
-        group: int = self._slots  # type: ignore[assignment]
-        return columns, columns.starts[group], columns.starts[group + 1]
+    __slots__ = ("_columns", "_end", "_start")
+
+    def __init__(self, columns: UseColumns, start: int, end: int) -> None:
+        if not 0 <= start <= end <= len(columns.batch):
+            raise ValueError(f"uses [{start}, {end}) of a window's {len(columns.batch)}")
+        self._columns, self._start, self._end = columns, start, end
 
     def __len__(self) -> int:
-        _, start, end = self._range()
-        return end - start
+        return self._end - self._start
 
     @property
     def columns(self) -> tuple[tuple[ViewRow, ...], array]:
-        columns, start, end = self._range()
+        columns, start, end = self._columns, self._start, self._end
         rows = columns.rows
         return tuple(map(rows.__getitem__, columns.batch[start:end])), columns.slot[start:end]
 
 
 def kept(uses: Sequence[ClipUse], wanted: Callable[[ViewKey], bool]) -> Sequence[ClipUse]:
     """The uses whose batch is `wanted`: as columns where they are, with no `ClipUse` made."""
-    if isinstance(uses, Uses):
+    if isinstance(uses, ColumnUses):
         return uses.keep(wanted)
     return tuple(u for u in uses if wanted(u.view))
 
 
 def selected(uses: Sequence[ClipUse], mask: Sequence[bool]) -> Sequence[ClipUse]:
     """The uses where `mask` is true (as columns where they are)."""
-    if isinstance(uses, Uses):
+    if isinstance(uses, ColumnUses):
         return uses.select(mask)
     return tuple(u for u, m in zip(uses, mask, strict=True) if m)
 
 
 def batches(uses: Sequence[ClipUse]) -> Sequence[ViewRow] | Sequence[ClipUse]:
     """Each use's batch, as its `view` and `readers`, with no `ClipUse` made for it."""
-    return uses.columns[0] if isinstance(uses, Uses) else uses
+    return uses.columns[0] if isinstance(uses, ColumnUses) else uses
 
 
 def frame_rows(uses: Sequence[ClipUse]) -> Iterator[tuple[ViewKey, int, tuple[int, ...],
                                                            tuple | None]]:
     """(batch, slot, frame indices, source) of each use, with no `ClipUse` or `StreamClip`
     made where its columns have them: what pruning and a video's frames read."""
-    if isinstance(uses, Uses):
+    if isinstance(uses, ColumnUses):
         for row, slot in zip(*uses.columns, strict=True):
             clips = row.clips
             if type(clips) is TableClips:  # inline `clip_frames`: a clip a call, three passes

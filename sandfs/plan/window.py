@@ -17,12 +17,14 @@ import numpy as np
 
 from sandfs.config.condition import ConditionError
 from sandfs.faults import fault_point
-from sandfs.media.types import VideoInfo
 from sandfs.plan.batchrows import BatchRows, ReadersMap, ViewPlansMap, ViewsMap
 from sandfs.plan.probed import NoUsableVideo
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.usegroups import UseGroups
-from sandfs.plan.uses import ClipUse, ViewRow, frame_rows, kept
+from sandfs.plan.uses import ClipUse as ClipUse  # re-exported: its users import it here
+from sandfs.plan.uses import ViewRow, kept
+from sandfs.plan.windowvideos import ColumnVideo, WindowVideos
+from sandfs.plan.windowvideos import VideoWork as VideoWork  # re-exported, as ClipUse
 from sandfs.runtime import collector_paused
 
 # views planned between two looks at `STOP_PLANNING` (a few milliseconds of planning)
@@ -64,25 +66,6 @@ def view_key(plan: TaskPlan, epoch: int, iteration: int) -> ViewKey:
     return ViewKey(plan.plan_key(plan.window_of(epoch)), epoch, iteration)
 
 
-@dataclass(slots=True)
-class VideoWork:
-    info: VideoInfo
-    plan: TaskPlan  # a plan that knows this video (for its ops and layout)
-    window: int
-    # `Uses` or a tuple: replaced, never changed in place (the board's pending clips may be it)
-    uses: Sequence[ClipUse] = ()
-
-    @property
-    def frames(self) -> set[int]:
-        return {i for _, _, frames, _ in frame_rows(self.uses) for i in frames}
-
-    @property
-    def frame_keys(self) -> set[tuple]:
-        """(index, source) of every frame the uses need: a frame wanted at full size and
-        scaled in the decoder (decode_resize) is two objects from one decode."""
-        return {(i, source) for _, _, frames, source in frame_rows(self.uses) for i in frames}
-
-
 @dataclass(frozen=True, slots=True)
 class FailedView:
     reason: str
@@ -92,7 +75,8 @@ class FailedView:
 @dataclass(slots=True)
 class WindowPlan:
     window: int
-    videos: dict[str, VideoWork]  # by video path
+    # by video path: the window's columns (`WindowVideos`), or a dict
+    videos: MutableMapping[str, VideoWork | ColumnVideo]
     # mappings over the window's batch rows (`plan.batchrows`), or dicts: a key a batch
     views: MutableMapping[ViewKey, tuple[TaskPlan, int, int]]  # (plan, epoch, iteration)
     readers: MutableMapping[ViewKey, tuple[tuple[str, int], ...]]  # (task, position) pairs
@@ -115,10 +99,8 @@ class WindowPlan:
         views = self.views.copy()  # type: ignore[attr-defined]
         for key in [key for key in views if key not in readers]:
             del views[key]
-        videos = {p: VideoWork(w.info, w.plan, w.window, kept(w.uses, views.__contains__))
-                  for p, w in list(self.videos.items())}
-        return WindowPlan(self.window, {p: w for p, w in videos.items() if w.uses}, views,
-                          readers, dict(self.failed),
+        videos = _kept_videos(self.videos, views.__contains__)
+        return WindowPlan(self.window, videos, views, readers, dict(self.failed),
                           self.view_plans.copy())  # type: ignore[attr-defined]
 
     def take_rest(self, rest: WindowPlan) -> list[ViewKey]:
@@ -145,6 +127,16 @@ class WindowPlan:
             if key in rest.view_plans:
                 self.view_plans[key] = rest.view_plans[key]
         return new
+
+
+def _kept_videos(videos: MutableMapping[str, VideoWork | ColumnVideo],
+                 wanted: Callable[[ViewKey], bool]) -> MutableMapping[str, VideoWork | ColumnVideo]:
+    """The videos with the uses of batches `wanted` only, those left some."""
+    if isinstance(videos, WindowVideos):
+        return videos.kept_only(wanted)
+    works = {p: VideoWork(w.info, w.plan, w.window, kept(w.uses, wanted))
+             for p, w in list(videos.items())}
+    return {p: w for p, w in works.items() if w.uses}
 
 
 def plan_window(plans: Sequence[TaskPlan], window: int,
@@ -231,8 +223,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     tabled()
     for plan in plans:  # what was resolved ahead and not taken (planned already) goes
         plan.drop_ahead(plan.window_epochs(window))
-    videos = {info.path: VideoWork(info, plan, window, uses)
-              for info, plan, uses in groups.grouped()}
+    videos = groups.grouped(window)
     for plan, epoch in drawn:  # the views hold what was drawn: the arrays go
         plan.draws.release(epoch)
     for key in failed:

@@ -20,10 +20,10 @@ from sandfs.media.gop import frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.ops.base import OpInstance
 from sandfs.plan.cliptable import frame_count
+from sandfs.plan.hashrows import HashRows
 from sandfs.plan.task import TaskPlan, ViewPlan
-from sandfs.plan.uses import Uses
+from sandfs.plan.uses import ColumnUses
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
-from sandfs.sched.hashrows import HashRows
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class KeptClips(AbstractSet[Spot]):
     def _spots(self) -> Iterator[tuple[ViewKey, int, bool]]:
         """(batch, slot, kept) of each use, in order, with no `ClipUse` made."""
         mask = self._mask
-        if isinstance(self._uses, Uses):
+        if isinstance(self._uses, ColumnUses):
             rows, slots = self._uses.columns
             views: Iterable[ViewKey] = (row.view for row in rows)
         else:
@@ -389,7 +389,7 @@ def leaf_rows(plan: WindowPlan) -> LeafRows:
 
 def _leaf_columns(uses: Sequence[ClipUse], views: Mapping[ViewKey, int]) -> Iterator[tuple]:
     """(batch index, slot, frames) of each use, read from its columns where it has them."""
-    if isinstance(uses, Uses):
+    if isinstance(uses, ColumnUses):
         rows, slots = uses.columns
         return ((views[r.view], s, frame_count(r.clips, s))
                 for r, s in zip(rows, slots, strict=True))

@@ -16,7 +16,7 @@ import numpy as np
 
 from sandfs.cache.flatprune import FlatGraphs, gather, prune_flat
 from sandfs.plan.cliptable import TableClips, distinct
-from sandfs.plan.uses import Uses, frame_rows
+from sandfs.plan.uses import ColumnUses, frame_rows
 from sandfs.plan.window import VideoWork, WindowPlan
 from sandfs.runtime import collector_paused
 from sandfs.sched.objects import (
@@ -119,7 +119,7 @@ def window_clips(plan: WindowPlan, paths: list[str],
     clip tables, they are read by index in numpy (`table_rows`), else one use at a time."""
     works = [plan.videos[path] for path in paths]
     rows = table_rows(plan, works, wait_turn) if all(
-        isinstance(work.uses, Uses) for work in works) else None
+        isinstance(work.uses, ColumnUses) for work in works) else None
     if rows is None:
         rows = use_rows(plan, works, wait_turn)
     return WindowClips(flat_graphs(rows, works), rows.views, rows.view, rows.slot)

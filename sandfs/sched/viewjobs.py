@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sandfs.plan.hashrows import HashRows
 from sandfs.plan.window import ViewKey
-from sandfs.sched.hashrows import HashRows
 
 
 class ViewJobs:

@@ -10,7 +10,7 @@ import pytest
 
 from sandfs.plan.cliptable import ClipTable, TableClips, frame_count
 from sandfs.plan.records import StreamClip
-from sandfs.plan.uses import ClipUse, Uses, ViewRow, batches, frame_rows
+from sandfs.plan.uses import ClipUse, ColumnUses, Uses, ViewRow, batches, frame_rows
 from sandfs.plan.window import ViewKey, plan_window
 from sandfs.sched.objects import leaf_rows
 from sandfs.sched.urgency import urgency_entries
@@ -31,7 +31,7 @@ def test_a_window_s_uses_are_its_views_clips_in_their_slots(tmp_path):
         window = plan_window([plan], 0)
         seen = set()
         for work in window.videos.values():
-            assert isinstance(work.uses, Uses)
+            assert isinstance(work.uses, ColumnUses)
             for use in work.uses:
                 clip = window.view_plans[use.view].clips[use.slot]
                 assert use == ClipUse(use.view, use.slot, clip, window.readers[use.view])
@@ -54,9 +54,9 @@ def test_uses_behave_as_the_tuple_they_stand_for():
                                   strict=True))
     assert uses == plain and tuple(uses) == plain and len(uses) == 4
     assert uses[1] == plain[1] and uses[-1] == plain[-1] and uses[1:3] == plain[1:3]
-    assert isinstance(uses[1:3], Uses)
+    assert isinstance(uses[1:3], ColumnUses)
     assert uses.keep({made[2].view}.__contains__) == plain[1:3]
-    assert uses + uses[:1] == plain + plain[:1] and isinstance(uses + uses[:1], Uses)
+    assert uses + uses[:1] == plain + plain[:1] and isinstance(uses + uses[:1], ColumnUses)
     assert uses + plain[:1] == plain + plain[:1] and plain[:1] + uses == plain[:1] + plain
     assert list(batches(uses)) == [made[0], made[2], made[2], made[3]]
     assert batches(plain) is plain

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from sandfs.plan import uses as uses_module
-from sandfs.plan.uses import ClipUse, UseColumns, Uses, ViewRow, WindowUses, batches
+from sandfs.plan.uses import ClipUse, ColumnUses, UseColumns, Uses, ViewRow, WindowUses, batches
 from sandfs.plan.window import ViewKey, plan_window
+from sandfs.plan.windowvideos import ColumnVideo
 from sandfs.sched import work
 from sandfs.sched.objects import clip_object_key
 from sandfs.sched.windows import WindowBook
@@ -59,16 +60,16 @@ def test_column_operations_stay_columns():
     plain = tuple(uses)
     assert uses.keep(lambda view: True) is uses
     kept = uses.keep(lambda view: view.iteration != 1)
-    assert isinstance(kept, Uses) and kept == (plain[0], plain[2])
+    assert isinstance(kept, ColumnUses) and kept == (plain[0], plain[2])
     assert batches(kept) == (made[0], made[2])
     chosen = uses.select([False, True, True])
-    assert isinstance(chosen, Uses) and chosen == plain[1:]
+    assert isinstance(chosen, ColumnUses) and chosen == plain[1:]
     with pytest.raises(ValueError, match="2 flags for 3 uses"):
         uses.select([True, False])
     loose = (ClipUse(made[1].view, 3, "c1.3", made[1].readers),
              ClipUse(ViewKey(("k",), 0, 9), 1, "c9.1", (("t", 9),)))
     for joined, expected in ((uses + loose, plain + loose), (loose + uses, loose + plain)):
-        assert isinstance(joined, Uses) and joined == expected
+        assert isinstance(joined, ColumnUses) and joined == expected
     # the `Uses` side's rows are its own: not made again from its records
     assert batches(uses + loose)[:3] == tuple(made) and batches(loose + uses)[2:] == tuple(made)
     assert uses + () is uses and () + uses is uses  # noqa: RUF005  (the operators)
@@ -79,7 +80,8 @@ def test_a_windows_uses_are_groups_of_its_columns():
     made = [row(0), row(1), row(2)]
     columns = UseColumns(made, np.array([2, 0, 1, 2], np.int32), np.array([1, 3, 0, 2], np.uint8),
                          np.array([0, 1, 4]))
-    first, second = WindowUses(columns, 0), WindowUses(columns, 1)
+    first, second = columns.group(0), columns.group(1)
+    assert type(first) is WindowUses and len(columns) == 2
     assert first == Uses([made[2]], [1]) and len(second) == 3
     assert second == Uses([made[0], made[1], made[2]], [3, 0, 2])
     assert batches(second) == (made[0], made[1], made[2]) and second[1:] == tuple(second)[1:]
@@ -87,7 +89,9 @@ def test_a_windows_uses_are_groups_of_its_columns():
         second[0], second[2])
     assert first + second == tuple(first) + tuple(second)
     with pytest.raises(ValueError, match="group 2 of a window's 2"):
-        WindowUses(columns, 2)
+        columns.group(2)
+    with pytest.raises(ValueError, match=r"uses \[3, 5\) of a window's 4"):
+        WindowUses(columns, 3, 5)
     with pytest.raises(ValueError, match="4 batches, 3 slots"):
         UseColumns(made, np.zeros(4, np.int32), np.zeros(3, np.uint8), np.array([0, 4]))
 
@@ -99,7 +103,7 @@ def test_a_planned_windows_videos_share_its_columns(tmp_path):
     window = plan_window([first, second], 0)
     uses = [w.uses for w in window.videos.values()]
     assert all(type(u) is WindowUses for u in uses)
-    assert len({id(u._rows) for u in uses}) == 1  # one set of columns
+    assert len({id(u._columns) for u in uses}) == 1  # one set of columns
     by_view = {}
     for path, video in window.videos.items():
         for use in video.uses:
@@ -123,12 +127,12 @@ def test_a_rest_or_a_remove_leaves_the_other_uses_as_columns(tmp_path, made, lea
     assert released and made[0] == 0  # no ClipUse made to filter them
     for path, video in videos.items():
         uses, ids = before[path]
-        assert isinstance(video.uses, Uses)
+        assert isinstance(video.uses, ColumnUses)
         assert video.uses == tuple(u for u in uses if u.view not in released)
         assert set(rows_of(video.uses)) <= set(ids)  # the window's rows, not new ones
     made[0] = 0
     assert book.rest_task("a")  # the rest: every use goes, with none made either
-    assert made[0] == 0 and all(isinstance(v.uses, Uses) and not v.uses
+    assert made[0] == 0 and all(isinstance(v.uses, ColumnUses) and not v.uses
                                 for v in videos.values())
 
 
@@ -148,7 +152,8 @@ def test_a_release_with_nothing_released_holds_nothing_more(tmp_path):
         grown = tracemalloc.get_traced_memory()[0] - held
     finally:
         tracemalloc.stop()
-    assert all(videos[path].uses is uses for path, uses in before.items())
+    assert all(videos[path].uses == uses for path, uses in before.items())
+    assert all(type(videos[path]) is ColumnVideo for path in before)  # no record made
     clips = sum(len(uses) for uses in before.values())
     assert grown < clips  # a byte a clip at most (was 234)
 
@@ -168,10 +173,10 @@ def test_a_merged_part_and_an_extended_window_keep_their_uses_as_columns(tmp_pat
     merged = book.merge(0, part)
     assert merged.uses and merged.new_views
     for path, uses in merged.uses.items():
-        assert isinstance(uses, Uses) and rows_of(uses) == ids[path]
+        assert isinstance(uses, ColumnUses) and rows_of(uses) == ids[path]
         assert uses == tuple(part.videos[path].uses)
     for path, video in videos.items():
-        assert isinstance(video.uses, Uses)
+        assert isinstance(video.uses, ColumnUses)
         assert video.uses == before.get(path, ()) + tuple(merged.uses.get(path, ()))
 
 
@@ -184,7 +189,7 @@ def test_a_warm_window_s_pending_clips_are_its_columns(tmp_path):
     some = 0
     for path, video in planned.plan.videos.items():
         pending = planned.pending[path]
-        assert isinstance(pending, Uses)
+        assert isinstance(pending, ColumnUses)
         assert pending == video.uses[1::2]
         assert set(rows_of(pending)) <= set(rows_of(video.uses))
         some += len(pending) < len(video.uses)
