@@ -36,3 +36,15 @@ class HashRows:
                 return row
             row += 1
         return -1
+
+    def rows(self, keys: Sequence[Hashable]) -> np.ndarray:
+        """Each key's row (-1: not one of the keys), the hashes looked up at once."""
+        wanted = np.fromiter(map(hash, keys), np.int64, len(keys))
+        found = np.full(len(keys), -1, np.int64)
+        if not len(self._hashes):
+            return found
+        at = np.searchsorted(self._hashes, wanted)
+        near = np.flatnonzero(self._hashes[np.minimum(at, len(self._hashes) - 1)] == wanted)
+        for index in near.tolist():  # a hash found: the key itself, or a collision's
+            found[index] = self.row(keys[index])
+        return found

@@ -205,6 +205,11 @@ class WindowUses(ColumnUses):
         return self._end - self._start
 
     @property
+    def columns_and_range(self) -> tuple[UseColumns, int, int]:
+        """The window's columns and this video's range of them."""
+        return self._columns, self._start, self._end
+
+    @property
     def columns(self) -> tuple[tuple[ViewRow, ...], array]:
         columns, start, end = self._columns, self._start, self._end
         rows = columns.rows

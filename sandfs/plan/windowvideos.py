@@ -114,6 +114,16 @@ class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
         row = self._index.row(path)
         return -1 if row < 0 else int(self._group_of[row])
 
+    def groups_of(self, paths: Sequence[str]) -> np.ndarray:
+        """Each path's group (-1: none), looked up at once."""
+        rows = self._index.rows(paths)
+        return np.where(rows >= 0, self._group_of[np.maximum(rows, 0)], -1)
+
+    @property
+    def unchanged(self) -> bool:
+        """Every video is its group as planned, in order: none replaced, added or left out."""
+        return not (self._records or self._added or self._empty or self._gone)
+
     def group_uses(self, group: int) -> Sequence[ClipUse]:
         """The uses of a group's video (those of batches not left out)."""
         record = self._records.get(group)

@@ -36,9 +36,9 @@ runs in worker threads on frozen records (`jobs`) and touches none of it; with `
 execution: processes` a video job's `work` runs in a worker process (`sandfs.execution`),
 whose daemon thread only relays.
 
-A window's pending clips are, for each video with none on disk, the very sequence of its `uses`
-(`WindowBook`'s): pending clips and uses are tuples or `plan.uses.Uses` (columns), immutable
-both, so an owner can only replace them.
+A window's pending clips are its videos' use columns (`WindowBook`'s window plan's) less those
+taken, a byte a use (`pending.PendingClips`); a job's clips read from it, or held loose, are
+tuples or `plan.uses.ColumnUses`, immutable both, so an owner can only replace them.
 `tests/unit/test_sched_ownership.py` checks the table's writers and that the modules import
 one another without a cycle.
 """

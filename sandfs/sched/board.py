@@ -25,6 +25,7 @@ from sandfs.sched.flights import Flights
 from sandfs.sched.jobs import Job, JobResult, PlannedWindow, VideoJob, VideoJobKey
 from sandfs.sched.objects import DiskPlan, Spot
 from sandfs.sched.onboard import OnBoard
+from sandfs.sched.pending import PendingClips, PendingColumns
 from sandfs.sched.policy import JobState
 from sandfs.sched.ready import ReadyView
 from sandfs.sched.urgency import UrgencyOrder
@@ -52,8 +53,8 @@ class BatchBoard:
         self.allocate = allocate
         self.views = OnBoard()  # batches of active windows, not ready yet (states in flight)
         self.ready: OrderedDict[ViewKey, ReadyView] = OrderedDict()
-        # clips no job made yet, as tuples (a window's are its videos' own `uses`)
-        self.pending: dict[VideoJobKey, Sequence[ClipUse]] = {}  # a video's `Uses` or tuple
+        # clips no job made yet: a window's columns less what was taken (`PendingClips`)
+        self.pending = PendingClips()
         # a reader is blocked on it, or expected there soon: read anywhere (a job's thread
         # reads whether it is empty), written by the demand methods below and on completion
         self.demanded: set[ViewKey] = set()
@@ -144,7 +145,7 @@ class BatchBoard:
             ready.readers_left.discard(task)
 
     def pending_jobs(self) -> list[VideoJobKey]:
-        return [key for key, uses in self.pending.items() if uses]
+        return [key for key in self.pending if self.pending.has(key)]
 
     def job_states(self, busy: set, deadline_of: Callable[[ViewKey], int],
                    assemble_within: int,
@@ -183,15 +184,17 @@ class BatchBoard:
     def _work_of(self, job: VideoJobKey, uses: Sequence[ClipUse]) -> tuple[int, list[int]]:
         """A pending job's remaining work and each clip's lead work, worked out again only
         when its pending clips change: the urgent jobs are ranked at every dispatch, and
-        counting their frames was a fifth of the ranking's time. Valid while `pending` holds
-        these uses: they are replaced, never changed in place (the memo keeps them, so their
-        id is not reused)."""
+        counting their frames was a fifth of the ranking's time. Valid while the job's
+        `pending.token` is the same: a loose job's sequence (replaced, never changed in place;
+        the memo keeps it, so its id is not reused), or its columns' count of clips left
+        (clips are only taken from them)."""
+        token = self.pending.token(job)
         kept = self._work.get(job)
-        if kept is not None and kept[0] is uses:
+        if kept is not None and (kept[0] is token or (type(token) is tuple and kept[0] == token)):
             return kept[1], kept[2]
         remaining = len({i for u in uses for i in u.clip.frame_indices}) + len(uses)
         leads = [self.lead_work(u) for u in uses]
-        self._work[job] = (uses, remaining, leads)
+        self._work[job] = (token, remaining, leads)
         return remaining, leads
 
     def lead_work(self, use: ClipUse) -> int:
@@ -228,17 +231,14 @@ class BatchBoard:
     def add_pending(self, job: VideoJobKey, use: ClipUse) -> None:
         """One clip pending again (not kept, or its batch planned again): placed in the
         urgency order, not the order rebuilt (a window of 10,000 videos is 50,000 clips)."""
-        self.pending[job] = (*self.pending.get(job, ()), use)
+        self.pending.set(job, (*self.pending.get(job, ()), use))
         self.urgency.add(job, use)
 
     def take_pending(self, job: VideoJobKey, uses: Iterable[ClipUse]) -> None:
-        taken = {Spot.of(u) for u in uses}
-        self.pending[job] = tuple(u for u in self.pending[job] if Spot.of(u) not in taken)
+        self.pending.take(job, {(u.view, u.slot) for u in uses})
 
     def forget_pending(self, views: set[ViewKey] | Callable[[ViewKey], bool]) -> None:
-        gone = views if callable(views) else views.__contains__
-        for job, uses in self.pending.items():
-            self.pending[job] = tuple(u for u in uses if not gone(u.view))
+        self.pending.forget(views if callable(views) else views.__contains__)
 
     def add_window(self, planned: PlannedWindow) -> None:
         """A window's batches (those not planned or ready already) and their pending clips, as
@@ -260,11 +260,15 @@ class BatchBoard:
         self.urgency.add_entries(planned.urgency, self.pending)
         self.disk_plans.add(window, planned.disk_plans, planned.frames_on_disk)
         # a video's job is its urgency entries' key (`jobs`: one a video of `pending`, in order)
+        if isinstance(planned.pending, PendingColumns):
+            self.pending.add_columns(window, planned.pending, planned.urgency.jobs,
+                                     ready.__contains__ if ready else None)
+            return
         for pending, job in zip(planned.pending.values(), planned.urgency.jobs, strict=True):
             if pending and ready:
                 pending = tuple(use for use in pending if use.view not in ready)
-            if pending and self.pending.setdefault(job, pending) is not pending:
-                self.pending[job] = self.pending[job] + pending  # else taken as it is
+            if pending:
+                self.pending.set(job, self.pending.get(job, ()) + pending)
 
     def refine_disk_plans(self, window: int, kept: Mapping[str, DiskPlan]) -> None:
         """Pruning's plans for the window's jobs from now on (those started keep theirs);
@@ -295,13 +299,13 @@ class BatchBoard:
                 if pends[-1]:
                     added.append((job, use))
             if any(pends):  # replaced, not grown: columns joined where both are columns
-                self.pending[job] = self.pending.get(job, ()) + selected(uses, pends)
+                self.pending.set(job, self.pending.get(job, ()) + selected(uses, pends))
         self.urgency.add_many(added, self.pending)
 
     def drop_window(self, window: int, views: Iterable[ViewKey]) -> None:
-        for key in [k for k in self.pending if k.window == window]:
-            del self.pending[key]
-            self._work.pop(key, None)
+        self.pending.drop_window(window)
+        for key in [k for k in self._work if k.window == window]:
+            del self._work[key]
         views = list(views)
         self.views.drop_window(window)
         self.urgency.forget_window(window, views)

@@ -28,10 +28,13 @@ from sandfs.sched.viewstate import ViewState
 
 @dataclass(frozen=True, slots=True)
 class VideoJobKey:
-    """One video in one window: the unit of a decode pass."""
+    """One video in one window: the unit of a decode pass. `number`: the video's place in
+    the window's pending columns where the planner made the key (`sched.pending`), not part
+    of its identity (-1: none)."""
 
     window: int
     path: str
+    number: int = field(default=-1, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,6 @@ class PlannedWindow:
     on_disk: Mapping[ViewKey, frozenset[int]]  # slots of each batch on disk already
     frames_on_disk: frozenset[str]  # videos whose frames are all on disk already
     disk_plans: Mapping[str, DiskPlan]  # what to keep on disk, by video
-    pending: Mapping[str, tuple[ClipUse, ...]]  # the clips not on disk, by video
+    pending: Mapping[str, Sequence[ClipUse]]  # the clips not on disk, by video (columns)
     urgency: UrgencyEntries  # the jobs of `pending`
     to_prune: bool = False  # disk_plans keep the soonest clips until pruning decides

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -22,7 +23,7 @@ from sandfs.ops.base import OpInstance
 from sandfs.plan.cliptable import frame_count
 from sandfs.plan.hashrows import HashRows
 from sandfs.plan.task import TaskPlan, ViewPlan
-from sandfs.plan.uses import ColumnUses
+from sandfs.plan.uses import ColumnUses, WindowUses
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ class KeptWindow(Mapping[str, DiskPlan]):
                  masks: Sequence[int], frames: np.ndarray) -> None:
         self._rows, order = HashRows.of(paths)
         rows = order.tolist()
-        self._uses = [uses[i] for i in rows]
+        self._uses = _use_list([uses[i] for i in rows])
         self._masks = [masks[i] for i in rows]
         self._frames = np.asarray(frames, bool)[order]
 
@@ -133,6 +134,32 @@ class KeptWindow(Mapping[str, DiskPlan]):
     def framed(self) -> list[str]:
         """The videos whose frames are kept."""
         return [self._rows.keys[row] for row in np.flatnonzero(self._frames).tolist()]
+
+
+class _Ranges(Sequence[WindowUses]):
+    """Videos' uses that are ranges of one window's columns, as two int columns: not a
+    `WindowUses` and its two ints held a video (~110 bytes a video that keeps anything)."""
+
+    __slots__ = ("_columns", "_ends", "_starts")
+
+    def __init__(self, uses: Sequence[WindowUses]) -> None:
+        self._columns = uses[0].columns_and_range[0]
+        self._starts = array("q", (u.columns_and_range[1] for u in uses))
+        self._ends = array("q", (u.columns_and_range[2] for u in uses))
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, index):  # type: ignore[override]  # an int only
+        return WindowUses(self._columns, self._starts[index], self._ends[index])
+
+
+def _use_list(uses: list[Sequence[ClipUse]]) -> Sequence[Sequence[ClipUse]]:
+    """The videos' uses as `_Ranges` where each is a range of the same window's columns."""
+    if uses and all(type(u) is WindowUses for u in uses) and len(
+            {id(u.columns_and_range[0]) for u in uses}) == 1:
+        return _Ranges(uses)  # type: ignore[arg-type]
+    return uses
 
 
 def kept_window(paths: Sequence[str], uses: Sequence[Sequence[ClipUse]], video: np.ndarray,

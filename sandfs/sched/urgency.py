@@ -15,7 +15,7 @@ an entry; a window's jobs of each batch are `ViewJobs` columns (docs/design.md#p
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 
 import numpy as np
@@ -44,10 +44,17 @@ def _merged(first: TaskOrder, then: TaskOrder) -> TaskOrder:
     return positions[by], np.concatenate((first[1], then[1]))[by]
 
 
+def _has(pending: Mapping) -> Callable[[VideoJobKey], bool]:
+    """Whether a job has clips pending: `PendingClips.has`, with no sequence made, where
+    `pending` is the board's."""
+    has = getattr(pending, "has", None)
+    return has if has is not None else (lambda job: bool(pending.get(job)))
+
+
 def _alive(order: TaskOrder, start: int, pending: Mapping) -> TaskOrder:
     """The entries from `start` whose jobs are still pending."""
     positions, jobs = order[0][start:], order[1][start:]
-    keep = np.fromiter((bool(pending.get(job)) for job in jobs.tolist()), bool, len(jobs))
+    keep = np.fromiter(map(_has(pending), jobs.tolist()), bool, len(jobs))
     return positions[keep], jobs[keep]
 
 
@@ -136,11 +143,12 @@ class UrgencyOrder:
                busy: set) -> set[VideoJobKey]:
         """The pending jobs (not `busy`) each task needs soonest."""
         order = self._built(pending)
+        has = _has(pending)
         chosen: set[VideoJobKey] = set()
         for task, entries in order.items():
             start = len(entries[0])
             for index, _, job in _walk(entries, self._cursor[task]):
-                if pending.get(job):
+                if has(job):
                     start = index
                     break  # before it: done, never pending again unless clips are added
             self._cursor[task] = start
@@ -148,7 +156,7 @@ class UrgencyOrder:
             for _, position, job in _walk(entries, start):
                 if taken >= self.per_task and position != last:
                     break
-                if job in chosen or job in busy or not pending.get(job):
+                if job in chosen or job in busy or not has(job):
                     continue
                 chosen.add(job)
                 taken, last = taken + 1, position
@@ -158,7 +166,8 @@ class UrgencyOrder:
                  Sequence[ClipUse]]) -> set[VideoJobKey]:
         """The pending jobs with clips for these batches (a blocked reader's)."""
         self._built(pending)
-        return {job for view in views for job in self.jobs_of(view) if pending.get(job)}
+        has = _has(pending)
+        return {job for view in views for job in self.jobs_of(view) if has(job)}
 
     def jobs_of(self, view: ViewKey) -> list[VideoJobKey]:
         """The jobs that had clips for `view`, pending or not, each once."""
@@ -217,7 +226,7 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
     (`urgent` takes a job at its first entry), ties in the order of `pending`. In a planning
     thread, in numpy from the uses' columns: a Python step a batch, not a clip; a chunk of
     videos at a time (`_CHUNK_VIDEOS`)."""
-    jobs = [VideoJobKey(window, path) for path in pending]
+    jobs = [VideoJobKey(window, path, number) for number, path in enumerate(pending)]
     uses = list(pending.values())
     views: dict[ViewKey, int] = {}
     tasks: dict[str, int] = {}

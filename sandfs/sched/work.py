@@ -38,6 +38,7 @@ from sandfs.plan.window import (
     plan_window,
     stop_if_asked,
 )
+from sandfs.plan.windowvideos import WindowVideos
 from sandfs.runtime import collector_paused, settle_collector
 from sandfs.sched.jobs import (
     AssemblyJob,
@@ -59,6 +60,7 @@ from sandfs.sched.objects import (
     needs_pruning,
     soonest_clips,
 )
+from sandfs.sched.pending import PendingColumns
 from sandfs.sched.urgency import urgency_entries
 from sandfs.stats import Stats
 
@@ -120,10 +122,14 @@ def _disk_half(plan: WindowPlan, store: ObjectStore | None, prune_mode: str, *,
     there, and the jobs of the clips to make."""
     on_disk: dict[ViewKey, set[int]] = {}
     frames_on_disk = set()
-    pending: dict[str, Sequence[ClipUse]] = {}  # the board's
+    videos = plan.videos
+    columns = isinstance(videos, WindowVideos) and videos.unchanged
+    taken = bytearray(len(videos.columns.batch)) if columns else None  # type: ignore[union-attr]
+    loose: dict[str, Sequence[ClipUse]] = {}  # the board's, where the videos are not columns
     # an empty store (a cold mount) holds none of them, and each key costs a digest
     if store is not None and store.object_count():
-        for count, (path, work) in enumerate(plan.videos.items()):
+        first = 0
+        for count, (path, work) in enumerate(videos.items()):
             if count % VIDEOS_PER_STOP_CHECK == 0:
                 stop_if_asked()  # a digest a clip: 250,000 videos take seconds
             missing = []
@@ -132,14 +138,18 @@ def _disk_half(plan: WindowPlan, store: ObjectStore | None, prune_mode: str, *,
                 if found:
                     on_disk.setdefault(use.view, set()).add(use.slot)
                 missing.append(not found)
-            # the video's own list when none is on disk: shared, as the board never extends it;
-            # else its columns' selection, not a tuple of records made again (a warm mount)
-            pending[path] = work.uses if all(missing) else selected(work.uses, missing)
+            if taken is not None:  # its uses are the next in the columns
+                taken[first:first + len(missing)] = bytes(not m for m in missing)
+                first += len(missing)
+            else:  # its columns' selection, not a tuple of records made again
+                loose[path] = work.uses if all(missing) else selected(work.uses, missing)
             if (all(p.object_key(work.info) in store for p in window_packs(work))
                     or all(frame_object_key(work.info, k) in store for k in work.frame_keys)):
                 frames_on_disk.add(path)
     else:
-        pending = {path: work.uses for path, work in plan.videos.items()}  # not copied
+        loose = {} if columns else {path: work.uses for path, work in videos.items()}
+    pending: Mapping[str, Sequence[ClipUse]] = loose if taken is None else PendingColumns(
+        videos, taken if any(taken) else None)  # type: ignore[arg-type]
     kept, to_prune = {}, False
     if store is not None:  # pruning is left for later (WindowPlanner._prune): it takes long
         rows = leaf_rows(plan)

@@ -12,28 +12,7 @@ from sandfs.sched.board import BatchBoard, ReadyView
 from sandfs.sched.jobs import VideoJobKey
 from sandfs.sched.objects import Spot
 from sandfs.sched.urgency import UrgencyOrder
-from tests.helpers.plans import fake_videos, make_plan
-
-
-class SomeOnDisk:
-    """A store holding every third clip it is asked about (and no frames)."""
-
-    budget_bytes = 1 << 40
-
-    def __init__(self) -> None:
-        self.asked = 0
-        self.held: set = set()
-
-    def object_count(self) -> int:
-        return 1
-
-    def __contains__(self, key) -> bool:
-        if key.kind != "clip":
-            return False
-        self.asked += 1
-        if self.asked % 3 == 0:
-            self.held.add(key)
-        return key in self.held
+from tests.helpers.plans import SomeOnDisk, fake_videos, make_plan
 
 
 def expected_pending(planned, ready) -> dict:

@@ -1,0 +1,162 @@
+"""The board's pending clips as the window's columns less what was taken (`PendingClips`) read
+as the dict of sequences they replaced, through a seeded random run of what changes them
+(windows added, cold and warm, and added twice; clips taken, pending again, forgotten;
+windows dropped), and the urgency order answers as one the board drove over the dict."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sandfs.plan.uses import selected
+from sandfs.sched import work
+from sandfs.sched.board import BatchBoard
+from sandfs.sched.jobs import VideoJobKey
+from sandfs.sched.pending import PendingClips, PendingColumns
+from sandfs.sched.urgency import UrgencyOrder
+from tests.helpers.plans import SomeOnDisk, fake_videos, make_plan
+
+
+class DictPending:
+    """The board's pending clips as a dict of tuples, changed as the board changed it before
+    they were columns: the reference."""
+
+    def __init__(self) -> None:
+        self.pending: dict[VideoJobKey, tuple] = {}
+        self.urgency = UrgencyOrder()  # driven as the board drives its own
+
+    def add_window(self, planned, ready: set) -> None:
+        self.urgency.add_entries(planned.urgency, self.pending)
+        on_disk = {(k, s) for k, slots in planned.on_disk.items() for s in slots}
+        for path, video in planned.plan.videos.items():
+            job = VideoJobKey(planned.plan.window, path)
+            uses = tuple(u for u in video.uses
+                         if (u.view, u.slot) not in on_disk and u.view not in ready)
+            if uses:
+                self.pending[job] = self.pending.get(job, ()) + uses
+
+    def take(self, job, uses) -> None:
+        spots = {(u.view, u.slot) for u in uses}
+        self.pending[job] = tuple(u for u in self.pending[job] if (u.view, u.slot) not in spots)
+
+    def add(self, job, use) -> None:
+        self.pending[job] = (*self.pending.get(job, ()), use)
+        self.urgency.add(job, use)
+
+    def forget(self, views) -> None:
+        for job, uses in self.pending.items():
+            self.pending[job] = tuple(u for u in uses if u.view not in views)
+
+    def drop_window(self, window, views) -> None:
+        for job in [j for j in self.pending if j.window == window]:
+            del self.pending[job]
+        self.urgency.forget_window(window, views)
+
+    def left(self) -> dict:
+        return {job: uses for job, uses in self.pending.items() if uses}
+
+
+def same(board: BatchBoard, reference: DictPending) -> None:
+    pending, expected = board.pending, reference.left()
+    found = {job: tuple(uses) for job, uses in pending.items()}
+    assert {j: u for j, u in found.items() if u} == expected
+    assert all(pending.has(job) for job in expected)
+    assert all(pending.get(job, ()) == () for job in reference.pending if job not in expected)
+    assert set(board.pending_jobs()) == set(expected)
+    for busy in (set(), set(list(expected)[:3])):
+        assert board.urgency.urgent(pending, busy) == reference.urgency.urgent(
+            reference.pending, busy)
+    for view in list(board.views)[::5]:
+        assert board.urgency.of_views({view}, pending) == reference.urgency.of_views(
+            {view}, reference.pending)
+    for job in list(expected)[:4]:  # the memo of a job's work is that of its clips now
+        uses = pending[job]
+        remaining, _ = board._work_of(job, uses)
+        assert remaining == len({i for u in uses for i in u.clip.frame_indices}) + len(uses)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_random_changes_read_as_the_dict_they_replace(tmp_path, seed):
+    rng = random.Random(seed)
+    videos = fake_videos(30)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    plans = [make_plan(tmp_path / "a", videos=videos, task="a", epochs=6, k_epochs=2),
+             make_plan(tmp_path / "b", videos=videos, task="b", epochs=6, k_epochs=2, seed=5)]
+    board, reference = BatchBoard(), DictPending()
+    windows: dict[int, object] = {}
+    taken: list = []  # (job, use) taken, to be pending again
+    for _ in range(40):
+        step = rng.choice(["window", "take", "take", "again", "forget", "drop", "twice"])
+        jobs = list(reference.left())
+        if step == "window" and len(windows) < 3:
+            window = max(windows, default=-1) + 1
+            store = SomeOnDisk() if rng.random() < 0.5 else None
+            planned = work.plan_active_window(plans, window, store, "leaves")
+            assert isinstance(planned.pending, PendingColumns)
+            board.add_window(planned)
+            reference.add_window(planned, set())
+            windows[window] = planned
+        elif step == "twice" and windows:  # a video planned in two parts: its clips joined
+            window = rng.choice(list(windows))
+            again = work.plan_active_window(plans, window, None, "leaves")
+            board.add_window(again)
+            reference.add_window(again, set())
+        elif step == "take" and jobs:
+            job = rng.choice(jobs)
+            uses = [u for u in reference.pending[job] if rng.random() < 0.5]
+            board.take_pending(job, uses)
+            reference.take(job, uses)
+            taken.extend((job, u) for u in uses)
+        elif step == "again" and taken:
+            job, use = taken.pop(rng.randrange(len(taken)))
+            if job.window in windows:
+                board.add_pending(job, use)
+                reference.add(job, use)
+        elif step == "forget" and jobs:
+            views = {u.view for u in reference.pending[rng.choice(jobs)][:1]}
+            board.forget_pending(views)
+            reference.forget(views)
+        elif step == "drop" and windows and rng.random() < 0.3:
+            window = rng.choice(list(windows))
+            views = windows.pop(window).plan.views
+            board.drop_window(window, views)
+            reference.drop_window(window, views)
+        same(board, reference)
+
+
+def test_a_cold_window_pends_its_columns_with_no_sequence_a_video(tmp_path):
+    plan = make_plan(tmp_path, fake_videos(12), epochs=4)
+    planned = work.plan_active_window([plan], 0, None, "leaves")
+    board = BatchBoard()
+    board.add_window(planned)
+    pending = board.pending
+    assert not pending._loose and len(pending._parts[0]) == 1
+    part = pending._parts[0][0]
+    assert part.columns is planned.plan.videos.columns and part.jobs is planned.urgency.jobs
+    job = planned.urgency.jobs[3]
+    assert job.number == 3 and pending.has(job) and VideoJobKey(0, job.path) in pending
+    assert pending[VideoJobKey(0, job.path)] == planned.plan.videos[job.path].uses  # by path
+
+
+def test_a_warm_window_takes_what_is_on_disk(tmp_path):
+    plan = make_plan(tmp_path, fake_videos(12), epochs=4)
+    planned = work.plan_active_window([plan], 0, SomeOnDisk(), "leaves")
+    videos = planned.plan.videos
+    assert planned.pending.taken is not None and any(planned.pending.taken)
+    for path, video in videos.items():
+        missing = [(u.view, u.slot) not in {(k, s) for k, slots in planned.on_disk.items()
+                                            for s in slots} for u in video.uses]
+        assert planned.pending[path] == selected(video.uses, missing)
+
+
+def test_bad_input_is_a_clear_error(tmp_path):
+    plan = make_plan(tmp_path, fake_videos(4), epochs=4)
+    planned = work.plan_active_window([plan], 0, None, "leaves")
+    with pytest.raises(ValueError, match="2 flags for"):
+        PendingColumns(planned.plan.videos, bytearray(2))
+    with pytest.raises(ValueError, match="1 jobs for 4 videos"):
+        PendingClips().add_columns(0, planned.pending, planned.urgency.jobs[:1])
+    with pytest.raises(KeyError):
+        PendingClips()[VideoJobKey(0, "nowhere")]
