@@ -2,13 +2,15 @@
 (`UseColumns`), each video's probe and plan by its group, and its path found by the path's hash
 (`HashRows`). A video's `VideoWork` is made when it is looked up; a `VideoWork` and its dict entry
 were ~17 bytes a clip of a window (5 clips a video; docs/performance.md#a-windows-batches-and-
-the-board). What changes later (a task joining adds uses, the rest of a window planned in parts
-adds videos, a task leaving takes uses) is held beside the columns as records, as before.
+the-board). The rest of a window planned in parts joins as columns too (a chunk); what changes
+later (a task joining adds uses, a task leaving takes uses) is held beside the columns as
+records, as before.
 """
 
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -47,19 +49,18 @@ class ColumnVideo:
     """A video of a window's columns as its `VideoWork` reads, made on demand: setting its
     `uses` replaces them in the window (a record from then on)."""
 
-    __slots__ = ("_group", "_videos")
+    __slots__ = ("_number", "_videos")
 
-    def __init__(self, videos: WindowVideos, group: int) -> None:
-        self._videos, self._group = videos, group
+    def __init__(self, videos: WindowVideos, number: int) -> None:
+        self._videos, self._number = videos, number
 
     @property
     def info(self) -> VideoInfo:
-        return self._videos.infos[self._group]
+        return self._videos.info_of(self._number)
 
     @property
     def plan(self) -> TaskPlan:
-        videos = self._videos
-        return videos.plans[videos.plan_of[self._group]]
+        return self._videos.plan_of_video(self._number)
 
     @property
     def window(self) -> int:
@@ -67,11 +68,11 @@ class ColumnVideo:
 
     @property
     def uses(self) -> Sequence[ClipUse]:
-        return self._videos.group_uses(self._group)
+        return self._videos.group_uses(self._number)
 
     @uses.setter
     def uses(self, uses: Sequence[ClipUse]) -> None:
-        self._videos.replace(self._group, VideoWork(self.info, self.plan, self.window, uses))
+        self._videos.replace(self._number, VideoWork(self.info, self.plan, self.window, uses))
 
     frames = VideoWork.frames
     frame_keys = VideoWork.frame_keys
@@ -85,55 +86,164 @@ class ColumnVideo:
     __hash__ = None  # type: ignore[assignment]  # as VideoWork's
 
 
+# a chunk of fewer videos has its paths in the window's dict (a window planned in parts has
+# many small ones), a larger one its own `HashRows` (a dict entry a video: ~15 bytes a clip)
+_SMALL_CHUNK = 4096
+
+
+class _Chunk:
+    """One planned part's videos, numbered from `first` in the window: its uses' columns, each
+    video's probe and plan (an index into the window's plans), and its paths' `HashRows`
+    (None: in the window's dict)."""
+
+    __slots__ = ("columns", "first", "index", "infos", "plan_of", "rows")
+
+    def __init__(self, columns: UseColumns, infos: list[VideoInfo], plan_of: array,
+                 first: int, index: tuple[HashRows, np.ndarray] | None) -> None:
+        self.columns, self.infos, self.plan_of, self.first = columns, infos, plan_of, first
+        self.index, self.rows = index if index is not None else (None, None)
+
+
+class PathIndex:
+    """A chunk's videos' numbers by path: its `HashRows`, or a dict for a small one."""
+
+    __slots__ = ("_index", "_rows", "_small")
+
+    def __init__(self, index: HashRows | None, rows: np.ndarray | None,
+                 small: dict[str, int] | None) -> None:
+        self._index, self._rows, self._small = index, rows, small
+
+    def number(self, path: str) -> int:
+        if self._small is not None:
+            return self._small.get(path, -1)
+        row = self._index.row(path)  # type: ignore[union-attr]
+        return -1 if row < 0 else int(self._rows[row])  # type: ignore[index]
+
+    def numbers(self, paths: Sequence[str]) -> np.ndarray:
+        if self._small is not None:
+            return np.fromiter((self._small.get(p, -1) for p in paths), np.int64, len(paths))
+        rows = self._index.rows(paths)  # type: ignore[union-attr]
+        return np.where(rows >= 0, self._rows[np.maximum(rows, 0)], -1)  # type: ignore[index]
+
+
 class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
-    """A window's videos by path, in the order their first uses were planned: groups of the
-    window's `UseColumns` (`infos`, `plan_of`: each group's probe and plan), and the videos
-    added or replaced since (`VideoWork`s, after the groups). `leave_out`: batches whose uses
-    are left out (a snapshot's, or those released), a byte a batch; a video with none left is
-    not in the mapping."""
+    """A window's videos by path, in the order their first uses were planned: the groups of
+    its parts' `UseColumns` (chunks), each with its probe and plan, numbered in that order,
+    and the videos added since (`VideoWork`s, after them). A video whose uses were replaced
+    is a record from then on; a snapshot leaves the uses of some batches out (a byte a batch),
+    and a video with none left is not in the mapping."""
 
     def __init__(self, window: int, columns: UseColumns, infos: Sequence[VideoInfo],
                  plans: Sequence[TaskPlan], plan_of: Sequence[int]) -> None:
         if not len(columns) == len(infos) == len(plan_of):
             raise ValueError(f"{len(columns)} groups, {len(infos)} probes, {len(plan_of)} plans")
-        self.window, self.columns = window, columns
-        self.infos = list(infos)
-        self.plans = list(plans)
-        self.plan_of = array("B" if len(self.plans) < 256 else "H", plan_of)
-        self._index, order = HashRows.of([info.path for info in self.infos])
-        self._group_of = order.astype(np.int32)  # each hash row's group
-        self._records: dict[int, VideoWork] = {}  # groups replaced since
-        self._added: dict[str, VideoWork] = {}  # videos not in the groups
-        self._gone = bytearray()  # per batch row: its uses left out (empty: none)
-        self._empty: set[int] = set()  # groups with no use left (`_gone`) or deleted
+        self.window, self.plans = window, list(plans)
+        self._chunks: list[_Chunk] = []
+        self._firsts: list[int] = []  # each chunk's first number
+        self._count = 0  # videos numbered
+        self._small: dict[str, int] = {}  # path -> number, for the small chunks' videos
+        self._records: dict[int, VideoWork] = {}  # videos whose uses were replaced
+        self._added: dict[str, VideoWork] = {}  # videos in no chunk
+        self._gone: dict[int, bytearray] = {}  # by chunk: a byte a batch row, its uses left out
+        self._empty: set[int] = set()  # videos with no use left (`_gone`), deleted or merged
+        self._add_chunk(columns, list(infos), array("H", plan_of), None)
+
+    def _add_chunk(self, columns: UseColumns, infos: list[VideoInfo], plan_of: array,
+                   index: tuple[HashRows, np.ndarray] | None, hidden: Sequence[int] = ()
+                   ) -> _Chunk:
+        first = self._count
+        if index is None and len(infos) >= _SMALL_CHUNK:
+            rows, order = HashRows.of([info.path for info in infos])
+            index = rows, order.astype(np.int32)  # each hash row's group
+        chunk = _Chunk(columns, infos, plan_of, first, index)
+        if index is None:
+            hide = set(hidden)
+            self._small.update((info.path, first + group) for group, info in enumerate(infos)
+                               if group not in hide)
+        self._chunks.append(chunk)
+        self._firsts.append(first)
+        self._count += len(infos)
+        return chunk
 
     # -- reading ----------------------------------------------------------------------------
 
-    def group_of(self, path: str) -> int:
-        """The group of the video `path` (-1: none, or added since)."""
-        row = self._index.row(path)
-        return -1 if row < 0 else int(self._group_of[row])
+    def _chunk(self, number: int) -> _Chunk:
+        return self._chunks[bisect_right(self._firsts, number) - 1]
 
-    def groups_of(self, paths: Sequence[str]) -> np.ndarray:
-        """Each path's group (-1: none), looked up at once."""
-        rows = self._index.rows(paths)
-        return np.where(rows >= 0, self._group_of[np.maximum(rows, 0)], -1)
+    def _only(self) -> _Chunk:
+        if len(self._chunks) != 1:
+            raise ValueError(f"a window planned in {len(self._chunks)} parts has no one column")
+        return self._chunks[0]
+
+    @property
+    def columns(self) -> UseColumns:
+        """The uses' columns of a window planned at once (one chunk)."""
+        return self._only().columns
+
+    @property
+    def infos(self) -> list[VideoInfo]:
+        return self._only().infos
 
     @property
     def unchanged(self) -> bool:
-        """Every video is its group as planned, in order: none replaced, added or left out."""
-        return not (self._records or self._added or self._empty or self._gone)
+        """Every video is its group as planned at once, in order: none replaced, added, left
+        out, and no part joined."""
+        return len(self._chunks) == 1 and not (
+            self._records or self._added or self._empty or self._gone)
 
-    def group_uses(self, group: int) -> Sequence[ClipUse]:
-        """The uses of a group's video (those of batches not left out)."""
-        record = self._records.get(group)
+    def path_index(self) -> PathIndex:
+        """The paths of a window planned at once, as they are now (a later part joining
+        does not change it)."""
+        chunk = self._only()
+        return PathIndex(chunk.index, chunk.rows, None if chunk.index else dict(self._small))
+
+    def info_of(self, number: int) -> VideoInfo:
+        chunk = self._chunk(number)
+        return chunk.infos[number - chunk.first]
+
+    def plan_of_video(self, number: int) -> TaskPlan:
+        chunk = self._chunk(number)
+        return self.plans[chunk.plan_of[number - chunk.first]]
+
+    def group_of(self, path: str) -> int:
+        """The number of the video `path` in the chunks (-1: none, or added since)."""
+        found = self._small.get(path)
+        if found is not None:
+            return found
+        for chunk in self._chunks:
+            if chunk.index is not None:
+                row = chunk.index.row(path)
+                if row >= 0:
+                    return chunk.first + int(chunk.rows[row])
+        return -1
+
+    def groups_of(self, paths: Sequence[str]) -> np.ndarray:
+        """Each path's number (-1: none), the chunks' hashes looked up at once."""
+        found = np.full(len(paths), -1, np.int64)
+        for chunk in reversed(self._chunks):  # the first chunk holding a path wins
+            if chunk.index is not None:
+                rows = chunk.index.rows(paths)
+                held = rows >= 0
+                found[held] = chunk.first + chunk.rows[rows[held]]
+        if self._small:
+            for at, path in enumerate(paths):
+                number = self._small.get(path)
+                if number is not None and (found[at] < 0 or number < found[at]):
+                    found[at] = number
+        return found
+
+    def group_uses(self, number: int) -> Sequence[ClipUse]:
+        """The uses of a video of the chunks (those of batches not left out)."""
+        record = self._records.get(number)
         if record is not None:
             return record.uses
-        columns = self.columns
+        at = bisect_right(self._firsts, number) - 1
+        chunk = self._chunks[at]
+        columns, group = chunk.columns, number - chunk.first
         uses = columns.group(group)
-        if not self._gone:
+        gone = self._gone.get(at)
+        if gone is None:
             return uses
-        gone = self._gone
         rows = columns.batch[columns.starts[group]:columns.starts[group + 1]]
         mask = [not gone[row] for row in rows]
         return uses if all(mask) else uses.select(mask)
@@ -142,74 +252,101 @@ class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
         added = self._added.get(path)
         if added is not None:
             return added
-        group = self.group_of(path)
-        if group < 0 or group in self._empty:
+        number = self.group_of(path)
+        if number < 0 or number in self._empty:
             raise KeyError(path)
-        return self._records.get(group) or ColumnVideo(self, group)
+        return self._records.get(number) or ColumnVideo(self, number)
 
     def __iter__(self) -> Iterator[str]:
-        infos, empty = self.infos, self._empty
-        if empty:
-            yield from (infos[g].path for g in range(len(infos)) if g not in empty)
-        else:
-            yield from (info.path for info in infos)
+        empty = self._empty
+        for chunk in list(self._chunks):
+            if empty:
+                first = chunk.first
+                yield from (info.path for group, info in enumerate(chunk.infos)
+                            if first + group not in empty)
+            else:
+                yield from (info.path for info in chunk.infos)
         yield from list(self._added)
 
     def __len__(self) -> int:
-        return len(self.infos) - len(self._empty) + len(self._added)
+        return self._count - len(self._empty) + len(self._added)
 
     def __contains__(self, path: object) -> bool:
         if path in self._added:
             return True
-        group = self.group_of(path)  # type: ignore[arg-type]
-        return group >= 0 and group not in self._empty
+        number = self.group_of(path)  # type: ignore[arg-type]
+        return number >= 0 and number not in self._empty
 
     # -- changing ---------------------------------------------------------------------------
 
-    def replace(self, group: int, work: VideoWork) -> None:
-        """A group's video from now on: `work` (its uses replaced)."""
-        self._records[group] = work
+    def replace(self, number: int, work: VideoWork) -> None:
+        """A video's record from now on: `work` (its uses replaced)."""
+        self._records[number] = work
 
     def __setitem__(self, path: str, work: VideoWork | ColumnVideo) -> None:
         if isinstance(work, ColumnVideo):
             work = VideoWork(work.info, work.plan, work.window, work.uses)
-        group = self.group_of(path)
-        if group >= 0 and group not in self._empty and path not in self._added:
-            self._records[group] = work  # in its place, as a dict's value replaced
+        number = self.group_of(path)
+        if number >= 0 and number not in self._empty and path not in self._added:
+            self._records[number] = work  # in its place, as a dict's value replaced
         else:  # a new key, or one deleted: at the end
             self._added[path] = work
 
     def __delitem__(self, path: str) -> None:
         if self._added.pop(path, None) is not None:
             return
-        group = self.group_of(path)
-        if group < 0 or group in self._empty:
+        number = self.group_of(path)
+        if number < 0 or number in self._empty:
             raise KeyError(path)
-        self._records.pop(group, None)
-        self._empty.add(group)
+        self._records.pop(number, None)
+        self._empty.add(number)
+
+    def join(self, rest: WindowVideos) -> None:
+        """The videos of the window's rest, planned after this part, as a chunk of their
+        columns: a video here already (a stand-in's clips in a bad video's slots, planned
+        with that video's part) gets the rest's uses after its own."""
+        chunk = rest._only()
+        paths = [info.path for info in chunk.infos]
+        found, empty, added = self.groups_of(paths).tolist(), self._empty, self._added
+        hidden = [group for group, (path, number) in enumerate(zip(paths, found, strict=True))
+                  if (number >= 0 and number not in empty) or path in added]
+        for group in hidden:  # before the chunk joins: these are the earlier videos
+            found = self[paths[group]]
+            found.uses = found.uses + chunk.columns.group(group)  # not in place: the board's
+        numbers = {id(plan): i for i, plan in enumerate(self.plans)}
+        for plan in rest.plans:
+            if id(plan) not in numbers:
+                numbers[id(plan)] = len(self.plans)
+                self.plans.append(plan)
+        mine = [numbers[id(plan)] for plan in rest.plans]
+        index = (chunk.index, chunk.rows) if chunk.index is not None else None
+        joined = self._add_chunk(chunk.columns, chunk.infos,
+                                 array("H", (mine[i] for i in chunk.plan_of)), index, hidden)
+        self._empty.update(joined.first + group for group in hidden)
 
     def kept_only(self, wanted: Callable[[ViewKey], bool]) -> WindowVideos:
         """A copy with the uses of batches `wanted` only, and only the videos left some: the
-        columns shared, the groups' uses left out a batch at a time (a byte a batch), no
-        record made but for those held as records already."""
+        chunks shared, their uses left out a batch at a time (a byte a batch), no record made
+        but for those held as records already."""
         copy = WindowVideos.__new__(WindowVideos)
-        copy.window, copy.columns, copy.infos = self.window, self.columns, self.infos
-        copy.plans, copy.plan_of = self.plans, self.plan_of
-        copy._index, copy._group_of = self._index, self._group_of
-        rows = self.columns.rows
-        gone = bytearray(not wanted(row.view) for row in rows)
-        if self._gone:
-            gone = bytearray(a | b for a, b in zip(gone, self._gone, strict=True))
-        copy._gone = gone if any(gone) else bytearray()
-        copy._empty = set(self._empty) | _emptied(self.columns, copy._gone)
+        copy.window, copy.plans, copy._chunks = self.window, list(self.plans), list(self._chunks)
+        copy._firsts, copy._count, copy._small = list(self._firsts), self._count, dict(self._small)
+        copy._gone, copy._empty = {}, set(self._empty)
+        for at, chunk in enumerate(self._chunks):
+            gone = bytearray(not wanted(row.view) for row in chunk.columns.rows)
+            if at in self._gone:
+                gone = bytearray(a | b for a, b in zip(gone, self._gone[at], strict=True))
+            if any(gone):
+                copy._gone[at] = gone
+                copy._empty.update(chunk.first + g for g in _emptied(chunk.columns, gone))
         copy._records = {}
-        for group, work in list(self._records.items()):
+        for number, work in list(self._records.items()):
             uses = kept(work.uses, wanted)
-            copy._empty.discard(group)
-            if uses:
-                copy._records[group] = VideoWork(work.info, work.plan, work.window, uses)
+            copy._empty.discard(number)
+            if uses and number not in self._empty:
+                copy._records[number] = VideoWork(work.info, work.plan, work.window, uses)
             else:
-                copy._empty.add(group)
+                copy._empty.add(number)
         copy._added = {}
         for path, work in list(self._added.items()):
             uses = kept(work.uses, wanted)
@@ -218,10 +355,23 @@ class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
         return copy
 
 
+def join_videos(base: MutableMapping[str, VideoWork | ColumnVideo],
+                rest: MutableMapping[str, VideoWork | ColumnVideo]) -> None:
+    """The rest of a window planned in parts joins its earlier part's videos: as a chunk of
+    columns where both are, else a video at a time."""
+    if isinstance(base, WindowVideos) and isinstance(rest, WindowVideos) and rest.unchanged:
+        base.join(rest)
+        return
+    for path, work in rest.items():
+        found = base.get(path)
+        if found is None:
+            base[path] = work
+        else:  # a stand-in's clips in a bad video's slots, planned with that video's part
+            found.uses = found.uses + work.uses  # not in place: the board's pending list
+
+
 def _emptied(columns: UseColumns, gone: bytearray) -> set[int]:
     """The groups all of whose uses are in batches `gone`."""
-    if not gone:
-        return set()
     alive = ~np.frombuffer(gone, bool)[np.frombuffer(columns.batch, np.int32)]
     starts = np.frombuffer(columns.starts, np.int64)
     left = np.add.reduceat(alive.astype(np.int64), starts[:-1]) if len(alive) else np.zeros(

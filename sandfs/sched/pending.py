@@ -28,24 +28,30 @@ class PendingColumns(Mapping[str, Sequence[ClipUse]]):
     already: a byte a use, None: none). What a planning thread hands the board
     (`PlannedWindow.pending`); read by path where a mapping is wanted (`urgency_entries`)."""
 
-    __slots__ = ("taken", "videos")
+    __slots__ = ("columns", "index", "infos", "taken")
 
     def __init__(self, videos: WindowVideos, taken: bytearray | None = None) -> None:
-        if taken is not None and len(taken) != len(videos.columns.batch):
-            raise ValueError(f"{len(taken)} flags for {len(videos.columns.batch)} uses")
-        self.videos, self.taken = videos, taken
+        """`videos`: a window (or part) as planned (`unchanged`): its columns and paths are
+        taken as they are, a later part joining it does not change them."""
+        if not videos.unchanged:
+            raise ValueError("a window's pending columns are those of its videos as planned")
+        columns = videos.columns
+        if taken is not None and len(taken) != len(columns.batch):
+            raise ValueError(f"{len(taken)} flags for {len(columns.batch)} uses")
+        self.columns, self.infos, self.taken = columns, videos.infos, taken
+        self.index = videos.path_index()
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.videos)
+        return (info.path for info in self.infos)
 
     def __len__(self) -> int:
-        return len(self.videos)
+        return len(self.infos)
 
     def __getitem__(self, path: str) -> Sequence[ClipUse]:
-        group = self.videos.group_of(path)
+        group = self.index.number(path)
         if group < 0:
             raise KeyError(path)
-        return _left(self.videos.columns, group, self.taken)
+        return _left(self.columns, group, self.taken)
 
 
 def _left(columns: UseColumns, group: int, taken: bytearray | None) -> Sequence[ClipUse]:
@@ -61,10 +67,10 @@ def _left(columns: UseColumns, group: int, taken: bytearray | None) -> Sequence[
 class _Part:
     """A window's (or a part's) pending clips as its columns: `jobs[g]` is video g's job."""
 
-    __slots__ = ("columns", "jobs", "left", "taken", "videos")
+    __slots__ = ("columns", "index", "jobs", "left", "taken")
 
     def __init__(self, pending: PendingColumns, jobs: Sequence[VideoJobKey]) -> None:
-        self.videos, self.columns, self.jobs = pending.videos, pending.videos.columns, jobs
+        self.columns, self.index, self.jobs = pending.columns, pending.index, jobs
         self.taken = bytearray(pending.taken) if pending.taken is not None else bytearray(
             len(self.columns.batch))
         flags = np.frombuffer(self.taken, np.uint8)
@@ -77,7 +83,7 @@ class _Part:
         jobs = self.jobs
         if 0 <= number < len(jobs) and jobs[number] is job:
             return number
-        group = self.videos.group_of(job.path)
+        group = self.index.number(job.path)
         return group if group >= 0 and jobs[group] == job else -1
 
     def uses(self, group: int) -> Sequence[ClipUse]:
@@ -205,7 +211,7 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
             known.update(i for i, job in enumerate(jobs) if job in self._loose)
         paths = [job.path for job in jobs] if self._parts.get(window) else []
         for part in self._parts.get(window, ()):
-            known.update(np.flatnonzero(part.videos.groups_of(paths) >= 0).tolist())
+            known.update(np.flatnonzero(part.index.numbers(paths) >= 0).tolist())
         return sorted(known)
 
     def set(self, job: VideoJobKey, uses: Sequence[ClipUse]) -> None:

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.uses import batches, kept, selected
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan, view_key
+from sandfs.plan.windowvideos import join_videos
 from sandfs.sched.policy import NOT_NEEDED, makes_ahead_unread, share_owner
 
 ViewOf = tuple[TaskPlan, int, int]  # (plan, epoch, iteration) of a batch
@@ -284,12 +285,7 @@ class WindowBook:
         """The rest of a window planned in part: its other batches and videos."""
         base = self.windows[window]
         self._window_of.update(dict.fromkeys(base.take_rest(rest), window))
-        for path, work in rest.videos.items():
-            found = base.videos.get(path)
-            if found is None:
-                base.videos[path] = work
-            else:  # a stand-in's clips in a bad video's slots, planned with that video's part
-                found.uses = found.uses + work.uses  # not in place: the board's pending list
+        join_videos(base.videos, rest.videos)  # as columns where both are
         base.failed.update(rest.failed)
 
     def add_reader(self, window: int, plan: TaskPlan,

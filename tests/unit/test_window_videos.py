@@ -9,8 +9,9 @@ import random
 
 import pytest
 
+from sandfs.plan import windowvideos
 from sandfs.plan.window import VideoWork, plan_window
-from sandfs.plan.windowvideos import ColumnVideo, WindowVideos
+from sandfs.plan.windowvideos import ColumnVideo, WindowVideos, join_videos
 from tests.helpers.plans import fake_videos, make_plan
 
 
@@ -120,4 +121,56 @@ def test_a_mismatch_is_a_clear_error(tmp_path):
     plan = make_plan(tmp_path, fake_videos(4), epochs=5)
     videos = plan_window([plan], 0).videos
     with pytest.raises(ValueError, match="4 groups, 3 probes, 4 plans"):
-        WindowVideos(0, videos.columns, videos.infos[:3], videos.plans, videos.plan_of)
+        WindowVideos(0, videos.columns, videos.infos[:3], videos.plans, [0] * 4)
+
+
+def join_records(records: dict[str, VideoWork], rest) -> None:
+    """The rest of a window joined as `WindowBook.extend` joined a dict of records."""
+    for path, work in rest.items():
+        found = records.get(path)
+        if found is None:
+            records[path] = VideoWork(work.info, work.plan, work.window, tuple(work.uses))
+        else:
+            found.uses = tuple(found.uses) + tuple(work.uses)
+
+
+@pytest.mark.parametrize(("seed", "small_chunk"), [(0, 4096), (1, 0), (2, 4096), (3, 0)])
+def test_a_window_planned_in_parts_joins_as_chunks(tmp_path, monkeypatch, seed, small_chunk):
+    """Parts joined (`join_videos`) read as the records joined a video at a time: small chunks
+    with their paths in the window's dict, large ones with their own hash rows (0: every
+    chunk), a part joined twice (its videos there already: uses after theirs), then changes
+    and snapshots as above."""
+    monkeypatch.setattr(windowvideos, "_SMALL_CHUNK", small_chunk)
+    rng = random.Random(seed)
+    first, second = two_tasks(tmp_path)
+    paths = [video.path for video in first.listed]
+    rng.shuffle(paths)
+    cuts = sorted(rng.sample(range(1, len(paths)), 3))
+    parts = [frozenset(paths[a:b]) for a, b in zip([0, *cuts], [*cuts, len(paths)],
+                                                   strict=True)]
+    base = plan_window([first, second], 0, lead=parts[0]).videos
+    records = as_records(base)
+    done = set(parts[0])
+    for lead in parts[1:]:
+        rest = plan_window([first, second], 0, lead=lead, skip=done).videos
+        join_videos(base, rest)
+        join_records(records, rest)
+        done |= lead
+        same(base, records)
+    again = plan_window([first, second], 0, lead=parts[1], skip=parts[0]).videos
+    join_videos(base, again)  # its videos are there already
+    join_records(records, again)
+    same(base, records)
+    every = [*records, "missing"]  # a video in two chunks: the first one's number
+    assert base.groups_of(every).tolist() == [base.group_of(p) for p in every]
+    assert base.group_of("missing") == -1
+    for path in rng.sample(list(records), 5):  # a task joining or leaving
+        new = tuple(u for u in records[path].uses if rng.random() < 0.5)
+        base[path].uses = new
+        records[path].uses = new
+    keys = {u.view for w in records.values() for u in w.uses}
+    wanted = {k for k in keys if rng.random() < 0.6}.__contains__
+    expected = {p: VideoWork(w.info, w.plan, w.window, tuple(u for u in w.uses if wanted(u.view)))
+                for p, w in records.items()}
+    same(base.kept_only(wanted), {p: w for p, w in expected.items() if w.uses})
+    same(base, records)
