@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import (
+    Callable,
+    ItemsView,
+    Iterator,
+    MutableMapping,
+    Sequence,
+    ValuesView,
+)
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -258,15 +265,34 @@ class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
         return self._records.get(number) or ColumnVideo(self, number)
 
     def __iter__(self) -> Iterator[str]:
+        return (path for path, _ in self._walk())
+
+    def _walk(self) -> Iterator[tuple[str, int]]:
+        """(path, number) of each video of the chunks, in order; then the added ones' (-1)."""
         empty = self._empty
         for chunk in list(self._chunks):
+            first = chunk.first
             if empty:
-                first = chunk.first
-                yield from (info.path for group, info in enumerate(chunk.infos)
+                yield from ((info.path, first + group) for group, info in enumerate(chunk.infos)
                             if first + group not in empty)
             else:
-                yield from (info.path for info in chunk.infos)
-        yield from list(self._added)
+                yield from ((info.path, first + group) for group, info in enumerate(chunk.infos))
+        yield from ((path, -1) for path in list(self._added))
+
+    def _items(self) -> Iterator[tuple[str, VideoWork | ColumnVideo]]:
+        """Each video, found by its number as the walk goes: no path looked up."""
+        records, added = self._records, self._added
+        for path, number in self._walk():
+            if number < 0:
+                yield path, added[path]
+            else:
+                yield path, records.get(number) or ColumnVideo(self, number)
+
+    def items(self) -> ItemsView[str, VideoWork | ColumnVideo]:
+        return _Items(self)
+
+    def values(self) -> ValuesView[VideoWork | ColumnVideo]:
+        return _Values(self)
 
     def __len__(self) -> int:
         return self._count - len(self._empty) + len(self._added)
@@ -353,6 +379,16 @@ class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
             if uses:
                 copy._added[path] = VideoWork(work.info, work.plan, work.window, uses)
         return copy
+
+
+class _Items(ItemsView):
+    def __iter__(self):
+        return self._mapping._items()
+
+
+class _Values(ValuesView):
+    def __iter__(self):
+        return (work for _, work in self._mapping._items())
 
 
 def join_videos(base: MutableMapping[str, VideoWork | ColumnVideo],

@@ -391,6 +391,7 @@ class LeafRows:
     first: np.ndarray  # `first_reader`
     slot: np.ndarray
     nbytes: np.ndarray  # `clip_nbytes`
+    uses: list  # each video's uses (`paths`' order)
 
     @property
     def total(self) -> int:
@@ -405,13 +406,16 @@ def leaf_rows(plan: WindowPlan) -> LeafRows:
                         np.int64, len(views))
     frame_bytes = np.fromiter((out_frame_nbytes(task_plan) for task_plan, _, _
                                in plan.views.values()), np.int64, len(views))
-    paths = list(plan.videos)
-    counts = [len(work.uses) for work in plan.videos.values()]
-    rows = np.fromiter((row for work in plan.videos.values()
-                        for row in _leaf_columns(work.uses, views)), _ROW, sum(counts))
+    paths, uses = [], []
+    for path, work in plan.videos.items():  # each video once: made on demand (`WindowVideos`)
+        paths.append(path)
+        uses.append(work.uses)
+    counts = [len(each) for each in uses]
+    rows = np.fromiter((row for each in uses for row in _leaf_columns(each, views)), _ROW,
+                       sum(counts))
     view = rows["view"]
     return LeafRows(paths, list(views), view, np.repeat(np.arange(len(paths)), counts),
-                    first[view], rows["slot"], frame_bytes[view] * rows["frames"])
+                    first[view], rows["slot"], frame_bytes[view] * rows["frames"], uses)
 
 
 def _leaf_columns(uses: Sequence[ClipUse], views: Mapping[ViewKey, int]) -> Iterator[tuple]:
@@ -452,5 +456,5 @@ def _leaves_only(plan: WindowPlan, rows: LeafRows, room: int) -> KeptWindow:
     first_use = np.searchsorted(rows.video, videos)  # rows go video by video, uses in order
     compact = np.searchsorted(videos, video)
     paths = [rows.paths[index] for index in videos.tolist()]
-    return kept_window(paths, [plan.videos[path].uses for path in paths], compact,
+    return kept_window(paths, [rows.uses[index] for index in videos.tolist()], compact,
                        kept - first_use[compact])

@@ -13,7 +13,7 @@ part's own key) so that urgency's many looks find it without a hash lookup.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, ValuesView
 
 import numpy as np
 
@@ -52,6 +52,18 @@ class PendingColumns(Mapping[str, Sequence[ClipUse]]):
         if group < 0:
             raise KeyError(path)
         return _left(self.columns, group, self.taken)
+
+    def values(self) -> ValuesView[Sequence[ClipUse]]:
+        return _Values(self)
+
+
+class _Values(ValuesView):
+    """Each video's clips by group, in order: no path looked up."""
+
+    def __iter__(self):
+        pending = self._mapping
+        columns, taken = pending.columns, pending.taken
+        return (_left(columns, group, taken) for group in range(len(pending)))
 
 
 def _left(columns: UseColumns, group: int, taken: bytearray | None) -> Sequence[ClipUse]:
