@@ -176,7 +176,8 @@ class UseColumns:
         if len(batch) != len(slot) or starts[-1] != len(batch):
             raise ValueError(f"{len(batch)} batches, {len(slot)} slots, {starts[-1]} uses")
         self.rows = rows  # arrays, not numpy's: a video's group is read a few ints at a time
-        self.batch, self.starts = _array("i", batch), _array("q", starts)
+        self.batch = _array("i", batch)
+        self.starts = _array("i" if len(batch) < 2**31 else "q", starts)  # a video's start
         self.slot = _array("B" if len(slot) == 0 or slot.max() < 256 else "H", slot)
 
     def __len__(self) -> int:

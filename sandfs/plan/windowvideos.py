@@ -409,7 +409,7 @@ def join_videos(base: MutableMapping[str, VideoWork | ColumnVideo],
 def _emptied(columns: UseColumns, gone: bytearray) -> set[int]:
     """The groups all of whose uses are in batches `gone`."""
     alive = ~np.frombuffer(gone, bool)[np.frombuffer(columns.batch, np.int32)]
-    starts = np.frombuffer(columns.starts, np.int64)
+    starts = np.frombuffer(columns.starts, columns.starts.typecode)
     left = np.add.reduceat(alive.astype(np.int64), starts[:-1]) if len(alive) else np.zeros(
         len(starts) - 1, np.int64)
     left[starts[:-1] == starts[1:]] = 0  # reduceat gives an empty range its next value

@@ -86,7 +86,7 @@ class _Part:
         self.taken = bytearray(pending.taken) if pending.taken is not None else bytearray(
             len(self.columns.batch))
         flags = np.frombuffer(self.taken, np.uint8)
-        starts = np.frombuffer(self.columns.starts, np.int64)
+        starts = _starts(self.columns)
         self.left = array("i", _counts(flags, starts).tolist())
 
     def group(self, job: VideoJobKey) -> int:
@@ -123,8 +123,11 @@ class _Part:
         uses = np.isin(np.frombuffer(self.columns.batch, np.int32), rows)
         flags = np.frombuffer(self.taken, np.uint8)
         flags |= uses.astype(np.uint8)  # writes through to `taken`
-        self.left = array("i", _counts(flags, np.frombuffer(self.columns.starts, np.int64))
-                          .tolist())
+        self.left = array("i", _counts(flags, _starts(self.columns)).tolist())
+
+
+def _starts(columns: UseColumns) -> np.ndarray:
+    return np.frombuffer(columns.starts, columns.starts.typecode)
 
 
 def _counts(taken: np.ndarray, starts: np.ndarray) -> np.ndarray:
