@@ -21,9 +21,10 @@ from itertools import chain
 import numpy as np
 
 from sandfs.plan.cliptable import distinct
-from sandfs.plan.uses import batches
+from sandfs.plan.uses import ViewRow, batches
 from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.sched.jobs import TaskOrder, UrgencyEntries, VideoJobKey
+from sandfs.sched.pending import PendingColumns
 from sandfs.sched.viewjobs import ViewJobs, view_jobs
 
 URGENT_JOBS_PER_TASK = 32  # ranked per dispatch, and those tied with the last of them
@@ -227,14 +228,18 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
     thread, in numpy from the uses' columns: a Python step a batch, not a clip; a chunk of
     videos at a time (`_CHUNK_VIDEOS`)."""
     jobs = [VideoJobKey(window, path, number) for number, path in enumerate(pending)]
-    uses = list(pending.values())
+    columns = isinstance(pending, PendingColumns)
+    uses = [] if columns else list(pending.values())
     views: dict[ViewKey, int] = {}
     tasks: dict[str, int] = {}
     found: dict[int, list[TaskOrder]] = {}  # by task, in the order tasks first come
     pairs = []  # (batch, job) of each chunk's clips, once each: batch * len(jobs) + job
-    for first in range(0, len(uses), _CHUNK_VIDEOS):
-        by_task, keys = _chunk_entries(uses[first:first + _CHUNK_VIDEOS], first, views, tasks,
-                                       len(jobs))
+    for first in range(0, len(jobs), _CHUNK_VIDEOS):
+        if columns:  # read from the columns by index: no sequence a video
+            rows, row_of, use_job = _chunk_columns(pending, first, _CHUNK_VIDEOS)  # type: ignore[arg-type]
+        else:
+            rows, row_of, use_job = _chunk_uses(uses[first:first + _CHUNK_VIDEOS], first)
+        by_task, keys = _chunk_entries(rows, row_of, use_job, views, tasks, len(jobs))
         for task, entries in by_task.items():
             found.setdefault(task, []).append(entries)
         pairs.append(keys)
@@ -254,17 +259,40 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
 _CHUNK_VIDEOS = 4096
 
 
-def _chunk_entries(uses: Sequence[Sequence[ClipUse]], first_job: int,
-                   views: dict[ViewKey, int], tasks: dict[str, int], width: int
-                   ) -> tuple[dict[int, TaskOrder], np.ndarray]:
-    """Jobs `first_job`... (their `uses`): each task's (soonest position, job) in job order,
-    and the (batch, job) keys of their clips (`urgency_entries`); batches and tasks numbered
-    in `views` and `tasks` as they come."""
+def _chunk_uses(uses: Sequence[Sequence[ClipUse]], first_job: int
+                ) -> tuple[list[ViewRow], np.ndarray, np.ndarray]:
+    """Jobs `first_job`... (their `uses`): the distinct batches of their clips, each clip's
+    batch among them and its job."""
     per_video = [batches(video) for video in uses]
     counts = np.fromiter(map(len, per_video), np.int64, len(uses))
     rows, row_of = distinct(list(chain.from_iterable(per_video)))  # a ViewRow a batch
-    use_row = np.frombuffer(row_of, np.int32)
     use_job = np.repeat(np.arange(first_job, first_job + len(uses)), counts)
+    return rows, np.frombuffer(row_of, np.int32), use_job
+
+
+def _chunk_columns(pending: PendingColumns, first_job: int, count: int
+                   ) -> tuple[list[ViewRow], np.ndarray, np.ndarray]:
+    """`_chunk_uses` of up to `count` videos from `first_job`, read from the window's columns
+    by index (those taken left out)."""
+    columns, taken = pending.columns, pending.taken
+    starts = np.frombuffer(columns.starts, columns.starts.typecode)
+    end = min(first_job + count, len(starts) - 1)
+    low, high = int(starts[first_job]), int(starts[end])
+    use_row = np.frombuffer(columns.batch, np.int32)[low:high]
+    use_job = np.repeat(np.arange(first_job, end), np.diff(starts[first_job:end + 1]))
+    if taken is not None:
+        left = np.frombuffer(taken, np.uint8)[low:high] == 0
+        use_row, use_job = use_row[left], use_job[left]
+    found, row_of = np.unique(use_row, return_inverse=True)
+    return [columns.rows[row] for row in found.tolist()], row_of, use_job
+
+
+def _chunk_entries(rows: Sequence[ViewRow], use_row: np.ndarray, use_job: np.ndarray,
+                   views: dict[ViewKey, int], tasks: dict[str, int], width: int
+                   ) -> tuple[dict[int, TaskOrder], np.ndarray]:
+    """A chunk's clips (each one's batch, an index into `rows`, and job): each task's
+    (soonest position, job) in job order, and the (batch, job) keys of the clips
+    (`urgency_entries`); batches and tasks numbered in `views` and `tasks` as they come."""
     row_view = np.fromiter((views.setdefault(row.view, len(views)) for row in rows), np.int64,
                            len(rows))
     readers = np.array([(tasks.setdefault(task, len(tasks)), position) for row in rows

@@ -14,7 +14,7 @@ from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.jobs import VideoJobKey
 from sandfs.sched.pending import PendingClips, PendingColumns
-from sandfs.sched.urgency import UrgencyOrder
+from sandfs.sched.urgency import UrgencyOrder, urgency_entries
 from tests.helpers.plans import SomeOnDisk, fake_videos, make_plan
 
 
@@ -76,14 +76,18 @@ def same(board: BatchBoard, reference: DictPending) -> None:
         assert remaining == len({i for u in uses for i in u.clip.frame_indices}) + len(uses)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_random_changes_read_as_the_dict_they_replace(tmp_path, seed):
-    rng = random.Random(seed)
+def two_plans(tmp_path):
     videos = fake_videos(30)
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-    plans = [make_plan(tmp_path / "a", videos=videos, task="a", epochs=6, k_epochs=2),
-             make_plan(tmp_path / "b", videos=videos, task="b", epochs=6, k_epochs=2, seed=5)]
+    return [make_plan(tmp_path / "a", videos=videos, task="a", epochs=6, k_epochs=2),
+            make_plan(tmp_path / "b", videos=videos, task="b", epochs=6, k_epochs=2, seed=5)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_random_changes_read_as_the_dict_they_replace(tmp_path, seed):
+    rng = random.Random(seed)
+    plans = two_plans(tmp_path)
     board, reference = BatchBoard(), DictPending()
     windows: dict[int, object] = {}
     taken: list = []  # (job, use) taken, to be pending again
@@ -160,3 +164,21 @@ def test_bad_input_is_a_clear_error(tmp_path):
         PendingClips().add_columns(0, planned.pending, planned.urgency.jobs[:1])
     with pytest.raises(KeyError):
         PendingClips()[VideoJobKey(0, "nowhere")]
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_urgency_entries_read_the_columns_as_the_clips(tmp_path, warm):
+    """A window's jobs in each task's order, read from its pending columns by index, are
+    those from a tuple of clips a video."""
+    plans = two_plans(tmp_path)
+    planned = work.plan_active_window(plans, 0, SomeOnDisk() if warm else None, "leaves")
+    assert isinstance(planned.pending, PendingColumns) and (planned.pending.taken is not None
+                                                            ) == warm
+    tuples = {path: tuple(uses) for path, uses in planned.pending.items()}
+    got, want = urgency_entries(0, planned.pending), urgency_entries(0, tuples)
+    assert got.jobs == want.jobs
+    assert {task: (p.tolist(), j.tolist()) for task, (p, j) in got.by_task.items()} == {
+        task: (p.tolist(), j.tolist()) for task, (p, j) in want.by_task.items()}
+    assert list(got.by_task) == list(want.by_task)
+    for view in planned.plan.views:
+        assert got.views.of(view) == want.views.of(view)
