@@ -89,15 +89,6 @@ class _Part:
         starts = _starts(self.columns)
         self.left = array("i", _counts(flags, starts).tolist())
 
-    def group(self, job: VideoJobKey) -> int:
-        """The job's video in this part (-1: not here)."""
-        number = job.number
-        jobs = self.jobs
-        if 0 <= number < len(jobs) and jobs[number] is job:
-            return number
-        group = self.index.number(job.path)
-        return group if group >= 0 and jobs[group] == job else -1
-
     def uses(self, group: int) -> Sequence[ClipUse]:
         return _left(self.columns, group, self.taken) if self.left[group] else ()
 
@@ -144,13 +135,22 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
 
     def __init__(self) -> None:
         self._parts: dict[int, list[_Part]] = {}  # by window
+        self._hashes: dict[int, np.ndarray] = {}  # by window: its parts' paths' hashes, sorted
         self._loose: dict[VideoJobKey, Sequence[ClipUse]] = {}
 
     # -- reading ----------------------------------------------------------------------------
 
     def _find(self, job: VideoJobKey) -> tuple[_Part, int] | None:
-        for part in self._parts.get(job.window, ()):
-            group = part.group(job)
+        """The part and group of a job: by the number its key carries, else (a key made
+        elsewhere) by its path, part by part."""
+        parts = self._parts.get(job.window, ())
+        number = job.number
+        for part in parts:
+            jobs = part.jobs
+            if 0 <= number < len(jobs) and jobs[number] is job:
+                return part, number
+        for part in parts:
+            group = part.index.number(job.path)
             if group >= 0:
                 return part, group
         return None
@@ -219,14 +219,23 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
         self._parts.setdefault(window, []).append(part)
 
     def _known(self, window: int, jobs: Sequence[VideoJobKey]) -> list[int]:
-        """Which of `jobs` (of `window`) are pending already: each part's paths looked up at
-        once (a window's rest holds 250,000 videos), the loose ones by key."""
+        """Which of `jobs` (of `window`) are pending already, the loose ones by key, those of
+        the window's parts by their paths' hashes, sorted, a window's (a window is planned
+        in up to a few hundred parts: not each part's looked up for each), and then, for a
+        hash found, by the path itself; the new ones' hashes join the window's."""
         known = set()
         if self._loose:
             known.update(i for i, job in enumerate(jobs) if job in self._loose)
-        paths = [job.path for job in jobs] if self._parts.get(window) else []
-        for part in self._parts.get(window, ()):
-            known.update(np.flatnonzero(part.index.numbers(paths) >= 0).tolist())
+        hashes = np.fromiter((hash(job.path) for job in jobs), np.int64, len(jobs))
+        held = self._hashes.get(window, np.zeros(0, np.int64))
+        if len(held):
+            at = np.minimum(np.searchsorted(held, hashes), len(held) - 1)
+            for index in np.flatnonzero(held[at] == hashes).tolist():  # the path, or a collision
+                if any(part.index.number(jobs[index].path) >= 0
+                       for part in self._parts[window]):
+                    known.add(index)
+        hashes.sort()  # merged in one pass: a sort of the window's each part was O(n log n)
+        self._hashes[window] = np.insert(held, np.searchsorted(held, hashes), hashes)
         return sorted(known)
 
     def set(self, job: VideoJobKey, uses: Sequence[ClipUse]) -> None:
@@ -258,6 +267,7 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
     def drop_window(self, window: int) -> list[VideoJobKey]:
         """The window's jobs go; the loose ones that went."""
         self._parts.pop(window, None)
+        self._hashes.pop(window, None)
         dropped = [job for job in self._loose if job.window == window]
         for job in dropped:
             del self._loose[job]

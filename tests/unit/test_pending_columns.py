@@ -70,6 +70,8 @@ def same(board: BatchBoard, reference: DictPending) -> None:
     for view in list(board.views)[::5]:
         assert board.urgency.of_views({view}, pending) == reference.urgency.of_views(
             {view}, reference.pending)
+    for job in list(expected)[::3]:  # a key made elsewhere: found by its path
+        assert pending.get(VideoJobKey(job.window, job.path)) == pending[job]
     for job in list(expected)[:4]:  # the memo of a job's work is that of its clips now
         uses = pending[job]
         remaining, _ = board._work_of(job, uses)
@@ -97,11 +99,17 @@ def test_random_changes_read_as_the_dict_they_replace(tmp_path, seed):
         if step == "window" and len(windows) < 3:
             window = max(windows, default=-1) + 1
             store = SomeOnDisk() if rng.random() < 0.5 else None
-            planned = work.plan_active_window(plans, window, store, "leaves")
-            assert isinstance(planned.pending, PendingColumns)
-            board.add_window(planned)
-            reference.add_window(planned, set())
-            windows[window] = planned
+            paths = [video.path for video in plans[0].listed]
+            rng.shuffle(paths)
+            cut = rng.choice([0, 5, 12])  # 0: whole, else a lead part and the rest
+            parts = ([{}] if not cut else
+                     [{"lead": frozenset(paths[:cut])}, {"skip": frozenset(paths[:cut])}])
+            for part in parts:
+                planned = work.plan_active_window(plans, window, store, "leaves", **part)
+                assert isinstance(planned.pending, PendingColumns)
+                board.add_window(planned)
+                reference.add_window(planned, set())
+            windows[window] = work.plan_active_window(plans, window, None, "leaves")
         elif step == "twice" and windows:  # a video planned in two parts: its clips joined
             window = rng.choice(list(windows))
             again = work.plan_active_window(plans, window, None, "leaves")
