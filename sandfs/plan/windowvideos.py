@@ -56,10 +56,11 @@ class ColumnVideo:
     """A video of a window's columns as its `VideoWork` reads, made on demand: setting its
     `uses` replaces them in the window (a record from then on)."""
 
-    __slots__ = ("_number", "_videos")
+    __slots__ = ("_number", "_read", "_videos")
 
     def __init__(self, videos: WindowVideos, number: int) -> None:
         self._videos, self._number = videos, number
+        self._read: Sequence[ClipUse] | None = None  # its columns' uses, once read
 
     @property
     def info(self) -> VideoInfo:
@@ -75,7 +76,14 @@ class ColumnVideo:
 
     @property
     def uses(self) -> Sequence[ClipUse]:
-        return self._videos.group_uses(self._number)
+        """Its record's uses where they were replaced since, else its columns' (which never
+        change: read once, as pruning reads a video's uses a few times)."""
+        record = self._videos._records.get(self._number)
+        if record is not None:
+            return record.uses
+        if self._read is None:
+            self._read = self._videos.group_uses(self._number)
+        return self._read
 
     @uses.setter
     def uses(self, uses: Sequence[ClipUse]) -> None:

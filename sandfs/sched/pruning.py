@@ -59,29 +59,33 @@ def pruned_plans(plan: WindowPlan, room: int,
     each chunk of videos is read and between the walk's passes (the planner holds it back
     while it plans)."""
     started = time.monotonic()
-    paths = list(plan.videos)
     with collector_paused():  # its objects live until it returns (100,000 videos: 2x faster)
-        return _pruned_plans(plan, paths, room, wait_turn, started)
+        # walked once, not each path looked up (a window's videos are made when looked up)
+        paths, works = [], []
+        for path, work in plan.videos.items():
+            paths.append(path)
+            works.append(work)
+        return _pruned_plans(plan, paths, works, room, wait_turn, started)
 
 
-def _pruned_plans(plan: WindowPlan, paths: list[str], room: int,
+def _pruned_plans(plan: WindowPlan, paths: list[str], works: list[VideoWork], room: int,
                   wait_turn: Callable[[], object], started: float) -> KeptWindow:
-    clips = window_clips(plan, paths, wait_turn)
+    clips = window_clips(plan, paths, wait_turn, works)
     chosen = prune_flat(clips.graphs, room,
-                        lambda v: object_graph(plan.videos[paths[v]], plan), wait_turn)
+                        lambda v: object_graph(works[v], plan), wait_turn)
     log.info("window %d: keeping %d bytes on disk (%d collapses, %d drops, +%.1fs "
              "recompute) in %.2fs", plan.window, chosen.total_nbytes, chosen.collapses,
              chosen.drops, chosen.added_recompute_seconds, time.monotonic() - started)
-    return _kept_plans(plan, paths, clips, chosen.clips_kept, chosen.frames_kept)
+    return _kept_plans(paths, works, clips, chosen.clips_kept, chosen.frames_kept)
 
 
-def _kept_plans(plan: WindowPlan, paths: list[str], clips: WindowClips,
+def _kept_plans(paths: list[str], works: list[VideoWork], clips: WindowClips,
                 clips_kept: np.ndarray, frames_kept: np.ndarray) -> KeptWindow:
     """Each video's kept clips as bits over its uses, no row for a video that keeps nothing."""
     video = clips.graphs.clip_video
     kept = np.flatnonzero(clips_kept)
     first_use = np.searchsorted(video, np.arange(len(paths)))  # clips go video by video
-    return kept_window(paths, [plan.videos[path].uses for path in paths], video[kept],
+    return kept_window(paths, [work.uses for work in works], video[kept],
                        kept - first_use[video[kept]], frames_kept)
 
 
@@ -113,11 +117,13 @@ class UseRows:
 
 
 def window_clips(plan: WindowPlan, paths: list[str],
-                 wait_turn: Callable[[], object] = lambda: None) -> WindowClips:
-    """The objects of the videos `paths` of the window, as columns. A clip's frames are its
-    distinct (index, source) pairs, as in `clip_frame_keys`. Where the uses are columns over
-    clip tables, they are read by index in numpy (`table_rows`), else one use at a time."""
-    works = [plan.videos[path] for path in paths]
+                 wait_turn: Callable[[], object] = lambda: None,
+                 works: list[VideoWork] | None = None) -> WindowClips:
+    """The objects of the videos `paths` of the window (`works`: those videos, when found
+    already), as columns. A clip's frames are its distinct (index, source) pairs, as in
+    `clip_frame_keys`. Where the uses are columns over clip tables, they are read by index in
+    numpy (`table_rows`), else one use at a time."""
+    works = [plan.videos[path] for path in paths] if works is None else works
     rows = table_rows(plan, works, wait_turn) if all(
         isinstance(work.uses, ColumnUses) for work in works) else None
     if rows is None:
