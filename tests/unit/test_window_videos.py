@@ -115,6 +115,10 @@ def test_a_window_holds_no_record_a_video(tmp_path):
     assert videos.group_of("missing") == -1
     first = next(iter(videos))
     assert videos[first] is not videos[first] and videos[first] == videos[first]
+    held = videos[first]  # a job holds its video: uses replaced since are read, not its own
+    before = held.uses
+    videos[first].uses = before[:1]
+    assert tuple(held.uses) == tuple(before[:1]) and len(before) > 1
 
 
 def test_a_mismatch_is_a_clear_error(tmp_path):
