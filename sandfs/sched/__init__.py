@@ -18,10 +18,11 @@ reads `BatchBoard.demanded` only, to ask whether it is empty).
     failed views, per task                    plan.failures.ViewFailures    scheduler, planning
 
 `planning` is `WindowPlanner`: its methods are in planning.py and, for tasks joining and
-leaving, joining.py. (0) `add_window`/`drop_window`/`extend`/`merge` keep the index from each
-batch to its window true. (1) `wait_started`/`wait_ended` (a reader blocked in
-`Scheduler.wait_view`), `anticipate`/`unanticipate` (`WindowPlanner`), and the board's own
-completion, failures and drops; its mirror for worker processes, the pool's pause gate, is set by
+leaving, joining.py, for the batch a reader comes to, anticipation.py. (0)
+`add_window`/`drop_window`/`extend`/`merge` keep the index from each batch to its window
+true. (1) `wait_started`/`wait_ended` (a reader blocked in `Scheduler.wait_view`),
+`anticipate`/`unanticipate` (`WindowPlanner`), and the board's own completion, failures and
+drops; its mirror for worker processes, the pool's pause gate, is set by
 `Scheduler._gate_pauses` only. (2) `claim`/`release` (the windows a running pass carries for),
 `hold`/`written` (carried bytes waiting to be written), `note_on_disk`/`forget`. (3) `_start`
 and `_finish`; `memory` and `admission` get a read-only view of it. (4) `will_pause`, `pause`,

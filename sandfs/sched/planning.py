@@ -34,10 +34,10 @@ from sandfs.plan.window import (
     ViewKey,
     WindowPlan,
     plan_window,
-    view_key,
 )
 from sandfs.runtime import settle_collector
 from sandfs.sched import work
+from sandfs.sched.anticipation import Anticipation
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.carry import CarryBook
 from sandfs.sched.jobs import VideoJobKey
@@ -68,7 +68,7 @@ READING_S = 2.0
 READING_SHARE = 0.1
 
 
-class WindowPlanner(TaskJoins):
+class WindowPlanner(TaskJoins, Anticipation):
     def __init__(self, book: WindowBook, board: BatchBoard, carry: CarryBook,
                  failures: ViewFailures, store: ObjectStore | None, prune_mode: str, *,
                  wake: Callable[[], None],
@@ -469,31 +469,3 @@ class WindowPlanner(TaskJoins):
         plan = self.book.drop_window(window)
         self.carry.forget({window})
         self.board.drop_window(window, plan.views)
-
-    # -- the batch a task's reader comes to ------------------------------------------------
-
-    def _anticipate(self, plan: WindowPlan) -> None:
-        """Until a task's reader comes, the batch where the task stands counts as waited for
-        once its window is planned: the reader comes soon (a training script that starts with
-        the mount is still importing torch), and the passes that batch needs should not make
-        later epochs' clips first (`Scheduler._should_pause`): a cold mount's first batch came
-        0.07 s sooner (docs/performance.md#cold-start)."""
-        for task, task_plan in self.book.plans.items():
-            at = self.book.position(task)
-            key = view_key(task_plan, at.epoch, at.iteration)
-            if (task not in self._readers_came and key in plan.views
-                    and key not in self.board.ready):
-                self.board.anticipate(key)
-                self.anticipated[task] = key
-
-    def reader_came(self, task: str) -> None:
-        """The task's reader opened or waits for a view: its own demand counts from now on.
-        The batch it was anticipated at stays demanded while another task still anticipates it
-        or a reader waits for it: a search's trials share their batches, and a trial opening
-        the batch another one was blocked on took that reader's demand away (its own read
-        waits in the kernel for the pages the first reader's is filling, never asking us)."""
-        self._readers_came.add(task)
-        key = self.anticipated.pop(task, None)
-        if key is not None and key not in self.anticipated.values():
-            self.board.unanticipate(key)
-
