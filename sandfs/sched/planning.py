@@ -75,7 +75,8 @@ class WindowPlanner(TaskJoins, Anticipation):
                  on_window_planned: Callable[[], None] | None = None,
                  while_planning: Callable[[], Awaitable[None]] | None = None,
                  freezes_windows: bool = False, plan_ahead: int = 64,
-                 idle: Callable[[], bool] = lambda: True) -> None:
+                 plan_next_within: float = 0.25, idle: Callable[[], bool] = lambda: True
+                 ) -> None:
         self.book, self.board, self.carry, self.failures = book, board, carry, failures
         self.store, self.prune_mode = store, prune_mode
         self.wake = wake  # the scheduler's: something to dispatch
@@ -85,6 +86,8 @@ class WindowPlanner(TaskJoins, Anticipation):
         # batches a reader may come within of its window's planned frontier before the next
         # part is planned; `idle`: whether the workers would otherwise idle (the scheduler's)
         self.plan_ahead, self.idle = plan_ahead, idle
+        # a window's share a reader comes within of a window in parts before it is swept
+        self.plan_next_within = plan_next_within
         self.sweeping, self._joining = False, 0  # a swept part planned now; tasks joining
         self._timing: SweepPace | None = None  # the swept part's, while it is planned
         # of the time, swept parts while the workers are busy (0: none; the environment's for
@@ -162,10 +165,10 @@ class WindowPlanner(TaskJoins, Anticipation):
             if planned is not None:
                 self._first_batches = self._first_batches_first(
                     self.book.windows[window], trio.current_time() - started)
+        for window in [w for w in self.book.windows if w < min(wanted, default=0)]:
+            self._drop_window(window)  # behind every reader, whether a window waits or not
         if waiting:  # the windows to carry for follow once the parts are planned
             return set()
-        for window in [w for w in self.book.windows if w < min(wanted, default=0)]:
-            self._drop_window(window)
         await self._plan_future()
         return set()
 
@@ -262,7 +265,7 @@ class WindowPlanner(TaskJoins, Anticipation):
                 continue
             part = REST if waited else parts.next(
                 plans, self.book.positions, ahead=self.plan_ahead, batches=PART_BATCHES,
-                sweep=partial(self._sweeps, plans, parts.pace))
+                sweep=partial(self._sweeps, plans, parts.pace), within=self.plan_next_within)
             if part is not None:
                 return owner, part
         return None

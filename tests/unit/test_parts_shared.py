@@ -82,7 +82,7 @@ async def idle_until_whole(scheduler) -> Counter:
     """Let the workers idle until window 0's rest is planned: its uses by (batch, slot)."""
     scheduler.planner.idle = lambda: True
     scheduler.wake()
-    await until(lambda: not scheduler.book.rest_pending)
+    await until(lambda: 0 not in scheduler.book.rest_pending)
     await settle(scheduler)
     window = scheduler.book.windows[0]
     return Counter((u.view, u.slot) for w in window.videos.values() for u in w.uses)
@@ -162,7 +162,7 @@ async def test_a_batch_read_before_the_window_s_rest_is_planned_reads_back(tmp_p
             await read_some(scheduler, plan, range(6))
             scheduler.planner.idle = lambda: True
             scheduler.wake()
-            await until(lambda: not scheduler.book.rest_pending)
+            await until(lambda: 0 not in scheduler.book.rest_pending)
             gone = [i for i in range(6) if view_key(plan, 0, i) not in scheduler.board.ready]
             assert gone  # their buffers went to later batches
             key = view_key(plan, 0, gone[0])
