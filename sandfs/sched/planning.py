@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Container, Iterable
@@ -90,9 +89,8 @@ class WindowPlanner(TaskJoins, Anticipation):
         self.plan_next_within = plan_next_within
         self.sweeping, self._joining = False, 0  # a swept part planned now; tasks joining
         self._timing: SweepPace | None = None  # the swept part's, while it is planned
-        # of the time, swept parts while the workers are busy (0: none; the environment's for
-        # benchmarks/bench_scale.py's A B runs only, no setting)
-        self.sweep_share = float(os.environ.get("SANDFS_SWEEP_SHARE", "1"))
+        # of the time, swept parts while the workers are busy (tests set 0: none)
+        self.sweep_share = 1.0
         # the windows in `book.rest_pending`: their own tasks' parts, and those of tasks that
         # joined meanwhile (by task); and the batches each such task added (by task, window)
         self._parts: dict[int, WindowParts] = {}

@@ -450,7 +450,7 @@ async def test_a_task_joining_while_a_window_is_planned_in_parts_is_served_at_on
         planner.idle = lambda: True
         service.scheduler.wake()
         with trio.fail_after(20):
-            await until(lambda: not service.scheduler.book.rest_pending)
+            await until(lambda: 0 not in service.scheduler.book.rest_pending)
             last = await read(plan.iterations_per_epoch - 1)
     assert first == [reference_view(plan, 0, iteration) for iteration in range(2)]
     assert last == reference_view(plan, 0, plan.iterations_per_epoch - 1)
