@@ -121,6 +121,19 @@ def _mallopt(param: int, value: int, what: str) -> bool:
     return done
 
 
+def trim_free_memory() -> bool:
+    """Give the free pages of every malloc heap back to the kernel (`malloc_trim(0)`), after
+    the daemon freed much that it will not allocate again soon (the scan's work); False where
+    the C library has no such call (not glibc)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
+    trim(0)
+    return True
+
+
 def quick_gil_turns(interval_s: float = GIL_SWITCH_INTERVAL_S) -> None:
     """A thread waiting for the GIL gets it after `interval_s` of another's Python, not 5 ms."""
     sys.setswitchinterval(interval_s)

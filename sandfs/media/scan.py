@@ -62,6 +62,7 @@ from sandfs.media.types import (
     VideoInfo,
 )
 from sandfs.media.walk import checked_again, vetted_targets
+from sandfs.runtime import trim_free_memory
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +183,8 @@ def _probe_rest(listing: _Listing, queue: ProbeQueue, own: ProbeWorkers,
             listing.book.fail(error)
             return
     listing.finish(progress, num_probed)
+    listing.let_go()
+    trim_free_memory()  # what it let go, and the probes' messages: not allocated again
 
 
 @dataclass(slots=True)
@@ -266,6 +269,13 @@ class _Listing:
                     result := listing.parsed(target, entry)) is not None:
                 listing.record(target, result)
         return listing
+
+    def let_go(self) -> None:
+        """The scan is complete and its index saved: the results as probed, their index
+        texts and the shared facts' lookup are not read again (the book holds each video's
+        VideoInfo). 250,000 videos: ~100 MB the daemon held for its life."""
+        for held in (self.results, self.texts, self.deferred, *self.shared.values()):
+            held.clear()  # in place: the probes' call holds `texts` until the thread ends
 
     def parsed(self, target: ListedVideo, entry: list) -> ProbeResult | None:
         """An index entry's result; None for a damaged one (then the file is probed)."""

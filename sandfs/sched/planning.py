@@ -34,7 +34,7 @@ from sandfs.plan.window import (
     WindowPlan,
     plan_window,
 )
-from sandfs.runtime import settle_collector
+from sandfs.runtime import settle_collector, trim_free_memory
 from sandfs.sched import work
 from sandfs.sched.anticipation import Anticipation
 from sandfs.sched.board import BatchBoard
@@ -65,6 +65,9 @@ PART_BATCHES = 16
 # batches/s (docs/performance.md#the-sweep-on-a-warm-mount).
 READING_S = 2.0
 READING_SHARE = 0.1
+# While a window is planned in parts, free memory is given back at most this often (a trim
+# walks every heap, and what it gives back the next parts fault in again)
+TRIM_EVERY_S = 10.0
 
 
 class WindowPlanner(TaskJoins, Anticipation):
@@ -89,6 +92,7 @@ class WindowPlanner(TaskJoins, Anticipation):
         self.plan_next_within = plan_next_within
         self.sweeping, self._joining = False, 0  # a swept part planned now; tasks joining
         self._timing: SweepPace | None = None  # the swept part's, while it is planned
+        self._trimmed_at = -math.inf  # trio's clock: when free memory was last given back
         # of the time, swept parts while the workers are busy (tests set 0: none)
         self.sweep_share = 1.0
         # the windows in `book.rest_pending`: their own tasks' parts, and those of tasks that
@@ -300,6 +304,8 @@ class WindowPlanner(TaskJoins, Anticipation):
             pace.planned(part.batches, started, now, self._sweep_share(window))
             if self.nursery is not None and math.isfinite(pace.next_s) and pace.next_s > now:
                 self.nursery.start_soon(self._wake_at, pace.next_s)  # the sweep due again
+        if trio.current_time() - self._trimmed_at >= TRIM_EVERY_S:
+            self._trim()  # what parts planned and merged since freed: not the peak's too
         return planned
 
     async def _wake_at(self, deadline: float) -> None:
@@ -329,6 +335,7 @@ class WindowPlanner(TaskJoins, Anticipation):
         self._note_window_added()
         if self.store is not None:
             self.nursery.start_soon(self._prune, self.book.windows[window], True)
+        self._trim()  # its parts' plans, merged in
 
     def _waited_batches(self, plan: WindowPlan) -> set[ViewKey]:
         """The plan's batches readers wait for (or are anticipated at), not made yet: a lead
@@ -470,3 +477,14 @@ class WindowPlanner(TaskJoins, Anticipation):
         plan = self.book.drop_window(window)
         self.carry.forget({window})
         self.board.drop_window(window, plan.views)
+        del plan
+        self._trim()
+
+    def _trim(self) -> None:
+        """Free memory back to the kernel (`runtime.trim_free_memory`) in a thread, once a
+        window's parts are merged or a window is dropped: what they freed stays in malloc's
+        heaps otherwise (docs/design.md#memory-beyond-the-plan)."""
+        if self.nursery is not None:
+            self._trimmed_at = trio.current_time()
+            self.nursery.start_soon(partial(trio.to_thread.run_sync, trim_free_memory,
+                                            abandon_on_cancel=True))

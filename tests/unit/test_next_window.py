@@ -40,6 +40,14 @@ async def read(scheduler, plan, index: int) -> None:
     scheduler.released(plan.name, epoch, iteration)
 
 
+async def window_0_whole(scheduler, plan, nursery) -> None:
+    """The scheduler started in `nursery`, batch 0 read: until window 0 is whole."""
+    await nursery.start(scheduler.run)
+    await read(scheduler, plan, 0)
+    with trio.fail_after(10):
+        await until(lambda: 0 in scheduler.book.windows and 0 not in scheduler.book.rest_pending)
+
+
 def next_window_videos(scheduler) -> int:
     window = scheduler.book.windows.get(1)
     return 0 if window is None else len(window.videos)
@@ -123,3 +131,40 @@ async def test_a_reader_at_the_window_s_turn_is_not_held_by_its_sweep(tmp_path, 
             nursery.cancel_scope.cancel()
     finally:
         hold.set()
+
+
+async def test_memory_is_given_back_once_a_window_is_whole_and_once_it_is_dropped(
+        tmp_path, monkeypatch):
+    """A window made whole from its parts, and one dropped behind its readers, leave much free
+    in malloc's heaps: given back to the kernel in a thread (`runtime.trim_free_memory`)."""
+    trimmed = []
+    monkeypatch.setattr(planning_module, "trim_free_memory",
+                        lambda: trimmed.append(threading.current_thread().name))
+    plan, scheduler = two_windows(tmp_path, monkeypatch, within=1.0)
+    turn = 2 * plan.iterations_per_epoch
+    async with trio.open_nursery() as nursery:
+        await window_0_whole(scheduler, plan, nursery)
+        with trio.fail_after(10):
+            await until(lambda: trimmed)  # window 0 whole
+            await until(lambda: 1 in scheduler.book.windows
+                        and 1 not in scheduler.book.rest_pending)
+            await until(lambda: len(trimmed) >= 2)  # window 1 whole
+        await read(scheduler, plan, turn)
+        with trio.fail_after(10):
+            await until(lambda: 0 not in scheduler.book.windows and len(trimmed) >= 3)
+        nursery.cancel_scope.cancel()
+    assert threading.main_thread().name not in trimmed
+
+
+async def test_memory_is_given_back_while_a_window_is_swept(tmp_path, monkeypatch):
+    """A window swept in parts frees each part's makings: given back as it goes (at most every
+    `TRIM_EVERY_S`), not only once whole, so they do not add up to the daemon's peak."""
+    trimmed = []
+    monkeypatch.setattr(planning_module, "trim_free_memory", lambda: trimmed.append(1))
+    monkeypatch.setattr(planning_module, "TRIM_EVERY_S", 0.0)
+    plan, scheduler = two_windows(tmp_path, monkeypatch, within=0.0)
+    async with trio.open_nursery() as nursery:
+        await window_0_whole(scheduler, plan, nursery)
+        await trio.sleep(0.1)
+        nursery.cancel_scope.cancel()
+    assert len(trimmed) > 2  # parts swept, then the window whole
