@@ -274,7 +274,7 @@ class _Listing:
         """The scan is complete and its index saved: the results as probed, their index
         texts and the shared facts' lookup are not read again (the book holds each video's
         VideoInfo). 250,000 videos: ~100 MB the daemon held for its life."""
-        for held in (self.results, self.texts, self.deferred, *self.shared.values()):
+        for held in (self.results, self.texts, *self.shared.values()):
             held.clear()  # in place: the probes' call holds `texts` until the thread ends
 
     def parsed(self, target: ListedVideo, entry: list) -> ProbeResult | None:
