@@ -456,7 +456,9 @@ def format_progress(progress: ScanProgress) -> str:
     return line if left is None else f"{line}, about {left:.0f} s left"
 
 
-SHARED_FACTS = ("frame_pts", "time_base", "keyframe_indices", "codec", "pix_fmt")
+# (the frame size too: 320 and 240 are an int object a video otherwise, 32 bytes)
+SHARED_FACTS = ("frame_pts", "time_base", "keyframe_indices", "codec", "pix_fmt", "width",
+                "height", "num_frames")
 
 
 def _video_info(target: ListedVideo, facts: ProbeFacts, interned: dict[str, dict]

@@ -28,7 +28,7 @@ from sandfs.media.types import (
     ProbeResult,
     listing_digest,
 )
-from sandfs.media.walk import passes_stat_checks, shared_access
+from sandfs.media.walk import passes_stat_checks, shared_access, shared_device
 from sandfs.runtime import collector_paused
 
 log = logging.getLogger("sandfs.media.scan")  # one logger for the whole scan
@@ -117,7 +117,7 @@ def listed_from(entry: Entry | None, rel_path: str, name: str, path: str,
         return None
     if not passes_stat_checks(mode, size_bytes, limits):
         return None
-    return ListedVideo(name, rel_path, path, size_bytes, mtime_ns, (dev, ino),
+    return ListedVideo(name, rel_path, path, size_bytes, mtime_ns, (shared_device(dev), ino),
                        shared_access(uid, gid, mode))
 
 

@@ -1,6 +1,7 @@
 """Videos that probe alike share their facts' objects: a cold mount of 250,000 videos held a
-copy of each one's frame pts, time base, keyframes, codec and pixel format, unpickled from
-its probe (docs/performance.md#startup-and-joining-at-scale)."""
+copy of each one's frame pts, time base, keyframes, codec, pixel format and frame size,
+unpickled from its probe, and of its device number
+(docs/performance.md#startup-and-joining-at-scale)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from sandfs.media.synth import write_test_video
 def alike_and_other(root) -> None:
     """Three copies of one video (a file each, not links) and one of another length."""
     root.mkdir()
-    write_test_video(root / "a.mp4", num_frames=12, width=64, height=48, fps=24, seed=1)
+    write_test_video(root / "a.mp4", num_frames=12, width=320, height=288, fps=24, seed=1)
     for name in ("b.mp4", "c.mp4"):
         (root / name).write_bytes((root / "a.mp4").read_bytes())
-    write_test_video(root / "d.mp4", num_frames=20, width=64, height=48, fps=24, seed=2)
+    write_test_video(root / "d.mp4", num_frames=20, width=320, height=288, fps=24, seed=2)
 
 
 def assert_shared(videos) -> None:
@@ -27,6 +28,9 @@ def assert_shared(videos) -> None:
         assert getattr(a, field) is getattr(b, field) is getattr(c, field), field
     assert a.frame_pts == b.frame_pts and a.frame_pts != d.frame_pts
     assert d.codec is a.codec and d.time_base is a.time_base
+    # the frame size and the device: an int object a video otherwise (32 bytes each)
+    assert d.width is a.width and d.height is a.height and a.height > 256
+    assert d.identity[0] is a.identity[0]
 
 
 def test_videos_probed_alike_share_their_facts(tmp_path):
