@@ -133,7 +133,7 @@ async def first_batch_then_whole(plan, scheduler) -> list:
         scheduler.opened(plan.name, 0, 0)
         with trio.fail_after(10):
             assert await scheduler.wait_view(view_key(plan, 0, 0), plan.name) is not None
-            await until(lambda: not scheduler.book.rest_pending)
+            await until(lambda: 0 not in scheduler.book.rest_pending)
         pending = scheduler.pending_jobs()
         nursery.cancel_scope.cancel()
     return pending
