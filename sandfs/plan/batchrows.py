@@ -1,20 +1,22 @@
 """A window's batches as rows, not a dict entry, tuple and `ViewPlan` each (SAND §5.4): a row
 a batch, found from its `ViewKey` by arithmetic (its plan key's first epoch and iterations an
-epoch), holding the task plan it is resolved with, its readers and, once resolved, its clips
-(a `ViewRow`, shared by its videos' uses). `WindowPlan.views`, `readers` and `view_plans` are
+epoch), holding the task plan it is resolved with and its columns (`BatchColumns`: its key,
+readers and, once resolved, clips). `WindowPlan.views`, `readers` and `view_plans` are
 mappings over these rows (`RowMap`), with a small overlay for what tasks joining and leaving
-change; a `ViewPlan` is made when one is looked up. A window planned in parts has one table:
-each later part's new batches are rows added to it
+change; a `ViewKey`, readers tuple and `ViewPlan` are made when one is looked up. A window
+planned in parts has one table: each later part's new batches are rows added to it
 (docs/performance.md#a-windows-batches-and-the-board).
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from sandfs.plan.batchcolumns import BatchColumns
 
 if TYPE_CHECKING:
     from sandfs.plan.records import ViewPlan
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from sandfs.plan.window import ViewKey
 
 NONE = 0xFFFF  # no profile: a batch with no clips planned here (known, or failed)
+READERS_GONE, CLIPS_GONE = 1, 2  # a row released from `readers`, from `view_plans`
 _MISSING = object()
 HELD_BESIDE = -2  # `RowMap.place`: a key held, not at its row's place
 
@@ -30,15 +33,16 @@ HELD_BESIDE = -2  # `RowMap.place`: a key held, not at its row's place
 class BatchRows:
     """The batches of a window, a row each in planning order: those one `plan_window` call
     planned, then those of its later parts (`take`); a row is never changed once added, but
-    released: a batch deleted from `readers` or `view_plans` drops its readers or clips."""
+    released: a batch deleted from `readers` or `view_plans` drops its readers or clips.
+    A row is columns (`BatchColumns`: its key, readers and clips) and here its task plan and
+    its plan's other fields; its `ViewKey`, readers, `ViewRow` and `ViewPlan` are made when
+    read."""
 
     __slots__ = ("_index", "_owner", "_plan_of", "_plans", "_profile", "_profile_of",
-                 "_profiles", "keys", "readers", "rows")
+                 "_profiles", "_released", "columns", "keys")
 
     def __init__(self) -> None:
-        self.keys: list[ViewKey] = []
-        self.readers: list[tuple] = []  # (task, position) pairs, as a `ClipUse` has them
-        self.rows: list[ViewRow | None] = []  # the batch's clips once resolved here
+        self.columns = BatchColumns()
         self._plans: list[TaskPlan] = []
         self._plan_of: dict[int, int] = {}  # id of a task plan -> its index
         self._owner = array("H")  # the plan each batch is resolved with
@@ -47,9 +51,11 @@ class BatchRows:
         self._profiles: list[tuple] = []  # distinct (task, shape, dtype, layout)
         self._profile_of: dict[tuple, int] = {}
         self._profile = array("H")
+        self._released = bytearray()  # per row: READERS_GONE | CLIPS_GONE; written last
+        self.keys = _Keys(self)
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self._released)
 
     def add(self, key: ViewKey, plan: TaskPlan, readers: tuple = ()) -> int:
         """A new batch, resolved with `plan`, read by `readers`; its row. Its columns are
@@ -63,18 +69,38 @@ class BatchRows:
             index = self._index[key.plan_key] = (first, per,
                                                  array("i", [-1]) * (plan.k_epochs * per))
         first, per, rows = index
-        row = len(self.keys)
-        number = self._plan_of.get(id(plan))
-        if number is None:
-            number = self._plan_of[id(plan)] = len(self._plans)
+        owner = self._plan_of.get(id(plan))
+        if owner is None:
+            owner = self._plan_of[id(plan)] = len(self._plans)
             self._plans.append(plan)
-        self._owner.append(number)
-        self.readers.append(readers)
-        self.rows.append(None)
+        row = self.columns.append(key, per)
+        if readers:
+            self.columns.set_readers(row, readers)
+        self._owner.append(owner)
         self._profile.append(NONE)
-        self.keys.append(key)
+        self._released.append(0)
         rows[(key.epoch - first) * per + key.iteration] = row
         return row
+
+    def add_reader(self, row: int, task: str) -> None:
+        self.columns.add_reader(row, task)
+
+    def readers_of(self, row: int) -> tuple[tuple[str, int], ...]:
+        return self.columns.readers_of(row)
+
+    def key(self, row: int) -> ViewKey:
+        return self.columns.key(row)
+
+    def view_row(self, row: int) -> ViewRow:
+        return self.columns.view_row(row)
+
+    def released(self, row: int, what: int) -> bool:
+        return bool(self._released[row] & what)
+
+    def release(self, row: int, what: int) -> None:
+        """The batch's readers (READERS_GONE) or clips (CLIPS_GONE) go from the mappings;
+        its uses (planned before) still read both."""
+        self._released[row] |= what
 
     def row_of(self, key: object) -> int:
         """The batch's row, or -1."""
@@ -90,9 +116,13 @@ class BatchRows:
     def plan(self, row: int) -> TaskPlan:
         return self._plans[self._owner[row]]
 
-    def resolved(self, row: int, view_row: ViewRow, view: ViewPlan) -> None:
-        """The batch's clips (`view_row`) and its plan's other fields (`view`'s)."""
-        self.rows[row] = view_row
+    def place(self, row: int) -> tuple[TaskPlan, int, int]:
+        """(task plan, epoch, iteration), as `WindowPlan.views` holds them."""
+        return (self._plans[self._owner[row]], *self.columns.epoch_iteration(row))
+
+    def resolved(self, row: int, view: ViewPlan) -> None:
+        """The batch's clips and its plan's other fields (`view`'s)."""
+        self.columns.set_clips(row, view.clips)
         profile = (view.task, view.shape, view.dtype, view.layout)
         number = self._profile_of.get(profile)
         if number is None:
@@ -115,18 +145,43 @@ class BatchRows:
             mine = self.add(key, other.plan(row), readers[key])
             view = other.view_plan(row)
             if view is not None:
-                self.resolved(mine, other.rows[row], view)
+                self.resolved(mine, view)
 
     def view_plan(self, row: int) -> ViewPlan | None:
         """The batch's plan, made now from its row; None when not resolved here."""
         from sandfs.plan.records import ViewPlan
         number = self._profile[row]
-        if number == NONE or self.rows[row] is None:  # not resolved here, or released since
+        if number == NONE or self._released[row] & CLIPS_GONE:  # not here, or released since
             return None
         task, shape, dtype, layout = self._profiles[number]
-        key = self.keys[row]
-        return ViewPlan(task, key.epoch, key.iteration, self.rows[row].clips, shape, dtype,
-                        layout)
+        return ViewPlan(task, *self.columns.epoch_iteration(row), self.columns.clips(row),
+                        shape, dtype, layout)
+
+
+class _Keys(Sequence):
+    """Each row's `ViewKey`, made when read."""
+
+    __slots__ = ("_table",)
+
+    def __init__(self, table: BatchRows) -> None:
+        self._table = table
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __getitem__(self, row):  # type: ignore[override]
+        if isinstance(row, slice):
+            return [self._table.key(i) for i in range(len(self))[row]]
+        return self._table.key(_row_index(row, len(self)))
+
+
+def _row_index(row, rows: int) -> int:
+    row = int(row)  # numpy's ints too
+    if row < 0:
+        row += rows
+    if not 0 <= row < rows:
+        raise IndexError(f"row {row} of {rows}")
+    return row
 
 
 class RowMap(MutableMapping):
@@ -221,9 +276,9 @@ class RowMap(MutableMapping):
     def _rows(self) -> Iterator[tuple[object, int]]:
         """(key, row) of the keys held at a row's place, in order."""
         hidden = self._deleted | self._extra.keys()
-        keys = self.table.keys
-        for row in range(len(keys) if self._limit is None else self._limit):
-            key = keys[row]
+        table = self.table
+        for row in range(len(table) if self._limit is None else self._limit):
+            key = table.key(row)
             if self._holds(row) and not (hidden and key in hidden):
                 yield key, row
 
@@ -277,8 +332,7 @@ class ViewsMap(RowMap):
     __slots__ = ()
 
     def _value(self, row: int):
-        key = self.table.keys[row]
-        return self.table.plan(row), key.epoch, key.iteration
+        return self.table.place(row)
 
 
 class ReadersMap(RowMap):
@@ -287,10 +341,11 @@ class ReadersMap(RowMap):
     __slots__ = ()
 
     def _value(self, row: int):
-        return self.table.readers[row]
+        table = self.table
+        return () if table.released(row, READERS_GONE) else table.readers_of(row)
 
     def _release(self, row: int) -> None:
-        self.table.readers[row] = ()
+        self.table.release(row, READERS_GONE)
 
 
 class ViewPlansMap(RowMap):
@@ -308,4 +363,4 @@ class ViewPlansMap(RowMap):
         return self.table.view_plan(row)
 
     def _release(self, row: int) -> None:
-        self.table.rows[row] = None  # its clips; a copy taken before reads None for it
+        self.table.release(row, CLIPS_GONE)  # a copy taken before reads None for it

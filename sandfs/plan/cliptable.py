@@ -147,6 +147,17 @@ class TableClips(Sequence[StreamClip]):
         return repr(tuple(self))
 
 
+def table_clips(table: ClipTable, start: int, count: int) -> TableClips:
+    """`TableClips` for rows known to be the table's (a window's batch rows make one whenever
+    a batch's clips are read): unchecked."""
+    clips = _new_object(TableClips)
+    clips.table, clips.start, clips.count = table, start, count
+    return clips
+
+
+_new_object = object.__new__
+
+
 def frame_count(clips: Sequence[StreamClip], index: int) -> int:
     """len(frame_indices) of a batch's clip, read from its table where it has one."""
     if isinstance(clips, TableClips):

@@ -12,6 +12,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from sandfs.plan.probed import NoUsableVideo
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.usegroups import UseGroups
 from sandfs.plan.uses import ClipUse as ClipUse  # re-exported: its users import it here
-from sandfs.plan.uses import ViewRow, kept
+from sandfs.plan.uses import kept
 from sandfs.plan.windowvideos import ColumnVideo, WindowVideos
 from sandfs.plan.windowvideos import VideoWork as VideoWork  # re-exported, as ClipUse
 from sandfs.runtime import collector_paused
@@ -47,10 +48,10 @@ def stop_if_asked() -> None:
         raise PlanningStopped
 
 
-@dataclass(frozen=True, slots=True)
-class ViewKey:
+class ViewKey(NamedTuple):
     """One batch object: tasks with the same plan key (data, seed and what they share) have the
-    same views and share it."""
+    same views and share it. A tuple (hashed and compared in C, equal to one with the same
+    fields), as a window's batch rows make one whenever a key is read."""
 
     plan_key: object
     epoch: int
@@ -181,10 +182,9 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                     failed[key] = FailedView(_reason(view), frozen.pop(key))
                     continue
             number = rows.row_of(key)
-            row = ViewRow(key, view.clips, rows.readers[number])
-            rows.resolved(number, row, view)
+            rows.resolved(number, view)
             owners = slot_owners(plan, view) if lead is not None or skip else None
-            groups.note(plan, row, owners, lead, skip)
+            groups.note(plan, rows.view_row(number), owners, lead, skip)
         planned.clear()
 
     def resolve() -> None:
@@ -261,7 +261,7 @@ def _batch_rows(plans: Sequence[TaskPlan], window: int,
                 number = rows.row_of(key)
                 if number < 0:
                     number = rows.add(key, plan)
-                rows.readers[number] = (*rows.readers[number], (plan.name, epoch * per + iteration))
+                rows.add_reader(number, plan.name)  # at epoch * per + iteration
     return rows
 
 

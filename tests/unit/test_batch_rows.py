@@ -167,16 +167,18 @@ def test_a_row_is_whole_before_its_key_finds_it(tmp_path):
     plan = plans_of(tmp_path, 1)[0]
     table, seen = BatchRows(), []
 
-    class Watching(list):
+    key = view_key(plan, 0, 0)
+
+    class Watching(bytearray):
         def append(self, value):
-            seen.append(table.row_of(value))  # what a reader in between finds
+            seen.append(table.row_of(key))  # what a reader in between finds
             super().append(value)
 
-    table.keys = Watching()
-    key = view_key(plan, 0, 0)
+    table._released = Watching()  # the last column written
     row = table.add(key, plan, (("first", 0),))
     assert seen == [-1] and table.row_of(key) == row == 0
-    assert table.readers[row] == (("first", 0),) and table.plan(row) is plan
+    assert table.readers_of(row) == (("first", 0),) and table.plan(row) is plan
+    assert table.key(row) == key and table.place(row) == (plan, 0, 0)
 
 
 def test_a_key_deleted_while_a_thread_reads_it_is_no_key_error(tmp_path):
@@ -208,7 +210,10 @@ def test_a_batch_deleted_drops_its_row_s_readers_and_clips(tmp_path):
         del planned.views[key], planned.readers[key]
         planned.view_plans.pop(key)
     rows = [table.row_of(key) for key in keys]
-    assert all(table.rows[row] is None and table.readers[row] == () for row in rows)
+    assert all(table.view_plan(row) is None and planned.readers.get(key) is None
+               and before.readers[key] == () for row, key in zip(rows, keys, strict=True))
+    # the uses planned before read the batch as planned
+    assert all(table.view_row(row).readers == table.readers_of(row) != () for row in rows)
     assert all(key not in planned.view_plans and key in before.view_plans for key in keys)
     assert all(before.view_plans.get(key) is None for key in keys)
     kept = next(iter(planned.views))

@@ -1,0 +1,172 @@
+"""What a window's batch is as columns, without its task plan: its key (its plan key's number,
+epoch and iteration), its readers (a bit a task of its plan key) and its clips (a range of one
+of the window's clip tables). A batch's `ViewKey`, readers and clips are made when read, and
+its `ViewRow` is a `TableRow` that reads them from here: a batch held a `ViewKey`, a
+`TableClips`, a readers tuple and their ints, ~45 bytes a clip of the `small` task
+(docs/performance.md#a-windows-batches-and-the-board). The uses of a task that left keep
+these columns, not its plan (`BatchRows` holds the plans).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from sandfs.plan.cliptable import TableClips, table_clips
+from sandfs.plan.uses import ViewRow
+
+if TYPE_CHECKING:
+    from sandfs.plan.cliptable import ClipTable
+    from sandfs.plan.records import StreamClip
+    from sandfs.plan.window import ViewKey
+
+_new_tuple = tuple.__new__  # a `ViewKey` without its __new__'s call: made whenever one is read
+_new_object, _set = object.__new__, object.__setattr__  # a frozen `TableRow`'s fields
+MASK_BITS = 64  # tasks of a plan key a row's readers say as bits; more: a tuple
+
+
+class BatchColumns:
+    """A row a batch, appended (`append`) and never changed but for its readers and clips,
+    set as it is planned and resolved. A task reads a batch at its epoch times its plan key's
+    batches an epoch plus its iteration, as a window's planning makes readers; a row whose
+    readers the bits cannot say (a later part's, a task past MASK_BITS) keeps them as a
+    tuple."""
+
+    __slots__ = ("_clips", "_count", "_epoch", "_iteration", "_key_type", "_keyed", "_loose",
+                 "_mask", "_named", "_odd", "_per", "_plan_key", "_plan_keys", "_start",
+                 "_table_of", "_tables", "_tasks")
+
+    def __init__(self) -> None:
+        self._key_type: type = tuple  # a row's key's (`append`): a `ViewKey`
+        self._plan_keys: list[object] = []  # distinct plan keys, by number
+        self._keyed: dict[object, int] = {}  # plan key -> its number
+        self._per = array("i")  # a plan key's batches an epoch
+        self._tasks: list[dict[str, int]] = []  # a plan key's readers: task -> its bit
+        self._named: dict[tuple[int, int], tuple[str, ...]] = {}  # (plan key, bits) -> tasks
+        self._plan_key, self._epoch, self._iteration = array("H"), array("i"), array("i")
+        self._mask = array("Q")  # the row's readers: bits of its plan key's tasks
+        self._odd: dict[int, tuple] = {}  # rows whose readers the bits cannot say
+        self._tables: list[ClipTable] = []  # the clip tables the rows' clips are ranges of
+        self._table_of: dict[int, int] = {}  # id of a table -> its index
+        self._clips = array("i")  # the row's table, -1: none (not resolved, or `_loose`)
+        self._start, self._count = array("i"), array("H")
+        self._loose: dict[int, Sequence[StreamClip]] = {}  # clips not in a table (a tuple)
+
+    def append(self, key: ViewKey, per: int) -> int:
+        """A batch's row (`per`: its plan key's batches an epoch), with no readers or clips."""
+        if not isinstance(key, tuple):
+            raise TypeError(f"a batch's key is a ViewKey, not {type(key).__name__}")
+        self._key_type = type(key)  # plan.window imports this module
+        number = self._keyed.get(key.plan_key)
+        if number is None:
+            number = self._keyed[key.plan_key] = len(self._plan_keys)
+            self._plan_keys.append(key.plan_key)
+            self._per.append(per)
+            self._tasks.append({})
+        row = len(self._epoch)
+        self._plan_key.append(number)
+        self._mask.append(0)
+        self._clips.append(-1)
+        self._start.append(0)
+        self._count.append(0)
+        self._iteration.append(key.iteration)
+        self._epoch.append(key.epoch)  # last: `__len__`
+        return row
+
+    def __len__(self) -> int:
+        return len(self._epoch)
+
+    def key(self, row: int) -> ViewKey:
+        return _new_tuple(self._key_type, (self._plan_keys[self._plan_key[row]],
+                                           self._epoch[row], self._iteration[row]))
+
+    def epoch_iteration(self, row: int) -> tuple[int, int]:
+        return self._epoch[row], self._iteration[row]
+
+    # -- readers ----------------------------------------------------------------------------
+
+    def add_reader(self, row: int, task: str) -> None:
+        """One more reader of the batch, at its place (a window's planning, a task at a
+        time)."""
+        tasks = self._tasks[self._plan_key[row]]
+        bit = tasks.setdefault(task, len(tasks))
+        if bit < MASK_BITS and row not in self._odd:
+            self._mask[row] |= 1 << bit
+        else:
+            self._odd[row] = (*self.readers_of(row), self._reader(row, task))
+
+    def set_readers(self, row: int, readers: tuple) -> None:
+        """The batch's readers as bits where they say the same, else as they are."""
+        self._mask[row] = 0
+        self._odd.pop(row, None)
+        for task, _ in readers:
+            self.add_reader(row, task)
+        if self.readers_of(row) != tuple(readers):
+            self._odd[row] = tuple(readers)
+
+    def _reader(self, row: int, task: str) -> tuple[str, int]:
+        return task, self._epoch[row] * self._per[self._plan_key[row]] + self._iteration[row]
+
+    def readers_of(self, row: int) -> tuple[tuple[str, int], ...]:
+        """The batch's readers as planned (a task joining or leaving since: the mappings')."""
+        odd = self._odd.get(row) if self._odd else None
+        if odd is not None:
+            return odd
+        number, mask = self._plan_key[row], self._mask[row]
+        names = self._named.get((number, mask))
+        if names is None:
+            names = self._named[number, mask] = tuple(
+                task for task, bit in self._tasks[number].items() if mask >> bit & 1)
+        position = self._epoch[row] * self._per[number] + self._iteration[row]
+        if len(names) == 1:
+            return ((names[0], position),)
+        return tuple([(task, position) for task in names])
+
+    # -- clips ------------------------------------------------------------------------------
+
+    def set_clips(self, row: int, clips: Sequence[StreamClip]) -> None:
+        if type(clips) is TableClips:
+            table = self._table_of.get(id(clips.table))
+            if table is None:
+                table = self._table_of[id(clips.table)] = len(self._tables)
+                self._tables.append(clips.table)
+            self._start[row], self._count[row] = clips.start, clips.count
+            self._clips[row] = table
+        else:
+            self._loose[row] = clips
+
+    def clips(self, row: int) -> Sequence[StreamClip] | None:
+        """The batch's clips as resolved (None: not resolved with these columns)."""
+        table = self._clips[row]
+        if table < 0:
+            return self._loose.get(row) if self._loose else None
+        return table_clips(self._tables[table], self._start[row], self._count[row])
+
+    def view_row(self, row: int) -> ViewRow:
+        """The batch as its videos' uses see it: one a batch, made as it is resolved."""
+        made = _new_object(TableRow)
+        _set(made, "_columns", self)
+        _set(made, "_row", row)
+        return made
+
+
+class TableRow(ViewRow):
+    """A batch's `ViewRow` as its row of a window's `BatchColumns`: its key, clips and readers
+    made when read, so that a batch holds no `ViewKey`, `TableClips` or readers tuple of its
+    own (with its row's int ~14 bytes a clip of the `small` task, not ~47). Its videos' uses
+    share it, as they shared the `ViewRow` it stands for."""
+
+    __slots__ = ("_columns", "_row")
+
+    @property  # type: ignore[override]
+    def view(self) -> ViewKey:
+        return self._columns.key(self._row)
+
+    @property  # type: ignore[override]
+    def clips(self) -> Sequence[StreamClip]:
+        return self._columns.clips(self._row)
+
+    @property  # type: ignore[override]
+    def readers(self) -> tuple[tuple[str, int], ...]:
+        return self._columns.readers_of(self._row)
