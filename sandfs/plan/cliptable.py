@@ -28,16 +28,26 @@ def distinct(objects: Sequence) -> tuple[list, array]:
     cost more than an equal value kept twice where its interner was cleared."""
     ids = np.fromiter(map(id, objects), np.int64, len(objects))
     _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    return [objects[i] for i in first.tolist()], _array("i", inverse)
+    found = array("i")  # int32: its callers read it with numpy as such
+    found.frombytes(inverse.astype(np.int32).tobytes())
+    return [objects[i] for i in first.tolist()], found
 
 
-_DTYPES = {"i": np.int32, "H": np.uint16}  # an `array`'s typecode's numpy type
+# an `array`'s typecodes, narrowest first, and their numpy types
+_CODES = (("B", np.uint8), ("H", np.uint16), ("i", np.int32))
 
 
-def _array(code: str, column: np.ndarray) -> array:
-    """A numpy column as an `array` (its items Python ints when read, as a clip's are)."""
+def _column(values) -> array:
+    """Non-negative ints as an `array` of the narrowest type that holds them (its items
+    Python ints when read, as a clip's are): a table's columns were 22 bytes a clip as
+    int32s, most of them small (a sample, a stream, an index among a few hundred)."""
+    values = np.asarray(values, np.int64).ravel()
+    top = int(values.max()) if len(values) else 0
+    if len(values) and int(values.min()) < 0:
+        raise ValueError(f"a negative value ({int(values.min())}) in a clip table's column")
+    code, dtype = next((c, t) for c, t in _CODES if top <= np.iinfo(t).max)
     made = array(code)
-    made.frombytes(np.ascontiguousarray(column, _DTYPES[code]).tobytes())
+    made.frombytes(values.astype(dtype).tobytes())
     return made
 
 
@@ -51,11 +61,10 @@ class ClipTable:
     def __init__(self, clips: Sequence[StreamClip]) -> None:
         video, sample, stream, frames, ops, paths = zip(*clips, strict=True) if clips else (
             (),) * 6
-        self.video, self.sample, self.stream = (array("i", video), array("i", sample),
-                                                array("H", stream))
-        self._frames, self.frames = distinct(frames)
-        self._ops, self.ops = distinct(ops)
-        self._paths, self.path = distinct(paths)
+        self.video, self.sample, self.stream = _column(video), _column(sample), _column(stream)
+        (self._frames, frames), (self._ops, ops), (self._paths, paths) = map(
+            distinct, (frames, ops, paths))
+        self.frames, self.ops, self.path = _column(frames), _column(ops), _column(paths)
 
     @classmethod
     def of_columns(cls, video: np.ndarray, sample: np.ndarray, stream: np.ndarray,
@@ -64,11 +73,10 @@ class ClipTable:
         """A table made from its columns: (distinct objects, each row's index among them) for
         frames, ops and paths, as `distinct` gives them."""
         table = cls.__new__(cls)
-        table.video, table.sample = _array("i", video), _array("i", sample)
-        table.stream = _array("H", stream)
-        table._frames, table.frames = frames[0], _array("i", frames[1])
-        table._ops, table.ops = ops[0], _array("i", ops[1])
-        table._paths, table.path = paths[0], _array("i", paths[1])
+        table.video, table.sample, table.stream = _column(video), _column(sample), _column(stream)
+        table._frames, table.frames = frames[0], _column(frames[1])
+        table._ops, table.ops = ops[0], _column(ops[1])
+        table._paths, table.path = paths[0], _column(paths[1])
         return table
 
     @classmethod

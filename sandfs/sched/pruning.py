@@ -181,7 +181,7 @@ def chunk_columns(works: list[VideoWork]) -> list:
 def _stacked(columns: Sequence, distinct: Sequence[Sequence]) -> np.ndarray:
     """Tables' index columns as one, each table's indices past those of the tables before."""
     base = np.cumsum([0] + [len(d) for d in distinct])
-    return np.concatenate([np.frombuffer(column, np.int32).astype(np.int64) + offset
+    return np.concatenate([np.asarray(column).astype(np.int64) + offset  # an array's type
                            for column, offset in zip(columns, base.tolist(), strict=False)]
                           or [np.zeros(0, np.int64)])
 

@@ -9,7 +9,7 @@ from array import array
 import pytest
 
 from sandfs.plan.cliptable import ClipTable, TableClips, frame_count
-from sandfs.plan.records import StreamClip
+from sandfs.plan.records import ClipPath, StreamClip
 from sandfs.plan.uses import ClipUse, ColumnUses, Uses, ViewRow, batches, frame_rows
 from sandfs.plan.window import ViewKey, plan_window
 from sandfs.sched.objects import leaf_rows
@@ -166,3 +166,18 @@ def test_decode_resize_and_a_failing_condition_plan_in_windows_as_alone(tmp_path
             assert all("division" in failed.reason for failed in window.failed.values())
         else:
             assert all(c.source for v in window.view_plans.values() for c in v.clips)
+
+
+@pytest.mark.parametrize(("top", "code"), [(200, "B"), (60_000, "H"), (300_000, "i")])
+def test_a_table_s_columns_are_as_narrow_as_their_values(top, code):
+    """A clip table's columns take the narrowest type that holds their values (a sample, a
+    stream, an index among a few distinct paths: a byte), and read back the same ints."""
+    path = ClipPath((1,), (), None)
+    clips = [StreamClip(video, video % 3, 0, (video % 7,), (), path)
+             for video in (0, 1, top, top - 1)]
+    table = ClipTable(clips)
+    assert table.video.typecode == code and table.sample.typecode == table.stream.typecode == "B"
+    assert table.path.typecode == table.frames.typecode == "B"
+    assert [table.clip(row) for row in range(len(table))] == clips
+    with pytest.raises(ValueError, match="negative"):
+        ClipTable([StreamClip(-1, 0, 0, (0,), (), path)])
