@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import Any, TypeVar
 from weakref import WeakValueDictionary
+
+import numpy as np
 
 from sandfs.media.types import ListedVideo, VideoInfo
 from sandfs.plan.labels import video_names
@@ -42,9 +44,9 @@ class ListingFacts:
             return found
 
     @cached_property
-    def video_index(self) -> Mapping[str, int]:
+    def video_index(self) -> NameIndex:
         """A listed video's index by its name."""
-        return {v.name: i for i, v in enumerate(self.listed)}
+        return NameIndex(self.listed)
 
     @cached_property
     def top_folders(self) -> tuple[str | None, ...]:
@@ -63,6 +65,60 @@ class ListingFacts:
     def names(self) -> Mapping[str, int]:
         """Every name a labels row may give a video by (`labels.video_names`)."""
         return video_names(self.listed)
+
+
+class NameIndex(Mapping[str, int]):
+    """A listed video's index by its name (the last one's, where names repeat), with no dict of
+    every name where the caller knows the index it expects (`index_of`, a clip's start): that
+    dict was ~48 bytes a video, ~10 of a window's plan bytes a clip. A name alone is looked
+    up in the dict, made when first asked for; a `bisect` over the names cost ~3x a dict's."""
+
+    __slots__ = ("_by_name", "_listed", "_repeated")
+
+    def __init__(self, listed: Sequence[ListedVideo] | Sequence[VideoInfo]) -> None:
+        self._listed = listed
+        self._repeated: dict[str, int] | None = None  # repeated names -> the last's index
+        self._by_name: dict[str, int] | None = None
+
+    def index_of(self, name: str, expected: int) -> int:
+        """The index of `name`: `expected` where that video has the name and no other does."""
+        listed = self._listed
+        if not (0 <= expected < len(listed) and listed[expected].name == name):
+            return self[name]
+        repeated = self._repeated
+        if repeated is None:
+            repeated = self._repeated = repeated_names(listed)
+        return repeated.get(name, expected) if repeated else expected
+
+    def _dict(self) -> dict[str, int]:
+        found = self._by_name
+        if found is None:
+            found = self._by_name = {v.name: i for i, v in enumerate(self._listed)}
+        return found
+
+    def __getitem__(self, name: str) -> int:
+        return self._dict()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+
+def repeated_names(listed: Sequence[ListedVideo] | Sequence[VideoInfo]) -> dict[str, int]:
+    """The names more than one listed video has, each with the last one's index; found by
+    their hashes in numpy, not a set of every name."""
+    hashes = np.fromiter((hash(v.name) for v in listed), np.int64, len(listed))
+    values, counts = np.unique(hashes, return_counts=True)
+    suspects = set(values[counts > 1].tolist())
+    if not suspects:
+        return {}
+    seen: dict[str, list[int]] = {}
+    for index, video in enumerate(listed):
+        if hash(video.name) in suspects:
+            seen.setdefault(video.name, []).append(index)
+    return {name: found[-1] for name, found in seen.items() if len(found) > 1}
 
 
 class Listings:

@@ -277,14 +277,16 @@ class TaskPlan:
         info = info or self.videos[video_index]
         short = info.num_frames < self.span_frames
         return frame_list(self.sampling, info.num_frames,
-                          None if short else self.clip_start(epoch, info, sample, draws))
+                          None if short else self.clip_start(epoch, info, sample, draws,
+                                                             video_index))
 
     def clip_start(self, epoch: int, info: VideoInfo, sample: int,
-                   draws: EpochDraws | None = None) -> int:
+                   draws: EpochDraws | None = None, expected: int = -1) -> int:
+        """`expected`: the video's index, if at hand (checked, not looked up by name)."""
         if self.test_views:
             return test_clip_start(view_index(self.test_views, sample).clip,
                                    self.test_views.clips, info.num_frames, self.span_frames)
-        index = self.video_index[info.name]
+        index = self.video_index.index_of(info.name, expected)
         draws = draws or self.draws.prepare(epoch, [index])
         return int(draws.starts[index, sample])
 

@@ -4,9 +4,12 @@ objects, with the answers each task would make on its own."""
 
 from __future__ import annotations
 
+import dataclasses
+import random
+
 from sandfs.config.loader import load_task_config
 from sandfs.plan.coordination import Coordination
-from sandfs.plan.listing import KEPT_LISTINGS, Listings
+from sandfs.plan.listing import KEPT_LISTINGS, Listings, NameIndex
 from sandfs.plan.task import TaskPlan
 from tests.helpers.harness import task_config, write_config
 from tests.helpers.plans import FAKE_DATASET, fake_videos
@@ -58,3 +61,20 @@ def test_a_listing_other_than_the_kept_one_gets_facts_of_its_own():
     for count in range(KEPT_LISTINGS + 1):
         listings.of(tuple(fake_videos(count + 1)))
     assert listings.of(videos).listed is videos  # forgotten, made again for it
+
+
+def test_a_name_index_answers_as_the_dict_it_replaces_names_repeated_or_not():
+    """`NameIndex.index_of` checks the index a clip's start expects, with no dict of every
+    name; where names repeat (a.mp4, a.avi) it answers the last one's index, as the dict."""
+    rng = random.Random(7)
+    videos = list(fake_videos(40))
+    for i in rng.sample(range(1, 40), 6):  # a name another video has too
+        videos[i] = dataclasses.replace(videos[i], name=videos[i - 1].name)
+    index = NameIndex(videos)
+    expected = {v.name: i for i, v in enumerate(videos)}
+    assert index._by_name is None
+    assert [index.index_of(v.name, i) for i, v in enumerate(videos)] == [
+        expected[v.name] for v in videos]
+    assert index._by_name is None  # the expected index checked, no dict made
+    assert index.index_of(videos[3].name, 20) == expected[videos[3].name]  # not its: looked up
+    assert index == expected and len(index) == len(expected) < len(videos)
