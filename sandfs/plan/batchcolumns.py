@@ -170,3 +170,7 @@ class TableRow(ViewRow):
     @property  # type: ignore[override]
     def readers(self) -> tuple[tuple[str, int], ...]:
         return self._columns.readers_of(self._row)
+
+    def __reduce__(self):
+        """Sent elsewhere (or copied) as the `ViewRow` it stands for, not with its columns."""
+        return ViewRow, (self.view, self.clips, self.readers)

@@ -5,12 +5,17 @@ against that dict."""
 
 from __future__ import annotations
 
+import copy
+import pickle
 import random
 
 import pytest
 
+from sandfs.plan.batchcolumns import TableRow
 from sandfs.plan.batchrows import BatchRows, ReadersMap, ViewsMap
-from sandfs.plan.window import ViewKey
+from sandfs.plan.uses import ViewRow, batches
+from sandfs.plan.window import ViewKey, plan_window
+from tests.helpers.plans import fake_videos, make_plan
 
 
 class FakePlan:
@@ -91,7 +96,23 @@ def test_readers_read_as_the_dict_of_tuples_they_replace(seed):
         assert list(readers.items()) == list(reference.items())
         assert len(readers) == len(reference)
         assert all(readers.get(key) == value for key, value in reference.items())
-    for copy, then in snapshots:  # a copy: its own overlay; a row released since reads ()
-        assert set(copy) == set(then)
-        assert all(copy[key] in (value, ()) for key, value in then.items())
+    for copied, then in snapshots:  # a copy: its own overlay; a row released since reads ()
+        assert set(copied) == set(then)
+        assert all(copied[key] in (value, ()) for key, value in then.items())
     assert len(views) == len(table)  # views untouched: every row
+
+
+def test_a_table_row_reads_its_batch_and_is_sent_as_the_view_row_it_stands_for(tmp_path):
+    """A window's `ViewRow`s are its rows' (`TableRow`): their fields as planned, one a
+    batch shared by its videos' uses; pickled (a worker process) or copied as a `ViewRow`."""
+    plan = make_plan(tmp_path, fake_videos(9), k_epochs=2, epochs=2)
+    window = plan_window([plan], 0)
+    rows = {id(row): row for work in window.videos.values() for row in batches(work.uses)}
+    assert len(rows) == len(window.view_plans)  # one a batch, shared by its videos' uses
+    for row in rows.values():
+        assert type(row) is TableRow
+        assert row.readers == window.readers[row.view]
+        assert tuple(row.clips) == tuple(window.view_plans[row.view].clips)
+        for sent in (pickle.loads(pickle.dumps(row)), copy.copy(row)):
+            assert type(sent) is ViewRow and sent.view == row.view
+            assert sent.readers == row.readers and tuple(sent.clips) == tuple(row.clips)
