@@ -159,13 +159,21 @@ class TableRow(ViewRow):
 
     __slots__ = ("_columns", "_row")
 
+    # `view` and `clips` are read a use at a time by a window's walks: `key` and `clips`
+    # inlined
     @property  # type: ignore[override]
     def view(self) -> ViewKey:
-        return self._columns.key(self._row)
+        columns, row = self._columns, self._row
+        return _new_tuple(columns._key_type, (columns._plan_keys[columns._plan_key[row]],
+                                              columns._epoch[row], columns._iteration[row]))
 
     @property  # type: ignore[override]
     def clips(self) -> Sequence[StreamClip]:
-        return self._columns.clips(self._row)
+        columns, row = self._columns, self._row
+        table = columns._clips[row]
+        if table < 0:
+            return columns.clips(row)
+        return table_clips(columns._tables[table], columns._start[row], columns._count[row])
 
     @property  # type: ignore[override]
     def readers(self) -> tuple[tuple[str, int], ...]:
