@@ -77,7 +77,9 @@ class NameIndex(Mapping[str, int]):
 
     def __init__(self, listed: Sequence[ListedVideo] | Sequence[VideoInfo]) -> None:
         self._listed = listed
-        self._repeated: dict[str, int] | None = None  # repeated names -> the last's index
+        # repeated names -> the last's index: found now, with the listing's other facts, not
+        # on a joining task's first batch (~15 ms at 250,000 names, a dict of them ~38)
+        self._repeated = repeated_names(listed)
         self._by_name: dict[str, int] | None = None
 
     def index_of(self, name: str, expected: int) -> int:
@@ -85,10 +87,7 @@ class NameIndex(Mapping[str, int]):
         listed = self._listed
         if not (0 <= expected < len(listed) and listed[expected].name == name):
             return self[name]
-        repeated = self._repeated
-        if repeated is None:
-            repeated = self._repeated = repeated_names(listed)
-        return repeated.get(name, expected) if repeated else expected
+        return self._repeated.get(name, expected) if self._repeated else expected
 
     def _dict(self) -> dict[str, int]:
         found = self._by_name
