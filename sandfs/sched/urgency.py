@@ -59,6 +59,13 @@ def _alive(order: TaskOrder, start: int, pending: Mapping) -> TaskOrder:
     return positions[keep], jobs[keep]
 
 
+def _stale(moved: dict[VideoJobKey, dict[str, int]], job: VideoJobKey, task: str,
+           position: int) -> bool:
+    """An entry sooner than its job's soonest clip for the task now (`UrgencyOrder.reranked`)."""
+    soonest = moved.get(job)
+    return soonest is not None and position < soonest.get(task, position + 1)
+
+
 def _walk(order: TaskOrder, start: int) -> Iterator[tuple[int, int, VideoJobKey]]:
     """(index, position, job) from `start`, read a chunk at a time (a numpy scalar a read
     costs more than the rank it serves)."""
@@ -80,6 +87,9 @@ class UrgencyOrder:
         self._windows: list[ViewJobs] = []  # the jobs of each window's batches
         # lists, not sets: a set of a batch's 8 jobs is 728 bytes (91 a clip), a list 120
         self._more_views: dict[ViewKey, list[VideoJobKey]] = {}  # clips added one by one
+        # jobs whose sooner clips were taken or forgotten: each task's soonest position now.
+        # Their entries sooner than it are stale (`urgent` passes them), as a rebuild would
+        self._moved: dict[VideoJobKey, dict[str, int]] = {}
 
     def rebuild(self) -> None:
         """Pending clips left (a window dropped): the order is built again when next asked."""
@@ -92,7 +102,29 @@ class UrgencyOrder:
         if self._order is None:
             return
         _add_job(self._more_views, use.view, job)
+        self._sooner(job, use)
         for task, position in use.readers:
+            self._staged.setdefault(task, []).append((position, job))
+
+    def _sooner(self, job: VideoJobKey, use: ClipUse) -> None:
+        """A clip added to a job reranked before: its soonest positions may be sooner now."""
+        moved = self._moved.get(job)
+        if moved is not None:
+            for task, position in use.readers:
+                moved[task] = min(moved.get(task, position), position)
+
+    def reranked(self, job: VideoJobKey, uses: Sequence[ClipUse]) -> None:
+        """Some of the job's clips were taken or forgotten, `uses` are those left: it ranks at
+        their soonest positions from now on, not at those of clips gone (an entry a job and
+        task is made at its soonest clip, `urgency_entries`)."""
+        if self._order is None:
+            return
+        soonest: dict[str, int] = {}
+        for use in uses:
+            for task, position in use.readers:
+                soonest[task] = min(soonest.get(task, position), position)
+        self._moved[job] = soonest
+        for task, position in soonest.items():
             self._staged.setdefault(task, []).append((position, job))
 
     def add_many(self, added: Iterable[tuple[VideoJobKey, ClipUse]],
@@ -105,6 +137,7 @@ class UrgencyOrder:
         new: dict[str, list[tuple[int, VideoJobKey]]] = defaultdict(list)
         for job, use in added:
             _add_job(self._more_views, use.view, job)
+            self._sooner(job, use)
             for task, position in use.readers:
                 new[task].append((position, job))
         for task, entries in new.items():
@@ -125,6 +158,13 @@ class UrgencyOrder:
             old = _alive(order.get(task, _NONE), self._cursor.get(task, 0), pending)
             order[task], self._cursor[task] = _merged(entries, old) if len(old[0]) else entries, 0
 
+    def rerank_window(self, window: int, pending: Mapping[VideoJobKey, Sequence[ClipUse]]
+                      ) -> None:
+        """A part of `window` was added (`add_entries`): the jobs of it reranked before are
+        reranked over their clips now, the part's among them."""
+        for job in [job for job in self._moved if job.window == window]:
+            self.reranked(job, pending.get(job, ()))
+
     def forget_window(self, window: int, views: Iterable[ViewKey]) -> None:
         """A window dropped: its jobs leave the order (entries before a cursor are passed)."""
         if self._order is None:
@@ -137,6 +177,8 @@ class UrgencyOrder:
             self._order[task] = positions[start:][keep], jobs[start:][keep]
             self._cursor[task] = 0
         self._windows = [jobs for jobs in self._windows if jobs.window != window]
+        for job in [job for job in self._moved if job.window == window]:
+            del self._moved[job]
         for view in views:
             self._more_views.pop(view, None)
 
@@ -146,18 +188,20 @@ class UrgencyOrder:
         order = self._built(pending)
         has = _has(pending)
         chosen: set[VideoJobKey] = set()
+        moved = self._moved
         for task, entries in order.items():
             start = len(entries[0])
-            for index, _, job in _walk(entries, self._cursor[task]):
-                if has(job):
+            for index, position, job in _walk(entries, self._cursor[task]):
+                if has(job) and not (moved and _stale(moved, job, task, position)):
                     start = index
-                    break  # before it: done, never pending again unless clips are added
+                    break  # before it: done or stale, never pending again unless clips are added
             self._cursor[task] = start
             taken, last = 0, None
             for _, position, job in _walk(entries, start):
                 if taken >= self.per_task and position != last:
                     break
-                if job in chosen or job in busy or not has(job):
+                if (job in chosen or job in busy or not has(job)
+                        or (moved and _stale(moved, job, task, position))):
                     continue
                 chosen.add(job)
                 taken, last = taken + 1, position
@@ -215,6 +259,7 @@ class UrgencyOrder:
                 self._order[task] = (np.array([p for p, _ in entries], np.int64),
                                      job_column([j for _, j in entries]))
             self._more_views, self._windows, self._staged = jobs_of_view, [], {}
+            self._moved = {}
             self._cursor = dict.fromkeys(order, 0)
         elif self._staged:
             self._place_staged()

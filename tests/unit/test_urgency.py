@@ -164,3 +164,23 @@ def test_a_job_s_work_is_counted_again_when_its_pending_clips_change():
     assert work() == 1 + 1
     board.drop_window(0, [])
     assert not board._work
+
+
+def test_a_job_ranks_by_the_clips_it_has_left_not_by_one_taken():
+    """A job's entry is made at its soonest clip; a pass that takes that clip alone (made
+    ahead for the next window), or its batch failing, leaves the job ranked by the clips it
+    has left, as an order built from scratch ranks it, not ahead of a job needed sooner."""
+    board = BatchBoard()
+    board.urgency.per_task = 1
+    board.urgency._built(board.pending)  # the order is made: clips are placed, not rebuilt
+    for key, position in ((job(0), 0), (job(0), 10), (job(1), 5), (job(2), 3), (job(2), 8)):
+        board.add_pending(key, use(position))
+    assert board.urgency.urgent(board.pending, busy=set()) == {job(0)}
+    board.take_pending(job(0), [board.pending[job(0)][0]])  # its clip at 0
+    assert board.urgency.urgent(board.pending, busy=set()) == {job(2)}
+    board.forget_pending({view(3)})  # job 2's batch at 3 failed: its clip at 8 is left
+    assert board.urgency.urgent(board.pending, busy=set()) == {job(1)}
+    assert board.urgency.urgent(board.pending, busy=set()) == UrgencyOrder(1).urgent(
+        board.pending, busy=set())
+    board.add_pending(job(0), use(2))  # pending again, sooner than the clips it has left
+    assert board.urgency.urgent(board.pending, busy=set()) == {job(0)}
