@@ -65,7 +65,7 @@ class BatchBoard:
         self.made: set[Spot] = set()  # made in this run: a second time is a recompute
         self.evicted_unread = 0
         self.waiting: Counter[ViewKey] = Counter()  # readers blocked on each batch (ditto)
-        self.urgency = UrgencyOrder()  # the pending jobs in each task's read order
+        self.urgency = UrgencyOrder(numbers=self.pending)  # pending jobs in each task's read order
         self._work: dict[VideoJobKey, tuple] = {}  # `_work_of`'s memo, by pending job
         # batches of `views` with every slot's clip made: the only ones to read back from disk.
         # Slots are only ever added to a batch's state, so a batch stays here until it leaves
@@ -249,9 +249,8 @@ class BatchBoard:
     def _rerank(self, views: Iterable[ViewKey]) -> None:
         """The jobs with clips for these batches, some taken: ranked by the clips they have
         left, not by the entries made at their soonest clips (`UrgencyOrder.reranked`)."""
-        for job in {job for view in views for job in self.urgency.jobs_of(view)}:
-            if self.pending.has(job):
-                self.urgency.reranked(job, self.pending[job])
+        for job in self.urgency.of_views(views, self.pending):
+            self.urgency.reranked(job, self.pending[job])
 
     def add_window(self, planned: PlannedWindow) -> None:
         """A window's batches (those not planned or ready already) and their pending clips, as
@@ -270,7 +269,6 @@ class BatchBoard:
                 state = self.views.state(key)
                 state.add_on_disk(slots)
                 self._note_slots(key, state)
-        self.urgency.add_entries(planned.urgency, self.pending)
         self.disk_plans.add(window, planned.disk_plans, planned.frames_on_disk)
         self._add_pending_window(window, planned, ready)
         self.urgency.rerank_window(window, self.pending)
@@ -278,11 +276,14 @@ class BatchBoard:
             self._rerank(ready)
 
     def _add_pending_window(self, window: int, planned: PlannedWindow, ready: set) -> None:
-        # a video's job is its urgency entries' key (`jobs`: one a video of `pending`, in order)
+        """The window's pending clips and its jobs' urgency entries (a job a video of
+        `pending`, in order: numbered on from the window's last part where they are columns)."""
         if isinstance(planned.pending, PendingColumns):
-            self.pending.add_columns(window, planned.pending, planned.urgency.jobs,
-                                     ready.__contains__ if ready else None)
+            first = self.pending.next_number(window)
+            self.urgency.add_entries(planned.urgency, self.pending, first)
+            self.pending.add_columns(window, planned.pending, ready.__contains__ if ready else None)
             return
+        self.urgency.add_entries(planned.urgency, self.pending)
         for pending, job in zip(planned.pending.values(), planned.urgency.jobs, strict=True):
             if pending and ready:
                 pending = tuple(use for use in pending if use.view not in ready)

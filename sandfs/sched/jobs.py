@@ -28,9 +28,9 @@ from sandfs.sched.viewstate import ViewState
 
 @dataclass(frozen=True, slots=True)
 class VideoJobKey:
-    """One video in one window: the unit of a decode pass. `number`: the video's place in
-    the window's pending columns where the planner made the key (`sched.pending`), not part
-    of its identity (-1: none)."""
+    """One video in one window: the unit of a decode pass. `number`: the job's number where
+    the board's pending clips made the key (`PendingClips.key_of`), not part of its identity
+    (-1: none)."""
 
     window: int
     path: str
@@ -144,20 +144,25 @@ class JobResult:
 
 
 # a task's entries in read order: (soonest position, job) as two columns (`urgency.py`)
-TaskOrder = tuple[np.ndarray, np.ndarray]  # int64 positions, sorted; the jobs (references)
+TaskOrder = tuple[np.ndarray, np.ndarray]  # int64 positions, sorted; int64 job numbers
 
 
 @dataclass(frozen=True, slots=True)
 class UrgencyEntries:
     """A window's pending jobs in each task's read order (`urgency.urgency_entries`), made in
-    its planning thread: the event loop merges them, not a clip at a time."""
+    its planning thread: the event loop merges them, not a clip at a time. A job is its
+    video's number in `videos` (no key object a video: the board numbers them)."""
 
+    window: int
     # made for the board, which takes them as they are (`UrgencyOrder.add_entries`)
     by_task: Mapping[str, TaskOrder]
     views: ViewJobs  # the jobs with clips for each batch, once each
-    # each video's job, in the order of the window's pending clips: the keys its entries hold
-    # and the board's too, not one more a video; required: the board zips it with them
-    jobs: Sequence[VideoJobKey]
+    videos: Mapping[str, Sequence[ClipUse]]  # the clips they were made from, by path
+
+    @property
+    def jobs(self) -> list[VideoJobKey]:
+        """Each video's job, in the order of `videos` (made when asked)."""
+        return [VideoJobKey(self.window, path) for path in self.videos]
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,13 +6,17 @@ does not fit that shape (a clip pending again, a joining task's clips, a later p
 holding a video pending already) is held as before, a sequence a job (`_loose`), and a job is
 in one place: its part's columns or the loose ones.
 
-A job's key holds its video's number in its part (`VideoJobKey.number`, checked against the
-part's own key) so that urgency's many looks find it without a hash lookup.
+A job is a number (`job_number`: its window, and its video's number in the window's parts, a
+part's videos numbered on from the last part's), not a key object a video: urgency's order and
+its batches' jobs hold numbers, and a `VideoJobKey` is made when asked for one (`key_of`), with
+its number in it (`VideoJobKey.number`) so that a look by key finds it without a hash lookup. A
+job held loose has every number it goes by (a part's, or one of its own) mapped to its key.
 """
 
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence, ValuesView
 
 import numpy as np
@@ -77,18 +81,18 @@ def _left(columns: UseColumns, group: int, taken: bytearray | None) -> Sequence[
 
 
 class _Part:
-    """A window's (or a part's) pending clips as its columns: `jobs[g]` is video g's job."""
+    """A window's (or a part's) pending clips as its columns: video g is job `base + g`."""
 
-    __slots__ = ("columns", "index", "jobs", "left", "taken")
+    __slots__ = ("base", "columns", "index", "infos", "left", "taken")
 
-    def __init__(self, pending: PendingColumns, jobs: Sequence[VideoJobKey]) -> None:
-        self.columns, self.index, self.jobs = pending.columns, pending.index, jobs
+    def __init__(self, pending: PendingColumns, base: int) -> None:
+        self.columns, self.index, self.infos = pending.columns, pending.index, pending.infos
+        self.base = base
         self.taken = bytearray(pending.taken) if pending.taken is not None else bytearray(
             len(self.columns.batch))
         flags = np.frombuffer(self.taken, np.uint8)
         starts = _starts(self.columns)
         self.left = array("i", _counts(flags, starts).tolist())
-
     def uses(self, group: int) -> Sequence[ClipUse]:
         return _left(self.columns, group, self.taken) if self.left[group] else ()
 
@@ -129,27 +133,97 @@ def _counts(taken: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return left
 
 
+_WINDOW_SHIFT = 32  # a job number: its window, then its number in the window
+_OWN = 1 << 31  # numbers of jobs held loose that no part holds: past any part's
+_NUMBER = (1 << _WINDOW_SHIFT) - 1  # a job number's number in its window
+
+
+def job_number(window: int, number: int) -> int:
+    return window << _WINDOW_SHIFT | number
+
+
+def number_window(job: int) -> int:
+    return job >> _WINDOW_SHIFT
+
+
 class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
     """By job: its clips no job made yet (`BatchBoard.pending`; the board its only writer).
-    Its values are made when read, immutable as the tuples they were: changed by replacing."""
+    Its values are made when read, immutable as the tuples they were: changed by replacing.
+    Read by key, or by job number (`has_number`, `key_of`: urgency's)."""
 
     def __init__(self) -> None:
         self._parts: dict[int, list[_Part]] = {}  # by window
+        self._bases: dict[int, list[int]] = {}  # by window: its parts' first numbers
+        self._next: dict[int, int] = {}  # by window: the next part's first number
         self._hashes: dict[int, np.ndarray] = {}  # by window: its parts' paths' hashes, sorted
         self._loose: dict[VideoJobKey, Sequence[ClipUse]] = {}
+        self._loose_of: dict[int, VideoJobKey] = {}  # every number of a loose job
+        self._own: dict[VideoJobKey, int] = {}  # numbers of jobs no part holds
+        self._owned = 0  # own numbers given: never given again
+
+    # -- numbers ----------------------------------------------------------------------------
+
+    def next_number(self, window: int) -> int:
+        """The job number of the next part's first video (`add_columns`)."""
+        return job_number(window, self._next.get(window, 0))
+
+    def _locate(self, job: int) -> tuple[_Part, int] | None:
+        """The part and group of a job number (None: one of a loose job's own)."""
+        window, number = job >> _WINDOW_SHIFT, job & _NUMBER
+        bases = self._bases.get(window)
+        if not bases or number >= _OWN:
+            return None
+        part = self._parts[window][bisect_right(bases, number) - 1]
+        group = number - part.base
+        return (part, group) if 0 <= group < len(part.left) else None
+
+    def key_of(self, job: int) -> VideoJobKey:
+        """The job's key, its number in it."""
+        loose = self._loose_of.get(job)
+        if loose is not None:
+            return VideoJobKey(loose.window, loose.path, job)
+        found = self._locate(job)
+        if found is None:
+            raise KeyError(job)
+        return VideoJobKey(job >> _WINDOW_SHIFT, found[0].infos[found[1]].path, job)
+
+    def number(self, job: VideoJobKey) -> int:
+        """The job's number: its video's in the first part holding it, else one of its own."""
+        found = self._find(job)
+        if found is not None:
+            return job_number(job.window, found[0].base + found[1])
+        own = self._own.get(job)
+        if own is None:
+            own = self._own[job] = job_number(job.window, _OWN + self._owned)
+            self._owned += 1
+        return own
+
+    def has_number(self, job: int) -> bool:
+        """Whether the job has a clip pending (what urgency asks of every entry it passes):
+        `_locate` inlined, a window of one part found without a bisect."""
+        loose_of = self._loose_of
+        if loose_of and job in loose_of:
+            return bool(self._loose[loose_of[job]])
+        window = job >> _WINDOW_SHIFT
+        bases = self._bases.get(window)
+        if not bases:
+            return False
+        number = job & _NUMBER
+        parts = self._parts[window]
+        part = parts[bisect_right(bases, number) - 1] if len(parts) > 1 else parts[0]
+        group, left = number - part.base, part.left
+        return 0 <= group < len(left) and left[group] > 0
 
     # -- reading ----------------------------------------------------------------------------
 
     def _find(self, job: VideoJobKey) -> tuple[_Part, int] | None:
         """The part and group of a job: by the number its key carries, else (a key made
         elsewhere) by its path, part by part."""
-        parts = self._parts.get(job.window, ())
-        number = job.number
-        for part in parts:
-            jobs = part.jobs
-            if 0 <= number < len(jobs) and jobs[number] is job:
-                return part, number
-        for part in parts:
+        if job.number >= 0 and job.number >> _WINDOW_SHIFT == job.window:
+            found = self._locate(job.number)
+            if found is not None and found[0].infos[found[1]].path == job.path:
+                return found
+        for part in self._parts.get(job.window, ()):
             group = part.index.number(job.path)
             if group >= 0:
                 return part, group
@@ -165,8 +239,7 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
         return found[0].uses(found[1])
 
     def has(self, job: VideoJobKey) -> bool:
-        """Whether the job has a clip pending (what urgency asks of every entry it passes):
-        no sequence made."""
+        """Whether the job has a clip pending: no sequence made."""
         loose = self._loose
         if loose and job in loose:
             return bool(loose[job])
@@ -190,59 +263,67 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
         return found is not None and found[0].left[found[1]] > 0
 
     def __iter__(self) -> Iterator[VideoJobKey]:
-        loose = self._loose
-        yield from list(loose)
-        for parts in list(self._parts.values()):
-            for part in parts:
-                yield from (job for job, left in zip(part.jobs, part.left, strict=True)
-                            if left and not (loose and job in loose))
+        yield from list(self._loose)
+        for window, parts in list(self._parts.items()):
+            for part in parts:  # a loose job's groups were taken: none left
+                first = job_number(window, part.base)
+                yield from (VideoJobKey(window, part.infos[group].path, first + group)
+                            for group in np.flatnonzero(part.left).tolist())
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
     # -- changing (the board) ---------------------------------------------------------------
 
-    def add_columns(self, window: int, pending: PendingColumns, jobs: Sequence[VideoJobKey],
-                    ready: Callable[[ViewKey], bool] | None = None) -> None:
-        """A planned window's (or part's) clips, `jobs` its videos' keys in order; the uses of
-        batches `ready` already taken. A job pending already (a stand-in's clips, planned with
-        another part) holds both parts' clips, loose."""
-        if len(jobs) != len(pending):
-            raise ValueError(f"{len(jobs)} jobs for {len(pending)} videos")
-        part = _Part(pending, jobs)
+    def add_columns(self, window: int, pending: PendingColumns,
+                    ready: Callable[[ViewKey], bool] | None = None) -> int:
+        """A planned window's (or part's) clips, its videos numbered from `next_number`; the
+        uses of batches `ready` already taken. A job pending already (a stand-in's clips,
+        planned with another part) holds both parts' clips, loose. Its first number."""
+        base = self._next.get(window, 0)
+        if base + len(pending) > _OWN:
+            raise ValueError(f"{base + len(pending)} videos in window {window}: over {_OWN}")
+        part = _Part(pending, base)
         if ready is not None:
             part.take_batches(ready)
-        for group in self._known(window, jobs):
-            job = jobs[group]
+        for group in self._known(window, part):
+            job = VideoJobKey(window, part.infos[group].path)
             self.set(job, self.get(job, ()) + part.uses(group))
             part.take_group(group)
+            self._loose_of[job_number(window, base + group)] = job
         self._parts.setdefault(window, []).append(part)
+        self._bases.setdefault(window, []).append(base)
+        self._next[window] = base + len(pending)
+        return job_number(window, base)
 
-    def _known(self, window: int, jobs: Sequence[VideoJobKey]) -> list[int]:
-        """Which of `jobs` (of `window`) are pending already, the loose ones by key, those of
-        the window's parts by their paths' hashes, sorted, a window's (a window is planned
-        in up to a few hundred parts: not each part's looked up for each), and then, for a
-        hash found, by the path itself; the new ones' hashes join the window's."""
+    def _known(self, window: int, part: _Part) -> list[int]:
+        """Which of the part's videos (of `window`) are pending already, the loose ones by
+        key, those of the window's parts by their paths' hashes, sorted, a window's (a window
+        is planned in up to a few hundred parts: not each part's looked up for each), and
+        then, for a hash found, by the path itself; the new ones' hashes join the window's."""
+        paths = [info.path for info in part.infos]
         known = set()
         if self._loose:
-            known.update(i for i, job in enumerate(jobs) if job in self._loose)
-        hashes = np.fromiter((hash(job.path) for job in jobs), np.int64, len(jobs))
+            known.update(i for i, path in enumerate(paths)
+                         if VideoJobKey(window, path) in self._loose)
+        hashes = np.fromiter(map(hash, paths), np.int64, len(paths))
         held = self._hashes.get(window, np.zeros(0, np.int64))
         if len(held):
             at = np.minimum(np.searchsorted(held, hashes), len(held) - 1)
             for index in np.flatnonzero(held[at] == hashes).tolist():  # the path, or a collision
-                if any(part.index.number(jobs[index].path) >= 0
-                       for part in self._parts[window]):
+                if any(old.index.number(paths[index]) >= 0 for old in self._parts[window]):
                     known.add(index)
         hashes.sort()  # merged in one pass: a sort of the window's each part was O(n log n)
         self._hashes[window] = np.insert(held, np.searchsorted(held, hashes), hashes)
         return sorted(known)
 
     def set(self, job: VideoJobKey, uses: Sequence[ClipUse]) -> None:
-        """The job's pending clips from now on."""
-        found = self._find(job)
-        if found is not None:
-            found[0].take_group(found[1])
+        """The job's pending clips from now on (held loose, by every number it goes by)."""
+        if job not in self._loose:
+            found = self._find(job)
+            if found is not None:
+                found[0].take_group(found[1])
+            self._loose_of[self.number(job)] = job
         self._loose[job] = uses
 
     def take(self, job: VideoJobKey, spots: set[tuple[ViewKey, int]]) -> None:
@@ -265,10 +346,12 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
                 part.take_batches(gone)
 
     def drop_window(self, window: int) -> list[VideoJobKey]:
-        """The window's jobs go; the loose ones that went."""
-        self._parts.pop(window, None)
-        self._hashes.pop(window, None)
+        """The window's jobs go (its numbers may be given again); the loose ones that went."""
+        for table in (self._parts, self._bases, self._next, self._hashes):
+            table.pop(window, None)
         dropped = [job for job in self._loose if job.window == window]
         for job in dropped:
             del self._loose[job]
+        self._loose_of = {n: job for n, job in self._loose_of.items() if job.window != window}
+        self._own = {job: n for job, n in self._own.items() if job.window != window}
         return dropped

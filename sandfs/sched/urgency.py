@@ -15,7 +15,7 @@ an entry; a window's jobs of each batch are `ViewJobs` columns (docs/design.md#p
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 
 import numpy as np
@@ -24,18 +24,30 @@ from sandfs.plan.cliptable import distinct
 from sandfs.plan.uses import ViewRow, batches
 from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.sched.jobs import TaskOrder, UrgencyEntries, VideoJobKey
-from sandfs.sched.pending import PendingColumns
+from sandfs.sched.pending import PendingClips, PendingColumns, job_number, number_window
 from sandfs.sched.viewjobs import ViewJobs, view_jobs
 
 URGENT_JOBS_PER_TASK = 32  # ranked per dispatch, and those tied with the last of them
-_NONE = (np.zeros(0, np.int64), np.zeros(0, object))
+_NONE = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
-def job_column(jobs: Sequence[VideoJobKey]) -> np.ndarray:
-    """Jobs as a column of references (not np.array's guess at their shape)."""
-    column = np.empty(len(jobs), object)
-    column[:] = jobs
-    return column
+class KeyNumbers:
+    """Job numbers for the keys of a plain mapping of pending clips (no `PendingClips`),
+    given as keys are met."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[VideoJobKey, int] = {}
+        self._keys: dict[int, VideoJobKey] = {}
+
+    def number(self, job: VideoJobKey) -> int:
+        number = self._numbers.get(job)
+        if number is None:
+            number = self._numbers[job] = job_number(job.window, len(self._numbers))
+            self._keys[number] = job
+        return number
+
+    def key_of(self, number: int) -> VideoJobKey:
+        return self._keys[number]
 
 
 def _merged(first: TaskOrder, then: TaskOrder) -> TaskOrder:
@@ -45,20 +57,6 @@ def _merged(first: TaskOrder, then: TaskOrder) -> TaskOrder:
     return positions[by], np.concatenate((first[1], then[1]))[by]
 
 
-def _has(pending: Mapping) -> Callable[[VideoJobKey], bool]:
-    """Whether a job has clips pending: `PendingClips.has`, with no sequence made, where
-    `pending` is the board's."""
-    has = getattr(pending, "has", None)
-    return has if has is not None else (lambda job: bool(pending.get(job)))
-
-
-def _alive(order: TaskOrder, start: int, pending: Mapping) -> TaskOrder:
-    """The entries from `start` whose jobs are still pending."""
-    positions, jobs = order[0][start:], order[1][start:]
-    keep = np.fromiter(map(_has(pending), jobs.tolist()), bool, len(jobs))
-    return positions[keep], jobs[keep]
-
-
 def _stale(moved: dict[VideoJobKey, dict[str, int]], job: VideoJobKey, task: str,
            position: int) -> bool:
     """An entry sooner than its job's soonest clip for the task now (`UrgencyOrder.reranked`)."""
@@ -66,7 +64,7 @@ def _stale(moved: dict[VideoJobKey, dict[str, int]], job: VideoJobKey, task: str
     return soonest is not None and position < soonest.get(task, position + 1)
 
 
-def _walk(order: TaskOrder, start: int) -> Iterator[tuple[int, int, VideoJobKey]]:
+def _walk(order: TaskOrder, start: int) -> Iterator[tuple[int, int, int]]:
     """(index, position, job) from `start`, read a chunk at a time (a numpy scalar a read
     costs more than the rank it serves)."""
     positions, jobs = order
@@ -78,18 +76,44 @@ def _walk(order: TaskOrder, start: int) -> Iterator[tuple[int, int, VideoJobKey]
         start, size = end, size * 2
 
 
+def _column(entries: list[tuple[int, int]]) -> TaskOrder:
+    return (np.array([p for p, _ in entries], np.int64),
+            np.array([j for _, j in entries], np.int64))
+
+
 class UrgencyOrder:
-    def __init__(self, per_task: int = URGENT_JOBS_PER_TASK) -> None:
+    def __init__(self, per_task: int = URGENT_JOBS_PER_TASK,
+                 numbers: PendingClips | None = None) -> None:
+        """`numbers`: the board's pending clips, which number its jobs (None: numbered here,
+        for a plain mapping of pending clips)."""
         self.per_task = per_task
+        self.numbers: PendingClips | KeyNumbers = numbers if numbers is not None else (
+            KeyNumbers())
         self._order: dict[str, TaskOrder] | None = None  # None: rebuild
         self._cursor: dict[str, int] = {}
-        self._staged: dict[str, list[tuple[int, VideoJobKey]]] = {}  # `add`s not placed yet
-        self._windows: list[ViewJobs] = []  # the jobs of each window's batches
+        self._staged: dict[str, list[tuple[int, int]]] = {}  # `add`s not placed yet
+        # the jobs of each window's batches: numbers from its first job's (an int), or by
+        # its videos' numbers (an array)
+        self._windows: list[tuple[ViewJobs, int | np.ndarray]] = []
         # lists, not sets: a set of a batch's 8 jobs is 728 bytes (91 a clip), a list 120
-        self._more_views: dict[ViewKey, list[VideoJobKey]] = {}  # clips added one by one
+        self._more_views: dict[ViewKey, list[int]] = {}  # clips added one by one
         # jobs whose sooner clips were taken or forgotten: each task's soonest position now.
         # Their entries sooner than it are stale (`urgent` passes them), as a rebuild would
         self._moved: dict[VideoJobKey, dict[str, int]] = {}
+
+    def _has(self, pending: Mapping) -> Callable[[int], bool]:
+        """Whether a job (number) has clips pending: with no key or sequence made where
+        `pending` numbers the jobs (the board's)."""
+        if pending is self.numbers:
+            return pending.has_number
+        key_of = self.numbers.key_of
+        return lambda job: bool(pending.get(key_of(job)))
+
+    def _alive(self, order: TaskOrder, start: int, pending: Mapping) -> TaskOrder:
+        """The entries from `start` whose jobs are still pending."""
+        positions, jobs = order[0][start:], order[1][start:]
+        keep = np.fromiter(map(self._has(pending), jobs.tolist()), bool, len(jobs))
+        return positions[keep], jobs[keep]
 
     def rebuild(self) -> None:
         """Pending clips left (a window dropped): the order is built again when next asked."""
@@ -101,10 +125,11 @@ class UrgencyOrder:
         next read, all such clips at once: an insertion into a column copies it."""
         if self._order is None:
             return
-        _add_job(self._more_views, use.view, job)
+        number = self.numbers.number(job)
+        _add_job(self._more_views, use.view, number)
         self._sooner(job, use)
         for task, position in use.readers:
-            self._staged.setdefault(task, []).append((position, job))
+            self._staged.setdefault(task, []).append((position, number))
 
     def _sooner(self, job: VideoJobKey, use: ClipUse) -> None:
         """A clip added to a job reranked before: its soonest positions may be sooner now."""
@@ -124,8 +149,9 @@ class UrgencyOrder:
             for task, position in use.readers:
                 soonest[task] = min(soonest.get(task, position), position)
         self._moved[job] = soonest
+        number = self.numbers.number(job)
         for task, position in soonest.items():
-            self._staged.setdefault(task, []).append((position, job))
+            self._staged.setdefault(task, []).append((position, number))
 
     def add_many(self, added: Iterable[tuple[VideoJobKey, ClipUse]],
                  pending: Mapping[VideoJobKey, Sequence[ClipUse]]) -> None:
@@ -134,28 +160,34 @@ class UrgencyOrder:
         if self._order is None:
             return
         self._place_staged()
-        new: dict[str, list[tuple[int, VideoJobKey]]] = defaultdict(list)
+        new: dict[str, list[tuple[int, int]]] = defaultdict(list)
         for job, use in added:
-            _add_job(self._more_views, use.view, job)
+            number = self.numbers.number(job)
+            _add_job(self._more_views, use.view, number)
             self._sooner(job, use)
             for task, position in use.readers:
-                new[task].append((position, job))
+                new[task].append((position, number))
         for task, entries in new.items():
-            made = (np.array([p for p, _ in entries], np.int64),
-                    job_column([j for _, j in entries]))
-            old = _alive(self._order.get(task, _NONE), self._cursor.get(task, 0), pending)
-            self._order[task], self._cursor[task] = _merged(made, old), 0
+            old = self._alive(self._order.get(task, _NONE), self._cursor.get(task, 0), pending)
+            self._order[task], self._cursor[task] = _merged(_column(entries), old), 0
 
     def add_entries(self, added: UrgencyEntries,
-                    pending: Mapping[VideoJobKey, Sequence[ClipUse]]) -> None:
+                    pending: Mapping[VideoJobKey, Sequence[ClipUse]],
+                    first: int | None = None) -> None:
         """A window's jobs (`urgency_entries`, made in its planning thread), merged as
-        `add_many` merges clips; `pending`: as it was before them. Its columns are taken, not
-        copied: the planning thread made them for the board alone."""
+        `add_many` merges clips; `pending`: as it was before them. `first`: the number of its
+        first job, the others on from it (`PendingClips.add_columns`; None: each video's
+        job numbered here). Its positions are taken, not copied: made for the board alone."""
         order = self._built(pending)
+        if first is None:
+            numbers = np.fromiter((self.numbers.number(job) for job in added.jobs), np.int64,
+                                  len(added.videos))
         if len(added.views):
-            self._windows.append(added.views)
-        for task, entries in added.by_task.items():
-            old = _alive(order.get(task, _NONE), self._cursor.get(task, 0), pending)
+            self._windows.append((added.views, first if first is not None else numbers))
+        for task, (positions, jobs) in added.by_task.items():
+            jobs = jobs + first if first is not None else numbers[jobs]
+            old = self._alive(order.get(task, _NONE), self._cursor.get(task, 0), pending)
+            entries = positions, jobs
             order[task], self._cursor[task] = _merged(entries, old) if len(old[0]) else entries, 0
 
     def rerank_window(self, window: int, pending: Mapping[VideoJobKey, Sequence[ClipUse]]
@@ -172,11 +204,10 @@ class UrgencyOrder:
         self._place_staged()
         for task, (positions, jobs) in self._order.items():
             start = self._cursor[task]
-            keep = np.fromiter((job.window != window for job in jobs[start:].tolist()), bool,
-                               len(jobs) - start)
+            keep = number_window(jobs[start:]) != window
             self._order[task] = positions[start:][keep], jobs[start:][keep]
             self._cursor[task] = 0
-        self._windows = [jobs for jobs in self._windows if jobs.window != window]
+        self._windows = [(jobs, at) for jobs, at in self._windows if jobs.window != window]
         for job in [job for job in self._moved if job.window == window]:
             del self._moved[job]
         for view in views:
@@ -186,13 +217,13 @@ class UrgencyOrder:
                busy: set) -> set[VideoJobKey]:
         """The pending jobs (not `busy`) each task needs soonest."""
         order = self._built(pending)
-        has = _has(pending)
+        has, key_of = self._has(pending), self.numbers.key_of
         chosen: set[VideoJobKey] = set()
         moved = self._moved
         for task, entries in order.items():
             start = len(entries[0])
             for index, position, job in _walk(entries, self._cursor[task]):
-                if has(job) and not (moved and _stale(moved, job, task, position)):
+                if has(job) and not (moved and _stale(moved, key_of(job), task, position)):
                     start = index
                     break  # before it: done or stale, never pending again unless clips are added
             self._cursor[task] = start
@@ -200,10 +231,12 @@ class UrgencyOrder:
             for _, position, job in _walk(entries, start):
                 if taken >= self.per_task and position != last:
                     break
-                if (job in chosen or job in busy or not has(job)
-                        or (moved and _stale(moved, job, task, position))):
+                if not has(job):
                     continue
-                chosen.add(job)
+                key = key_of(job)
+                if key in chosen or key in busy or (moved and _stale(moved, key, task, position)):
+                    continue
+                chosen.add(key)
                 taken, last = taken + 1, position
         return chosen
 
@@ -211,12 +244,16 @@ class UrgencyOrder:
                  Sequence[ClipUse]]) -> set[VideoJobKey]:
         """The pending jobs with clips for these batches (a blocked reader's)."""
         self._built(pending)
-        has = _has(pending)
-        return {job for view in views for job in self.jobs_of(view) if has(job)}
+        has, key_of = self._has(pending), self.numbers.key_of
+        return {key_of(job) for view in views for job in self._jobs_of(view) if has(job)}
 
     def jobs_of(self, view: ViewKey) -> list[VideoJobKey]:
         """The jobs that had clips for `view`, pending or not, each once."""
-        found = [job for jobs in self._windows for job in jobs.of(view)]
+        return [self.numbers.key_of(job) for job in self._jobs_of(view)]
+
+    def _jobs_of(self, view: ViewKey) -> list[int]:
+        """`jobs_of`, by number."""
+        found = [job for jobs, at in self._windows for job in _numbered(jobs.of(view), at)]
         more = self._more_views.get(view, ())
         return found + [job for job in more if job not in found] if more else found
 
@@ -226,7 +263,8 @@ class UrgencyOrder:
             return []
         self._place_staged()
         positions, jobs = self._order.get(task, _NONE)
-        return list(zip(positions.tolist(), jobs.tolist(), strict=True))
+        key_of = self.numbers.key_of
+        return [(p, key_of(j)) for p, j in zip(positions.tolist(), jobs.tolist(), strict=True)]
 
     def _place_staged(self) -> None:
         """The clips `add`ed since the order was last read, each after the entries at its
@@ -237,27 +275,26 @@ class UrgencyOrder:
         for task, staged in self._staged.items():
             positions, jobs = self._order.get(task, _NONE)
             staged.sort(key=lambda entry: entry[0])
-            new = np.array([p for p, _ in staged], np.int64)
+            new, numbers = _column(staged)
             at = np.searchsorted(positions, new, side="right")
-            self._order[task] = (np.insert(positions, at, new),
-                                 np.insert(jobs, at, job_column([j for _, j in staged])))
+            self._order[task] = np.insert(positions, at, new), np.insert(jobs, at, numbers)
             self._cursor[task] = min(self._cursor.get(task, len(positions)), int(at[0]))
         self._staged.clear()
 
     def _built(self, pending: Mapping[VideoJobKey, Sequence[ClipUse]]) -> dict[str, TaskOrder]:
         if self._order is None:
-            order: dict[str, list[tuple[int, VideoJobKey]]] = defaultdict(list)
-            jobs_of_view: dict[ViewKey, list[VideoJobKey]] = {}
+            order: dict[str, list[tuple[int, int]]] = defaultdict(list)
+            jobs_of_view: dict[ViewKey, list[int]] = {}
             for job, uses in pending.items():
+                number = self.numbers.number(job)
                 for use in uses:
-                    _add_grouped_job(jobs_of_view, use.view, job)
+                    _add_grouped_job(jobs_of_view, use.view, number)
                     for task, position in use.readers:
-                        order[task].append((position, job))
+                        order[task].append((position, number))
             self._order = {}
             for task, entries in order.items():
                 entries.sort(key=lambda entry: entry[0])
-                self._order[task] = (np.array([p for p, _ in entries], np.int64),
-                                     job_column([j for _, j in entries]))
+                self._order[task] = _column(entries)
             self._more_views, self._windows, self._staged = jobs_of_view, [], {}
             self._moved = {}
             self._cursor = dict.fromkeys(order, 0)
@@ -266,37 +303,43 @@ class UrgencyOrder:
         return self._order
 
 
+def _numbered(jobs: list[int], at: int | np.ndarray) -> list[int]:
+    """A window's jobs (its videos' numbers) as the board's numbers."""
+    return [at + job for job in jobs] if isinstance(at, int) else at[jobs].tolist()
+
+
 def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> UrgencyEntries:
     """The window's jobs (its videos' clips `pending`, by path) in each task's read order: one
     entry a job and task, at the soonest position a reader of the task reads one of its clips
     (`urgent` takes a job at its first entry), ties in the order of `pending`. In a planning
     thread, in numpy from the uses' columns: a Python step a batch, not a clip; a chunk of
     videos at a time (`_CHUNK_VIDEOS`)."""
-    jobs = [VideoJobKey(window, path, number) for number, path in enumerate(pending)]
+    count = len(pending)
     columns = isinstance(pending, PendingColumns)
     uses = [] if columns else list(pending.values())
     views: dict[ViewKey, int] = {}
     tasks: dict[str, int] = {}
     found: dict[int, list[TaskOrder]] = {}  # by task, in the order tasks first come
-    pairs = []  # (batch, job) of each chunk's clips, once each: batch * len(jobs) + job
-    for first in range(0, len(jobs), _CHUNK_VIDEOS):
+    pairs = []  # (batch, job) of each chunk's clips, once each: batch * count + job
+    for first in range(0, count, _CHUNK_VIDEOS):
         if columns:  # read from the columns by index: no sequence a video
             rows, row_of, use_job = _chunk_columns(pending, first, _CHUNK_VIDEOS)  # type: ignore[arg-type]
         else:
             rows, row_of, use_job = _chunk_uses(uses[first:first + _CHUNK_VIDEOS], first)
-        by_task, keys = _chunk_entries(rows, row_of, use_job, views, tasks, len(jobs))
+        by_task, keys = _chunk_entries(rows, row_of, use_job, views, tasks, count)
         for task, entries in by_task.items():
             found.setdefault(task, []).append(entries)
         pairs.append(keys)
-    names, column = list(tasks), job_column(jobs)
+    names = list(tasks)
     by_task = {}
     for task, parts in found.items():
         positions = np.concatenate([p for p, _ in parts])
         by = np.argsort(positions, kind="stable")  # ties: in job order, as the chunks come
-        by_task[names[task]] = positions[by], column[np.concatenate([j for _, j in parts])[by]]
+        jobs = np.concatenate([j for _, j in parts]).astype(np.int64, copy=False)
+        by_task[names[task]] = positions[by], jobs[by]
     keys = np.concatenate(pairs) if pairs else np.zeros(0, np.int64)
     keys.sort()  # by batch, then job; each once (a job is in one chunk)
-    return UrgencyEntries(by_task, view_jobs(window, list(views), keys, jobs), jobs)
+    return UrgencyEntries(window, by_task, view_jobs(window, list(views), keys, count), pending)
 
 
 # videos a chunk: the arrays of a whole window (~60 MB at 100,000 videos, freed) stayed in
@@ -367,18 +410,16 @@ def _soonest(readers: np.ndarray, reader_counts: np.ndarray, use_row: np.ndarray
     return by_task
 
 
-def _add_grouped_job(jobs_of_view: dict[ViewKey, list[VideoJobKey]], view: ViewKey,
-                     job: VideoJobKey) -> None:
+def _add_grouped_job(jobs_of_view: dict[ViewKey, list], view: ViewKey, job: Hashable) -> None:
     """`_add_job` where a job's clips come together: the job can only be the list's last."""
     jobs = jobs_of_view.get(view)
     if jobs is None:
         jobs_of_view[view] = [job]
-    elif jobs[-1] is not job:
+    elif jobs[-1] != job:
         jobs.append(job)
 
 
-def _add_job(jobs_of_view: dict[ViewKey, list[VideoJobKey]], view: ViewKey,
-             job: VideoJobKey) -> None:
+def _add_job(jobs_of_view: dict[ViewKey, list], view: ViewKey, job: Hashable) -> None:
     """`job` has clips for `view`: once in its list (a batch's few jobs: a scan is cheap)."""
     jobs = jobs_of_view.get(view)
     if jobs is None:

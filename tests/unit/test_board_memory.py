@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gc
 
+import numpy as np
+
 from sandfs.plan.uses import Uses, WindowUses
 from sandfs.plan.window import plan_window
 from sandfs.sched import work
@@ -78,9 +80,10 @@ def test_pending_clips_are_the_window_s_own_lists_and_leave_them_as_they_are(tmp
     before = {path: video.uses for path, video in videos.items()}
     job, uses = next(iter(board.pending.items()))
     assert uses == videos[job.path].uses
-    # one key a video: the urgency order's is the board's (64 bytes a video more, before)
-    jobs = dict(zip(planned.pending, planned.urgency.jobs, strict=True))
-    assert all(key is jobs[key.path] for key in board.pending)
+    # no key a video: urgency's order and the board's pending clips hold numbers, a key is
+    # made when asked for, its number in it (92 bytes a video more, before)
+    assert all(order[1].dtype == np.int64 for order in board.urgency._order.values())
+    assert all(board.pending.key_of(key.number) == key for key in board.pending)
     board.add_pending(job, uses[0])  # made, not kept: pending again
     board.take_pending(job, uses[:1])
     other = next(j for j in board.pending if j != job)

@@ -14,7 +14,7 @@ from sandfs.plan.uses import selected
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.jobs import VideoJobKey
-from sandfs.sched.pending import PendingClips, PendingColumns
+from sandfs.sched.pending import PendingClips, PendingColumns, job_number
 from sandfs.sched.urgency import UrgencyOrder, urgency_entries
 from tests.helpers.plans import SomeOnDisk, fake_videos, make_plan
 
@@ -154,9 +154,12 @@ def test_a_cold_window_pends_its_columns_with_no_sequence_a_video(tmp_path):
     pending = board.pending
     assert not pending._loose and len(pending._parts[0]) == 1
     part = pending._parts[0][0]
-    assert part.columns is planned.plan.videos.columns and part.jobs is planned.urgency.jobs
-    job = planned.urgency.jobs[3]
-    assert job.number == 3 and pending.has(job) and VideoJobKey(0, job.path) in pending
+    assert part.columns is planned.plan.videos.columns and part.base == 0
+    job = pending.key_of(job_number(0, 3))  # a key made when asked for, its number in it
+    assert job == VideoJobKey(0, planned.plan.videos.infos[3].path)
+    assert job.number == job_number(0, 3) and pending.has(job) and pending.has_number(job.number)
+    assert VideoJobKey(0, job.path) in pending and pending.number(VideoJobKey(0, job.path)) == (
+        job.number)
     assert pending[VideoJobKey(0, job.path)] == planned.plan.videos[job.path].uses  # by path
 
 
@@ -176,8 +179,8 @@ def test_bad_input_is_a_clear_error(tmp_path):
     planned = work.plan_active_window([plan], 0, None, "leaves")
     with pytest.raises(ValueError, match="2 flags for"):
         PendingColumns(planned.plan.videos, bytearray(2))
-    with pytest.raises(ValueError, match="1 jobs for 4 videos"):
-        PendingClips().add_columns(0, planned.pending, planned.urgency.jobs[:1])
+    with pytest.raises(KeyError):
+        PendingClips().key_of(job_number(0, 5))
     with pytest.raises(KeyError):
         PendingClips()[VideoJobKey(0, "nowhere")]
 
@@ -198,3 +201,34 @@ def test_urgency_entries_read_the_columns_as_the_clips(tmp_path, warm):
     assert list(got.by_task) == list(want.by_task)
     for view in planned.plan.views:
         assert got.views.of(view) == want.views.of(view)
+
+
+def test_a_job_goes_by_every_number_it_was_given(tmp_path):
+    """A job held loose before a part holding its video came (a joining task's clips) has a
+    number of its own; the part's number for it finds the same clips and key, and a window
+    dropped takes its numbers with it."""
+    plan = make_plan(tmp_path, fake_videos(12), epochs=4)
+    paths = [video.path for video in plan.listed]
+    lead = work.plan_active_window([plan], 0, None, "leaves", lead=frozenset(paths[:4]))
+    rest = work.plan_active_window([plan], 0, None, "leaves", skip=frozenset(paths[:4]))
+    pending = PendingClips()
+    assert pending.add_columns(0, lead.pending) == pending.next_number(0) - len(lead.pending)
+    path = next(iter(rest.pending))
+    job = VideoJobKey(0, path)
+    early = rest.pending[path][:1]
+    pending.set(job, early)
+    own = pending.number(job)
+    assert pending.has_number(own) and pending.key_of(own) == job
+    first = pending.add_columns(0, rest.pending)
+    assert first == job_number(0, len(lead.pending))
+    joined = (*early, *rest.pending[path])
+    for number in (own, first, pending.number(job)):
+        assert pending.has_number(number) and pending.key_of(number) == job
+        assert pending[pending.key_of(number)] == joined
+    assert pending.key_of(first + 1).path == list(rest.pending)[1]
+    pending.take(job, {(u.view, u.slot) for u in joined})
+    assert not pending.has_number(own) and not pending.has_number(first)
+    pending.drop_window(0)
+    assert not pending.has_number(first + 1) and pending.next_number(0) == job_number(0, 0)
+    with pytest.raises(KeyError):
+        pending.key_of(own)

@@ -120,14 +120,14 @@ class Colliding(str):
 def test_a_batch_s_jobs_are_found_past_keys_of_the_same_hash():
     views = [Colliding(name) for name in ("x", "y", "z")]
     keys = np.array([2, 0, 2, 1, 2]) * 3 + np.array([0, 1, 1, 1, 2])  # (batch, job)
-    found = view_jobs(0, views, np.sort(keys), ["j0", "j1", "j2"])
-    assert [found.of(v) for v in views] == [["j1"], ["j1"], ["j0", "j1", "j2"]]
+    found = view_jobs(0, views, np.sort(keys), 3)
+    assert [found.of(v) for v in views] == [[1], [1], [0, 1, 2]]
     assert found.of(Colliding("w")) == [] and found.of("x") == []
 
 
-def test_a_window_s_entries_come_with_its_jobs():
-    """The board zips a window's pending clips with `jobs` (strict): entries without them
-    cannot be made, rather than failing the window when it is added."""
+def test_a_window_s_entries_come_with_the_videos_they_number():
+    """A window's entries name its jobs by their videos' numbers in its pending clips: entries
+    without them cannot be made, rather than failing the window when it is added."""
     made = urgency_entries(0, {"v0": (), "v1": ()})
     assert [job.path for job in made.jobs] == ["v0", "v1"]
     with pytest.raises(TypeError):
