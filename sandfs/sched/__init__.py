@@ -38,7 +38,8 @@ execution: processes` a video job's `work` runs in a worker process (`sandfs.exe
 whose daemon thread only relays.
 
 A window's pending clips are its videos' use columns (`WindowBook`'s window plan's) less those
-taken, a byte a use (`pending.PendingClips`); a job's clips read from it, or held loose, are
+taken, a byte a use (`pending.PendingClips`), its jobs numbers there and in the urgency
+order (a `jobs.VideoJobKey` made when asked for); a job's clips read from it, or held loose, are
 tuples or `plan.uses.ColumnUses`, immutable both, so an owner can only replace them.
 `tests/unit/test_sched_ownership.py` checks the table's writers and that the modules import
 one another without a cycle.

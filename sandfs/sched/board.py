@@ -235,22 +235,10 @@ class BatchBoard:
         self.urgency.add(job, use)
 
     def take_pending(self, job: VideoJobKey, uses: Iterable[ClipUse]) -> None:
-        """A job started with these clips: if it left some, they rank it from now on."""
         self.pending.take(job, {(u.view, u.slot) for u in uses})
-        if self.pending.has(job):
-            self.urgency.reranked(job, self.pending[job])
 
-    def forget_pending(self, views: set[ViewKey]) -> None:
-        """The clips of these batches (failed, or their readers gone) are pending no more: the
-        jobs with clips left rank by those."""
-        self.pending.forget(views.__contains__)
-        self._rerank(views)
-
-    def _rerank(self, views: Iterable[ViewKey]) -> None:
-        """The jobs with clips for these batches, some taken: ranked by the clips they have
-        left, not by the entries made at their soonest clips (`UrgencyOrder.reranked`)."""
-        for job in self.urgency.of_views(views, self.pending):
-            self.urgency.reranked(job, self.pending[job])
+    def forget_pending(self, views: set[ViewKey] | Callable[[ViewKey], bool]) -> None:
+        self.pending.forget(views if callable(views) else views.__contains__)
 
     def add_window(self, planned: PlannedWindow) -> None:
         """A window's batches (those not planned or ready already) and their pending clips, as
@@ -271,9 +259,6 @@ class BatchBoard:
                 self._note_slots(key, state)
         self.disk_plans.add(window, planned.disk_plans, planned.frames_on_disk)
         self._add_pending_window(window, planned, ready)
-        self.urgency.rerank_window(window, self.pending)
-        if ready:  # their clips were in the window's entries: taken since
-            self._rerank(ready)
 
     def _add_pending_window(self, window: int, planned: PlannedWindow, ready: set) -> None:
         """The window's pending clips and its jobs' urgency entries (a job a video of

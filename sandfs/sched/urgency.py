@@ -57,13 +57,6 @@ def _merged(first: TaskOrder, then: TaskOrder) -> TaskOrder:
     return positions[by], np.concatenate((first[1], then[1]))[by]
 
 
-def _stale(moved: dict[VideoJobKey, dict[str, int]], job: VideoJobKey, task: str,
-           position: int) -> bool:
-    """An entry sooner than its job's soonest clip for the task now (`UrgencyOrder.reranked`)."""
-    soonest = moved.get(job)
-    return soonest is not None and position < soonest.get(task, position + 1)
-
-
 def _walk(order: TaskOrder, start: int) -> Iterator[tuple[int, int, int]]:
     """(index, position, job) from `start`, read a chunk at a time (a numpy scalar a read
     costs more than the rank it serves)."""
@@ -97,9 +90,9 @@ class UrgencyOrder:
         self._windows: list[tuple[ViewJobs, int | np.ndarray]] = []
         # lists, not sets: a set of a batch's 8 jobs is 728 bytes (91 a clip), a list 120
         self._more_views: dict[ViewKey, list[int]] = {}  # clips added one by one
-        # jobs whose sooner clips were taken or forgotten: each task's soonest position now.
-        # Their entries sooner than it are stale (`urgent` passes them), as a rebuild would
-        self._moved: dict[VideoJobKey, dict[str, int]] = {}
+        # each ranked job's soonest position a task, while its pending clips are the same
+        # (`PendingClips.token`): an entry sooner than it is stale (`_fresh`)
+        self._soonest: dict[VideoJobKey, tuple[object, dict[str, int]]] = {}
 
     def _has(self, pending: Mapping) -> Callable[[int], bool]:
         """Whether a job (number) has clips pending: with no key or sequence made where
@@ -107,7 +100,7 @@ class UrgencyOrder:
         if pending is self.numbers:
             return pending.has_number
         key_of = self.numbers.key_of
-        return lambda job: bool(pending.get(key_of(job)))
+        return lambda job: job >= 0 and bool(pending.get(key_of(job)))
 
     def _alive(self, order: TaskOrder, start: int, pending: Mapping) -> TaskOrder:
         """The entries from `start` whose jobs are still pending."""
@@ -127,30 +120,7 @@ class UrgencyOrder:
             return
         number = self.numbers.number(job)
         _add_job(self._more_views, use.view, number)
-        self._sooner(job, use)
         for task, position in use.readers:
-            self._staged.setdefault(task, []).append((position, number))
-
-    def _sooner(self, job: VideoJobKey, use: ClipUse) -> None:
-        """A clip added to a job reranked before: its soonest positions may be sooner now."""
-        moved = self._moved.get(job)
-        if moved is not None:
-            for task, position in use.readers:
-                moved[task] = min(moved.get(task, position), position)
-
-    def reranked(self, job: VideoJobKey, uses: Sequence[ClipUse]) -> None:
-        """Some of the job's clips were taken or forgotten, `uses` are those left: it ranks at
-        their soonest positions from now on, not at those of clips gone (an entry a job and
-        task is made at its soonest clip, `urgency_entries`)."""
-        if self._order is None:
-            return
-        soonest: dict[str, int] = {}
-        for use in uses:
-            for task, position in use.readers:
-                soonest[task] = min(soonest.get(task, position), position)
-        self._moved[job] = soonest
-        number = self.numbers.number(job)
-        for task, position in soonest.items():
             self._staged.setdefault(task, []).append((position, number))
 
     def add_many(self, added: Iterable[tuple[VideoJobKey, ClipUse]],
@@ -164,7 +134,6 @@ class UrgencyOrder:
         for job, use in added:
             number = self.numbers.number(job)
             _add_job(self._more_views, use.view, number)
-            self._sooner(job, use)
             for task, position in use.readers:
                 new[task].append((position, number))
         for task, entries in new.items():
@@ -190,13 +159,6 @@ class UrgencyOrder:
             entries = positions, jobs
             order[task], self._cursor[task] = _merged(entries, old) if len(old[0]) else entries, 0
 
-    def rerank_window(self, window: int, pending: Mapping[VideoJobKey, Sequence[ClipUse]]
-                      ) -> None:
-        """A part of `window` was added (`add_entries`): the jobs of it reranked before are
-        reranked over their clips now, the part's among them."""
-        for job in [job for job in self._moved if job.window == window]:
-            self.reranked(job, pending.get(job, ()))
-
     def forget_window(self, window: int, views: Iterable[ViewKey]) -> None:
         """A window dropped: its jobs leave the order (entries before a cursor are passed)."""
         if self._order is None:
@@ -204,41 +166,88 @@ class UrgencyOrder:
         self._place_staged()
         for task, (positions, jobs) in self._order.items():
             start = self._cursor[task]
-            keep = number_window(jobs[start:]) != window
+            keep = (number_window(jobs[start:]) != window) & (jobs[start:] >= 0)
             self._order[task] = positions[start:][keep], jobs[start:][keep]
             self._cursor[task] = 0
         self._windows = [(jobs, at) for jobs, at in self._windows if jobs.window != window]
-        for job in [job for job in self._moved if job.window == window]:
-            del self._moved[job]
+        for job in [job for job in self._soonest if job.window == window]:
+            del self._soonest[job]
         for view in views:
             self._more_views.pop(view, None)
 
     def urgent(self, pending: Mapping[VideoJobKey, Sequence[ClipUse]],
                busy: set) -> set[VideoJobKey]:
-        """The pending jobs (not `busy`) each task needs soonest."""
+        """The pending jobs (not `busy`) each task needs soonest. An entry made at a clip
+        since taken or forgotten is stale: passed, its job's entry placed at its soonest
+        clip now, and the task ranked again, as an order built from scratch would rank; tasks in
+        name order, whatever order their entries came in."""
         order = self._built(pending)
-        has, key_of = self._has(pending), self.numbers.key_of
         chosen: set[VideoJobKey] = set()
-        moved = self._moved
-        for task, entries in order.items():
-            start = len(entries[0])
-            for index, position, job in _walk(entries, self._cursor[task]):
-                if has(job) and not (moved and _stale(moved, key_of(job), task, position)):
+        for task in sorted(order):  # a task's picks leave the next one others: a fixed order
+            while (picked := self._rank(task, pending, busy, chosen)) is None:
+                self._place_staged()
+            chosen |= picked
+        return chosen
+
+    def _rank(self, task: str, pending: Mapping, busy: set, chosen: set[VideoJobKey]
+              ) -> set[VideoJobKey] | None:
+        """The task's soonest jobs not `chosen` or `busy` (None: a stale entry was met)."""
+        entries = self._order[task]  # type: ignore[index]
+        has, key_of = self._has(pending), self.numbers.key_of
+        stale = False
+        start = len(entries[0])
+        for index, position, job in _walk(entries, self._cursor[task]):
+            if has(job):
+                if self._fresh(entries, index, task, position, key_of(job), pending):
                     start = index
                     break  # before it: done or stale, never pending again unless clips are added
-            self._cursor[task] = start
-            taken, last = 0, None
-            for _, position, job in _walk(entries, start):
-                if taken >= self.per_task and position != last:
-                    break
-                if not has(job):
-                    continue
-                key = key_of(job)
-                if key in chosen or key in busy or (moved and _stale(moved, key, task, position)):
-                    continue
-                chosen.add(key)
-                taken, last = taken + 1, position
-        return chosen
+                stale = True
+        self._cursor[task] = start
+        picked: set[VideoJobKey] = set()
+        taken, last = 0, None
+        for index, position, job in _walk(entries, start):
+            if taken >= self.per_task and position != last:
+                break
+            if not has(job):
+                continue
+            key = key_of(job)
+            if key in chosen or key in picked or key in busy:
+                continue
+            if not self._fresh(entries, index, task, position, key, pending):
+                stale = True
+                continue
+            picked.add(key)
+            taken, last = taken + 1, position
+        return None if stale else picked
+
+    def _fresh(self, entries: TaskOrder, index: int, task: str, position: int,
+               job: VideoJobKey, pending: Mapping) -> bool:
+        """Whether the entry is at or after its job's soonest clip for the task now; if not
+        (the clip it was made at was taken, or its batch failed), it is passed from now on
+        (its job number -1) and one placed at the soonest clip the job has left."""
+        soonest = self._soonest_of(job, pending).get(task)
+        if soonest is not None and soonest <= position:
+            return True
+        entries[1][index] = -1
+        if soonest is not None:
+            self._staged.setdefault(task, []).append((soonest, self.numbers.number(job)))
+        return False
+
+    def _soonest_of(self, job: VideoJobKey, pending: Mapping) -> dict[str, int]:
+        """The soonest position each task reads one of the job's pending clips at, kept while
+        they are the same (a memo, as `BatchBoard._work_of`'s)."""
+        token_of = getattr(pending, "token", None)
+        uses = None if token_of is not None else pending.get(job, ())
+        token = token_of(job) if token_of is not None else uses
+        kept = self._soonest.get(job)
+        if kept is not None and (kept[0] is token or (type(token) is tuple and kept[0] == token)):
+            return kept[1]
+        soonest: dict[str, int] = {}
+        for use in uses if uses is not None else pending.get(job, ()):
+            for task, at in use.readers:
+                soonest[task] = min(soonest.get(task, at), at)
+        self._soonest[job] = (token, soonest)
+        return soonest
 
     def of_views(self, views: Iterable[ViewKey], pending: Mapping[VideoJobKey,
                  Sequence[ClipUse]]) -> set[VideoJobKey]:
@@ -258,13 +267,14 @@ class UrgencyOrder:
         return found + [job for job in more if job not in found] if more else found
 
     def entries(self, task: str) -> list[tuple[int, VideoJobKey]]:
-        """The task's order, passed entries too: (position, job)."""
+        """The task's order, passed entries too but stale ones: (position, job)."""
         if self._order is None:
             return []
         self._place_staged()
         positions, jobs = self._order.get(task, _NONE)
         key_of = self.numbers.key_of
-        return [(p, key_of(j)) for p, j in zip(positions.tolist(), jobs.tolist(), strict=True)]
+        return [(p, key_of(j)) for p, j in zip(positions.tolist(), jobs.tolist(), strict=True)
+                if j >= 0]
 
     def _place_staged(self) -> None:
         """The clips `add`ed since the order was last read, each after the entries at its
@@ -296,7 +306,7 @@ class UrgencyOrder:
                 entries.sort(key=lambda entry: entry[0])
                 self._order[task] = _column(entries)
             self._more_views, self._windows, self._staged = jobs_of_view, [], {}
-            self._moved = {}
+            self._soonest = {}
             self._cursor = dict.fromkeys(order, 0)
         elif self._staged:
             self._place_staged()

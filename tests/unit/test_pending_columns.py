@@ -36,13 +36,10 @@ class DictPending:
                          if (u.view, u.slot) not in on_disk and u.view not in ready)
             if uses:
                 self.pending[job] = self.pending.get(job, ()) + uses
-        self.urgency.rerank_window(planned.plan.window, self.pending)
 
     def take(self, job, uses) -> None:
         spots = {(u.view, u.slot) for u in uses}
         self.pending[job] = tuple(u for u in self.pending[job] if (u.view, u.slot) not in spots)
-        if self.pending[job]:
-            self.urgency.reranked(job, self.pending[job])
 
     def add(self, job, use) -> None:
         self.pending[job] = (*self.pending.get(job, ()), use)
@@ -51,8 +48,6 @@ class DictPending:
     def forget(self, views) -> None:
         for job, uses in self.pending.items():
             self.pending[job] = tuple(u for u in uses if u.view not in views)
-            if self.pending[job] != uses and self.pending[job]:
-                self.urgency.reranked(job, self.pending[job])
 
     def drop_window(self, window, views) -> None:
         for job in [j for j in self.pending if j.window == window]:

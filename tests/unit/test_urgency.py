@@ -184,3 +184,15 @@ def test_a_job_ranks_by_the_clips_it_has_left_not_by_one_taken():
         board.pending, busy=set())
     board.add_pending(job(0), use(2))  # pending again, sooner than the clips it has left
     assert board.urgency.urgent(board.pending, busy=set()) == {job(0)}
+
+
+def test_a_job_made_and_pending_again_ranks_by_its_clip_now():
+    """A job made (its entry not passed: the cursor waits at a busy job's) and pending again
+    for a later clip ranks at that clip, not at the entry of the clip it made."""
+    order = UrgencyOrder(per_task=1)
+    pending = {job(2): [use(0)], job(0): [use(1)], job(1): [use(5)]}
+    assert order.urgent(pending, busy={job(2)}) == {job(0)}
+    pending[job(0)] = [use(9)]  # made; a clip it could not keep is pending again
+    order.add(job(0), pending[job(0)][0])
+    assert order.urgent(pending, busy={job(2)}) == {job(1)}
+    assert {p for p, j in order.entries("a") if j == job(0)} == {9}  # the stale one passed
