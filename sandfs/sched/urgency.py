@@ -28,6 +28,8 @@ from sandfs.sched.pending import PendingClips, PendingColumns, job_number, numbe
 from sandfs.sched.viewjobs import ViewJobs, view_jobs
 
 URGENT_JOBS_PER_TASK = 32  # ranked per dispatch, and those tied with the last of them
+# jobs whose soonest positions are kept: a dispatch checks those it ranks, a few per task
+_SOONEST_KEPT = 4096
 _NONE = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
@@ -246,6 +248,8 @@ class UrgencyOrder:
         for use in uses if uses is not None else pending.get(job, ()):
             for task, at in use.readers:
                 soonest[task] = min(soonest.get(task, at), at)
+        if len(self._soonest) >= _SOONEST_KEPT:  # mostly jobs run since: not one a video
+            self._soonest.clear()
         self._soonest[job] = (token, soonest)
         return soonest
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from sandfs.plan.window import ClipUse, ViewKey
+from sandfs.sched import urgency
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.jobs import VideoJobKey
 from sandfs.sched.urgency import UrgencyOrder
@@ -196,3 +197,15 @@ def test_a_job_made_and_pending_again_ranks_by_its_clip_now():
     order.add(job(0), pending[job(0)][0])
     assert order.urgent(pending, busy={job(2)}) == {job(1)}
     assert {p for p, j in order.entries("a") if j == job(0)} == {9}  # the stale one passed
+
+
+def test_the_soonest_positions_kept_stay_few(monkeypatch):
+    """Each ranked job's soonest positions are kept while its clips are the same, not one
+    entry a video for the window's life: past a bound they go, and are found again."""
+    monkeypatch.setattr(urgency, "_SOONEST_KEPT", 8)
+    order = UrgencyOrder(per_task=2)
+    pending = {job(i): [use(i)] for i in range(40)}
+    for done in range(0, 38, 2):
+        assert order.urgent(pending, busy=set()) == {job(done), job(done + 1)}
+        pending[job(done)], pending[job(done + 1)] = [], []
+        assert len(order._soonest) <= 8
