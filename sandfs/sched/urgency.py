@@ -9,8 +9,9 @@ job's deadline is the soonest position a reader of its clips stands at, so in ea
 the first pending jobs are the most urgent; all jobs at the position of the last one taken are
 taken too (the videos of one batch rank by their decoding, `policy.priority`).
 
-A task's order is two columns, its entries' positions and jobs (a reference each), not a tuple
-an entry; a window's jobs of each batch are `ViewJobs` columns (docs/design.md#planning)."""
+A task's order is two columns, its entries' positions and jobs' numbers (`pending.job_number`,
+a key made when asked for), not a tuple an entry; a window's jobs of each batch are `ViewJobs`
+columns (docs/design.md#planning). An entry whose clip is gone is passed when met (`_fresh`)."""
 
 from __future__ import annotations
 
