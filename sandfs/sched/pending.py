@@ -93,6 +93,7 @@ class _Part:
         flags = np.frombuffer(self.taken, np.uint8)
         starts = _starts(self.columns)
         self.left = array("i", _counts(flags, starts).tolist())
+
     def uses(self, group: int) -> Sequence[ClipUse]:
         return _left(self.columns, group, self.taken) if self.left[group] else ()
 
