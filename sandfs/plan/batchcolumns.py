@@ -13,6 +13,8 @@ from array import array
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sandfs.plan.cliptable import TableClips, table_clips
 from sandfs.plan.uses import ViewRow
 
@@ -123,6 +125,19 @@ class BatchColumns:
             return ((names[0], position),)
         return tuple([(task, position) for task in names])
 
+    def first_positions(self, rows: int) -> np.ndarray:
+        """The soonest position each of the first `rows` rows is read at (0: no reader), in
+        numpy: the readers its bits say all read it at one place. Copies of the columns are
+        read (a planning thread may append meanwhile)."""
+        number = _ints(self._plan_key, rows)
+        position = (_ints(self._epoch, rows) * _ints(self._per, len(self._per))[number]
+                    + _ints(self._iteration, rows))
+        first = np.where(_ints(self._mask, rows) != 0, position, 0)
+        for row, readers in list(self._odd.items()):
+            if row < rows:
+                first[row] = min((p for _, p in readers), default=0)
+        return first
+
     # -- clips ------------------------------------------------------------------------------
 
     def set_clips(self, row: int, clips: Sequence[StreamClip]) -> None:
@@ -175,6 +190,11 @@ class TableRow(ViewRow):
             return columns.clips(row)
         return table_clips(columns._tables[table], columns._start[row], columns._count[row])
 
+    @property
+    def place(self) -> tuple[BatchColumns, int]:
+        """The columns and the row it reads."""
+        return self._columns, self._row
+
     @property  # type: ignore[override]
     def readers(self) -> tuple[tuple[str, int], ...]:
         return self._columns.readers_of(self._row)
@@ -182,3 +202,8 @@ class TableRow(ViewRow):
     def __reduce__(self):
         """Sent elsewhere (or copied) as the `ViewRow` it stands for, not with its columns."""
         return ViewRow, (self.view, self.clips, self.readers)
+
+
+def _ints(column: array, rows: int) -> np.ndarray:
+    """A copy of a column's first `rows` values as int64 (its `array` may grow meanwhile)."""
+    return np.frombuffer(column[:rows], np.dtype(column.typecode)).astype(np.int64)

@@ -94,6 +94,17 @@ class BatchRows:
     def view_row(self, row: int) -> ViewRow:
         return self.columns.view_row(row)
 
+    def first_positions(self, rows: int) -> np.ndarray:
+        """Each of the first `rows` rows' soonest reader position as `ReadersMap` reads it
+        (0: none, or its readers released), in numpy."""
+        first = self.columns.first_positions(rows)
+        first[np.frombuffer(self._released[:rows], np.uint8) & READERS_GONE != 0] = 0
+        return first
+
+    def owners(self, rows: int) -> tuple[list[TaskPlan], np.ndarray]:
+        """The task plans, and the one each of the first `rows` rows is resolved with."""
+        return list(self._plans), np.frombuffer(self._owner[:rows], np.uint16).astype(np.int64)
+
     def released(self, row: int, what: int) -> bool:
         return bool(self._released[row] & what)
 
@@ -281,6 +292,16 @@ class RowMap(MutableMapping):
             key = table.key(row)
             if self._holds(row) and not (hidden and key in hidden):
                 yield key, row
+
+    def keyed_rows(self) -> Iterator[tuple[object, int]]:
+        """(key, row) of each key in order; -1 for a key held beside the rows."""
+        yield from self._rows()
+        for key in list(self._extra):
+            yield key, -1
+
+    def changed(self) -> set:
+        """The keys whose values are not their rows' (set or deleted since)."""
+        return set(self._override) | set(self._extra) | set(self._deleted)
 
     def __iter__(self) -> Iterator:
         for key, _ in self._rows():

@@ -20,7 +20,7 @@ from collections.abc import (
     ValuesView,
 )
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -50,6 +50,18 @@ class VideoWork:
         """(index, source) of every frame the uses need: a frame wanted at full size and
         scaled in the decoder (decode_resize) is two objects from one decode."""
         return {(i, source) for _, _, frames, source in frame_rows(self.uses) for i in frames}
+
+
+class ColumnRun(NamedTuple):
+    """Videos `start` to `end` of a chunk (numbered from `first`) read as its columns; `gone`:
+    a byte a batch row, its uses left out (None: none)."""
+
+    columns: UseColumns
+    gone: bytearray | None
+    first: int
+    start: int
+    end: int
+    paths: list[str]
 
 
 class ColumnVideo:
@@ -295,6 +307,24 @@ class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
                 yield path, added[path]
             else:
                 yield path, records.get(number) or ColumnVideo(self, number)
+
+    def column_runs(self) -> Iterator[ColumnRun | tuple[str, VideoWork]]:
+        """The videos in `items`' order: runs of a chunk's groups read as its columns, and
+        the videos held as records or added, (path, work), one at a time."""
+        for at, chunk in enumerate(list(self._chunks)):
+            first, count, gone = chunk.first, len(chunk.infos), self._gone.get(at)
+            breaks = sorted(n - first for n in {*self._records, *self._empty}
+                            if first <= n < first + count)
+            start = 0
+            for end in [*breaks, count]:
+                if start < end:
+                    yield ColumnRun(chunk.columns, gone, first, start, end,
+                                    [info.path for info in chunk.infos[start:end]])
+                record = self._records.get(first + end)
+                if end < count and record is not None and first + end not in self._empty:
+                    yield chunk.infos[end].path, record
+                start = end + 1
+        yield from list(self._added.items())
 
     def items(self) -> ItemsView[str, VideoWork | ColumnVideo]:
         return _Items(self)

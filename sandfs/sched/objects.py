@@ -20,11 +20,11 @@ from sandfs.materialize import FrameKey, Prefixed, clip_frame_keys
 from sandfs.media.gop import frames_to_decode
 from sandfs.media.types import VideoInfo
 from sandfs.ops.base import OpInstance
-from sandfs.plan.cliptable import frame_count
 from sandfs.plan.hashrows import HashRows
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.uses import ColumnUses, WindowUses
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
+from sandfs.sched.leafrows import LeafRows, leaf_rows, out_frame_nbytes
 
 log = logging.getLogger(__name__)
 
@@ -326,12 +326,6 @@ def clip_nbytes(plan: TaskPlan, use: ClipUse) -> int:
     return len(use.clip.frame_indices) * out_frame_nbytes(plan)
 
 
-def out_frame_nbytes(plan: TaskPlan) -> int:
-    """One output frame of the task's clips, in bytes."""
-    h, w = plan.out_hw
-    return h * w * 3 * np.dtype(plan.out_dtype).itemsize
-
-
 def object_graph(work: VideoWork, window: WindowPlan) -> ObjectGraph:
     """One video's objects in a window for pruning: video -> frames -> clips, with sizes and
     the cost (seconds) of the op that makes each from its parents."""
@@ -377,57 +371,6 @@ def needs_pruning(plan: WindowPlan, budget_bytes: int, mode: str,
         log.info("window %d: every clip fits on disk", plan.window)
         return False
     return True
-
-
-@dataclass(frozen=True, slots=True)
-class LeafRows:
-    """A window's clips as columns, in the order of its videos and their uses: what ranking
-    the clips to keep reads, in numpy rather than a tuple and a sort key a clip."""
-
-    paths: list[str]
-    keys: list[ViewKey]  # the window's batches
-    view: np.ndarray  # index in `keys`
-    video: np.ndarray  # index in `paths`
-    first: np.ndarray  # `first_reader`
-    slot: np.ndarray
-    nbytes: np.ndarray  # `clip_nbytes`
-    uses: list  # each video's uses (`paths`' order)
-
-    @property
-    def total(self) -> int:
-        return int(self.nbytes.sum())
-
-
-def leaf_rows(plan: WindowPlan) -> LeafRows:
-    """The window's clips as columns, read in one pass. What a clip shares with its batch
-    (its readers' first position, one output frame's bytes) is found once a batch."""
-    views = {key: index for index, key in enumerate(plan.views)}
-    first = np.fromiter((min((p for _, p in plan.readers[key]), default=0) for key in views),
-                        np.int64, len(views))
-    frame_bytes = np.fromiter((out_frame_nbytes(task_plan) for task_plan, _, _
-                               in plan.views.values()), np.int64, len(views))
-    paths, uses = [], []
-    for path, work in plan.videos.items():  # each video once: made on demand (`WindowVideos`)
-        paths.append(path)
-        uses.append(work.uses)
-    counts = [len(each) for each in uses]
-    rows = np.fromiter((row for each in uses for row in _leaf_columns(each, views)), _ROW,
-                       sum(counts))
-    view = rows["view"]
-    return LeafRows(paths, list(views), view, np.repeat(np.arange(len(paths)), counts),
-                    first[view], rows["slot"], frame_bytes[view] * rows["frames"], uses)
-
-
-def _leaf_columns(uses: Sequence[ClipUse], views: Mapping[ViewKey, int]) -> Iterator[tuple]:
-    """(batch index, slot, frames) of each use, read from its columns where it has them."""
-    if isinstance(uses, ColumnUses):
-        rows, slots = uses.columns
-        return ((views[r.view], s, frame_count(r.clips, s))
-                for r, s in zip(rows, slots, strict=True))
-    return ((views[u.view], u.slot, len(u.clip.frame_indices)) for u in uses)
-
-
-_ROW = np.dtype([("view", np.int64), ("slot", np.int64), ("frames", np.int64)])
 
 
 def soonest_clips(plan: WindowPlan, budget_bytes: int,

@@ -1,0 +1,229 @@
+"""A window's clips as columns (`LeafRows`), what ranking the clips to keep on disk reads
+(`objects.soonest_clips`, `needs_pruning`): read from the window's columns where it has them
+(a chunk's use columns, its batch rows' readers and task plans, its clip tables' frame
+lists), a batch at a time, not a use at a time: a walk of every use (a `ColumnVideo`, a
+batch key made and hashed, a readers tuple made a use) was ~1.5 us a clip of a window."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sandfs.plan.batchcolumns import TableRow
+from sandfs.plan.batchrows import RowMap
+from sandfs.plan.cliptable import ClipTable, TableClips, frame_count
+from sandfs.plan.task import TaskPlan
+from sandfs.plan.uses import ClipUse, ColumnUses, UseColumns, ViewRow
+from sandfs.plan.window import ViewKey, WindowPlan
+from sandfs.plan.windowvideos import ColumnRun, WindowVideos
+
+
+def out_frame_nbytes(plan: TaskPlan) -> int:
+    """One output frame of the task's clips, in bytes."""
+    h, w = plan.out_hw
+    return h * w * 3 * np.dtype(plan.out_dtype).itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class LeafRows:
+    """A window's clips as columns, in the order of its videos and their uses: what ranking
+    the clips to keep reads, in numpy rather than a tuple and a sort key a clip."""
+
+    paths: list[str]
+    keys: list[ViewKey]  # the window's batches
+    view: np.ndarray  # index in `keys`
+    video: np.ndarray  # index in `paths`
+    first: np.ndarray  # `first_reader`
+    slot: np.ndarray
+    nbytes: np.ndarray  # `clip_nbytes`
+    uses: list  # each video's uses (`paths`' order)
+
+    @property
+    def total(self) -> int:
+        return int(self.nbytes.sum())
+
+
+def leaf_rows(plan: WindowPlan) -> LeafRows:
+    """The window's clips as columns, read from the window's columns where it has them (a
+    chunk's use columns, its batch rows' readers and profiles, its clip tables' frame lists)
+    and a use at a time for the rest (a video held as a record, a dict of videos). What a
+    clip shares with its batch (its readers' first position, one output frame's bytes) is
+    found once a batch."""
+    batches = _Batches(plan)
+    paths: list[str] = []
+    numbers: list[int] = []  # each video's number in the columns, -1: `loose`
+    loose: dict[int, Sequence[ClipUse]] = {}
+    view, slot, frames, video = [], [], [], []
+    videos = plan.videos
+    runs = videos.column_runs() if isinstance(videos, WindowVideos) else videos.items()
+    for run in runs:
+        if isinstance(run, ColumnRun):
+            got = batches.run_columns(run, len(paths))
+            paths.extend(run.paths)
+            numbers.extend(range(run.first + run.start, run.first + run.end))
+        else:
+            path, work = run
+            uses = work.uses
+            got = _loose_columns(uses, batches, len(paths))
+            loose[len(paths)] = uses
+            paths.append(path)
+            numbers.append(-1)
+        for column, part in zip((view, slot, frames, video), got, strict=True):
+            column.append(part)
+    view_, slot_, frames_, video_ = (np.concatenate(c) if c else np.zeros(0, np.int64)
+                                     for c in (view, slot, frames, video))
+    return LeafRows(paths, batches.keys, view_, video_, batches.first[view_], slot_,
+                    batches.frame_bytes[view_] * frames_, _VideoUses(videos, numbers, loose))
+
+
+class _Batches:
+    """A window's batches as `leaf_rows` reads them: their keys in `views`' order, each one's
+    first reader position and output frame bytes (from its rows' columns where the window's
+    mappings are rows, `plan.batchrows`), and each use's batch index and frame count from a
+    chunk's use columns."""
+
+    def __init__(self, plan: WindowPlan) -> None:
+        self._plan = plan
+        views = plan.views
+        self._table = table = views.table if isinstance(views, RowMap) else None
+        pairs = list(views.keyed_rows()) if table is not None else [(k, -1) for k in views]
+        self.keys = [key for key, _ in pairs]
+        row = np.array([r for _, r in pairs], np.int64)
+        rows = int(row.max(initial=-1)) + 1
+        self._at_row = np.full(rows, -1, np.int64)  # a table row's batch index
+        self._at_row[row[row >= 0]] = np.flatnonzero(row >= 0)
+        self._index: dict | None = None
+        self.first = np.zeros(len(pairs), np.int64)
+        self.frame_bytes = np.zeros(len(pairs), np.int64)
+        by_row = np.flatnonzero(row >= 0)
+        readers = plan.readers
+        slow_first = set(range(len(pairs)))
+        slow_bytes = set(slow_first)
+        if table is not None and rows:
+            plans, owner = table.owners(rows)
+            per_plan = np.array([out_frame_nbytes(p) for p in plans], np.int64)
+            self.frame_bytes[by_row] = per_plan[owner[row[by_row]]]
+            slow_bytes = set(np.flatnonzero(row < 0).tolist()) | self._indices(views.changed())
+            if isinstance(readers, RowMap) and readers.table is table:
+                self.first[by_row] = table.first_positions(rows)[row[by_row]]
+                slow_first = set(np.flatnonzero(row < 0).tolist()) | self._indices(
+                    readers.changed())
+        for index in slow_first:  # a key held beside the rows, or changed since
+            self.first[index] = min((p for _, p in readers[self.keys[index]]), default=0)
+        for index in slow_bytes:
+            self.frame_bytes[index] = out_frame_nbytes(views[self.keys[index]][0])
+        self._rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def index(self) -> dict:
+        """Each key's batch index, made when a batch is not found by its row."""
+        if self._index is None:
+            self._index = {key: index for index, key in enumerate(self.keys)}
+        return self._index
+
+    def _indices(self, keys: set) -> set[int]:
+        if not keys:
+            return set()
+        index = self.index()
+        return {index[key] for key in keys if key in index}
+
+    def run_columns(self, run: ColumnRun, base: int) -> tuple[np.ndarray, ...]:
+        """(batch index, slot, frames, video) of each use of a run of a chunk's videos, its
+        videos numbered from `base`."""
+        columns = run.columns
+        starts = np.frombuffer(columns.starts, np.dtype(columns.starts.typecode)).astype(
+            np.int64)[run.start:run.end + 1]
+        low, high = int(starts[0]), int(starts[-1])
+        batch = np.frombuffer(columns.batch, np.int32)[low:high].astype(np.int64)
+        slot = np.frombuffer(columns.slot, np.dtype(columns.slot.typecode))[low:high].astype(
+            np.int64)
+        video = np.repeat(np.arange(base, base + run.end - run.start), np.diff(starts))
+        if run.gone is not None:
+            held = np.frombuffer(bytes(run.gone), np.uint8)[batch] == 0
+            batch, slot, video = batch[held], slot[held], video[held]
+        views, offsets, counts = self._row_columns(columns)
+        view = views[batch]
+        missing = np.flatnonzero(view < 0)
+        if len(missing):  # as a dict would: a use of a batch the window does not hold
+            raise KeyError(columns.rows[int(batch[missing[0]])].view)
+        return view, slot, counts[offsets[batch] + slot], video
+
+    def _row_columns(self, columns: UseColumns) -> tuple[np.ndarray, ...]:
+        """Each of a chunk's batch rows' batch index (-1: not the window's) and where its
+        clips' frame counts start, and the frame counts of the clip tables they read: a
+        row at a time, once a chunk."""
+        found = self._rows.get(id(columns))
+        if found is not None:
+            return found
+        rows = columns.rows
+        views = np.empty(len(rows), np.int64)
+        offsets = np.empty(len(rows), np.int64)
+        counts: list[np.ndarray] = []
+        bases: dict[int, int] = {}
+        total = 0
+        mine = None if self._table is None else self._table.columns
+        for at, row in enumerate(rows):
+            views[at] = self._view_of(row, mine)
+            clips = row.clips
+            if type(clips) is TableClips:
+                base = bases.get(id(clips.table))
+                if base is None:
+                    base = bases[id(clips.table)] = total
+                    counts.append(_frame_counts(clips.table))
+                    total += len(counts[-1])
+                offsets[at] = base + clips.start
+            else:  # clips of their own (a tuple): their counts, as a table of their own
+                counts.append(np.array([0 if c is None else len(c.frame_indices)
+                                        for c in clips], np.int64))
+                offsets[at] = total
+                total += len(counts[-1])
+        found = self._rows[id(columns)] = (views, offsets, np.concatenate(
+            counts) if counts else np.zeros(0, np.int64))
+        return found
+
+    def _view_of(self, row: ViewRow, mine: object) -> int:
+        """A batch row's index among the window's batches: by its table row where it reads
+        the window's, else by its key (-1: none)."""
+        if type(row) is TableRow:
+            columns, number = row.place
+            if columns is mine and number < len(self._at_row) and self._at_row[number] >= 0:
+                return int(self._at_row[number])
+        return self.index().get(row.view, -1)
+
+
+def _frame_counts(table: ClipTable) -> np.ndarray:
+    """len(frame_indices) of each row's clip of a table."""
+    lengths = np.fromiter(map(len, table._frames), np.int64, len(table._frames))
+    return lengths[np.asarray(table.frames, np.int64)]
+
+
+def _loose_columns(uses: Sequence[ClipUse], batches: _Batches, base: int
+                   ) -> tuple[np.ndarray, ...]:
+    """(batch index, slot, frames, video) of each of a video's uses, a use at a time."""
+    index = batches.index()
+    if isinstance(uses, ColumnUses):
+        found = [(index[r.view], s, frame_count(r.clips, s)) for r, s in zip(*uses.columns,
+                                                                             strict=True)]
+    else:
+        found = [(index[u.view], u.slot, len(u.clip.frame_indices)) for u in uses]
+    rows = np.array(found, np.int64).reshape(len(found), 3)
+    return rows[:, 0], rows[:, 1], rows[:, 2], np.full(len(uses), base, np.int64)
+
+
+class _VideoUses(Sequence):
+    """Each video's uses (`leaf_rows`' order), made when asked for: its group's of the
+    window's columns, or those held (`loose`)."""
+
+    def __init__(self, videos: object, numbers: list[int],
+                 loose: dict[int, Sequence[ClipUse]]) -> None:
+        self._videos, self._numbers, self._loose = videos, numbers, loose
+
+    def __len__(self) -> int:
+        return len(self._numbers)
+
+    def __getitem__(self, index):  # type: ignore[override]  # an int only
+        number = self._numbers[index]
+        if number < 0:
+            return self._loose[index]
+        return self._videos.group_uses(number)  # type: ignore[attr-defined]
