@@ -25,6 +25,7 @@ from sandfs.sched.objects import (
     KeptWindow,
     frame_nbytes,
     kept_window,
+    leaf_rows,
     needs_pruning,
     object_graph,
     out_frame_nbytes,
@@ -37,9 +38,10 @@ log = logging.getLogger(__name__)
 
 def disk_plans(plan: WindowPlan, budget_bytes: int, mode: str) -> KeptWindow:
     """What to keep on disk for each video of the window, within `budget_bytes`."""
-    if needs_pruning(plan, budget_bytes, mode):
+    rows = leaf_rows(plan)  # read once: whether to prune, and the soonest clips
+    if needs_pruning(plan, budget_bytes, mode, rows.total):
         return pruned_plans(plan, prune_room(budget_bytes))
-    return soonest_clips(plan, budget_bytes)
+    return soonest_clips(plan, budget_bytes, rows)
 
 
 def window_pruned(plan: WindowPlan, budget_bytes: int, unless_fits: str | None,
