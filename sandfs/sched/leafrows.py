@@ -56,14 +56,20 @@ def leaf_rows(plan: WindowPlan) -> LeafRows:
     paths: list[str] = []
     numbers: list[int] = []  # each video's number in the columns, -1: `loose`
     loose: dict[int, Sequence[ClipUse]] = {}
+    runs: list[ColumnRun] = []
+    run_of: list[np.ndarray] = []  # each video's run (-1: `loose`) and its group there
+    group: list[np.ndarray] = []
     view, slot, frames, video = [], [], [], []
     videos = plan.videos
-    runs = videos.column_runs() if isinstance(videos, WindowVideos) else videos.items()
-    for run in runs:
+    walk = videos.column_runs() if isinstance(videos, WindowVideos) else videos.items()
+    for run in walk:
         if isinstance(run, ColumnRun):
             got = batches.run_columns(run, len(paths))
             paths.extend(run.paths)
             numbers.extend(range(run.first + run.start, run.first + run.end))
+            run_of.append(np.full(run.end - run.start, len(runs), np.int64))
+            group.append(np.arange(run.start, run.end))
+            runs.append(run)
         else:
             path, work = run
             uses = work.uses
@@ -71,12 +77,17 @@ def leaf_rows(plan: WindowPlan) -> LeafRows:
             loose[len(paths)] = uses
             paths.append(path)
             numbers.append(-1)
+            run_of.append(np.full(1, -1, np.int64))
+            group.append(np.zeros(1, np.int64))
         for column, part in zip((view, slot, frames, video), got, strict=True):
             column.append(part)
     view_, slot_, frames_, video_ = (np.concatenate(c) if c else np.zeros(0, np.int64)
                                      for c in (view, slot, frames, video))
     return LeafRows(paths, batches.keys, view_, video_, batches.first[view_], slot_,
-                    batches.frame_bytes[view_] * frames_, _VideoUses(videos, numbers, loose))
+                    batches.frame_bytes[view_] * frames_,
+                    VideoUses(videos, numbers, loose, runs, *(
+                        np.concatenate(c) if c else np.zeros(0, np.int64)
+                        for c in (run_of, group))))
 
 
 class _Batches:
@@ -212,13 +223,15 @@ def _loose_columns(uses: Sequence[ClipUse], batches: _Batches, base: int
     return rows[:, 0], rows[:, 1], rows[:, 2], np.full(len(uses), base, np.int64)
 
 
-class _VideoUses(Sequence):
-    """Each video's uses (`leaf_rows`' order), made when asked for: its group's of the
-    window's columns, or those held (`loose`)."""
+class VideoUses(Sequence):
+    """Each video's uses (`leaf_rows`' order), made when asked for: its group's of a run of
+    the window's columns (`runs`, a run's index and its group a video), or those held (`loose`,
+    run -1)."""
 
-    def __init__(self, videos: object, numbers: list[int],
-                 loose: dict[int, Sequence[ClipUse]]) -> None:
+    def __init__(self, videos: object, numbers: list[int], loose: dict[int, Sequence[ClipUse]],
+                 runs: list[ColumnRun], run: np.ndarray, group: np.ndarray) -> None:
         self._videos, self._numbers, self._loose = videos, numbers, loose
+        self._runs, self._run, self._group = runs, run, group
 
     def __len__(self) -> int:
         return len(self._numbers)
@@ -228,3 +241,17 @@ class _VideoUses(Sequence):
         if number < 0:
             return self._loose[index]
         return self._videos.group_uses(number)  # type: ignore[attr-defined]
+
+    def ranges(self, indices: np.ndarray) -> tuple[UseColumns, np.ndarray, np.ndarray] | None:
+        """These videos' uses as ranges [start, end) of one window's use columns, with no
+        `WindowUses` made a video; None where some are not (held, left out in part)."""
+        runs = np.unique(self._run[indices])
+        if not len(runs) or runs[0] < 0:
+            return None
+        found = [self._runs[run] for run in runs.tolist()]
+        columns = found[0].columns
+        if any(run.columns is not columns or run.gone is not None for run in found):
+            return None
+        starts = np.frombuffer(columns.starts, np.dtype(columns.starts.typecode))
+        group = self._group[indices]
+        return columns, starts[group], starts[group + 1]

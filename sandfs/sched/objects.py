@@ -22,9 +22,9 @@ from sandfs.media.types import VideoInfo
 from sandfs.ops.base import OpInstance
 from sandfs.plan.hashrows import HashRows
 from sandfs.plan.task import TaskPlan, ViewPlan
-from sandfs.plan.uses import ColumnUses, WindowUses
+from sandfs.plan.uses import ColumnUses, UseColumns, WindowUses
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
-from sandfs.sched.leafrows import LeafRows, leaf_rows, out_frame_nbytes
+from sandfs.sched.leafrows import LeafRows, VideoUses, leaf_rows, out_frame_nbytes
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,8 @@ class KeptWindow(Mapping[str, DiskPlan]):
                  masks: Sequence[int], frames: np.ndarray) -> None:
         self._rows, order = HashRows.of(paths)
         rows = order.tolist()
-        self._uses = _use_list([uses[i] for i in rows])
+        self._uses = uses.take(order) if isinstance(uses, _Ranges) else _use_list(
+            [uses[i] for i in rows])
         self._masks = [masks[i] for i in rows]
         self._frames = np.asarray(frames, bool)[order]
 
@@ -142,10 +143,22 @@ class _Ranges(Sequence[WindowUses]):
 
     __slots__ = ("_columns", "_ends", "_starts")
 
-    def __init__(self, uses: Sequence[WindowUses]) -> None:
-        self._columns = uses[0].columns_and_range[0]
-        self._starts = array("q", (u.columns_and_range[1] for u in uses))
-        self._ends = array("q", (u.columns_and_range[2] for u in uses))
+    def __init__(self, columns: UseColumns, starts: np.ndarray, ends: np.ndarray) -> None:
+        self._columns = columns
+        self._starts, self._ends = array("q"), array("q")
+        self._starts.frombytes(np.asarray(starts, np.int64).tobytes())
+        self._ends.frombytes(np.asarray(ends, np.int64).tobytes())
+
+    @classmethod
+    def of(cls, uses: Sequence[WindowUses]) -> _Ranges:
+        return cls(uses[0].columns_and_range[0],
+                   np.fromiter((u.columns_and_range[1] for u in uses), np.int64, len(uses)),
+                   np.fromiter((u.columns_and_range[2] for u in uses), np.int64, len(uses)))
+
+    def take(self, indices: np.ndarray) -> _Ranges:
+        """These videos' ranges, in the order of `indices`."""
+        return _Ranges(self._columns, np.frombuffer(self._starts, np.int64)[indices],
+                       np.frombuffer(self._ends, np.int64)[indices])
 
     def __len__(self) -> int:
         return len(self._starts)
@@ -158,7 +171,7 @@ def _use_list(uses: list[Sequence[ClipUse]]) -> Sequence[Sequence[ClipUse]]:
     """The videos' uses as `_Ranges` where each is a range of the same window's columns."""
     if uses and all(type(u) is WindowUses for u in uses) and len(
             {id(u.columns_and_range[0]) for u in uses}) == 1:
-        return _Ranges(uses)  # type: ignore[arg-type]
+        return _Ranges.of(uses)  # type: ignore[arg-type]
     return uses
 
 
@@ -169,8 +182,9 @@ def kept_window(paths: Sequence[str], uses: Sequence[Sequence[ClipUse]], video: 
     videos that keep anything have a row."""
     masks = np.array(_masks(len(paths), video, within), object)
     framed = np.zeros(len(paths), bool) if frames is None else np.asarray(frames, bool)
-    rows = np.flatnonzero((masks != 0) | framed).tolist()
-    return KeptWindow([paths[i] for i in rows], [uses[i] for i in rows], masks[rows].tolist(),
+    rows = np.flatnonzero((masks != 0) | framed)
+    kept = uses.take(rows) if isinstance(uses, _Ranges) else [uses[i] for i in rows.tolist()]
+    return KeptWindow([paths[i] for i in rows.tolist()], kept, masks[rows].tolist(),
                       framed[rows])
 
 
@@ -399,5 +413,6 @@ def _leaves_only(plan: WindowPlan, rows: LeafRows, room: int) -> KeptWindow:
     first_use = np.searchsorted(rows.video, videos)  # rows go video by video, uses in order
     compact = np.searchsorted(videos, video)
     paths = [rows.paths[index] for index in videos.tolist()]
-    return kept_window(paths, [rows.uses[index] for index in videos.tolist()], compact,
-                       kept - first_use[compact])
+    ranges = rows.uses.ranges(videos) if isinstance(rows.uses, VideoUses) else None
+    uses = _Ranges(*ranges) if ranges else [rows.uses[index] for index in videos.tolist()]
+    return kept_window(paths, uses, compact, kept - first_use[compact])

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from sandfs.plan.uses import UseColumns
 from sandfs.plan.window import plan_window
 from sandfs.sched import work
-from sandfs.sched.objects import _leaves_only, leaf_rows, prune_room, soonest_clips
+from sandfs.sched.objects import Spot, _leaves_only, _Ranges, leaf_rows, prune_room, soonest_clips
 from sandfs.sched.windows import WindowBook
 from tests.helpers.leafwalk import walked_leaf_rows
 from tests.helpers.plans import PlanStore, fake_videos, make_plan
@@ -52,6 +53,20 @@ def test_a_window_planned_whole_and_its_snapshot(tmp_path):
     assert set(rows.first[rows.view == rows.keys.index(key)].tolist()) == {0}
     assert_same_rows(window)
 
+
+
+def test_the_soonest_clips_keep_ranges_of_the_columns(tmp_path, monkeypatch):
+    """Every clip kept: each video's uses a range of the window's use columns, read from
+    them, with no video's uses (`UseColumns.group`) made."""
+    a, b, c = tasks(tmp_path)
+    window = plan_window([a, b, c], 0)
+    group, made = UseColumns.group, []
+    monkeypatch.setattr(UseColumns, "group", lambda self, g: made.append(g) or group(self, g))
+    kept = soonest_clips(window, 1 << 50)
+    assert made == [] and isinstance(kept._uses, _Ranges)
+    assert len(kept) == len(window.videos)
+    for path, video in window.videos.items():
+        assert set(kept[path].clips) == {Spot.of(use) for use in video.uses}
 
 def test_a_window_planned_in_parts_with_tasks_joining_and_leaving(tmp_path):
     a, b, c = tasks(tmp_path)
