@@ -35,16 +35,19 @@ class BatchColumns:
     readers the bits cannot say (a later part's, a task past MASK_BITS) keeps them as a
     tuple."""
 
-    __slots__ = ("_clips", "_count", "_epoch", "_iteration", "_key_type", "_keyed", "_loose",
-                 "_mask", "_named", "_odd", "_per", "_plan_key", "_plan_keys", "_start",
-                 "_table_of", "_tables", "_tasks")
+    __slots__ = ("_bits", "_clips", "_count", "_epoch", "_iteration", "_key_type", "_keyed",
+                 "_loose", "_mask", "_named", "_names", "_odd", "_per", "_plan_key",
+                 "_plan_keys", "_start", "_table_of", "_tables")
 
     def __init__(self) -> None:
         self._key_type: type = tuple  # a row's key's (`append`): a `ViewKey`
         self._plan_keys: list[object] = []  # distinct plan keys, by number
         self._keyed: dict[object, int] = {}  # plan key -> its number
         self._per = array("i")  # a plan key's batches an epoch
-        self._tasks: list[dict[str, int]] = []  # a plan key's readers: task -> its bit
+        self._bits: list[dict[str, int]] = []  # a plan key's readers: task -> its bit
+        # a plan key's readers by bit, append-only: read (never iterated as a dict) by threads
+        # while the loop adds a task joining
+        self._names: list[list[str]] = []
         self._named: dict[tuple[int, int], tuple[str, ...]] = {}  # (plan key, bits) -> tasks
         self._plan_key, self._epoch, self._iteration = array("H"), array("i"), array("i")
         self._mask = array("Q")  # the row's readers: bits of its plan key's tasks
@@ -65,7 +68,8 @@ class BatchColumns:
             number = self._keyed[key.plan_key] = len(self._plan_keys)
             self._plan_keys.append(key.plan_key)
             self._per.append(per)
-            self._tasks.append({})
+            self._bits.append({})
+            self._names.append([])
         row = len(self._epoch)
         self._plan_key.append(number)
         self._mask.append(0)
@@ -91,8 +95,13 @@ class BatchColumns:
     def add_reader(self, row: int, task: str) -> None:
         """One more reader of the batch, at its place (a window's planning, a task at a
         time)."""
-        tasks = self._tasks[self._plan_key[row]]
-        bit = tasks.setdefault(task, len(tasks))
+        number = self._plan_key[row]
+        bits = self._bits[number]
+        bit = bits.get(task)
+        if bit is None:  # its name is there before any row's mask has its bit
+            names = self._names[number]
+            bit = bits[task] = len(names)
+            names.append(task)
         if bit < MASK_BITS and row not in self._odd:
             self._mask[row] |= 1 << bit
         else:
@@ -118,8 +127,9 @@ class BatchColumns:
         number, mask = self._plan_key[row], self._mask[row]
         names = self._named.get((number, mask))
         if names is None:
+            by_bit = self._names[number]
             names = self._named[number, mask] = tuple(
-                task for task, bit in self._tasks[number].items() if mask >> bit & 1)
+                [by_bit[bit] for bit in range(mask.bit_length()) if mask >> bit & 1])
         position = self._epoch[row] * self._per[number] + self._iteration[row]
         if len(names) == 1:
             return ((names[0], position),)
