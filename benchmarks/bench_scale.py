@@ -35,8 +35,9 @@ Per size and task:
   daemon's CPU seconds by then, peak RSS; unmounted at once (no scan waited for).
 - plan (in this process, on scan results copied from the sources' probes, no mount): planning
   seconds (CPU) of the tasks' plans and of window 0, plan bytes a clip (what tracemalloc sees
-  the task plans and the window plan hold, over the window's clips), this process's RSS
-  before planning and holding the scan, the plans, window 0 whole and its board
+  the task plans, the window plan, its board and its window book hold, over the window's
+  clips), this process's RSS before planning and holding the scan, the plans, window 0 whole,
+  its book and board
   (`rss_before_mb`, `rss_window_mb`: what a daemon's plan costs it, without the FUSE side),
   and Algorithm 1's CPU seconds over window 0 with room for half its clips (skipped above
   --prune-max-clips).
@@ -97,6 +98,7 @@ from sandfs.plan.window import plan_window
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.objects import leaves_nbytes
 from sandfs.sched.pruning import pruned_plans
+from sandfs.sched.windows import WindowBook
 from sandfs.sched.work import plan_active_window
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -437,7 +439,8 @@ def copied_scan(root: Path, infos: list[VideoInfo], videos: int) -> DatasetScan:
 
 def plan_window0(config: Path, scan: DatasetScan, k_epochs: int, store: ObjectStore) -> dict:
     """Window 0 as a cold mount plans it (`plan_active_window`: its plan, then what to keep on
-    disk and its jobs) and adds it to a board; the CPU seconds of each piece."""
+    disk and its jobs) and adds it to a board and a window book; the CPU seconds of each
+    piece."""
     cfg = load_task_config(config)
     scans = {(cfg.dataset.video_dataset_path, cfg.dataset.extensions): scan}
     cpu, held = time.process_time(), {}
@@ -448,8 +451,10 @@ def plan_window0(config: Path, scan: DatasetScan, k_epochs: int, store: ObjectSt
     held["active_s"], cpu = time.process_time() - cpu, time.process_time()
     held["board"] = board = BatchBoard()
     board.add_window(planned)
+    held["book"] = book = WindowBook(plans)  # the daemon holds the window in its book too
+    book.add_window(planned.plan)
     held["board_s"] = time.process_time() - cpu
-    held["rss_mb"] = rss_mb(os.getpid())  # the scan, the plans, window 0 whole and its board
+    held["rss_mb"] = rss_mb(os.getpid())  # the scan, the plans, window 0 whole, book, board
     fresh = plan_tasks([cfg], scans, k_epochs=k_epochs)  # their views and draws not cached
     cpu = time.process_time()
     held["window"] = plan_window(fresh, 0)
@@ -461,7 +466,8 @@ def plan_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, v
                 args) -> dict:
     """`plan_window` alone (`window_cpu_s`), and the whole: the task plans, the window with
     its disk plans and jobs (`active_cpu_s`, `plan_window` again in it) and the board
-    (`board_cpu_s`); bytes as tracemalloc sees the whole hold (numpy's arrays too)."""
+    (`board_cpu_s`, the window book's add with it); bytes as tracemalloc sees the whole hold
+    (numpy's arrays too)."""
     config = task_config(task, root, work_dir)
     scan = copied_scan(root, infos, videos)
     store = ObjectStore(str(work_dir / "plan-store"), PLAN_BUDGET_BYTES)

@@ -87,6 +87,10 @@ class BatchColumns:
         return _new_tuple(self._key_type, (self._plan_keys[self._plan_key[row]],
                                            self._epoch[row], self._iteration[row]))
 
+    def plan_keys(self) -> tuple[object, ...]:
+        """The distinct plan keys of the rows (a window's: a few)."""
+        return tuple(self._plan_keys)
+
     def epoch_iteration(self, row: int) -> tuple[int, int]:
         return self._epoch[row], self._iteration[row]
 

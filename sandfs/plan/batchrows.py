@@ -11,7 +11,7 @@ planned in parts has one table: each later part's new batches are rows added to 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -331,6 +331,11 @@ class RowMap(MutableMapping):
         """The rows' keys deleted since the rows were made (some may be set anew since)."""
         return self._deleted
 
+    def plan_keys(self) -> set:
+        """The plan keys of its batches' keys, or more (its table's, rows released since):
+        a few, with no key made a row."""
+        return {*self.table.columns.plan_keys(), *(key.plan_key for key in self._extra)}
+
     def is_over(self, table: BatchRows) -> bool:
         """Does this mapping read `table`'s rows, all of them (not a copy's)?"""
         return self.table is table and self._limit is None
@@ -345,6 +350,13 @@ class RowMap(MutableMapping):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self)} batches)"
+
+
+def plan_keys_of(keys: Iterable) -> set:
+    """The plan keys of a window's batches (a mapping over rows: from its table)."""
+    if isinstance(keys, RowMap):
+        return keys.plan_keys()
+    return {key.plan_key for key in keys}
 
 
 class ViewsMap(RowMap):

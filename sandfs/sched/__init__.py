@@ -19,7 +19,7 @@ reads `BatchBoard.demanded` only, to ask whether it is empty).
 
 `planning` is `WindowPlanner`: its methods are in planning.py and, for tasks joining and
 leaving, joining.py, for the batch a reader comes to, anticipation.py. (0)
-`add_window`/`drop_window`/`extend`/`merge` keep the index from each batch to its window
+`add_window`/`drop_window`/`extend`/`merge` keep the index from a plan key to its windows
 true. (1) `wait_started`/`wait_ended` (a reader blocked in `Scheduler.wait_view`),
 `anticipate`/`unanticipate` (`WindowPlanner`), and the board's own completion, failures and
 drops; its mirror for worker processes, the pool's pause gate, is set by

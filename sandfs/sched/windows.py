@@ -8,6 +8,7 @@ from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from sandfs.plan.batchrows import plan_keys_of
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.uses import batches, kept, selected
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan, view_key
@@ -51,9 +52,11 @@ class WindowBook:
         self.turns: dict[int, int] = {}  # owner -> when a window was last planned for it
         self.owners = {p.name: owner_key(p) for p in plans}  # whose share each task's jobs use
         self._windows: dict[int, WindowPlan] = {}  # active: `add_window`, `drop_window`
-        # the active window each batch is planned in: a reader's deadline, a job's owners and
-        # a batch's plan are asked for at every dispatch, one lookup each, not a walk of windows
-        self._window_of: dict[ViewKey, int] = {}
+        # the active windows a plan key's batches are planned in (one but for a key that
+        # names no window: test views): a reader's deadline, a job's owners and a batch's
+        # plan are asked for at every dispatch, a lookup or two, not a walk of windows; by
+        # plan key, not a key a batch (one made as its row is read: ~100 bytes a batch)
+        self._window_of: dict[object, tuple[int, ...]] = {}
         self.windows: Mapping[int, WindowPlan] = MappingProxyType(self._windows)
         self.future: dict[int, WindowPlan] = {}  # windows further ahead: only to carry frames
         # active windows a joining task has no part in yet, by task (Scheduler.add_plan)
@@ -208,28 +211,44 @@ class WindowBook:
 
     def view(self, key: ViewKey) -> tuple[int, ViewOf] | None:
         """The active window a batch is planned in, and what it is."""
-        index = self._window_of.get(key)
-        view = None if index is None else self._windows[index].views.get(key)
-        return None if view is None else (index, view)
+        for index in self._window_of.get(getattr(key, "plan_key", None), ()):
+            view = self._windows[index].views.get(key)
+            if view is not None:
+                return index, view
+        return None
 
     def readers_of(self, key: ViewKey) -> set[str]:
         return {task for task, _ in self._readers(key)}
 
     def _readers(self, key: ViewKey) -> tuple[tuple[str, int], ...]:
         """(task, position) of each reader of the batch in its active window."""
-        index = self._window_of.get(key)
-        return () if index is None else self._windows[index].readers.get(key, ())
+        for index in self._window_of.get(getattr(key, "plan_key", None), ()):
+            readers = self._windows[index].readers.get(key)
+            if readers is not None:
+                return readers
+        return ()
+
+    def _learn(self, plan_keys: Iterable[object], window: int) -> None:
+        """These plan keys have batches in the window."""
+        for plan_key in plan_keys:
+            windows = self._window_of.get(plan_key, ())
+            if window not in windows:
+                self._window_of[plan_key] = (*windows, window)
 
     def add_window(self, plan: WindowPlan) -> None:
         """A window planned whole, or its lead part (`extend` adds the rest)."""
         self._windows[plan.window] = plan
-        self._window_of.update(dict.fromkeys(plan.readers, plan.window))
+        self._learn(plan_keys_of(plan.readers), plan.window)
 
     def drop_window(self, window: int) -> WindowPlan:
         plan = self._windows.pop(window)
-        for key in plan.readers:
-            if self._window_of.get(key) == window:
-                del self._window_of[key]
+        for plan_key, windows in list(self._window_of.items()):
+            if window in windows:
+                others = tuple(w for w in windows if w != window)
+                if others:
+                    self._window_of[plan_key] = others
+                else:
+                    del self._window_of[plan_key]
         return plan
 
     def later(self, window: int, ahead: int) -> list[tuple[int, WindowPlan]]:
@@ -268,7 +287,7 @@ class WindowBook:
                 continue
             new_views[key] = base.views[key] = part.views[key]
             base.readers[key] = readers
-            self._window_of[key] = window
+            self._learn((key.plan_key,), window)
             if key in part.view_plans:
                 base.view_plans[key] = part.view_plans[key]
         uses = {}
@@ -284,7 +303,7 @@ class WindowBook:
     def extend(self, window: int, rest: WindowPlan) -> None:
         """The rest of a window planned in part: its other batches and videos."""
         base = self.windows[window]
-        self._window_of.update(dict.fromkeys(base.take_rest(rest), window))
+        self._learn({key.plan_key for key in base.take_rest(rest)}, window)
         join_videos(base.videos, rest.videos)  # as columns where both are
         base.failed.update(rest.failed)
 
@@ -340,7 +359,6 @@ class WindowBook:
                         window.readers[key] = readers
                     continue
                 del window.readers[key]
-                self._window_of.pop(key, None)
                 released[key] = window.views.pop(key)
                 window.view_plans.pop(key, None)
             if released:  # as columns: a tuple of new records was 3.8 us a clip on the loop

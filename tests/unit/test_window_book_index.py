@@ -4,10 +4,13 @@ windows are added, extended, joined, released and dropped."""
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 from sandfs.plan.window import plan_window, view_key
 from sandfs.sched.policy import NOT_NEEDED
 from sandfs.sched.windows import WindowBook
-from tests.helpers.plans import make_plan
+from tests.helpers.plans import fake_videos, make_plan
 
 
 def walked(book: WindowBook, key) -> tuple:
@@ -78,3 +81,41 @@ def test_a_lookup_reads_only_its_own_window(tmp_path):
     assert book.deadline_of(key) == 5 * plan.iterations_per_epoch + 1
     assert book.view(key)[0] == 2 and book.readers_of(key) == {plan.name}
     assert book.owners_of([key]) == {book.owners[plan.name]}
+
+
+def test_a_plan_key_in_two_windows_finds_each_batch_in_its_own(tmp_path):
+    """Test views' plan key names no window: the index holds it for both, and a lookup
+    still answers from the window the batch is in."""
+    crop = {"name": "crop", "branch_type": "single", "inputs": ["frame"], "outputs": ["out"],
+            "config": [{"random_crop": {"size": [32, 32]}}]}
+    plan = make_plan(tmp_path, epochs=4, k_epochs=2, augmentation=[crop],
+                     sampling={"samples_per_video": None, "test_views": {"clips": 2, "crops": 3}})
+    assert plan.plan_key(0) == plan.plan_key(1)
+    book = WindowBook([plan])
+    for window in (0, 1):
+        book.add_window(plan_window([plan], window))
+    for key in every_key(book, [plan]):
+        assert answered(book, key) == walked(book, key), key
+    book.drop_window(0)
+    assert book.view(view_key(plan, 0, 0)) is None
+    assert book.view(view_key(plan, 2, 0))[0] == 1
+
+
+def test_the_index_holds_a_few_plan_keys_not_a_key_a_batch(tmp_path):
+    """A window's batches are rows whose keys are made when read: an index of them held a
+    new key (and int) a batch, ~100 bytes, beside the plan."""
+    plan = make_plan(tmp_path, fake_videos(3000), sampling={"videos_per_batch": 8})
+    window = plan_window([plan], 0)
+    book = WindowBook([plan])
+    gc.collect()
+    tracemalloc.start()
+    try:
+        book.add_window(window)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert len(window.readers) > 500
+    assert held / len(window.readers) < 5, held
+    key = next(iter(window.readers))
+    assert book.view(key) == (0, window.views[key])
