@@ -1,7 +1,7 @@
 """A batch's readers derived from its plan key's tasks and its place (`BatchRows.readers_of`),
 with a tuple only where the bits cannot say them, read through `ReadersMap` as the dict of
 tuples it replaces while tasks join, leave and snapshots are taken: a seeded random walk
-against that dict."""
+against that dict; a window's rows against readers found from its task plans alone."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from sandfs.plan.batchcolumns import TableRow
 from sandfs.plan.batchrows import BatchRows, ReadersMap, ViewsMap
 from sandfs.plan.uses import ViewRow, batches
-from sandfs.plan.window import ViewKey, plan_window
+from sandfs.plan.window import ViewKey, plan_window, view_key
 from tests.helpers.plans import fake_videos, make_plan
 
 
@@ -63,6 +63,28 @@ def planned(rng: random.Random, plan: FakePlan, tasks: int) -> tuple[BatchRows, 
     return table, reference
 
 
+class Held:
+    """Where the walk's mapping holds each key: at its row ("row"), set anew at its row
+    ("override"), beside the rows ("extra"), deleted from its row ("deleted"); the keys whose
+    row was released (deleted from the mapping: a copy made before reads () for them)."""
+
+    def __init__(self, table: BatchRows, keys) -> None:
+        self.state = dict.fromkeys(keys, "row")
+        self.released: set = set()
+        self.table = table
+
+    def set(self, key) -> None:
+        at_row = self.state.get(key) in ("row", "override")
+        self.state[key] = "override" if at_row else "extra"
+
+    def delete(self, key) -> None:
+        if self.state[key] in ("row", "override"):
+            self.released.add(key)
+            self.state[key] = "deleted"
+        else:
+            del self.state[key]
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_readers_read_as_the_dict_of_tuples_they_replace(seed):
     rng = random.Random(seed)
@@ -71,48 +93,117 @@ def test_readers_read_as_the_dict_of_tuples_they_replace(seed):
     readers, views = ReadersMap(table), ViewsMap(table)
     assert [table.readers_of(table.row_of(k)) for k in reference] == list(reference.values())
     assert list(readers.items()) == list(reference.items())
-    snapshots = []
+    held, snapshots, added = Held(table, reference), [], 0
     for _ in range(200):
         keys = list(reference)
         action = rng.random()
-        if action < 0.3 and keys:  # a task joins a batch
+        if action < 0.25 and keys:  # a task joins a batch
             key = rng.choice(keys)
             more = ((f"j{rng.randrange(3)}", key.epoch * 5 + key.iteration),)
             readers[key] = reference[key] = reference[key] + more
-        elif action < 0.55 and keys:  # a task leaves: its batches lose it, or go
+            held.set(key)
+        elif action < 0.45 and keys:  # a task leaves: its batches lose it, or go
             name = rng.choice(sorted({t for r in reference.values() for t, _ in r} or {"x"}))
             for key in keys:
                 left = tuple(r for r in reference[key] if r[0] != name)
                 if left:
                     if len(left) < len(reference[key]):
                         readers[key] = reference[key] = left
+                        held.set(key)
                 else:
                     del readers[key], reference[key]
-        elif action < 0.7:  # a batch set anew, a row's once deleted or none's
+                    held.delete(key)
+        elif action < 0.6:  # a batch set anew, a row's once deleted or none's
             key = ViewKey(rng.choice("abcz"), rng.randrange(3), rng.randrange(5))
             readers[key] = reference[key] = (("n", 1),)
+            held.set(key)
+        elif action < 0.7:  # a later part's row (`take`): tasks new to its plan key, or a key new
+            free = [ViewKey(k, e, i) for k in "abd" for e in range(3) for i in range(5)
+                    if table.row_of(ViewKey(k, e, i)) < 0 and ViewKey(k, e, i) not in held.state]
+            if free:
+                key, added = rng.choice(free), added + 1
+                position = key.epoch * 5 + key.iteration
+                new = tuple((f"late{added}.{i}", position) for i in range(rng.randrange(1, 3)))
+                old = tuple((t, position) for t in rng.sample(["t0", "j0", "j1"], 2))
+                reference[key] = new + old if rng.random() < 0.5 else old + new
+                table.add(key, plan, reference[key])
+                held.state[key] = "row"
         elif action < 0.8:
-            snapshots.append((readers.copy(), dict(reference)))
-        assert list(readers.items()) == list(reference.items())
+            plain = {key for key, where in held.state.items() if where == "row"}
+            snapshots.append((readers.copy(), dict(reference), plain))
+        if not added:  # a row added since moves ahead of the keys set beside the rows
+            assert list(readers.items()) == list(reference.items())
+        assert dict(readers.items()) == reference
         assert len(readers) == len(reference)
         assert all(readers.get(key) == value for key, value in reference.items())
-    for copied, then in snapshots:  # a copy: its own overlay; a row released since reads ()
+    assert added  # the seeds add rows
+    for copied, then, plain in snapshots:  # a copy: its own overlay; a row released since: ()
         assert set(copied) == set(then)
-        assert all(copied[key] in (value, ()) for key, value in then.items())
+        assert {key: copied[key] for key in then} == {
+            key: () if key in plain and key in held.released else value
+            for key, value in then.items()}
     assert len(views) == len(table)  # views untouched: every row
 
 
 def test_a_table_row_reads_its_batch_and_is_sent_as_the_view_row_it_stands_for(tmp_path):
     """A window's `ViewRow`s are its rows' (`TableRow`): their fields as planned, one a
     batch shared by its videos' uses; pickled (a worker process) or copied as a `ViewRow`."""
-    plan = make_plan(tmp_path, fake_videos(9), k_epochs=2, epochs=2)
-    window = plan_window([plan], 0)
+    for name in "abc":
+        (tmp_path / name).mkdir()
+    listed = fake_videos(9)
+    plans = [make_plan(tmp_path / name, listed, task=name, k_epochs=2, epochs=2, seed=seed)
+             for name, seed in (("a", 0), ("b", 3), ("c", 0))]  # c: a's twin, b its own
+    window = plan_window(plans, 0)
     rows = {id(row): row for work in window.videos.values() for row in batches(work.uses)}
     assert len(rows) == len(window.view_plans)  # one a batch, shared by its videos' uses
+    reference = planned_readers(plans, 0)
+    assert {row.view: row.readers for row in rows.values()} == reference
+    assert any(len(readers) == 2 for readers in reference.values())
     for row in rows.values():
         assert type(row) is TableRow
-        assert row.readers == window.readers[row.view]
         assert tuple(row.clips) == tuple(window.view_plans[row.view].clips)
         for sent in (pickle.loads(pickle.dumps(row)), copy.copy(row)):
             assert type(sent) is ViewRow and sent.view == row.view
             assert sent.readers == row.readers and tuple(sent.clips) == tuple(row.clips)
+
+
+def planned_readers(plans, window: int, keys=None) -> dict:
+    """The dict of tuples a window's readers stand for, from the task plans alone: each task
+    reads each batch of its window epochs at its place, in the order of `plans`."""
+    reference = {}
+    for plan in plans:
+        per = plan.iterations_per_epoch
+        for epoch in plan.window_epochs(window):
+            for iteration in range(per):
+                key = view_key(plan, epoch, iteration)
+                if keys is None or key in keys:
+                    reference.setdefault(key, ())
+                    reference[key] += ((plan.name, epoch * per + iteration),)
+    return reference
+
+
+def test_a_window_planned_in_parts_takes_a_joining_tasks_rows_in_their_own_bit_order(tmp_path):
+    """A task joining while its window is planned in parts: the rest's table names the
+    plan key's tasks in another order (the joiner first) than the lead part's; the rows
+    taken into the lead's table read as the rest planned them."""
+    for name in "ab":
+        (tmp_path / name).mkdir()
+    listed = fake_videos(24)
+    first = make_plan(tmp_path / "a", listed, task="a", k_epochs=2, epochs=2)
+    joiner = make_plan(tmp_path / "b", listed, task="b", k_epochs=2, epochs=2)  # a's twin
+    assert first.plan_key(0) == joiner.plan_key(0)
+    lead_videos = frozenset(first.listed[i].path for i in first.batch_slots(0, 0))
+    lead = plan_window([first], 0, lead=lead_videos)
+    rest = plan_window([joiner, first], 0, skip=lead_videos)
+    lead_keys, rest_keys = set(lead.readers), set(rest.readers)
+    assert rest_keys - lead_keys and lead_keys & rest_keys
+    taken = lead.take_rest(rest)
+    assert set(taken) == rest_keys - lead_keys
+    assert lead.readers.table.row_of(taken[0]) >= 0  # taken as rows, not beside them
+    expected = planned_readers([joiner, first], 0, rest_keys - lead_keys)
+    expected.update(planned_readers([first], 0, lead_keys))
+    for key in lead_keys & rest_keys:  # an earlier part's batch: the rest's readers join it
+        expected[key] += planned_readers([joiner], 0, {key})[key]
+    assert dict(lead.readers.items()) == expected
+    assert {key: lead.readers.table.readers_of(lead.readers.table.row_of(key))
+            for key in taken} == {key: expected[key] for key in taken}
