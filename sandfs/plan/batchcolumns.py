@@ -120,6 +120,11 @@ class BatchColumns:
         if self.readers_of(row) != tuple(readers):
             self._odd[row] = tuple(readers)
 
+    def release_readers(self, row: int) -> None:
+        """The batch left its window's readers: it reads as read by none, its tuple freed."""
+        self._mask[row] = 0  # first: a thread reading meanwhile finds the tuple, or none
+        self._odd.pop(row, None)
+
     def _reader(self, row: int, task: str) -> tuple[str, int]:
         return task, self._epoch[row] * self._per[self._plan_key[row]] + self._iteration[row]
 
@@ -164,6 +169,11 @@ class BatchColumns:
             self._clips[row] = table
         else:
             self._loose[row] = clips
+
+    def release_clips(self, row: int) -> None:
+        """The batch left its window's plans: clips of its own (not a table's range) freed;
+        the jobs made of it hold their uses' clips."""
+        self._loose.pop(row, None)
 
     def clips(self, row: int) -> Sequence[StreamClip] | None:
         """The batch's clips as resolved (None: not resolved with these columns)."""

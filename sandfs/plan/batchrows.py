@@ -109,9 +109,14 @@ class BatchRows:
         return bool(self._released[row] & what)
 
     def release(self, row: int, what: int) -> None:
-        """The batch's readers (READERS_GONE) or clips (CLIPS_GONE) go from the mappings;
-        its uses (planned before) still read both."""
+        """The batch's readers (READERS_GONE) or clips (CLIPS_GONE) go from the mappings, and
+        what its row holds of them beside its columns (a readers tuple, clips of its own) is
+        freed now, not when the window drops; a job made of it holds its uses' own."""
         self._released[row] |= what
+        if what & READERS_GONE:
+            self.columns.release_readers(row)
+        if what & CLIPS_GONE:
+            self.columns.release_clips(row)
 
     def row_of(self, key: object) -> int:
         """The batch's row, or -1."""

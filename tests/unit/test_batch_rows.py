@@ -4,13 +4,16 @@ would while tasks join and leave."""
 
 from __future__ import annotations
 
+import gc
 import random
+import tracemalloc
 
 import pytest
 
 from sandfs.plan.batchrows import BatchRows, ReadersMap, ViewPlansMap, ViewsMap
+from sandfs.plan.records import ViewPlan
 from sandfs.plan.task import TaskPlan
-from sandfs.plan.window import WindowPlan, lead_batches, plan_window, slot_owners, view_key
+from sandfs.plan.window import ViewKey, WindowPlan, lead_batches, plan_window, slot_owners, view_key
 from tests.helpers.plans import fake_videos, make_plan
 
 
@@ -200,8 +203,8 @@ def test_a_key_deleted_while_a_thread_reads_it_is_no_key_error(tmp_path):
 
 
 def test_a_batch_deleted_drops_its_row_s_readers_and_clips(tmp_path):
-    """A task leaving deletes its batches from the window's mappings: their rows held their
-    readers and clips until the window dropped; a copy taken before reads them as released."""
+    """A task leaving deletes its batches from the window's mappings: their rows drop their
+    readers; a copy taken before reads them as released."""
     plans = plans_of(tmp_path, 3)
     planned = plan_window(plans, 0)
     table, before = planned.views.table, planned.snapshot()
@@ -212,9 +215,51 @@ def test_a_batch_deleted_drops_its_row_s_readers_and_clips(tmp_path):
     rows = [table.row_of(key) for key in keys]
     assert all(table.view_plan(row) is None and planned.readers.get(key) is None
                and before.readers[key] == () for row, key in zip(rows, keys, strict=True))
-    # the uses planned before read the batch as planned
-    assert all(table.view_row(row).readers == table.readers_of(row) != () for row in rows)
+    # its row reads as the mapping does: no readers (a job made of it holds its own)
+    assert all(table.view_row(row).readers == table.readers_of(row) == () for row in rows)
     assert all(key not in planned.view_plans and key in before.view_plans for key in keys)
     assert all(before.view_plans.get(key) is None for key in keys)
     kept = next(iter(planned.views))
     assert planned.view_plans[kept] == before.view_plans[kept] is not None
+
+
+class OddPlan:
+    """What `BatchRows` asks of a task plan: one window of 2 epochs of 50 batches."""
+
+    k_epochs, iterations_per_epoch = 2, 50
+
+    def window_of(self, epoch: int) -> int:
+        return 0
+
+    def window_epochs(self, window: int) -> range:
+        return range(2)
+
+
+def test_a_released_row_frees_its_readers_tuple_and_own_clips():
+    """Rows whose readers the bits cannot say (70 tasks) and whose clips are their own (not a
+    table's range) hold tuples beside the columns: released, they go then, not with the
+    window."""
+    plan, table = OddPlan(), BatchRows()
+    readers, plans = ReadersMap(table), ViewPlansMap(table)
+    keys = [ViewKey("k", epoch, iteration) for epoch in range(2) for iteration in range(50)]
+    tracemalloc.start()  # what is freed was allocated while traced
+    try:
+        for key in keys:
+            position = key.epoch * 50 + key.iteration
+            row = table.add(key, plan, tuple((f"task{t}", position) for t in range(70)))
+            clips = tuple(f"clip {position}.{slot}" for slot in range(8))
+            table.resolved(row, ViewPlan("t", key.epoch, key.iteration, clips, (8,), "uint8",
+                                         "x"))
+        assert len(plans) == len(readers) == 100
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for key in keys:
+            del readers[key], plans[key]
+        gc.collect()
+        freed = before - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert freed > 100 * (70 * 8 + 8 * 8), freed  # each row's tuples' pointers at least
+    assert not readers and not plans
+    row = table.row_of(keys[0])
+    assert table.readers_of(row) == () and table.view_plan(row) is None
