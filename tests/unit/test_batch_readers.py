@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import pickle
 import random
+import sys
 
 import pytest
 
@@ -207,3 +208,18 @@ def test_a_window_planned_in_parts_takes_a_joining_tasks_rows_in_their_own_bit_o
     assert dict(lead.readers.items()) == expected
     assert {key: lead.readers.table.readers_of(lead.readers.table.row_of(key))
             for key in taken} == {key: expected[key] for key in taken}
+
+
+class TwoSlots:
+    __slots__ = ("a", "b")
+
+
+def test_a_table_row_holds_its_columns_and_row_only(tmp_path):
+    """A batch's row object is two slots (a `ViewRow` subclass held its three unused too: 24
+    bytes a batch), frozen, and one a batch."""
+    window = plan_window([make_plan(tmp_path, fake_videos(4))], 0)
+    row = next(iter(batches(next(iter(window.videos.values())).uses)))
+    assert sys.getsizeof(row) == sys.getsizeof(TwoSlots())
+    with pytest.raises(AttributeError):
+        row.view = None
+    assert row == row and row != pickle.loads(pickle.dumps(row))
