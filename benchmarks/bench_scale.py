@@ -17,9 +17,8 @@ Per size and task:
   --whole-timeout, when window 0 was planned whole (its rest swept once the scan is done),
   with the daemon's RSS then and its peak 5 s later (`whole_s`, `daemon_rss_whole_mb`,
   `daemon_peak_rss_whole_mb`: the timed batches need only the window's first parts), and its
-  peak once the next window is planned as far as it is while no reader is near it (its lead
-  part; whole with `engine.plan_next_within: 1`: `next_s`, `daemon_peak_rss_next_mb`); on
-  the warm mount, right after its first batch (with
+  peak once the task's first two windows are planned (`planned_s`,
+  `daemon_peak_rss_planned_mb`); on the warm mount, right after its first batch (with
   --join-when-planned: once it holds its first two windows planned, `kept_after_s` from the
   launch), seconds from a second task's file written into `.sand/tasks/` (another seed) to
   its first batch (`joined_first_batch_s`; `joined_at_s`: when it had it, from the launch),
@@ -254,10 +253,9 @@ def whole_record(mount, config: Path, task: str, args, settle_s: float = 5.0) ->
     while no reader waits): seconds from the launch (`whole_s`, None if not within
     --whole-timeout), the daemon's RSS then (`daemon_rss_whole_mb`) and its peak by then
     and `settle_s` later (`daemon_peak_rss_whole_mb`, what a whole window costs beyond the
-    parts the timed batches needed); then, once the next window is planned as far as it is
-    while no reader nears it (its lead part, planned once the first is whole, or the whole
-    window), the daemon's peak and RSS by then (`next_s`, `daemon_peak_rss_next_mb`,
-    `daemon_rss_next_mb`)."""
+    parts the timed batches needed); then, once the task's first two windows are planned (the
+    next one is planned once the first is whole), the daemon's peak and RSS by then
+    (`planned_s`, `daemon_peak_rss_planned_mb`, `daemon_rss_planned_mb`)."""
     give_up = time.monotonic() + args.whole_timeout
     record = {"whole_s": None}
     while time.monotonic() < give_up:
@@ -270,9 +268,9 @@ def whole_record(mount, config: Path, task: str, args, settle_s: float = 5.0) ->
     record["daemon_peak_rss_whole_mb"] = peak_rss_mb(mount.pid)
     if record["whole_s"] is not None:
         planned = windows_planned_s(mount, config, task, args.k_epochs, args.whole_timeout,
-                                    read=args.batches + 1, in_parts=1)
-        record.update(next_s=planned, daemon_peak_rss_next_mb=peak_rss_mb(mount.pid),
-                      daemon_rss_next_mb=round(rss_mb(mount.pid), 1))
+                                    read=args.batches + 1)
+        record.update(planned_s=planned, daemon_peak_rss_planned_mb=peak_rss_mb(mount.pid),
+                      daemon_rss_planned_mb=round(rss_mb(mount.pid), 1))
     return record
 
 
@@ -296,19 +294,16 @@ def scan_logged_s(log_path: Path, since: int) -> float | None:
 
 
 def windows_planned_s(mount, config: Path, task: str, k_epochs: int,
-                      timeout_s: float = 900, read: int = 1, in_parts: int | None = None
-                      ) -> float | None:
+                      timeout_s: float = 900, read: int = 1) -> float | None:
     """Seconds from the launch until the mount holds every batch of its first two windows
-    planned or made, but the `read` ones, or window `in_parts` planned in parts (None: not
-    within `timeout_s`)."""
+    planned or made, but the `read` ones (None: not within `timeout_s`)."""
     epochs = min(int(yaml.safe_load(config.read_text())["epochs"]), 2 * k_epochs)
     give_up = time.monotonic() + timeout_s
     while time.monotonic() < give_up:
         status = mount.status()
         scheduler = status["scheduler"]
         wanted = epochs * status["tasks"][task]["iterations_per_epoch"] - read
-        if (scheduler["views_planned"] + scheduler["views_ready"] >= wanted
-                or in_parts in scheduler["windows_in_parts"]):
+        if scheduler["views_planned"] + scheduler["views_ready"] >= wanted:
             return round(time.monotonic() - mount.launched_at, 2)
         time.sleep(STATUS_POLL_S)
     return None

@@ -281,8 +281,7 @@ def make_service(startup: Startup, mount: Mount, planned: Planned) -> ViewServic
             os.path.dirname(configs[0].source_path) if configs else "") or "/"),
         remote=mount.remote.as_status(), started=startup.started,
         scan_status=startup.scan_status, freezes_windows=True, limits=settings.limits,
-        execution=settings.execution, plan_ahead=settings.plan_ahead,
-        plan_next_within=settings.plan_next_within)
+        execution=settings.execution, plan_ahead=settings.plan_ahead)
 
 
 async def stop_on_signals(startup: Startup) -> None:

@@ -74,7 +74,6 @@ class ViewService:
         limits: Limits = DEFAULT_LIMITS,
         execution: str = "threads",
         plan_ahead: int = 64,
-        plan_next_within: float = 0.25,
     ) -> None:
         self.registry = TaskRegistry(plans, task_texts=task_texts, checkpoint=checkpoint,
                                      task_planner=task_planner, admit=admit, limits=limits)
@@ -90,8 +89,7 @@ class ViewService:
                                    freezes_windows=freezes_windows,
                                    idle_after_s=limits.idle_after_s,
                                    windows_ahead=limits.windows_ahead_of_reads,
-                                   execution=execution, plan_ahead=plan_ahead,
-                                   plan_next_within=plan_next_within)
+                                   execution=execution, plan_ahead=plan_ahead)
         self.store = store
         # None: the store keeps the budget it was opened with, and every clip pruning keeps
         self.store_sizing = store_sizing

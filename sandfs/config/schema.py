@@ -131,8 +131,6 @@ class EngineConfig:
     decode_ahead: int = 3  # later windows whose frames a decode pass keeps on disk for them
     # batches a reader may come within of its window's last planned one before more is planned
     plan_ahead: int = 64
-    # a window's share of batches a reader comes within of a large window before it is swept
-    plan_next_within: float = 0.25
     execution: str = "auto"  # auto | threads | processes: where video jobs run (settings.py)
     metrics_port: int | None = None  # serve GET /metrics on 127.0.0.1:PORT (None: no server)
     limits: tuple[tuple[str, int], ...] = ()  # (name, value) of config/limits.py's Limits

@@ -39,7 +39,6 @@ ENGINE_FIELDS = {
     "cache_format": "cache_format",
     "decode_ahead": "decode_ahead",
     "plan_ahead": "plan_ahead",
-    "plan_next_within": "plan_next_within",
     "execution": "execution",
     "metrics_port": "metrics_port",
     "limits": "limits",
@@ -110,7 +109,6 @@ class MountSettings:
     execution: str = "threads"  # EXECUTION_MODES: where video jobs run (`auto` resolved)
     execution_setting: str = "threads"  # as given (EXECUTIONS)
     plan_ahead: int = 64  # batches (docs/config.md)
-    plan_next_within: float = 0.25  # of a window's batches (docs/config.md)
 
     @property
     def on_demand_memory_bytes(self) -> int:
@@ -146,7 +144,6 @@ def mount_settings(
         k_epochs=engine.k_epochs,
         decode_ahead=engine.decode_ahead,
         plan_ahead=engine.plan_ahead,
-        plan_next_within=engine.plan_next_within,
         memory_limit_bytes=engine.memory_limit_bytes or default_memory_limit(configs, workers),
         storage_budget_bytes=engine.storage_budget_bytes or default_storage_budget(cache_dir),
         storage_budget_given=engine.storage_budget_bytes is not None,
@@ -293,7 +290,6 @@ def read_engine_section(value: Value | None, base_dir: str
         "execution": partial(fields.choice, choices=EXECUTIONS),
         "decode_ahead": partial(fields.integer, minimum=INTEGER_MINIMUMS["decode_ahead"]),
         "plan_ahead": partial(fields.integer, minimum=INTEGER_MINIMUMS["plan_ahead"]),
-        "plan_next_within": _share_setting,
         "metrics_port": partial(fields.integer, minimum=PORTS[0], maximum=PORTS[1]),
         "limits": read_limits_section,
         "scan": read_scan_section,
@@ -304,14 +300,6 @@ def read_engine_section(value: Value | None, base_dir: str
         if item.data is not None
     }
     return EngineConfig(**settings), frozenset(settings)
-
-
-def _share_setting(value: Value) -> float:
-    """A number from 0 to 1."""
-    share = fields.number(value)
-    if not 0 <= share <= 1:
-        raise value.error(f"expected a number from 0 to 1, got {share:g}")
-    return share
 
 
 def _path_setting(value: Value, *, base_dir: str) -> str:

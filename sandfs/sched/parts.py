@@ -70,13 +70,12 @@ class WindowParts:
             self._picked.pop(path, None)
 
     def next(self, plans: Sequence[TaskPlan], positions: Mapping[str, int], *, ahead: int,
-             batches: int, sweep: Callable[[], bool], sweep_batches: int = 0,
-             within: float = 1.0) -> frozenset[str] | None:
+             batches: int, sweep: Callable[[], bool], sweep_batches: int = 0
+             ) -> frozenset[str] | None:
         """The videos of the next part (`REST`: the rest; None: none is due): a reader within
-        `ahead` batches of its planned frontier (`batches` batches), or else, when a reader
-        stands in the window or within `within` of a window's batches before it (`near`) and
-        `sweep()`, the window's first `sweep_batches` (default: its pace's size, `batches` at
-        least) not planned. `plans`: the book's; those of `tasks` count."""
+        `ahead` batches of its planned frontier (`batches` batches), or else, when `sweep()`,
+        the window's first `sweep_batches` (default: its pace's size, `batches` at least) not
+        planned. `plans`: the book's; those of `tasks` count."""
         if self.leading:
             return None
         if self.behind:
@@ -92,7 +91,7 @@ class WindowParts:
             swept = [(p, self._frontier(p, self._start(p), self.swept)) for p in plans]
             if all(at >= self._end(p) for p, at in swept):
                 return REST  # every batch planned: what is left no task reads (a shard's)
-            if self.near(plans, positions, within) and sweep():
+            if sweep():
                 due = [(p, at) for p, at in swept if at < self._end(p)]
                 count = max(batches, sweep_batches or self.pace.batches)
                 swept_now = True
@@ -108,15 +107,6 @@ class WindowParts:
         found = Part(part)
         found.parts, found.swept, found.batches = self, swept_now, count
         return found or None
-
-    def near(self, plans: Sequence[TaskPlan], positions: Mapping[str, int], within: float
-             ) -> bool:
-        """Does a task's reader stand in the window, or within `within` of a window's batches
-        before its start? The next window's rest is swept from then on, not as soon as the
-        current one is whole: both windows whole at once held 250,000 videos' daemon ~400 MB
-        more for an epoch or more (docs/design.md#planning-ahead)."""
-        return any(positions[p.name] >= self._start(p) - within * (self._end(p) - self._start(p))
-                   for p in plans)
 
     def batches_of(self, plan: TaskPlan, epoch: int, part: frozenset[str]) -> list[int]:
         """The iterations of the task's `epoch` whose batches hold a video of `part` (planned
@@ -203,10 +193,8 @@ def _listed(plans: Sequence[TaskPlan]) -> int:
 
 def lead_part(plans: Iterable[TaskPlan], positions: Mapping[str, int], window: int,
               least_clips: int, batches: int) -> frozenset[str] | None:
-    """The videos of the next `batches` batches of each task of the window (from where it
-    stands, or from the window's start for one before it: the next window's first batches are
-    ready as its readers come), when the tasks' part of the window holds `least_clips` clips
-    or more (None: plan it whole)."""
+    """The videos of the next `batches` batches of each task standing in the window, when the
+    tasks' part of the window holds `least_clips` clips or more (None: plan it whole)."""
     plans = [p for p in plans if p.window_epochs(window)]
     clips = sum(len(p.window_epochs(window)) * len(p.videos) * p.sampling.samples_per_video
                 for p in plans)
@@ -214,8 +202,7 @@ def lead_part(plans: Iterable[TaskPlan], positions: Mapping[str, int], window: i
         return None
     lead: set[str] = set()
     for plan in plans:
-        at = max(positions[plan.name],
-                 plan.window_epochs(window).start * plan.iterations_per_epoch)
+        at = positions[plan.name]
         for index in range(at, at + batches):
             epoch, iteration = divmod(index, plan.iterations_per_epoch)
             if epoch < plan.epochs and plan.window_of(epoch) == window:

@@ -77,8 +77,7 @@ class WindowPlanner(TaskJoins, Anticipation):
                  on_window_planned: Callable[[], None] | None = None,
                  while_planning: Callable[[], Awaitable[None]] | None = None,
                  freezes_windows: bool = False, plan_ahead: int = 64,
-                 plan_next_within: float = 0.25, idle: Callable[[], bool] = lambda: True
-                 ) -> None:
+                 idle: Callable[[], bool] = lambda: True) -> None:
         self.book, self.board, self.carry, self.failures = book, board, carry, failures
         self.store, self.prune_mode = store, prune_mode
         self.wake = wake  # the scheduler's: something to dispatch
@@ -88,8 +87,6 @@ class WindowPlanner(TaskJoins, Anticipation):
         # batches a reader may come within of its window's planned frontier before the next
         # part is planned; `idle`: whether the workers would otherwise idle (the scheduler's)
         self.plan_ahead, self.idle = plan_ahead, idle
-        # a window's share a reader comes within of a window in parts before it is swept
-        self.plan_next_within = plan_next_within
         self.sweeping, self._joining = False, 0  # a swept part planned now; tasks joining
         self._timing: SweepPace | None = None  # the swept part's, while it is planned
         self._trimmed_at = -math.inf  # trio's clock: when free memory was last given back
@@ -267,7 +264,7 @@ class WindowPlanner(TaskJoins, Anticipation):
                 continue
             part = REST if waited else parts.next(
                 plans, self.book.positions, ahead=self.plan_ahead, batches=PART_BATCHES,
-                sweep=partial(self._sweeps, plans, parts.pace), within=self.plan_next_within)
+                sweep=partial(self._sweeps, plans, parts.pace))
             if part is not None:
                 return owner, part
         return None

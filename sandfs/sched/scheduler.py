@@ -56,8 +56,7 @@ class Scheduler(ReaderSide):
                  keeps_read: bool = True, freezes_windows: bool = False,
                  idle_after_s: float = DEFAULT_LIMITS.idle_after_s,
                  windows_ahead: int = DEFAULT_LIMITS.windows_ahead_of_reads,
-                 execution: str = "threads", plan_ahead: int = 64,
-                 plan_next_within: float = 0.25) -> None:
+                 execution: str = "threads", plan_ahead: int = 64) -> None:
         """`freezes_windows`: in the daemon, planned windows are frozen out of the cyclic
         collector's walks (`runtime.settle_collector`), which changes the collector for the
         whole process. `idle_after_s`: another user's task none of whose views was opened for
@@ -107,8 +106,7 @@ class Scheduler(ReaderSide):
         self.planner = planning.WindowPlanner(
             self.book, self.board, self.carry, self.failures, store, prune_mode, wake=self.wake,
             on_window_planned=on_window_planned, while_planning=self._dispatch_for_blocked_readers,
-            freezes_windows=freezes_windows, plan_ahead=plan_ahead,
-            plan_next_within=plan_next_within, idle=self._idle)
+            freezes_windows=freezes_windows, plan_ahead=plan_ahead, idle=self._idle)
         self._nursery: trio.Nursery | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         # a hand-over that failed in the loop (a bug): its job fails when it ends, not the loop

@@ -1,7 +1,7 @@
-"""The next large window is planned as its readers near it (docs/design.md#planning-ahead):
-its lead part (its first batches) once the current window is whole, its rest swept only once
-a reader is within `plan_next_within` of a window's batches of it, so it is whole before a
-reader crosses into it, and a reader arriving there meanwhile is served from its lead part."""
+"""The windows after a window planned in parts (docs/design.md#planning-ahead): the next one
+planned whole as soon as the current one is, with the future ones its passes carry for; windows
+behind every reader dropped while a window waits for its next part; memory given back to the
+kernel once a window is whole or dropped."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import threading
 
 import trio
 
+from sandfs.cache import ObjectStore
 from sandfs.plan.window import view_key
 from sandfs.sched import planning as planning_module
 from tests.unit.test_scheduler import scheduler_for
@@ -17,14 +18,13 @@ from tests.unit.test_window_parts import in_parts, until
 VIDEOS = 160  # windows of 2 epochs
 
 
-def two_windows(tmp_path, monkeypatch, within: float = 0.25):
+def two_windows(tmp_path, monkeypatch):
     """160 videos, 4 epochs in windows of 2, every window planned in parts (a lead part of
     one batch's videos, then parts of 2 batches), the workers idle to the planner (a window
     where a reader stands is swept at once)."""
     in_parts(monkeypatch)
     monkeypatch.setattr(planning_module, "PART_BATCHES", 2)
     plan, scheduler, _ = scheduler_for(tmp_path, videos=VIDEOS, epochs=4, workers=2)
-    scheduler.planner.plan_next_within = within
     return plan, scheduler
 
 
@@ -48,89 +48,26 @@ async def window_0_whole(scheduler, plan, nursery) -> None:
         await until(lambda: 0 in scheduler.book.windows and 0 not in scheduler.book.rest_pending)
 
 
-def next_window_videos(scheduler) -> int:
-    window = scheduler.book.windows.get(1)
-    return 0 if window is None else len(window.videos)
-
-
-async def test_the_next_window_holds_its_lead_part_until_a_reader_nears_it(tmp_path,
-                                                                           monkeypatch):
-    """Window 1 was planned whole as soon as window 0 was: 250,000 videos' daemon held ~400
-    MB more from then on, an epoch or more before a reader came to it. It holds its first
-    batches' videos until a reader is within a quarter of a window of it, the workers idle
-    meanwhile; then it is swept whole."""
-    plan, scheduler = two_windows(tmp_path, monkeypatch)
-    lead = {plan.listed[i].path for i in plan.batch_slots(2, 0)}
-    near = 2 * plan.iterations_per_epoch * 3 // 4  # a quarter of a window before window 1
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await read(scheduler, plan, 0)
-        with trio.fail_after(10):
-            await until(lambda: 0 in scheduler.book.windows
-                        and 0 not in scheduler.book.rest_pending and next_window_videos(scheduler))
-        for _ in range(20):  # the planner woken again and again: nothing more of window 1
-            scheduler.wake()
-            await trio.sleep(0.01)
-        assert set(scheduler.book.windows[1].videos) == lead
-        assert 1 in scheduler.book.rest_pending
-        await read(scheduler, plan, near - 1)  # not yet
-        scheduler.wake()
-        await trio.sleep(0.1)
-        assert set(scheduler.book.windows[1].videos) == lead
-        await read(scheduler, plan, near)
-        with trio.fail_after(10):
-            await until(lambda: 1 not in scheduler.book.rest_pending)
-        nursery.cancel_scope.cancel()
-    assert next_window_videos(scheduler) == VIDEOS
-
-
-async def test_the_next_window_is_whole_before_a_reader_at_its_pace_crosses_into_it(
+async def test_a_window_in_parts_carries_for_the_next_and_future_windows_once_whole(
         tmp_path, monkeypatch):
-    """A reader reading window 0 batch after batch finds window 1 whole as it crosses into
-    it: its rest was swept in the last quarter of window 0."""
-    plan, scheduler = two_windows(tmp_path, monkeypatch)
-    per_window = 2 * plan.iterations_per_epoch
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        for index in range(per_window):
-            await read(scheduler, plan, index)
-            if index < per_window * 3 // 4 - 1:  # not swept early
-                assert next_window_videos(scheduler) < VIDEOS
-            await trio.sleep(0.02)  # the reader's pace
-        assert 1 not in scheduler.book.rest_pending
-        assert next_window_videos(scheduler) == VIDEOS
-        await read(scheduler, plan, per_window)
-        nursery.cancel_scope.cancel()
-
-
-async def test_a_reader_at_the_window_s_turn_is_not_held_by_its_sweep(tmp_path, monkeypatch):
-    """A reader that comes to window 1's first batch while a swept part of it is planned has
-    that batch from the lead part, the sweep still held in its thread."""
-    plan, scheduler = two_windows(tmp_path, monkeypatch, within=1.0)
-    hold, held = threading.Event(), threading.Event()
-    planned = scheduler.planner.plan_active
-
-    def planning(window, lead=None, skip=frozenset(), tasks=None):
-        if window == 1 and skip and getattr(lead, "swept", False):
-            held.set()
-            assert hold.wait(10)
-        return planned(window, lead, skip, tasks)
-
-    scheduler.planner.plan_active = planning
-    turn = 2 * plan.iterations_per_epoch
-    try:
+    """Window 0, planned in parts, is whole: window 1 is planned whole at once and the future
+    windows after it (to carry for) with it, so window 0's passes (its epoch 0 reads every
+    video) carry frames for all of window 1 and the next. Held back to its first batches until
+    a reader neared it, window 1 had 4 of its 160 videos planned and no future window: every
+    window in parts decoded nearly every video again."""
+    in_parts(monkeypatch)
+    monkeypatch.setattr(planning_module, "PART_BATCHES", 2)
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        plan, scheduler, _ = scheduler_for(tmp_path, videos=VIDEOS, epochs=8, workers=2,
+                                           store=store, decode_ahead=1)
         async with trio.open_nursery() as nursery:
-            await nursery.start(scheduler.run)
-            await read(scheduler, plan, 0)
+            await window_0_whole(scheduler, plan, nursery)
             with trio.fail_after(10):
-                await until(held.is_set)
-            await read(scheduler, plan, turn - 1)
-            await read(scheduler, plan, turn)  # served while the swept part is held
-            assert not hold.is_set() and 1 in scheduler.book.rest_pending
-            hold.set()
+                await until(lambda: 2 in scheduler.book.future)
+            assert 1 not in scheduler.book.rest_pending
+            assert [(w, len(p.videos)) for w, p in scheduler.book.later(0, 2)] == [
+                (1, VIDEOS), (2, VIDEOS)]
             nursery.cancel_scope.cancel()
-    finally:
-        hold.set()
 
 
 async def test_memory_is_given_back_once_a_window_is_whole_and_once_it_is_dropped(
@@ -140,7 +77,7 @@ async def test_memory_is_given_back_once_a_window_is_whole_and_once_it_is_droppe
     trimmed = []
     monkeypatch.setattr(planning_module, "trim_free_memory",
                         lambda: trimmed.append(threading.current_thread().name))
-    plan, scheduler = two_windows(tmp_path, monkeypatch, within=1.0)
+    plan, scheduler = two_windows(tmp_path, monkeypatch)
     turn = 2 * plan.iterations_per_epoch
     async with trio.open_nursery() as nursery:
         await window_0_whole(scheduler, plan, nursery)
@@ -162,7 +99,7 @@ async def test_memory_is_given_back_while_a_window_is_swept(tmp_path, monkeypatc
     trimmed = []
     monkeypatch.setattr(planning_module, "trim_free_memory", lambda: trimmed.append(1))
     monkeypatch.setattr(planning_module, "TRIM_EVERY_S", 0.0)
-    plan, scheduler = two_windows(tmp_path, monkeypatch, within=0.0)
+    plan, scheduler = two_windows(tmp_path, monkeypatch)
     async with trio.open_nursery() as nursery:
         await window_0_whole(scheduler, plan, nursery)
         await trio.sleep(0.1)

@@ -1567,7 +1567,6 @@ async def test_a_large_window_plans_its_first_batches_videos_first(tmp_path, mon
     plan, scheduler, materializer = scheduler_for(tmp_path, videos=40, epochs=4, workers=2)
     events = []
     recording_windows(scheduler, materializer, events)
-    scheduler.planner.plan_next_within = 1.0  # window 1 swept once window 0 is whole
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         first = {plan.videos[c.video_index].name for c in plan.view_plan(0, 0).clips}
@@ -1595,7 +1594,6 @@ async def test_a_reader_past_a_window_s_lead_part_waits_for_its_rest(tmp_path, m
     monkeypatch.setattr(joining_module, "FIRST_BATCHES_WAIT_S", 0.5)
     gate = threading.Event()  # no pass ends until it is set
     plan, scheduler, _ = scheduler_for(tmp_path, videos=40, workers=2, gate=gate)
-    scheduler.planner.plan_next_within = 1.0  # window 1 swept once window 0 is whole
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         later = view_key(plan, 1, 3)
@@ -1624,7 +1622,6 @@ async def test_a_joining_task_s_large_part_is_planned_from_its_first_batches_vid
     monkeypatch.setattr(planning_module, "LEAD_CLIPS", 1)
     monkeypatch.setattr(planning_module, "LEAD_BATCHES", 1)
     plan, scheduler, later, gate = gated_join(tmp_path, monkeypatch)
-    scheduler.planner.plan_next_within = 1.0  # window 1 swept once window 0 is whole
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         gate.set()

@@ -345,20 +345,3 @@ def test_the_scan_section_sets_the_background_scan_s_pace(tmp_path):
                             ("  scan:\n    held_every_ms: 0\n", "must be at least 1")]:
         with pytest.raises(ConfigError, match=rf"c.yaml:\d+:\d+: engine.scan.*{message}"):
             load_task_config("c.yaml", check_paths=False, text=_with_engine("c", engine))
-
-
-def test_plan_next_within_is_a_share_of_a_window(tmp_path):
-    """`engine.plan_next_within` (docs/config.md): a number from 0 to 1, 0.25 by default, given
-    to the scheduler; out of range or not a number, an error naming its line."""
-    config = load_task_config("a.yaml", check_paths=False,
-                              text=_with_engine("a", "  plan_next_within: 0.5\n"))
-    assert mount_settings([config], {}, str(tmp_path / "mnt"))[0].plan_next_within == 0.5
-    assert mount_settings([load_task_config("b.yaml", check_paths=False, text=BASE)], {},
-                          str(tmp_path / "mnt"))[0].plan_next_within == 0.25
-    for value, message in [("1.5", "expected a number from 0 to 1, got 1.5"),
-                           ("-0.1", "expected a number from 0 to 1, got -0.1"),
-                           ("soon", "expected a number")]:
-        with pytest.raises(ConfigError, match=rf"c.yaml:\d+:\d+: engine.plan_next_within.*"
-                                              rf"{message}"):
-            load_task_config("c.yaml", check_paths=False,
-                             text=_with_engine("c", f"  plan_next_within: {value}\n"))
