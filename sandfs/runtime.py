@@ -121,16 +121,18 @@ def _mallopt(param: int, value: int, what: str) -> bool:
     return done
 
 
-def trim_free_memory() -> bool:
-    """Give the free pages of every malloc heap back to the kernel (`malloc_trim(0)`), after
-    the daemon freed much that it will not allocate again soon (the scan's work); False where
-    the C library has no such call (not glibc)."""
+def trim_free_memory(pad: int = MALLOC_TRIM_THRESHOLD) -> bool:
+    """Give the free pages of every malloc heap back to the kernel but `pad` bytes at the
+    main heap's top (`malloc_trim(pad)`: the top that `keep_freed_memory` keeps for the next
+    frames stays), after the daemon freed much that it will not allocate again soon (the
+    scan's work, a window's parts merged, a window dropped); False where the C library has no
+    such call (not glibc)."""
     try:
         trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return False
     trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
-    trim(0)
+    trim(pad)
     return True
 
 

@@ -65,9 +65,6 @@ PART_BATCHES = 16
 # batches/s (docs/performance.md#the-sweep-on-a-warm-mount).
 READING_S = 2.0
 READING_SHARE = 0.1
-# While a window is planned in parts, free memory is given back at most this often (a trim
-# walks every heap, and what it gives back the next parts fault in again)
-TRIM_EVERY_S = 10.0
 
 
 class WindowPlanner(TaskJoins, Anticipation):
@@ -89,7 +86,6 @@ class WindowPlanner(TaskJoins, Anticipation):
         self.plan_ahead, self.idle = plan_ahead, idle
         self.sweeping, self._joining = False, 0  # a swept part planned now; tasks joining
         self._timing: SweepPace | None = None  # the swept part's, while it is planned
-        self._trimmed_at = -math.inf  # trio's clock: when free memory was last given back
         # of the time, swept parts while the workers are busy (tests set 0: none)
         self.sweep_share = 1.0
         # the windows in `book.rest_pending`: their own tasks' parts, and those of tasks that
@@ -301,8 +297,6 @@ class WindowPlanner(TaskJoins, Anticipation):
             pace.planned(part.batches, started, now, self._sweep_share(window))
             if self.nursery is not None and math.isfinite(pace.next_s) and pace.next_s > now:
                 self.nursery.start_soon(self._wake_at, pace.next_s)  # the sweep due again
-        if trio.current_time() - self._trimmed_at >= TRIM_EVERY_S:
-            self._trim()  # what parts planned and merged since freed: not the peak's too
         return planned
 
     async def _wake_at(self, deadline: float) -> None:
@@ -474,7 +468,6 @@ class WindowPlanner(TaskJoins, Anticipation):
         plan = self.book.drop_window(window)
         self.carry.forget({window})
         self.board.drop_window(window, plan.views)
-        del plan
         self._trim()
 
     def _trim(self) -> None:
@@ -482,6 +475,5 @@ class WindowPlanner(TaskJoins, Anticipation):
         window's parts are merged or a window is dropped: what they freed stays in malloc's
         heaps otherwise (docs/design.md#memory-beyond-the-plan)."""
         if self.nursery is not None:
-            self._trimmed_at = trio.current_time()
             self.nursery.start_soon(partial(trio.to_thread.run_sync, trim_free_memory,
                                             abandon_on_cancel=True))

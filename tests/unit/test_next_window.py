@@ -73,7 +73,9 @@ async def test_a_window_in_parts_carries_for_the_next_and_future_windows_once_wh
 async def test_memory_is_given_back_once_a_window_is_whole_and_once_it_is_dropped(
         tmp_path, monkeypatch):
     """A window made whole from its parts, and one dropped behind its readers, leave much free
-    in malloc's heaps: given back to the kernel in a thread (`runtime.trim_free_memory`)."""
+    in malloc's heaps: given back to the kernel in a thread (`runtime.trim_free_memory`), once
+    each; not as the parts are swept, which would give back the heap top kept for the next
+    frames and stall the loop's allocations during reads."""
     trimmed = []
     monkeypatch.setattr(planning_module, "trim_free_memory",
                         lambda: trimmed.append(threading.current_thread().name))
@@ -82,26 +84,13 @@ async def test_memory_is_given_back_once_a_window_is_whole_and_once_it_is_droppe
     async with trio.open_nursery() as nursery:
         await window_0_whole(scheduler, plan, nursery)
         with trio.fail_after(10):
-            await until(lambda: trimmed)  # window 0 whole
-            await until(lambda: 1 in scheduler.book.windows
-                        and 1 not in scheduler.book.rest_pending)
-            await until(lambda: len(trimmed) >= 2)  # window 1 whole
+            await until(lambda: 1 in scheduler.book.windows and trimmed)
+        await trio.sleep(0.1)
+        assert len(trimmed) == 1  # window 0 whole; window 1 planned whole at once
         await read(scheduler, plan, turn)
         with trio.fail_after(10):
-            await until(lambda: 0 not in scheduler.book.windows and len(trimmed) >= 3)
-        nursery.cancel_scope.cancel()
-    assert threading.main_thread().name not in trimmed
-
-
-async def test_memory_is_given_back_while_a_window_is_swept(tmp_path, monkeypatch):
-    """A window swept in parts frees each part's makings: given back as it goes (at most every
-    `TRIM_EVERY_S`), not only once whole, so they do not add up to the daemon's peak."""
-    trimmed = []
-    monkeypatch.setattr(planning_module, "trim_free_memory", lambda: trimmed.append(1))
-    monkeypatch.setattr(planning_module, "TRIM_EVERY_S", 0.0)
-    plan, scheduler = two_windows(tmp_path, monkeypatch)
-    async with trio.open_nursery() as nursery:
-        await window_0_whole(scheduler, plan, nursery)
+            await until(lambda: 0 not in scheduler.book.windows and len(trimmed) == 2)
         await trio.sleep(0.1)
         nursery.cancel_scope.cancel()
-    assert len(trimmed) > 2  # parts swept, then the window whole
+    assert len(trimmed) == 2
+    assert threading.main_thread().name not in trimmed

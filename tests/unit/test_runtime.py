@@ -104,6 +104,30 @@ def test_a_malloc_setting_the_user_made_wins():
     assert done.strip() == "False"
 
 
+TRIMMED = textwrap.dedent("""
+    import sys
+    from sandfs.runtime import keep_freed_memory, trim_free_memory
+    assert keep_freed_memory()
+    def rss_mb():
+        return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
+    frames = [bytearray(1 << 20) for _ in range(48)]  # at the main heap's top
+    del frames  # free, kept there for the next frames
+    before = rss_mb()
+    assert trim_free_memory(*map(int, sys.argv[1:]))
+    print(before - rss_mb())
+""")
+
+
+def test_memory_given_back_keeps_the_heap_top_kept_for_the_next_frames():
+    """A trim after the scan or a window's parts gives back what was freed but the top that
+    `keep_freed_memory` keeps on purpose: `malloc_trim(0)` gave it back too, and the next
+    passes faulted their frames in again (runtime.py)."""
+    if not hasattr(__import__("ctypes").CDLL(None), "malloc_trim"):
+        pytest.skip("not glibc")
+    assert int(_fresh(TRIMMED)) < 8  # MB given back
+    assert int(_fresh(TRIMMED, "0")) > 40
+
+
 def test_the_daemon_s_threads_take_turns_at_the_gil_sooner_than_python_s_default():
     """Job threads drop the GIL for every frame an op makes and wait for it after each
     (runtime.py)."""
