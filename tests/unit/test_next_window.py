@@ -13,7 +13,7 @@ from sandfs.cache import ObjectStore
 from sandfs.plan.window import view_key
 from sandfs.sched import planning as planning_module
 from tests.unit.test_scheduler import scheduler_for
-from tests.unit.test_window_parts import in_parts, until
+from tests.unit.test_window_parts import in_parts, until, workers_busy
 
 VIDEOS = 160  # windows of 2 epochs
 
@@ -67,6 +67,30 @@ async def test_a_window_in_parts_carries_for_the_next_and_future_windows_once_wh
             assert 1 not in scheduler.book.rest_pending
             assert [(w, len(p.videos)) for w, p in scheduler.book.later(0, 2)] == [
                 (1, VIDEOS), (2, VIDEOS)]
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_window_behind_every_reader_is_dropped_while_another_waits_for_its_rest(
+        tmp_path, monkeypatch):
+    """A reader jumps into window 2, planned in parts, whose rest waits (no reader near its
+    frontier, the workers busy): windows 0 and 1, behind every reader, are dropped meanwhile.
+    Window 2's plan made to carry frames for stays until it is whole: a pass carries from it
+    for the videos its parts have not planned yet."""
+    in_parts(monkeypatch)
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        plan, scheduler, _ = scheduler_for(tmp_path, videos=VIDEOS, epochs=6, workers=2,
+                                           store=store, decode_ahead=1)
+        async with trio.open_nursery() as nursery:
+            await window_0_whole(scheduler, plan, nursery)
+            with trio.fail_after(10):
+                await until(lambda: 2 in scheduler.book.future)
+            workers_busy(scheduler)
+            scheduler.planner.plan_ahead = 0  # no part due as readers come
+            await read(scheduler, plan, 4 * plan.iterations_per_epoch)  # window 2
+            with trio.fail_after(10):
+                await until(lambda: 0 not in scheduler.book.windows)
+            assert 1 not in scheduler.book.windows and 2 in scheduler.book.rest_pending
+            assert 2 in scheduler.book.future
             nursery.cancel_scope.cancel()
 
 
