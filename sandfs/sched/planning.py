@@ -65,6 +65,9 @@ PART_BATCHES = 16
 # batches/s (docs/performance.md#the-sweep-on-a-warm-mount).
 READING_S = 2.0
 READING_SHARE = 0.1
+# Of the time, swept parts while the workers are busy (0: none, where tests want parts
+# planned only as readers come)
+SWEEP_SHARE = 1.0
 
 
 class WindowPlanner(TaskJoins, Anticipation):
@@ -86,8 +89,6 @@ class WindowPlanner(TaskJoins, Anticipation):
         self.plan_ahead, self.idle = plan_ahead, idle
         self.sweeping, self._joining = False, 0  # a swept part planned now; tasks joining
         self._timing: SweepPace | None = None  # the swept part's, while it is planned
-        # of the time, swept parts while the workers are busy (tests set 0: none)
-        self.sweep_share = 1.0
         # the windows in `book.rest_pending`: their own tasks' parts, and those of tasks that
         # joined meanwhile (by task); and the batches each such task added (by task, window)
         self._parts: dict[int, WindowParts] = {}
@@ -271,7 +272,7 @@ class WindowPlanner(TaskJoins, Anticipation):
         holds a reader's part back); at once where the workers would idle."""
         if self.board.demanded or self._joining:
             return False
-        due = self.sweep_share > 0 and (pace is None or pace.due(trio.current_time()))
+        due = SWEEP_SHARE > 0 and (pace is None or pace.due(trio.current_time()))
         return (due and all(p.probes.all_known() for p in plans)) or self.idle()
 
     def _held_back(self, window: int) -> set[int]:
@@ -304,12 +305,12 @@ class WindowPlanner(TaskJoins, Anticipation):
         self.wake()
 
     def _sweep_share(self, window: int) -> float:
-        """`sweep_share`, or READING_SHARE at most while the window's tasks read."""
+        """SWEEP_SHARE, or READING_SHARE at most while the window's tasks read."""
         now, read_at = time.monotonic(), self.book.read_at
         if any(now - read_at.get(p.name, -math.inf) < READING_S
                for p in self.book.planned_plans(window)):
-            return min(self.sweep_share, READING_SHARE)
-        return self.sweep_share
+            return min(SWEEP_SHARE, READING_SHARE)
+        return SWEEP_SHARE
 
     def _in_parts(self, task: str, window: int) -> bool:
         """Is the task's part of the window still planned in parts?"""

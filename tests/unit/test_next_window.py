@@ -84,7 +84,7 @@ async def test_a_window_behind_every_reader_is_dropped_while_another_waits_for_i
             await window_0_whole(scheduler, plan, nursery)
             with trio.fail_after(10):
                 await until(lambda: 2 in scheduler.book.future)
-            workers_busy(scheduler)
+            workers_busy(scheduler, monkeypatch)
             scheduler.planner.plan_ahead = 0  # no part due as readers come
             await read(scheduler, plan, 4 * plan.iterations_per_epoch)  # window 2
             with trio.fail_after(10):

@@ -42,7 +42,7 @@ def paced_own(tmp_path, monkeypatch) -> tuple:
     in_parts(monkeypatch)
     monkeypatch.setattr(planning_module, "PART_BATCHES", 1)
     plan, scheduler, materializer = own_task(tmp_path, "parts")
-    workers_busy(scheduler)
+    workers_busy(scheduler, monkeypatch)
     scheduler.planner.plan_ahead = 1
     return plan, scheduler, materializer
 
@@ -185,7 +185,7 @@ async def test_a_task_in_a_window_of_its_own_leaves_the_rest_to_the_parts(tmp_pa
                       task="other", seed=3)
     scheduler = Scheduler([plan, other], RecordingMaterializer(None), Stats(), workers=2,
                           memory_limit_bytes=1 << 30, limiter=trio.CapacityLimiter(2))
-    workers_busy(scheduler)
+    workers_busy(scheduler, monkeypatch)
     scheduler.planner.plan_ahead = 1
     scheduler.opened(other.name, 6, 0)  # window 3
     scheduler.opened(plan.name, 0, 0)

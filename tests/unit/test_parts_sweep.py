@@ -302,5 +302,5 @@ async def test_parts_are_swept_at_a_share_while_the_tasks_read(tmp_path, monkeyp
     assert not pace.due(trio.current_time())
     planner.book.read_at[plan.name] = time.monotonic() - planning_module.READING_S
     assert planner._sweep_share(0) == 1.0
-    planner.sweep_share = 0
+    monkeypatch.setattr(planning_module, "SWEEP_SHARE", 0)
     assert planner._sweep_share(0) == 0

@@ -108,11 +108,11 @@ def parts_recorded(scheduler) -> list[tuple[str, int]]:
     return parts
 
 
-def workers_busy(scheduler) -> None:
+def workers_busy(scheduler, monkeypatch) -> None:
     """The workers never idle and no part is swept from the window's start while they are
     busy: parts are planned only as readers near their frontier."""
     scheduler.planner.idle = lambda: False
-    scheduler.planner.sweep_share = 0
+    monkeypatch.setattr(planning_module, "SWEEP_SHARE", 0)
 
 
 def paced(tmp_path, monkeypatch, *, plan_ahead: int):
@@ -121,7 +121,7 @@ def paced(tmp_path, monkeypatch, *, plan_ahead: int):
     in_parts(monkeypatch)
     monkeypatch.setattr(planning_module, "PART_BATCHES", 1)
     plan, scheduler, _ = scheduler_for(tmp_path, videos=160, epochs=2, workers=2)
-    workers_busy(scheduler)
+    workers_busy(scheduler, monkeypatch)
     scheduler.planner.plan_ahead = plan_ahead
     return plan, scheduler, parts_recorded(scheduler)
 
@@ -258,7 +258,7 @@ async def test_a_reader_jumping_past_the_frontier_is_served(tmp_path, monkeypatc
     monkeypatch.setattr(planning_module, "PART_BATCHES", 1)
     (tmp_path / "parts").mkdir()
     plan, scheduler, _ = scheduler_for(tmp_path / "parts", videos=160, epochs=2, workers=2)
-    workers_busy(scheduler)
+    workers_busy(scheduler, monkeypatch)
     scheduler.planner.plan_ahead = 1
     last = plan.iterations_per_epoch - 1
     async with trio.open_nursery() as nursery:
@@ -297,7 +297,7 @@ async def test_a_reader_jumping_to_the_next_window_has_the_rest_planned(tmp_path
     jumping to the next window while another reads the first slowly (no reader near the
     frontier, the workers busy) waited for ever: the rest is planned at once then."""
     plan, jumper, scheduler = two_trials(tmp_path, monkeypatch)
-    workers_busy(scheduler)
+    workers_busy(scheduler, monkeypatch)
     scheduler.planner.plan_ahead = 1
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
@@ -429,7 +429,7 @@ async def test_a_task_joining_while_a_window_is_planned_in_parts_is_served_at_on
     service = make_service(plan_tasks([cfg], scans, k_epochs=2), scans=scans,
                            cache_dir=tmp_path)
     planner = service.scheduler.planner
-    workers_busy(service.scheduler)
+    workers_busy(service.scheduler, monkeypatch)
     planner.plan_ahead = 1
     text = yaml.safe_dump(task_config(dataset_dir, task="t1", seed=5))
     joining = load_task_config(write_config(tmp_path / "t1.yaml", yaml.safe_load(text)))
