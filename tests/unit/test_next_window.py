@@ -6,6 +6,7 @@ kernel once a window is whole or dropped."""
 from __future__ import annotations
 
 import threading
+from contextlib import asynccontextmanager
 
 import trio
 
@@ -48,6 +49,24 @@ async def window_0_whole(scheduler, plan, nursery) -> None:
         await until(lambda: 0 in scheduler.book.windows and 0 not in scheduler.book.rest_pending)
 
 
+@asynccontextmanager
+async def carrying(tmp_path, monkeypatch, epochs: int):
+    """160 videos in windows of 2 epochs, every window where a reader stands planned in parts,
+    a store and `decode_ahead` 1, batch 0 read: (plan, scheduler) once window 0 is whole and
+    window 2 is planned to carry for; stopped on leaving."""
+    in_parts(monkeypatch)
+    monkeypatch.setattr(planning_module, "PART_BATCHES", 2)
+    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
+        plan, scheduler, _ = scheduler_for(tmp_path, videos=VIDEOS, epochs=epochs, workers=2,
+                                           store=store, decode_ahead=1)
+        async with trio.open_nursery() as nursery:
+            await window_0_whole(scheduler, plan, nursery)
+            with trio.fail_after(10):
+                await until(lambda: 2 in scheduler.book.future)
+            yield plan, scheduler
+            nursery.cancel_scope.cancel()
+
+
 async def test_a_window_in_parts_carries_for_the_next_and_future_windows_once_whole(
         tmp_path, monkeypatch):
     """Window 0, planned in parts, is whole: window 1 is planned whole at once and the future
@@ -55,19 +74,10 @@ async def test_a_window_in_parts_carries_for_the_next_and_future_windows_once_wh
     video) carry frames for all of window 1 and the next. Held back to its first batches until
     a reader neared it, window 1 had 4 of its 160 videos planned and no future window: every
     window in parts decoded nearly every video again."""
-    in_parts(monkeypatch)
-    monkeypatch.setattr(planning_module, "PART_BATCHES", 2)
-    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
-        plan, scheduler, _ = scheduler_for(tmp_path, videos=VIDEOS, epochs=8, workers=2,
-                                           store=store, decode_ahead=1)
-        async with trio.open_nursery() as nursery:
-            await window_0_whole(scheduler, plan, nursery)
-            with trio.fail_after(10):
-                await until(lambda: 2 in scheduler.book.future)
-            assert 1 not in scheduler.book.rest_pending
-            assert [(w, len(p.videos)) for w, p in scheduler.book.later(0, 2)] == [
-                (1, VIDEOS), (2, VIDEOS)]
-            nursery.cancel_scope.cancel()
+    async with carrying(tmp_path, monkeypatch, epochs=8) as (_, scheduler):
+        assert 1 not in scheduler.book.rest_pending
+        assert [(w, len(p.videos)) for w, p in scheduler.book.later(0, 2)] == [
+            (1, VIDEOS), (2, VIDEOS)]
 
 
 async def test_a_window_behind_every_reader_is_dropped_while_another_waits_for_its_rest(
@@ -76,22 +86,14 @@ async def test_a_window_behind_every_reader_is_dropped_while_another_waits_for_i
     frontier, the workers busy): windows 0 and 1, behind every reader, are dropped meanwhile.
     Window 2's plan made to carry frames for stays until it is whole: a pass carries from it
     for the videos its parts have not planned yet."""
-    in_parts(monkeypatch)
-    with ObjectStore(str(tmp_path / "cache"), 1 << 30) as store:
-        plan, scheduler, _ = scheduler_for(tmp_path, videos=VIDEOS, epochs=6, workers=2,
-                                           store=store, decode_ahead=1)
-        async with trio.open_nursery() as nursery:
-            await window_0_whole(scheduler, plan, nursery)
-            with trio.fail_after(10):
-                await until(lambda: 2 in scheduler.book.future)
-            workers_busy(scheduler, monkeypatch)
-            scheduler.planner.plan_ahead = 0  # no part due as readers come
-            await read(scheduler, plan, 4 * plan.iterations_per_epoch)  # window 2
-            with trio.fail_after(10):
-                await until(lambda: 0 not in scheduler.book.windows)
-            assert 1 not in scheduler.book.windows and 2 in scheduler.book.rest_pending
-            assert 2 in scheduler.book.future
-            nursery.cancel_scope.cancel()
+    async with carrying(tmp_path, monkeypatch, epochs=6) as (plan, scheduler):
+        workers_busy(scheduler, monkeypatch)
+        scheduler.planner.plan_ahead = 0  # no part due as readers come
+        await read(scheduler, plan, 4 * plan.iterations_per_epoch)  # window 2
+        with trio.fail_after(10):
+            await until(lambda: 0 not in scheduler.book.windows)
+        assert 1 not in scheduler.book.windows and 2 in scheduler.book.rest_pending
+        assert 2 in scheduler.book.future
 
 
 async def test_memory_is_given_back_once_a_window_is_whole_and_once_it_is_dropped(
