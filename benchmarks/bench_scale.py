@@ -35,8 +35,9 @@ Per size and task:
 - plan (in this process, on scan results copied from the sources' probes, no mount): planning
   seconds (CPU) of the tasks' plans and of window 0, plan bytes a clip (what tracemalloc sees
   the task plans, the window plan, its board and its window book hold, over the window's
-  clips), this process's RSS before planning and holding the scan, the plans, window 0 whole,
-  its book and board
+  clips; and what `plan_window` of window 1 adds beside them, as a window planned only to
+  carry frames for: `future_window_bytes_per_clip`), this process's RSS before planning and
+  holding the scan, the plans, window 0 whole, its book and board
   (`rss_before_mb`, `rss_window_mb`: what a daemon's plan costs it, without the FUSE side),
   and Algorithm 1's CPU seconds over window 0 with room for half its clips (skipped above
   --prune-max-clips).
@@ -479,6 +480,10 @@ def plan_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, v
     del held["window"]  # planned again, alone
     gc.collect()
     plan_bytes = tracemalloc.get_traced_memory()[0]
+    future = plan_window(held["plans"], 1)  # as the daemon plans a window to carry for
+    future_bytes = tracemalloc.get_traced_memory()[0] - plan_bytes
+    future_clips = sum(len(work.uses) for work in future.videos.values())
+    del future
     tracemalloc.stop()
     del held
     gc.unfreeze()
@@ -491,6 +496,7 @@ def plan_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, v
               "board_cpu_s": round(times["board_s"], 3),
               "planning_us_per_clip": round(whole / clips * 1e6, 2),
               "plan_bytes_per_clip": round(plan_bytes / clips, 1),
+              "future_window_bytes_per_clip": round(future_bytes / max(future_clips, 1), 1),
               "rss_before_mb": round(before_mb), "rss_window_mb": round(times["rss_mb"])}
     if clips <= args.prune_max_clips:
         window = plan_window0(config, scan, args.k_epochs, store)["window"]
