@@ -145,7 +145,7 @@ class BatchBoard:
             ready.readers_left.discard(task)
 
     def pending_jobs(self) -> list[VideoJobKey]:
-        return [key for key in self.pending if self.pending.has(key)]
+        return self.pending.jobs()
 
     def job_states(self, busy: set, deadline_of: Callable[[ViewKey], int],
                    assemble_within: int,

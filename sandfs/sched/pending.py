@@ -157,6 +157,7 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
         self._bases: dict[int, list[int]] = {}  # by window: its parts' first numbers
         self._next: dict[int, int] = {}  # by window: the next part's first number
         self._hashes: dict[int, np.ndarray] = {}  # by window: its parts' paths' hashes, sorted
+        self._numbers: dict[int, np.ndarray] = {}  # by window: each hash's video's number
         self._loose: dict[VideoJobKey, Sequence[ClipUse]] = {}
         self._loose_of: dict[int, VideoJobKey] = {}  # every number of a loose job
         self._own: dict[VideoJobKey, int] = {}  # numbers of jobs no part holds
@@ -190,9 +191,16 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
 
     def number(self, job: VideoJobKey) -> int:
         """The job's number: its video's in the first part holding it, else one of its own."""
+        own = self._own.get(job)
+        if own is not None and job in self._loose:  # mapped in `_loose_of`: no path looked up
+            return own
         found = self._find(job)
         if found is not None:
             return job_number(job.window, found[0].base + found[1])
+        return self._own_number(job)
+
+    def _own_number(self, job: VideoJobKey) -> int:
+        """A number of the job's own (no part holds it)."""
         own = self._own.get(job)
         if own is None:
             own = self._own[job] = job_number(job.window, _OWN + self._owned)
@@ -219,15 +227,21 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
 
     def _find(self, job: VideoJobKey) -> tuple[_Part, int] | None:
         """The part and group of a job: by the number its key carries, else (a key made
-        elsewhere) by its path, part by part."""
+        elsewhere) by its path's hash in the window's index (`_known`), the first part's."""
         if job.number >= 0 and job.number >> _WINDOW_SHIFT == job.window:
             found = self._locate(job.number)
             if found is not None and found[0].infos[found[1]].path == job.path:
                 return found
-        for part in self._parts.get(job.window, ()):
-            group = part.index.number(job.path)
-            if group >= 0:
-                return part, group
+        hashes = self._hashes.get(job.window)
+        if hashes is None:
+            return None
+        wanted, numbers = hash(job.path), self._numbers[job.window]
+        row = int(np.searchsorted(hashes, wanted))
+        while row < len(hashes) and hashes[row] == wanted:  # the path, or a collision: next
+            found = self._locate(job_number(job.window, int(numbers[row])))
+            if found is not None and found[0].infos[found[1]].path == job.path:
+                return found
+            row += 1
         return None
 
     def __getitem__(self, job: VideoJobKey) -> Sequence[ClipUse]:
@@ -274,6 +288,10 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
+    def jobs(self) -> list[VideoJobKey]:
+        """The jobs with a clip pending: a part's are those with uses left (`__iter__`)."""
+        return [job for job in self if job not in self._loose or self._loose[job]]
+
     # -- changing (the board) ---------------------------------------------------------------
 
     def add_columns(self, window: int, pending: PendingColumns,
@@ -312,10 +330,14 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
         if len(held):
             at = np.minimum(np.searchsorted(held, hashes), len(held) - 1)
             for index in np.flatnonzero(held[at] == hashes).tolist():  # the path, or a collision
-                if any(old.index.number(paths[index]) >= 0 for old in self._parts[window]):
+                if self._find(VideoJobKey(window, paths[index])) is not None:
                     known.add(index)
-        hashes.sort()  # merged in one pass: a sort of the window's each part was O(n log n)
-        self._hashes[window] = np.insert(held, np.searchsorted(held, hashes), hashes)
+        order = np.argsort(hashes, kind="stable")  # merged in one pass, after the equal ones
+        hashes, numbers = hashes[order], order + part.base  # held: an earlier part's first
+        at = np.searchsorted(held, hashes, side="right")
+        self._hashes[window] = np.insert(held, at, hashes)
+        self._numbers[window] = np.insert(
+            self._numbers.get(window, np.zeros(0, np.int64)), at, numbers)
         return sorted(known)
 
     def set(self, job: VideoJobKey, uses: Sequence[ClipUse]) -> None:
@@ -324,7 +346,10 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
             found = self._find(job)
             if found is not None:
                 found[0].take_group(found[1])
-            self._loose_of[self.number(job)] = job
+                number = job_number(job.window, found[0].base + found[1])
+            else:
+                number = self._own_number(job)
+            self._loose_of[number] = job
         self._loose[job] = uses
 
     def take(self, job: VideoJobKey, spots: set[tuple[ViewKey, int]]) -> None:
@@ -348,7 +373,7 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
 
     def drop_window(self, window: int) -> list[VideoJobKey]:
         """The window's jobs go (its numbers may be given again); the loose ones that went."""
-        for table in (self._parts, self._bases, self._next, self._hashes):
+        for table in (self._parts, self._bases, self._next, self._hashes, self._numbers):
             table.pop(window, None)
         dropped = [job for job in self._loose if job.window == window]
         for job in dropped:

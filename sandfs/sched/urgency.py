@@ -134,8 +134,11 @@ class UrgencyOrder:
             return
         self._place_staged()
         new: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        numbered: dict[VideoJobKey, int] = {}  # a job's clips come together: numbered once
         for job, use in added:
-            number = self.numbers.number(job)
+            number = numbered.get(job)
+            if number is None:
+                number = numbered[job] = self.numbers.number(job)
             _add_job(self._more_views, use.view, number)
             for task, position in use.readers:
                 new[task].append((position, number))

@@ -1,0 +1,83 @@
+"""How the board's pending clips number jobs and find keys made elsewhere (no number in them):
+by the window's one index of its parts' paths, not part by part, and each job of a batch of
+clips numbered once (`UrgencyOrder.add_many`)."""
+
+from __future__ import annotations
+
+from sandfs.sched import work
+from sandfs.sched.board import BatchBoard
+from sandfs.sched.jobs import VideoJobKey
+from sandfs.sched.pending import job_number
+from tests.helpers.plans import fake_videos, make_plan
+
+
+class CountingIndex:
+    """A part's path index that counts its lookups."""
+
+    def __init__(self, index, counts: list[int]) -> None:
+        self.index, self.counts = index, counts
+
+    def number(self, path: str) -> int:
+        self.counts[0] += 1
+        return self.index.number(path)
+
+
+def board_in_parts(tmp_path, videos: int = 24, parts: int = 4) -> BatchBoard:
+    plan = make_plan(tmp_path, fake_videos(videos), epochs=4)
+    paths = [video.path for video in plan.listed]
+    per = -(-len(paths) // parts)
+    board, done = BatchBoard(), frozenset()
+    for k in range(parts):
+        lead = frozenset(paths[k * per:(k + 1) * per])
+        board.add_window(work.plan_active_window([plan], 0, None, "leaves", lead=lead,
+                                                 skip=done))
+        done |= lead
+    return board
+
+
+def test_a_key_made_elsewhere_is_found_by_the_windows_index_not_part_by_part(tmp_path):
+    board = board_in_parts(tmp_path)
+    pending, counts = board.pending, [0]
+    parts = pending._parts[0]
+    assert len(parts) == 4
+    for part in parts:
+        part.index = CountingIndex(part.index, counts)
+    for part in parts:
+        for group, info in enumerate(part.infos):
+            key = VideoJobKey(0, info.path)  # no number: as `add_part` or `carry` make one
+            assert pending.number(key) == job_number(0, part.base + group)
+            assert pending.has(key) and pending[key] == part.uses(group)
+    assert counts[0] == 0
+    assert not pending.has(VideoJobKey(0, "nowhere")) and not pending.has(VideoJobKey(1, "x"))
+    assert set(board.pending_jobs()) == {VideoJobKey(0, i.path) for p in parts for i in p.infos}
+
+
+def test_add_many_numbers_each_job_once(tmp_path):
+    board = board_in_parts(tmp_path, parts=2)
+    pending, urgency = board.pending, board.urgency
+    urgency.urgent(pending, set())  # the order built: `add_many` merges into it
+    jobs = [VideoJobKey(0, f"v{i}.mp4") for i in range(7)]  # no part holds them
+    use = next(iter(pending.values()))[0]
+    asked: list[VideoJobKey] = []
+    number = pending.number
+
+    def counted(job):
+        asked.append(job)
+        return number(job)
+
+    pending.number = counted
+    urgency.add_many([(job, use) for job in jobs for _ in range(5)], pending)
+    assert sorted(asked, key=lambda j: j.path) == jobs  # 7 jobs of 5 clips: 7 numbers
+
+
+def test_a_job_becoming_loose_keeps_its_parts_number(tmp_path):
+    board = board_in_parts(tmp_path, parts=3)
+    pending = board.pending
+    part = pending._parts[0][2]
+    key = VideoJobKey(0, part.infos[1].path)
+    uses, finds, find = pending[key], [], pending._find
+    pending._find = lambda job: finds.append(job) or find(job)
+    pending.set(key, uses[:1])
+    assert finds == [key]  # its number from what `set` found: not looked up again
+    assert pending.number(key) == job_number(0, part.base + 1) and not pending._own
+    assert pending.key_of(job_number(0, part.base + 1)) == key and pending[key] == uses[:1]
