@@ -223,6 +223,23 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
         group, left = number - part.base, part.left
         return 0 <= group < len(left) and left[group] > 0
 
+    def have_numbers(self, jobs: np.ndarray) -> np.ndarray:
+        """`has_number` of each job, a window's parts read at once."""
+        jobs = np.asarray(jobs, np.int64)
+        keep = np.zeros(len(jobs), bool)
+        windows, numbers = jobs >> _WINDOW_SHIFT, jobs & _NUMBER
+        for window in np.unique(windows).tolist():
+            parts = self._parts.get(window)
+            if not parts:
+                continue
+            left = np.concatenate([np.frombuffer(part.left, np.int32) for part in parts])
+            at = np.flatnonzero((windows == window) & (numbers < len(left)))
+            keep[at] = left[numbers[at]] > 0  # a window's parts number its videos on
+        if self._loose_of:
+            for index in np.flatnonzero(np.isin(jobs, list(self._loose_of))).tolist():
+                keep[index] = self.has_number(int(jobs[index]))
+        return keep
+
     # -- reading ----------------------------------------------------------------------------
 
     def _find(self, job: VideoJobKey) -> tuple[_Part, int] | None:
@@ -290,7 +307,8 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
 
     def jobs(self) -> list[VideoJobKey]:
         """The jobs with a clip pending: a part's are those with uses left (`__iter__`)."""
-        return [job for job in self if job not in self._loose or self._loose[job]]
+        loose = self._loose
+        return [job for job in self if not loose or job not in loose or loose[job]]
 
     # -- changing (the board) ---------------------------------------------------------------
 

@@ -108,7 +108,10 @@ class UrgencyOrder:
     def _alive(self, order: TaskOrder, start: int, pending: Mapping) -> TaskOrder:
         """The entries from `start` whose jobs are still pending."""
         positions, jobs = order[0][start:], order[1][start:]
-        keep = np.fromiter(map(self._has(pending), jobs.tolist()), bool, len(jobs))
+        if pending is self.numbers:  # a window in parts merges each: not a call an entry
+            keep = pending.have_numbers(jobs)
+        else:
+            keep = np.fromiter(map(self._has(pending), jobs.tolist()), bool, len(jobs))
         return positions[keep], jobs[keep]
 
     def rebuild(self) -> None:

@@ -81,3 +81,35 @@ def test_a_job_becoming_loose_keeps_its_parts_number(tmp_path):
     assert finds == [key]  # its number from what `set` found: not looked up again
     assert pending.number(key) == job_number(0, part.base + 1) and not pending._own
     assert pending.key_of(job_number(0, part.base + 1)) == key and pending[key] == uses[:1]
+
+
+def test_a_window_in_parts_merges_its_order_without_a_call_an_entry(tmp_path):
+    """Each part merges the window's order so far with the entries still pending: read from
+    the parts' counts at once (`have_numbers`), as `has_number` reads each."""
+    plan = make_plan(tmp_path, fake_videos(24), epochs=4)
+    paths = [video.path for video in plan.listed]
+    board, done, calls = BatchBoard(), frozenset(), [0]
+    pending = board.pending
+    has_number = pending.has_number
+
+    def counted(job):
+        calls[0] += 1
+        return has_number(job)
+
+    pending.has_number = counted
+    board.urgency.urgent(pending, set())
+    for k in range(4):
+        lead = frozenset(paths[k * 6:(k + 1) * 6])
+        board.add_window(work.plan_active_window([plan], 0, None, "leaves", lead=lead,
+                                                 skip=done))
+        done |= lead
+    assert calls[0] == 0
+    part = pending._parts[0][1]
+    pending.set(VideoJobKey(0, part.infos[0].path), ())  # loose, none left
+    pending.set(VideoJobKey(0, part.infos[2].path), pending[VideoJobKey(0, part.infos[2].path)])
+    pending.set(VideoJobKey(0, "elsewhere.mp4"), pending[VideoJobKey(0, part.infos[3].path)])
+    pending.take(VideoJobKey(0, part.infos[4].path), {(u.view, u.slot) for u in
+                                                       pending[VideoJobKey(0, part.infos[4].path)]})
+    jobs = [job_number(0, n) for n in range(30)] + list(pending._loose_of) + [
+        job_number(1, 0), job_number(0, 1 << 31)]
+    assert pending.have_numbers(jobs).tolist() == [has_number(job) for job in jobs]
