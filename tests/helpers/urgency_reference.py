@@ -107,27 +107,6 @@ class UrgencyOrder:
         for view in views:
             self._jobs_of_view.pop(view, None)
 
-    def urgent(self, pending: Mapping[VideoJobKey, Sequence[ClipUse]],
-               busy: set) -> set[VideoJobKey]:
-        """The pending jobs (not `busy`) each task needs soonest."""
-        order = self._built(pending)
-        chosen: set[VideoJobKey] = set()
-        for task, entries in order.items():
-            start = self._cursor[task]
-            while start < len(entries) and not pending.get(entries[start][1]):
-                start += 1  # done: never pending again unless clips are added (a rebuild)
-            self._cursor[task] = start
-            taken, last = 0, None
-            for index in range(start, len(entries)):
-                position, job = entries[index]
-                if taken >= self.per_task and position != last:
-                    break
-                if job in chosen or job in busy or not pending.get(job):
-                    continue
-                chosen.add(job)
-                taken, last = taken + 1, position
-        return chosen
-
     def of_views(self, views: Iterable[ViewKey], pending: Mapping[VideoJobKey,
                  Sequence[ClipUse]]) -> set[VideoJobKey]:
         """The pending jobs with clips for these batches (a blocked reader's)."""
@@ -170,3 +149,26 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
     by_task = {task: sorted(((p, j) for j, p in at.items()), key=_position)
                for task, at in soonest.items()}
     return UrgencyEntries(by_task, dict(jobs_of_view), jobs)
+
+
+def soonest_jobs(pending: Mapping[VideoJobKey, Sequence[ClipUse]], busy: set,
+                 per_task: int) -> set[VideoJobKey]:
+    """What `UrgencyOrder.urgent` chooses, by brute force over the clips pending and with
+    none of its code: tasks in name order, each its `per_task` soonest jobs not busy nor
+    chosen by a task before it (by the soonest position it reads one of their clips), and
+    those tied with the last."""
+    tasks = sorted({task for uses in pending.values() for use in uses
+                    for task, _ in use.readers})
+    chosen: set[VideoJobKey] = set()
+    for task in tasks:
+        soonest: dict[VideoJobKey, int] = {}
+        for job, uses in pending.items():
+            for use in uses:
+                for reader, position in use.readers:
+                    if reader == task:
+                        soonest[job] = min(soonest.get(job, position), position)
+        free = {job: p for job, p in soonest.items() if job not in busy and job not in chosen}
+        if free:
+            last = sorted(free.values())[min(per_task, len(free)) - 1]
+            chosen |= {job for job, p in free.items() if p <= last}
+    return chosen

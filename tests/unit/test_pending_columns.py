@@ -2,7 +2,7 @@
 as the dict of sequences they replaced, through a seeded random run of what changes them
 (windows added, cold and warm, and added twice; clips taken, pending again, forgotten;
 windows dropped), and the urgency order answers as one the board drove over the dict, and
-as one built from scratch over the clips left."""
+as brute force over the clips left."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from sandfs.sched.jobs import VideoJobKey
 from sandfs.sched.pending import PendingClips, PendingColumns, job_number
 from sandfs.sched.urgency import UrgencyOrder, urgency_entries
 from tests.helpers.plans import SomeOnDisk, fake_videos, make_plan
+from tests.helpers.urgency_reference import soonest_jobs
 
 
 class DictPending:
@@ -68,8 +69,8 @@ def same(board: BatchBoard, reference: DictPending) -> None:
     for busy in (set(), set(list(expected)[:3])):
         urgent = board.urgency.urgent(pending, busy)
         assert urgent == reference.urgency.urgent(reference.pending, busy)
-        # as an order built from scratch over the clips left: no job ranked at a clip gone
-        assert urgent == UrgencyOrder().urgent(reference.pending, busy)
+        # as brute force over the clips left: no job ranked at a clip gone
+        assert urgent == soonest_jobs(reference.pending, busy, board.urgency.per_task)
     for view in list(board.views)[::5]:
         assert board.urgency.of_views({view}, pending) == reference.urgency.of_views(
             {view}, reference.pending)

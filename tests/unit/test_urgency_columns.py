@@ -1,8 +1,8 @@
-"""The urgency order as columns (`sched/urgency.py`) ranks as one built from scratch over the
-same pending clips, and finds a batch's jobs as the order of a tuple an entry did
-(`tests/helpers/urgency_reference.py`), step for step: windows added, clips added one by one
-(several, of several tasks, between two reads) and many at once, jobs done and busy, windows
-dropped; ties at one position too."""
+"""The urgency order as columns (`sched/urgency.py`) ranks as brute force over the same
+pending clips does (`soonest_jobs`, none of its code), and finds a batch's jobs as the order
+of a tuple an entry did (`tests/helpers/urgency_reference.py`), step for step: windows added,
+clips added one by one (several, of several tasks, between two reads) and many at once, jobs
+done and busy, windows dropped; ties at one position too."""
 
 from __future__ import annotations
 
@@ -40,15 +40,15 @@ def a_window(rng: random.Random, window: int, tasks: list[str]) -> dict[str, Use
 def same(new: UrgencyOrder, old: reference.UrgencyOrder, pending: dict, rng: random.Random,
          views: list[ViewKey]) -> None:
     busy = set(rng.sample(sorted(pending, key=repr), min(len(pending), rng.randint(0, 3))))
-    # as one built from scratch over the clips pending: the tuples ranked a job made and
-    # pending again at the entry of a clip made (`UrgencyOrder._fresh`)
-    assert new.urgent(pending, busy) == UrgencyOrder(new.per_task).urgent(pending, busy)
+    # as brute force over the clips pending ranks them: a job made and pending again at the
+    # entry of a clip made (`UrgencyOrder._fresh`), none busy
+    assert new.urgent(pending, busy) == reference.soonest_jobs(pending, busy, new.per_task)
     asked = set(rng.sample(views, min(len(views), 3)))
     assert new.of_views(asked, pending) == old.of_views(asked, pending)
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_the_columns_rank_as_the_tuples_did(seed, monkeypatch):
+def test_the_columns_rank_as_brute_force_does(seed, monkeypatch):
     """Half the runs build a window's entries 3 videos at a time, as a large window is."""
     if seed % 2:
         monkeypatch.setattr(urgency, "_CHUNK_VIDEOS", 3)
