@@ -233,19 +233,29 @@ class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
         return self.plans[chunk.plan_of[number - chunk.first]]
 
     def group_of(self, path: str) -> int:
-        """The number of the video `path` in the chunks (-1: none, or added since)."""
-        found = self._small.get(path)
-        if found is not None:
-            return found
+        """The number of the video `path` in the chunks: the one with uses left where a video
+        deleted was planned again in a later chunk, else the first (-1: none, or added
+        since)."""
+        found = -1
+        for number in self._numbers_of(path):
+            if number not in self._empty:
+                return number
+            found = number if found < 0 else min(found, number)
+        return found
+
+    def _numbers_of(self, path: str) -> Iterator[int]:
+        """Every number the chunks give `path`."""
+        small = self._small.get(path)
+        if small is not None:
+            yield small
         for chunk in self._chunks:
             if chunk.index is not None:
                 row = chunk.index.row(path)
                 if row >= 0:
-                    return chunk.first + int(chunk.rows[row])
-        return -1
+                    yield chunk.first + int(chunk.rows[row])
 
     def groups_of(self, paths: Sequence[str]) -> np.ndarray:
-        """Each path's number (-1: none), the chunks' hashes looked up at once."""
+        """Each path's number (`group_of`; -1: none), the chunks' hashes looked up at once."""
         found = np.full(len(paths), -1, np.int64)
         for chunk in reversed(self._chunks):  # the first chunk holding a path wins
             if chunk.index is not None:
@@ -257,6 +267,9 @@ class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
                 number = self._small.get(path)
                 if number is not None and (found[at] < 0 or number < found[at]):
                     found[at] = number
+        if self._empty:  # deleted there: planned again in a later chunk?
+            for at in np.flatnonzero(np.isin(found, list(self._empty))).tolist():
+                found[at] = self.group_of(paths[at])
         return found
 
     def group_uses(self, number: int) -> Sequence[ClipUse]:

@@ -178,3 +178,33 @@ def test_a_window_planned_in_parts_joins_as_chunks(tmp_path, monkeypatch, seed, 
                 for p, w in records.items()}
     same(base.kept_only(wanted), {p: w for p, w in expected.items() if w.uses})
     same(base, records)
+
+
+@pytest.mark.parametrize("small_chunk", [4096, 1])  # its chunks' paths in a dict, or hashed
+def test_a_video_deleted_and_planned_again_in_a_later_part_is_found(tmp_path, monkeypatch,
+                                                                    small_chunk):
+    """A video deleted (a task leaving took its uses) and then planned again with a later
+    part is that part's video: found, iterated once, replaced in its place."""
+    monkeypatch.setattr(windowvideos, "_SMALL_CHUNK", small_chunk)
+    first, second = two_tasks(tmp_path)
+    paths = [video.path for video in first.listed]
+    lead = frozenset(paths[:10])
+    base = plan_window([first, second], 0, lead=lead).videos
+    gone = next(iter(base))
+    del base[gone]
+    assert gone not in base
+    rest = plan_window([first, second], 0, lead=frozenset(paths[10:]) | {gone},
+                       skip=lead - {gone}).videos
+    assert gone in rest
+    join_videos(base, rest)
+    assert gone in base and list(base).count(gone) == 1 and len(base) == len(list(base))
+    assert tuple(base[gone].uses) == tuple(rest[gone].uses)
+    assert base.group_of(gone) == base.groups_of([gone])[0] >= len(lead)
+    replaced = tuple(base[gone].uses)[:1]
+    base[gone] = VideoWork(base[gone].info, base[gone].plan, 0, replaced)
+    assert list(base).count(gone) == 1 and tuple(base[gone].uses) == replaced
+    assert not base._added
+    del base[gone]
+    assert gone not in base and gone not in list(base)
+    with pytest.raises(KeyError):
+        base[gone]
