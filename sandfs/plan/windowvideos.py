@@ -460,8 +460,12 @@ def join_videos(base: MutableMapping[str, VideoWork | ColumnVideo],
 def _emptied(columns: UseColumns, gone: bytearray) -> set[int]:
     """The groups all of whose uses are in batches `gone`."""
     alive = ~np.frombuffer(gone, bool)[np.frombuffer(columns.batch, np.int32)]
+    return set(np.flatnonzero(group_counts(alive, columns) == 0).tolist())
+
+
+def group_counts(counted: np.ndarray, columns: UseColumns) -> np.ndarray:
+    """Each group's uses `counted` (a bool a use): a running sum read at the groups' starts,
+    an empty group 0 wherever it stands (`np.add.reduceat` raises on one at the end)."""
     starts = np.frombuffer(columns.starts, columns.starts.typecode)
-    left = np.add.reduceat(alive.astype(np.int64), starts[:-1]) if len(alive) else np.zeros(
-        len(starts) - 1, np.int64)
-    left[starts[:-1] == starts[1:]] = 0  # reduceat gives an empty range its next value
-    return set(np.flatnonzero(left == 0).tolist())
+    total = np.concatenate(([0], np.cumsum(counted, dtype=np.int64)))
+    return total[starts[1:]] - total[starts[:-1]]

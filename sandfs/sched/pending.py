@@ -23,7 +23,7 @@ import numpy as np
 
 from sandfs.plan.uses import ClipUse, UseColumns
 from sandfs.plan.window import ViewKey
-from sandfs.plan.windowvideos import WindowVideos
+from sandfs.plan.windowvideos import WindowVideos, group_counts
 from sandfs.sched.jobs import VideoJobKey
 
 
@@ -91,8 +91,7 @@ class _Part:
         self.taken = bytearray(pending.taken) if pending.taken is not None else bytearray(
             len(self.columns.batch))
         flags = np.frombuffer(self.taken, np.uint8)
-        starts = _starts(self.columns)
-        self.left = array("i", _counts(flags, starts).tolist())
+        self.left = array("i", group_counts(flags == 0, self.columns).tolist())
 
     def uses(self, group: int) -> Sequence[ClipUse]:
         return _left(self.columns, group, self.taken) if self.left[group] else ()
@@ -119,19 +118,7 @@ class _Part:
         uses = np.isin(np.frombuffer(self.columns.batch, np.int32), rows)
         flags = np.frombuffer(self.taken, np.uint8)
         flags |= uses.astype(np.uint8)  # writes through to `taken`
-        self.left = array("i", _counts(flags, _starts(self.columns)).tolist())
-
-
-def _starts(columns: UseColumns) -> np.ndarray:
-    return np.frombuffer(columns.starts, columns.starts.typecode)
-
-
-def _counts(taken: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Each group's uses not taken."""
-    left = np.add.reduceat((taken == 0).astype(np.int64), starts[:-1]) if len(taken) else (
-        np.zeros(len(starts) - 1, np.int64))
-    left[starts[:-1] == starts[1:]] = 0  # an empty range: reduceat gives the next value
-    return left
+        self.left = array("i", group_counts(flags == 0, self.columns).tolist())
 
 
 _WINDOW_SHIFT = 32  # a job number: its window, then its number in the window

@@ -6,12 +6,21 @@ in a seeded random sequence run on both."""
 from __future__ import annotations
 
 import random
+from array import array
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from sandfs.plan import windowvideos
 from sandfs.plan.window import VideoWork, plan_window
-from sandfs.plan.windowvideos import ColumnVideo, WindowVideos, join_videos
+from sandfs.plan.windowvideos import (
+    ColumnVideo,
+    WindowVideos,
+    _emptied,
+    group_counts,
+    join_videos,
+)
 from tests.helpers.plans import fake_videos, make_plan
 
 
@@ -208,3 +217,13 @@ def test_a_video_deleted_and_planned_again_in_a_later_part_is_found(tmp_path, mo
     assert gone not in base and gone not in list(base)
     with pytest.raises(KeyError):
         base[gone]
+
+
+def test_an_empty_group_counts_none_wherever_it_stands():
+    """A group with no use left at the end (or start, or between) counts 0: `np.add.reduceat`
+    raised on an empty last group."""
+    columns = SimpleNamespace(starts=array("i", [0, 0, 2, 2, 5, 5]),
+                              batch=array("i", [0, 1, 0, 1, 1]))
+    counted = np.array([True, False, True, True, False])
+    assert group_counts(counted, columns).tolist() == [0, 1, 0, 2, 0]
+    assert _emptied(columns, bytearray([0, 1])) == {0, 2, 4}
