@@ -112,6 +112,10 @@ class ColumnVideo:
 
     __hash__ = None  # type: ignore[assignment]  # as VideoWork's
 
+    def __repr__(self) -> str:  # not the dataclass's: its fields are read from the columns
+        return (f"ColumnVideo({self.info.path!r}, window={self.window}, "
+                f"uses={len(self.uses)}, number={self._number})")
+
 
 # a chunk of fewer videos has its paths in the window's dict (a window planned in parts has
 # many small ones), a larger one its own `HashRows` (a dict entry a video: ~15 bytes a clip)
@@ -145,12 +149,6 @@ class PathIndex:
             return self._small.get(path, -1)
         row = self._index.row(path)  # type: ignore[union-attr]
         return -1 if row < 0 else int(self._rows[row])  # type: ignore[index]
-
-    def numbers(self, paths: Sequence[str]) -> np.ndarray:
-        if self._small is not None:
-            return np.fromiter((self._small.get(p, -1) for p in paths), np.int64, len(paths))
-        rows = self._index.rows(paths)  # type: ignore[union-attr]
-        return np.where(rows >= 0, self._rows[np.maximum(rows, 0)], -1)  # type: ignore[index]
 
 
 class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):

@@ -83,10 +83,10 @@ def _left(columns: UseColumns, group: int, taken: bytearray | None) -> Sequence[
 class _Part:
     """A window's (or a part's) pending clips as its columns: video g is job `base + g`."""
 
-    __slots__ = ("base", "columns", "index", "infos", "left", "taken")
+    __slots__ = ("base", "columns", "infos", "left", "taken")
 
     def __init__(self, pending: PendingColumns, base: int) -> None:
-        self.columns, self.index, self.infos = pending.columns, pending.index, pending.infos
+        self.columns, self.infos = pending.columns, pending.infos
         self.base = base
         self.taken = bytearray(pending.taken) if pending.taken is not None else bytearray(
             len(self.columns.batch))
@@ -376,13 +376,11 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
             for part in parts:
                 part.take_batches(gone)
 
-    def drop_window(self, window: int) -> list[VideoJobKey]:
-        """The window's jobs go (its numbers may be given again); the loose ones that went."""
+    def drop_window(self, window: int) -> None:
+        """The window's jobs go (its numbers may be given again)."""
         for table in (self._parts, self._bases, self._next, self._hashes, self._numbers):
             table.pop(window, None)
-        dropped = [job for job in self._loose if job.window == window]
-        for job in dropped:
+        for job in [job for job in self._loose if job.window == window]:
             del self._loose[job]
         self._loose_of = {n: job for n, job in self._loose_of.items() if job.window != window}
         self._own = {job: n for job, n in self._own.items() if job.window != window}
-        return dropped

@@ -4,22 +4,12 @@ clips numbered once (`UrgencyOrder.add_many`)."""
 
 from __future__ import annotations
 
+from sandfs.plan.windowvideos import PathIndex
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.jobs import VideoJobKey
 from sandfs.sched.pending import job_number
 from tests.helpers.plans import fake_videos, make_plan
-
-
-class CountingIndex:
-    """A part's path index that counts its lookups."""
-
-    def __init__(self, index, counts: list[int]) -> None:
-        self.index, self.counts = index, counts
-
-    def number(self, path: str) -> int:
-        self.counts[0] += 1
-        return self.index.number(path)
 
 
 def board_in_parts(tmp_path, videos: int = 24, parts: int = 4) -> BatchBoard:
@@ -35,13 +25,19 @@ def board_in_parts(tmp_path, videos: int = 24, parts: int = 4) -> BatchBoard:
     return board
 
 
-def test_a_key_made_elsewhere_is_found_by_the_windows_index_not_part_by_part(tmp_path):
+def test_a_key_made_elsewhere_is_found_by_the_windows_index_not_part_by_part(tmp_path,
+                                                                             monkeypatch):
     board = board_in_parts(tmp_path)
     pending, counts = board.pending, [0]
     parts = pending._parts[0]
     assert len(parts) == 4
-    for part in parts:
-        part.index = CountingIndex(part.index, counts)
+    number = PathIndex.number
+
+    def counted(self, path):  # a part's own path index: what a lookup part by part asks
+        counts[0] += 1
+        return number(self, path)
+
+    monkeypatch.setattr(PathIndex, "number", counted)
     for part in parts:
         for group, info in enumerate(part.infos):
             key = VideoJobKey(0, info.path)  # no number: as `add_part` or `carry` make one

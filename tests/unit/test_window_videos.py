@@ -227,3 +227,11 @@ def test_an_empty_group_counts_none_wherever_it_stands():
     counted = np.array([True, False, True, True, False])
     assert group_counts(counted, columns).tolist() == [0, 1, 0, 2, 0]
     assert _emptied(columns, bytearray([0, 1])) == {0, 2, 4}
+
+
+def test_a_column_video_reads_as_its_path_and_number(tmp_path):
+    first, second = two_tasks(tmp_path)
+    videos = plan_window([first, second], 0).videos
+    path = next(iter(videos))
+    assert repr(videos[path]) == (f"ColumnVideo({path!r}, window=0, "
+                                  f"uses={len(videos[path].uses)}, number=0)")
