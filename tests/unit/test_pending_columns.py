@@ -1,7 +1,8 @@
 """The board's pending clips as the window's columns less what was taken (`PendingClips`) read
 as the dict of sequences they replaced, through a seeded random run of what changes them
-(windows added, cold and warm, and added twice; clips taken, pending again, forgotten;
-windows dropped), and the urgency order answers as one the board drove over the dict, and
+(windows added whole or in up to six parts, cold and warm, and added twice; a task joining;
+clips taken by the board's keys and by keys made elsewhere, pending again, forgotten; windows
+dropped), and the urgency order answers as one the board drove over the dict, and
 as brute force over the clips left."""
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ import random
 
 import pytest
 
-from sandfs.plan.uses import selected
+from sandfs.plan.uses import kept, selected
+from sandfs.plan.window import plan_window
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.jobs import VideoJobKey
 from sandfs.sched.pending import PendingClips, PendingColumns, job_number
 from sandfs.sched.urgency import UrgencyOrder, urgency_entries
+from sandfs.sched.windows import Merged
 from tests.helpers.plans import SomeOnDisk, fake_videos, make_plan
 from tests.helpers.urgency_reference import soonest_jobs
 
@@ -37,6 +40,14 @@ class DictPending:
                          if (u.view, u.slot) not in on_disk and u.view not in ready)
             if uses:
                 self.pending[job] = self.pending.get(job, ()) + uses
+
+    def add_part(self, window, merged) -> None:
+        added = []
+        for path, uses in merged.uses.items():
+            job = VideoJobKey(window, path)
+            self.pending[job] = self.pending.get(job, ()) + tuple(uses)
+            added.extend((job, use) for use in uses)
+        self.urgency.add_many(added, self.pending)
 
     def take(self, job, uses) -> None:
         spots = {(u.view, u.slot) for u in uses}
@@ -82,33 +93,52 @@ def same(board: BatchBoard, reference: DictPending) -> None:
         assert remaining == len({i for u in uses for i in u.clip.frame_indices}) + len(uses)
 
 
-def two_plans(tmp_path):
+def two_plans(tmp_path, names: str = "ab"):
     videos = fake_videos(30)
-    for name in ("a", "b"):
+    for name in names:
         (tmp_path / name).mkdir()
-    return [make_plan(tmp_path / "a", videos=videos, task="a", epochs=6, k_epochs=2),
-            make_plan(tmp_path / "b", videos=videos, task="b", epochs=6, k_epochs=2, seed=5)]
+    return [make_plan(tmp_path / name, videos=videos, task=name, epochs=6, k_epochs=2,
+                      seed=seed) for name, seed in zip(names, (0, 5, 9), strict=False)]
+
+
+def in_parts(rng, paths: list[str]) -> list[dict]:
+    """A window's parts: whole, or a lead part, up to four more, and the rest."""
+    count = rng.choice([1, 2, 4, 6])
+    cuts = sorted(rng.sample(range(1, len(paths)), count - 1))
+    parts, done = [], frozenset()
+    for start, end in zip([0, *cuts], cuts, strict=False):
+        parts.append({"lead": frozenset(paths[start:end]), "skip": done})
+        done |= parts[-1]["lead"]
+    return [*parts, {"skip": done}] if count > 1 else [{}]
+
+
+def joining(board: BatchBoard, plan, window: int) -> Merged:
+    """A task joining an active window: its batches none planned (`WindowBook.merge`)."""
+    part = plan_window([plan], window)
+    new = {key: view for key, view in part.views.items() if not board.is_planned(key)}
+    uses = {path: kept(work.uses, new.__contains__) for path, work in part.videos.items()}
+    return Merged(new, {}, {path: mine for path, mine in uses.items() if mine},
+                  {key: part.view_plans[key] for key in new if key in part.view_plans})
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_random_changes_read_as_the_dict_they_replace(tmp_path, seed):
     rng = random.Random(seed)
-    plans = two_plans(tmp_path)
+    *plans, joiner = two_plans(tmp_path, "abc")
     board, reference = BatchBoard(), DictPending()
     windows: dict[int, object] = {}
     taken: list = []  # (job, use) taken, to be pending again
+    joined: dict[int, list] = {}  # a joining task's batches, by window: dropped with it
     for _ in range(40):
-        step = rng.choice(["window", "take", "take", "again", "forget", "drop", "twice"])
+        step = rng.choice(["window", "take", "take", "again", "forget", "drop", "twice",
+                           "join"])
         jobs = list(reference.left())
         if step == "window" and len(windows) < 3:
             window = max(windows, default=-1) + 1
             store = SomeOnDisk() if rng.random() < 0.5 else None
             paths = [video.path for video in plans[0].listed]
             rng.shuffle(paths)
-            cut = rng.choice([0, 5, 12])  # 0: whole, else a lead part and the rest
-            parts = ([{}] if not cut else
-                     [{"lead": frozenset(paths[:cut])}, {"skip": frozenset(paths[:cut])}])
-            for part in parts:
+            for part in in_parts(rng, paths):
                 planned = work.plan_active_window(plans, window, store, "leaves", **part)
                 assert isinstance(planned.pending, PendingColumns)
                 board.add_window(planned)
@@ -119,10 +149,18 @@ def test_random_changes_read_as_the_dict_they_replace(tmp_path, seed):
             again = work.plan_active_window(plans, window, None, "leaves")
             board.add_window(again)
             reference.add_window(again, set())
+        elif step == "join" and windows and not set(joined).issuperset(windows):
+            window = rng.choice(sorted(set(windows) - set(joined)))
+            merged = joining(board, joiner, window)
+            board.add_part(window, merged, frozenset())
+            reference.add_part(window, merged)
+            joined[window] = list(merged.new_views)  # the window's plan holds them now
         elif step == "take" and jobs:
             job = rng.choice(jobs)
             uses = [u for u in reference.pending[job] if rng.random() < 0.5]
-            board.take_pending(job, uses)
+            numbered = {key: key for key in board.pending}  # the board's keys: their numbers
+            key = numbered[job] if rng.random() < 0.5 else VideoJobKey(job.window, job.path)
+            board.take_pending(key, uses)
             reference.take(job, uses)
             taken.extend((job, u) for u in uses)
         elif step == "again" and taken:
@@ -136,7 +174,7 @@ def test_random_changes_read_as_the_dict_they_replace(tmp_path, seed):
             reference.forget(views)
         elif step == "drop" and windows and rng.random() < 0.3:
             window = rng.choice(list(windows))
-            views = windows.pop(window).plan.views
+            views = [*windows.pop(window).plan.views, *joined.pop(window, ())]
             board.drop_window(window, views)
             reference.drop_window(window, views)
         same(board, reference)
