@@ -1,10 +1,10 @@
 """A window's videos as columns, not a record and a dict entry a video: its uses grouped by video
 (`UseColumns`), each video's probe and plan by its group, and its path found by the path's hash
-(`HashRows`). A video's `VideoWork` is made when it is looked up; a `VideoWork` and its dict entry
-were ~17 bytes a clip of a window (5 clips a video; docs/performance.md#a-windows-batches-and-
-the-board). The rest of a window planned in parts joins as columns too (a chunk); what changes
-later (a task joining adds uses, a task leaving takes uses) is held beside the columns as
-records, as before.
+(one sorted column of hashes a window, whatever its parts: 12 bytes a video). A video's
+`VideoWork` is made when it is looked up; a `VideoWork` and its dict entry were ~17 bytes a
+clip of a window (5 clips a video; docs/performance.md#a-windows-batches-and-the-board). The
+rest of a window planned in parts joins as columns too (a chunk); what changes later (a task
+joining adds uses, a task leaving takes uses) is held beside the columns as records, as before.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from sandfs.plan.hashrows import HashRows
+from sandfs.plan.hashrows import HashNumbers, hashes_of
 from sandfs.plan.uses import ClipUse, UseColumns, frame_rows, kept
 
 if TYPE_CHECKING:
@@ -117,38 +117,30 @@ class ColumnVideo:
                 f"uses={len(self.uses)}, number={self._number})")
 
 
-# a chunk of fewer videos has its paths in the window's dict (a window planned in parts has
-# many small ones), a larger one its own `HashRows` (a dict entry a video: ~15 bytes a clip)
-_SMALL_CHUNK = 4096
-
-
 class _Chunk:
-    """One planned part's videos, numbered from `first` in the window: its uses' columns, each
-    video's probe and plan (an index into the window's plans), and its paths' `HashRows`
-    (None: in the window's dict)."""
+    """One planned part's videos, numbered from `first` in the window: its uses' columns, and
+    each video's probe and plan (an index into the window's plans)."""
 
-    __slots__ = ("columns", "first", "index", "infos", "plan_of", "rows")
+    __slots__ = ("columns", "first", "infos", "plan_of")
 
     def __init__(self, columns: UseColumns, infos: list[VideoInfo], plan_of: array,
-                 first: int, index: tuple[HashRows, np.ndarray] | None) -> None:
+                 first: int) -> None:
         self.columns, self.infos, self.plan_of, self.first = columns, infos, plan_of, first
-        self.index, self.rows = index if index is not None else (None, None)
 
 
 class PathIndex:
-    """A chunk's videos' numbers by path: its `HashRows`, or a dict for a small one."""
+    """A window's videos' numbers by path, as planned at once (`WindowVideos.path_index`)."""
 
-    __slots__ = ("_index", "_rows", "_small")
+    __slots__ = ("_index", "_infos")
 
-    def __init__(self, index: HashRows | None, rows: np.ndarray | None,
-                 small: dict[str, int] | None) -> None:
-        self._index, self._rows, self._small = index, rows, small
+    def __init__(self, index: HashNumbers, infos: list[VideoInfo]) -> None:
+        self._index, self._infos = index, infos
 
     def number(self, path: str) -> int:
-        if self._small is not None:
-            return self._small.get(path, -1)
-        row = self._index.row(path)  # type: ignore[union-attr]
-        return -1 if row < 0 else int(self._rows[row])  # type: ignore[index]
+        for number in self._index.numbers(path):
+            if self._infos[number].path == path:  # not a collision
+                return number
+        return -1
 
 
 class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
@@ -166,25 +158,26 @@ class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
         self._chunks: list[_Chunk] = []
         self._firsts: list[int] = []  # each chunk's first number
         self._count = 0  # videos numbered
-        self._small: dict[str, int] = {}  # path -> number, for the small chunks' videos
+        self._index = HashNumbers()  # every chunk's videos' numbers by path: one a window
         self._records: dict[int, VideoWork] = {}  # videos whose uses were replaced
         self._added: dict[str, VideoWork] = {}  # videos in no chunk
         self._gone: dict[int, bytearray] = {}  # by chunk: a byte a batch row, its uses left out
         self._empty: set[int] = set()  # videos with no use left (`_gone`), deleted or merged
-        self._add_chunk(columns, list(infos), array("H", plan_of), None)
+        self._add_chunk(columns, list(infos), array("H", plan_of))
 
     def _add_chunk(self, columns: UseColumns, infos: list[VideoInfo], plan_of: array,
-                   index: tuple[HashRows, np.ndarray] | None, hidden: Sequence[int] = ()
-                   ) -> _Chunk:
+                   hidden: Sequence[int] = ()) -> _Chunk:
+        """A chunk joins, its videos but those `hidden` (found in an earlier chunk) in the
+        index: merged in one pass, not a sort of the window's each part."""
         first = self._count
-        if index is None and len(infos) >= _SMALL_CHUNK:
-            rows, order = HashRows.of([info.path for info in infos])
-            index = rows, order.astype(np.int32)  # each hash row's group
-        chunk = _Chunk(columns, infos, plan_of, first, index)
-        if index is None:
-            hide = set(hidden)
-            self._small.update((info.path, first + group) for group, info in enumerate(infos)
-                               if group not in hide)
+        hashes = hashes_of((info.path for info in infos), len(infos))
+        numbers = np.arange(first, first + len(infos))
+        if len(hidden):
+            shown = np.ones(len(infos), bool)
+            shown[list(hidden)] = False
+            hashes, numbers = hashes[shown], numbers[shown]
+        self._index = self._index.joined(hashes, numbers)
+        chunk = _Chunk(columns, infos, plan_of, first)
         self._chunks.append(chunk)
         self._firsts.append(first)
         self._count += len(infos)
@@ -219,8 +212,7 @@ class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
     def path_index(self) -> PathIndex:
         """The paths of a window planned at once, as they are now (a later part joining
         does not change it)."""
-        chunk = self._only()
-        return PathIndex(chunk.index, chunk.rows, None if chunk.index else dict(self._small))
+        return PathIndex(self._index, self._only().infos)
 
     def info_of(self, number: int) -> VideoInfo:
         chunk = self._chunk(number)
@@ -235,39 +227,19 @@ class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
         deleted was planned again in a later chunk, else the first (-1: none, or added
         since)."""
         found = -1
-        for number in self._numbers_of(path):
+        for number in self._index.numbers(path):
+            if self.info_of(number).path != path:  # a collision
+                continue
             if number not in self._empty:
                 return number
-            found = number if found < 0 else min(found, number)
+            found = number if found < 0 else found
         return found
 
-    def _numbers_of(self, path: str) -> Iterator[int]:
-        """Every number the chunks give `path`."""
-        small = self._small.get(path)
-        if small is not None:
-            yield small
-        for chunk in self._chunks:
-            if chunk.index is not None:
-                row = chunk.index.row(path)
-                if row >= 0:
-                    yield chunk.first + int(chunk.rows[row])
-
     def groups_of(self, paths: Sequence[str]) -> np.ndarray:
-        """Each path's number (`group_of`; -1: none), the chunks' hashes looked up at once."""
+        """Each path's number (`group_of`; -1: none), the hashes searched at once."""
         found = np.full(len(paths), -1, np.int64)
-        for chunk in reversed(self._chunks):  # the first chunk holding a path wins
-            if chunk.index is not None:
-                rows = chunk.index.rows(paths)
-                held = rows >= 0
-                found[held] = chunk.first + chunk.rows[rows[held]]
-        if self._small:
-            for at, path in enumerate(paths):
-                number = self._small.get(path)
-                if number is not None and (found[at] < 0 or number < found[at]):
-                    found[at] = number
-        if self._empty:  # deleted there: planned again in a later chunk?
-            for at in np.flatnonzero(np.isin(found, list(self._empty))).tolist():
-                found[at] = self.group_of(paths[at])
+        for index in self._index.held(hashes_of(paths, len(paths))):
+            found[index] = self.group_of(paths[index])
         return found
 
     def group_uses(self, number: int) -> Sequence[ClipUse]:
@@ -394,9 +366,8 @@ class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
                 numbers[id(plan)] = len(self.plans)
                 self.plans.append(plan)
         mine = [numbers[id(plan)] for plan in rest.plans]
-        index = (chunk.index, chunk.rows) if chunk.index is not None else None
         joined = self._add_chunk(chunk.columns, chunk.infos,
-                                 array("H", (mine[i] for i in chunk.plan_of)), index, hidden)
+                                 array("H", (mine[i] for i in chunk.plan_of)), hidden)
         self._empty.update(joined.first + group for group in hidden)
 
     def kept_only(self, wanted: Callable[[ViewKey], bool]) -> WindowVideos:
@@ -405,7 +376,7 @@ class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
         but for those held as records already."""
         copy = WindowVideos.__new__(WindowVideos)
         copy.window, copy.plans, copy._chunks = self.window, list(self.plans), list(self._chunks)
-        copy._firsts, copy._count, copy._small = list(self._firsts), self._count, dict(self._small)
+        copy._firsts, copy._count, copy._index = list(self._firsts), self._count, self._index
         copy._gone, copy._empty = {}, set(self._empty)
         for at, chunk in enumerate(self._chunks):
             gone = bytearray(not wanted(row.view) for row in chunk.columns.rows)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence, ValuesView
 
 import numpy as np
 
+from sandfs.plan.hashrows import HashNumbers, hashes_of
 from sandfs.plan.uses import ClipUse, UseColumns
 from sandfs.plan.window import ViewKey
 from sandfs.plan.windowvideos import WindowVideos, group_counts
@@ -143,8 +144,7 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
         self._parts: dict[int, list[_Part]] = {}  # by window
         self._bases: dict[int, list[int]] = {}  # by window: its parts' first numbers
         self._next: dict[int, int] = {}  # by window: the next part's first number
-        self._hashes: dict[int, np.ndarray] = {}  # by window: its parts' paths' hashes, sorted
-        self._numbers: dict[int, np.ndarray] = {}  # by window: each hash's video's number
+        self._index: dict[int, HashNumbers] = {}  # by window: its parts' videos by path
         self._loose: dict[VideoJobKey, Sequence[ClipUse]] = {}
         self._loose_of: dict[int, VideoJobKey] = {}  # every number of a loose job
         self._own: dict[VideoJobKey, int] = {}  # numbers of jobs no part holds
@@ -236,16 +236,11 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
             found = self._locate(job.number)
             if found is not None and found[0].infos[found[1]].path == job.path:
                 return found
-        hashes = self._hashes.get(job.window)
-        if hashes is None:
-            return None
-        wanted, numbers = hash(job.path), self._numbers[job.window]
-        row = int(np.searchsorted(hashes, wanted))
-        while row < len(hashes) and hashes[row] == wanted:  # the path, or a collision: next
-            found = self._locate(job_number(job.window, int(numbers[row])))
-            if found is not None and found[0].infos[found[1]].path == job.path:
+        index = self._index.get(job.window)
+        for number in index.numbers(job.path) if index is not None else ():
+            found = self._locate(job_number(job.window, number))
+            if found is not None and found[0].infos[found[1]].path == job.path:  # no collision
                 return found
-            row += 1
         return None
 
     def __getitem__(self, job: VideoJobKey) -> Sequence[ClipUse]:
@@ -324,25 +319,19 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
         """Which of the part's videos (of `window`) are pending already, the loose ones by
         key, those of the window's parts by their paths' hashes, sorted, a window's (a window
         is planned in up to a few hundred parts: not each part's looked up for each), and
-        then, for a hash found, by the path itself; the new ones' hashes join the window's."""
+        then, for a hash found, by the path itself; the new ones join the window's index."""
         paths = [info.path for info in part.infos]
         known = set()
         if self._loose:
             known.update(i for i, path in enumerate(paths)
                          if VideoJobKey(window, path) in self._loose)
-        hashes = np.fromiter(map(hash, paths), np.int64, len(paths))
-        held = self._hashes.get(window, np.zeros(0, np.int64))
-        if len(held):
-            at = np.minimum(np.searchsorted(held, hashes), len(held) - 1)
-            for index in np.flatnonzero(held[at] == hashes).tolist():  # the path, or a collision
-                if self._find(VideoJobKey(window, paths[index])) is not None:
-                    known.add(index)
-        order = np.argsort(hashes, kind="stable")  # merged in one pass, after the equal ones
-        hashes, numbers = hashes[order], order + part.base  # held: an earlier part's first
-        at = np.searchsorted(held, hashes, side="right")
-        self._hashes[window] = np.insert(held, at, hashes)
-        self._numbers[window] = np.insert(
-            self._numbers.get(window, np.zeros(0, np.int64)), at, numbers)
+        hashes = hashes_of(paths, len(paths))
+        index = self._index.get(window, HashNumbers())
+        for at in index.held(hashes):  # the path, or a collision
+            if self._find(VideoJobKey(window, paths[at])) is not None:
+                known.add(at)
+        # after the equal ones: an earlier part's found first
+        self._index[window] = index.joined(hashes, np.arange(part.base, part.base + len(paths)))
         return sorted(known)
 
     def set(self, job: VideoJobKey, uses: Sequence[ClipUse]) -> None:
@@ -378,7 +367,7 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
 
     def drop_window(self, window: int) -> None:
         """The window's jobs go (its numbers may be given again)."""
-        for table in (self._parts, self._bases, self._next, self._hashes, self._numbers):
+        for table in (self._parts, self._bases, self._next, self._index):
             table.pop(window, None)
         for job in [job for job in self._loose if job.window == window]:
             del self._loose[job]

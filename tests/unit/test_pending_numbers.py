@@ -4,6 +4,9 @@ clips numbered once (`UrgencyOrder.add_many`)."""
 
 from __future__ import annotations
 
+import numpy as np
+
+from sandfs.plan.hashrows import HashNumbers, hashes_of
 from sandfs.plan.windowvideos import PathIndex
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
@@ -109,3 +112,15 @@ def test_a_window_in_parts_merges_its_order_without_a_call_an_entry(tmp_path):
     jobs = [job_number(0, n) for n in range(30)] + list(pending._loose_of) + [
         job_number(1, 0), job_number(0, 1 << 31)]
     assert pending.have_numbers(jobs).tolist() == [has_number(job) for job in jobs]
+
+
+def test_hash_numbers_keep_the_order_they_joined_in_past_a_collision():
+    """-1 and -2 hash alike in CPython: both numbers found, the earlier joined first; a copy
+    sharing the old columns keeps them."""
+    assert hash(-1) == hash(-2)
+    first = HashNumbers().joined(hashes_of([5, -1, 7], 3), np.array([0, 1, 2]))
+    both = first.joined(hashes_of([-2, 9], 2), np.array([3, 4]))
+    assert list(both.numbers(-1)) == [1, 3] and list(both.numbers(9)) == [4]
+    assert list(first.numbers(-2)) == [1] and len(first) == 3 and len(both) == 5
+    assert both.held(hashes_of([8, 7, -2], 3)) == [1, 2] and HashNumbers().held(
+        hashes_of([1], 1)) == []

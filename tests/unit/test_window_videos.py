@@ -12,7 +12,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sandfs.plan import windowvideos
 from sandfs.plan.window import VideoWork, plan_window
 from sandfs.plan.windowvideos import (
     ColumnVideo,
@@ -147,13 +146,11 @@ def join_records(records: dict[str, VideoWork], rest) -> None:
             found.uses = tuple(found.uses) + tuple(work.uses)
 
 
-@pytest.mark.parametrize(("seed", "small_chunk"), [(0, 4096), (1, 0), (2, 4096), (3, 0)])
-def test_a_window_planned_in_parts_joins_as_chunks(tmp_path, monkeypatch, seed, small_chunk):
-    """Parts joined (`join_videos`) read as the records joined a video at a time: small chunks
-    with their paths in the window's dict, large ones with their own hash rows (0: every
-    chunk), a part joined twice (its videos there already: uses after theirs), then changes
-    and snapshots as above."""
-    monkeypatch.setattr(windowvideos, "_SMALL_CHUNK", small_chunk)
+@pytest.mark.parametrize("seed", range(4))
+def test_a_window_planned_in_parts_joins_as_chunks(tmp_path, seed):
+    """Parts joined (`join_videos`) read as the records joined a video at a time, their paths
+    in the window's one hash index, a part joined twice (its videos there already: uses after
+    theirs), then changes and snapshots as above."""
     rng = random.Random(seed)
     first, second = two_tasks(tmp_path)
     paths = [video.path for video in first.listed]
@@ -189,12 +186,9 @@ def test_a_window_planned_in_parts_joins_as_chunks(tmp_path, monkeypatch, seed, 
     same(base, records)
 
 
-@pytest.mark.parametrize("small_chunk", [4096, 1])  # its chunks' paths in a dict, or hashed
-def test_a_video_deleted_and_planned_again_in_a_later_part_is_found(tmp_path, monkeypatch,
-                                                                    small_chunk):
+def test_a_video_deleted_and_planned_again_in_a_later_part_is_found(tmp_path):
     """A video deleted (a task leaving took its uses) and then planned again with a later
     part is that part's video: found, iterated once, replaced in its place."""
-    monkeypatch.setattr(windowvideos, "_SMALL_CHUNK", small_chunk)
     first, second = two_tasks(tmp_path)
     paths = [video.path for video in first.listed]
     lead = frozenset(paths[:10])
