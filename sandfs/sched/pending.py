@@ -177,9 +177,11 @@ class PendingClips(Mapping[VideoJobKey, Sequence[ClipUse]]):
         return VideoJobKey(job >> _WINDOW_SHIFT, found[0].infos[found[1]].path, job)
 
     def number(self, job: VideoJobKey) -> int:
-        """The job's number: its video's in the first part holding it, else one of its own."""
+        """The job's number: one its loose clips are mapped under, else its video's in the
+        first part holding it, else one of its own."""
         own = self._own.get(job)
-        if own is not None and job in self._loose:  # mapped in `_loose_of`: no path looked up
+        # no path looked up; an own number given before a part held the video is not mapped
+        if own is not None and self._loose_of.get(own) == job:
             return own
         found = self._find(job)
         if found is not None:

@@ -11,7 +11,7 @@ from sandfs.plan.windowvideos import PathIndex
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.jobs import VideoJobKey
-from sandfs.sched.pending import job_number
+from sandfs.sched.pending import PendingClips, job_number
 from tests.helpers.plans import fake_videos, make_plan
 
 
@@ -124,3 +124,19 @@ def test_hash_numbers_keep_the_order_they_joined_in_past_a_collision():
     assert list(first.numbers(-2)) == [1] and len(first) == 3 and len(both) == 5
     assert both.held(hashes_of([8, 7, -2], 3)) == [1, 2] and HashNumbers().held(
         hashes_of([1], 1)) == []
+
+
+def test_an_own_number_given_before_a_part_held_the_video_is_not_its_number_after(tmp_path):
+    """A job numbered while no part held it (its clips all on disk), then held by a column
+    part and pending again, is numbered as that part maps it: its first own number maps to
+    nothing, and urgency would lose it there."""
+    plan = make_plan(tmp_path, fake_videos(12), epochs=4)
+    planned = work.plan_active_window([plan], 0, None, "leaves")
+    pending = PendingClips()
+    job = VideoJobKey(0, planned.pending.infos[3].path)
+    pending.number(job)  # no part holds it yet: a number of its own
+    pending.add_columns(0, planned.pending)
+    pending.set(job, pending[job])
+    number = pending.number(job)
+    assert pending.has_number(number)
+    assert pending.key_of(number) == job
