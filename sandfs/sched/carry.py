@@ -19,7 +19,7 @@ import trio
 
 from sandfs.cache import ObjectStore
 from sandfs.materialize import FrameKey, first_ops
-from sandfs.plan.window import ClipUse, WindowPlan
+from sandfs.plan.window import ClipUse, VideoWork, WindowPlan
 from sandfs.sched.jobs import Carry, VideoJob, VideoJobKey
 from sandfs.sched.objects import first_reader, frame_nbytes
 
@@ -52,26 +52,26 @@ class CarryBook:
             return first
         return window + period - (window - first) % period
 
-    def plan(self, key: VideoJobKey, later: list[tuple[int, WindowPlan]], *,
+    def plan(self, key: VideoJobKey, later: list[tuple[int, Mapping[str, VideoWork]]], *,
              busy: set[VideoJobKey], pending: Mapping[VideoJobKey, tuple[ClipUse, ...]],
-             active: Iterable[int], memory_room: int) -> dict[int, Carry]:
-        """The frames `later` windows need from this video that no job made yet, up to the
-        video's next pass and for as many windows as fit in half the storage budget, a quarter
-        of the memory limit and `memory_room` (the memory free now). `busy`: running jobs;
-        `pending`: clips not made yet, of the `active` windows."""
+             active: Mapping[int, WindowPlan], memory_room: int) -> dict[int, Carry]:
+        """The frames `later` windows (their videos: `WindowBook.later`) need from this video
+        that no job made yet, up to the video's next pass and for as many windows as fit in
+        half the storage budget, a quarter of the memory limit and `memory_room` (the memory
+        free now). `busy`: running jobs; `pending`: clips not made yet, of the videos the
+        `active` windows planned (a window in parts: not its videos not planned yet)."""
         if self.store is None:
             return {}
-        active = set(active)
         room = min(self.store.room_below(CARRY_STORE_FRACTION),
                    self.memory_limit_bytes // CARRY_MEMORY_SHARE, memory_room)
         carry, nbytes = {}, 0
         next_pass = self.next_pass(key.path, key.window)
-        for index, plan in later:
+        for index, videos in later:
             if index >= next_pass:
                 break
-            work, other = plan.videos.get(key.path), VideoJobKey(index, key.path)
+            work, other = videos.get(key.path), VideoJobKey(index, key.path)
             if (work is None or other in self.frames_on_disk or other in busy
-                    or other in self.carried or (index in active and not pending.get(other))):
+                    or other in self.carried or _all_made(other, active, pending)):
                 continue
             keys = work.frame_keys
             size = sum(frame_nbytes(work.info, k) for k in keys)
@@ -116,3 +116,11 @@ class CarryBook:
         gone = set(windows)
         if gone:
             self.frames_on_disk = {k for k in self.frames_on_disk if k.window not in gone}
+
+
+def _all_made(key: VideoJobKey, active: Mapping[int, WindowPlan],
+              pending: Mapping[VideoJobKey, tuple[ClipUse, ...]]) -> bool:
+    """Are the video's clips in an active window all made: planned there, none pending? A
+    window in parts has not planned its other videos yet."""
+    return (key.window in active and not pending.get(key)
+            and key.path in active[key.window].videos)

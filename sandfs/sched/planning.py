@@ -163,6 +163,7 @@ class WindowPlanner(TaskJoins, Anticipation):
                     self.book.windows[window], trio.current_time() - started)
         for window in [w for w in self.book.windows if w < min(wanted, default=0)]:
             self._drop_window(window)  # behind every reader, whether a window waits or not
+        self._drop_stale_future()  # whether a window waits or not (250,000 videos: ~58 MB each)
         if waiting:  # the windows to carry for follow once the parts are planned
             return set()
         await self._plan_future()
@@ -367,17 +368,26 @@ class WindowPlanner(TaskJoins, Anticipation):
         few = len(videos) * FIRST_BATCHES_VIDEO_SHARE <= len(plan.videos)
         return keys if few else set()
 
+    def _drop_stale_future(self) -> None:
+        """Forget the plans made to carry for windows that are active and whole now, or behind
+        every task. A window in parts keeps its plan until it is whole: passes carry from it
+        for the videos its parts have not planned yet (`WindowBook.later`)."""
+        book = self.book
+        keep = self._future_horizon() | book.rest_pending
+        gone = set(book.future) - keep
+        if gone:
+            book.future = {w: p for w, p in book.future.items() if w in keep}
+            self.carry.forget(gone - set(book.windows))
+
+    def _future_horizon(self) -> set[int]:
+        return self.book.horizon(self.carry.span) if self.store is not None else set()
+
     async def _plan_future(self) -> None:
         """Plan the windows a pass may carry for after each active one (`CarryBook.span`), for
         no other use than carrying their frames: a job of the next window, started early,
         carries for the windows after it."""
         book = self.book
-        horizon = book.horizon(self.carry.span) if self.store is not None else set()
-        gone = set(book.future) - horizon  # active now, or behind every task
-        if gone:
-            book.future = {w: p for w, p in book.future.items() if w in horizon}
-            self.carry.forget(gone - set(book.windows))
-        for window in sorted(horizon - set(book.future)):
+        for window in sorted(self._future_horizon() - set(book.future)):
             async with self.tasks_steady:
                 if window not in book.horizon(self.carry.span):  # a task left meanwhile
                     continue

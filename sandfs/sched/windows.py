@@ -3,7 +3,7 @@ and further ahead only to carry frames), and who reads which batch when."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import ChainMap, Counter
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -251,10 +251,20 @@ class WindowBook:
                     del self._window_of[plan_key]
         return plan
 
-    def later(self, window: int, ahead: int) -> list[tuple[int, WindowPlan]]:
-        """Active and future windows after `window`, up to `ahead` of it, in order."""
-        return sorted(((w, p) for w, p in (*self.windows.items(), *self.future.items())
-                       if window < w <= window + ahead), key=lambda item: item[0])
+    def later(self, window: int, ahead: int) -> list[tuple[int, Mapping[str, VideoWork]]]:
+        """The videos of the active and future windows after `window`, up to `ahead` of it, in
+        order, each window once. A window in parts has its parts' videos, then the others of
+        the plan made to carry for it (kept in `future` until it is whole): listed twice, its
+        parts' entry had none of the videos not planned yet, and a pass counted a video both
+        held twice against the room to carry."""
+        later = []
+        for index in range(window + 1, window + ahead + 1):
+            active, future = self._windows.get(index), self.future.get(index)
+            if active is not None and future is not None and index in self.rest_pending:
+                later.append((index, ChainMap(active.videos, future.videos)))
+            elif active is not None or future is not None:
+                later.append((index, (future if active is None else active).videos))
+        return later
 
     # -- tasks joining and leaving ----------------------------------------------------------
 

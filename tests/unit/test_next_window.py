@@ -13,6 +13,7 @@ import trio
 from sandfs.cache import ObjectStore
 from sandfs.plan.window import view_key
 from sandfs.sched import planning as planning_module
+from sandfs.sched.jobs import VideoJobKey
 from tests.unit.test_scheduler import scheduler_for
 from tests.unit.test_window_parts import in_parts, until, workers_busy
 
@@ -76,24 +77,61 @@ async def test_a_window_in_parts_carries_for_the_next_and_future_windows_once_wh
     window in parts decoded nearly every video again."""
     async with carrying(tmp_path, monkeypatch, epochs=8) as (_, scheduler):
         assert 1 not in scheduler.book.rest_pending
-        assert [(w, len(p.videos)) for w, p in scheduler.book.later(0, 2)] == [
+        assert [(w, len(videos)) for w, videos in scheduler.book.later(0, 2)] == [
             (1, VIDEOS), (2, VIDEOS)]
 
 
-async def test_a_window_behind_every_reader_is_dropped_while_another_waits_for_its_rest(
+async def jump(scheduler, plan, monkeypatch, window: int) -> None:
+    """The reader jumps from window 0 into `window`, planned in parts, whose rest waits (no
+    reader near its frontier, the workers busy): until window 0 is dropped."""
+    workers_busy(scheduler, monkeypatch)
+    scheduler.planner.plan_ahead = 0  # no part due as readers come
+    await read(scheduler, plan, 2 * window * plan.iterations_per_epoch)
+    with trio.fail_after(10):
+        await until(lambda: 0 not in scheduler.book.windows)
+    assert window in scheduler.book.rest_pending
+
+
+async def test_a_window_in_parts_is_carried_for_from_its_plan_for_videos_not_planned_yet(
         tmp_path, monkeypatch):
-    """A reader jumps into window 2, planned in parts, whose rest waits (no reader near its
-    frontier, the workers busy): windows 0 and 1, behind every reader, are dropped meanwhile.
-    Window 2's plan made to carry frames for stays until it is whole: a pass carries from it
-    for the videos its parts have not planned yet."""
+    """A reader jumps into window 2, planned in parts, whose rest waits: a pass of window 1
+    carries for window 2 from the plan made to carry for it, for the videos its parts have not
+    planned yet (those whose own pass is not window 2's, and that no pass carried already), and
+    for those its parts planned while their clips are pending. Window 2 is listed once: listed
+    twice (its parts, then its plan), it had none of those videos' frames carried (0 of 75),
+    and a video both held had its frames counted twice against the room to carry."""
     async with carrying(tmp_path, monkeypatch, epochs=6) as (plan, scheduler):
-        workers_busy(scheduler, monkeypatch)
-        scheduler.planner.plan_ahead = 0  # no part due as readers come
-        await read(scheduler, plan, 4 * plan.iterations_per_epoch)  # window 2
+        await jump(scheduler, plan, monkeypatch, window=2)
+        book, carry, pending = scheduler.book, scheduler.carry, scheduler.board.pending
+        parts, whole = book.windows[2].videos, book.future[2].videos
+        later = book.later(1, carry.span)
+        assert [index for index, _ in later] == [2] and set(later[0][1]) == set(whole)
+        done = carry.frames_on_disk | carry.carried
+        due = {p for p in whole if carry.next_pass(p, 1) > 2 and VideoJobKey(2, p) not in done
+               and (p not in parts or pending.get(VideoJobKey(2, p)))}
+        carried = {p for p in whole if 2 in carry.plan(
+            VideoJobKey(1, p), later, busy=set(), pending=pending, active=book.windows,
+            memory_room=1 << 30)}
+        assert len(due - set(parts)) > len(whole) // 3 and carried == due
+
+
+async def test_windows_behind_every_reader_and_their_plans_to_carry_for_go_while_one_waits(
+        tmp_path, monkeypatch):
+    """A reader jumps into window 3, planned in parts, whose rest waits: windows 0 and 1,
+    behind every reader, are dropped meanwhile, and so is the plan made to carry for window 2
+    (250,000 videos: ~58 MB), which no pass carries for now. Window 3's stays until it is
+    whole."""
+    async with carrying(tmp_path, monkeypatch, epochs=8) as (plan, scheduler):
         with trio.fail_after(10):
-            await until(lambda: 0 not in scheduler.book.windows)
-        assert 1 not in scheduler.book.windows and 2 in scheduler.book.rest_pending
-        assert 2 in scheduler.book.future
+            await until(lambda: 3 in scheduler.book.future)
+        await jump(scheduler, plan, monkeypatch, window=3)
+        book = scheduler.book
+        assert set(book.windows) == {3} and set(book.future) == {3}
+        scheduler.planner.idle = lambda: True  # its rest swept
+        scheduler.wake()
+        with trio.fail_after(10):
+            await until(lambda: 3 not in book.rest_pending)
+        assert not book.future
 
 
 async def test_memory_is_given_back_once_a_window_is_whole_and_once_it_is_dropped(
@@ -120,3 +158,4 @@ async def test_memory_is_given_back_once_a_window_is_whole_and_once_it_is_droppe
         nursery.cancel_scope.cancel()
     assert len(trimmed) == 2
     assert threading.main_thread().name not in trimmed
+

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import trio
@@ -136,42 +137,49 @@ PLENTY = 1 << 40  # of memory
 
 
 def carry_setup(tmp_path, room: int):
+    """A carry book with `room` to carry, windows 1 to 3's videos (`WindowBook.later`'s), their
+    plans, a video's path and the bytes of its frames in window 1."""
     plan = make_plan(tmp_path, videos=fake_videos(4), epochs=8)
-    windows = [(w, plan_window([plan], w)) for w in range(1, 4)]
-    path = next(iter(windows[0][1].videos))
-    frames = 64 * 48 * 3 * len(windows[0][1].videos[path].frame_keys)
-    return CarryBook(Room(room), memory_limit_bytes=1 << 40, decode_ahead=3), windows, path, frames
+    plans = {w: plan_window([plan], w) for w in range(1, 4)}
+    path = next(iter(plans[1].videos))
+    frames = 64 * 48 * 3 * len(plans[1].videos[path].frame_keys)
+    later = [(w, p.videos) for w, p in plans.items()]
+    book = CarryBook(Room(room), memory_limit_bytes=1 << 40, decode_ahead=3)
+    return book, later, plans, path, frames
 
 
 def test_carry_book_plans_what_fits_and_skips_windows_served_already(tmp_path):
-    book, later, path, one_window = carry_setup(tmp_path, 1 << 30)
+    book, later, plans, path, one_window = carry_setup(tmp_path, 1 << 30)
     job_key = VideoJobKey(0, path)
-    carry = book.plan(job_key, later, busy=set(), pending={}, active=(), memory_room=PLENTY)
+    carry = book.plan(job_key, later, busy=set(), pending={}, active={}, memory_room=PLENTY)
     assert sorted(carry) == [1, 2, 3]
-    assert carry[1].keys == frozenset(later[0][1].videos[path].frame_keys)
+    assert carry[1].keys == frozenset(plans[1].videos[path].frame_keys)
     book.frames_on_disk.add(VideoJobKey(2, path))
-    carry = book.plan(job_key, later, busy={VideoJobKey(3, path)}, pending={}, active=(),
+    carry = book.plan(job_key, later, busy={VideoJobKey(3, path)}, pending={}, active={},
                       memory_room=PLENTY)
     assert sorted(carry) == [1]  # 2 is on disk already, 3 has a job of its own running
-    assert book.plan(job_key, later, busy=set(), pending={}, active={1},
-                     memory_room=PLENTY).keys() == {3}
-    assert sorted(book.plan(job_key, later, busy=set(), pending={}, active=(),
+    assert book.plan(job_key, later, busy=set(), pending={}, active={1: plans[1]},
+                     memory_room=PLENTY).keys() == {3}  # window 1's clips of it are all made
+    in_parts = SimpleNamespace(videos={})  # active, its parts have not planned the video yet
+    assert book.plan(job_key, later, busy=set(), pending={}, active={1: in_parts},
+                     memory_room=PLENTY).keys() == {1, 3}
+    assert sorted(book.plan(job_key, later, busy=set(), pending={}, active={},
                             memory_room=one_window)) == [1]  # the memory free now
-    assert book.plan(job_key, later, busy=set(), pending={}, active=(), memory_room=-1) == {}
-    book, later, path, one_window = carry_setup(tmp_path, one_window)
-    assert sorted(book.plan(job_key, later, busy=set(), pending={}, active=(),
+    assert book.plan(job_key, later, busy=set(), pending={}, active={}, memory_room=-1) == {}
+    book, later, _, path, one_window = carry_setup(tmp_path, one_window)
+    assert sorted(book.plan(job_key, later, busy=set(), pending={}, active={},
                             memory_room=PLENTY)) == [1]
 
 
 def test_carry_book_accounts_claims_and_frames_on_disk(tmp_path):
-    book, later, path, _ = carry_setup(tmp_path, 1 << 30)
+    book, later, plans, path, _ = carry_setup(tmp_path, 1 << 30)
     job_key = VideoJobKey(0, path)
-    carry = book.plan(job_key, later, busy=set(), pending={}, active=(), memory_room=PLENTY)
-    job = VideoJob(job_key, later[0][1].videos[path], (), frozenset(), frozenset(), False, False,
+    carry = book.plan(job_key, later, busy=set(), pending={}, active={}, memory_room=PLENTY)
+    job = VideoJob(job_key, plans[1].videos[path], (), frozenset(), frozenset(), False, False,
                    0, carry, {}, {}, {})
     book.claim(job)
     assert book.carried == {VideoJobKey(w, path) for w in (1, 2, 3)}
-    assert book.plan(job_key, later, busy=set(), pending={}, active=(), memory_room=PLENTY) == {}
+    assert book.plan(job_key, later, busy=set(), pending={}, active={}, memory_room=PLENTY) == {}
     book.release(job)
     assert book.carried == set()
     book.note_on_disk([VideoJobKey(1, path), VideoJobKey(9, path)], planned={1, 2})
@@ -179,7 +187,7 @@ def test_carry_book_accounts_claims_and_frames_on_disk(tmp_path):
     book.forget({1})
     assert book.frames_on_disk == set()
     assert CarryBook(None, memory_limit_bytes=1, decode_ahead=3).plan(
-        job_key, later, busy=set(), pending={}, active=(), memory_room=PLENTY) == {}
+        job_key, later, busy=set(), pending={}, active={}, memory_room=PLENTY) == {}
 
 
 def test_job_records_and_keys_are_frozen(tmp_path):
