@@ -130,6 +130,8 @@ class WindowPlanner(TaskJoins, Anticipation):
 
     async def _activate_once(self) -> set[ViewKey]:
         wanted, waiting = self.book.wanted(), set()  # windows held back by parts not due
+        for window in [w for w in self.book.windows if w < min(wanted, default=0)]:
+            self._drop_window(window)  # behind every reader: never finished (a rest: seconds)
         while todo := (self.book.rest_pending | (wanted - set(self.book.windows))) - waiting:
             # a lead part's rest before the windows after it; owners take turns
             window = self.book.next_to_plan(todo)
@@ -161,8 +163,6 @@ class WindowPlanner(TaskJoins, Anticipation):
             if planned is not None:
                 self._first_batches = self._first_batches_first(
                     self.book.windows[window], trio.current_time() - started)
-        for window in [w for w in self.book.windows if w < min(wanted, default=0)]:
-            self._drop_window(window)  # behind every reader, whether a window waits or not
         self._drop_stale_future()  # whether a window waits or not (250,000 videos: ~58 MB each)
         if waiting:  # the windows to carry for follow once the parts are planned
             return set()

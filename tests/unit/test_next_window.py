@@ -20,13 +20,13 @@ from tests.unit.test_window_parts import in_parts, until, workers_busy
 VIDEOS = 160  # windows of 2 epochs
 
 
-def two_windows(tmp_path, monkeypatch):
-    """160 videos, 4 epochs in windows of 2, every window planned in parts (a lead part of
+def two_windows(tmp_path, monkeypatch, epochs: int = 4):
+    """160 videos, `epochs` in windows of 2, every window planned in parts (a lead part of
     one batch's videos, then parts of 2 batches), the workers idle to the planner (a window
     where a reader stands is swept at once)."""
     in_parts(monkeypatch)
     monkeypatch.setattr(planning_module, "PART_BATCHES", 2)
-    plan, scheduler, _ = scheduler_for(tmp_path, videos=VIDEOS, epochs=4, workers=2)
+    plan, scheduler, _ = scheduler_for(tmp_path, videos=VIDEOS, epochs=epochs, workers=2)
     return plan, scheduler
 
 
@@ -132,6 +132,34 @@ async def test_windows_behind_every_reader_and_their_plans_to_carry_for_go_while
         with trio.fail_after(10):
             await until(lambda: 3 not in book.rest_pending)
         assert not book.future
+
+
+async def test_a_window_behind_every_reader_is_dropped_not_finished(tmp_path, monkeypatch):
+    """Window 0 waits for its rest when the reader jumps into window 2: window 0 is dropped
+    without planning its rest (at 250,000 videos seconds, the tasks held meanwhile), which
+    window 2, where the reader stands, waited for."""
+    plan, scheduler = two_windows(tmp_path, monkeypatch, epochs=6)
+    workers_busy(scheduler, monkeypatch)
+    scheduler.planner.plan_ahead = 0
+    planned, plan_active = [], scheduler.planner.plan_active
+
+    def planning(window, lead=None, skip=frozenset(), tasks=None):
+        planned.append((window, "rest" if skip and lead is None else "part" if skip
+                        else "lead" if lead else "whole"))
+        return plan_active(window, lead, skip, tasks)
+
+    scheduler.planner.plan_active = planning
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await read(scheduler, plan, 0)
+        with trio.fail_after(10):
+            await until(lambda: 0 in scheduler.book.rest_pending)
+        assert planned == [(0, "lead")]
+        await read(scheduler, plan, 4 * plan.iterations_per_epoch)
+        with trio.fail_after(10):
+            await until(lambda: 0 not in scheduler.book.windows)
+        nursery.cancel_scope.cancel()
+    assert [w for w, _ in planned] == [0, 2] and planned[1] == (2, "lead")
 
 
 async def test_memory_is_given_back_once_a_window_is_whole_and_once_it_is_dropped(
