@@ -107,6 +107,7 @@ class WindowPlanner(TaskJoins, Anticipation):
         # joining and leaving: a window planned for a task removed meanwhile kept its readers,
         # and the dispatcher's deadlines looked the task up (KeyError)
         self.tasks_steady = trio.Lock()
+        self._trim_asked, self._trimming = False, trio.Lock()  # `_trim`
 
     # -- windows ----------------------------------------------------------------------------
 
@@ -484,7 +485,16 @@ class WindowPlanner(TaskJoins, Anticipation):
     def _trim(self) -> None:
         """Free memory back to the kernel (`runtime.trim_free_memory`) in a thread, once a
         window's parts are merged or a window is dropped: what they freed stays in malloc's
-        heaps otherwise (docs/design.md#memory-beyond-the-plan)."""
-        if self.nursery is not None:
-            self.nursery.start_soon(partial(trio.to_thread.run_sync, trim_free_memory,
-                                            abandon_on_cancel=True))
+        heaps otherwise (docs/design.md#memory-beyond-the-plan). One trim at a time, for all
+        those asked for until it starts: a trim walks every heap with its lock held, and a
+        jump that dropped two windows ran two at once."""
+        if self.nursery is None:
+            return
+        if not self._trim_asked:
+            self.nursery.start_soon(self._trim_as_asked)
+        self._trim_asked = True
+
+    async def _trim_as_asked(self) -> None:
+        async with self._trimming:  # a trim running: the next one starts after it
+            self._trim_asked = False
+            await trio.to_thread.run_sync(trim_free_memory, abandon_on_cancel=True)

@@ -6,6 +6,7 @@ kernel once a window is whole or dropped."""
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import asynccontextmanager
 
 import trio
@@ -187,3 +188,33 @@ async def test_memory_is_given_back_once_a_window_is_whole_and_once_it_is_droppe
     assert len(trimmed) == 2
     assert threading.main_thread().name not in trimmed
 
+
+async def test_a_jump_dropping_two_windows_gives_memory_back_in_one_trim_at_a_time(
+        tmp_path, monkeypatch):
+    """A reader jumps from window 0 into window 2: windows 0 and 1 are dropped together, and
+    memory is given back once for both; a trim asked for while one runs follows it. A trim
+    walks every heap with its lock held: with a thread a dropped window, two ran at once."""
+    lock, running, most, trims = threading.Lock(), [0], [0], []
+
+    def trim():
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+            trims.append(time.monotonic())
+
+    monkeypatch.setattr(planning_module, "trim_free_memory", trim)
+    plan, scheduler = two_windows(tmp_path, monkeypatch, epochs=6)
+    async with trio.open_nursery() as nursery:
+        await window_0_whole(scheduler, plan, nursery)
+        with trio.fail_after(10):
+            await until(lambda: 1 in scheduler.book.windows and trims)
+        await read(scheduler, plan, 4 * plan.iterations_per_epoch)  # window 2
+        jumped = time.monotonic()
+        with trio.fail_after(10):
+            await until(lambda: set(scheduler.book.windows) == {2} and trims[-1] > jumped)
+        await trio.sleep(0.5)
+        nursery.cancel_scope.cancel()
+    assert most[0] == 1
