@@ -28,7 +28,8 @@
   cold SlowFast-size runs, five alternating pairs: 22% fewer page faults, the daemon 2.73
   CPU-s against 2.83, the last batch 1.74 s against 1.78 s, peak RSS +32 MB (medians,
   docs/performance.md#fresh-pages). Set where the daemon starts; a glibc setting the user made in
-  the environment (`MALLOC_*_`) wins.
+  the environment (`MALLOC_*_`) wins, and the daemon then gives nothing back by hand
+  (`trim_free_memory`): what malloc keeps is theirs to say.
 - **The GIL's turns:** a thread waiting for the GIL gets it once its holder has run Python for
   the switch interval, 5 ms by default. The daemon's job threads drop the GIL for every frame
   an op makes (OpenCV, numpy copies) and wait for it again after each, while the trio loop
@@ -103,7 +104,7 @@ def keep_freed_memory() -> bool:
     """Blocks under MALLOC_MMAP_THRESHOLD come from malloc's heaps, and up to
     MALLOC_TRIM_THRESHOLD free at a heap's top stays mapped, for the next ones; False where
     the C library has no such setting or the user set one in the environment."""
-    if any(name in os.environ for name in MALLOC_USER_ENV):
+    if _malloc_set_by_user():
         return False
     return (_mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD, "mmap threshold")
             and _mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD, "trim threshold"))
@@ -121,12 +122,19 @@ def _mallopt(param: int, value: int, what: str) -> bool:
     return done
 
 
+def _malloc_set_by_user() -> bool:
+    return any(name in os.environ for name in MALLOC_USER_ENV)
+
+
 def trim_free_memory(pad: int = MALLOC_TRIM_THRESHOLD) -> bool:
     """Give the free pages of every malloc heap back to the kernel but `pad` bytes at the
     main heap's top (`malloc_trim(pad)`: the top that `keep_freed_memory` keeps for the next
     frames stays), after the daemon freed much that it will not allocate again soon (the
     scan's work, a window's parts merged, a window dropped); False where the C library has no
-    such call (not glibc)."""
+    such call (not glibc), or where a glibc setting the user made wins: it says what malloc
+    keeps (a trim threshold or top pad of theirs), not our pad."""
+    if _malloc_set_by_user():
+        return False
     try:
         trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):

@@ -107,15 +107,21 @@ def test_a_malloc_setting_the_user_made_wins():
 TRIMMED = textwrap.dedent("""
     import sys
     from sandfs.runtime import keep_freed_memory, trim_free_memory
-    assert keep_freed_memory()
+    assert keep_freed_memory() or sys.argv[1] == "user"
     def rss_mb():
         return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
-    frames = [bytearray(1 << 20) for _ in range(48)]  # at the main heap's top
+    frames = [bytearray(1 << 20) for _ in range(int(sys.argv[2]))]  # at the main heap's top
     del frames  # free, kept there for the next frames
     before = rss_mb()
-    assert trim_free_memory(*map(int, sys.argv[1:]))
-    print(before - rss_mb())
+    trimmed = trim_free_memory(*map(int, sys.argv[3:]))
+    print(trimmed, before - rss_mb())
 """)
+
+
+def _trimmed(*args: str, env: dict | None = None) -> tuple[str, int]:
+    """Whether a trim ran, and the MB it gave back, after `args[1]` MB freed at the top."""
+    ran, given_mb = _fresh(TRIMMED, *args, env=env).split()
+    return ran, int(given_mb)
 
 
 def test_memory_given_back_keeps_the_heap_top_kept_for_the_next_frames():
@@ -124,8 +130,19 @@ def test_memory_given_back_keeps_the_heap_top_kept_for_the_next_frames():
     passes faulted their frames in again (runtime.py)."""
     if not hasattr(__import__("ctypes").CDLL(None), "malloc_trim"):
         pytest.skip("not glibc")
-    assert int(_fresh(TRIMMED)) < 8  # MB given back
-    assert int(_fresh(TRIMMED, "0")) > 40
+    assert _trimmed("ours", "48")[1] < 8  # MB given back
+    assert _trimmed("ours", "48", "0")[1] > 40
+
+
+def test_no_memory_is_given_back_where_the_user_s_malloc_settings_won():
+    """Where the user's glibc settings win (`keep_freed_memory`), what malloc keeps is theirs:
+    a trim keeping our pad gave back what their trim threshold keeps."""
+    if not hasattr(__import__("ctypes").CDLL(None), "malloc_trim"):
+        pytest.skip("not glibc")
+    keeps = os.environ | {"MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+                          "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+    ran, given_mb = _trimmed("user", "128", env=keeps)
+    assert ran == "False" and given_mb < 8
 
 
 def test_the_daemon_s_threads_take_turns_at_the_gil_sooner_than_python_s_default():
