@@ -30,10 +30,12 @@ MASK_BITS = 64  # tasks of a plan key a row's readers say as bits; more: a tuple
 
 class BatchColumns:
     """A row a batch, appended (`append`) and never changed but for its readers and clips,
-    set as it is planned and resolved. A task reads a batch at its epoch times its plan key's
-    batches an epoch plus its iteration, as a window's planning makes readers; a row whose
-    readers the bits cannot say (a later part's, a task past MASK_BITS) keeps them as a
-    tuple."""
+    set as it is planned and resolved, and kept as long as the window: a task leaving deletes
+    the batch from the window's mappings only, so that a snapshot taken before (pruning, in a
+    thread) and the uses planned before still read it as planned. A task reads a batch at its
+    epoch times its plan key's batches an epoch plus its iteration, as a window's planning
+    makes readers; a row whose readers the bits cannot say (a later part's, a task past
+    MASK_BITS) keeps them as a tuple."""
 
     __slots__ = ("_bits", "_clips", "_count", "_epoch", "_iteration", "_key_type", "_keyed",
                  "_loose", "_mask", "_named", "_names", "_odd", "_per", "_plan_key",
@@ -120,11 +122,6 @@ class BatchColumns:
         if self.readers_of(row) != tuple(readers):
             self._odd[row] = tuple(readers)
 
-    def release_readers(self, row: int) -> None:
-        """The batch left its window's readers: it reads as read by none, its tuple freed."""
-        self._mask[row] = 0  # first: a thread reading meanwhile finds the tuple, or none
-        self._odd.pop(row, None)
-
     def _reader(self, row: int, task: str) -> tuple[str, int]:
         return task, self._epoch[row] * self._per[self._plan_key[row]] + self._iteration[row]
 
@@ -169,11 +166,6 @@ class BatchColumns:
             self._clips[row] = table
         else:
             self._loose[row] = clips
-
-    def release_clips(self, row: int) -> None:
-        """The batch left its window's plans: clips of its own (not a table's range) freed;
-        the jobs made of it hold their uses' clips."""
-        self._loose.pop(row, None)
 
     def clips(self, row: int) -> Sequence[StreamClip] | None:
         """The batch's clips as resolved (None: not resolved with these columns)."""

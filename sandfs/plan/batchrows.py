@@ -25,21 +25,20 @@ if TYPE_CHECKING:
     from sandfs.plan.window import ViewKey
 
 NONE = 0xFFFF  # no profile: a batch with no clips planned here (known, or failed)
-READERS_GONE, CLIPS_GONE = 1, 2  # a row released from `readers`, from `view_plans`
 _MISSING = object()
 HELD_BESIDE = -2  # `RowMap.place`: a key held, not at its row's place
 
 
 class BatchRows:
     """The batches of a window, a row each in planning order: those one `plan_window` call
-    planned, then those of its later parts (`take`); a row is never changed once added, but
-    released: a batch deleted from `readers` or `view_plans` drops its readers or clips.
-    A row is columns (`BatchColumns`: its key, readers and clips) and here its task plan and
-    its plan's other fields; its `ViewKey`, readers, `ViewRow` and `ViewPlan` are made when
-    read."""
+    planned, then those of its later parts (`take`); a row is never changed once added: a
+    batch deleted from a mapping (a task leaving) is that mapping's, its row stays as planned
+    until the window drops (a copy taken before reads it so). A row is columns
+    (`BatchColumns`: its key, readers and clips) and here its task plan and its plan's other
+    fields; its `ViewKey`, readers, `ViewRow` and `ViewPlan` are made when read."""
 
     __slots__ = ("_index", "_owner", "_plan_of", "_plans", "_profile", "_profile_of",
-                 "_profiles", "_released", "columns", "keys")
+                 "_profiles", "columns", "keys")
 
     def __init__(self) -> None:
         self.columns = BatchColumns()
@@ -50,12 +49,11 @@ class BatchRows:
         self._index: dict[object, tuple[int, int, array]] = {}
         self._profiles: list[tuple] = []  # distinct (task, shape, dtype, layout)
         self._profile_of: dict[tuple, int] = {}
-        self._profile = array("H")
-        self._released = bytearray()  # per row: READERS_GONE | CLIPS_GONE; written last
+        self._profile = array("H")  # per row, written last: its plan's other fields
         self.keys = _Keys(self)
 
     def __len__(self) -> int:
-        return len(self._released)
+        return len(self._profile)
 
     def add(self, key: ViewKey, plan: TaskPlan, readers: tuple = ()) -> int:
         """A new batch, resolved with `plan`, read by `readers`; its row. Its columns are
@@ -78,7 +76,6 @@ class BatchRows:
             self.columns.set_readers(row, readers)
         self._owner.append(owner)
         self._profile.append(NONE)
-        self._released.append(0)
         rows[(key.epoch - first) * per + key.iteration] = row
         return row
 
@@ -95,28 +92,13 @@ class BatchRows:
         return self.columns.view_row(row)
 
     def first_positions(self, rows: int) -> np.ndarray:
-        """Each of the first `rows` rows' soonest reader position as `ReadersMap` reads it
-        (0: none, or its readers released), in numpy."""
-        first = self.columns.first_positions(rows)
-        first[np.frombuffer(self._released[:rows], np.uint8) & READERS_GONE != 0] = 0
-        return first
+        """Each of the first `rows` rows' soonest reader position as planned (0: none), in
+        numpy."""
+        return self.columns.first_positions(rows)
 
     def owners(self, rows: int) -> tuple[list[TaskPlan], np.ndarray]:
         """The task plans, and the one each of the first `rows` rows is resolved with."""
         return list(self._plans), np.frombuffer(self._owner[:rows], np.uint16).astype(np.int64)
-
-    def released(self, row: int, what: int) -> bool:
-        return bool(self._released[row] & what)
-
-    def release(self, row: int, what: int) -> None:
-        """The batch's readers (READERS_GONE) or clips (CLIPS_GONE) go from the mappings, and
-        what its row holds of them beside its columns (a readers tuple, clips of its own) is
-        freed now, not when the window drops; a job made of it holds its uses' own."""
-        self._released[row] |= what
-        if what & READERS_GONE:
-            self.columns.release_readers(row)
-        if what & CLIPS_GONE:
-            self.columns.release_clips(row)
 
     def row_of(self, key: object) -> int:
         """The batch's row, or -1."""
@@ -167,7 +149,7 @@ class BatchRows:
         """The batch's plan, made now from its row; None when not resolved here."""
         from sandfs.plan.records import ViewPlan
         number = self._profile[row]
-        if number == NONE or self._released[row] & CLIPS_GONE:  # not here, or released since
+        if number == NONE:
             return None
         task, shape, dtype, layout = self._profiles[number]
         return ViewPlan(task, *self.columns.epoch_iteration(row), self.columns.clips(row),
@@ -203,9 +185,10 @@ def _row_index(row, rows: int) -> int:
 class RowMap(MutableMapping):
     """A mapping over the rows of a window's `BatchRows`, read by arithmetic; what is set or
     deleted afterwards is kept beside them, with a dict's order: a row's key where its row
-    is, keys set anew after the rows. A copy (`copy`) sees the rows there were when it was
-    made: rows added since (a window's later parts, `take`) are not its, and a row released
-    since reads as released (no readers, not resolved here)."""
+    is, keys set anew after the rows. A copy (`copy`) reads the mapping as it was when made,
+    with an overlay of its own: rows added since (a window's later parts, `take`) are not its,
+    and a key deleted since (a task leaving) still reads as planned, its row being unchanged
+    (pruning decides the same whether a task left while it ran or not)."""
 
     __slots__ = ("_deleted", "_extra", "_limit", "_override", "table")
 
@@ -218,10 +201,6 @@ class RowMap(MutableMapping):
 
     def _value(self, row: int):
         raise NotImplementedError
-
-    def _release(self, row: int) -> None:
-        """A batch deleted (its task left, or it was released): what its row holds for this
-        mapping goes now, not when the window drops."""
 
     def _holds(self, row: int) -> bool:
         return True
@@ -285,7 +264,6 @@ class RowMap(MutableMapping):
         elif key in self._override or (key not in self._deleted and self._find(key) >= 0):
             self._override.pop(key, None)
             self._deleted.add(key)
-            self._release(self.table.row_of(key))
         else:
             raise KeyError(key)
 
@@ -337,7 +315,7 @@ class RowMap(MutableMapping):
         return self._deleted
 
     def plan_keys(self) -> set:
-        """The plan keys of its batches' keys, or more (its table's, rows released since):
+        """The plan keys of its batches' keys, or more (its table's, rows deleted since):
         a few, with no key made a row."""
         return {*self.table.columns.plan_keys(), *(key.plan_key for key in self._extra)}
 
@@ -346,8 +324,8 @@ class RowMap(MutableMapping):
         return self.table is table and self._limit is None
 
     def copy(self) -> RowMap:
-        """A copy sharing the rows there are now (changed only when released), with copies of
-        the overlay."""
+        """A copy sharing the rows there are now (never changed), with copies of the
+        overlay."""
         copied = type(self)(self.table, len(self.table) if self._limit is None else self._limit)
         copied._override, copied._extra = dict(self._override), dict(self._extra)
         copied._deleted = set(self._deleted)
@@ -379,11 +357,7 @@ class ReadersMap(RowMap):
     __slots__ = ()
 
     def _value(self, row: int):
-        table = self.table
-        return () if table.released(row, READERS_GONE) else table.readers_of(row)
-
-    def _release(self, row: int) -> None:
-        self.table.release(row, READERS_GONE)
+        return self.table.readers_of(row)
 
 
 class ViewPlansMap(RowMap):
@@ -399,6 +373,3 @@ class ViewPlansMap(RowMap):
 
     def _value(self, row: int):
         return self.table.view_plan(row)
-
-    def _release(self, row: int) -> None:
-        self.table.release(row, CLIPS_GONE)  # a copy taken before reads None for it

@@ -92,10 +92,12 @@ class WindowPlan:
     def snapshot(self) -> WindowPlan:
         """A copy for a thread to read while tasks join and leave (they change this one),
         taken in a thread too: each container is copied in one call (atomic under the GIL;
-        a mapping over rows copies only what was changed since, its rows never change),
-        and uses of views the copy does not hold (a task joining or leaving meanwhile) are
-        left out. Its views are those with readers in its copy: a task leaving between the
-        two copies left views without readers, which pruning reads (KeyError)."""
+        a mapping over rows copies only its overlay, the rows it shares never change), and
+        uses of views the copy does not hold (a task joining or leaving meanwhile) are left
+        out. Its views are those with readers in its copy: a task leaving between the two
+        copies left views without readers, which pruning reads (KeyError). A task leaving
+        after it deletes its batches from this plan only: the copy, its uses included, still
+        reads their readers and clips as planned, so pruning decides the same."""
         readers = self.readers.copy()  # type: ignore[attr-defined]
         views = self.views.copy()  # type: ignore[attr-defined]
         for key in [key for key in views if key not in readers]:

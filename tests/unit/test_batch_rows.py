@@ -4,9 +4,8 @@ would while tasks join and leave."""
 
 from __future__ import annotations
 
-import gc
 import random
-import tracemalloc
+from array import array
 
 import pytest
 
@@ -172,12 +171,12 @@ def test_a_row_is_whole_before_its_key_finds_it(tmp_path):
 
     key = view_key(plan, 0, 0)
 
-    class Watching(bytearray):
+    class Watching(array):
         def append(self, value):
             seen.append(table.row_of(key))  # what a reader in between finds
             super().append(value)
 
-    table._released = Watching()  # the last column written
+    table._profile = Watching("H")  # the last column written
     row = table.add(key, plan, (("first", 0),))
     assert seen == [-1] and table.row_of(key) == row == 0
     assert table.readers_of(row) == (("first", 0),) and table.plan(row) is plan
@@ -202,23 +201,23 @@ def test_a_key_deleted_while_a_thread_reads_it_is_no_key_error(tmp_path):
     assert readers.get(key, "gone") in ((("joined", 1),), "gone")
 
 
-def test_a_batch_deleted_drops_its_row_s_readers_and_clips(tmp_path):
-    """A task leaving deletes its batches from the window's mappings: their rows drop their
-    readers; a copy taken before reads them as released."""
+def test_a_batch_deleted_stays_as_planned_for_a_copy_taken_before(tmp_path):
+    """A task leaving deletes its batches from the window's mappings only: a copy taken before
+    (pruning's snapshot) and their rows (the uses planned before) read them as planned."""
     plans = plans_of(tmp_path, 3)
     planned = plan_window(plans, 0)
     table, before = planned.views.table, planned.snapshot()
     keys = list(planned.views)[:5]
+    then = {key: (planned.readers[key], planned.view_plans[key]) for key in keys}
     for key in keys:
         del planned.views[key], planned.readers[key]
         planned.view_plans.pop(key)
+    assert all(planned.readers.get(key) is None and key not in planned.view_plans
+               for key in keys)
+    assert {key: (before.readers[key], before.view_plans[key]) for key in keys} == then
     rows = [table.row_of(key) for key in keys]
-    assert all(table.view_plan(row) is None and planned.readers.get(key) is None
-               and before.readers[key] == () for row, key in zip(rows, keys, strict=True))
-    # its row reads as the mapping does: no readers (a job made of it holds its own)
-    assert all(table.view_row(row).readers == table.readers_of(row) == () for row in rows)
-    assert all(key not in planned.view_plans and key in before.view_plans for key in keys)
-    assert all(before.view_plans.get(key) is None for key in keys)
+    assert all(table.view_row(row).readers == table.readers_of(row) == then[key][0] != ()
+               for row, key in zip(rows, keys, strict=True))
     kept = next(iter(planned.views))
     assert planned.view_plans[kept] == before.view_plans[kept] is not None
 
@@ -235,31 +234,26 @@ class OddPlan:
         return range(2)
 
 
-def test_a_released_row_frees_its_readers_tuple_and_own_clips():
+def test_a_deleted_row_keeps_its_readers_tuple_and_own_clips():
     """Rows whose readers the bits cannot say (70 tasks) and whose clips are their own (not a
-    table's range) hold tuples beside the columns: released, they go then, not with the
-    window."""
+    table's range, a joining task's lead batches) hold tuples beside the columns: deleted
+    from the mappings, a copy taken before and their rows still read them as planned (freed
+    then, pruning's snapshot read None for their clips)."""
     plan, table = OddPlan(), BatchRows()
     readers, plans = ReadersMap(table), ViewPlansMap(table)
     keys = [ViewKey("k", epoch, iteration) for epoch in range(2) for iteration in range(50)]
-    tracemalloc.start()  # what is freed was allocated while traced
-    try:
-        for key in keys:
-            position = key.epoch * 50 + key.iteration
-            row = table.add(key, plan, tuple((f"task{t}", position) for t in range(70)))
-            clips = tuple(f"clip {position}.{slot}" for slot in range(8))
-            table.resolved(row, ViewPlan("t", key.epoch, key.iteration, clips, (8,), "uint8",
-                                         "x"))
-        assert len(plans) == len(readers) == 100
-        gc.collect()
-        before = tracemalloc.get_traced_memory()[0]
-        for key in keys:
-            del readers[key], plans[key]
-        gc.collect()
-        freed = before - tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
-    assert freed > 100 * (70 * 8 + 8 * 8), freed  # each row's tuples' pointers at least
+    for key in keys:
+        position = key.epoch * 50 + key.iteration
+        row = table.add(key, plan, tuple((f"task{t}", position) for t in range(70)))
+        clips = tuple(f"clip {position}.{slot}" for slot in range(8))
+        table.resolved(row, ViewPlan("t", key.epoch, key.iteration, clips, (8,), "uint8", "x"))
+    then = dict(readers.items()), dict(plans.items())
+    copies = readers.copy(), plans.copy()
+    for key in keys:
+        del readers[key], plans[key]
     assert not readers and not plans
-    row = table.row_of(keys[0])
-    assert table.readers_of(row) == () and table.view_plan(row) is None
+    assert (dict(copies[0].items()), dict(copies[1].items())) == then
+    for key in keys:
+        row = table.row_of(key)
+        assert table.view_row(row).readers == then[0][key] and len(then[0][key]) == 70
+        assert table.view_row(row).clips == then[1][key].clips == table.columns.clips(row)
