@@ -5,6 +5,7 @@ crashing demuxer or decoder takes only its own process down)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import subprocess
@@ -18,9 +19,14 @@ from threading import Event
 from typing import Protocol
 
 from sandfs.media.types import MediaLimits, ProbeFailure, ProbeResult
-from sandfs.workerproc import start_worker_process
+from sandfs.workerproc import how_it_ended, start_worker_process
+
+log = logging.getLogger(__name__)
 
 _WORKER_START_TIMEOUT_SECONDS = 120.0
+# A killed worker is gone at once unless stuck in uninterruptible I/O (a hung network file
+# system): past this, a thread of its own reaps it and the scan goes on.
+KILLED_EXIT_SECONDS = 2.0
 STOP_POLL_SECONDS = 0.2  # how soon a scan run in another thread sees its stop event
 # A worker's start (an interpreter and PyAV, ~0.1-0.2 s of CPU) pays for itself only over this
 # many probes (~4 ms each): a second one started for 16 files made `sandfs mount` 45 ms slower,
@@ -160,6 +166,7 @@ class _Worker:
     in_flight: int = IN_FLIGHT
     nice: int = 0
     failed: bool = False  # died or timed out: replaced
+    why: str = ""  # how it failed, for the log
 
 
 class ProbeWorkers:
@@ -297,9 +304,12 @@ def _replace(worker: _Worker, pending: JobQueue, results: dict[str, ProbeResult]
     sent, on = list(worker.sent), worker.messages[0] if worker.messages else 0
     split = on if on > 1 and worker.role != BACKGROUND else 0  # a background's: to the front
     suspects = [job for job in sent[:split] if job.key not in results]
-    pending.extendleft(reversed([job for job in sent[split:] if job.key not in results]))
+    again = [job for job in sent[split:] if job.key not in results]
+    pending.extendleft(reversed(again))
+    log.warning("probe worker %d (%s) %s: killed and replaced, %d videos sent again",
+                worker.process.pid, worker.role, worker.why, len(suspects) + len(again))
     worker.sent.clear()
-    _stop_worker(worker)
+    _stop_worker(worker)  # failed: killed, never waited for as an idle one is
     fresh = _start_like(worker)
     fresh.alone.extend(worker.alone)
     fresh.alone.extendleft(reversed(suspects))
@@ -311,7 +321,7 @@ def _top_up(worker: _Worker, pending: JobQueue, limits: MediaLimits) -> None:
     next message waits in its pipe while it probes this one. Its `alone` ones first, one a
     message."""
     half = max(1, worker.in_flight // 2)
-    while worker.ready and worker.alone and len(worker.sent) < worker.in_flight:
+    while _can_send(worker) and worker.alone and len(worker.sent) < worker.in_flight:
         _send(worker, [worker.alone.popleft()], limits)
     while _has_room(worker):
         batch = []
@@ -324,17 +334,26 @@ def _top_up(worker: _Worker, pending: JobQueue, limits: MediaLimits) -> None:
 
 def _has_room(worker: _Worker) -> bool:
     """May it be sent a message of jobs taken from the queue now?"""
-    return (worker.ready and not worker.alone
+    return (_can_send(worker) and not worker.alone
             and len(worker.sent) + max(1, worker.in_flight // 2) <= worker.in_flight)
 
 
+def _can_send(worker: _Worker) -> bool:
+    return worker.ready and not worker.failed
+
+
 def _send(worker: _Worker, batch: list[ProbeJob], limits: MediaLimits) -> None:
+    """The batch into the worker's pipe. One that died since its last reply was read (the OOM
+    killer) breaks the pipe: it is replaced, the batch with its other jobs."""
     if not worker.sent:
         worker.deadline = time.monotonic() + limits.decode_timeout_seconds
     worker.sent.extend(batch)
     worker.messages.append(len(batch))
     worker.timeout_seconds = limits.decode_timeout_seconds
-    worker.jobs.send((limits, [(job.path, job.identity) for job in batch]))
+    try:
+        worker.jobs.send((limits, [(job.path, job.identity) for job in batch]))
+    except OSError as error:
+        worker.failed, worker.why = True, f"could not be sent jobs ({error.strerror})"
 
 
 def _start_worker(nice: int = 0, in_flight: int = IN_FLIGHT) -> _Worker:
@@ -371,12 +390,11 @@ def _poll_worker(worker: _Worker, readable: bool) -> list[Answer]:
             else:
                 answered += [_answer(worker, *reply) for reply in message if worker.sent]
     except (EOFError, OSError):
-        exit_code = worker.process.wait()
+        ended = how_it_ended(worker.process)  # closed its pipe: it is leaving (1 s at most)
         if not worker.ready:
-            raise RuntimeError("a probe worker process failed to start "
-                               f"(exit code {exit_code})") from None
-        return answered + _failed(worker, "open_invalid",
-                                  f"the decoder process died (exit code {exit_code})")
+            raise RuntimeError(f"a probe worker process failed to start ({ended})") from None
+        died = "closed its pipe, still running" if ended == "still running" else f"died ({ended})"
+        return answered + _failed(worker, "open_invalid", f"the decoder process {died}")
     now = time.monotonic()
     if worker.sent and now >= worker.deadline:
         return answered + _failed(worker, "decode_timeout", "no result within "
@@ -391,6 +409,7 @@ def _failed(worker: _Worker, reason: str, detail: str) -> list[Answer]:
     (a worker replies to a message once done with it, so it held no result of it). None from
     a background worker: it may only have been starved of CPU at its nice."""
     worker.failed = True
+    worker.why = detail + (f" on {worker.sent[0].key!a}" if worker.sent else "")
     if not worker.sent or worker.role == BACKGROUND or worker.messages[0] > 1:
         return []
     return [_answer(worker, ProbeFailure(reason, detail, lasting=False))]
@@ -407,16 +426,30 @@ def _answer(worker: _Worker, result: ProbeResult, text: str | None = None) -> An
 
 
 def _stop_worker(worker: _Worker) -> None:
-    if worker.process.poll() is None and worker.ready and not worker.sent:
+    """An idle worker is told to leave and given 2 s; one busy, failed (it may hang in a
+    probe) or not started yet is killed at once."""
+    if (worker.process.poll() is None and worker.ready and not worker.sent
+            and not worker.failed):
         with contextlib.suppress(OSError):
             worker.jobs.send(None)
         with contextlib.suppress(subprocess.TimeoutExpired):
             worker.process.wait(timeout=2.0)
     if worker.process.poll() is None:
         worker.process.kill()
-    worker.process.wait()
+    _reap(worker.process)
     worker.jobs.close()
     worker.replies.close()
+
+
+def _reap(process: subprocess.Popen[bytes]) -> None:
+    """Waits KILLED_EXIT_SECONDS at most for a killed worker's exit, then leaves it to a
+    thread: the scan never waits on a process that SIGKILL cannot end yet."""
+    try:
+        process.wait(timeout=KILLED_EXIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        log.warning("probe worker %d did not exit %g s after SIGKILL (stuck in I/O?): "
+                    "reaped when it does", process.pid, KILLED_EXIT_SECONDS)
+        threading.Thread(target=process.wait, name=f"reap-{process.pid}", daemon=True).start()
 
 
 # Done, the worker leaves without the interpreter's teardown: unloading PyAV and numpy took

@@ -1,0 +1,104 @@
+"""A probe worker that hangs, dies between its replies, or outlives SIGKILL never stops the
+scan: it is killed without a wait, replaced, its videos sent again, and the log says so."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+
+from sandfs.media import scan_workers
+from sandfs.media.scan_workers import probe_files
+from sandfs.media.types import MediaLimits, ProbeFacts, ProbeFailure
+from tests.helpers.probing import copies, patch_probe
+from tests.helpers.processes import children_of
+
+
+def timed_stops(monkeypatch) -> list[tuple[bool, float]]:
+    """(failed, seconds) of each worker stop from here on."""
+    stops: list[tuple[bool, float]] = []
+    real = scan_workers._stop_worker
+
+    def stop(worker):
+        started = time.monotonic()
+        real(worker)
+        stops.append((worker.failed, time.monotonic() - started))
+
+    monkeypatch.setattr(scan_workers, "_stop_worker", stop)
+    return stops
+
+
+def test_a_worker_hung_in_a_probe_is_killed_at_once(tmp_path, dataset_dir, monkeypatch,
+                                                    caplog):
+    """v01 hangs (in its worker, past the 0.5 s timeout): the scan's thread kills that
+    worker at once, with no grace an idle worker gets to leave (2 s it spent waiting on a
+    process busy in a probe), and logs which video it hung on."""
+    jobs = copies(tmp_path, dataset_dir, 3)
+    patch_probe(monkeypatch, "path.endswith('v01.mp4')", "time.sleep(60)")
+    stops, before = timed_stops(monkeypatch), children_of()
+    with caplog.at_level(logging.WARNING, logger=scan_workers.__name__):
+        results = probe_files(jobs, MediaLimits(decode_timeout_seconds=0.5), workers=1)
+    failed = {key: r.reason for key, r in results.items() if isinstance(r, ProbeFailure)}
+    assert failed == {"v01.mp4": "decode_timeout"}
+    hung = [seconds for was_failed, seconds in stops if was_failed]
+    assert len(hung) == 1 and hung[0] < 1.0, stops
+    (line,) = [r.getMessage() for r in caplog.records if "replaced" in r.getMessage()]
+    assert "no result within decode_timeout_seconds (0.5 s) on 'v01.mp4'" in line, line
+    assert children_of() <= before
+
+
+def zombie(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_worker_killed_before_its_next_jobs_are_sent_is_replaced(tmp_path, dataset_dir,
+                                                                   monkeypatch):
+    """The OOM killer ends the worker while the scan's thread is busy with a result: the
+    next jobs meet a broken pipe before its end is read. The worker is replaced and every
+    video probed, none blamed (the pipe broke, the scan went on)."""
+    jobs = copies(tmp_path, dataset_dir, 3 * scan_workers.IN_FLIGHT)
+    before, killed = children_of(), []
+
+    def kill_after_the_first(key, result):
+        if killed:
+            return
+        killed.extend(children_of() - before)
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not all(map(zombie, killed)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    results = probe_files(jobs, MediaLimits(), workers=1, on_result=kill_after_the_first)
+    assert len(killed) == 1 and set(results) == {job.key for job in jobs}
+    assert all(isinstance(r, ProbeFacts) for r in results.values()), results
+    assert children_of() <= before
+
+
+def test_a_killed_worker_that_does_not_exit_is_left_to_a_thread(monkeypatch, caplog):
+    """A worker stuck in uninterruptible I/O outlives SIGKILL until the I/O ends (shown here
+    by its wait timing out): the scan's thread waits KILLED_EXIT_SECONDS, not for ever, and
+    a thread reaps the process once it exits."""
+    monkeypatch.setattr(scan_workers, "KILLED_EXIT_SECONDS", 0.1, raising=False)
+    worker = scan_workers._start_worker()
+    real_wait, waits = worker.process.wait, []
+
+    def wait(timeout=None):
+        waits.append(timeout)
+        if timeout is not None:
+            raise subprocess.TimeoutExpired(worker.process.args, timeout)
+        return real_wait()
+
+    worker.process.wait = wait
+    with caplog.at_level(logging.WARNING, logger=scan_workers.__name__):
+        scan_workers._stop_worker(worker)
+    assert waits[0] == 0.1
+    assert f"probe worker {worker.process.pid} did not exit" in caplog.text
+    deadline = time.monotonic() + 10
+    while worker.process.returncode is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert worker.process.returncode == -signal.SIGKILL and waits[-1] is None
+
