@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from sandfs.media.synth import make_dataset
 from tests.helpers.mountwatch import is_mounted, wait_served
 
 MOUNT_TIMEOUT_SECONDS = 60.0
+STATUS_READ_SECONDS = 30.0  # a status.json read unanswered this long fails the test
 LOG_ERROR = re.compile(r" (ERROR|CRITICAL) |Traceback \(most recent call last\)")
 
 
@@ -98,21 +100,59 @@ def start_daemon(mountpoint: Path, configs: Sequence[Path], cache_dir: Path, log
 
 
 def status_of(mountpoint: Path) -> dict:
-    return json.loads((mountpoint / ".sand" / "status.json").read_bytes())
+    return json.loads(read_within(mountpoint / ".sand" / "status.json", STATUS_READ_SECONDS))
+
+
+def read_within(path: Path, timeout_s: float) -> bytes:
+    """`path`'s bytes, read in a thread of its own: a mount that stops answering fails the
+    test (TimeoutError) instead of hanging it; the thread stays in its read until the
+    teardown ends the mount."""
+    done: list[bytes | BaseException] = []
+
+    def read() -> None:
+        try:
+            done.append(path.read_bytes())
+        except BaseException as error:  # raised in the test's thread
+            done.append(error)
+
+    reader = threading.Thread(target=read, name=f"read {path.name}", daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    if not done:
+        raise TimeoutError(f"{path}: no answer within {timeout_s:g} s")
+    if isinstance(done[0], BaseException):
+        raise done[0]
+    return done[0]
 
 
 def wait_scanned(mountpoint: Path, process: subprocess.Popen, log_path: Path,
-                 seconds: float = 120) -> dict:
-    """status.json once every listed file of the first dataset is probed (its index written);
-    the daemon must stay up meanwhile."""
-    deadline = time.monotonic() + seconds
+                 stalled_s: float = 60, seconds: float = 300) -> dict:
+    """status.json once every listed file of the first dataset is probed (its index written).
+    Fails, with the scan's status and the log's tail, when the daemon exits, the count of
+    probed files stands still for `stalled_s` (a busy machine only slows it), or after
+    `seconds`."""
+    started = progressed = time.monotonic()
+    scanned = -1
     while True:
+        if process.poll() is not None:
+            pytest.fail(f"the daemon exited ({process.returncode}) during its scan:\n"
+                        f"{log_tail(log_path)}")
         status = status_of(mountpoint)
         dataset = status["scan"]["datasets"][0]
         if dataset["videos_scanned"] >= dataset["videos_total"]:
             return status
-        assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
+        now = time.monotonic()
+        if dataset["videos_scanned"] != scanned:
+            scanned, progressed = dataset["videos_scanned"], now
+        if now - progressed >= stalled_s or now - started >= seconds:
+            pytest.fail(f"the scan stalled at {scanned}/{dataset['videos_total']} for "
+                        f"{now - progressed:.0f} s ({now - started:.0f} s in all); "
+                        f"status.json scan: {status['scan']}\n{log_tail(log_path)}")
         time.sleep(0.05)
+
+
+def log_tail(log_path: Path, chars: int = 4000) -> str:
+    return "daemon log's tail:\n" + log_path.read_text(errors="replace")[-chars:]
 
 
 def wait_mounted(mountpoint: Path, process: subprocess.Popen, log_path: Path) -> None:
