@@ -23,7 +23,11 @@ from sandfs.workerproc import how_it_ended, start_worker_process
 
 log = logging.getLogger(__name__)
 
-_WORKER_START_TIMEOUT_SECONDS = 120.0
+# A start is ~0.1-0.2 s of CPU: a worker not ready by then (stuck importing from a hung file
+# system) or dead before (the OOM killer) is started again; this many such starts in a row
+# say it cannot start (its interpreter broken): the scan fails, saying why.
+_WORKER_START_TIMEOUT_SECONDS = 30.0
+START_TRIES = 3
 # A killed worker is gone at once unless stuck in uninterruptible I/O (a hung network file
 # system): past this, a thread of its own reaps it and the scan goes on.
 KILLED_EXIT_SECONDS = 2.0
@@ -166,6 +170,7 @@ class _Worker:
     in_flight: int = IN_FLIGHT
     nice: int = 0
     failed: bool = False  # died or timed out: replaced
+    starts: int = 1  # tries in a row that started it (one that died starting counts on)
     why: str = ""  # how it failed, for the log
 
 
@@ -366,6 +371,7 @@ def _start_worker(nice: int = 0, in_flight: int = IN_FLIGHT) -> _Worker:
 def _start_like(worker: _Worker) -> _Worker:
     fresh = _start_worker(worker.nice, worker.in_flight)
     fresh.role = worker.role
+    fresh.starts = 1 if worker.ready else worker.starts + 1
     return fresh
 
 
@@ -392,7 +398,7 @@ def _poll_worker(worker: _Worker, readable: bool) -> list[Answer]:
     except (EOFError, OSError):
         ended = how_it_ended(worker.process)  # closed its pipe: it is leaving (1 s at most)
         if not worker.ready:
-            raise RuntimeError(f"a probe worker process failed to start ({ended})") from None
+            return answered + _start_failed(worker, f"died starting ({ended})")
         died = "closed its pipe, still running" if ended == "still running" else f"died ({ended})"
         return answered + _failed(worker, "open_invalid", f"the decoder process {died}")
     now = time.monotonic()
@@ -400,8 +406,18 @@ def _poll_worker(worker: _Worker, readable: bool) -> list[Answer]:
         return answered + _failed(worker, "decode_timeout", "no result within "
                                   f"decode_timeout_seconds ({worker.timeout_seconds} s)")
     if not worker.ready and now >= worker.started + _WORKER_START_TIMEOUT_SECONDS:
-        raise RuntimeError("a probe worker process did not start")
+        return answered + _start_failed(
+            worker, f"did not start within {_WORKER_START_TIMEOUT_SECONDS:g} s")
     return answered
+
+
+def _start_failed(worker: _Worker, why: str) -> list[Answer]:
+    """None: the worker is replaced, unless it was the START_TRIES-th start in a row."""
+    if worker.starts >= START_TRIES:
+        raise RuntimeError(f"a probe worker process failed to start {worker.starts} times "
+                           f"in a row, the last {why}")
+    worker.failed, worker.why = True, why
+    return []
 
 
 def _failed(worker: _Worker, reason: str, detail: str) -> list[Answer]:

@@ -9,6 +9,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from sandfs.media import scan_workers
 from sandfs.media.scan_workers import probe_files
 from sandfs.media.types import MediaLimits, ProbeFacts, ProbeFailure
@@ -101,4 +103,57 @@ def test_a_killed_worker_that_does_not_exit_is_left_to_a_thread(monkeypatch, cap
     while worker.process.returncode is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert worker.process.returncode == -signal.SIGKILL and waits[-1] is None
+
+
+
+def test_a_worker_killed_while_it_starts_is_started_again(tmp_path, dataset_dir, monkeypatch,
+                                                          caplog):
+    """The OOM killer ends a worker before it is ready (a replacement starting, on a machine
+    short of memory): it is started again, where the whole scan failed ("failed to start")."""
+    jobs = copies(tmp_path, dataset_dir, 3)
+    real, killed = scan_workers._start_worker, []
+
+    def start(*args):
+        worker = real(*args)
+        if not killed:
+            killed.append(worker.process.pid)
+            worker.process.kill()
+        return worker
+
+    monkeypatch.setattr(scan_workers, "_start_worker", start)
+    with caplog.at_level(logging.WARNING, logger=scan_workers.__name__):
+        results = probe_files(jobs, MediaLimits(), workers=1)
+    assert all(isinstance(r, ProbeFacts) for r in results.values()), results
+    assert f"probe worker {killed[0]} (any) died starting (signal SIGKILL)" in caplog.text
+
+
+def test_a_worker_that_cannot_start_fails_the_scan_after_a_few_tries(tmp_path, dataset_dir,
+                                                                     monkeypatch):
+    jobs = copies(tmp_path, dataset_dir, 1)
+    monkeypatch.setattr(scan_workers, "_WORKER_CODE", "import os; os._exit(3)")
+    before = children_of()
+    with pytest.raises(RuntimeError, match=r"start 3 times in a row, the last died starting "
+                                           r"\(exit code 3\)"):
+        probe_files(jobs, MediaLimits(), workers=1)
+    assert children_of() <= before
+
+
+def test_a_worker_stuck_while_it_starts_is_started_again(tmp_path, dataset_dir, monkeypatch,
+                                                        caplog):
+    """The first worker never becomes ready (stopped, or importing from a hung file system):
+    past the start timeout it is killed and started again, where the whole scan failed ("did
+    not start")."""
+    jobs = copies(tmp_path, dataset_dir, 3)
+    stuck = tmp_path / "stuck"
+    code = scan_workers._WORKER_CODE.replace("{", "{{").replace("}", "}}")
+    monkeypatch.setattr(scan_workers, "_WORKER_CODE", (
+        f"import os, time; p = {str(stuck)!r}; first = not os.path.exists(p); "
+        f"open(p, 'a').close(); first and time.sleep(60); " + code).replace("{{nice}}", "{nice}"))
+    monkeypatch.setattr(scan_workers, "_WORKER_START_TIMEOUT_SECONDS", 0.5)
+    before = children_of()
+    with caplog.at_level(logging.WARNING, logger=scan_workers.__name__):
+        results = probe_files(jobs, MediaLimits(), workers=1)
+    assert all(isinstance(r, ProbeFacts) for r in results.values()), results
+    assert "(any) did not start within 0.5 s: killed and replaced" in caplog.text
+    assert children_of() <= before
 
