@@ -5,6 +5,7 @@ crashing demuxer or decoder takes only its own process down)."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import math
 import os
@@ -42,6 +43,10 @@ WORKERS_AHEAD = 1  # started before the daemon's imports: the dataset's size is 
 # imports). 16 short videos with a busy thread beside the scan: 96-107 ms with 4, 122-130 with
 # 2, 180-190 with 1 (60 ms of probing; docs/performance.md#cold-start).
 IN_FLIGHT = 4
+# A job's bytes in a worker's pipe at most, past its path (a 1-job message's pickle is ~110).
+# Jobs not answered take half the pipe at most, so a send never waits on a worker waiting to
+# send its results (that deadlock: background_in_flight 1,000, 150-byte names).
+JOB_BYTES = 160
 # Who takes which jobs from a ProbeQueue (ScanPace): ANY every job (an unpaced scan), FRONT
 # what is waited for and the lead, BACKGROUND the followed orders and the rest, never a job
 # waited for.
@@ -169,6 +174,8 @@ class _Worker:
     role: str = ANY  # which jobs it takes (ScanPace)
     in_flight: int = IN_FLIGHT
     nice: int = 0
+    pipe_bytes: int = 4096  # its job pipe's size
+    sent_bytes: int = 0  # what the jobs in `sent` take of it (JOB_BYTES)
     failed: bool = False  # died or timed out: replaced
     starts: int = 1  # tries in a row that started it (one that died starting counts on)
     why: str = ""  # how it failed, for the log
@@ -326,12 +333,15 @@ def _top_up(worker: _Worker, pending: JobQueue, limits: MediaLimits) -> None:
     next message waits in its pipe while it probes this one. Its `alone` ones first, one a
     message."""
     half = max(1, worker.in_flight // 2)
-    while _can_send(worker) and worker.alone and len(worker.sent) < worker.in_flight:
+    while (_can_send(worker) and worker.alone and len(worker.sent) < worker.in_flight
+           and (not worker.sent or _pipe_room(worker) > 0)):
         _send(worker, [worker.alone.popleft()], limits)
     while _has_room(worker):
-        batch = []
-        while len(batch) < half and (job := pending.take(worker.role)) is not None:
+        batch, room = [], _pipe_room(worker)
+        while (len(batch) < half and (room > 0 or not batch)
+               and (job := pending.take(worker.role)) is not None):
             batch.append(job)
+            room -= _job_bytes(job)
         if not batch:
             return
         _send(worker, batch, limits)
@@ -340,7 +350,18 @@ def _top_up(worker: _Worker, pending: JobQueue, limits: MediaLimits) -> None:
 def _has_room(worker: _Worker) -> bool:
     """May it be sent a message of jobs taken from the queue now?"""
     return (_can_send(worker) and not worker.alone
+            and (not worker.sent or _pipe_room(worker) > 0)
             and len(worker.sent) + max(1, worker.in_flight // 2) <= worker.in_flight)
+
+
+def _pipe_room(worker: _Worker) -> int:
+    """Bytes of jobs it may be sent now: half its pipe less those not answered (a job at
+    least, to one that has none: idle, it reads a message of any size)."""
+    return worker.pipe_bytes // 2 - worker.sent_bytes
+
+
+def _job_bytes(job: ProbeJob) -> int:
+    return len(job.path.encode(errors="surrogateescape")) + JOB_BYTES
 
 
 def _can_send(worker: _Worker) -> bool:
@@ -353,6 +374,7 @@ def _send(worker: _Worker, batch: list[ProbeJob], limits: MediaLimits) -> None:
     if not worker.sent:
         worker.deadline = time.monotonic() + limits.decode_timeout_seconds
     worker.sent.extend(batch)
+    worker.sent_bytes += sum(map(_job_bytes, batch))
     worker.messages.append(len(batch))
     worker.timeout_seconds = limits.decode_timeout_seconds
     try:
@@ -365,7 +387,8 @@ def _start_worker(nice: int = 0, in_flight: int = IN_FLIGHT) -> _Worker:
     """A fresh interpreter that probes what it is sent (see `sandfs.workerproc`), at `nice`."""
     worker = start_worker_process(_WORKER_CODE.format(nice=nice))
     return _Worker(worker.process, worker.jobs, worker.replies, started=time.monotonic(),
-                   in_flight=in_flight, nice=nice)
+                   in_flight=in_flight, nice=nice,
+                   pipe_bytes=fcntl.fcntl(worker.jobs.fileno(), fcntl.F_GETPIPE_SZ))
 
 
 def _start_like(worker: _Worker) -> _Worker:
@@ -434,6 +457,7 @@ def _failed(worker: _Worker, reason: str, detail: str) -> list[Answer]:
 def _answer(worker: _Worker, result: ProbeResult, text: str | None = None) -> Answer:
     """The result of the job the worker was on; the next one starts now."""
     job = worker.sent.popleft()
+    worker.sent_bytes -= _job_bytes(job)
     worker.messages[0] -= 1
     if not worker.messages[0]:
         worker.messages.popleft()

@@ -7,12 +7,14 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
 
 from sandfs.media import scan_workers
-from sandfs.media.scan_workers import probe_files
+from sandfs.media.probebook import ProbeQueue
+from sandfs.media.scan_workers import ProbeJob, ScanPace, probe_files
 from sandfs.media.types import MediaLimits, ProbeFacts, ProbeFailure
 from tests.helpers.probing import copies, patch_probe
 from tests.helpers.processes import children_of
@@ -157,3 +159,23 @@ def test_a_worker_stuck_while_it_starts_is_started_again(tmp_path, dataset_dir, 
     assert "(any) did not start within 0.5 s: killed and replaced" in caplog.text
     assert children_of() <= before
 
+
+def test_messages_outgrowing_the_pipe_do_not_deadlock(tmp_path, dataset_dir):
+    """A background_in_flight of 1,000 and 150-byte names: a message of 500 jobs outgrew the
+    64 KiB job pipe, so the scan's thread waited to send it while the worker waited to send
+    its results, for ever (its stop unheard). The jobs not answered take half the pipe at
+    most: every video is probed."""
+    source, jobs = copies(tmp_path, dataset_dir, 1)[0].path, []
+    for i in range(1000):
+        path = tmp_path / f"{'x' * 150}{i:04d}.mp4"
+        os.link(source, path)
+        jobs.append(ProbeJob(path.name, str(path), (os.stat(path).st_dev, os.stat(path).st_ino)))
+    queue, stop, results = ProbeQueue(jobs), threading.Event(), {}
+    pace = ScanPace(paced_from_videos=1, background_in_flight=1000)
+    scan = threading.Thread(target=lambda: results.update(probe_files(
+        queue, MediaLimits(), workers=1, stop=stop, pace=pace)), daemon=True)
+    scan.start()
+    scan.join(60)
+    stop.set()
+    queue.close()
+    assert len(results) == len(jobs) and not scan.is_alive()
