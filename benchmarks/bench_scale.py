@@ -35,8 +35,10 @@ Per size and task:
 - plan (in this process, on scan results copied from the sources' probes, no mount): planning
   seconds (CPU) of the tasks' plans and of window 0, plan bytes a clip (what tracemalloc sees
   the task plans, the window plan, its board and its window book hold, over the window's
-  clips; and what `plan_window` of window 1 adds beside them, as a window planned only to
-  carry frames for: `future_window_bytes_per_clip`), this process's RSS before planning and
+  clips, and tracemalloc's peak while they are made: `plan_peak_bytes_per_clip`; and what
+  `plan_window` of window 1 adds beside them, as a window planned only to carry frames for,
+  held and at its peak: `future_window_bytes_per_clip`,
+  `future_window_peak_bytes_per_clip`), this process's RSS before planning and
   holding the scan, the plans, window 0 whole, its book and board
   (`rss_before_mb`, `rss_window_mb`: what a daemon's plan costs it, without the FUSE side),
   and Algorithm 1's CPU seconds over window 0 with room for half its clips (skipped above
@@ -451,6 +453,7 @@ def plan_window0(config: Path, scan: DatasetScan, k_epochs: int, store: ObjectSt
     book.add_window(planned.plan)
     held["board_s"] = time.process_time() - cpu
     held["rss_mb"] = rss_mb(os.getpid())  # the scan, the plans, window 0 whole, book, board
+    held["peak_bytes"] = tracemalloc.get_traced_memory()[1]  # 0 unless traced
     fresh = plan_tasks([cfg], scans, k_epochs=k_epochs)  # their views and draws not cached
     cpu = time.process_time()
     held["window"] = plan_window(fresh, 0)
@@ -479,9 +482,10 @@ def plan_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, v
     held = plan_window0(config, scan, args.k_epochs, store)
     del held["window"]  # planned again, alone
     gc.collect()
-    plan_bytes = tracemalloc.get_traced_memory()[0]
+    plan_bytes, peak_bytes = tracemalloc.get_traced_memory()[0], held["peak_bytes"]
+    tracemalloc.reset_peak()
     future = plan_window(held["plans"], 1)  # as the daemon plans a window to carry for
-    future_bytes = tracemalloc.get_traced_memory()[0] - plan_bytes
+    future_bytes, future_peak = (b - plan_bytes for b in tracemalloc.get_traced_memory())
     future_clips = sum(len(work.uses) for work in future.videos.values())
     del future
     tracemalloc.stop()
@@ -496,7 +500,9 @@ def plan_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, v
               "board_cpu_s": round(times["board_s"], 3),
               "planning_us_per_clip": round(whole / clips * 1e6, 2),
               "plan_bytes_per_clip": round(plan_bytes / clips, 1),
+              "plan_peak_bytes_per_clip": round(peak_bytes / clips, 1),
               "future_window_bytes_per_clip": round(future_bytes / max(future_clips, 1), 1),
+              "future_window_peak_bytes_per_clip": round(future_peak / max(future_clips, 1), 1),
               "rss_before_mb": round(before_mb), "rss_window_mb": round(times["rss_mb"])}
     if clips <= args.prune_max_clips:
         window = plan_window0(config, scan, args.k_epochs, store)["window"]
