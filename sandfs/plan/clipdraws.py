@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,13 +46,26 @@ class EpochDraws:
     crops_shared: bool  # the epoch's window shares crop windows with other tasks
     # int32 (videos, 3): each drawn video's frame count, height and width (its probe's)
     sizes: np.ndarray
-    # the videos of the batches drawn together (`prepare_batches`), by iteration, until the
-    # batch is resolved (`take_batch`): found once, as their probes are waited for
-    batches: dict[int, list[int]] = field(default_factory=dict)
+    # the videos of the batches drawn together (`prepare_batches`), found once as their probes
+    # are waited for, until each is resolved (`take_batch`): int32 (iterations, videos a
+    # batch), and how many each holds (0: none, or taken); arrays, not an int object a video
+    batch_videos: np.ndarray
+    batch_counts: np.ndarray
+
+    def hold_batches(self, iterations: np.ndarray, videos: np.ndarray) -> None:
+        """Hold these batches' videos (rows; -1: the places a short last batch lacks)."""
+        self.batch_videos[iterations] = videos  # before its count: a reader sees it whole
+        self.batch_counts[iterations] = (videos >= 0).sum(axis=1)
 
     def take_batch(self, iteration: int) -> list[int] | None:
         """The batch's videos, as `prepare_batches` found them (None: it did not), once."""
-        return self.batches.pop(iteration, None)
+        if not 0 <= iteration < len(self.batch_counts):
+            return None
+        count = int(self.batch_counts[iteration])
+        if not count:
+            return None
+        self.batch_counts[iteration] = 0
+        return self.batch_videos[iteration, :count].tolist()
 
 
 def random_keys(paths: Sequence[StreamPath]) -> tuple[list[Prefix], list[tuple[Prefix, int]]]:
@@ -77,36 +90,32 @@ def random_keys(paths: Sequence[StreamPath]) -> tuple[list[Prefix], list[tuple[P
 
 
 def epoch_batches(plan: TaskPlan, epoch: int, iterations: Iterable[int],
-                  known: np.ndarray) -> dict[int, list[int]]:
-    """`TaskPlan.batch_videos` of these batches of the epoch, by iteration, those it finds (a
-    batch it does not fails, with the reason, when it is planned): their slots read from the
-    epoch's order at once; `known`: each listed video's stand-in found so far (-1: none;
+                  known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`TaskPlan.batch_videos` of these batches of the epoch, those it finds (a batch it does
+    not fails, with the reason, when it is planned): their iterations, and their videos as
+    rows (-1: the places a short last batch lacks). Their slots are read from the epoch's
+    order at once; `known`: each listed video's stand-in found so far (-1: none;
     `TaskPlan.stand_in` keeps those it finds), found for the others, their probes asked for
     at once."""
-    iterations = list(iterations)
+    iterations = np.fromiter(iterations, np.int64)
     per_batch, order = plan.sampling.videos_per_batch, plan.epoch_order(epoch)
-    places = np.asarray(iterations, np.int64)[:, None] * per_batch + np.arange(per_batch)
+    places = iterations[:, None] * per_batch + np.arange(per_batch)
     held = places < len(order)  # an epoch's last batch may hold fewer
-    slots, counts = order[places[held]], held.sum(axis=1).tolist()
-    videos, ends = known[slots], np.cumsum(counts)
-    missing = np.flatnonzero(videos < 0)
-    if len(missing):
-        plan.videos.want(slots[missing].tolist())
-    batch_of, failed = np.searchsorted(ends, missing, side="right").tolist(), set()
-    for place, batch in zip(missing.tolist(), batch_of, strict=True):
-        if batch in failed:
+    slots = np.full(places.shape, -1, np.int64)
+    slots[held] = order[places[held]]
+    videos = np.where(held, known[slots], -1).astype(np.int32)
+    batch, place = np.nonzero(held & (videos < 0))
+    if len(batch):
+        plan.videos.want(slots[batch, place].tolist())
+    failed = np.zeros(len(iterations), bool)
+    for row, column in zip(batch.tolist(), place.tolist(), strict=True):
+        if failed[row]:
             continue
         try:
-            videos[place] = plan.stand_in(int(slots[place]))
+            videos[row, column] = plan.stand_in(int(slots[row, column]))
         except Exception:  # its view fails, with the reason, when it is planned
-            failed.add(batch)
-    found, start = videos.tolist(), 0
-    batches = {}
-    for batch, (iteration, end) in enumerate(zip(iterations, ends.tolist(), strict=True)):
-        if batch not in failed:
-            batches[iteration] = found[start:end]
-        start = end
-    return batches
+            failed[row] = True
+    return iterations[~failed], videos[~failed]
 
 
 @dataclass(slots=True, weakref_slot=True)
@@ -156,9 +165,8 @@ class ClipDraws:
     def prepare_batches(self, epoch: int, iterations: Iterable[int]) -> None:
         """Draw the clips of these batches of the epoch at once (a window's, planned next)."""
         # the task's stand-ins found so far (`TaskPlan.stand_in` keeps them)
-        batches = epoch_batches(self.plan, epoch, iterations, self.plan._stand_ins)
-        self.prepare(epoch, [v for videos in batches.values() for v in videos]).batches.update(
-            batches)
+        found, videos = epoch_batches(self.plan, epoch, iterations, self.plan._stand_ins)
+        self.prepare(epoch, videos[videos >= 0]).hold_batches(found, videos)
 
     def _window(self, window: int) -> WindowDraws:
         with self._lock:
@@ -223,7 +231,9 @@ class ClipDraws:
         return EpochDraws(np.zeros(shape[0], bool), np.zeros(shape, np.int32),
                           {p: np.zeros(shape) for p in self.branch_prefixes},
                           {k: np.zeros(shape, np.uint64) for k in self.op_keys}, bool(crops),
-                          np.zeros((shape[0], 3), np.int32))
+                          np.zeros((shape[0], 3), np.int32),
+                          np.zeros((plan.iterations_per_epoch, plan.sampling.videos_per_batch),
+                                   np.int32), np.zeros(plan.iterations_per_epoch, np.int32))
 
     def _draw(self, epoch: int, into: EpochDraws, rows: np.ndarray) -> None:
         plan = self.plan

@@ -1,0 +1,108 @@
+"""The batches a window's planning draws together (`ClipDraws.prepare_batches`) hold the videos
+`TaskPlan.batch_videos` finds one batch at a time (a bad video's stand-in, a short last batch,
+a batch whose stand-in is not found failing alone), in arrays: no int object a video."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sandfs.config.loader import load_task_config
+from sandfs.media.probebook import ProbeBook
+from sandfs.media.types import BadVideo, ListedVideo
+from sandfs.plan.probed import NoUsableVideo
+from sandfs.plan.task import TaskPlan
+from tests.helpers.harness import task_config, write_config
+from tests.helpers.plans import FAKE_DATASET, fake_videos
+
+VIDEOS, PER_BATCH, BAD, NOT_FOUND = 23, 4, (4, 11, 12), 7
+
+
+def _plan(tmp_path: Path, seed: int) -> TaskPlan:
+    """23 videos, 3 of them bad, in batches of 4 (the last short); slot 7's stand-in is not
+    found (its batches fail, with the reason)."""
+    infos = fake_videos(VIDEOS)
+    listed = [ListedVideo(v.name, v.rel_path, v.path, 1, 1) for v in infos]
+    book = ProbeBook(listed, threading.Event())
+    for i, info in enumerate(infos):
+        book.record(info.rel_path, BadVideo(info.rel_path, "open_invalid", "no")
+                    if i in BAD else info)
+    config = task_config(FAKE_DATASET, seed=seed, epochs=3,
+                         sampling={"videos_per_batch": PER_BATCH, "drop_last": False})
+    cfg = load_task_config(write_config(tmp_path / f"t{seed}.yaml", config), check_paths=False)
+    plan = TaskPlan(cfg, listed, k_epochs=2, probes=book)
+    stand_in = plan.stand_in
+
+    def failing(index: int) -> int:
+        if index == NOT_FOUND:
+            raise NoUsableVideo(f"slot {index} has none")
+        return stand_in(index)
+
+    plan.stand_in = failing  # type: ignore[method-assign]
+    return plan
+
+
+def _alone(plan: TaskPlan, epoch: int, iteration: int) -> list[int] | None:
+    try:
+        return plan.batch_videos(epoch, iteration)
+    except NoUsableVideo:
+        return None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batches_drawn_together_are_those_found_one_at_a_time(tmp_path, seed):
+    together, alone = _plan(tmp_path, seed), _plan(tmp_path, seed)
+    per = together.iterations_per_epoch
+    assert per * PER_BATCH > VIDEOS  # a short last batch
+    rng = np.random.default_rng(seed)
+    expected, found = [], []
+    for epoch in range(together.epochs):
+        drawn = rng.permutation(per)[: per - 1].tolist()  # some, in any order; one not
+        together.draws.prepare_batches(epoch, drawn)
+        held = together.draws.drawn(epoch)
+        for iteration in range(per):
+            expected.append(_alone(alone, epoch, iteration) if iteration in drawn else None)
+            found.append(held.take_batch(iteration))
+            assert held.take_batch(iteration) is None  # taken once
+    assert found == expected
+    assert None in expected and any(len(b or ()) == VIDEOS % PER_BATCH for b in expected)
+    assert not {v for b in found if b for v in b} & set(BAD)  # their stand-ins hold them
+
+
+def test_a_batch_out_of_the_epoch_is_not_held(tmp_path):
+    plan = _plan(tmp_path, 0)
+    plan.draws.prepare_batches(0, [0])
+    held = plan.draws.drawn(0)
+    assert held.take_batch(-1) is None and held.take_batch(plan.iterations_per_epoch) is None
+    assert held.take_batch(0) == _alone(plan, 0, 0)
+
+
+def test_batches_drawn_together_hold_no_int_object_a_video(tmp_path):
+    """Held as int32 arrays: holding 500 batches of 2,000 videos allocates nothing more than
+    a few stray bytes once the epoch's draws and order are made (a list of ints a batch:
+    ~45 bytes a video)."""
+    path = write_config(tmp_path / "t.yaml", task_config(
+        FAKE_DATASET, sampling={"videos_per_batch": PER_BATCH}))
+    plan = TaskPlan(load_task_config(path, check_paths=False), fake_videos(2000), k_epochs=2)
+    every = range(plan.iterations_per_epoch)
+    plan.draws.prepare_batches(1, every)  # every video's stand-in found
+    plan.draws.prepare(0, range(2000))
+    plan.epoch_order(0)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        plan.draws.prepare_batches(0, every)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 2000, grown  # bytes, for 2,000 videos
+    held = plan.draws.drawn(0)
+    assert held.batch_videos.dtype == np.int32 and held.batch_counts.dtype == np.int32
+    assert held.take_batch(3) == plan.batch_videos(0, 3)
