@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 # (a window's planning releases its own); their arrays are zeroed pages, in memory where drawn
 KEPT_EPOCHS_AFTER_WINDOW = 1
 KEPT_WINDOWS = 2  # windows whose probes and pool anchors are kept: the one planned, the next
+# clips drawn at once: their key texts and digests (~500 bytes a clip) are made, and freed,
+# a few MB at a time, not for a whole window's epoch at once (50 MB at 100,000 videos)
+CLIPS_DRAWN_AT_ONCE = 8192
 
 Prefix = tuple[tuple[str, int], ...]  # the DAG entries of a path up to a step
 
@@ -157,9 +160,10 @@ class ClipDraws:
                 while len(self._epochs) > self._kept:
                     self._epochs.popitem(last=False)
         indices = np.asarray(indices, dtype=np.int64)
-        missing = indices[~found.done[indices]]
-        if len(missing):
-            self._draw(epoch, found, np.unique(missing))
+        missing = np.unique(indices[~found.done[indices]])
+        rows = max(1, CLIPS_DRAWN_AT_ONCE // self.plan.sampling.samples_per_video)
+        for start in range(0, len(missing), rows):
+            self._draw(epoch, found, missing[start : start + rows])
         return found
 
     def prepare_batches(self, epoch: int, iterations: Iterable[int]) -> None:

@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from sandfs.config.loader import load_task_config
 from sandfs.media.probebook import ProbeBook
 from sandfs.media.types import DatasetScan
 from sandfs.ops.base import OpType
+from sandfs.plan import clipdraws
 from sandfs.plan.cliptable import TableClips
 from sandfs.plan.draws import FirstOutput, NeedGenerator, digest_words, key_texts, pcg64_first
 from sandfs.plan.mount import plan_tasks
@@ -277,3 +279,35 @@ def test_a_probe_waited_for_holds_up_no_other_draws(tmp_path):
     assert not meanwhile.is_alive()
     waiting.join(5)
     assert not waiting.is_alive() and plan.draws.prepare(0, []).done[late]
+
+
+@pytest.mark.parametrize("name", ["harness_short_wrap", "pair"])
+def test_draws_made_a_few_clips_at_a_time_are_those_made_at_once(monkeypatch, name):
+    texts, count = CASES[name]
+    at_once = _plans(texts, count)
+    monkeypatch.setattr(clipdraws, "CLIPS_DRAWN_AT_ONCE", 5)  # 2 or 5 videos at a time
+    apart = _plans(texts, count)
+    for one, other in zip(at_once, apart, strict=True):
+        for epoch in range(one.epochs):
+            rows = np.random.default_rng(epoch).permutation(count)[: count - 3]
+            drawn, again = one.draws.prepare(epoch, rows), other.draws.prepare(epoch, rows)
+            assert (drawn.done == again.done).all() and drawn.done.sum() == count - 3
+            assert (drawn.starts == again.starts).all() and (drawn.sizes == again.sizes).all()
+            for made, remade in ((drawn.units, again.units), (drawn.outputs, again.outputs)):
+                assert made.keys() == remade.keys()
+                assert all((made[k] == remade[k]).all() for k in made)
+
+
+def test_drawing_a_whole_epoch_holds_a_few_clips_texts_at_a_time(monkeypatch, tmp_path):
+    """Drawing 4,096 videos at once: what it frees after (key texts, digests: ~500 bytes a
+    clip) stays bounded by the clips drawn at once."""
+    plan = make_plan(tmp_path, fake_videos(4096))
+    plan.draws.prepare(1, range(4096))  # probes looked up, pool anchors drawn: the window's
+    monkeypatch.setattr(clipdraws, "CLIPS_DRAWN_AT_ONCE", 256)
+    tracemalloc.start()
+    try:
+        plan.draws.prepare(0, range(4096))
+        after, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak - after < 512 * 1024, peak - after  # 2.1 MB drawn at once
