@@ -225,9 +225,9 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     tabled()
     for plan in plans:  # what was resolved ahead and not taken (planned already) goes
         plan.drop_ahead(plan.window_epochs(window))
+    for plan, epoch in drawn:  # the views hold what was drawn: the arrays go, before the
+        plan.draws.release(epoch)  # uses are grouped (a window's peak would hold both)
     videos = groups.grouped(window)
-    for plan, epoch in drawn:  # the views hold what was drawn: the arrays go
-        plan.draws.release(epoch)
     for key in failed:
         del views[key]
     return WindowPlan(window, videos, views, frozen, failed, view_plans)

@@ -25,6 +25,7 @@ from sandfs.plan.mount import plan_tasks
 from sandfs.plan.probed import NoUsableVideo
 from sandfs.plan.staticpath import RandomOp
 from sandfs.plan.task import TaskPlan
+from sandfs.plan.usegroups import UseGroups
 from sandfs.plan.window import plan_window
 from tests.helpers.harness import task_config
 from tests.helpers.plans import FAKE_DATASET, fake_videos
@@ -259,6 +260,21 @@ def test_a_planned_window_keeps_no_draws():
     plan, = plans = _plans(_random_config(4), _videos(23, 4))
     plan_window(plans, 0)
     assert not plan.draws._epochs and not plan.draws._windows
+
+
+def test_a_windows_draws_go_before_its_uses_are_grouped(monkeypatch):
+    """Grouping a window's uses (~95 bytes a clip while it runs) does not hold its draws too
+    (~40 bytes a video an epoch): the window's peak holds one or the other."""
+    plan, = plans = _plans(_random_config(4), _videos(23, 4))
+    grouped, held = UseGroups.grouped, []
+
+    def grouping(self, window):
+        held.append(len(plan.draws._epochs))
+        return grouped(self, window)
+
+    monkeypatch.setattr(UseGroups, "grouped", grouping)
+    plan_window(plans, 0)
+    assert held == [0]
 
 
 def test_views_resolved_already_leave_a_task_epochs_others_resolved_together(monkeypatch):
