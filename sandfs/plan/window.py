@@ -7,6 +7,7 @@ of tasks with the same data key are the same objects and appear once.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Container, Mapping, MutableMapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -314,10 +315,10 @@ def _prepare(views: dict[ViewKey, tuple[TaskPlan, int, int]],
              known: Container[ViewKey]) -> list[tuple[TaskPlan, int]]:
     """Draw the clips of each task epoch's views at once (`ClipDraws.prepare_batches`); the
     epochs."""
-    by_epoch: dict[tuple[TaskPlan, int], list[int]] = {}
+    by_epoch: dict[tuple[TaskPlan, int], array[int]] = {}  # no int object a batch
     for key, (plan, epoch, iteration) in views.items():
         if key not in known:
-            by_epoch.setdefault((plan, epoch), []).append(iteration)
+            by_epoch.setdefault((plan, epoch), array("q")).append(iteration)
     for (plan, epoch), iterations in by_epoch.items():
         stop_if_asked()
         plan.draws.prepare_batches(epoch, iterations)
