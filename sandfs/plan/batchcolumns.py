@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sandfs.plan.cliptable import TableClips, table_clips
+from sandfs.plan.cliptable import TableClips, clip_frames, table_clips
 from sandfs.plan.uses import ViewRow
 
 if TYPE_CHECKING:
@@ -174,8 +174,21 @@ class BatchColumns:
             return self._loose.get(row) if self._loose else None
         return table_clips(self._tables[table], self._start[row], self._count[row])
 
+    def clip_rows(self, rows: int) -> tuple[list[ClipTable], np.ndarray, np.ndarray]:
+        """The clip tables, and each of the first `rows` rows' table (-1: none, its clips
+        `clips`') and first clip there, in numpy (copies: a planning thread may append)."""
+        return list(self._tables), _ints(self._clips, rows), _ints(self._start, rows)
+
+    def frames_and_source(self, row: int, slot: int) -> tuple[tuple[int, ...], tuple | None]:
+        """The frame indices and source of the clip in `slot` of the batch."""
+        table = self._clips[row]
+        if table < 0:
+            return clip_frames(self.clips(row), slot)  # type: ignore[arg-type]
+        return self._tables[table].frames_and_source(self._start[row] + slot)
+
     def view_row(self, row: int) -> TableRow:
-        """The batch as its videos' uses see it: one a batch, made as it is resolved."""
+        """The batch as its videos' uses see it, made when read (a use holds its row's
+        number, `uses.TableRows`)."""
         made = _new_object(TableRow)
         _set(made, "_columns", self)
         _set(made, "_row", row)
@@ -186,8 +199,8 @@ class TableRow:
     """A batch's `ViewRow` as its row of a window's `BatchColumns`: its key, clips and readers
     made when read, so that a batch holds no `ViewKey`, `TableClips` or readers tuple of its
     own. Read as a `ViewRow` (`view`, `clips`, `readers`), not one: a subclass held its three
-    slots unused, 56 bytes a batch, not 32. One a batch, shared by its videos' uses as the
-    `ViewRow` it stands for: equal to itself only. Frozen."""
+    slots unused, 56 bytes a batch, not 32. Made when read, not held: two are equal when they
+    read the same row of the same columns. Frozen."""
 
     __slots__ = ("_columns", "_row")
 
@@ -218,6 +231,14 @@ class TableRow:
     @property
     def readers(self) -> tuple[tuple[str, int], ...]:
         return self._columns.readers_of(self._row)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not TableRow:
+            return NotImplemented
+        return self._columns is other._columns and self._row == other._row
+
+    def __hash__(self) -> int:
+        return hash((id(self._columns), self._row))
 
     def __reduce__(self):
         """Sent elsewhere (or copied) as the `ViewRow` it stands for, not with its columns."""

@@ -14,43 +14,45 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sandfs.plan.cliptable import clip_videos
-from sandfs.plan.uses import UseColumns, ViewRow
+from sandfs.plan.uses import UseColumns
 from sandfs.plan.windowvideos import WindowVideos
 
 if TYPE_CHECKING:
+    from sandfs.plan.batchcolumns import BatchColumns
     from sandfs.plan.task import TaskPlan
 
 _PLAN_SHIFT = 40  # a clip's (plan, video index) as one int64: video indices stay below 2**40
 
 
 class UseGroups:
-    """The uses of a window noted a batch at a time, grouped by video at the end (`grouped`)."""
+    """The uses of a window noted a batch at a time, grouped by video at the end (`grouped`):
+    a batch is its row's number in the window's batch columns, no object (a `TableRow` a
+    batch a part was ~1.0M objects at 250,000 videos planned in ~150 parts)."""
 
-    def __init__(self) -> None:
-        self._rows: list[ViewRow] = []  # each batch noted
+    def __init__(self, table: BatchColumns) -> None:
+        self._table = table  # the rows the batches noted are of
         self._plans: list[TaskPlan] = []
         self._plan_of: dict[int, int] = {}  # id of a plan -> its number
-        self._batch = array("i")  # per use: its batch, an index into `_rows`
+        self._batch = array("i")  # per use: its batch's row in `_table`
         self._slot = array("H")
         self._video = array("q")  # per use: (plan number << _PLAN_SHIFT) | video index
 
-    def note(self, plan: TaskPlan, row: ViewRow, owners: Sequence[str] | None = None,
+    def note(self, plan: TaskPlan, row: int, owners: Sequence[str] | None = None,
              lead: Container[str] | None = None, skip: Container[str] = frozenset()) -> None:
-        """A batch's uses, all of them, or (`owners`: each slot's listed video) those of slots
-        whose owner is held: in `lead` when given, and not in `skip`."""
+        """The uses of the batch at `row` (resolved), all of them, or (`owners`: each slot's
+        listed video) those of slots whose owner is held: in `lead` when given, and not in
+        `skip`."""
         number = self._plan_of.get(id(plan))
         if number is None:
             number = self._plan_of[id(plan)] = len(self._plans)
             self._plans.append(plan)
-        videos = clip_videos(row.clips)  # a slice of the table's column, not a clip at a time
+        videos = clip_videos(self._table.clips(row))  # a slice of a column, not a clip a time
         slots: Sequence[int] = range(len(videos))
         if owners is not None:
             slots = [slot for slot in slots if owners[slot] not in skip
                      and (lead is None or owners[slot] in lead)]
             videos = array("i", (videos[slot] for slot in slots))
-        batch = len(self._rows)
-        self._rows.append(row)
-        self._batch.extend([batch] * len(slots))
+        self._batch.extend([row] * len(slots))
         self._slot.extend(slots)
         base = number << _PLAN_SHIFT
         self._video.extend([base + video for video in videos])
@@ -59,7 +61,7 @@ class UseGroups:
         """The window's videos: each video's uses as a group of columns, in planning order,
         the videos in the order their first uses came, each with the plan of its first use."""
         if not self._video:
-            return WindowVideos(window, UseColumns([], np.zeros(0, np.int32),
+            return WindowVideos(window, UseColumns(self._table, np.zeros(0, np.int32),
                                                    np.zeros(0, np.uint16), np.zeros(1, np.int64)),
                                 [], [], [])
         keys, inverse = np.unique(np.frombuffer(self._video, np.int64), return_inverse=True)
@@ -75,7 +77,7 @@ class UseGroups:
         order = np.argsort(video, kind="stable")  # each video's uses in planning order
         ends = np.searchsorted(video[order], np.arange(len(ids) + 1))
         slot = np.frombuffer(self._slot, np.uint16)[order]
-        columns = UseColumns(self._rows, np.frombuffer(self._batch, np.int32)[order], slot, ends)
+        columns = UseColumns(self._table, np.frombuffer(self._batch, np.int32)[order], slot, ends)
         firsts = [pairs[k] for k in inverse[order[ends[:-1]]].tolist()]  # (plan, video index)
         plans = self._plans
         infos = [plans[plan].videos[index] for plan, index in firsts]  # its probe, once a video

@@ -1,7 +1,10 @@
 """A video's clips in a window as two columns, not an object each: the batch each clip is in (a
-`ViewRow`, one a batch, shared by the batch's videos) and its slot there. A `ClipUse` is made
-when a clip is looked at, and is equal to the one a plan made before: 64 bytes of a clip's plan
-were its `ClipUse` (docs/performance.md#planning-and-scheduling-at-scale).
+`ViewRow`; in a window, its row's number in the window's batch columns, `TableRows`, the row
+made when read) and its slot there. A `ClipUse` is made when a clip is looked at, and is equal
+to the one a plan made before: 64 bytes of a clip's plan were its `ClipUse`
+(docs/performance.md#planning-and-scheduling-at-scale); a row held a batch, 76 bytes, and a
+window planned in parts held one a part its batch is in
+(docs/performance.md#a-windows-batches-and-the-board).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 from sandfs.plan.cliptable import TableClips, clip_frames
 
 if TYPE_CHECKING:
+    from sandfs.plan.batchcolumns import BatchColumns
     from sandfs.plan.records import StreamClip
     from sandfs.plan.window import ViewKey
 
@@ -46,6 +50,56 @@ def _slot_column(slots: Sequence[int]) -> bytes | array:
     """Slots a byte each where they fit (a batch of up to 256 clips), else two."""
     fits = max(slots, default=0) < 256
     return bytes(list(slots)) if fits else array("H", slots)  # values, not an array's bytes
+
+
+class TableRows(Sequence[ViewRow]):
+    """Batches as their rows' numbers in a window's batch columns (`BatchColumns`), 4 bytes a
+    use: a row (`TableRow`) or key made when read, none held."""
+
+    __slots__ = ("numbers", "table")
+
+    def __init__(self, table: BatchColumns, numbers: array | range) -> None:
+        self.table, self.numbers = table, numbers
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    def __iter__(self) -> Iterator[ViewRow]:
+        return map(self.table.view_row, self.numbers)
+
+    @overload
+    def __getitem__(self, index: int) -> ViewRow: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> TableRows: ...
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return TableRows(self.table, self.numbers[index])
+        return self.table.view_row(self.numbers[index])
+
+    def views(self) -> Iterator[ViewKey]:
+        """Each row's batch key, with no row made."""
+        return map(self.table.key, self.numbers)
+
+    def key(self, index: int) -> ViewKey:
+        """Row `index`'s batch key, with no row made."""
+        return self.table.key(self.numbers[index])
+
+    def select(self, mask: Sequence[bool]) -> TableRows:
+        return TableRows(self.table, array("i", compress(self.numbers, mask)))
+
+    def __add__(self, other: Sequence[ViewRow]) -> Sequence[ViewRow]:
+        if type(other) is TableRows and other.table is self.table:
+            return TableRows(self.table, array("i", self.numbers) + array("i", other.numbers))
+        return (*self, *other)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 class ColumnUses(Sequence[ClipUse]):
@@ -99,7 +153,7 @@ class ColumnUses(Sequence[ClipUse]):
 
     def keep(self, wanted: Callable[[ViewKey], bool]) -> ColumnUses:
         """The uses whose batch is `wanted`, as columns still (this one if all are)."""
-        mask = [wanted(row.view) for row in self.columns[0]]
+        mask = list(map(wanted, _views(self.columns[0])))
         return self if all(mask) else self.select(mask)
 
     def select(self, mask: Sequence[bool]) -> Uses:
@@ -107,7 +161,8 @@ class ColumnUses(Sequence[ClipUse]):
         if len(mask) != len(self):
             raise ValueError(f"{len(mask)} flags for {len(self)} uses")
         rows, slots = self.columns
-        return Uses(tuple(compress(rows, mask)), list(compress(slots, mask)))
+        kept = rows.select(mask) if type(rows) is TableRows else tuple(compress(rows, mask))
+        return Uses(kept, list(compress(slots, mask)))
 
     def __add__(self, other: Sequence[ClipUse]) -> ColumnUses:
         if not isinstance(other, Sequence):
@@ -115,7 +170,8 @@ class ColumnUses(Sequence[ClipUse]):
         if not other:
             return self
         (rows, slots), (more, theirs) = self.columns, Uses.of(other).columns  # loose: rows
-        return Uses(tuple(rows) + tuple(more), [*slots, *theirs])
+        joined = rows + more if type(rows) is TableRows else (*rows, *more)
+        return Uses(joined, [*slots, *theirs])
 
     def __radd__(self, other: Sequence[ClipUse]) -> ColumnUses:
         if not isinstance(other, Sequence):
@@ -139,21 +195,22 @@ class ColumnUses(Sequence[ClipUse]):
 
 
 class Uses(ColumnUses):
-    """Uses holding their own rows (a batch each) and slots."""
+    """Uses holding their own rows (a batch each, or their numbers: `TableRows`) and
+    slots."""
 
     __slots__ = ("_rows", "_slots")
 
     def __init__(self, rows: Sequence[ViewRow], slots: Sequence[int]) -> None:
         if len(rows) != len(slots):
             raise ValueError(f"{len(rows)} batches for {len(slots)} slots")
-        self._rows = tuple(rows)
+        self._rows = rows if type(rows) is TableRows else tuple(rows)
         self._slots = _slot_column(slots)
 
     def __len__(self) -> int:
         return len(self._rows)
 
     @property
-    def columns(self) -> tuple[tuple[ViewRow, ...], bytes | array]:
+    def columns(self) -> tuple[Sequence[ViewRow], bytes | array]:
         return self._rows, self._slots
 
 
@@ -165,20 +222,29 @@ def _array(code: str, values: np.ndarray) -> array:
 
 class UseColumns:
     """A window's uses, all its videos', as columns grouped by video (`UseGroups`): each use's
-    batch (an index into `rows`) and its slot there, and where each video's uses start
-    (`starts`, one more than the videos). A video's `WindowUses` is its range of them: 5 or 6
-    bytes a clip, not a tuple of rows and a column of slots a video."""
+    batch (its row's number in the window's batch columns, `table`) and its slot there, and
+    where each video's uses start (`starts`, one more than the videos). A video's `WindowUses`
+    is its range of them: 5 or 6 bytes a clip, and no object a batch (`rows`: made when
+    read)."""
 
-    __slots__ = ("batch", "rows", "slot", "starts")
+    __slots__ = ("batch", "held", "slot", "starts", "table")
 
-    def __init__(self, rows: Sequence[ViewRow], batch: np.ndarray, slot: np.ndarray,
+    def __init__(self, table: BatchColumns, batch: np.ndarray, slot: np.ndarray,
                  starts: np.ndarray) -> None:
         if len(batch) != len(slot) or starts[-1] != len(batch):
             raise ValueError(f"{len(batch)} batches, {len(slot)} slots, {starts[-1]} uses")
-        self.rows = rows  # arrays, not numpy's: a video's group is read a few ints at a time
-        self.batch = _array("i", batch)
+        held = len(table)  # rows added later (a window's later parts) are not these uses'
+        if len(batch) and not 0 <= int(batch.min()) <= int(batch.max()) < held:
+            raise ValueError(f"batch rows {int(batch.min())}..{int(batch.max())} of {held}")
+        self.table, self.held = table, held
+        self.batch = _array("i", batch)  # arrays, not numpy's: a group is read a few at a time
         self.starts = _array("i" if len(batch) < 2**31 else "q", starts)  # a video's start
         self.slot = _array("B" if len(slot) == 0 or slot.max() < 256 else "H", slot)
+
+    @property
+    def rows(self) -> TableRows:
+        """Batch b's row is `rows[b]`, made when read."""
+        return TableRows(self.table, range(self.held))
 
     def __len__(self) -> int:
         """The videos."""
@@ -211,10 +277,9 @@ class WindowUses(ColumnUses):
         return self._columns, self._start, self._end
 
     @property
-    def columns(self) -> tuple[tuple[ViewRow, ...], array]:
+    def columns(self) -> tuple[TableRows, array]:
         columns, start, end = self._columns, self._start, self._end
-        rows = columns.rows
-        return tuple(map(rows.__getitem__, columns.batch[start:end])), columns.slot[start:end]
+        return TableRows(columns.table, columns.batch[start:end]), columns.slot[start:end]
 
 
 def kept(uses: Sequence[ClipUse], wanted: Callable[[ViewKey], bool]) -> Sequence[ClipUse]:
@@ -240,14 +305,46 @@ def frame_rows(uses: Sequence[ClipUse]) -> Iterator[tuple[ViewKey, int, tuple[in
                                                            tuple | None]]:
     """(batch, slot, frame indices, source) of each use, with no `ClipUse` or `StreamClip`
     made where its columns have them: what pruning and a video's frames read."""
-    if isinstance(uses, ColumnUses):
-        for row, slot in zip(*uses.columns, strict=True):
-            clips = row.clips
-            if type(clips) is TableClips:  # inline `clip_frames`: a clip a call, three passes
-                frames, source = clips.table.frames_and_source(clips.start + slot)
-            else:
-                frames, source = clip_frames(clips, slot)
-            yield row.view, slot, frames, source
-    else:
+    if not isinstance(uses, ColumnUses):
         for use in uses:
             yield use.view, use.slot, use.clip.frame_indices, use.clip.source
+        return
+    rows, slots = uses.columns
+    if type(rows) is TableRows:  # read from the table by number: no row made
+        table = rows.table
+        for number, slot in zip(rows.numbers, slots, strict=True):
+            yield (table.key(number), slot, *table.frames_and_source(number, slot))
+        return
+    for row, slot in zip(rows, slots, strict=True):
+        clips = row.clips
+        if type(clips) is TableClips:  # inline `clip_frames`: a clip a call, three passes
+            frames, source = clips.table.frames_and_source(clips.start + slot)
+        else:
+            frames, source = clip_frames(clips, slot)
+        yield row.view, slot, frames, source
+
+
+def _views(rows: Sequence[ViewRow]) -> Iterator[ViewKey]:
+    """Each row's batch key (no row made for those read by number)."""
+    return rows.views() if type(rows) is TableRows else (row.view for row in rows)
+
+
+def distinct_rows(columns: Sequence[Sequence[ViewRow]]) -> tuple[list[ViewRow], array]:
+    """The distinct batches of uses' rows (a sequence of rows a video), a row each, and each
+    use's index among them (int32): by (table, number) where rows are read by number, no row
+    made a use; by identity otherwise (`cliptable.distinct`)."""
+    ids, tables = [], {}
+    for rows in columns:
+        if type(rows) is TableRows:  # past any address: a (table, number) is not an id
+            table = tables.setdefault(id(rows.table), len(tables))
+            ids.append(np.asarray(rows.numbers, np.int64) + ((table << 32) | 1 << 62))
+        else:
+            ids.append(np.fromiter(map(id, rows), np.int64, len(rows)))
+    flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
+    found = array("i")
+    found.frombytes(inverse.astype(np.int32).tobytes())
+    ends = np.cumsum([len(rows) for rows in columns])
+    which = np.searchsorted(ends, first, "right").tolist()
+    return [columns[w][i - (int(ends[w - 1]) if w else 0)]
+            for w, i in zip(which, first.tolist(), strict=True)], found

@@ -163,8 +163,8 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                  known: Container[ViewKey] = frozenset(), lead: Container[str] | None = None,
                  skip: Container[str] = frozenset(),
                  resolved: Mapping[ViewKey, ViewPlan] = MappingProxyType({})) -> WindowPlan:
-    groups = UseGroups()  # each batch's uses, grouped by video at the end
     rows = _batch_rows(plans, window, lead)
+    groups = UseGroups(rows.columns)  # each batch's uses, grouped by video at the end
     views, frozen = ViewsMap(rows), ReadersMap(rows)
     drawn = _prepare(views, _Either(known, resolved))
     failed: dict[ViewKey, FailedView] = {}
@@ -187,7 +187,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
             number = rows.row_of(key)
             rows.resolved(number, view)
             owners = slot_owners(plan, view) if lead is not None or skip else None
-            groups.note(plan, rows.view_row(number), owners, lead, skip)
+            groups.note(plan, number, owners, lead, skip)
         planned.clear()
 
     def resolve() -> None:

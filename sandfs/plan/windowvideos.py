@@ -379,7 +379,7 @@ class WindowVideos(MutableMapping[str, "VideoWork | ColumnVideo"]):
         copy._firsts, copy._count, copy._index = list(self._firsts), self._count, self._index
         copy._gone, copy._empty = {}, set(self._empty)
         for at, chunk in enumerate(self._chunks):
-            gone = bytearray(not wanted(row.view) for row in chunk.columns.rows)
+            gone = bytearray(not wanted(key) for key in chunk.columns.rows.views())
             if at in self._gone:
                 gone = bytearray(a | b for a, b in zip(gone, self._gone[at], strict=True))
             if any(gone):

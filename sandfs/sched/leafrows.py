@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sandfs.plan.batchcolumns import TableRow
+from sandfs.plan.batchcolumns import BatchColumns
 from sandfs.plan.batchrows import RowMap
-from sandfs.plan.cliptable import ClipTable, TableClips, frame_count
+from sandfs.plan.cliptable import ClipTable, frame_count
 from sandfs.plan.task import TaskPlan
-from sandfs.plan.uses import ClipUse, ColumnUses, UseColumns, ViewRow
+from sandfs.plan.uses import ClipUse, ColumnUses, UseColumns
 from sandfs.plan.window import ViewKey, WindowPlan
 from sandfs.plan.windowvideos import ColumnRun, WindowVideos
 
@@ -158,50 +158,51 @@ class _Batches:
         view = views[batch]
         missing = np.flatnonzero(view < 0)
         if len(missing):  # as a dict would: a use of a batch the window does not hold
-            raise KeyError(columns.rows[int(batch[missing[0]])].view)
+            raise KeyError(columns.table.key(int(batch[missing[0]])))
         return view, slot, counts[offsets[batch] + slot], video
 
     def _row_columns(self, columns: UseColumns) -> tuple[np.ndarray, ...]:
         """Each of a chunk's batch rows' batch index (-1: not the window's) and where its
-        clips' frame counts start, and the frame counts of the clip tables they read: a
-        row at a time, once a chunk."""
+        clips' frame counts start, and the frame counts of the clip tables they read: from
+        the rows' numbers in numpy, once a chunk (no row made)."""
         found = self._rows.get(id(columns))
         if found is not None:
             return found
-        rows = columns.rows
-        views = np.empty(len(rows), np.int64)
-        offsets = np.empty(len(rows), np.int64)
-        counts: list[np.ndarray] = []
-        bases: dict[int, int] = {}
-        total = 0
-        mine = None if self._table is None else self._table.columns
-        for at, row in enumerate(rows):
-            views[at] = self._view_of(row, mine)
-            clips = row.clips
-            if type(clips) is TableClips:
-                base = bases.get(id(clips.table))
-                if base is None:
-                    base = bases[id(clips.table)] = total
-                    counts.append(_frame_counts(clips.table))
-                    total += len(counts[-1])
-                offsets[at] = base + clips.start
-            else:  # clips of their own (a tuple): their counts, as a table of their own
+        table, held = columns.table, columns.held
+        tables, which, start = table.clip_rows(held)
+        used = np.unique(which[which >= 0])
+        counts = [_frame_counts(tables[t]) for t in used.tolist()]
+        base = np.zeros(len(tables), np.int64)
+        base[used] = np.cumsum([0] + [len(c) for c in counts])[:-1]
+        offsets = np.where(which >= 0, base[np.maximum(which, 0)] + start, 0)
+        total = sum(map(len, counts))
+        for row in np.flatnonzero(which < 0).tolist():  # clips of their own (a tuple), or none
+            clips = table.clips(row)
+            if clips is not None:  # their counts, as a table of their own
                 counts.append(np.array([0 if c is None else len(c.frame_indices)
                                         for c in clips], np.int64))
-                offsets[at] = total
-                total += len(counts[-1])
+                offsets[row] = total
+                total += len(clips)
+        views = self._views_of(table, held, np.frombuffer(columns.batch, np.int32))
         found = self._rows[id(columns)] = (views, offsets, np.concatenate(
             counts) if counts else np.zeros(0, np.int64))
         return found
 
-    def _view_of(self, row: ViewRow, mine: object) -> int:
-        """A batch row's index among the window's batches: by its table row where it reads
-        the window's, else by its key (-1: none)."""
-        if type(row) is TableRow:
-            columns, number = row.place
-            if columns is mine and number < len(self._at_row) and self._at_row[number] >= 0:
-                return int(self._at_row[number])
-        return self.index().get(row.view, -1)
+    def _views_of(self, table: BatchColumns, held: int, batch: np.ndarray) -> np.ndarray:
+        """Each of the first `held` rows' index among the window's batches: by its row where
+        it reads the window's table, else by its key where a use (`batch`) reads it (-1:
+        none)."""
+        views = np.full(held, -1, np.int64)
+        if self._table is not None and table is self._table.columns:
+            mine = min(held, len(self._at_row))
+            views[:mine] = self._at_row[:mine]
+        noted = np.zeros(held, bool)
+        noted[batch] = True
+        missing = np.flatnonzero((views < 0) & noted).tolist()
+        if missing:
+            index = self.index()
+            views[missing] = [index.get(table.key(row), -1) for row in missing]
+        return views
 
 
 def _frame_counts(table: ClipTable) -> np.ndarray:

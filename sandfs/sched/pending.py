@@ -105,18 +105,20 @@ class _Part:
     def take(self, group: int, spots: set[tuple[ViewKey, int]]) -> None:
         """The group's uses at these (batch, slot) spots are taken."""
         columns, taken = self.columns, self.taken
-        rows, batch, slot = columns.rows, columns.batch, columns.slot
+        key, batch, slot = columns.table.key, columns.batch, columns.slot
         for use in range(columns.starts[group], columns.starts[group + 1]):
-            if not taken[use] and (rows[batch[use]].view, slot[use]) in spots:
+            if not taken[use] and (key(batch[use]), slot[use]) in spots:
                 taken[use] = 1
                 self.left[group] -= 1
 
     def take_batches(self, gone: Callable[[ViewKey], bool]) -> None:
         """Every use of the batches `gone` is taken."""
-        rows = [i for i, row in enumerate(self.columns.rows) if gone(row.view)]
+        batch = np.frombuffer(self.columns.batch, np.int32)
+        key = self.columns.table.key
+        rows = [row for row in np.unique(batch).tolist() if gone(key(row))]  # no row made
         if not rows:
             return
-        uses = np.isin(np.frombuffer(self.columns.batch, np.int32), rows)
+        uses = np.isin(batch, rows)
         flags = np.frombuffer(self.taken, np.uint8)
         flags |= uses.astype(np.uint8)  # writes through to `taken`
         self.left = array("i", group_counts(flags == 0, self.columns).tolist())

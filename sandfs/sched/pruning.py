@@ -16,7 +16,7 @@ import numpy as np
 
 from sandfs.cache.flatprune import FlatGraphs, gather, prune_flat
 from sandfs.plan.cliptable import TableClips, distinct
-from sandfs.plan.uses import ColumnUses, frame_rows
+from sandfs.plan.uses import ColumnUses, distinct_rows, frame_rows
 from sandfs.plan.window import VideoWork, WindowPlan
 from sandfs.runtime import collector_paused
 from sandfs.sched.objects import (
@@ -145,9 +145,9 @@ def table_rows(plan: WindowPlan, works: list[VideoWork],
         wait_turn()
         columns = chunk_columns(works[chunk:chunk + _CHUNK])
         counts.extend(len(rows) for rows, _ in columns)
-        batch_rows.extend(itertools.chain.from_iterable(rows for rows, _ in columns))
+        batch_rows.extend(rows for rows, _ in columns)
         slots.extend(itertools.chain.from_iterable(slot for _, slot in columns))
-    batches, batch_of = distinct(batch_rows)
+    batches, batch_of = distinct_rows(batch_rows)  # a row a batch, not a use
     if any(type(row.clips) is not TableClips for row in batches):
         return None
     wait_turn()

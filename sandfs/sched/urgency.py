@@ -17,16 +17,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from itertools import chain
 
 import numpy as np
 
-from sandfs.plan.cliptable import distinct
-from sandfs.plan.uses import ViewRow, batches
+from sandfs.plan.uses import ViewRow, batches, distinct_rows
 from sandfs.plan.window import ClipUse, ViewKey
 from sandfs.sched.jobs import TaskOrder, UrgencyEntries, VideoJobKey
 from sandfs.sched.pending import PendingClips, PendingColumns, job_number, number_window
-from sandfs.sched.viewjobs import ViewJobs, view_jobs
+from sandfs.sched.viewjobs import BatchNumbers, ViewJobs, view_jobs
 
 URGENT_JOBS_PER_TASK = 32  # ranked per dispatch, and those tied with the last of them
 # jobs whose soonest positions are kept: a dispatch checks those it ranks, a few per task
@@ -334,20 +332,23 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
     entry a job and task, at the soonest position a reader of the task reads one of its clips
     (`urgent` takes a job at its first entry), ties in the order of `pending`. In a planning
     thread, in numpy from the uses' columns: a Python step a batch, not a clip; a chunk of
-    videos at a time (`_CHUNK_VIDEOS`)."""
+    videos at a time (`_CHUNK_VIDEOS`). Batches are numbered as they come: by their rows'
+    numbers where `pending` is columns (no row or key held a batch), else by key."""
     count = len(pending)
-    columns = isinstance(pending, PendingColumns)
-    uses = [] if columns else list(pending.values())
-    views: dict[ViewKey, int] = {}
+    columns = pending.columns if isinstance(pending, PendingColumns) else None
+    uses = [] if columns is not None else list(pending.values())
+    batches = BatchNumbers(columns)
     tasks: dict[str, int] = {}
     found: dict[int, list[TaskOrder]] = {}  # by task, in the order tasks first come
     pairs = []  # (batch, job) of each chunk's clips, once each: batch * count + job
     for first in range(0, count, _CHUNK_VIDEOS):
-        if columns:  # read from the columns by index: no sequence a video
+        if columns is not None:  # read from the columns by index: no sequence a video
             rows, row_of, use_job = _chunk_columns(pending, first, _CHUNK_VIDEOS)  # type: ignore[arg-type]
+            row_view, readers = batches.rows(rows)
         else:
             rows, row_of, use_job = _chunk_uses(uses[first:first + _CHUNK_VIDEOS], first)
-        by_task, keys = _chunk_entries(rows, row_of, use_job, views, tasks, count)
+            row_view, readers = batches.keys(rows)
+        by_task, keys = _chunk_entries(row_view, readers, row_of, use_job, tasks, count)
         for task, entries in by_task.items():
             found.setdefault(task, []).append(entries)
         pairs.append(keys)
@@ -360,7 +361,8 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
         by_task[names[task]] = positions[by], jobs[by]
     keys = np.concatenate(pairs) if pairs else np.zeros(0, np.int64)
     keys.sort()  # by batch, then job; each once (a job is in one chunk)
-    return UrgencyEntries(window, by_task, view_jobs(window, list(views), keys, count), pending)
+    return UrgencyEntries(window, by_task, view_jobs(window, batches.views(), keys, count),
+                          pending)
 
 
 # videos a chunk: the arrays of a whole window (~60 MB at 100,000 videos, freed) stayed in
@@ -374,15 +376,15 @@ def _chunk_uses(uses: Sequence[Sequence[ClipUse]], first_job: int
     batch among them and its job."""
     per_video = [batches(video) for video in uses]
     counts = np.fromiter(map(len, per_video), np.int64, len(uses))
-    rows, row_of = distinct(list(chain.from_iterable(per_video)))  # a ViewRow a batch
+    rows, row_of = distinct_rows(per_video)  # a ViewRow a batch
     use_job = np.repeat(np.arange(first_job, first_job + len(uses)), counts)
     return rows, np.frombuffer(row_of, np.int32), use_job
 
 
 def _chunk_columns(pending: PendingColumns, first_job: int, count: int
-                   ) -> tuple[list[ViewRow], np.ndarray, np.ndarray]:
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`_chunk_uses` of up to `count` videos from `first_job`, read from the window's columns
-    by index (those taken left out)."""
+    by index (those taken left out): the batches as their rows' numbers."""
     columns, taken = pending.columns, pending.taken
     starts = np.frombuffer(columns.starts, columns.starts.typecode)
     end = min(first_job + count, len(starts) - 1)
@@ -393,20 +395,20 @@ def _chunk_columns(pending: PendingColumns, first_job: int, count: int
         left = np.frombuffer(taken, np.uint8)[low:high] == 0
         use_row, use_job = use_row[left], use_job[left]
     found, row_of = np.unique(use_row, return_inverse=True)
-    return [columns.rows[row] for row in found.tolist()], row_of, use_job
+    return found.astype(np.int64), row_of, use_job
 
 
-def _chunk_entries(rows: Sequence[ViewRow], use_row: np.ndarray, use_job: np.ndarray,
-                   views: dict[ViewKey, int], tasks: dict[str, int], width: int
+def _chunk_entries(row_view: np.ndarray, row_readers: list[tuple], use_row: np.ndarray,
+                   use_job: np.ndarray, tasks: dict[str, int], width: int
                    ) -> tuple[dict[int, TaskOrder], np.ndarray]:
-    """A chunk's clips (each one's batch, an index into `rows`, and job): each task's
-    (soonest position, job) in job order, and the (batch, job) keys of the clips
-    (`urgency_entries`); batches and tasks numbered in `views` and `tasks` as they come."""
-    row_view = np.fromiter((views.setdefault(row.view, len(views)) for row in rows), np.int64,
-                           len(rows))
-    readers = np.array([(tasks.setdefault(task, len(tasks)), position) for row in rows
-                        for task, position in row.readers], np.int64).reshape(-1, 2)
-    reader_counts = np.fromiter((len(row.readers) for row in rows), np.int64, len(rows))
+    """A chunk's clips (each one's batch, an index into its distinct batches, and job), those
+    batches' numbers (`row_view`) and readers: each task's (soonest position, job) in job
+    order, and the (batch, job) keys of the clips (`urgency_entries`); tasks numbered in
+    `tasks` as they come."""
+    readers = np.array([(tasks.setdefault(task, len(tasks)), position)
+                        for found in row_readers for task, position in found],
+                       np.int64).reshape(-1, 2)
+    reader_counts = np.fromiter(map(len, row_readers), np.int64, len(row_readers))
     return (_soonest(readers, reader_counts, use_row, use_job),
             np.unique(row_view[use_row] * width + use_job))
 

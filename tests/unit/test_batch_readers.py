@@ -151,8 +151,9 @@ def test_a_table_row_reads_its_batch_and_is_sent_as_the_view_row_it_stands_for(t
     plans = [make_plan(tmp_path / name, listed, task=name, k_epochs=2, epochs=2, seed=seed)
              for name, seed in (("a", 0), ("b", 3), ("c", 0))]  # c: a's twin, b its own
     window = plan_window(plans, 0)
-    rows = {id(row): row for work in window.videos.values() for row in batches(work.uses)}
-    assert len(rows) == len(window.view_plans)  # one a batch, shared by its videos' uses
+    rows = {row.place: row for work in window.videos.values() for row in batches(work.uses)}
+    assert len(rows) == len(window.view_plans)  # one a batch: its videos' uses read its row
+    assert len(set(rows.values())) == len(rows)  # equal when they read the same row
     reference = planned_readers(plans, 0)
     assert {row.view: row.readers for row in rows.values()} == reference
     assert any(len(readers) == 2 for readers in reference.values())

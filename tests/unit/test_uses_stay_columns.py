@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from sandfs.plan import uses as uses_module
+from sandfs.plan.batchcolumns import BatchColumns
 from sandfs.plan.uses import ClipUse, ColumnUses, UseColumns, Uses, ViewRow, WindowUses, batches
 from sandfs.plan.window import ViewKey, plan_window
 from sandfs.plan.windowvideos import ColumnVideo
@@ -45,9 +46,10 @@ def two_tasks(tmp_path, videos: int = 40, **overrides):
             make_plan(tmp_path / "b", videos=listed, task="b", seed=3, **overrides))
 
 
-def rows_of(uses) -> list[int]:
-    """Each use's batch as the very row object its uses share."""
-    return [id(row) for row in batches(uses)]
+def rows_of(uses) -> list[tuple[int, int]]:
+    """Each use's batch as the row it reads, of the columns it reads (made when read, a row
+    is no object held: the same batch row of the same columns)."""
+    return [(id(row.place[0]), row.place[1]) for row in batches(uses)]
 
 
 def row(view: int, clips: int = 4) -> ViewRow:
@@ -77,15 +79,29 @@ def test_column_operations_stay_columns():
     assert Uses.of(loose) == loose and Uses.of(uses) is uses
 
 
+def table_of(rows: list[ViewRow]) -> BatchColumns:
+    """Batch columns with these rows."""
+    table = BatchColumns()
+    for made in rows:
+        number = table.append(made.view, 10)
+        table.set_readers(number, made.readers)
+        table.set_clips(number, made.clips)
+    return table
+
+
+def fields(rows) -> list[tuple]:
+    return [(r.view, tuple(r.clips), r.readers) for r in rows]
+
+
 def test_a_windows_uses_are_groups_of_its_columns():
     made = [row(0), row(1), row(2)]
-    columns = UseColumns(made, np.array([2, 0, 1, 2], np.int32), np.array([1, 3, 0, 2], np.uint8),
-                         np.array([0, 1, 4]))
+    columns = UseColumns(table_of(made), np.array([2, 0, 1, 2], np.int32),
+                         np.array([1, 3, 0, 2], np.uint8), np.array([0, 1, 4]))
     first, second = columns.group(0), columns.group(1)
     assert type(first) is WindowUses and len(columns) == 2
     assert first == Uses([made[2]], [1]) and len(second) == 3
     assert second == Uses([made[0], made[1], made[2]], [3, 0, 2])
-    assert batches(second) == (made[0], made[1], made[2]) and second[1:] == tuple(second)[1:]
+    assert fields(batches(second)) == fields(made) and second[1:] == tuple(second)[1:]
     assert second.keep(lambda view: True) is second and second.select([1, 0, 1]) == (
         second[0], second[2])
     assert first + second == tuple(first) + tuple(second)
@@ -94,7 +110,11 @@ def test_a_windows_uses_are_groups_of_its_columns():
     with pytest.raises(ValueError, match=r"uses \[3, 5\) of a window's 4"):
         WindowUses(columns, 3, 5)
     with pytest.raises(ValueError, match="4 batches, 3 slots"):
-        UseColumns(made, np.zeros(4, np.int32), np.zeros(3, np.uint8), np.array([0, 4]))
+        UseColumns(table_of(made), np.zeros(4, np.int32), np.zeros(3, np.uint8),
+                   np.array([0, 4]))
+    with pytest.raises(ValueError, match=r"batch rows 0\.\.3 of 3"):
+        UseColumns(table_of(made), np.array([0, 3], np.int32), np.zeros(2, np.uint8),
+                   np.array([0, 2]))
 
 
 def test_a_planned_windows_videos_share_its_columns(tmp_path):

@@ -1,0 +1,56 @@
+"""A window planned in parts holds no object a batch for its uses and jobs: a part's uses hold
+their batches as row numbers of its batch columns (`UseColumns.batch`), its jobs of each batch
+find the batch by hash (`ViewJobs`), and a row or key is made when read. At 250,000 videos in
+~150 parts, a `TableRow` and a `ViewKey` a batch a part were ~1.0M of each, ~200 MB
+(docs/performance.md#a-windows-batches-and-the-board)."""
+
+from __future__ import annotations
+
+import gc
+
+from sandfs.plan.batchcolumns import TableRow
+from sandfs.plan.window import ViewKey
+from sandfs.sched import work
+from sandfs.sched.board import BatchBoard
+from sandfs.sched.windows import WindowBook
+from tests.helpers.plans import fake_videos, make_plan
+
+COUNTED = (TableRow, ViewKey)
+
+
+def held() -> dict[type, int]:
+    """The live objects of each counted type: the collector's, and those they hold (a tuple
+    the collector untracked is still some container's)."""
+    found: dict[type, set[int]] = {kind: set() for kind in COUNTED}
+    for held_by in gc.get_objects():
+        for thing in (held_by, *gc.get_referents(held_by)):
+            if type(thing) in found:
+                found[type(thing)].add(id(thing))
+    return {kind: len(ids) for kind, ids in found.items()}
+
+
+def test_a_window_planned_in_parts_holds_no_row_or_key_a_batch(tmp_path):
+    plan = make_plan(tmp_path, fake_videos(240), epochs=2, k_epochs=1)
+    paths = [video.path for video in plan.listed]
+    parts, per = 12, 20
+    gc.collect()
+    before = held()
+    board, book, done = BatchBoard(), WindowBook([plan]), frozenset()
+    for k in range(parts):  # as the daemon plans a window: the board and the book each part
+        lead = frozenset(paths[k * per:(k + 1) * per])
+        planned = work.plan_active_window([plan], 0, None, "leaves", lead=lead, skip=done)
+        board.add_window(planned)
+        if k:
+            book.extend(0, planned.plan)
+        else:
+            book.add_window(planned.plan)
+        done |= lead
+        del planned
+    made = {kind: count - before[kind] for kind, count in held().items()}
+    window = book.windows[0]
+    batches = len(window.views)
+    uses = sum(len(video.uses) for video in window.videos.values())
+    assert batches >= 60 and uses == 240 * len(plan.window_epochs(0))  # each video's clips
+    # a row or key a batch a part before (~3 parts a batch here): none now, a few at most
+    assert made[TableRow] == 0 and made[ViewKey] <= parts, made
+    assert board.urgency.jobs_of(next(iter(window.views)))  # still found, made when read
