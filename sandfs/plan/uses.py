@@ -153,7 +153,7 @@ class ColumnUses(Sequence[ClipUse]):
 
     def keep(self, wanted: Callable[[ViewKey], bool]) -> ColumnUses:
         """The uses whose batch is `wanted`, as columns still (this one if all are)."""
-        mask = list(map(wanted, _views(self.columns[0])))
+        mask = list(map(wanted, row_views(self.columns[0])))
         return self if all(mask) else self.select(mask)
 
     def select(self, mask: Sequence[bool]) -> Uses:
@@ -324,8 +324,8 @@ def frame_rows(uses: Sequence[ClipUse]) -> Iterator[tuple[ViewKey, int, tuple[in
         yield row.view, slot, frames, source
 
 
-def _views(rows: Sequence[ViewRow]) -> Iterator[ViewKey]:
-    """Each row's batch key (no row made for those read by number)."""
+def row_views(rows: Sequence[ViewRow] | Sequence[ClipUse]) -> Iterator[ViewKey]:
+    """Each row's (or use's) batch key, with no row made for rows read by number."""
     return rows.views() if type(rows) is TableRows else (row.view for row in rows)
 
 

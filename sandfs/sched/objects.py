@@ -22,7 +22,7 @@ from sandfs.media.types import VideoInfo
 from sandfs.ops.base import OpInstance
 from sandfs.plan.hashrows import HashRows
 from sandfs.plan.task import TaskPlan, ViewPlan
-from sandfs.plan.uses import ColumnUses, UseColumns, WindowUses
+from sandfs.plan.uses import ColumnUses, UseColumns, WindowUses, row_views
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
 from sandfs.sched.leafrows import LeafRows, VideoUses, leaf_rows, out_frame_nbytes
 
@@ -69,7 +69,7 @@ class KeptClips(AbstractSet[Spot]):
         mask = self._mask
         if isinstance(self._uses, ColumnUses):
             rows, slots = self._uses.columns
-            views: Iterable[ViewKey] = (row.view for row in rows)
+            views: Iterable[ViewKey] = row_views(rows)
         else:
             views, slots = (u.view for u in self._uses), [u.slot for u in self._uses]
         for index, (view, slot) in enumerate(zip(views, slots, strict=True)):

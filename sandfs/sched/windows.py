@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 from sandfs.plan.batchrows import plan_keys_of
 from sandfs.plan.task import TaskPlan, ViewPlan
-from sandfs.plan.uses import batches, kept, selected
+from sandfs.plan.uses import batches, kept, row_views, selected
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan, view_key
 from sandfs.plan.windowvideos import join_videos
 from sandfs.sched.policy import NOT_NEEDED, makes_ahead_unread, share_owner
@@ -373,7 +373,7 @@ class WindowBook:
                 window.view_plans.pop(key, None)
             if released:  # as columns: a tuple of new records was 3.8 us a clip on the loop
                 for work in window.videos.values():
-                    mask = [row.view not in released for row in batches(work.uses)]
+                    mask = [view not in released for view in row_views(batches(work.uses))]
                     if not all(mask):
                         work.uses = selected(work.uses, mask)
         return released
