@@ -6,8 +6,11 @@ the board hold, whole against in parts.
 Fake videos (`tests/helpers/plans.py`: no decode, no scan), the `a` task of 2 epochs, k = 1:
 window 0 is every video once. `--parts 1` is the window planned whole. One JSON record a
 size and part count, in CPU seconds of the process: `add_s` (all parts), `first10_s`,
-`last10_s`, `pending_jobs_ms`; with `--memory`, `bytes_a_video`. To compare with an older
-commit, run this file from a worktree of that commit.
+`last10_s`, `pending_jobs_ms`; with `--memory`, `bytes_a_video` and `bytes_a_clip` (the
+board and the window's plan, its parts joined as `WindowBook.extend` joins them), and the
+`TableRow`s and `ViewKey`s live once it is planned (`table_rows`, `view_keys`: none a batch
+where a batch is numbers). To compare with an older commit, run this file from a worktree of
+that commit.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import emit, git_sha
 
-from sandfs.plan.windowvideos import join_videos
+from sandfs.plan.batchcolumns import TableRow
+from sandfs.plan.window import ViewKey
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
-from tests.helpers.plans import fake_videos, make_plan
+from sandfs.sched.windows import WindowBook
+from tests.helpers.plans import fake_videos, live_objects, make_plan
 
 
 def parse_args() -> argparse.Namespace:
@@ -43,10 +48,11 @@ def parse_args() -> argparse.Namespace:
 
 
 def add_parts(plan, parts: int, spent: list[float] | None = None):
-    """Window 0 on a board, in `parts` parts; its plan joined as `WindowBook.extend` joins."""
+    """Window 0 on a board, in `parts` parts; its plan joined as the daemon's `WindowBook`
+    joins it (`extend`)."""
     paths = [video.path for video in plan.listed]
     per = -(-len(paths) // parts)
-    board, done, base = BatchBoard(), frozenset(), None
+    board, done, book = BatchBoard(), frozenset(), WindowBook([plan])
     for k in range(parts):
         lead = frozenset(paths[k * per:(k + 1) * per]) if parts > 1 else None
         planned = work.plan_active_window([plan], 0, None, "leaves", lead=lead, skip=done)
@@ -55,11 +61,11 @@ def add_parts(plan, parts: int, spent: list[float] | None = None):
         board.add_window(planned)
         if spent is not None:
             spent.append(time.process_time() - started)
-        if base is None:
-            base = planned.plan
+        if k:
+            book.extend(0, planned.plan)
         else:
-            join_videos(base.videos, planned.plan.videos)
-    return board, base
+            book.add_window(planned.plan)
+    return board, book.windows[0]
 
 
 def record(plan, videos: int, parts: int, memory: bool) -> dict:
@@ -75,10 +81,16 @@ def record(plan, videos: int, parts: int, memory: bool) -> dict:
         del board
         gc.collect()
         tracemalloc.start()
-        held = add_parts(plan, parts)  # noqa: F841  (held while measured)
+        before = live_objects((TableRow, ViewKey))
+        held = add_parts(plan, parts)  # held while measured
         gc.collect()
-        found["bytes_a_video"] = round(tracemalloc.get_traced_memory()[0] / videos)
+        traced = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
+        clips = sum(len(video.uses) for video in held[1].videos.values())
+        counts = live_objects((TableRow, ViewKey))
+        found.update(bytes_a_video=round(traced / videos), bytes_a_clip=round(traced / clips, 1),
+                     batches=len(held[1].views), table_rows=counts[TableRow] - before[TableRow],
+                     view_keys=counts[ViewKey] - before[ViewKey])
     return found
 
 

@@ -3,6 +3,7 @@ a real scan of a dataset, or from made-up videos that need no files at all."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
@@ -89,3 +90,14 @@ class SomeOnDisk:
         if self.asked % 3 == 0:
             self.held.add(key)
         return key in self.held
+
+
+def live_objects(kinds: Sequence[type]) -> dict[type, int]:
+    """The live objects of each of `kinds`: the collector's, and those they hold (a tuple the
+    collector untracked is still some container's)."""
+    found: dict[type, set[int]] = {kind: set() for kind in kinds}
+    for held_by in gc.get_objects():
+        for thing in (held_by, *gc.get_referents(held_by)):
+            if type(thing) in found:
+                found[type(thing)].add(id(thing))
+    return {kind: len(ids) for kind, ids in found.items()}

@@ -13,20 +13,9 @@ from sandfs.plan.window import ViewKey
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
 from sandfs.sched.windows import WindowBook
-from tests.helpers.plans import fake_videos, make_plan
+from tests.helpers.plans import fake_videos, live_objects, make_plan
 
 COUNTED = (TableRow, ViewKey)
-
-
-def held() -> dict[type, int]:
-    """The live objects of each counted type: the collector's, and those they hold (a tuple
-    the collector untracked is still some container's)."""
-    found: dict[type, set[int]] = {kind: set() for kind in COUNTED}
-    for held_by in gc.get_objects():
-        for thing in (held_by, *gc.get_referents(held_by)):
-            if type(thing) in found:
-                found[type(thing)].add(id(thing))
-    return {kind: len(ids) for kind, ids in found.items()}
 
 
 def test_a_window_planned_in_parts_holds_no_row_or_key_a_batch(tmp_path):
@@ -34,7 +23,7 @@ def test_a_window_planned_in_parts_holds_no_row_or_key_a_batch(tmp_path):
     paths = [video.path for video in plan.listed]
     parts, per = 12, 20
     gc.collect()
-    before = held()
+    before = live_objects(COUNTED)
     board, book, done = BatchBoard(), WindowBook([plan]), frozenset()
     for k in range(parts):  # as the daemon plans a window: the board and the book each part
         lead = frozenset(paths[k * per:(k + 1) * per])
@@ -46,7 +35,7 @@ def test_a_window_planned_in_parts_holds_no_row_or_key_a_batch(tmp_path):
             book.add_window(planned.plan)
         done |= lead
         del planned
-    made = {kind: count - before[kind] for kind, count in held().items()}
+    made = {kind: count - before[kind] for kind, count in live_objects(COUNTED).items()}
     window = book.windows[0]
     batches = len(window.views)
     uses = sum(len(video.uses) for video in window.videos.values())
