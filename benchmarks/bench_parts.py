@@ -48,8 +48,8 @@ def parse_args() -> argparse.Namespace:
 
 
 def add_parts(plan, parts: int, spent: list[float] | None = None):
-    """Window 0 on a board, in `parts` parts; its plan joined as the daemon's `WindowBook`
-    joins it (`extend`)."""
+    """Window 0 on a board, in `parts` parts, each joined to the window's plan first as the
+    daemon joins it (`WindowBook.extend`, then `add_window`)."""
     paths = [video.path for video in plan.listed]
     per = -(-len(paths) // parts)
     board, done, book = BatchBoard(), frozenset(), WindowBook([plan])
@@ -57,14 +57,14 @@ def add_parts(plan, parts: int, spent: list[float] | None = None):
         lead = frozenset(paths[k * per:(k + 1) * per]) if parts > 1 else None
         planned = work.plan_active_window([plan], 0, None, "leaves", lead=lead, skip=done)
         done |= lead or frozenset()
-        started = time.process_time()
-        board.add_window(planned)
-        if spent is not None:
-            spent.append(time.process_time() - started)
         if k:
             book.extend(0, planned.plan)
         else:
             book.add_window(planned.plan)
+        started = time.process_time()
+        board.add_window(planned)
+        if spent is not None:
+            spent.append(time.process_time() - started)
     return board, book.windows[0]
 
 

@@ -25,14 +25,14 @@ def test_a_window_planned_in_parts_holds_no_row_or_key_a_batch(tmp_path):
     gc.collect()
     before = live_objects(COUNTED)
     board, book, done = BatchBoard(), WindowBook([plan]), frozenset()
-    for k in range(parts):  # as the daemon plans a window: the board and the book each part
+    for k in range(parts):  # as the daemon plans a window: the book, then the board, a part
         lead = frozenset(paths[k * per:(k + 1) * per])
         planned = work.plan_active_window([plan], 0, None, "leaves", lead=lead, skip=done)
-        board.add_window(planned)
         if k:
             book.extend(0, planned.plan)
         else:
             book.add_window(planned.plan)
+        board.add_window(planned)
         done |= lead
         del planned
     made = {kind: count - before[kind] for kind, count in live_objects(COUNTED).items()}
