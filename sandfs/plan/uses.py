@@ -119,7 +119,14 @@ class ColumnUses(Sequence[ClipUse]):
         raise NotImplementedError
 
     def __iter__(self) -> Iterator[ClipUse]:
-        for row, slot in zip(*self.columns, strict=True):
+        rows, slots = self.columns
+        if type(rows) is TableRows:  # read from the table by number: no row made
+            key, clips, readers = rows.table.key, rows.table.clips, rows.table.readers_of
+            for number, slot in zip(rows.numbers, slots, strict=True):
+                yield _new_use(ClipUse, (key(number), slot, clips(number)[slot],
+                                         readers(number)))
+            return
+        for row, slot in zip(rows, slots, strict=True):
             yield _new_use(ClipUse, (row.view, slot, row.clips[slot], row.readers))
 
     @overload

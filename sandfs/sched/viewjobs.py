@@ -1,10 +1,10 @@
 """The jobs with clips for each batch of a window, as columns: a batch's jobs are a slice of one
 index column (CSR), its row found by the batch key's hash (`HashNumbers`), not a dict of lists,
 and its key made when a hash is found (a window's batches as their rows' numbers, `TableRows`):
-a dict entry and a list a batch were ~25 bytes a clip of a planned window, a key held a batch
-~100 bytes a batch a part (docs/performance.md#a-windows-batches-and-the-board); these ~20 a
-batch. A job is its video's number in the window's pending clips (`urgency_entries`), not a key
-object."""
+a dict entry and a list a batch were ~25 bytes a clip of a planned window, and a `ViewKey` held
+a batch ~100 bytes more, a part's each (docs/performance.md#a-windows-batches-and-the-board);
+these are 24 bytes a batch. A job is its video's number in the window's pending clips
+(`urgency_entries`), not a key object."""
 
 from __future__ import annotations
 
