@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from threading import Event
 
+from sandfs.media.records import listing_root
 from sandfs.media.scan_workers import (
     ANY,
     BACKGROUND,
@@ -213,6 +214,10 @@ class ProbeQueue:
         return bool(self._jobs)
 
     def close(self) -> None:
+        """The scan's thread ends: its jobs' tables are let go (a dict emptied by pops keeps
+        its size: 21 bytes a video, the book holding the queue for the mount's life)."""
+        with self._lock:
+            self._jobs, self._background = {}, {}
         self.waker.close()
 
 
@@ -226,6 +231,9 @@ class ProbeBook:
         self.listed = tuple(listed)
         self.stop = stop  # set: waiters raise ScanStopped
         self.queue = queue  # a lazy scan's jobs not sent yet (None: nothing left to probe)
+        # by root + rel_path: a video's key is its path, the string its record holds (keyed
+        # by rel_path, each key was a string of its own: ~65 bytes a video)
+        self._root = listing_root(self.listed)
         self._results: dict[str, Probed] = {}
         self._bad: dict[str, BadVideo] = {}  # those of the results
         # found in the scan index, read when asked for (or by the scan's thread): what to call
@@ -240,7 +248,7 @@ class ProbeBook:
     def of(cls, videos: Sequence[VideoInfo]) -> ProbeBook:
         """A book of videos all probed and usable (a plan made straight from VideoInfo)."""
         book = cls(videos)
-        book._results = {v.rel_path: v for v in videos}
+        book._results = {book._held_key(v.rel_path, v): v for v in videos}
         return book
 
     def record(self, rel_path: str, result: Probed) -> None:
@@ -248,9 +256,20 @@ class ProbeBook:
             self._put(rel_path, result)
             self._changed.notify_all()
 
+    def _key(self, rel_path: str) -> str:
+        root = self._root
+        return rel_path if root is None else root + rel_path
+
+    def _held_key(self, rel_path: str, result: Probed) -> str:
+        """`rel_path`'s key, as the video's own string where it is its path (its root is
+        the book's: roots are shared objects)."""
+        if self._root is not None and isinstance(result, VideoInfo) and result.root is self._root:
+            return result.path
+        return self._key(rel_path)
+
     def _put(self, rel_path: str, result: Probed) -> None:
         """Under the lock."""
-        self._results[rel_path] = result
+        self._results[self._held_key(rel_path, result)] = result
         if isinstance(result, BadVideo):
             self._bad[rel_path] = result
         if len(self._results) >= self._settle_at:
@@ -291,6 +310,8 @@ class ProbeBook:
             resolve = self._deferred.pop(rel_path, None)
             if resolve is None:
                 return None
+            if not self._deferred:  # emptied by pops, it kept its size: 21 bytes a video
+                self._deferred = {}
             self._resolving += 1
         found = None
         try:
@@ -309,7 +330,7 @@ class ProbeBook:
             self._changed.notify_all()
 
     def known(self, rel_path: str) -> Probed | None:
-        return self._results.get(rel_path)
+        return self._results.get(self._key(rel_path))
 
     def all_known(self) -> bool:
         """Is every listed file's result in, or in the scan index (read without a probe)? A
@@ -319,7 +340,8 @@ class ProbeBook:
     def want(self, rel_paths: Iterable[str]) -> None:
         """Probe these next: a planning thread is about to wait for them."""
         if self.queue is not None:
-            self.queue.first(rel_path for rel_path in rel_paths if rel_path not in self._results)
+            self.queue.first(rel_path for rel_path in rel_paths
+                             if self._key(rel_path) not in self._results)
 
     def follow(self, rel_paths: Iterable[str]) -> None:
         """An order readers read in (lazy: taken as the scan gets to it): the rest is probed
@@ -334,12 +356,13 @@ class ProbeBook:
     def result(self, rel_path: str) -> Probed:
         """`rel_path`'s result, waiting for its probe (sent next) if need be. Raises
         ScanStopped once the scan stops, ProbeLost when the background probe failed."""
-        found = self._results.get(rel_path) or self._resolve(rel_path)
+        key = self._key(rel_path)
+        found = self._results.get(key) or self._resolve(rel_path)
         if found is not None:
             return found
         self.want([rel_path])
         with self._changed:
-            while (found := self._results.get(rel_path)) is None:
+            while (found := self._results.get(key)) is None:
                 if self._failure is not None:
                     raise ProbeLost(f"probing the dataset failed: {self._failure}")
                 check_stop(self.stop)

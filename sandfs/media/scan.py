@@ -29,6 +29,7 @@ from threading import Event
 from typing import TextIO
 
 from sandfs.media.probebook import ProbeBook, ProbeQueue
+from sandfs.media.records import FACT_FIELDS
 from sandfs.media.scan_index import (
     NO_INDEX,
     UNREADABLE,
@@ -59,6 +60,7 @@ from sandfs.media.types import (
     ProbeFailure,
     ProbeResult,
     ScanProgress,
+    VideoFacts,
     VideoInfo,
 )
 from sandfs.media.walk import checked_again, vetted_targets
@@ -213,7 +215,8 @@ class _Listing:
     unsaved: int = 0  # results probed since
     # the facts videos share (a codec, a time base, equal frame pts and keyframes), one object
     # each: 250,000 videos' copies, unpickled from the probes, held ~80 MB
-    shared: dict[str, dict] = field(default_factory=lambda: {f: {} for f in SHARED_FACTS})
+    shared: dict[str, dict] = field(default_factory=lambda: {
+        f: {} for f in (*SHARED_FACTS, "facts")})
 
     @classmethod
     def of(cls, root: str | os.PathLike[str], extensions: Iterable[str],
@@ -461,20 +464,14 @@ SHARED_FACTS = ("frame_pts", "time_base", "keyframe_indices", "codec", "pix_fmt"
                 "height", "num_frames")
 
 
-def _video_info(target: ListedVideo, facts: ProbeFacts, interned: dict[str, dict]
+def _video_info(target: ListedVideo, probed: ProbeFacts, interned: dict[str, dict]
                 ) -> VideoInfo:
-    """`interned`: field -> the values seen, each the object every equal one becomes (a
-    dict's setdefault: safe from the scan's and the planning threads at once)."""
-    shared = {f: getattr(facts, f) for f in ProbeFacts.__dataclass_fields__ if f != "counted_by"}
+    """`target` with its probe's facts, each shared with the videos probed alike, and the
+    facts as a whole too (a dataset of one camera's clips: one VideoFacts). `interned`: field
+    -> the values seen, each the object every equal one becomes (a dict's setdefault: safe
+    from the scan's and the planning threads at once)."""
+    shared = {f: getattr(probed, f) for f in FACT_FIELDS}
     for name in SHARED_FACTS:
         shared[name] = interned[name].setdefault(shared[name], shared[name])
-    return VideoInfo(
-        name=target.name,
-        rel_path=target.rel_path,
-        path=target.path,
-        size_bytes=target.size_bytes,
-        mtime_ns=target.mtime_ns,
-        identity=target.identity,
-        access=target.access,
-        **shared,
-    )
+    facts = VideoFacts(**shared)
+    return VideoInfo.of(target, interned["facts"].setdefault(facts, facts))

@@ -10,9 +10,11 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
+# the records a scan keeps: read from here by the rest of sandfs
 from sandfs.media.framepts import FramePts
+from sandfs.media.records import ListedVideo, VideoFacts, VideoInfo, source_changed
 
-__all__ = ["FramePts"]  # read from here by the rest of sandfs, and the records below
+__all__ = ["FramePts", "ListedVideo", "VideoFacts", "VideoInfo", "source_changed"]  # and below
 
 if TYPE_CHECKING:
     from sandfs.media.probebook import ProbeBook
@@ -60,74 +62,6 @@ class MediaLimits:
                 raise ValueError(f"{variable}={text!r}: must be > 0")
             changes[name] = value
         return replace(base or cls(), **changes)
-
-
-@dataclass(frozen=True, slots=True)
-class ListedVideo:
-    """A file the listing accepted (its name and stat checks): all a plan needs to place it in
-    the epochs' permutations (docs/contract.md#lazy-scan). Its frames come from its probe."""
-
-    name: str  # VIDEO: path relative to the dataset root, without extension, "/" separated
-    rel_path: str  # path relative to the dataset root, with extension
-    path: str  # absolute, symlinks resolved
-    size_bytes: int
-    mtime_ns: int
-    identity: tuple[int, int] | None = None  # as VideoInfo's
-    access: tuple[int, int, int] | None = None
-
-    def changed(self, st: os.stat_result) -> str | None:
-        return source_changed(self, st)
-
-
-@dataclass(frozen=True, slots=True)
-class VideoInfo:
-    """A usable video. Frame INDEX i is the i-th frame the decoder returns (presentation order)."""
-
-    name: str  # VIDEO: path relative to the dataset root, without extension, "/" separated
-    rel_path: str  # path relative to the dataset root, with extension
-    path: str  # absolute path
-    size_bytes: int
-    mtime_ns: int
-    width: int  # decoded frame size (rotation not applied)
-    height: int
-    num_frames: int  # frames the decoder returns (counted from packets where trusted)
-    frame_pts: Sequence[int] = field(repr=False)  # pts of frame i (empty when frames lack pts)
-    time_base: Fraction | None = None
-    keyframe_indices: tuple[int, ...] = field(default=(), repr=False)
-    seekable: bool = False  # pts unique and increasing: seek by pts is safe
-    rotation: int = 0  # degrees, from the stream's display matrix
-    codec: str = ""
-    pix_fmt: str = ""
-    stream_index: int = 0
-    # (st_dev, st_ino) the scan found at `path`: every later open must reach that file
-    identity: tuple[int, int] | None = None
-    # (st_uid, st_gid, st_mode) the scan found: who may read it was decided from these
-    access: tuple[int, int, int] | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "frame_pts", FramePts.of(self.frame_pts))
-
-    def changed(self, st: os.stat_result) -> str | None:
-        return source_changed(self, st)
-
-    def timestamp_seconds(self, index: int) -> float | None:
-        """frame.time of frame `index` (pts * time_base), or None when the stream has no pts."""
-        if not self.frame_pts or self.time_base is None:
-            return None
-        # the exact rational, rounded once (int / int is): float(pts * time_base) without
-        # making a Fraction, 5.3 us against 0.56, 128 times for a SlowFast-size batch's meta
-        return self.frame_pts[index] * self.time_base.numerator / self.time_base.denominator
-
-
-def source_changed(video: ListedVideo | VideoInfo, st: os.stat_result) -> str | None:
-    """Why the file whose fstat is `st` is not `video` as scanned, or None."""
-    if video.identity is not None and (st.st_dev, st.st_ino) != video.identity:
-        return "not the file the dataset scan found"
-    if (st.st_size, st.st_mtime_ns) != (video.size_bytes, video.mtime_ns):
-        return "the file changed since the dataset scan"
-    if video.access is not None and (st.st_uid, st.st_gid, st.st_mode) != video.access:
-        return "its owner, group or mode changed since the dataset scan"
-    return None
 
 
 PERMISSION_DENIED = "permission_denied"  # the reason of a video its reader may not read

@@ -1,0 +1,279 @@
+"""A dataset's files as the scan keeps them for the mount's life, a few bytes each
+(docs/design.md#scan-records): a listed file's `ListedVideo` (its path, the one string a
+video keeps and the one its windows' structures hold; one int for its size, mtime and inode;
+and a place its dataset's files share: root, device, owner and mode), a probed one's
+`VideoInfo` (its ListedVideo and its probe's `VideoFacts`, one object for videos probed
+alike). Their attributes read as plain fields: `rel_path` and `name` are cut from the path
+when asked for. As two frozen records of every field, with three strings, three ints and a
+tuple of their own, a video took ~690 bytes (docs/performance.md#memory)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from operator import attrgetter
+
+from sandfs.media.framepts import FramePts
+
+_MTIME_OFFSET = 1 << 63  # mtime_ns is signed: packed as mtime_ns + this
+_FIELD = (1 << 64) - 1  # each of size, mtime and inode: 64 bits of the packed int
+
+
+def _packed(size_bytes: int, mtime_ns: int, ino: int) -> int:
+    """size | mtime << 64 | inode << 128: one int of ~48 bytes, where three took ~100."""
+    mtime = mtime_ns + _MTIME_OFFSET
+    if size_bytes >> 64 or mtime >> 64 or ino >> 64:  # a negative one too: -1
+        raise ValueError(f"a file's size {size_bytes}, mtime_ns {mtime_ns} and inode {ino} "
+                         "must each fit 64 bits (size and inode unsigned)")
+    return size_bytes | mtime << 64 | ino << 128
+
+
+# (root + "/", device, access) -> itself: the few places a mount's files share
+_PLACES: dict[tuple, tuple] = {}
+_PLACES_LOCK = threading.Lock()
+_last_place: tuple = ("", None, None)  # the last one found: most often the next file's
+
+
+def _place(name: str, rel_path: str, path: str, device: int | None,
+           access: tuple[int, int, int] | None) -> tuple:
+    """(root + "/", device, access), shared by every file it fits, where `path` is
+    `root/rel_path` and `name` is `rel_path` without its extension (a listing's files but
+    symlinks'); else (None, device, access, name, rel_path), the file's own. Few string
+    calls: 250,000 files are listed at each warm start."""
+    global _last_place
+    dot, cut = len(name), len(path) - len(rel_path)
+    if not (rel_path.rfind(".") == dot and "/" not in rel_path[dot:] and cut > 0
+            and path[cut - 1] == "/" and path.endswith(rel_path) and rel_path.startswith(name)):
+        return (None, device, access, name, rel_path)
+    last = _last_place
+    if len(last[0]) == cut and last[1] == device and last[2] == access and path.startswith(
+            last[0]):
+        return last
+    key = (path[:cut], device, access)
+    found = _PLACES.get(key)
+    if found is None:
+        with _PLACES_LOCK:
+            found = _PLACES.setdefault(key, key)
+    _last_place = found
+    return found
+
+
+class ListedVideo:
+    """A file the listing accepted (its name and stat checks): all a plan needs to place it in
+    the epochs' permutations (docs/contract.md#lazy-scan). Its frames come from its probe.
+    Immutable; equal and hashed by its fields, which read as a frozen dataclass's:
+    `name` (VIDEO: rel_path without extension, "/" separated), `rel_path` (relative to the
+    dataset root, with extension), `path` (absolute, symlinks resolved), `size_bytes`,
+    `mtime_ns`, `identity` and `access` (as VideoInfo's)."""
+
+    __slots__ = ("_path", "_place", "_stamp")  # read-only properties over them: immutable
+
+    def __init__(self, name: str, rel_path: str, path: str, size_bytes: int, mtime_ns: int,
+                 identity: tuple[int, int] | None = None,
+                 access: tuple[int, int, int] | None = None) -> None:
+        device, ino = identity if identity is not None else (None, 0)
+        self._path = path  # the string every window's structures hold: one a video
+        self._place = _place(name, rel_path, path, device, access)
+        self._stamp = _packed(size_bytes, mtime_ns, ino)
+
+    path = property(attrgetter("_path"))
+
+    @property
+    def name(self) -> str:
+        root = self._place[0]
+        if root is None:
+            return self._place[3]
+        path = self._path
+        return path[len(root): path.rfind(".")]
+
+    @property
+    def rel_path(self) -> str:
+        root = self._place[0]
+        return self._place[4] if root is None else self._path[len(root):]
+
+    @property
+    def root(self) -> str | None:
+        """The dataset root + "/" its path is `root + rel_path` under (None: not so, a
+        symlink's target), shared by the files of a listing."""
+        return self._place[0]
+
+    @property
+    def size_bytes(self) -> int:
+        return self._stamp & _FIELD
+
+    @property
+    def mtime_ns(self) -> int:
+        return (self._stamp >> 64 & _FIELD) - _MTIME_OFFSET
+
+    @property
+    def identity(self) -> tuple[int, int] | None:
+        """(st_dev, st_ino) the scan found at `path`: every later open must reach that file."""
+        device = self._place[1]
+        return None if device is None else (device, self._stamp >> 128)
+
+    @property
+    def access(self) -> tuple[int, int, int] | None:
+        """(st_uid, st_gid, st_mode) the scan found: who may read it was decided from these."""
+        return self._place[2]
+
+    def changed(self, st: os.stat_result) -> str | None:
+        return source_changed(self, st)
+
+    def _key(self) -> tuple:
+        return (self._path, self._stamp, self._place)  # a place: shared, or the file's own
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not ListedVideo:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __reduce__(self):
+        return (ListedVideo, tuple(getattr(self, f) for f in LISTED_FIELDS))
+
+    def __repr__(self) -> str:
+        return _repr(self, LISTED_FIELDS)
+
+
+LISTED_FIELDS = ("name", "rel_path", "path", "size_bytes", "mtime_ns", "identity", "access")
+
+
+def listing_root(videos: Iterable[ListedVideo | VideoInfo]) -> str | None:
+    """The root + "/" the videos' paths are `root + rel_path` under (symlinks' targets aside),
+    if they share one (a scan's listing); else None."""
+    roots = set(map(attrgetter("root"), videos)) - {None}
+    return roots.pop() if len(roots) == 1 else None
+
+
+@dataclass(frozen=True, slots=True)
+class VideoFacts:
+    """What a probe found of a usable video, its file aside: one object for videos probed
+    alike (the scan's `_video_info`)."""
+
+    width: int  # decoded frame size (rotation not applied)
+    height: int
+    num_frames: int  # frames the decoder returns (counted from packets where trusted)
+    frame_pts: Sequence[int] = field(repr=False)  # pts of frame i (empty when frames lack pts)
+    time_base: Fraction | None = None
+    keyframe_indices: tuple[int, ...] = field(default=(), repr=False)
+    seekable: bool = False  # pts unique and increasing: seek by pts is safe
+    rotation: int = 0  # degrees, from the stream's display matrix
+    codec: str = ""
+    pix_fmt: str = ""
+    stream_index: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "frame_pts", FramePts.of(self.frame_pts))
+
+
+FACT_FIELDS = tuple(VideoFacts.__dataclass_fields__)
+
+
+@dataclass(frozen=True, slots=True)
+class _VideoInfoFields:
+    """VideoInfo's fields as a dataclass would have them: `dataclasses.replace`, `fields` and
+    `asdict` read a VideoInfo through these."""
+
+    name: str
+    rel_path: str
+    path: str
+    size_bytes: int
+    mtime_ns: int
+    width: int
+    height: int
+    num_frames: int
+    frame_pts: Sequence[int] = field(repr=False)
+    time_base: Fraction | None = None
+    keyframe_indices: tuple[int, ...] = field(default=(), repr=False)
+    seekable: bool = False
+    rotation: int = 0
+    codec: str = ""
+    pix_fmt: str = ""
+    stream_index: int = 0
+    identity: tuple[int, int] | None = None
+    access: tuple[int, int, int] | None = None
+
+
+class VideoInfo:
+    """A usable video. Frame INDEX i is the i-th frame the decoder returns (presentation order).
+    Its file's fields are its ListedVideo's, its frames' its VideoFacts' (shared by videos
+    probed alike); all read as a frozen dataclass's (`_VideoInfoFields`). `of`: without
+    copying either."""
+
+    __slots__ = ("_facts", "_listed")  # read-only properties over them: immutable
+    __dataclass_fields__ = _VideoInfoFields.__dataclass_fields__
+
+    def __init__(self, name: str, rel_path: str, path: str, size_bytes: int, mtime_ns: int,
+                 width: int, height: int, num_frames: int, frame_pts: Sequence[int],
+                 time_base: Fraction | None = None, keyframe_indices: tuple[int, ...] = (),
+                 seekable: bool = False, rotation: int = 0, codec: str = "", pix_fmt: str = "",
+                 stream_index: int = 0, identity: tuple[int, int] | None = None,
+                 access: tuple[int, int, int] | None = None) -> None:
+        self._listed = ListedVideo(name, rel_path, path, size_bytes, mtime_ns, identity,
+                                   access)
+        self._facts = VideoFacts(width, height, num_frames, frame_pts, time_base,
+                                 keyframe_indices, seekable, rotation, codec, pix_fmt,
+                                 stream_index)
+
+    @classmethod
+    def of(cls, listed: ListedVideo, facts: VideoFacts) -> VideoInfo:
+        self = object.__new__(cls)
+        self._listed, self._facts = listed, facts
+        return self
+
+    listed = property(attrgetter("_listed"))  # its file's fields
+    facts = property(attrgetter("_facts"))  # its frames'
+
+    def changed(self, st: os.stat_result) -> str | None:
+        return source_changed(self, st)
+
+    def timestamp_seconds(self, index: int) -> float | None:
+        """frame.time of frame `index` (pts * time_base), or None when the stream has no pts."""
+        facts = self._facts
+        if not facts.frame_pts or facts.time_base is None:
+            return None
+        # the exact rational, rounded once (int / int is): float(pts * time_base) without
+        # making a Fraction, 5.3 us against 0.56, 128 times for a SlowFast-size batch's meta
+        time_base = facts.time_base
+        return facts.frame_pts[index] * time_base.numerator / time_base.denominator
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not VideoInfo:
+            return NotImplemented
+        return (self._listed, self._facts) == (other._listed, other._facts)  # type: ignore
+
+    def __hash__(self) -> int:
+        return hash((self._listed, self._facts))
+
+    def __reduce__(self):
+        return (VideoInfo.of, (self._listed, self._facts))
+
+    def __repr__(self) -> str:
+        return _repr(self, [f.name for f in self.__dataclass_fields__.values() if f.repr])
+
+
+for _name in (*LISTED_FIELDS, "root"):  # read through the ListedVideo, the facts: C getters
+    setattr(VideoInfo, _name, property(attrgetter(f"_listed.{_name}")))
+for _name in FACT_FIELDS:
+    setattr(VideoInfo, _name, property(attrgetter(f"_facts.{_name}")))
+
+
+def _repr(record: object, fields: Sequence[str]) -> str:
+    shown = ", ".join(f"{name}={getattr(record, name)!r}" for name in fields)
+    return f"{type(record).__name__}({shown})"
+
+
+def source_changed(video: ListedVideo | VideoInfo, st: os.stat_result) -> str | None:
+    """Why the file whose fstat is `st` is not `video` as scanned, or None."""
+    if video.identity is not None and (st.st_dev, st.st_ino) != video.identity:
+        return "not the file the dataset scan found"
+    if (st.st_size, st.st_mtime_ns) != (video.size_bytes, video.mtime_ns):
+        return "the file changed since the dataset scan"
+    if video.access is not None and (st.st_uid, st.st_gid, st.st_mode) != video.access:
+        return "its owner, group or mode changed since the dataset scan"
+    return None
