@@ -10,7 +10,10 @@ decoding probe it replaced (every frame decoded; still the fallback for untruste
    same files in this process (no worker overhead) for comparison. `--dataset DIR`: these two
    on a folder of videos already made (`bench_scale.py`'s hard links), after the CPU of one
    probe of its first video, of its index row and of its hand-off, in this process.
-3. Cold mount of the same short videos, the way a user meets it: `sandfs mount` launched on an
+3. Held: the bytes a video a daemon's lazy scan holds once it is done (tracemalloc, over the
+   videos listed): `scan_bytes_per_video` cold (no scan index; it writes one), then
+   `warm_scan_bytes_per_video` listed from that index, every entry read.
+4. Cold mount of the same short videos, the way a user meets it: `sandfs mount` launched on an
    empty cache dir (scan, plan, mount), then the first batch of a small task (8 clips of
    16x112x112, k = 5) read through the mount: seconds from the launch to serving and to the
    first batch in hand, and the daemon's CPU seconds by then.
@@ -24,6 +27,7 @@ One JSON object per line.
 from __future__ import annotations
 
 import argparse
+import gc
 import pickle
 import resource
 import statistics
@@ -31,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -51,9 +56,16 @@ from common import (
 
 from sandfs.media import probe
 from sandfs.media.scan import scan_dataset, start_lazy_scan
-from sandfs.media.scan_index import IndexKey, save_index
+from sandfs.media.scan_index import save_index
 from sandfs.media.synth import write_test_video
-from sandfs.media.types import DECODING, DatasetScan, MediaLimits, ProbeFacts, ProbeResult
+from sandfs.media.types import (
+    DECODING,
+    DatasetScan,
+    ListedVideo,
+    MediaLimits,
+    ProbeFacts,
+    ProbeResult,
+)
 
 KINDS = (  # (extension, encoder, extra options)
     ("mp4", "libx264", {"bframes": 3, "b_adapt": False}),
@@ -182,7 +194,8 @@ def probe_costs(path: Path, repeats: int = 2000, rows: int = 20_000) -> None:
         for _ in range(repeats):
             result = probe.probe_video(str(path), LIMITS)
         rounds.append((time.process_time() - cpu) / repeats * 1e6)
-    entries = {f"v{i}.mp4": (IndexKey(f"/d/v{i}.mp4", 1, 1), result) for i in range(rows)}
+    entries = {f"v{i}.mp4": (ListedVideo(f"v{i}", f"v{i}.mp4", f"/d/v{i}.mp4", 1, 1), result)
+               for i in range(rows)}
     with tempfile.TemporaryDirectory(prefix="bench-scan-") as temp:
         cpu = time.process_time()
         save_index(Path(temp, "index.json"), LIMITS, entries)
@@ -209,6 +222,25 @@ def lazy_scan(root: Path, paths: list[Path], workers: int) -> None:
     scan, figures = timed_scan(run)
     assert scan.probes.probed == len(paths), (scan.probes.probed, len(paths))
     emit({"lazy_scan": {**figures, "workers": workers}})
+
+
+def held_bytes(root: Path, paths: list[Path], workers: int, index: Path) -> None:
+    """The bytes a video a daemon's lazy scan holds once done (module doc, part 3)."""
+    figures = {}
+    for name in ("scan_bytes_per_video", "warm_scan_bytes_per_video"):
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        found, thread = start_lazy_scan(root, ["mp4"], stop=threading.Event(), limits=LIMITS,
+                                        workers=workers, index_path=index)
+        thread.join()
+        found.probes.wait_all()  # every index entry read
+        assert len(found.listed) == len(paths) and not found.bad
+        gc.collect()
+        figures[name] = round((tracemalloc.get_traced_memory()[0] - before) / len(paths), 1)
+        tracemalloc.stop()
+        del found
+    emit({"held": {"videos": len(paths), "workers": workers, **figures}})
 
 
 def cold_mount(root: Path, paths: list[Path], workers: int, work_dir: Path) -> None:
@@ -252,6 +284,8 @@ def main() -> None:
         probe_costs(paths[0])
         cold_scan(args.dataset, paths, args.workers, decoding=False)
         lazy_scan(args.dataset, paths, args.workers)
+        with tempfile.TemporaryDirectory(prefix="bench-scan-") as temp:
+            held_bytes(args.dataset, paths, args.workers, Path(temp, "index.json"))
         return
     with tempfile.TemporaryDirectory(prefix="bench-scan-") as temp:
         mixed_root, short_root = Path(temp, "mixed"), Path(temp, "short")
@@ -261,6 +295,7 @@ def main() -> None:
         short = make_short(short_root, args.short_videos)
         cold_scan(short_root, short, args.workers)
         lazy_scan(short_root, short, args.workers)
+        held_bytes(short_root, short, args.workers, Path(temp, "index.json"))
         cold_mount(short_root, short, args.workers, Path(temp))
 
 
