@@ -473,5 +473,11 @@ def _video_info(target: ListedVideo, probed: ProbeFacts, interned: dict[str, dic
     shared = {f: getattr(probed, f) for f in FACT_FIELDS}
     for name in SHARED_FACTS:
         shared[name] = interned[name].setdefault(shared[name], shared[name])
-    facts = VideoFacts(**shared)
-    return VideoInfo.of(target, interned["facts"].setdefault(facts, facts))
+    # the facts whole by their shared parts' ids (kept alive by `interned`, cleared with it):
+    # hashing the facts again, their Fraction and pts, cost ~2 us a video
+    key = (*map(id, (shared[name] for name in SHARED_FACTS)), shared["seekable"],
+           shared["rotation"], shared["stream_index"])
+    facts = interned["facts"].get(key)
+    if facts is None:
+        facts = interned["facts"].setdefault(key, VideoFacts(**shared))
+    return VideoInfo.of(target, facts)
