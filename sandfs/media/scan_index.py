@@ -28,7 +28,7 @@ from sandfs.media.types import (
     ProbeResult,
     listing_digest,
 )
-from sandfs.media.walk import passes_stat_checks, shared_access, shared_device
+from sandfs.media.walk import passes_stat_checks
 from sandfs.runtime import collector_paused
 
 log = logging.getLogger("sandfs.media.scan")  # one logger for the whole scan
@@ -105,20 +105,24 @@ def listed_from(entry: Entry | None, rel_path: str, name: str, path: str,
                 limits: MediaLimits) -> ListedVideo | None:
     """The usable video `entry` stored for the file at `path` (the dataset's name for it), as
     the listing would find it if the file is unchanged (the lazy scan checks that later:
-    docs/contract.md#warm-listing); None for a bad one's entry, one not of a row's shape, one
-    the walk refuses by the row's stat under `limits` (a lowered max_file_bytes), or one of a
-    symlink's target (then the file is listed by its stat: the walk refuses it as a cold
-    listing does, resolves a link's target and checks it again)."""
+    docs/contract.md#warm-listing); None for a bad one's entry, one not of a row's shape (a
+    damaged row: its stat not ints, or out of a record's range), one the walk refuses by the
+    row's stat under `limits` (a lowered max_file_bytes), or one of a symlink's target (then
+    the file is listed by its stat: the walk refuses it as a cold listing does, resolves a
+    link's target and checks it again)."""
     try:
         stored, size_bytes, mtime_ns, result, (dev, ino, uid, gid, mode) = entry  # type: ignore
     except (TypeError, ValueError):
         return None
     if stored != path or not (isinstance(result, str) and result.startswith("[")):
         return None
-    if not passes_stat_checks(mode, size_bytes, limits):
+    stat = (size_bytes, mtime_ns, dev, ino, uid, gid, mode)
+    if any(type(n) is not int for n in stat) or not passes_stat_checks(mode, size_bytes, limits):
         return None
-    return ListedVideo(name, rel_path, path, size_bytes, mtime_ns, (shared_device(dev), ino),
-                       shared_access(uid, gid, mode))
+    try:
+        return ListedVideo(name, rel_path, path, size_bytes, mtime_ns, (dev, ino), (uid, gid, mode))
+    except ValueError:  # a stat out of a record's range (a damaged row): listed afresh
+        return None
 
 
 def parse_entry(entry: Entry) -> ProbeResult:

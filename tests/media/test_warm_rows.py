@@ -21,6 +21,7 @@ from sandfs.config.loader import load_task_config
 from sandfs.fileio import read_checked_json, write_checked_json
 from sandfs.media.probebook import ProbeBook
 from sandfs.media.scan import scan_dataset, start_lazy_scan
+from sandfs.media.scan_index import listed_from
 from sandfs.media.synth import make_dataset
 from sandfs.media.types import IDENTITY_VERSION, PERMISSION_DENIED, MediaLimits
 from sandfs.media.walk import ScanTooLarge
@@ -82,6 +83,29 @@ def test_another_device_number_lists_the_files_by_their_stat(tmp_path, two_video
     assert [r.num_frames for r in results] == [28, 32]
     # the index is written again with this device: the next mount lists from it
     assert read_checked_json(str(index))["root_device"] == os.stat(two_videos).st_dev
+
+
+
+@pytest.mark.parametrize("stat", [
+    [1, -1, 0, 0, 0o100644], [1, 2.0, 0, 0, 0o100644], [1, 1 << 64, 0, 0, 0o100644],
+    [1, 2, 0, 0, 33188.0], [1, 2, "0", 0, 0o100644], [1, 2, [0], 0, 0o100644],
+], ids=repr)
+def test_a_row_of_a_damaged_stat_is_listed_afresh(tmp_path, two_videos, stat):
+    """A row whose stat no record holds (out of 64 bits, not an int) is not of a row's shape:
+    its file is stat'ed as a cold listing does, the rest of the index still read."""
+    index = tmp_path / "index.json"
+    scan_dataset(two_videos, ["mp4"], index_path=index)
+    document = read_checked_json(str(index))
+    row = document["entries"]["c/c_000.mp4"]
+    assert listed_from(row, "c/c_000.mp4", "c/c_000", row[0], MediaLimits()) is not None
+    row[4] = stat
+    assert listed_from(row, "c/c_000.mp4", "c/c_000", row[0], MediaLimits()) is None
+    write_checked_json(str(index), document)
+    found = warm_scan(two_videos, index)
+    assert [found.probes.result(v.rel_path).num_frames for v in found.listed] == [28, 32]
+    assert _outcome(found)[1] == []
+    first = found.listed[0]
+    assert first.identity == (os.stat(first.path).st_dev, os.stat(first.path).st_ino)
 
 
 NOBODY = 65534
