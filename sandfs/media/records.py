@@ -9,7 +9,9 @@ tuple of their own, a video took ~690 bytes (docs/performance.md#memory)."""
 
 from __future__ import annotations
 
+import collections
 import os
+import sys
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +44,9 @@ def _place(name: str, rel_path: str, path: str, device: int | None,
     """(root + "/", device, access), shared by every file it fits, where `path` is
     `root/rel_path` and `name` is `rel_path` without its extension (a listing's files but
     symlinks'); else (None, device, access, name, rel_path), the file's own. Few string
-    calls: 250,000 files are listed at each warm start."""
+    calls: 250,000 files are listed at each warm start. Its root is interned (mortal):
+    places of one root but other owners or modes share the string, as the book's keys do
+    (`listing_root`)."""
     global _last_place
     dot, cut = len(name), len(path) - len(rel_path)
     if not (rel_path.rfind(".") == dot and "/" not in rel_path[dot:] and cut > 0
@@ -52,7 +56,7 @@ def _place(name: str, rel_path: str, path: str, device: int | None,
     if len(last[0]) == cut and last[1] == device and last[2] == access and path.startswith(
             last[0]):
         return last
-    key = (path[:cut], device, access)
+    key = (sys.intern(path[:cut]), device, access)
     found = _PLACES.get(key)
     if found is None:
         with _PLACES_LOCK:
@@ -96,8 +100,10 @@ class ListedVideo:
 
     @property
     def root(self) -> str | None:
-        """The dataset root + "/" its path is `root + rel_path` under (None: not so, a
-        symlink's target), shared by the files of a listing."""
+        """The folder + "/" its path is `root + rel_path` under, shared by the files it
+        holds: a listing's files are under the dataset root, a symlink's target ending in
+        "/" + rel_path under a folder of its own (`listing_root` tells them apart); None when
+        the path does not end so (another symlink's target)."""
         return self._place[0]
 
     @property
@@ -144,10 +150,12 @@ LISTED_FIELDS = ("name", "rel_path", "path", "size_bytes", "mtime_ns", "identity
 
 
 def listing_root(videos: Iterable[ListedVideo | VideoInfo]) -> str | None:
-    """The root + "/" the videos' paths are `root + rel_path` under (symlinks' targets aside),
-    if they share one (a scan's listing); else None."""
-    roots = set(map(attrgetter("root"), videos)) - {None}
-    return roots.pop() if len(roots) == 1 else None
+    """The root + "/" most of the videos' paths are `root + rel_path` under (a scan's
+    listing: the dataset root, a symlink's target under a folder of its own aside); None if
+    none is."""
+    roots = collections.Counter(map(attrgetter("root"), videos))
+    roots.pop(None, None)
+    return max(roots, key=roots.__getitem__) if roots else None
 
 
 @dataclass(frozen=True, slots=True)

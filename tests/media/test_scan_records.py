@@ -164,3 +164,20 @@ def test_the_book_finds_each_result_by_rel_path_keyed_by_its_path():
     for video in infos:
         book.record(video.rel_path, video)
     assert {id(key) for key in book._results} == {id(v.path) for v in infos}
+
+
+def test_a_link_under_a_folder_of_its_own_leaves_the_book_its_listing_root():
+    """A symlink whose target ends in "/" + its rel_path (under the root, so the walk takes
+    it) has a root of its own; the book still keys the listing's videos by their own path
+    strings, the link by a key of its own. So do videos of one root but other modes."""
+    infos = [make_info(name=f"c/v{i}", rel_path=f"c/v{i}.mp4", path=f"/data/set/c/v{i}.mp4",
+                       access=(1000, 1000, 0o100644 if i else 0o100600)) for i in range(3)]
+    linked = make_info(name="c/link", rel_path="c/link.mp4", path="/data/set/old/c/link.mp4")
+    assert linked.root == "/data/set/old/" and infos[0].root == "/data/set/"
+    book = ProbeBook([v.listed for v in [*infos, linked]])
+    for video in [*infos, linked]:
+        book.record(video.rel_path, video)
+    assert all(book.known(v.rel_path) is v for v in [*infos, linked])
+    held = {id(key) for key in book._results}
+    assert {id(v.path) for v in infos} <= held and id(linked.path) not in held
+
