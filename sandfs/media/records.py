@@ -13,6 +13,7 @@ import collections
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -33,34 +34,56 @@ def _packed(size_bytes: int, mtime_ns: int, ino: int) -> int:
     return size_bytes | mtime << 64 | ino << 128
 
 
-# (root + "/", device, access) -> itself: the few places a mount's files share
-_PLACES: dict[tuple, tuple] = {}
+class _Place:
+    """Root + "/", device and access, shared by the files they fit (`_place`); a file whose
+    path is not `root/rel_path` (a symlink's target) has one of its own, root None, its
+    `name` and `rel_path` kept. Held weakly by `_PLACES`: gone with its last record."""
+
+    __slots__ = ("__weakref__", "access", "device", "name", "rel_path", "root")
+
+    def __init__(self, root: str | None, device: int | None,
+                 access: tuple[int, int, int] | None, name: str = "", rel_path: str = "") -> None:
+        self.root, self.device, self.access = root, device, access
+        self.name, self.rel_path = name, rel_path
+
+    def _fields(self) -> tuple:
+        return self.root, self.device, self.access, self.name, self.rel_path
+
+    def __eq__(self, other: object) -> bool:  # a file's own place: equal by value
+        return other.__class__ is _Place and self._fields() == other._fields()  # type: ignore
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+
+# (root + "/", device, access) -> its place while a record (or `_last_place`) holds it:
+# remounts (a new device), chmods and datasets come and go over a daemon's life
+_PLACES: weakref.WeakValueDictionary[tuple, _Place] = weakref.WeakValueDictionary()
 _PLACES_LOCK = threading.Lock()
-_last_place: tuple = ("", None, None)  # the last one found: most often the next file's
+_last_place = _Place("", None, None)  # the last one found: most often the next file's
 
 
 def _place(name: str, rel_path: str, path: str, device: int | None,
-           access: tuple[int, int, int] | None) -> tuple:
-    """(root + "/", device, access), shared by every file it fits, where `path` is
-    `root/rel_path` and `name` is `rel_path` without its extension (a listing's files but
-    symlinks'); else (None, device, access, name, rel_path), the file's own. Few string
-    calls: 250,000 files are listed at each warm start. Its root is interned (mortal):
-    places of one root but other owners or modes share the string, as the book's keys do
-    (`listing_root`)."""
+           access: tuple[int, int, int] | None) -> _Place:
+    """The place shared by every file it fits, where `path` is `root/rel_path` and `name` is
+    `rel_path` without its extension (a listing's files but symlinks'); else the file's own.
+    Few string calls: 250,000 files are listed at each warm start. Its root is interned
+    (mortal): places of one root but other owners or modes share the string, as the book's
+    keys do (`listing_root`)."""
     global _last_place
     dot, cut = len(name), len(path) - len(rel_path)
     if not (rel_path.rfind(".") == dot and "/" not in rel_path[dot:] and cut > 0
             and path[cut - 1] == "/" and path.endswith(rel_path) and rel_path.startswith(name)):
-        return (None, device, access, name, rel_path)
+        return _Place(None, device, access, name, rel_path)
     last = _last_place
-    if len(last[0]) == cut and last[1] == device and last[2] == access and path.startswith(
-            last[0]):
+    if len(last.root) == cut and last.device == device and last.access == access and (
+            path.startswith(last.root)):
         return last
     key = (sys.intern(path[:cut]), device, access)
     found = _PLACES.get(key)
     if found is None:
         with _PLACES_LOCK:
-            found = _PLACES.setdefault(key, key)
+            found = _PLACES.setdefault(key, _Place(*key))
     _last_place = found
     return found
 
@@ -87,16 +110,16 @@ class ListedVideo:
 
     @property
     def name(self) -> str:
-        root = self._place[0]
+        root = self._place.root
         if root is None:
-            return self._place[3]
+            return self._place.name
         path = self._path
         return path[len(root): path.rfind(".")]
 
     @property
     def rel_path(self) -> str:
-        root = self._place[0]
-        return self._place[4] if root is None else self._path[len(root):]
+        root = self._place.root
+        return self._place.rel_path if root is None else self._path[len(root):]
 
     @property
     def root(self) -> str | None:
@@ -104,7 +127,7 @@ class ListedVideo:
         holds: a listing's files are under the dataset root, a symlink's target ending in
         "/" + rel_path under a folder of its own (`listing_root` tells them apart); None when
         the path does not end so (another symlink's target)."""
-        return self._place[0]
+        return self._place.root
 
     @property
     def size_bytes(self) -> int:
@@ -117,13 +140,13 @@ class ListedVideo:
     @property
     def identity(self) -> tuple[int, int] | None:
         """(st_dev, st_ino) the scan found at `path`: every later open must reach that file."""
-        device = self._place[1]
+        device = self._place.device
         return None if device is None else (device, self._stamp >> 128)
 
     @property
     def access(self) -> tuple[int, int, int] | None:
         """(st_uid, st_gid, st_mode) the scan found: who may read it was decided from these."""
-        return self._place[2]
+        return self._place.access
 
     def changed(self, st: os.stat_result) -> str | None:
         return source_changed(self, st)

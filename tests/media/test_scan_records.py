@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sandfs.media.probebook import ProbeBook
+from sandfs.media.records import _PLACES
 from sandfs.media.scan import start_lazy_scan
 from sandfs.media.types import ListedVideo, VideoInfo
 
@@ -181,3 +182,17 @@ def test_a_link_under_a_folder_of_its_own_leaves_the_book_its_listing_root():
     held = {id(key) for key in book._results}
     assert {id(v.path) for v in infos} <= held and id(linked.path) not in held
 
+
+def test_places_of_records_let_go_are_gone():
+    """A place (root, device, owner, mode) lives as long as a record holds it: remounts under
+    new device numbers, chmods and datasets over a daemon's life leave none behind."""
+    access = (0, 0, 0o100644)
+    videos = [ListedVideo("c/v", "c/v.mp4", f"/data/set{i}/c/v.mp4", 1, 1, (i, 5), access)
+              for i in range(50)]
+    assert len({id(v._place) for v in videos}) == 50
+    assert all((f"/data/set{i}/", i, access) in _PLACES for i in range(50))
+    kept = ListedVideo("c/v", "c/v.mp4", "/data/kept/c/v.mp4", 1, 1, (99, 5), access)
+    del videos
+    gc.collect()
+    assert not any((f"/data/set{i}/", i, access) in _PLACES for i in range(50))
+    assert _PLACES[("/data/kept/", 99, access)] is kept._place
