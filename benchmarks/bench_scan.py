@@ -230,15 +230,17 @@ def held_bytes(root: Path, paths: list[Path], workers: int, index: Path) -> None
     for name in ("scan_bytes_per_video", "warm_scan_bytes_per_video"):
         gc.collect()
         tracemalloc.start()
-        before = tracemalloc.get_traced_memory()[0]
-        found, thread = start_lazy_scan(root, ["mp4"], stop=threading.Event(), limits=LIMITS,
-                                        workers=workers, index_path=index)
-        thread.join()
-        found.probes.wait_all()  # every index entry read
-        assert len(found.listed) == len(paths) and not found.bad
-        gc.collect()
-        figures[name] = round((tracemalloc.get_traced_memory()[0] - before) / len(paths), 1)
-        tracemalloc.stop()
+        try:  # a failed scan leaves no tracing behind to slow what runs next
+            before = tracemalloc.get_traced_memory()[0]
+            found, thread = start_lazy_scan(root, ["mp4"], stop=threading.Event(),
+                                            limits=LIMITS, workers=workers, index_path=index)
+            thread.join()
+            found.probes.wait_all()  # every index entry read
+            assert len(found.listed) == len(paths) and not found.bad
+            gc.collect()
+            figures[name] = round((tracemalloc.get_traced_memory()[0] - before) / len(paths), 1)
+        finally:
+            tracemalloc.stop()
         del found
     emit({"held": {"videos": len(paths), "workers": workers, **figures}})
 

@@ -4,7 +4,6 @@ without opening; the walk never leaves the root's filesystem nor follows a symli
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import stat
@@ -210,8 +209,8 @@ def _check_file(real_root: str, rel_path: str, name: str, file_name: str, dir_fd
         return BadVideo(rel_path, *refused)
     return ListedVideo(
         name, rel_path, path, file_stat.st_size, file_stat.st_mtime_ns,
-        (shared_device(file_stat.st_dev), file_stat.st_ino),
-        shared_access(file_stat.st_uid, file_stat.st_gid, file_stat.st_mode),
+        (file_stat.st_dev, file_stat.st_ino),
+        (file_stat.st_uid, file_stat.st_gid, file_stat.st_mode),
     )  # fmt: skip
 
 
@@ -238,19 +237,6 @@ def passes_stat_checks(mode: int, size_bytes: int, limits: MediaLimits) -> bool:
     (its access is checked by `checked_again`)? What a cold listing refuses, a warm one must
     not take from a row: its views would differ."""
     return stat.S_ISREG(mode) and 0 < size_bytes <= limits.max_file_bytes
-
-
-@functools.lru_cache(maxsize=64)
-def shared_device(dev: int) -> int:
-    """One int for the files of one device (a dataset's): 32 bytes a video otherwise."""
-    return dev
-
-
-@functools.lru_cache(maxsize=64)
-def shared_access(uid: int, gid: int, mode: int) -> tuple[int, int, int]:
-    """One tuple for the files of one owner, group and mode (most of a dataset): 100,000
-    files listed from the scan index held 126.1 MB, 119.6 with it (tracemalloc)."""
-    return uid, gid, mode
 
 
 def _stat_no_symlinks(path: str) -> os.stat_result | OSError:
