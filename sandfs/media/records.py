@@ -60,7 +60,8 @@ class _Place:
 # remounts (a new device), chmods and datasets come and go over a daemon's life
 _PLACES: weakref.WeakValueDictionary[tuple, _Place] = weakref.WeakValueDictionary()
 _PLACES_LOCK = threading.Lock()
-_last_place = _Place("", None, None)  # the last one found: most often the next file's
+# the last one found, most often the next file's: (root, device, access, it), read by index
+_last_place: tuple = ("", None, None, None)
 
 
 def _place(name: str, rel_path: str, path: str, device: int | None,
@@ -76,15 +77,15 @@ def _place(name: str, rel_path: str, path: str, device: int | None,
             and path[cut - 1] == "/" and path.endswith(rel_path) and rel_path.startswith(name)):
         return _Place(None, device, access, name, rel_path)
     last = _last_place
-    if len(last.root) == cut and last.device == device and last.access == access and (
-            path.startswith(last.root)):
-        return last
+    if len(last[0]) == cut and last[1] == device and last[2] == access and path.startswith(
+            last[0]):
+        return last[3]
     key = (sys.intern(path[:cut]), device, access)
     found = _PLACES.get(key)
     if found is None:
         with _PLACES_LOCK:
             found = _PLACES.setdefault(key, _Place(*key))
-    _last_place = found
+    _last_place = (*key, found)
     return found
 
 
@@ -176,9 +177,13 @@ def listing_root(videos: Iterable[ListedVideo | VideoInfo]) -> str | None:
     """The root + "/" most of the videos' paths are `root + rel_path` under (a scan's
     listing: the dataset root, a symlink's target under a folder of its own aside); None if
     none is."""
-    roots = collections.Counter(map(attrgetter("root"), videos))
-    roots.pop(None, None)
-    return max(roots, key=roots.__getitem__) if roots else None
+    roots = list(map(attrgetter("root"), videos))
+    distinct = set(roots) - {None}
+    if len(distinct) <= 1:  # most listings: no count to make
+        return distinct.pop() if distinct else None
+    counts = collections.Counter(roots)
+    del counts[None]
+    return max(counts, key=counts.__getitem__)  # a tie: the first listed
 
 
 @dataclass(frozen=True, slots=True)
