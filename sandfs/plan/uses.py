@@ -10,9 +10,9 @@ window planned in parts held one a part its batch is in
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import compress
+from itertools import chain, compress
 from typing import TYPE_CHECKING, NamedTuple, overload
 
 import numpy as np
@@ -54,18 +54,54 @@ def _slot_column(slots: Sequence[int]) -> bytes | array:
 
 class TableRows(Sequence[ViewRow]):
     """Batches as their rows' numbers in a window's batch columns (`BatchColumns`), 4 bytes a
-    use: a row (`TableRow`) or key made when read, none held."""
+    use: a row (`TableRow`) or key made when read, none held. A video's uses joined from
+    parts planned apart (a task joining) read several tables, a run of its uses each."""
 
-    __slots__ = ("numbers", "table")
+    # `_tables`: the table, or each run's table and where it ends (table, end, table, ...)
+    __slots__ = ("_tables", "numbers")
 
     def __init__(self, table: BatchColumns, numbers: array | range) -> None:
-        self.table, self.numbers = table, numbers
+        self._tables: BatchColumns | tuple = table
+        self.numbers = numbers
+
+    @staticmethod
+    def of_runs(runs: Iterable[tuple[BatchColumns, Iterable[int]]]) -> TableRows:
+        """Rows of these runs (table, numbers), a run joined to the one before where both
+        read the same table."""
+        tables: list = []
+        numbers: list[int] = []  # an array's size made once: one grown holds more
+        for table, theirs in runs:
+            numbers.extend(theirs)
+            if tables and tables[-2] is table:
+                tables[-1] = len(numbers)
+            elif len(numbers) > (tables[-1] if tables else 0):
+                tables += [table, len(numbers)]
+        made = TableRows.__new__(TableRows)
+        made._tables = tables[0] if len(tables) == 2 else tuple(tables)
+        made.numbers = array("i", numbers)
+        return made
+
+    def runs(self) -> Iterator[tuple[BatchColumns, array | range]]:
+        """Each run's table and its numbers."""
+        tables, numbers = self._tables, self.numbers
+        if type(tables) is not tuple:
+            yield tables, numbers
+            return
+        for at in range(0, len(tables), 2):
+            yield tables[at], numbers[tables[at - 1] if at else 0:tables[at + 1]]
+
+    def _table_at(self, index: int) -> BatchColumns:
+        tables = self._tables
+        if type(tables) is not tuple:
+            return tables
+        index += len(self.numbers) if index < 0 else 0
+        return next(tables[at] for at in range(0, len(tables), 2) if index < tables[at + 1])
 
     def __len__(self) -> int:
         return len(self.numbers)
 
     def __iter__(self) -> Iterator[ViewRow]:
-        return map(self.table.view_row, self.numbers)
+        return chain.from_iterable(map(table.view_row, numbers) for table, numbers in self.runs())
 
     @overload
     def __getitem__(self, index: int) -> ViewRow: ...
@@ -74,32 +110,51 @@ class TableRows(Sequence[ViewRow]):
     def __getitem__(self, index: slice) -> TableRows: ...
 
     def __getitem__(self, index):
-        if isinstance(index, slice):
-            return TableRows(self.table, self.numbers[index])
-        return self.table.view_row(self.numbers[index])
+        if not isinstance(index, slice):
+            number = self.numbers[index]  # an IndexError past the uses
+            return self._table_at(index).view_row(number)
+        if type(self._tables) is not tuple:
+            return TableRows(self._tables, self.numbers[index])
+        return TableRows.of_runs((self._table_at(at), (self.numbers[at],))
+                                 for at in range(len(self))[index])
 
     def views(self) -> Iterator[ViewKey]:
         """Each row's batch key, with no row made."""
-        return map(self.table.key, self.numbers)
+        return chain.from_iterable(map(table.key, numbers) for table, numbers in self.runs())
 
     def key(self, index: int) -> ViewKey:
         """Row `index`'s batch key, with no row made."""
-        return self.table.key(self.numbers[index])
+        number = self.numbers[index]
+        return self._table_at(index).key(number)
 
     def select(self, mask: Sequence[bool]) -> TableRows:
-        return TableRows(self.table, array("i", compress(self.numbers, mask)))
+        if type(self._tables) is not tuple:
+            return TableRows(self._tables, array("i", compress(self.numbers, mask)))
+        return TableRows.of_runs(zip(self._tables[::2], _cut(compress(self.numbers, mask), [
+            sum(mask[:end]) for end in self._tables[1::2]]), strict=True))
 
     def __add__(self, other: Sequence[ViewRow]) -> Sequence[ViewRow]:
-        if type(other) is TableRows and other.table is self.table:
-            return TableRows(self.table, array("i", self.numbers) + array("i", other.numbers))
-        return (*self, *other)
+        if type(other) is TableRows:
+            return TableRows.of_runs(chain(self.runs(), other.runs()))
+        return (*self, *other)  # loose rows (`ColumnUses.of`): a ClipUse each held already
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
 
-    __hash__ = None  # type: ignore[assignment]
+def _cut(values: Iterable[int], ends: list[int]) -> list[array]:
+    """`values` cut at these ends."""
+    found = array("i", values)
+    return [found[start:end] for start, end in zip([0, *ends], ends, strict=False)]
+
+
+def _runs(rows: TableRows, slots: Sequence[int]
+          ) -> Iterator[tuple[BatchColumns, array | range, Sequence[int]]]:
+    """Each run of the rows with its uses' slots."""
+    if type(rows._tables) is not tuple:  # one run: its slots all, not a copy
+        yield rows._tables, rows.numbers, slots
+        return
+    at = 0
+    for table, numbers in rows.runs():
+        yield table, numbers, slots[at:at + len(numbers)]
+        at += len(numbers)
 
 
 class ColumnUses(Sequence[ClipUse]):
@@ -120,11 +175,12 @@ class ColumnUses(Sequence[ClipUse]):
 
     def __iter__(self) -> Iterator[ClipUse]:
         rows, slots = self.columns
-        if type(rows) is TableRows:  # read from the table by number: no row made
-            key, clips, readers = rows.table.key, rows.table.clips, rows.table.readers_of
-            for number, slot in zip(rows.numbers, slots, strict=True):
-                yield _new_use(ClipUse, (key(number), slot, clips(number)[slot],
-                                         readers(number)))
+        if type(rows) is TableRows:  # read from the tables by number: no row made
+            for table, numbers, theirs in _runs(rows, slots):
+                key, clips, readers = table.key, table.clips, table.readers_of
+                for number, slot in zip(numbers, theirs, strict=True):
+                    yield _new_use(ClipUse, (key(number), slot, clips(number)[slot],
+                                             readers(number)))
             return
         for row, slot in zip(rows, slots, strict=True):
             yield _new_use(ClipUse, (row.view, slot, row.clips[slot], row.readers))
@@ -317,10 +373,10 @@ def frame_rows(uses: Sequence[ClipUse]) -> Iterator[tuple[ViewKey, int, tuple[in
             yield use.view, use.slot, use.clip.frame_indices, use.clip.source
         return
     rows, slots = uses.columns
-    if type(rows) is TableRows:  # read from the table by number: no row made
-        table = rows.table
-        for number, slot in zip(rows.numbers, slots, strict=True):
-            yield (table.key(number), slot, *table.frames_and_source(number, slot))
+    if type(rows) is TableRows:  # read from the tables by number: no row made
+        for table, numbers, theirs in _runs(rows, slots):
+            for number, slot in zip(numbers, theirs, strict=True):
+                yield (table.key(number), slot, *table.frames_and_source(number, slot))
         return
     for row, slot in zip(rows, slots, strict=True):
         clips = row.clips
@@ -338,15 +394,25 @@ def row_views(rows: Sequence[ViewRow] | Sequence[ClipUse]) -> Iterator[ViewKey]:
 
 def distinct_rows(columns: Sequence[Sequence[ViewRow]]) -> tuple[list[ViewRow], array]:
     """The distinct batches of uses' rows (a sequence of rows a video), a row each, and each
-    use's index among them (int32): by (table, number) where rows are read by number, no row
-    made a use; by identity otherwise (`cliptable.distinct`)."""
-    ids, tables = [], {}
+    use's index among them (int32): a row of a table by (table, number), whether read by
+    number (`TableRows`, no row made a use) or held (`TableRow`); another by identity
+    (`cliptable.distinct`)."""
+    tables: dict[int, int] = {}
+
+    def base(table: BatchColumns) -> int:  # past any address: a (table, number) is not an id
+        return tables.setdefault(id(table), len(tables)) << 32 | 1 << 62
+
+    def held(row: ViewRow) -> int:
+        place = getattr(row, "place", None)  # a `TableRow`'s (columns, row)
+        return id(row) if place is None else base(place[0]) + place[1]
+
+    ids = []
     for rows in columns:
-        if type(rows) is TableRows:  # past any address: a (table, number) is not an id
-            table = tables.setdefault(id(rows.table), len(tables))
-            ids.append(np.asarray(rows.numbers, np.int64) + ((table << 32) | 1 << 62))
+        if type(rows) is TableRows:
+            ids.extend(np.asarray(numbers, np.int64) + base(table)
+                       for table, numbers in rows.runs())
         else:
-            ids.append(np.fromiter(map(id, rows), np.int64, len(rows)))
+            ids.append(np.fromiter(map(held, rows), np.int64, len(rows)))
     flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
     _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
     found = array("i")

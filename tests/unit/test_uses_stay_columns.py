@@ -9,13 +9,26 @@ from __future__ import annotations
 import gc
 import pickle
 import tracemalloc
+from array import array
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 
 from sandfs.plan import uses as uses_module
 from sandfs.plan.batchcolumns import BatchColumns
-from sandfs.plan.uses import ClipUse, ColumnUses, UseColumns, Uses, ViewRow, WindowUses, batches
+from sandfs.plan.uses import (
+    ClipUse,
+    ColumnUses,
+    TableRows,
+    UseColumns,
+    Uses,
+    ViewRow,
+    WindowUses,
+    batches,
+    distinct_rows,
+    frame_rows,
+)
 from sandfs.plan.window import ViewKey, plan_window
 from sandfs.plan.windowvideos import ColumnVideo
 from sandfs.sched import work
@@ -223,3 +236,52 @@ def test_a_slice_of_two_byte_slots_that_fit_in_one_keeps_their_values():
     tail = uses[1:]
     assert [u.slot for u in tail] == [5, 3] and len(list(tail)) == 2
     assert [u.slot for u in uses.select([True, False, True])] == [299, 3]
+
+
+def test_uses_of_two_tables_read_each_by_number(made):
+    """Uses joined from parts planned apart (a task joining a window planned in parts) read
+    their batches from each part's table, a run each: no row made a use, each read as the
+    loose rows they stand for, a batch's row found once (`distinct_rows`)."""
+    ours, theirs = [framed(0), framed(1), framed(2)], [framed(7), framed(8)]
+    first, second = table_of(ours), table_of(theirs)
+    joined = (Uses(TableRows(first, array("i", [2, 0])), [1, 3])
+              + Uses(TableRows(second, array("i", [1, 1, 0])), [0, 2, 3])
+              + Uses(TableRows(first, range(1, 3)), [2, 1]))
+    loose = [ours[2], ours[0], theirs[1], theirs[1], theirs[0], ours[1], ours[2]]
+    reference = Uses(loose, [1, 3, 0, 2, 3, 2, 1])
+    rows = batches(joined)
+    assert type(rows) is TableRows and len(rows) == 7 and made[0] == 0  # joined, none made
+    assert [table for table, _ in rows.runs()] == [first, second, first]
+    assert list(joined) == list(reference) and list(frame_rows(joined)) == list(
+        frame_rows(reference))
+    assert list(rows.views()) == [r.view for r in loose] == [
+        rows.key(i) for i in range(7)] == [rows.key(i - 7) for i in range(7)]
+    for index in (slice(None), slice(1, 5), slice(None, None, 2), slice(None, None, -1),
+                  slice(4, 4)):
+        assert fields(rows[index]) == fields(loose[index]) and joined[index] == reference[
+            index]
+    mask = [True, False, False, True, True, False, True]
+    assert joined.select(mask) == reference.select(mask)
+    assert [table for table, _ in joined.select(mask).columns[0].runs()] == [first, second,
+                                                                             first]
+    assert [t for t, _ in rows.select([0, 0, 1, 1, 1, 0, 0]).runs()] == [second]
+    with pytest.raises(IndexError):
+        rows[7]
+    found, index = distinct_rows([rows, rows[2:]])
+    assert len(found) == 5 and fields(found[i] for i in index) == fields(loose + loose[2:])
+    # a row each held (uses joined with loose ones): found once all the same
+    more = (ClipUse(ViewKey(("k",), 0, 9), 0, "c", (("t", 9),)),)
+    mixed = batches(joined + more)
+    found, index = distinct_rows([mixed, rows])
+    assert type(mixed) is tuple and len(found) == 6 and list(index)[8:] == list(index)[:7]
+
+
+class Clip(NamedTuple):
+    frame_indices: tuple[int, ...]
+    source: tuple | None
+
+
+def framed(view: int) -> ViewRow:
+    """A batch of 4 clips with their frames."""
+    made = row(view)
+    return ViewRow(made.view, tuple(Clip((view, s), None) for s in range(4)), made.readers)
