@@ -21,7 +21,6 @@ from sandfs.plan.batchcolumns import BatchColumns
 if TYPE_CHECKING:
     from sandfs.plan.records import ViewPlan
     from sandfs.plan.task import TaskPlan
-    from sandfs.plan.uses import ViewRow
     from sandfs.plan.window import ViewKey
 
 NONE = 0xFFFF  # no profile: a batch with no clips planned here (known, or failed)
@@ -35,7 +34,7 @@ class BatchRows:
     batch deleted from a mapping (a task leaving) is that mapping's, its row stays as planned
     until the window drops (a copy taken before reads it so). A row is columns
     (`BatchColumns`: its key, readers and clips) and here its task plan and its plan's other
-    fields; its `ViewKey`, readers, `ViewRow` and `ViewPlan` are made when read."""
+    fields; its `ViewKey`, readers and `ViewPlan` are made when read."""
 
     __slots__ = ("_index", "_owner", "_plan_of", "_plans", "_profile", "_profile_of",
                  "_profiles", "columns", "keys")
@@ -87,9 +86,6 @@ class BatchRows:
 
     def key(self, row: int) -> ViewKey:
         return self.columns.key(row)
-
-    def view_row(self, row: int) -> ViewRow:
-        return self.columns.view_row(row)
 
     def first_positions(self, rows: int) -> np.ndarray:
         """Each of the first `rows` rows' soonest reader position as planned (0: none), in

@@ -6,6 +6,7 @@ against that dict; a window's rows against readers found from its task plans alo
 from __future__ import annotations
 
 import copy
+import itertools
 import pickle
 import random
 import sys
@@ -153,7 +154,12 @@ def test_a_table_row_reads_its_batch_and_is_sent_as_the_view_row_it_stands_for(t
     window = plan_window(plans, 0)
     rows = {row.place: row for work in window.videos.values() for row in batches(work.uses)}
     assert len(rows) == len(window.view_plans)  # one a batch: its videos' uses read its row
-    assert len(set(rows.values())) == len(rows)  # equal when they read the same row
+    other = plan_window(plans, 0)  # the same rows' numbers, of other columns
+    for (columns, number), row in rows.items():  # made when read: equal where the same row
+        again = columns.view_row(number)
+        assert again is not row and again == row and hash(again) == hash(row)
+        assert other.views.table.columns.view_row(number) != row
+    assert all(a != b for a, b in itertools.combinations(rows.values(), 2))
     reference = planned_readers(plans, 0)
     assert {row.view: row.readers for row in rows.values()} == reference
     assert any(len(readers) == 2 for readers in reference.values())

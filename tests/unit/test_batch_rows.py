@@ -216,7 +216,7 @@ def test_a_batch_deleted_stays_as_planned_for_a_copy_taken_before(tmp_path):
                for key in keys)
     assert {key: (before.readers[key], before.view_plans[key]) for key in keys} == then
     rows = [table.row_of(key) for key in keys]
-    assert all(table.view_row(row).readers == table.readers_of(row) == then[key][0] != ()
+    assert all(table.columns.view_row(row).readers == table.readers_of(row) == then[key][0] != ()
                for row, key in zip(rows, keys, strict=True))
     kept = next(iter(planned.views))
     assert planned.view_plans[kept] == before.view_plans[kept] is not None
@@ -255,5 +255,5 @@ def test_a_deleted_row_keeps_its_readers_tuple_and_own_clips():
     assert (dict(copies[0].items()), dict(copies[1].items())) == then
     for key in keys:
         row = table.row_of(key)
-        assert table.view_row(row).readers == then[0][key] and len(then[0][key]) == 70
-        assert table.view_row(row).clips == then[1][key].clips == table.columns.clips(row)
+        assert table.columns.view_row(row).readers == then[0][key] and len(then[0][key]) == 70
+        assert table.columns.view_row(row).clips == then[1][key].clips == table.columns.clips(row)
