@@ -34,11 +34,11 @@ class LeafRows:
 
     paths: list[str]
     keys: list[ViewKey]  # the window's batches
-    view: np.ndarray  # index in `keys`
-    video: np.ndarray  # index in `paths`
-    first: np.ndarray  # `first_reader`
-    slot: np.ndarray
-    nbytes: np.ndarray  # `clip_nbytes`
+    view: np.ndarray  # index in `keys` (int32)
+    video: np.ndarray  # index in `paths` (int32)
+    first: np.ndarray  # `first_reader` (int32 where every one fits, else int64)
+    slot: np.ndarray  # uint16
+    nbytes: np.ndarray  # `clip_nbytes` (int64)
     uses: list  # each video's uses (`paths`' order)
 
     @property
@@ -59,7 +59,7 @@ def leaf_rows(plan: WindowPlan) -> LeafRows:
     runs: list[ColumnRun] = []
     run_of: list[np.ndarray] = []  # each video's run (-1: `loose`) and its group there
     group: list[np.ndarray] = []
-    view, slot, frames, video = [], [], [], []
+    columns: tuple[list[np.ndarray], ...] = ([], [], [], [])  # view, slot, nbytes, video
     videos = plan.videos
     walk = videos.column_runs() if isinstance(videos, WindowVideos) else videos.items()
     for run in walk:
@@ -67,8 +67,8 @@ def leaf_rows(plan: WindowPlan) -> LeafRows:
             got = batches.run_columns(run, len(paths))
             paths.extend(run.paths)
             numbers.extend(range(run.first + run.start, run.first + run.end))
-            run_of.append(np.full(run.end - run.start, len(runs), np.int64))
-            group.append(np.arange(run.start, run.end))
+            run_of.append(np.full(run.end - run.start, len(runs), np.int32))
+            group.append(np.arange(run.start, run.end, dtype=np.int32))
             runs.append(run)
         else:
             path, work = run
@@ -77,17 +77,33 @@ def leaf_rows(plan: WindowPlan) -> LeafRows:
             loose[len(paths)] = uses
             paths.append(path)
             numbers.append(-1)
-            run_of.append(np.full(1, -1, np.int64))
-            group.append(np.zeros(1, np.int64))
-        for column, part in zip((view, slot, frames, video), got, strict=True):
-            column.append(part)
-    view_, slot_, frames_, video_ = (np.concatenate(c) if c else np.zeros(0, np.int64)
-                                     for c in (view, slot, frames, video))
-    return LeafRows(paths, batches.keys, view_, video_, batches.first[view_], slot_,
-                    batches.frame_bytes[view_] * frames_,
-                    VideoUses(videos, numbers, loose, runs, *(
-                        np.concatenate(c) if c else np.zeros(0, np.int64)
-                        for c in (run_of, group))))
+            run_of.append(np.full(1, -1, np.int32))
+            group.append(np.zeros(1, np.int32))
+        for column, part, dtype in zip(columns, got, _DTYPES, strict=True):
+            column.append(part.astype(dtype, copy=False))
+    view, slot, nbytes, video = (_joined(c, d) for c, d in zip(columns, _DTYPES, strict=True))
+    return LeafRows(paths, batches.keys, view, video, _narrowed(batches.first)[view], slot,
+                    nbytes, VideoUses(videos, numbers, loose, runs, _joined(run_of, np.int32),
+                                      _joined(group, np.int32)))
+
+
+# a clip's view, slot, nbytes and video: narrow, as a window of 1.25M clips holds them all
+_DTYPES = (np.int32, np.uint16, np.int64, np.int32)
+
+
+def _joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    """The parts as one array, each let go as it is copied: not held beside the whole."""
+    whole = np.concatenate(parts) if parts else np.zeros(0, dtype)
+    parts.clear()
+    return whole
+
+
+def _narrowed(values: np.ndarray) -> np.ndarray:
+    """`values` as int32 where all of them fit, else as they are."""
+    info = np.iinfo(np.int32)
+    if not len(values) or (values.min() >= info.min and values.max() <= info.max):
+        return values.astype(np.int32)
+    return values
 
 
 class _Batches:
@@ -141,16 +157,16 @@ class _Batches:
         return {index[key] for key in keys if key in index}
 
     def run_columns(self, run: ColumnRun, base: int) -> tuple[np.ndarray, ...]:
-        """(batch index, slot, frames, video) of each use of a run of a chunk's videos, its
+        """(batch index, slot, nbytes, video) of each use of a run of a chunk's videos, its
         videos numbered from `base`."""
         columns = run.columns
-        starts = np.frombuffer(columns.starts, np.dtype(columns.starts.typecode)).astype(
-            np.int64)[run.start:run.end + 1]
+        starts = np.frombuffer(columns.starts, np.dtype(columns.starts.typecode))[
+            run.start:run.end + 1]
         low, high = int(starts[0]), int(starts[-1])
-        batch = np.frombuffer(columns.batch, np.int32)[low:high].astype(np.int64)
-        slot = np.frombuffer(columns.slot, np.dtype(columns.slot.typecode))[low:high].astype(
-            np.int64)
-        video = np.repeat(np.arange(base, base + run.end - run.start), np.diff(starts))
+        batch = np.frombuffer(columns.batch, np.int32)[low:high]
+        slot = np.frombuffer(columns.slot, np.dtype(columns.slot.typecode))[low:high]
+        video = np.repeat(np.arange(base, base + run.end - run.start, dtype=np.int32),
+                          np.diff(starts))
         if run.gone is not None:
             held = np.frombuffer(bytes(run.gone), np.uint8)[batch] == 0
             batch, slot, video = batch[held], slot[held], video[held]
@@ -159,7 +175,7 @@ class _Batches:
         missing = np.flatnonzero(view < 0)
         if len(missing):  # as a dict would: a use of a batch the window does not hold
             raise KeyError(columns.table.key(int(batch[missing[0]])))
-        return view, slot, counts[offsets[batch] + slot], video
+        return view, slot, self.frame_bytes[view] * counts[offsets[batch] + slot], video
 
     def _row_columns(self, columns: UseColumns) -> tuple[np.ndarray, ...]:
         """Each of a chunk's batch rows' batch index (-1: not the window's) and where its
@@ -192,7 +208,7 @@ class _Batches:
         """Each of the first `held` rows' index among the window's batches: by its row where
         it reads the window's table, else by its key where a use (`batch`) reads it (-1:
         none)."""
-        views = np.full(held, -1, np.int64)
+        views = np.full(held, -1, np.int32)
         if self._table is not None and table is self._table.columns:
             mine = min(held, len(self._at_row))
             views[:mine] = self._at_row[:mine]
@@ -213,7 +229,7 @@ def _frame_counts(table: ClipTable) -> np.ndarray:
 
 def _loose_columns(uses: Sequence[ClipUse], batches: _Batches, base: int
                    ) -> tuple[np.ndarray, ...]:
-    """(batch index, slot, frames, video) of each of a video's uses, a use at a time."""
+    """(batch index, slot, nbytes, video) of each of a video's uses, a use at a time."""
     index = batches.index()
     if isinstance(uses, ColumnUses):
         found = [(index[r.view], s, frame_count(r.clips, s)) for r, s in zip(*uses.columns,
@@ -221,7 +237,9 @@ def _loose_columns(uses: Sequence[ClipUse], batches: _Batches, base: int
     else:
         found = [(index[u.view], u.slot, len(u.clip.frame_indices)) for u in uses]
     rows = np.array(found, np.int64).reshape(len(found), 3)
-    return rows[:, 0], rows[:, 1], rows[:, 2], np.full(len(uses), base, np.int64)
+    view = rows[:, 0]
+    return view, rows[:, 1], batches.frame_bytes[view] * rows[:, 2], np.full(
+        len(uses), base, np.int64)
 
 
 class VideoUses(Sequence):
