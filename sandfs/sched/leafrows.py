@@ -7,13 +7,14 @@ batch key made and hashed, a readers tuple made a use) took ~2 us a clip of a wi
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from sandfs.plan.batchcolumns import BatchColumns
-from sandfs.plan.batchrows import RowMap
+from sandfs.plan.batchrows import BatchRows, RowMap
 from sandfs.plan.cliptable import ClipTable, frame_count
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.uses import ClipUse, ColumnUses, UseColumns
@@ -33,7 +34,7 @@ class LeafRows:
     the clips to keep reads, in numpy rather than a tuple and a sort key a clip."""
 
     paths: list[str]
-    keys: list[ViewKey]  # the window's batches
+    keys: Sequence[ViewKey]  # the window's batches (`_Keys`: made when read)
     view: np.ndarray  # index in `keys` (int32)
     video: np.ndarray  # index in `paths` (int32)
     first: np.ndarray  # `first_reader` (int32 where every one fits, else int64)
@@ -116,18 +117,17 @@ class _Batches:
         self._plan = plan
         views = plan.views
         self._table = table = views.table if isinstance(views, RowMap) else None
-        pairs = list(views.keyed_rows()) if table is not None else [(k, -1) for k in views]
-        self.keys = [key for key, _ in pairs]
-        row = np.array([r for _, r in pairs], np.int64)
+        self.keys = keys = _Keys(table, views)
+        row = np.concatenate((keys.rows, np.full(len(keys.extra), -1, np.int64)))
         rows = int(row.max(initial=-1)) + 1
         self._at_row = np.full(rows, -1, np.int64)  # a table row's batch index
         self._at_row[row[row >= 0]] = np.flatnonzero(row >= 0)
         self._index: dict | None = None
-        self.first = np.zeros(len(pairs), np.int64)
-        self.frame_bytes = np.zeros(len(pairs), np.int64)
+        self.first = np.zeros(len(keys), np.int64)
+        self.frame_bytes = np.zeros(len(keys), np.int64)
         by_row = np.flatnonzero(row >= 0)
         readers = plan.readers
-        slow_first = set(range(len(pairs)))
+        slow_first = set(range(len(keys)))
         slow_bytes = set(slow_first)
         if table is not None and rows:
             plans, owner = table.owners(rows)
@@ -219,6 +219,34 @@ class _Batches:
             index = self.index()
             views[missing] = [index.get(table.key(row), -1) for row in missing]
         return views
+
+
+class _Keys(Sequence):
+    """The window's batches' keys in `views`' order, each made when read: those at a row of
+    the window's table (`rows`), then those held beside them (`extra`); a list of them made
+    156,000 keys at 250,000 videos that only a changed window's batches read."""
+
+    def __init__(self, table: BatchRows | None, views: object) -> None:
+        self._table = table
+        found, self.extra = array("q"), []
+        pairs = views.keyed_rows() if table is not None else ((k, -1) for k in views)
+        for key, row in pairs:  # a row's keys come first (`RowMap.keyed_rows`)
+            if row >= 0:
+                found.append(row)
+            else:
+                self.extra.append(key)
+        self.rows = np.frombuffer(found, np.int64) if found else np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.rows) + len(self.extra)
+
+    def __getitem__(self, index):  # type: ignore[override]  # an int only
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        index %= len(self)
+        if index < len(self.rows):
+            return self._table.key(int(self.rows[index]))  # type: ignore[union-attr]
+        return self.extra[index - len(self.rows)]
 
 
 def _frame_counts(table: ClipTable) -> np.ndarray:

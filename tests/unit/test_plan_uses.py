@@ -98,7 +98,7 @@ def test_window_wide_readers_read_the_columns_as_the_clips(tmp_path):
     got, want = leaf_rows(window), leaf_rows(as_tuples)
     for column in ("view", "video", "first", "slot", "nbytes"):
         assert getattr(got, column).tolist() == getattr(want, column).tolist()
-    assert got.keys == want.keys
+    assert list(got.keys) == list(want.keys)
     pending = {path: work.uses for path, work in window.videos.items()}
     tuples = {path: work.uses for path, work in as_tuples.videos.items()}
     assert as_lists(urgency_entries(0, pending)) == as_lists(urgency_entries(0, tuples))

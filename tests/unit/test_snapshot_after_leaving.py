@@ -38,7 +38,8 @@ def decisions(snapshot) -> tuple:
     its batch, the soonest clips that fit in half the window, and Algorithm 1 in a third."""
     rows = leaf_rows(snapshot)
     total = leaves_nbytes(snapshot)
-    return (rows.paths, rows.keys, *(c.tolist() for c in (rows.first, rows.nbytes, rows.view)),
+    columns = (rows.first, rows.nbytes, rows.view)
+    return (rows.paths, list(rows.keys), *(c.tolist() for c in columns),
             [tuple(u.clip) for path in rows.paths for u in snapshot.videos[path].uses],
             dict(soonest_clips(snapshot, total)), dict(pruned_plans(snapshot, total // 3)))
 
