@@ -55,7 +55,7 @@ def leaf_rows(plan: WindowPlan) -> LeafRows:
     found once a batch."""
     batches = _Batches(plan)
     paths: list[str] = []
-    numbers: list[int] = []  # each video's number in the columns, -1: `loose`
+    numbers: list[np.ndarray] = []  # each video's number in the columns, -1: `loose`
     loose: dict[int, Sequence[ClipUse]] = {}
     runs: list[ColumnRun] = []
     run_of: list[np.ndarray] = []  # each video's run (-1: `loose`) and its group there
@@ -67,7 +67,7 @@ def leaf_rows(plan: WindowPlan) -> LeafRows:
         if isinstance(run, ColumnRun):
             got = batches.run_columns(run, len(paths))
             paths.extend(run.paths)
-            numbers.extend(range(run.first + run.start, run.first + run.end))
+            numbers.append(np.arange(run.first + run.start, run.first + run.end))
             run_of.append(np.full(run.end - run.start, len(runs), np.int32))
             group.append(np.arange(run.start, run.end, dtype=np.int32))
             runs.append(run)
@@ -77,14 +77,15 @@ def leaf_rows(plan: WindowPlan) -> LeafRows:
             got = _loose_columns(uses, batches, len(paths))
             loose[len(paths)] = uses
             paths.append(path)
-            numbers.append(-1)
+            numbers.append(np.full(1, -1, np.int64))
             run_of.append(np.full(1, -1, np.int32))
             group.append(np.zeros(1, np.int32))
         for column, part, dtype in zip(columns, got, _DTYPES, strict=True):
             column.append(part.astype(dtype, copy=False))
     view, slot, nbytes, video = (_joined(c, d) for c, d in zip(columns, _DTYPES, strict=True))
     return LeafRows(paths, batches.keys, view, video, _narrowed(batches.first)[view], slot,
-                    nbytes, VideoUses(videos, numbers, loose, runs, _joined(run_of, np.int32),
+                    nbytes, VideoUses(videos, _joined(numbers, np.int64), loose, runs,
+                                      _joined(run_of, np.int32),
                                       _joined(group, np.int32)))
 
 
@@ -275,7 +276,7 @@ class VideoUses(Sequence):
     the window's columns (`runs`, a run's index and its group a video), or those held (`loose`,
     run -1)."""
 
-    def __init__(self, videos: object, numbers: list[int], loose: dict[int, Sequence[ClipUse]],
+    def __init__(self, videos: object, numbers: np.ndarray, loose: dict[int, Sequence[ClipUse]],
                  runs: list[ColumnRun], run: np.ndarray, group: np.ndarray) -> None:
         self._videos, self._numbers, self._loose = videos, numbers, loose
         self._runs, self._run, self._group = runs, run, group
@@ -284,7 +285,7 @@ class VideoUses(Sequence):
         return len(self._numbers)
 
     def __getitem__(self, index):  # type: ignore[override]  # an int only
-        number = self._numbers[index]
+        number = int(self._numbers[index])
         if number < 0:
             return self._loose[index]
         return self._videos.group_uses(number)  # type: ignore[attr-defined]
