@@ -354,12 +354,15 @@ def urgency_entries(window: int, pending: Mapping[str, Sequence[ClipUse]]) -> Ur
         pairs.append(keys)
     names = list(tasks)
     by_task = {}
-    for task, parts in found.items():
+    for task in list(found):
+        parts = found.pop(task)  # let go as joined: not held beside the whole
         positions = np.concatenate([p for p, _ in parts])
-        by = np.argsort(positions, kind="stable")  # ties: in job order, as the chunks come
         jobs = np.concatenate([j for _, j in parts]).astype(np.int64, copy=False)
+        del parts
+        by = np.argsort(positions, kind="stable")  # ties: in job order, as the chunks come
         by_task[names[task]] = positions[by], jobs[by]
     keys = np.concatenate(pairs) if pairs else np.zeros(0, np.int64)
+    pairs.clear()
     keys.sort()  # by batch, then job; each once (a job is in one chunk)
     return UrgencyEntries(window, by_task, view_jobs(window, batches.views(), keys, count),
                           pending)
