@@ -40,6 +40,8 @@ class JobState:
 
 
 def priority(job: JobState, *, memory_pressure: bool) -> tuple:
+    """The job's rank, lowest first; its key last: jobs equal on all else go in one order
+    whatever the process's hash seed (the jobs ranked come as a set)."""
     if memory_pressure and not job.demanded:
         return (1, job.remaining_work, job.deadline_iterations, job.key)
     # workers are shared fairly between the owners of the tasks: the owner with the fewest
