@@ -164,6 +164,7 @@ class BatchBoard:
             deadline, soonest = min((deadline_of(u.view), i) for i, u in enumerate(uses))
             yield JobState(
                 key=f"v{job.window}:{job.path}",
+                window=job.window,
                 demanded=any(u.view in self.demanded for u in uses),
                 deadline_iterations=deadline,
                 remaining_work=remaining_work,
@@ -178,8 +179,8 @@ class BatchBoard:
             deadline, demanded = deadline_of(key), key in self.demanded
             if demanded or deadline < assemble_within:
                 load = owner_load([key]) if owner_load else 0
-                yield JobState(f"a{key.parts}", demanded, deadline, len(on_disk_only),
-                               owner_load=load), key
+                yield JobState(f"a{key.parts}", state.plan.window_of(state.epoch), demanded,
+                               deadline, len(on_disk_only), owner_load=load), key
 
     def _work_of(self, job: VideoJobKey, uses: Sequence[ClipUse]) -> tuple[int, list[int]]:
         """A pending job's remaining work and each clip's lead work, worked out again only

@@ -77,7 +77,8 @@ class PassBook:
         """(JobState, key) of each paused pass, from the clips it has left."""
         for key in self.paused:
             rest = self.remaining(running[key])
-            yield JobState(f"p{key.window}:{key.path}", any(u.view in demanded for u in rest),
+            yield JobState(f"p{key.window}:{key.path}", key.window,
+                           any(u.view in demanded for u in rest),
                            min((deadline_of(u.view) for u in rest), default=NOT_NEEDED),
                            len(rest)), key
 

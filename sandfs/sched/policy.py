@@ -31,7 +31,9 @@ NOT_NEEDED = 1 << 40  # deadline of work no reader is heading for
 
 @dataclass(frozen=True, slots=True)
 class JobState:
-    key: str  # the video
+    # the job's own: "v{window}:{path}" a video's, "p..." a paused pass's, "a..." a read-back's
+    key: str
+    window: int  # the window it works for: ranked as a number, as strings put 10 before 9
     demanded: bool  # a reader is blocked on one of its views
     deadline_iterations: int  # iterations before its first pending clip is needed
     remaining_work: int  # unprocessed edges of its subtree: frames to decode + clips to make
@@ -40,20 +42,21 @@ class JobState:
 
 
 def priority(job: JobState, *, memory_pressure: bool) -> tuple:
-    """The job's rank, lowest first; its key last: jobs equal on all else go in one order
-    whatever the process's hash seed (the jobs ranked come as a set)."""
+    """The job's rank, lowest first; its window and key last: jobs equal on all else go in
+    plan order, the same whatever the process's hash seed (the jobs ranked come as a set)."""
     if memory_pressure and not job.demanded:
-        return (1, job.remaining_work, job.deadline_iterations, job.key)
+        return (1, job.remaining_work, job.deadline_iterations, job.window, job.key)
     # workers are shared fairly between the owners of the tasks: the owner with the fewest
     # jobs running goes first (on a mount of one owner all are equal: deadlines decide)
     return (int(not job.demanded), job.deadline_iterations >= NOT_NEEDED, job.owner_load,
-            job.deadline_iterations, -job.lead_work, job.remaining_work, job.key)
+            job.deadline_iterations, -job.lead_work, job.remaining_work, job.window, job.key)
 
 
 def fifo_priority(job: JobState, *, memory_pressure: bool) -> tuple:
-    """The ablation (policy "fifo"): plan order — window, then video — blind to
-    readers, deadlines and memory."""
-    return (job.key,)
+    """The ablation (policy "fifo"): plan order — window, then video path; a window's
+    read-backs and paused passes before its new jobs — blind to readers, deadlines and
+    memory."""
+    return (job.window, job.key)
 
 
 POLICIES = {"priority": priority, "fifo": fifo_priority}

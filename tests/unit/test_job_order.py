@@ -1,8 +1,8 @@
 """With one worker, the order jobs start in is the same from run to run, for a user comparing
 two runs or a test of scheduling. The jobs worth ranking are a set (`UrgencyOrder.urgent`),
 iterated in the order of their paths' hashes, which differ from process to process
-(PYTHONHASHSEED); the policy's last tie-break, the job's key, decides between jobs equal on
-all else (`policy.priority`), so no hash order reaches the choice."""
+(PYTHONHASHSEED); the policy's last tie-breaks, the job's window and key, decide between jobs
+equal on all else (`policy.priority`), so no hash order reaches the choice."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ from tests.helpers.plans import fake_videos, make_plan
 
 
 def job(key, *, demanded=False, deadline=10, remaining=10) -> JobState:
-    return JobState(key, demanded, deadline, remaining)
+    return JobState(key, 0, demanded, deadline, remaining)
 
 
 def test_deadline_orders_jobs():
@@ -76,8 +76,8 @@ def test_memory_pressure_switches_to_shortest_job_first():
 def test_among_jobs_equally_due_the_longest_to_its_clip_starts_first():
     """A batch is ready when its last clip is: of its videos, the one with the most decoding
     before its clip must not start last."""
-    jobs = [JobState("short", False, 0, 30, lead_work=10),
-            JobState("long", False, 0, 300, lead_work=900)]
+    jobs = [JobState("short", 0, False, 0, 30, lead_work=10),
+            JobState("long", 0, False, 0, 300, lead_work=900)]
     assert pick_next(jobs, memory_pressure=False).key == "long"
     demanded = [replace(j, demanded=True) for j in jobs]
     assert pick_next(demanded, memory_pressure=False).key == "long"

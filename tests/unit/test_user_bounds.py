@@ -279,10 +279,10 @@ def test_per_file_warnings_are_rate_limited(caplog):
 def test_workers_are_shared_fairly_between_owners():
     """H4: the owner with fewer jobs running goes first, among jobs some reader needs; a
     blocked reader's job first of all; with one owner, deadlines decide as before."""
-    root = JobState("root", False, deadline_iterations=0, remaining_work=5, owner_load=1)
-    user = JobState("user", False, deadline_iterations=7, remaining_work=5, owner_load=0)
-    idle = JobState("idle", False, deadline_iterations=NOT_NEEDED, remaining_work=1)
-    blocked = JobState("blocked", True, deadline_iterations=9, remaining_work=9, owner_load=3)
+    root = JobState("root", 0, False, deadline_iterations=0, remaining_work=5, owner_load=1)
+    user = JobState("user", 0, False, deadline_iterations=7, remaining_work=5, owner_load=0)
+    idle = JobState("idle", 0, False, deadline_iterations=NOT_NEEDED, remaining_work=1)
+    blocked = JobState("blocked", 0, True, deadline_iterations=9, remaining_work=9, owner_load=3)
     assert pick_next([root, user, idle], memory_pressure=False) is user
     assert pick_next([root, idle], memory_pressure=False) is root
     assert pick_next([root, user, blocked], memory_pressure=False) is blocked
