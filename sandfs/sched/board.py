@@ -147,6 +147,9 @@ class BatchBoard:
     def pending_jobs(self) -> list[VideoJobKey]:
         return self.pending.jobs()
 
+    def pending_count(self) -> int:
+        return self.pending.count()
+
     def job_states(self, busy: set, deadline_of: Callable[[ViewKey], int],
                    assemble_within: int,
                    owner_load: Callable[[Iterable[ViewKey]], int] | None = None):

@@ -175,7 +175,7 @@ class Scheduler(ReaderSide):
             workers_active=self._in_threads(), views_ready=len(self.board.ready),
             views_planned=len(self.board.views), evicted_unread=self.board.evicted_unread,
             rebuilt_from_disk=self.rebuilt_from_disk, demand_waiting=self.board.demand_waiting,
-            pending_jobs=len(self.pending_jobs()), memory_bytes=self.memory_bytes,
+            pending_jobs=self.board.pending_count(), memory_bytes=self.memory_bytes,
             memory_limit_bytes=self.memory_limit_bytes,
             windows_in_parts=tuple(sorted(self.book.rest_pending)))
 

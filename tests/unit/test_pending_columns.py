@@ -77,6 +77,7 @@ def same(board: BatchBoard, reference: DictPending) -> None:
     assert all(pending.has(job) for job in expected)
     assert all(pending.get(job, ()) == () for job in reference.pending if job not in expected)
     assert set(board.pending_jobs()) == set(expected)
+    assert board.pending_count() == len(expected) and len(pending) == len(list(pending))
     for busy in (set(), set(list(expected)[:3])):
         urgent = board.urgency.urgent(pending, busy)
         assert urgent == reference.urgency.urgent(reference.pending, busy)

@@ -140,3 +140,23 @@ def test_an_own_number_given_before_a_part_held_the_video_is_not_its_number_afte
     number = pending.number(job)
     assert pending.has_number(number)
     assert pending.key_of(number) == job
+
+
+def test_pending_jobs_are_counted_without_a_key_a_job(tmp_path, monkeypatch):
+    """status.json's count of pending jobs reads each part's counts: at 250,000 videos a key
+    made a job, at every read of the file, held the event loop for seconds."""
+    board = board_in_parts(tmp_path)
+    pending = board.pending
+    parts = pending._parts[0]
+    taken = VideoJobKey(0, parts[1].infos[2].path)
+    pending.set(taken, ())  # its clips made: no longer pending
+    loose = VideoJobKey(0, parts[2].infos[0].path)
+    pending.set(loose, pending[loose])  # held loose, its clips still pending
+    expected = len(board.pending_jobs())
+    assert expected == sum(len(p.infos) for p in parts) - 1
+
+    def no_keys(self):
+        raise AssertionError("a key made a pending job to count them")
+
+    monkeypatch.setattr(PendingClips, "__iter__", no_keys)
+    assert board.pending_count() == expected
