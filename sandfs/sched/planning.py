@@ -445,6 +445,7 @@ class WindowPlanner(TaskJoins, Anticipation):
             log.exception("window %d: pruning failed; its jobs keep the soonest clips that fit",
                           plan.window)
             return
+        self._trim()  # Algorithm 1's columns, a window's largest transient, freed
         if kept is not None and self.book.windows.get(plan.window) is plan:
             self.board.refine_disk_plans(plan.window, kept)
 
@@ -483,11 +484,9 @@ class WindowPlanner(TaskJoins, Anticipation):
         self._trim()
 
     def _trim(self) -> None:
-        """Free memory back to the kernel (`runtime.trim_free_memory`) in a thread, once a
-        window's parts are merged or a window is dropped: what they freed stays in malloc's
-        heaps otherwise (docs/design.md#memory-beyond-the-plan). One trim at a time, for all
-        those asked for until it starts: a trim walks every heap with its lock held, and a
-        jump that dropped two windows ran two at once."""
+        """Free memory back to the kernel (`runtime.trim_free_memory`) in a thread once a
+        window is whole, pruned or dropped (docs/design.md#memory-beyond-the-plan): one trim
+        at a time, for all asked for until it starts (each walks every heap, locked)."""
         if self.nursery is None:
             return
         if not self._trim_asked:

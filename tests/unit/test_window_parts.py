@@ -38,6 +38,7 @@ from tests.unit.test_scheduler import (
     recording_windows,
     scheduler_for,
     settle,
+    until,
     window_0_refined,
 )
 
@@ -61,14 +62,6 @@ def rest_held(scheduler) -> tuple[threading.Event, list]:
 
     scheduler.planner.plan_active = planning
     return held, parts
-
-
-async def until(condition) -> None:
-    """Once `condition()` holds (what a planning thread changes too: no event to wait on)."""
-    while True:
-        if condition():
-            return
-        await trio.sleep(0.01)
 
 
 async def test_a_reader_past_the_first_batches_waits_for_its_part_not_the_window(
