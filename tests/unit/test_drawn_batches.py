@@ -109,24 +109,21 @@ def test_batches_drawn_together_hold_no_int_object_a_video(tmp_path):
     assert held.take_batch(3) == plan.batch_videos(0, 3)
 
 
-def test_a_windows_batches_are_drawn_by_epoch_without_an_int_object_a_batch(tmp_path,
-                                                                           monkeypatch):
+def test_a_windows_batches_are_drawn_by_epoch_without_an_int_object_a_batch(tmp_path):
     """`plan_window` lists each task epoch's batches to draw: 2 epochs of 1,000 batches in
     arrays peak at 18 KB (as lists of ints: 66 KB)."""
     path = write_config(tmp_path / "t.yaml", task_config(
         FAKE_DATASET, sampling={"videos_per_batch": PER_BATCH}))
     plan = TaskPlan(load_task_config(path, check_paths=False), fake_videos(4000), k_epochs=2)
     views = window.ViewsMap(window._batch_rows([plan], 0, None))
-    drawn = []
-    monkeypatch.setattr(plan.draws, "prepare_batches",
-                        lambda epoch, iterations: drawn.append(len(iterations)))
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         tracemalloc.reset_peak()
-        window._prepare(views, frozenset())
+        drawn = window._to_draw(views, frozenset())
         grown = tracemalloc.get_traced_memory()[1] - before
     finally:
         tracemalloc.stop()
-    assert drawn == [1000, 1000]
+    assert [(p is plan, epoch, len(its)) for (p, epoch), its in drawn.items()] == [
+        (True, 0, 1000), (True, 1, 1000)]
     assert grown < 30_000, grown

@@ -19,6 +19,7 @@ from sandfs.config.schema import OpSpec
 from sandfs.media.probebook import ProbeBook
 from sandfs.media.types import BadVideo, DatasetScan, ListedVideo
 from sandfs.plan import columns
+from sandfs.plan.clipdraws import ClipDraws
 from sandfs.plan.cliptable import TableClips
 from sandfs.plan.draws import FirstOutput, NeedGenerator, digest_words, pcg64_first
 from sandfs.plan.mount import plan_tasks
@@ -260,6 +261,27 @@ def test_a_planned_window_keeps_no_draws():
     plan, = plans = _plans(_random_config(4), _videos(23, 4))
     plan_window(plans, 0)
     assert not plan.draws._epochs and not plan.draws._windows
+
+
+def test_a_window_holds_one_epochs_draws_at_a_time(monkeypatch):
+    """A task epoch's draws (each video's starts, branch and op draws, batches: tens of bytes a
+    video) go once its views are resolved, before the next epoch's are held: a window of k
+    epochs does not hold k epochs' draws at its peak."""
+    plans = _plans(_random_config(4), _videos(23, 4), tasks=2)
+    prepare, held = ClipDraws.prepare, []
+
+    def preparing(self, epoch, indices):
+        found = prepare(self, epoch, indices)
+        held.append(sum(len(p.draws._epochs) for p in plans))
+        return found
+
+    monkeypatch.setattr(ClipDraws, "prepare", preparing)
+    whole = plan_window(plans, 0)
+    assert len(held) >= 2 * len(plans[0].window_epochs(0)) and max(held) == 2, held
+    monkeypatch.setattr(ClipDraws, "prepare", prepare)
+    again = plan_window(_plans(_random_config(4), _videos(23, 4), tasks=2), 0)
+    assert {k: _values(v) for k, v in whole.view_plans.items()} == {
+        k: _values(v) for k, v in again.view_plans.items()}
 
 
 def test_a_windows_draws_go_before_its_uses_are_grouped(monkeypatch):
