@@ -393,7 +393,9 @@ class WindowPlanner(TaskJoins, Anticipation):
                 if window not in book.horizon(self.carry.span):  # a task left meanwhile
                     continue
                 plans = book.planned_plans(window)
-                book.future[window] = await self._plan_in_thread(plan_window, plans, window)
+                future = await self._plan_in_thread(plan_window, plans, window)
+                book.future[window] = future
+                log.debug("window %d planned to carry for: %d videos", window, len(future.videos))
 
     def _add_window(self, planned: work.PlannedWindow) -> None:
         """A window planned (whole, or its lead part), or the rest of one planned in part. A
@@ -449,8 +451,7 @@ class WindowPlanner(TaskJoins, Anticipation):
         if kept is not None and self.book.windows.get(plan.window) is plan:
             self.board.refine_disk_plans(plan.window, kept)
 
-    def _settle(self) -> None:
-        """A window or part just planned lives long: out of the collector's walks."""
+    def _settle(self) -> None:  # a window or part just planned lives long: not walked
         if self.freezes_windows:
             settle_collector()
 
