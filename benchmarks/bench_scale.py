@@ -18,7 +18,9 @@ Per size and task:
   with the daemon's RSS then and its peak 5 s later (`whole_s`, `daemon_rss_whole_mb`,
   `daemon_peak_rss_whole_mb`: the timed batches need only the window's first parts), and its
   peak once the task's first two windows are planned (`planned_s`,
-  `daemon_peak_rss_planned_mb`); on the warm mount, right after its first batch (with
+  `daemon_peak_rss_planned_mb`) and once both are pruned (`pruned_s`,
+  `daemon_peak_rss_pruned_mb`: pruning runs after planning, and its transient is often the
+  daemon's peak); on the warm mount, right after its first batch (with
   --join-when-planned: once it holds its first two windows planned, `kept_after_s` from the
   launch), seconds from a second task's file written into `.sand/tasks/` (another seed) to
   its first batch (`joined_first_batch_s`; `joined_at_s`: when it had it, from the launch),
@@ -108,6 +110,9 @@ TASKS = {"small": "single.yaml", "slowfast": "slowfast.yaml"}
 FOLDER_VIDEOS = 1000
 PLAN_BUDGET_BYTES = 10 << 30  # the store `plan` keeps window 0's soonest clips in
 SOURCE_FRAMES, SOURCE_FPS, SOURCE_WH = 90, 30, (320, 240)
+# seconds from the first two windows planned to a window's pruning logged, at most: at 250,000
+# videos window 0's was logged 113 s after, 39 s of it pruning
+PRUNE_START_S = 240
 PRUNED_LINE = re.compile(r"window (\d+): keeping (\d+) bytes on disk \((\d+) collapses, "
                          r"(\d+) drops.*\) in ([\d.]+)s")
 # status.json at 250,000 videos costs the daemon tens of ms (its status walks the pending
@@ -245,6 +250,7 @@ def mounted_run(work_dir: Path, config: Path, task: str, args, *, warm: bool) ->
                 record["scan_s"] = scan_logged_s(log_path, since)
                 if args.whole_timeout:
                     record.update(whole_record(mount, config, task, args))
+                    record.update(pruned_record(mount, log_path, since, record, args))
         record["pruning"] = pruning_logged(log_path, since)
     if not warm:
         record["tree_peak_rss_mb"] = tree.peak_mb
@@ -275,6 +281,28 @@ def whole_record(mount, config: Path, task: str, args, settle_s: float = 5.0) ->
         record.update(planned_s=planned, daemon_peak_rss_planned_mb=peak_rss_mb(mount.pid),
                       daemon_rss_planned_mb=round(rss_mb(mount.pid), 1))
     return record
+
+
+def pruned_record(mount, log_path: Path, since: int, record: dict, args) -> dict:
+    """Once the first two windows are planned, when the daemon logged both pruned (pruning
+    runs after planning, in a thread, beside the windows it prunes: the daemon's peak so far
+    is often pruning's): seconds from the launch (`pruned_s`, None if not within
+    --whole-timeout) and the daemon's peak and RSS by then (`daemon_peak_rss_pruned_mb`,
+    `daemon_rss_pruned_mb`). Windows whose clips fit on disk log no pruning: None once
+    PRUNE_START_S pass without a window pruned."""
+    if record.get("planned_s") is None:
+        return {}
+    started, found = time.monotonic(), None
+    while time.monotonic() < started + args.whole_timeout:
+        pruned = {p["window"] for p in pruning_logged(log_path, since)}
+        if {0, 1} <= pruned:
+            found = round(time.monotonic() - mount.launched_at, 2)
+            break
+        if not pruned and time.monotonic() > started + PRUNE_START_S:
+            break
+        time.sleep(STATUS_POLL_S)
+    return {"pruned_s": found, "daemon_peak_rss_pruned_mb": peak_rss_mb(mount.pid),
+            "daemon_rss_pruned_mb": round(rss_mb(mount.pid), 1)}
 
 
 def scan_done_s(mount, timeout_s: float = 900) -> float | None:
