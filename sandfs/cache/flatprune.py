@@ -18,12 +18,13 @@ videos walk as in `prune`, one graph at a time (`graph_of`).
 The merge of the videos' drop walks is a sort: taking the least next step of every walk takes
 a walk's steps in blocks, each led by a step ranked above every earlier one of its walk, and the
 blocks in the order of their leaders; so the steps go by (the highest rank of their walk so far,
-walk, position in the walk).
+walk, position in the walk). A video's walks are its own: a window is walked a chunk of videos
+at a time (`prune_chunks`), and only each chunk's steps are kept for the merge.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,7 +89,8 @@ class _Steps:
     clip: np.ndarray  # fast videos: the clip dropped; -1 for a step of a slow video
 
 
-_EMPTY = _Steps(*(np.zeros(0),) * 5)
+_EMPTY = _Steps(np.zeros(0, np.int32), np.zeros(0), np.zeros(0, np.int64), np.zeros(0),
+                np.zeros(0, np.int32))
 
 
 def prune_flat(graphs: FlatGraphs, budget_bytes: int,
@@ -97,43 +99,93 @@ def prune_flat(graphs: FlatGraphs, budget_bytes: int,
     """`prune` over the window's graphs: the same objects kept, bytes and steps. `graph_of(v)`
     builds video v's `ObjectGraph` (its leaves in the order of its clips here) for the videos
     whose collapses need the general walk; `wait_turn` is called between stages."""
+    return prune_chunks([graphs], budget_bytes, graph_of, wait_turn)
+
+
+def prune_chunks(chunks: Iterable[FlatGraphs], budget_bytes: int,
+                 graph_of: Callable[[int], ObjectGraph],
+                 wait_turn: Callable[[], object] = lambda: None) -> FlatPrunePlan:
+    """`prune_flat` over a window's graphs read a chunk of videos at a time, each chunk's
+    videos numbered from 0 and the window's (`graph_of`, the plan's columns) after the
+    chunks' before: each video's walks are its own (module doc), so only a chunk's steps are
+    kept, not its graphs."""
     if budget_bytes < 0:
         raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
-    slow = _collapsible(graphs)
-    collapses = {}
-    for video in np.flatnonzero(slow).tolist():
-        wait_turn()
-        collapses[video] = _walk(_Video(graph_of(video)), "collapse")
-    total, collapse_seconds, took = _merge(list(collapses.values()),
-                                           int(graphs.clip_nbytes.sum()), budget_bytes)
-    drops: dict[int, list[_Taken]] = {}
-    steps = _EMPTY
-    if total > budget_bytes:  # every collapse taken: the walks go on from their ends
-        for video in collapses:
+    walks = _Walks()
+    for graphs in chunks:
+        walks.add(graphs, graph_of, wait_turn)
+        del graphs  # not held while the next chunk is read
+    return walks.pruned(budget_bytes, graph_of, wait_turn)
+
+
+class _Walks:
+    """A window's walks as its chunks are read: the fast videos' drop steps (videos and clips
+    numbered in the window, 32 bytes a step), the slow videos' collapse walks and clips."""
+
+    def __init__(self) -> None:
+        self.videos = self.clips = self.nbytes = 0  # of the chunks read
+        self._fast: list[_Steps] = []
+        self._collapses: dict[int, list[_Taken]] = {}  # by slow video
+        self._slow_clips: dict[int, range] = {}
+
+    def add(self, graphs: FlatGraphs, graph_of: Callable[[int], ObjectGraph],
+            wait_turn: Callable[[], object]) -> None:
+        slow, video = _collapsible(graphs), graphs.clip_video
+        for number in np.flatnonzero(slow).tolist():
             wait_turn()
-            walked = _Video(graph_of(video))
-            _walk(walked, "collapse")
-            drops[video] = _walk(walked, "drop")
-        steps = _taken(_concat(_fast_drops(graphs, ~slow, wait_turn), _slow_drops(drops)),
-                       total, budget_bytes)
-        total -= int(steps.saved_nbytes.sum())
-    clips_kept = np.ones(len(graphs.clip_video), bool)
-    clips_kept[steps.clip[steps.clip >= 0].astype(np.int64)] = False
-    frames_kept = np.zeros(graphs.videos, bool)
-    dropped = np.bincount(steps.walk.astype(np.int64), minlength=graphs.videos)
-    for video, took_video in zip(collapses, took, strict=True):
-        _apply_slow(graphs, video, graph_of(video), collapses[video][:took_video]
-                    + drops.get(video, [])[:dropped[video]], clips_kept, frames_kept)
-    drop_seconds = float(np.cumsum(steps.added_seconds)[-1]) if len(steps.walk) else 0.0
-    return FlatPrunePlan(clips_kept, frames_kept, total, collapse_seconds + drop_seconds,
-                         sum(took), len(steps.walk))
+            first, end = np.searchsorted(video, [number, number + 1]).tolist()
+            self._slow_clips[self.videos + number] = range(self.clips + first, self.clips + end)
+            self._collapses[self.videos + number] = _walk(_Video(graph_of(self.videos + number)),
+                                                          "collapse")
+        fast = _fast_drops(graphs, ~slow, wait_turn)
+        self._fast.append(_Steps((fast.walk + self.videos).astype(np.int32),
+                                 fast.seconds_per_byte, fast.saved_nbytes, fast.added_seconds,
+                                 (fast.clip + self.clips).astype(np.int32)))
+        self.videos += graphs.videos
+        self.clips += len(video)
+        self.nbytes += int(graphs.clip_nbytes.sum())
+
+    def pruned(self, budget_bytes: int, graph_of: Callable[[int], ObjectGraph],
+               wait_turn: Callable[[], object]) -> FlatPrunePlan:
+        collapses = self._collapses
+        total, collapse_seconds, took = _merge(list(collapses.values()), self.nbytes,
+                                               budget_bytes)
+        drops: dict[int, list[_Taken]] = {}
+        steps = _EMPTY
+        if total > budget_bytes:  # every collapse taken: the walks go on from their ends
+            for video in collapses:
+                wait_turn()
+                walked = _Video(graph_of(video))
+                _walk(walked, "collapse")
+                drops[video] = _walk(walked, "drop")
+            steps = _taken(self._steps(_slow_drops(drops)), total, budget_bytes)
+            total -= int(steps.saved_nbytes.sum())
+        self._fast = []
+        clips_kept = np.ones(self.clips, bool)
+        clips_kept[steps.clip[steps.clip >= 0]] = False
+        frames_kept = np.zeros(self.videos, bool)
+        dropped = np.bincount(steps.walk, minlength=self.videos)
+        for video, took_video in zip(collapses, took, strict=True):
+            _apply_slow(self._slow_clips[video], video, graph_of(video),
+                        collapses[video][:took_video] + drops.get(video, [])[:dropped[video]],
+                        clips_kept, frames_kept)
+        drop_seconds = float(np.cumsum(steps.added_seconds)[-1]) if len(steps.walk) else 0.0
+        return FlatPrunePlan(clips_kept, frames_kept, total, collapse_seconds + drop_seconds,
+                             sum(took), len(steps.walk))
+
+    def _steps(self, slow: _Steps) -> _Steps:
+        """Every walk's drop steps: the fast videos' by chunk, then the slow videos'."""
+        parts, self._fast = [*self._fast, slow], []
+        return _Steps(*(np.concatenate([getattr(p, name) for p in parts])
+                        for name in _Steps.__slots__))
 
 
 def _taken(steps: _Steps, total: int, budget_bytes: int) -> _Steps:
     """The steps `_merge` takes, in its order, until the total fits (module doc)."""
     order = _merge_order(steps)
-    fits = np.flatnonzero(total - np.cumsum(steps.saved_nbytes[order]) <= budget_bytes)
-    order = order[:fits[0] + 1] if len(fits) else order
+    saved = np.cumsum(steps.saved_nbytes[order])  # non-decreasing: bytes saved are >= 0
+    fits = int(np.searchsorted(saved, total - budget_bytes))  # the first step that fits
+    order = order[:fits + 1]
     return _Steps(*(getattr(steps, name)[order] for name in _Steps.__slots__))
 
 
@@ -205,35 +257,41 @@ def _slow_drops(walks: dict[int, list[_Taken]]) -> _Steps:
     if not rows:
         return _EMPTY
     video, ratio, _, saved, added = (np.array(c) for c in zip(*rows, strict=True))
-    return _Steps(video, ratio, saved, added, np.full(len(rows), -1))
-
-
-def _concat(*parts: _Steps) -> _Steps:
-    columns = [np.concatenate([getattr(p, name) for p in parts]) for name in _Steps.__slots__]
-    steps = _Steps(*columns)
-    by_walk = np.argsort(steps.walk, kind="stable")
-    return _Steps(*(c[by_walk] for c in columns))
+    return _Steps(video.astype(np.int32), ratio, saved.astype(np.int64), added,
+                  np.full(len(rows), -1, np.int32))
 
 
 def _merge_order(steps: _Steps) -> np.ndarray:
     """The order `_merge` takes the steps in (module doc): by the highest (seconds per byte,
-    -bytes) of the step's walk so far, then walk, then position in the walk."""
+    -bytes) of the step's walk so far, then walk, then position in the walk (a walk's steps
+    are together, in its order)."""
     count = len(steps.walk)
     if not count:
         return np.zeros(0, np.int64)
-    ratio, negative = steps.seconds_per_byte, -steps.saved_nbytes
-    by_rank = np.lexsort((negative, ratio))
-    new = np.r_[True, (ratio[by_rank][1:] != ratio[by_rank][:-1])
-                | (negative[by_rank][1:] != negative[by_rank][:-1])]
-    rank = np.empty(count, np.int64)
+    rank = _ranks(steps.seconds_per_byte, steps.saved_nbytes)
+    walk = steps.walk
+    # a walk's steps together: one running max serves them all
+    offset = np.cumsum(np.r_[True, walk[1:] != walk[:-1]]) * (int(rank.max()) + 1)
+    rank += offset
+    highest = np.maximum.accumulate(rank) - offset
+    del rank, offset
+    return np.lexsort((walk, highest))  # stable: a walk's ties in its order
+
+
+def _ranks(ratio: np.ndarray, saved: np.ndarray) -> np.ndarray:
+    """Each step's place among the distinct (seconds per byte, -bytes) of the steps."""
+    by_rank = np.lexsort((-saved, ratio))
+    ratio, saved = ratio[by_rank], saved[by_rank]
+    new = np.empty(len(by_rank), bool)
+    new[:1] = True
+    new[1:] = (ratio[1:] != ratio[:-1]) | (saved[1:] != saved[:-1])
+    del ratio, saved
+    rank = np.empty(len(by_rank), np.int64)
     rank[by_rank] = np.cumsum(new) - 1
-    walk = steps.walk.astype(np.int64)
-    offset = walk * (int(rank.max()) + 1)  # walks in order: one running max serves them all
-    highest = np.maximum.accumulate(rank + offset) - offset
-    return np.lexsort((np.arange(count), walk, highest))
+    return rank
 
 
-def _apply_slow(graphs: FlatGraphs, video: int, graph: ObjectGraph, steps: list[_Taken],
+def _apply_slow(clips: range, video: int, graph: ObjectGraph, steps: list[_Taken],
                 clips_kept: np.ndarray, frames_kept: np.ndarray) -> None:
     """A slow video's result: its leaves minus what its steps uncached, plus what they
     cached."""
@@ -242,10 +300,9 @@ def _apply_slow(graphs: FlatGraphs, video: int, graph: ObjectGraph, steps: list[
     for step in steps:
         cached.difference_update(step.uncache)
         cached.update(step.cache)
-    clips = np.flatnonzero(graphs.clip_video == video)
     leaves = [graph.names[i] for i in range(len(graph.names)) if not walked.children[i]
               and i != walked.root]
     if len(leaves) != len(clips):
         raise ValueError(f"graph_of({video}) has {len(leaves)} leaves for {len(clips)} clips")
-    clips_kept[clips] = [name in cached for name in leaves]
+    clips_kept[clips.start:clips.stop] = [name in cached for name in leaves]
     frames_kept[video] = bool(cached.difference(leaves))

@@ -1,13 +1,14 @@
 """Algorithm 1 over a window's columns (`prune_flat`) decides as `prune` does over the same
 graphs: random flat windows (some videos' clips sharing frames enough to collapse, most not),
-random budgets; and its recompute estimate against the independent reference."""
+random budgets; and its recompute estimate against the independent reference. Walked a chunk of
+videos at a time (`prune_chunks`), it decides as over the whole window."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from sandfs.cache.flatprune import FlatGraphs, prune_flat
+from sandfs.cache.flatprune import FlatGraphs, prune_chunks, prune_flat
 from sandfs.cache.prune import ObjectGraph, prune, recompute_seconds
 
 
@@ -150,3 +151,34 @@ def test_an_empty_window_keeps_nothing():
                       np.zeros(0))
     plan = prune_flat(flat, 0, [].__getitem__)
     assert (plan.total_nbytes, plan.collapses, plan.drops, len(plan.clips_kept)) == (0, 0, 0, 0)
+
+
+def chunked(flat: FlatGraphs, ends: list[int]) -> list[FlatGraphs]:
+    """The graphs of videos [0, ends[0]), [ends[0], ends[1]), ... each numbered from 0."""
+    parts = []
+    for first, end in zip([0, *ends], [*ends, flat.videos], strict=True):
+        low, high = np.searchsorted(flat.clip_video, [first, end]).tolist()
+        ids = flat.frame_ids[flat.clip_frames[low]:flat.clip_frames[high]]
+        frames, local = np.unique(ids, return_inverse=True)
+        parts.append(FlatGraphs(flat.clip_video[low:high] - first, flat.clip_nbytes[low:high],
+                                flat.clip_seconds[low:high],
+                                flat.clip_frames[low:high + 1] - flat.clip_frames[low],
+                                local.astype(np.int64), flat.frame_nbytes[frames],
+                                flat.frame_seconds[first:end]))
+    return parts
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_walks_a_chunk_at_a_time_take_the_steps_of_the_whole_window(seed):
+    """Random flat windows cut at random videos (a chunk of one video, chunks with no clip
+    to drop, slow videos in several chunks): the same plan, its seconds to the bit."""
+    rng = np.random.default_rng(seed)
+    flat, graphs = random_window(rng, int(rng.integers(2, 60)), collapsible_share=0.3)
+    ends = sorted({int(e) for e in rng.integers(1, flat.videos, rng.integers(1, 8))})
+    total = int(flat.clip_nbytes.sum())
+    for fraction in (1.0, 0.7, 0.4, 0.1, 0.0):
+        budget = int(total * fraction)
+        whole = prune_flat(flat, budget, graphs.__getitem__)
+        parts = prune_chunks(iter(chunked(flat, ends)), budget, graphs.__getitem__)
+        for name in type(whole).__slots__:
+            assert np.array_equal(getattr(parts, name), getattr(whole, name)), (name, fraction)
