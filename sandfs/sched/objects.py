@@ -113,7 +113,7 @@ class KeptWindow(Mapping[str, DiskPlan]):
                  masks: Sequence[int], frames: np.ndarray) -> None:
         self._rows, order = HashRows.of(paths)
         rows = order.tolist()
-        self._uses = uses.take(order) if isinstance(uses, _Ranges) else _use_list(
+        self._uses = uses.take(order) if isinstance(uses, _Ranges) else compact_uses(
             [uses[i] for i in rows])
         self._masks = [masks[i] for i in rows]
         self._frames = np.asarray(frames, bool)[order]
@@ -167,12 +167,31 @@ class _Ranges(Sequence[WindowUses]):
         return WindowUses(self._columns, self._starts[index], self._ends[index])
 
 
-def _use_list(uses: list[Sequence[ClipUse]]) -> Sequence[Sequence[ClipUse]]:
+def use_ranges(columns: UseColumns, starts: np.ndarray,
+               ends: np.ndarray) -> Sequence[WindowUses]:
+    """Videos' uses as their ranges [start, end) of a window's columns."""
+    return _Ranges(columns, starts, ends)
+
+
+def compact_uses(uses: list[Sequence[ClipUse]]) -> Sequence[Sequence[ClipUse]]:
     """The videos' uses as `_Ranges` where each is a range of the same window's columns."""
+    if type(uses) is _Ranges:
+        return uses
     if uses and all(type(u) is WindowUses for u in uses) and len(
             {id(u.columns_and_range[0]) for u in uses}) == 1:
         return _Ranges.of(uses)  # type: ignore[arg-type]
     return uses
+
+
+def joined_uses(parts: Sequence[Sequence[Sequence[ClipUse]]]) -> Sequence[Sequence[ClipUse]]:
+    """Chunks of videos' uses (`compact_uses`) as one: ranges of one window's columns where
+    every chunk's are."""
+    if parts and all(type(p) is _Ranges for p in parts) and len(
+            {id(p._columns) for p in parts}) == 1:  # type: ignore[attr-defined]
+        return _Ranges(parts[0]._columns, *(  # type: ignore[attr-defined]
+            np.concatenate([np.frombuffer(getattr(p, name), np.int64) for p in parts])
+            for name in ("_starts", "_ends")))
+    return [uses for part in parts for uses in part]
 
 
 def kept_window(paths: Sequence[str], uses: Sequence[Sequence[ClipUse]], video: np.ndarray,

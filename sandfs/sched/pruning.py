@@ -2,28 +2,32 @@
 as columns (video -> frames -> clips, the cost model of `objects.object_graph`), read from the
 window's clip tables and uses as columns (a clip's row, frame list and source by index, in
 numpy); the general walk builds `object_graph` only for the videos whose collapses might save
-space."""
+space. A chunk of videos is read and walked at a time (`prune_chunks`): what stays is each
+chunk's drop steps and each video's path, uses and clip count, not the window's graphs (3.0-3.6
+GB of a 250,000-video daemon's RSS while it pruned; docs/performance.md#dataset-scale)."""
 
 from __future__ import annotations
 
 import itertools
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 
 import numpy as np
 
-from sandfs.cache.flatprune import FlatGraphs, gather, prune_flat
+from sandfs.cache.flatprune import FlatGraphs, prune_chunks
+from sandfs.media.types import VideoInfo
 from sandfs.plan.cliptable import TableClips, distinct
-from sandfs.plan.uses import ColumnUses, distinct_rows, frame_rows
+from sandfs.plan.uses import ClipUse, ColumnUses, distinct_rows, frame_rows
 from sandfs.plan.window import VideoWork, WindowPlan
+from sandfs.plan.windowvideos import ColumnRun, ColumnVideo, WindowVideos
 from sandfs.runtime import collector_paused
 from sandfs.sched.objects import (
     AUGMENT_SECONDS_PER_MPIXEL,
     DECODE_SECONDS_PER_MPIXEL,
     KeptWindow,
-    frame_nbytes,
+    compact_uses,
+    joined_uses,
     kept_window,
     leaf_rows,
     needs_pruning,
@@ -32,6 +36,7 @@ from sandfs.sched.objects import (
     prune_room,
     soonest_clips,
 )
+from sandfs.sched.pruneread import Chunk, StackedTables, UseRows, WindowReader, use_frame_nbytes
 
 log = logging.getLogger(__name__)
 
@@ -57,135 +62,122 @@ def window_pruned(plan: WindowPlan, budget_bytes: int, unless_fits: str | None,
 
 def pruned_plans(plan: WindowPlan, room: int,
                  wait_turn: Callable[[], object] = lambda: None) -> KeptWindow:
-    """Algorithm 1 over the window's objects, within `room` bytes; it calls `wait_turn` before
-    each chunk of videos is read and between the walk's passes (the planner holds it back
-    while it plans)."""
+    """Algorithm 1 over the window's objects, within `room` bytes, a chunk of videos at a time
+    (`prune_chunks`); it calls `wait_turn` before each chunk of videos is read and between the
+    walk's passes (the planner holds it back while it plans)."""
     started = time.monotonic()
     with collector_paused():  # its objects live until it returns (100,000 videos: 2x faster)
-        # walked once, not each path looked up (a window's videos are made when looked up)
-        paths, works = [], []
-        for path, work in plan.videos.items():
-            paths.append(path)
-            works.append(work)
-        return _pruned_plans(plan, paths, works, room, wait_turn, started)
+        videos = _ReadVideos()
+        chosen = prune_chunks(videos.chunks(plan, wait_turn), room,
+                              lambda v: object_graph(plan.videos[videos.paths[v]], plan),
+                              wait_turn)
+        log.info("window %d: keeping %d bytes on disk (%d collapses, %d drops, +%.1fs "
+                 "recompute) in %.2fs", plan.window, chosen.total_nbytes, chosen.collapses,
+                 chosen.drops, chosen.added_recompute_seconds, time.monotonic() - started)
+        return videos.kept(chosen.clips_kept, chosen.frames_kept)
 
 
-def _pruned_plans(plan: WindowPlan, paths: list[str], works: list[VideoWork], room: int,
-                  wait_turn: Callable[[], object], started: float) -> KeptWindow:
-    clips = window_clips(plan, paths, wait_turn, works)
-    chosen = prune_flat(clips.graphs, room,
-                        lambda v: object_graph(works[v], plan), wait_turn)
-    log.info("window %d: keeping %d bytes on disk (%d collapses, %d drops, +%.1fs "
-             "recompute) in %.2fs", plan.window, chosen.total_nbytes, chosen.collapses,
-             chosen.drops, chosen.added_recompute_seconds, time.monotonic() - started)
-    return _kept_plans(paths, works, clips, chosen.clips_kept, chosen.frames_kept)
+_CHUNK = 4096  # videos read between two `wait_turn`s, and pruned together
 
 
-def _kept_plans(paths: list[str], works: list[VideoWork], clips: WindowClips,
-                clips_kept: np.ndarray, frames_kept: np.ndarray) -> KeptWindow:
-    """Each video's kept clips as bits over its uses, no row for a video that keeps nothing."""
-    video = clips.graphs.clip_video
-    kept = np.flatnonzero(clips_kept)
-    first_use = np.searchsorted(video, np.arange(len(paths)))  # clips go video by video
-    return kept_window(paths, [work.uses for work in works], video[kept],
-                       kept - first_use[video[kept]], frames_kept)
+class _ReadVideos:
+    """What pruning holds of a window's videos once their chunk's graphs are let go: each
+    one's path, uses (ranges of the window's columns where they are) and clips."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self._uses: list[Sequence[Sequence[ClipUse]]] = []  # a chunk's videos'
+        self._clips: list[np.ndarray] = []  # a chunk's videos' clips (int32)
+
+    def chunks(self, plan: WindowPlan, wait_turn: Callable[[], object]) -> Iterator[FlatGraphs]:
+        """The graphs of the window's videos, `_CHUNK` videos at a time."""
+        reader = WindowReader(plan)
+        for piece in _pieces(plan.videos):
+            wait_turn()
+            chunk = chunk_rows(reader, piece)
+            rows = chunk.rows
+            if rows is None:  # a batch's clips are not a table's: a use at a time
+                rows = use_rows(plan, [plan.videos[path] for path in chunk.paths], wait_turn)
+            self.paths.extend(chunk.paths)
+            self._uses.append(compact_uses(chunk.uses))
+            self._clips.append(np.bincount(rows.video, minlength=len(chunk.paths))
+                               .astype(np.int32))
+            graphs = flat_graphs(rows, chunk.infos)
+            del chunk, rows  # not held while the chunk is walked, nor the next one read
+            yield graphs
+            del graphs
+
+    def kept(self, clips_kept: np.ndarray, frames_kept: np.ndarray) -> KeptWindow:
+        """Each video's kept clips as bits over its uses, no row for a video that keeps
+        nothing (clips go video by video, a video's in the order of its uses)."""
+        counts = np.concatenate(self._clips or [np.zeros(0, np.int32)])
+        ends = np.cumsum(counts, dtype=np.int64)
+        kept = np.flatnonzero(clips_kept)
+        video = np.searchsorted(ends, kept, "right")
+        return kept_window(self.paths, joined_uses(self._uses), video,
+                           kept - (ends[video] - counts[video]), frames_kept)
 
 
-@dataclass(frozen=True, slots=True)
-class WindowClips:
-    """A window's clips as pruning reads them: their graphs, and where each clip goes (its
-    batch, an index into `views`, and its slot there)."""
-
-    graphs: FlatGraphs
-    views: list
-    view: np.ndarray  # int64 [C]
-    slot: np.ndarray  # int64 [C]
-
-
-@dataclass(frozen=True, slots=True)
-class UseRows:
-    """A window's uses as columns, a row each, grouped by video in the order of its uses."""
-
-    video: np.ndarray
-    views: list
-    view: np.ndarray
-    slot: np.ndarray
-    source: np.ndarray  # an index into `sources`
-    sources: list  # the distinct sources
-    frame_nbytes: np.ndarray  # one frame's, decoded
-    out_nbytes: np.ndarray  # the clip's
-    lengths: np.ndarray  # frame indices a clip
-    indices: np.ndarray  # the clips' frame indices, concatenated
+def _pieces(videos: MutableMapping[str, VideoWork | ColumnVideo]
+            ) -> Iterator[ColumnRun | list[tuple[str, VideoWork | ColumnVideo]]]:
+    """The window's videos in `items`' order, up to `_CHUNK` at a time: runs of a chunk's
+    columns (`WindowVideos.column_runs`), and the rest (held as records, a dict's) gathered.
+    Walked once, not each path looked up (a window's videos are made as they are walked)."""
+    walk = videos.column_runs() if isinstance(videos, WindowVideos) else videos.items()
+    held: list[tuple[str, VideoWork | ColumnVideo]] = []
+    for run in walk:
+        if isinstance(run, ColumnRun):
+            if held:
+                yield held
+                held = []
+            for start in range(run.start, run.end, _CHUNK):
+                end = min(start + _CHUNK, run.end)
+                yield run._replace(start=start, end=end,
+                                   paths=run.paths[start - run.start:end - run.start])
+            continue
+        held.append(run)
+        if len(held) >= _CHUNK:
+            yield held
+            held = []
+    if held:
+        yield held
 
 
-def window_clips(plan: WindowPlan, paths: list[str],
-                 wait_turn: Callable[[], object] = lambda: None,
-                 works: list[VideoWork] | None = None) -> WindowClips:
-    """The objects of the videos `paths` of the window (`works`: those videos, when found
-    already), as columns. A clip's frames are its distinct (index, source) pairs, as in
-    `clip_frame_keys`. Where the uses are columns over clip tables, they are read by index in
-    numpy (`table_rows`), else one use at a time."""
-    works = [plan.videos[path] for path in paths] if works is None else works
-    rows = table_rows(plan, works, wait_turn) if all(
+def chunk_rows(reader: WindowReader,
+               piece: ColumnRun | list[tuple[str, VideoWork | ColumnVideo]]) -> Chunk:
+    """A chunk of videos read: a run of a chunk's columns in numpy, other videos' uses as
+    their columns (`table_rows`) where they are."""
+    if isinstance(piece, ColumnRun):
+        return reader.run_chunk(piece)
+    paths, works = [path for path, _ in piece], [work for _, work in piece]
+    rows = table_rows(reader.plan, works, reader.tables) if all(
         isinstance(work.uses, ColumnUses) for work in works) else None
-    if rows is None:
-        rows = use_rows(plan, works, wait_turn)
-    return WindowClips(flat_graphs(rows, works), rows.views, rows.view, rows.slot)
-
-
-_CHUNK = 4096  # videos read between two `wait_turn`s
+    return Chunk(rows, paths, [work.info for work in works], [work.uses for work in works])
 
 
 def table_rows(plan: WindowPlan, works: list[VideoWork],
-               wait_turn: Callable[[], object]) -> UseRows | None:
+               tables: StackedTables | None = None) -> UseRows | None:
     """The uses read as columns: each use's batch and slot, its clip's table row there, and
-    the row's frame list and path by index; None where a batch's clips are not a table's."""
-    batch_rows, slots, counts = [], [], []
-    for chunk in range(0, len(works), _CHUNK):
-        wait_turn()
-        columns = chunk_columns(works[chunk:chunk + _CHUNK])
-        counts.extend(len(rows) for rows, _ in columns)
-        batch_rows.extend(rows for rows, _ in columns)
-        slots.extend(itertools.chain.from_iterable(slot for _, slot in columns))
-    batches, batch_of = distinct_rows(batch_rows)  # a row a batch, not a use
+    the row's frame list and path by index (`tables`: those read before); None where a
+    batch's clips are not a table's."""
+    columns = [work.uses.columns for work in works]
+    batches, batch_of = distinct_rows([rows for rows, _ in columns])  # a row a batch
     if any(type(row.clips) is not TableClips for row in batches):
         return None
-    wait_turn()
+    tables = StackedTables() if tables is None else tables
     batch = np.frombuffer(batch_of, np.int32).astype(np.int64)
-    slot = np.array(slots, np.int64)
-    tables, table_of = distinct([row.clips.table for row in batches])
+    found, table_of = distinct([row.clips.table for row in batches])
     starts = np.array([row.clips.start for row in batches], np.int64)
-    base = np.cumsum([0] + [len(table) for table in tables])[np.frombuffer(table_of, np.int32)]
-    table_row = (base + starts)[batch] + slot
-    frame_list = _stacked([table.frames for table in tables], [table._frames for table in tables])
-    path = _stacked([table.path for table in tables], [table._paths for table in tables])
-    numbers: dict[tuple | None, int] = {}
-    source = np.array([numbers.setdefault(p.source, len(numbers))
-                       for table in tables for p in table._paths], np.int64)[path[table_row]]
-    lists = list(itertools.chain.from_iterable(table._frames for table in tables))
-    list_lengths = np.fromiter(map(len, lists), np.int64, len(lists))
-    flat = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(list_lengths.sum()))
-    which = frame_list[table_row]
-    lengths = list_lengths[which]
-    indices = gather(flat, np.concatenate(([0], np.cumsum(list_lengths))), which)
-    video = np.repeat(np.arange(len(works)), counts)
-    per_frame = _out_frame_nbytes(plan, [row.view for row in batches])
-    return UseRows(video, [row.view for row in batches], batch, slot, source, list(numbers),
-                 _frame_nbytes(works, video, source, list(numbers)),
-                 per_frame[batch] * lengths, lengths, indices)
-
-
-def chunk_columns(works: list[VideoWork]) -> list:
-    """A chunk of videos' uses, as their columns."""
-    return [work.uses.columns for work in works]
-
-
-def _stacked(columns: Sequence, distinct: Sequence[Sequence]) -> np.ndarray:
-    """Tables' index columns as one, each table's indices past those of the tables before."""
-    base = np.cumsum([0] + [len(d) for d in distinct])
-    return np.concatenate([np.asarray(column).astype(np.int64) + offset  # an array's type
-                           for column, offset in zip(columns, base.tolist(), strict=False)]
-                          or [np.zeros(0, np.int64)])
+    row = ((tables.rows(found)[np.frombuffer(table_of, np.int32)] + starts)[batch]
+           + np.array(list(itertools.chain.from_iterable(slot for _, slot in columns)),
+                      np.int64))
+    source = tables.source[row].astype(np.int64)
+    lengths, indices = tables.frames(tables.frame_list[row])
+    video = np.repeat(np.arange(len(works)), [len(rows) for rows, _ in columns])
+    sources, infos = tables.sources, [work.info for work in works]
+    return UseRows(video, source, sources, use_frame_nbytes(infos, video, source, sources),
+                   _out_frame_nbytes(plan, [row.view for row in batches])[batch] * lengths,
+                   lengths, indices)
 
 
 def _out_frame_nbytes(plan: WindowPlan, views: list) -> np.ndarray:
@@ -197,42 +189,31 @@ def _out_frame_nbytes(plan: WindowPlan, views: list) -> np.ndarray:
     return np.array([sizes[view] for view in views], np.int64)
 
 
-def _frame_nbytes(works: list[VideoWork], video: np.ndarray, source: np.ndarray,
-                  sources: list) -> np.ndarray:
-    """A decoded frame's bytes, per use: they depend on the video and source only."""
-    pair = video * max(1, len(sources)) + source
-    distinct, inverse = np.unique(pair, return_inverse=True)
-    nbytes = [frame_nbytes(works[p // len(sources)].info, (0, sources[p % len(sources)]))
-              for p in distinct.tolist()]
-    return np.array(nbytes, np.int64)[inverse] if nbytes else np.zeros(0, np.int64)
-
-
 def use_rows(plan: WindowPlan, works: list[VideoWork],
              wait_turn: Callable[[], object] = lambda: None) -> UseRows:
     """The uses read one at a time (`frame_rows`): any uses, the reference for
-    `table_rows`."""
-    video, view, slots, lengths, indices, source = [], [], [], [], [], []
+    `table_rows` and `WindowReader`."""
+    video, view, lengths, indices, source = [], [], [], [], []
     views: dict[object, int] = {}
     numbers: dict[tuple | None, int] = {}
     for index, work in enumerate(works):
         wait_turn()
-        for batch, slot, frames, clip_source in frame_rows(work.uses):  # no records made
+        for batch, _, frames, clip_source in frame_rows(work.uses):  # no records made
             video.append(index)
             view.append(views.setdefault(batch, len(views)))
-            slots.append(slot)
             lengths.append(len(frames))
             indices.extend(frames)
             source.append(numbers.setdefault(clip_source, len(numbers)))
-    named = list(views)
     video_, view_, source_, lengths_ = (np.array(c, np.int64)
                                         for c in (video, view, source, lengths))
-    return UseRows(video_, named, view_, np.array(slots, np.int64), source_, list(numbers),
-                 _frame_nbytes(works, video_, source_, list(numbers)),
-                 _out_frame_nbytes(plan, named)[view_] * lengths_, lengths_,
-                 np.array(indices, np.int64))
+    return UseRows(video_, source_, list(numbers),
+                   use_frame_nbytes([work.info for work in works], video_, source_,
+                                    list(numbers)),
+                   _out_frame_nbytes(plan, list(views))[view_] * lengths_, lengths_,
+                   np.array(indices, np.int64))
 
 
-def flat_graphs(rows: UseRows, works: list[VideoWork]) -> FlatGraphs:
+def flat_graphs(rows: UseRows, infos: list[VideoInfo]) -> FlatGraphs:
     """The rows as flat graphs: frames numbered in numpy, per (video, source, index)."""
     count = len(rows.video)
     indices, video = rows.indices, rows.video
@@ -252,7 +233,7 @@ def flat_graphs(rows: UseRows, works: list[VideoWork]) -> FlatGraphs:
     frame_bytes[frame_ids] = rows.frame_nbytes[clip_of]
     per_clip = np.bincount(clip_of, minlength=count)
     frame_seconds, shares = _video_seconds(
-        works, distinct // span // max(1, len(rows.sources)) * span + distinct % span, span)
+        infos, distinct // span // max(1, len(rows.sources)) * span + distinct % span, span)
     return FlatGraphs(video, rows.out_nbytes, shares[video] * per_clip,
                       np.concatenate(([0], np.cumsum(per_clip))).astype(np.int64),
                       frame_ids.astype(np.int64), frame_bytes, frame_seconds)
@@ -283,16 +264,15 @@ def _numbered(key: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(found), numbers
 
 
-def _video_seconds(works: list[VideoWork], frames: np.ndarray,
+def _video_seconds(infos: list[VideoInfo], frames: np.ndarray,
                    span: int) -> tuple[np.ndarray, np.ndarray]:
     """Each video's `video_seconds`, from its frames (video * span + index, one per source):
     the same float operations, a video per row."""
     if np.any(frames[1:] <= frames[:-1]):  # a video's frames from two sources
         frames = np.sort(frames)  # not np.unique: its hash table took seconds on 10^6
         frames = frames[np.r_[True, frames[1:] != frames[:-1]]]
-    infos = [work.info for work in works]
     mpixels = np.array([info.width * info.height for info in infos], float) / 1e6
-    needed = np.bincount(frames // span, minlength=len(works))
+    needed = np.bincount(frames // span, minlength=len(infos))
     decodes = _frames_to_decode(infos, frames // span, frames % span)
     return (DECODE_SECONDS_PER_MPIXEL * mpixels * decodes / np.maximum(1, needed),
             AUGMENT_SECONDS_PER_MPIXEL * mpixels)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import gc
 
+import numpy as np
+
 from sandfs.plan.batchcolumns import TableRow
 from sandfs.plan.uses import batches, distinct_rows
 from sandfs.plan.window import ViewKey
 from sandfs.sched import work
 from sandfs.sched.board import BatchBoard
-from sandfs.sched.pruning import table_rows
+from sandfs.sched.pruning import table_rows, use_rows
 from sandfs.sched.windows import WindowBook
 from tests.helpers.plans import fake_videos, live_objects, make_plan
 
@@ -99,9 +101,10 @@ def test_a_task_joining_in_parts_holds_no_row_a_use(tmp_path):
     pending = [board.pending[job] for job in board.pending.jobs()]
     for uses in ([video.uses for video in works], pending):
         assert len(distinct_rows(list(map(batches, uses)))[0]) == rows_read(uses)
-    pruned = table_rows(window, works, lambda: None)  # its batches found as distinct_rows'
-    assert pruned is not None and len(pruned.views) == rows_read([v.uses for v in works])
-    assert {*pruned.views} == {*window.views}
+    pruned = table_rows(window, works)  # its batches found as distinct_rows'
+    one_at_a_time = use_rows(window, works)
+    assert pruned is not None and all(np.array_equal(*(getattr(r, name) for r in (
+        pruned, one_at_a_time))) for name in ("video", "out_nbytes", "lengths", "indices"))
     assert board.urgency.jobs_of(next(iter(own)))  # the joiner's batches found
 
 

@@ -263,9 +263,9 @@ def test_pruning_asks_for_its_turn_between_chunks_of_videos(tmp_path, monkeypatc
     window = plan_window([make_plan(tmp_path)], 0)
     events = []
     monkeypatch.setattr(pruning, "_CHUNK", 1)
-    columns_of = pruning.chunk_columns
-    monkeypatch.setattr(pruning, "chunk_columns",
-                        lambda works: events.append("video") or columns_of(works))
+    rows_of = pruning.chunk_rows
+    monkeypatch.setattr(pruning, "chunk_rows",
+                        lambda *read: events.append("video") or rows_of(*read))
     for room in (0, 1 << 40):
         events.clear()
         pruned_plans(window, room, lambda: events.append("turn"))

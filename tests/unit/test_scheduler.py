@@ -1493,12 +1493,12 @@ async def test_pruning_waits_while_a_joining_task_s_part_is_planned(tmp_path, mo
 
     planning = threading.Event()  # set while the joining task's part is planned
     built_while_planning = []
-    columns_of = pruning.chunk_columns  # called as each chunk (here a video) is read
+    rows_of = pruning.chunk_rows  # called as each chunk (here a video) is read
 
-    def slow_read(works):
+    def slow_read(*read):
         built_while_planning.append(planning.is_set())
         time.sleep(0.02)
-        return columns_of(works)
+        return rows_of(*read)
 
     plan_part = work_module.plan_task_part
 
@@ -1510,7 +1510,7 @@ async def test_pruning_waits_while_a_joining_task_s_part_is_planned(tmp_path, mo
         finally:
             planning.clear()
 
-    monkeypatch.setattr(pruning, "chunk_columns", slow_read)
+    monkeypatch.setattr(pruning, "chunk_rows", slow_read)
     monkeypatch.setattr(pruning, "_CHUNK", 1)
     monkeypatch.setattr(work_module, "plan_task_part", slow_part)
     plan, _, _ = scheduler_for(tmp_path, videos=24)
@@ -1555,6 +1555,7 @@ async def test_a_task_leaving_while_a_window_is_pruned_does_not_fail_the_pruning
     """Pruning reads its window in a thread while tasks join and leave; a task that left
     took its batches out of the window mid-read, and pruning failed with a KeyError (found
     at 10,000 videos). It reads a snapshot taken when it starts."""
+    from sandfs.sched import pruneread
     from sandfs.sched import pruning as pruning_module
 
     release = threading.Event()
@@ -1565,7 +1566,7 @@ async def test_a_task_leaving_while_a_window_is_pruned_does_not_fail_the_pruning
         return pruning(*args)
 
     left, joined = [], threading.Event()
-    size_of = pruning_module.out_frame_nbytes
+    size_of = pruneread.out_frame_nbytes  # read once a batch
 
     def leaving(plan):
         if joined.is_set() and not left:  # pruning's first batch: the joined task leaves now
@@ -1573,7 +1574,7 @@ async def test_a_task_leaving_while_a_window_is_pruned_does_not_fail_the_pruning
         return size_of(plan)
 
     monkeypatch.setattr(pruning_module, "pruned_plans", held_pruning)
-    monkeypatch.setattr(pruning_module, "out_frame_nbytes", leaving)
+    monkeypatch.setattr(pruneread, "out_frame_nbytes", leaving)
     plan, _, _ = scheduler_for(tmp_path)
     with ObjectStore(str(tmp_path / "cache"), half_the_clips(plan)) as store:
         plan, scheduler, _ = scheduler_for(tmp_path, store=store, workers=2)

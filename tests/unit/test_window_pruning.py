@@ -28,7 +28,7 @@ from sandfs.sched.objects import (
     object_graph,
     soonest_clips,
 )
-from sandfs.sched.pruning import pruned_plans, window_clips, window_pruned
+from sandfs.sched.pruning import pruned_plans, window_pruned
 from sandfs.sched.windows import WindowBook
 from tests.helpers.plans import fake_videos, make_plan
 
@@ -137,11 +137,11 @@ def test_random_windows_keep_what_the_general_walk_keeps(tmp_path, trial):
 
 
 def _read_rows(rows):
-    """Each use's (video, batch, slot, source, frame bytes, clip bytes, frame indices)."""
+    """Each use's (video, source, frame bytes, clip bytes, frame indices)."""
     starts = np.concatenate(([0], np.cumsum(rows.lengths))).tolist()
-    return [(int(rows.video[i]), rows.views[rows.view[i]], int(rows.slot[i]),
-             rows.sources[rows.source[i]], int(rows.frame_nbytes[i]), int(rows.out_nbytes[i]),
-             rows.indices[starts[i]:starts[i + 1]].tolist()) for i in range(len(rows.video))]
+    return [(int(rows.video[i]), rows.sources[rows.source[i]], int(rows.frame_nbytes[i]),
+             int(rows.out_nbytes[i]), rows.indices[starts[i]:starts[i + 1]].tolist())
+            for i in range(len(rows.video))]
 
 
 @pytest.mark.parametrize("trial", range(5))
@@ -153,10 +153,11 @@ def test_the_table_columns_are_the_uses_read_one_at_a_time(tmp_path, trial):
     planned = [random_window(tmp_path / "w", trial)] + (windows(tmp_path) if trial == 0 else [])
     for window in planned:
         works = [window.videos[path] for path in window.videos]
-        by_index = pruning.table_rows(window, works, lambda: None)
+        by_index = pruning.table_rows(window, works)
         one_at_a_time = pruning.use_rows(window, works)
         assert by_index is not None and _read_rows(by_index) == _read_rows(one_at_a_time)
-        graphs = [pruning.flat_graphs(rows, works) for rows in (by_index, one_at_a_time)]
+        infos = [work.info for work in works]
+        graphs = [pruning.flat_graphs(rows, infos) for rows in (by_index, one_at_a_time)]
         for name in type(graphs[0]).__slots__:
             assert np.array_equal(*(getattr(g, name) for g in graphs)), name
         room = leaves_nbytes(window) // 3
@@ -183,7 +184,7 @@ def test_a_window_planned_in_parts_whole(tmp_path):
     book.extend(0, rest)
     window = book.windows[0]
     works = [window.videos[path] for path in window.videos]
-    rows = pruning.table_rows(window, works, lambda: None)
+    rows = pruning.table_rows(window, works)
     assert rows is not None and _read_rows(rows) == _read_rows(pruning.use_rows(window, works))
     for share in (0.7, 0.3):
         room = int(leaves_nbytes(window) * share)
@@ -230,7 +231,8 @@ def test_the_columns_cost_model_is_object_graph_s(tmp_path):
     window = plan_window([make_plan(tmp_path / "t", videos=videos, k_epochs=3,
                                     sampling={"samples_per_video": 2})], 0)
     paths = list(window.videos)
-    graphs = window_clips(window, paths).graphs
+    works = [window.videos[path] for path in paths]
+    graphs = pruning.flat_graphs(pruning.table_rows(window, works), [w.info for w in works])
     for index, path in enumerate(paths):
         graph = object_graph(window.videos[path], window)
         clips = np.flatnonzero(graphs.clip_video == index)
