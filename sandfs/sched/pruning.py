@@ -258,8 +258,8 @@ def _numbered(key: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
         origin = int(video[first]) * width
         marked = np.zeros(int(video[last - 1] + 1) * width - origin, bool)
         marked[key[first:last] - origin] = True
-        numbers[first:last] = np.cumsum(marked)[key[first:last] - origin] + (base - 1)
-        found.append(np.flatnonzero(marked) + origin)
+        found.append(np.flatnonzero(marked) + origin)  # sorted: a key's number is its place
+        numbers[first:last] = np.searchsorted(found[-1], key[first:last]) + base
         base += len(found[-1])
     return np.concatenate(found), numbers
 
