@@ -124,7 +124,7 @@ class _Walks:
 
     def __init__(self) -> None:
         self.videos = self.clips = self.nbytes = 0  # of the chunks read
-        self._fast: list[_Steps] = []
+        self._fast: tuple[list[np.ndarray], ...] = tuple([] for _ in _Steps.__slots__)
         self._collapses: dict[int, list[_Taken]] = {}  # by slow video
         self._slow_clips: dict[int, range] = {}
 
@@ -138,9 +138,12 @@ class _Walks:
             self._collapses[self.videos + number] = _walk(_Video(graph_of(self.videos + number)),
                                                           "collapse")
         fast = _fast_drops(graphs, ~slow, wait_turn)
-        self._fast.append(_Steps((fast.walk + self.videos).astype(np.int32),
-                                 fast.seconds_per_byte, fast.saved_nbytes, fast.added_seconds,
-                                 (fast.clip + self.clips).astype(np.int32)))
+        for parts, column in zip(self._fast, ((fast.walk + self.videos).astype(np.int32),
+                                              fast.seconds_per_byte, fast.saved_nbytes,
+                                              fast.added_seconds,
+                                              (fast.clip + self.clips).astype(np.int32)),
+                                 strict=True):
+            parts.append(column)
         self.videos += graphs.videos
         self.clips += len(video)
         self.nbytes += int(graphs.clip_nbytes.sum())
@@ -160,7 +163,6 @@ class _Walks:
                 drops[video] = _walk(walked, "drop")
             steps = _taken(self._steps(_slow_drops(drops)), total, budget_bytes)
             total -= int(steps.saved_nbytes.sum())
-        self._fast = []
         clips_kept = np.ones(self.clips, bool)
         clips_kept[steps.clip[steps.clip >= 0]] = False
         frames_kept = np.zeros(self.videos, bool)
@@ -174,19 +176,28 @@ class _Walks:
                              sum(took), len(steps.walk))
 
     def _steps(self, slow: _Steps) -> _Steps:
-        """Every walk's drop steps: the fast videos' by chunk, then the slow videos'."""
-        parts, self._fast = [*self._fast, slow], []
-        return _Steps(*(np.concatenate([getattr(p, name) for p in parts])
-                        for name in _Steps.__slots__))
+        """Every walk's drop steps: the fast videos' by chunk, then the slow videos'; a
+        column's chunks let go as it is joined, not held beside the whole."""
+        columns = []
+        for parts, name in zip(self._fast, _Steps.__slots__, strict=True):
+            parts.append(getattr(slow, name))
+            columns.append(np.concatenate(parts))
+            parts.clear()
+        return _Steps(*columns)
 
 
 def _taken(steps: _Steps, total: int, budget_bytes: int) -> _Steps:
     """The steps `_merge` takes, in its order, until the total fits (module doc)."""
     order = _merge_order(steps)
-    saved = np.cumsum(steps.saved_nbytes[order])  # non-decreasing: bytes saved are >= 0
-    fits = int(np.searchsorted(saved, total - budget_bytes))  # the first step that fits
-    order = order[:fits + 1]
-    return _Steps(*(getattr(steps, name)[order] for name in _Steps.__slots__))
+    saved = steps.saved_nbytes[order]
+    np.cumsum(saved, out=saved)  # non-decreasing: bytes saved are >= 0
+    order = order[:int(np.searchsorted(saved, total - budget_bytes)) + 1]  # until one fits
+    del saved
+    columns = [getattr(steps, name) for name in _Steps.__slots__]
+    del steps  # its columns taken one at a time: not a window's steps held twice
+    for at, column in enumerate(columns):
+        columns[at] = column[order]
+    return _Steps(*columns)
 
 
 def _collapsible(graphs: FlatGraphs) -> np.ndarray:
@@ -270,24 +281,30 @@ def _merge_order(steps: _Steps) -> np.ndarray:
         return np.zeros(0, np.int64)
     rank = _ranks(steps.seconds_per_byte, steps.saved_nbytes)
     walk = steps.walk
-    # a walk's steps together: one running max serves them all
-    offset = np.cumsum(np.r_[True, walk[1:] != walk[:-1]]) * (int(rank.max()) + 1)
+    # a walk's steps together: one running max serves them all (in place: a window's steps)
+    offset = np.cumsum(np.r_[True, walk[1:] != walk[:-1]])
+    offset *= int(rank.max()) + 1
     rank += offset
-    highest = np.maximum.accumulate(rank) - offset
-    del rank, offset
-    return np.lexsort((walk, highest))  # stable: a walk's ties in its order
+    np.maximum.accumulate(rank, out=rank)
+    rank -= offset
+    del offset
+    return np.lexsort((walk, rank))  # stable: a walk's ties in its order
 
 
 def _ranks(ratio: np.ndarray, saved: np.ndarray) -> np.ndarray:
     """Each step's place among the distinct (seconds per byte, -bytes) of the steps."""
     by_rank = np.lexsort((-saved, ratio))
-    ratio, saved = ratio[by_rank], saved[by_rank]
-    new = np.empty(len(by_rank), bool)
+    new = np.zeros(len(by_rank), bool)
     new[:1] = True
-    new[1:] = (ratio[1:] != ratio[:-1]) | (saved[1:] != saved[:-1])
-    del ratio, saved
+    for column in (ratio, saved):  # one sorted copy at a time
+        ordered = column[by_rank]
+        new[1:] |= ordered[1:] != ordered[:-1]
+        del ordered
+    places = np.cumsum(new)
+    del new
+    places -= 1
     rank = np.empty(len(by_rank), np.int64)
-    rank[by_rank] = np.cumsum(new) - 1
+    rank[by_rank] = places
     return rank
 
 
