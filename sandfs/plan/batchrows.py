@@ -44,8 +44,8 @@ class BatchRows:
         self._plans: list[TaskPlan] = []
         self._plan_of: dict[int, int] = {}  # id of a task plan -> its index
         self._owner = array("H")  # the plan each batch is resolved with
-        # plan key -> (first epoch, iterations an epoch, row of each batch or -1)
-        self._index: dict[object, tuple[int, int, array]] = {}
+        # plan key -> (first epoch, iterations an epoch, each batch's row by its place)
+        self._index: dict[object, tuple[int, int, _Places]] = {}
         self._profiles: list[tuple] = []  # distinct (task, shape, dtype, layout)
         self._profile_of: dict[tuple, int] = {}
         self._profile = array("H")  # per row, written last: its plan's other fields
@@ -63,8 +63,7 @@ class BatchRows:
             # every task of a plan key has its k epochs and batches an epoch (of the key)
             first = plan.window_epochs(plan.window_of(key.epoch)).start
             per = plan.iterations_per_epoch
-            index = self._index[key.plan_key] = (first, per,
-                                                 array("i", [-1]) * (plan.k_epochs * per))
+            index = self._index[key.plan_key] = (first, per, _Places(plan.k_epochs * per))
         first, per, rows = index
         owner = self._plan_of.get(id(plan))
         if owner is None:
@@ -75,7 +74,7 @@ class BatchRows:
             self.columns.set_readers(row, readers)
         self._owner.append(owner)
         self._profile.append(NONE)
-        rows[(key.epoch - first) * per + key.iteration] = row
+        rows.set((key.epoch - first) * per + key.iteration, row)
         return row
 
     def add_reader(self, row: int, task: str) -> None:
@@ -103,9 +102,9 @@ class BatchRows:
             return -1
         first, per, rows = index
         place = (key.epoch - first) * per + key.iteration  # type: ignore[attr-defined]
-        if not 0 <= place < len(rows) or not 0 <= key.iteration < per:  # type: ignore
+        if not 0 <= place < rows.size or not 0 <= key.iteration < per:  # type: ignore
             return -1
-        return rows[place]
+        return rows.get(place)
 
     def plan(self, row: int) -> TaskPlan:
         return self._plans[self._owner[row]]
@@ -150,6 +149,40 @@ class BatchRows:
         task, shape, dtype, layout = self._profiles[number]
         return ViewPlan(task, *self.columns.epoch_iteration(row), self.columns.clips(row),
                         shape, dtype, layout)
+
+
+class _Places:
+    """Each batch's row by its place among a plan key's k epochs ((epoch - first) * per +
+    iteration; -1: none): a dict while the table holds few of the places, an array of them all
+    once it holds a 32nd. A window's part holds a few hundred of 156,250 places at 250,000
+    videos, and an array of every place was 625 KB a part: 320 MB over window 0's 512 parts
+    (docs/performance.md#pruning-is-the-daemon-s-peak)."""
+
+    __slots__ = ("_dense", "_sparse", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._sparse: dict[int, int] = {}
+        self._dense: array | None = None
+
+    def get(self, place: int) -> int:
+        dense = self._dense
+        if dense is not None:
+            return dense[place]
+        return self._sparse.get(place, -1)
+
+    def set(self, place: int, row: int) -> None:
+        """Written by the planning thread that adds rows, read by others meanwhile: the dict
+        stays as it is once the array reads for it."""
+        if self._dense is not None:
+            self._dense[place] = row
+            return
+        self._sparse[place] = row
+        if len(self._sparse) * 32 > self.size:
+            dense = array("i", [-1]) * self.size
+            for at, found in self._sparse.items():
+                dense[at] = found
+            self._dense = dense
 
 
 class _Keys(Sequence):

@@ -257,3 +257,36 @@ def test_a_deleted_row_keeps_its_readers_tuple_and_own_clips():
         row = table.row_of(key)
         assert table.columns.view_row(row).readers == then[0][key] and len(then[0][key]) == 70
         assert table.columns.view_row(row).clips == then[1][key].clips == table.columns.clips(row)
+
+
+class ManyPlaces(OddPlan):
+    """A plan key of 5 epochs of 31,250 batches (250,000 videos, 8 a batch)."""
+
+    k_epochs, iterations_per_epoch = 5, 31_250
+
+    def window_epochs(self, window: int) -> range:
+        return range(5)
+
+
+def test_a_part_s_rows_are_found_in_bytes_of_its_rows_not_of_the_window_s_places():
+    """A window planned in parts has a table a part, each with a few hundred of the plan key's
+    156,250 places: an index of every place was 625 KB a part, 320 MB over window 0's 512
+    parts at 250,000 videos. The index grows with the rows, and reads the same once dense."""
+    import tracemalloc
+
+    plan, rng = ManyPlaces(), random.Random(5)
+    places = rng.sample(range(5 * 31_250), 6_000)
+    tracemalloc.start()
+    table = BatchRows()
+    for place in places[:300]:
+        table.add(ViewKey("k", *divmod(place, 31_250)), plan)
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert held < 150_000  # bytes: the part's 300 rows, not 156,250 places of 4
+    for place in places[300:]:  # past a 32nd of the places: an array of them
+        table.add(ViewKey("k", *divmod(place, 31_250)), plan)
+    assert [table.row_of(ViewKey("k", *divmod(p, 31_250))) for p in places] == list(
+        range(len(places)))
+    absent = next(p for p in range(5 * 31_250) if p not in set(places))
+    assert table.row_of(ViewKey("k", *divmod(absent, 31_250))) == -1
+    assert table.row_of(ViewKey("k", 5, 0)) == table.row_of(ViewKey("k", 0, 31_250)) == -1
