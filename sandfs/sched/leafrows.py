@@ -143,7 +143,8 @@ class _Batches:
             self.first[index] = min((p for _, p in readers[self.keys[index]]), default=0)
         for index in slow_bytes:
             self.frame_bytes[index] = out_frame_nbytes(views[self.keys[index]][0])
-        self._rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._last: tuple[UseColumns, tuple] | None = None  # `_row_columns`' chunk
+        self._counts: dict[int, tuple[ClipTable, np.ndarray]] = {}  # `_table_counts`
 
     def index(self) -> dict:
         """Each key's batch index, made when a batch is not found by its row."""
@@ -171,39 +172,57 @@ class _Batches:
         if run.gone is not None:
             held = np.frombuffer(bytes(run.gone), np.uint8)[batch] == 0
             batch, slot, video = batch[held], slot[held], video[held]
-        views, offsets, counts = self._row_columns(columns)
+        views, which, start, tables = self._row_columns(columns)
         view = views[batch]
         missing = np.flatnonzero(view < 0)
         if len(missing):  # as a dict would: a use of a batch the window does not hold
             raise KeyError(columns.table.key(int(batch[missing[0]])))
-        return view, slot, self.frame_bytes[view] * counts[offsets[batch] + slot], video
+        counts = self._use_counts(columns.table, tables, which[batch], start[batch] + slot,
+                                  batch, slot)
+        return view, slot, self.frame_bytes[view] * counts, video
 
-    def _row_columns(self, columns: UseColumns) -> tuple[np.ndarray, ...]:
-        """Each of a chunk's batch rows' batch index (-1: not the window's) and where its
-        clips' frame counts start, and the frame counts of the clip tables they read: from
-        the rows' numbers in numpy, once a chunk (no row made)."""
-        found = self._rows.get(id(columns))
-        if found is not None:
-            return found
+    def _row_columns(self, columns: UseColumns) -> tuple:
+        """Each of a chunk's batch rows' batch index (-1: not the window's), clip table (-1:
+        clips of its own, or none) and first clip there, and the clip tables: from the rows'
+        numbers in numpy, once a chunk (its runs come one after the other; no row made)."""
+        if self._last is not None and self._last[0] is columns:
+            return self._last[1]
         table, held = columns.table, columns.held
         tables, which, start = table.clip_rows(held)
-        used = np.unique(which[which >= 0])
-        counts = [_frame_counts(tables[t]) for t in used.tolist()]
-        base = np.zeros(len(tables), np.int64)
-        base[used] = np.cumsum([0] + [len(c) for c in counts])[:-1]
-        offsets = np.where(which >= 0, base[np.maximum(which, 0)] + start, 0)
-        total = sum(map(len, counts))
-        for row in np.flatnonzero(which < 0).tolist():  # clips of their own (a tuple), or none
-            clips = table.clips(row)
-            if clips is not None:  # their counts, as a table of their own
-                counts.append(np.array([0 if c is None else len(c.frame_indices)
-                                        for c in clips], np.int64))
-                offsets[row] = total
-                total += len(clips)
         views = self._views_of(table, held, np.frombuffer(columns.batch, np.int32))
-        found = self._rows[id(columns)] = (views, offsets, np.concatenate(
-            counts) if counts else np.zeros(0, np.int64))
+        found = views, which, start, tables
+        self._last = columns, found
         return found
+
+    def _use_counts(self, table: BatchColumns, tables: list[ClipTable], which: np.ndarray,
+                    clip: np.ndarray, batch: np.ndarray, slot: np.ndarray) -> np.ndarray:
+        """Each use's frame count: its clip's row (`clip`) of its batch's clip table (`which`),
+        or its batch's own clips."""
+        counts = np.zeros(len(which), np.int64)
+        order = np.argsort(which, kind="stable")
+        for group in np.split(order, np.flatnonzero(np.diff(which[order])) + 1):
+            if not len(group):
+                continue
+            number = int(which[group[0]])
+            if number >= 0:
+                counts[group] = self._table_counts(tables[number])[clip[group]]
+                continue
+            for at, row, use_slot in zip(group.tolist(), batch[group].tolist(),
+                                         slot[group].tolist(), strict=True):
+                clips = table.clips(row)  # clips of their own (a tuple)
+                chosen = clips[use_slot] if clips is not None else None
+                counts[at] = 0 if chosen is None else len(chosen.frame_indices)
+        return counts
+
+    def _table_counts(self, table: ClipTable) -> np.ndarray:
+        """The frame count of each row of a clip table, once a window: a part's batches read
+        the clip tables of the parts before (`plan_window`'s `resolved`), and counting every
+        table a chunk reads, each chunk, held 1.18 GB at 250,000 videos in 512 parts
+        (docs/performance.md#pruning-is-the-daemon-s-peak)."""
+        found = self._counts.get(id(table))
+        if found is None:
+            found = self._counts[id(table)] = (table, _frame_counts(table).astype(np.int32))
+        return found[1]
 
     def _views_of(self, table: BatchColumns, held: int, batch: np.ndarray) -> np.ndarray:
         """Each of the first `held` rows' index among the window's batches: by its row where
