@@ -87,7 +87,8 @@ class WindowPlanner(TaskJoins, Anticipation):
         # batches a reader may come within of its window's planned frontier before the next
         # part is planned; `idle`: whether the workers would otherwise idle (the scheduler's)
         self.plan_ahead, self.idle = plan_ahead, idle
-        self.sweeping, self._joining = False, 0  # a swept part planned now; tasks joining
+        # a swept part planned now; tasks joining (until their first batches are made)
+        self.sweeping, self._joining = False, 0
         self._timing: SweepPace | None = None  # the swept part's, while it is planned
         # the windows in `book.rest_pending`: their own tasks' parts, and those of tasks that
         # joined meanwhile (by task); and the batches each such task added (by task, window)
@@ -262,11 +263,17 @@ class WindowPlanner(TaskJoins, Anticipation):
             if parts.leading:  # its lead part is being planned: a rest now plans it twice
                 continue
             part = REST if waited else parts.next(
-                plans, self.book.positions, ahead=self.plan_ahead, batches=PART_BATCHES,
+                plans, self.book.positions, ahead=self._ahead(), batches=PART_BATCHES,
                 sweep=partial(self._sweeps, plans, parts.pace))
             if part is not None:
                 return owner, part
         return None
+
+    def _ahead(self) -> int:
+        """How far ahead of a reader its parts are planned: while a task joins (until its
+        first batches are made) only as far as a part's batches, so that planning leaves the
+        cores to those batches; `plan_ahead` otherwise."""
+        return min(self.plan_ahead, PART_BATCHES) if self._joining else self.plan_ahead
 
     def _sweeps(self, plans: Iterable[TaskPlan], pace: SweepPace | None = None) -> bool:
         """May a part come from a window's start? Not while a reader waits or a task joins;
