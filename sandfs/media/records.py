@@ -80,7 +80,17 @@ def _place(name: str, rel_path: str, path: str, device: int | None,
     if len(last[0]) == cut and last[1] == device and last[2] == access and path.startswith(
             last[0]):
         return last[3]
-    key = (sys.intern(path[:cut]), device, access)
+    return listing_place(path[:cut], device, access)
+
+
+def listing_place(root: str, device: int | None, access: tuple[int, int, int] | None
+                  ) -> _Place:
+    """The place of the files under `root` (ending in "/") of this device and access."""
+    global _last_place
+    last = _last_place
+    if last[0] == root and last[1] == device and last[2] == access:
+        return last[3]
+    key = (sys.intern(root), device, access)
     found = _PLACES.get(key)
     if found is None:
         with _PLACES_LOCK:
@@ -106,6 +116,18 @@ class ListedVideo:
         self._path = path  # the string every window's structures hold: one a video
         self._place = _place(name, rel_path, path, device, access)
         self._stamp = _packed(size_bytes, mtime_ns, ino)
+
+    @classmethod
+    def under(cls, place: _Place, path: str, size_bytes: int, mtime_ns: int,
+              ino: int) -> ListedVideo:
+        """The file at `path`, `place.root` + its rel_path, whose name is that rel_path
+        without its last extension (a walk's file: the place `__init__` finds for it is
+        `place`), made without the string checks that find it."""
+        video = cls.__new__(cls)
+        video._path = path
+        video._place = place
+        video._stamp = _packed(size_bytes, mtime_ns, ino)
+        return video
 
     path = property(attrgetter("_path"))
 

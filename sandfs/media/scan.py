@@ -239,9 +239,11 @@ class _Listing:
 
         later: dict[str, tuple[ListedVideo, list]] = {}  # index hits read when asked for
 
-        def known(rel_path: str, name: str) -> ListedVideo | None:
+        root = sys.intern(real_root + "/")
+
+        def known(rel_path: str) -> ListedVideo | None:
             entry = stored.get(rel_path)
-            listed = listed_from(entry, rel_path, name, f"{real_root}/{rel_path}", limits)
+            listed = listed_from(entry, root, rel_path, limits)
             if listed is not None:  # a usable video's hit by construction: no second pass
                 later[rel_path] = (listed, entry)
             return listed

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from sandfs.fileio import read_checked_json, write_checked_pieces
+from sandfs.media.records import listing_place
 from sandfs.media.resulttext import result_from_text, result_text
 from sandfs.media.types import (
     IDENTITY_VERSION,
@@ -101,26 +102,31 @@ def is_video_entry(entry: Entry) -> bool:
     return entry[3].startswith("[")
 
 
-def listed_from(entry: Entry | None, rel_path: str, name: str, path: str,
-                limits: MediaLimits) -> ListedVideo | None:
-    """The usable video `entry` stored for the file at `path` (the dataset's name for it), as
-    the listing would find it if the file is unchanged (the lazy scan checks that later:
-    docs/contract.md#warm-listing); None for a bad one's entry, one not of a row's shape (a
-    damaged row: its stat not ints, or out of a record's range), one the walk refuses by the
-    row's stat under `limits` (a lowered max_file_bytes), or one of a symlink's target (then
-    the file is listed by its stat: the walk refuses it as a cold listing does, resolves a
-    link's target and checks it again)."""
+def listed_from(entry: Entry | None, root: str, rel_path: str, limits: MediaLimits
+                ) -> ListedVideo | None:
+    """The usable video `entry` stored for the file the walk found at `root + rel_path` (root
+    ending in "/"), as the listing would find it if the file is unchanged (the lazy scan
+    checks that later: docs/contract.md#warm-listing); None for a bad one's entry, one not of
+    a row's shape (a damaged row: its stat not ints, or out of a record's range), one the walk
+    refuses by the row's stat under `limits` (a lowered max_file_bytes), or one of a symlink's
+    target (then the file is listed by its stat: the walk refuses it as a cold listing does,
+    resolves a link's target and checks it again). 250,000 rows are read at a warm start:
+    no generator, and the record made under its listing's place (`ListedVideo.under`)."""
     try:
         stored, size_bytes, mtime_ns, result, (dev, ino, uid, gid, mode) = entry  # type: ignore
     except (TypeError, ValueError):
         return None
-    if stored != path or not (isinstance(result, str) and result.startswith("[")):
+    if not (type(result) is str and result.startswith("[") and type(stored) is str
+            and len(stored) == len(root) + len(rel_path) and stored.endswith(rel_path)
+            and stored.startswith(root)):
         return None
-    stat = (size_bytes, mtime_ns, dev, ino, uid, gid, mode)
-    if any(type(n) is not int for n in stat) or not passes_stat_checks(mode, size_bytes, limits):
+    if not (type(size_bytes) is int and type(mtime_ns) is int and type(dev) is int
+            and type(ino) is int and type(uid) is int and type(gid) is int
+            and type(mode) is int and passes_stat_checks(mode, size_bytes, limits)):
         return None
     try:
-        return ListedVideo(name, rel_path, path, size_bytes, mtime_ns, (dev, ino), (uid, gid, mode))
+        return ListedVideo.under(listing_place(root, dev, (uid, gid, mode)), stored,
+                                 size_bytes, mtime_ns, ino)
     except ValueError:  # a stat out of a record's range (a damaged row): listed afresh
         return None
 

@@ -24,9 +24,9 @@ class ScanTooLarge(UserError):
     """A dataset holds more files than a scan may list."""
 
 
-# (rel_path, VIDEO name) -> the file as the scan index last listed it, taken without a stat of
-# its own (None: stat it); its checks are made again later (`checked_again`)
-Known = Callable[[str, str], ListedVideo | None]
+# rel_path -> the file as the scan index last listed it, taken without a stat of its own (None:
+# stat it); its checks are made again later (`checked_again`)
+Known = Callable[[str], ListedVideo | None]
 
 
 # (rel_path, VIDEO name: rel_path without extension, the file vetted by its stat or `known`):
@@ -76,7 +76,7 @@ def _list_candidates(real_root: str, extensions: Iterable[str], limits: MediaLim
                 continue
             rel_path = prefix + file_name
             name = rel_path[: len(rel_path) - len(file_name) + dot]
-            vetted = (known and known(rel_path, name)) or _check_file(
+            vetted = (known and known(rel_path)) or _check_file(
                 real_root, rel_path, name, file_name, dir_fd, limits)
             candidates.append((rel_path, name, vetted))
     candidates.sort()  # by rel_path: unique, so the vetted files are never compared
