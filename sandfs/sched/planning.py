@@ -34,7 +34,7 @@ from sandfs.plan.window import (
     WindowPlan,
     plan_window,
 )
-from sandfs.runtime import settle_collector, trim_free_memory
+from sandfs.runtime import settle_collector
 from sandfs.sched import work
 from sandfs.sched.anticipation import Anticipation
 from sandfs.sched.board import BatchBoard
@@ -43,6 +43,7 @@ from sandfs.sched.jobs import VideoJobKey
 from sandfs.sched.joining import TaskJoins
 from sandfs.sched.parts import REST, SweepPace, WindowParts, lead_part, timed_by
 from sandfs.sched.pruning import window_pruned
+from sandfs.sched.trims import HeapTrims
 from sandfs.sched.windows import WindowBook
 from sandfs.threads import limiter, stop_when_cancelled
 
@@ -108,7 +109,7 @@ class WindowPlanner(TaskJoins, Anticipation):
         # joining and leaving: a window planned for a task removed meanwhile kept its readers,
         # and the dispatcher's deadlines looked the task up (KeyError)
         self.tasks_steady = trio.Lock()
-        self._trim_asked, self._trimming = False, trio.Lock()  # `_trim`
+        self._trims = HeapTrims()
 
     # -- windows ----------------------------------------------------------------------------
 
@@ -492,16 +493,6 @@ class WindowPlanner(TaskJoins, Anticipation):
         self._trim()
 
     def _trim(self) -> None:
-        """Free memory back to the kernel (`runtime.trim_free_memory`) in a thread once a
-        window is whole, pruned or dropped (docs/design.md#memory-beyond-the-plan): one trim
-        at a time, for all asked for until it starts (each walks every heap, locked)."""
-        if self.nursery is None:
-            return
-        if not self._trim_asked:
-            self.nursery.start_soon(self._trim_as_asked)
-        self._trim_asked = True
-
-    async def _trim_as_asked(self) -> None:
-        async with self._trimming:  # a trim running: the next one starts after it
-            self._trim_asked = False
-            await trio.to_thread.run_sync(trim_free_memory, abandon_on_cancel=True)
+        """Free memory back to the kernel once a window is whole, pruned or dropped."""
+        if self.nursery is not None:
+            self._trims.ask(self.nursery)

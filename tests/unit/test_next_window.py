@@ -14,6 +14,7 @@ import trio
 from sandfs.cache import ObjectStore
 from sandfs.plan.window import view_key
 from sandfs.sched import planning as planning_module
+from sandfs.sched import trims as trims_module
 from sandfs.sched.jobs import VideoJobKey
 from tests.unit.test_scheduler import scheduler_for
 from tests.unit.test_window_parts import in_parts, until, workers_busy
@@ -170,7 +171,7 @@ async def test_memory_is_given_back_once_a_window_is_whole_and_once_it_is_droppe
     each; not as the parts are swept, which would give back the heap top kept for the next
     frames and stall the loop's allocations during reads."""
     trimmed = []
-    monkeypatch.setattr(planning_module, "trim_free_memory",
+    monkeypatch.setattr(trims_module, "trim_free_memory",
                         lambda: trimmed.append(threading.current_thread().name))
     plan, scheduler = two_windows(tmp_path, monkeypatch)
     turn = 2 * plan.iterations_per_epoch
@@ -205,7 +206,7 @@ async def test_a_jump_dropping_two_windows_gives_memory_back_in_one_trim_at_a_ti
             running[0] -= 1
             trims.append(time.monotonic())
 
-    monkeypatch.setattr(planning_module, "trim_free_memory", trim)
+    monkeypatch.setattr(trims_module, "trim_free_memory", trim)
     plan, scheduler = two_windows(tmp_path, monkeypatch, epochs=6)
     async with trio.open_nursery() as nursery:
         await window_0_whole(scheduler, plan, nursery)

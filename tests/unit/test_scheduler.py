@@ -33,6 +33,7 @@ from sandfs.plan.window import ClipUse, ViewKey, plan_window, view_key
 from sandfs.sched import joining as joining_module
 from sandfs.sched import planning as planning_module
 from sandfs.sched import scheduler as scheduler_module
+from sandfs.sched import trims as trims_module
 from sandfs.sched.admission import AHEAD_BYTES_RATIO
 from sandfs.sched.board import ReadyView
 from sandfs.sched.carry import CarryBook
@@ -1436,7 +1437,7 @@ async def test_memory_is_given_back_once_a_window_is_pruned(tmp_path, monkeypatc
     pruning = pruning_module.pruned_plans
     monkeypatch.setattr(pruning_module, "pruned_plans",
                         lambda *args: events.append("pruned") or pruning(*args))
-    monkeypatch.setattr(planning_module, "trim_free_memory", lambda: events.append("trim"))
+    monkeypatch.setattr(trims_module, "trim_free_memory", lambda: events.append("trim"))
     with ObjectStore(str(tmp_path / "cache"), budget) as store:
         plan, scheduler, _ = scheduler_for(tmp_path, store=store, workers=2)
         refined = window_0_refined(scheduler)
