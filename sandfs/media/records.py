@@ -71,21 +71,17 @@ def _place(name: str, rel_path: str, path: str, device: int | None,
     Few string calls: 250,000 files are listed at each warm start. Its root is interned
     (mortal): places of one root but other owners or modes share the string, as the book's
     keys do (`listing_root`)."""
-    global _last_place
     dot, cut = len(name), len(path) - len(rel_path)
     if not (rel_path.rfind(".") == dot and "/" not in rel_path[dot:] and cut > 0
             and path[cut - 1] == "/" and path.endswith(rel_path) and rel_path.startswith(name)):
         return _Place(None, device, access, name, rel_path)
-    last = _last_place
-    if len(last[0]) == cut and last[1] == device and last[2] == access and path.startswith(
-            last[0]):
-        return last[3]
     return listing_place(path[:cut], device, access)
 
 
 def listing_place(root: str, device: int | None, access: tuple[int, int, int] | None
                   ) -> _Place:
-    """The place of the files under `root` (ending in "/") of this device and access."""
+    """The place of the files under `root` (ending in "/") of this device and access: the
+    last one found, most often the next file's, without a lookup."""
     global _last_place
     last = _last_place
     if last[0] == root and last[1] == device and last[2] == access:
