@@ -59,6 +59,7 @@ import argparse
 import contextlib
 import dataclasses
 import gc
+import inspect
 import os
 import re
 import resource
@@ -402,12 +403,17 @@ def warm_record(work_dir: Path, root: Path, infos: list[VideoInfo], task: str, v
     cache.mkdir()
     limits = MediaLimits.from_env()
     facts = {info.identity: ProbeFacts(**{f: getattr(info, f) for f in FACTS}) for info in infos}
-    listed, _ = vetted_targets(str(root.resolve()), [".mp4"], limits)
+    found = vetted_targets(str(root.resolve()), [".mp4"], limits)
+    listed = found[0]
+    walked = {"walked": found[2]} if len(found) > 2 else {}  # an older tree's: no record
     row = getattr(scan_index, "IndexKey", None)  # an older tree's rows (A B B A against it)
     device = () if row else (root.stat().st_dev,)  # whose save_index takes no device
-    save_index(index_path(str(cache), dataset_key(load_task_config(config))), limits, {
-        t.rel_path: (t if row is None else row(t.path, t.size_bytes, t.mtime_ns),
-                     facts[t.identity]) for t in listed}, *device)
+    rooted = ["root"] if "root" in inspect.signature(save_index).parameters else []
+    save_index(index_path(str(cache), dataset_key(load_task_config(config))), limits,
+               *[str(root.resolve()) for _ in rooted], {  # an older tree's takes no root
+                   t.rel_path: (t if row is None else row(t.path, t.size_bytes, t.mtime_ns),
+                                facts[t.identity]) for t in listed}, *device,
+               **walked)
     warm = mounted_run(work_dir, config, task, args, warm=True)
     shutil.rmtree(cache, ignore_errors=True)
     return {"record": "warm", "videos": videos, "task": task, "warm": warm}

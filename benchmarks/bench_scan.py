@@ -198,7 +198,7 @@ def probe_costs(path: Path, repeats: int = 2000, rows: int = 20_000) -> None:
                for i in range(rows)}
     with tempfile.TemporaryDirectory(prefix="bench-scan-") as temp:
         cpu = time.process_time()
-        save_index(Path(temp, "index.json"), LIMITS, entries)
+        save_index(Path(temp, "index.json"), LIMITS, "/d", entries)
         row_us = (time.process_time() - cpu) / rows * 1e6
     cpu = time.process_time()
     for _ in range(repeats):

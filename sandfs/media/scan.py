@@ -33,10 +33,8 @@ from sandfs.media.records import FACT_FIELDS
 from sandfs.media.scan_index import (
     NO_INDEX,
     UNREADABLE,
-    index_row,
-    is_video_entry,
-    listed_from,
-    parse_entry,
+    is_video_text,
+    parse_result,
     read_index,
     save_index,
 )
@@ -196,7 +194,7 @@ class _Listing:
 
     real_root: str
     limits: MediaLimits
-    targets: list[ListedVideo]  # by rel_path
+    targets: list[ListedVideo]  # by name
     refused: list[BadVideo]  # by name or stat
     book: ProbeBook
     results: dict[str, ProbeResult]
@@ -204,8 +202,8 @@ class _Listing:
     began: float
     root_device: int  # the root's st_dev: the index's rows describe files of this device
     decoded: int = 0  # probed files whose packets were not trusted
-    # index hits read when asked for (not read yet): rel_path -> (listed, the row as stored)
-    deferred: Mapping[str, tuple[ListedVideo, list]] = field(default_factory=dict)
+    # index hits read when asked for (not read yet): rel_path -> (listed, its result's text)
+    deferred: Mapping[str, tuple[ListedVideo, str]] = field(default_factory=dict)
     index_as_is: bool = False  # the index holds exactly these results: not written again
     digest: str | None = None  # the listing's `listing_digest`, as the index gave it
     # results' index texts made already (by a probe worker, or read from an index that is
@@ -231,47 +229,46 @@ class _Listing:
         real_root = os.path.realpath(root)
         if not os.path.isdir(real_root):
             raise NotADirectoryError(f"dataset root is not a directory: {os.fspath(root)!r}")
-        stored, stored_device, digest = read_index(index_path, limits) if index_path else (
-            NO_INDEX)
+        stored = read_index(index_path, limits) if index_path else NO_INDEX
         root_device = os.stat(real_root).st_dev
         # another device number (a remount, a restore): the rows' stats describe no file here
-        warm = defer and stored_device == root_device
-
-        later: dict[str, tuple[ListedVideo, list]] = {}  # index hits read when asked for
-
-        root = sys.intern(real_root + "/")
+        warm = defer and stored.root_device == root_device
+        rows = stored.listed(sys.intern(real_root + "/"), limits) if warm else {}
+        later: dict[str, tuple[ListedVideo, str]] = {}  # index hits read when asked for
 
         def known(rel_path: str) -> ListedVideo | None:
-            entry = stored.get(rel_path)
-            listed = listed_from(entry, root, rel_path, limits)
-            if listed is not None:  # a usable video's hit by construction: no second pass
-                later[rel_path] = (listed, entry)
-            return listed
+            row = rows.get(rel_path)
+            if row is None:
+                return None
+            later[rel_path] = row  # a usable video's hit by construction: no second pass
+            return row[0]
 
         targets, refused = vetted_targets(real_root, extensions, limits, stop,
                                           known if warm else None)
-        book = ProbeBook(sorted(targets, key=attrgetter("name")), stop)
+        book = ProbeBook(targets, stop)
         listing = cls(real_root, limits, targets, refused, book, {}, index_path, began,
                       root_device)
         listing.saved_at = began
         for bad in refused:  # a listed name that collides is no target
             later.pop(bad.rel_path, None)
-        hits = [] if len(later) == len(targets) else [  # a warm listing's are all in `later`
-            (t, entry) for t in targets
-            if t.rel_path not in later and _index_hit(entry := stored.get(t.rel_path), t)]
+        numbers = {} if len(later) == len(targets) else stored.numbers()
+        hits = [] if not numbers else [  # a warm listing's are all in `later`
+            (t, stored.results[row]) for t in targets
+            if t.rel_path not in later and (row := numbers.get(t.rel_path)) is not None
+            and stored.describes(row, t)]
         hit_count = len(later) + len(hits)
-        # their rows with the stat listed (another device's name no file here): saved partway
-        later |= {t.rel_path: (t, index_row(t, entry[3])) for t, entry in hits
-                  if defer and is_video_entry(entry)}
+        # saved partway with the stat listed (another device's names no file here)
+        later |= {t.rel_path: (t, text) for t, text in hits if defer and is_video_text(text)}
         listing.deferred = later  # an entry let go once read: 100,000 rows' texts, 34 MB
         book.defer_all(later, lambda rel_path: listing.from_index(*later.pop(rel_path)))
         # an index without the digest (written before it was stored) is written again once
         listing.index_as_is = (hit_count == len(targets) == len(stored)  # a damaged entry: not
-                               and stored_device == root_device and digest is not None)
-        listing.digest = digest if listing.index_as_is else None  # the listing is the rows
-        for target, entry in hits:
+                               and stored.root_device == root_device
+                               and stored.digest is not None)
+        listing.digest = stored.digest if listing.index_as_is else None  # the listing: its rows
+        for target, text in hits:
             if target.rel_path not in later and (
-                    result := listing.parsed(target, entry)) is not None:
+                    result := listing.parsed(target, text)) is not None:
                 listing.record(target, result)
         return listing
 
@@ -282,30 +279,30 @@ class _Listing:
         for held in (self.results, self.texts, *self.shared.values()):
             held.clear()  # in place: the probes' call holds `texts` until the thread ends
 
-    def parsed(self, target: ListedVideo, entry: list) -> ProbeResult | None:
-        """An index entry's result; None for a damaged one (then the file is probed)."""
+    def parsed(self, target: ListedVideo, text: str) -> ProbeResult | None:
+        """An index row's result; None for a damaged one (then the file is probed)."""
         try:
-            return parse_entry(entry)
+            return parse_result(text)
         except UNREADABLE as error:
             log.warning("ignoring the scan index's entry for %s: %s", ascii(target.rel_path),
                         ascii(repr(error)))
             self.index_as_is = False
             return None
 
-    def from_index(self, target: ListedVideo, entry: list) -> VideoInfo | BadVideo | None:
+    def from_index(self, target: ListedVideo, text: str) -> VideoInfo | BadVideo | None:
         """A deferred index hit, in whichever thread asks first; a damaged entry's file is
         probed first of all (None). The file is checked first (a lazy scan's listing took its
         stat from the index): found bad if it changed since."""
         if (bad := self._changed(target)) is not None:
             return bad
-        result = self.parsed(target, entry)
+        result = self.parsed(target, text)
         if result is None:
             self.book.queue.extendleft([ProbeJob(target.rel_path, target.path,
                                                  target.identity)])
             return None
         self.results[target.rel_path] = result
         if not self.index_as_is:  # written again: its text saves encoding it (as-is: 85 MB)
-            self.texts[target.rel_path] = entry[3]
+            self.texts[target.rel_path] = text
         return self._probed(target, result)
 
     def _changed(self, target: ListedVideo) -> BadVideo | None:
@@ -371,17 +368,16 @@ class _Listing:
         if not self.index_path or not self.unsaved:
             return
         self.unsaved = 0
-        rows = {rel_path: row for rel_path, (_, row) in dict(self.deferred).items()}
         results = dict(self.results)
-        save_index(self.index_path, self.limits, {
+        save_index(self.index_path, self.limits, self.real_root, {
             t.rel_path: (t, results[t.rel_path]) for t in self.targets
-            if t.rel_path in results}, self.root_device, dict(self.texts), rows)
+            if t.rel_path in results}, self.root_device, dict(self.texts), dict(self.deferred))
 
     def finish(self, progress: ProgressCallback | None, num_probed: int) -> DatasetScan:
         """Every file probed: the index saved, the bad ones logged, the scan complete."""
         total = len(self.targets)
         if self.index_path and not (self.index_as_is and num_probed == 0):
-            save_index(self.index_path, self.limits, {
+            save_index(self.index_path, self.limits, self.real_root, {
                 t.rel_path: (t, self.results[t.rel_path]) for t in self.targets},
                 self.root_device, self.texts)
         scan = self.partial(num_probed)
@@ -399,18 +395,6 @@ class _Listing:
             self.decoded, total - num_probed, time.monotonic() - self.began,
         )  # fmt: skip
         return scan
-
-
-def _index_hit(entry: list | None, target: ListedVideo) -> bool:
-    """Does `entry` describe `target` as listed (its path, size and mtime, compared field by
-    field: no record made per file), in a row's shape? A damaged result is found when it is
-    parsed."""
-    try:
-        path, size_bytes, mtime_ns, result, _stat = entry
-    except (TypeError, ValueError):  # None, or not a row
-        return False
-    return (path == target.path and size_bytes == target.size_bytes
-            and mtime_ns == target.mtime_ns and isinstance(result, str))
 
 
 def _progress_reporter(

@@ -1,22 +1,28 @@
 """The scan index: probe results of a previous scan, as JSON, keyed by (rel_path, path, size,
-mtime), so a remount of an unchanged dataset probes nothing. An entry is a row `[path, size,
-mtime, result, [dev, ino, uid, gid, mode]]`, its result a JSON text of its own, parsed when
-asked for (250,000 entries as nested objects took 1.8 s of CPU to read, as rows 0.6 s); its
-stat lets a lazy scan list the file without a stat of its own (`listed_from`), while the
-dataset root's device number is the header's (`root_device`: a filesystem mounted again, or
-restored to another disk, numbers every file's device anew). A file of
-another format or scan version, or scanned under other limits, or whose checksum does not
-match (a damaged file), is ignored (and rewritten); so is one damaged entry, whose file alone
-is probed again."""
+mtime), so a remount of an unchanged dataset probes nothing. Its rows are columns: the
+rel_paths, the paths that are not the root's + rel_path (a symlink's target), each result's
+JSON text (parsed when asked for), each joined by NUL (no name nor JSON text holds one), and
+a list a stat field (size, mtime, dev, ino, uid, gid, mode). 250,000 rows read in 0.2-0.3 s,
+where a list a row took 0.8-1.2 s. A row's stat lets a lazy scan list its file without a stat
+of its own (`StoredIndex.listed`), while the dataset root's device number is the header's
+(`root_device`: a filesystem mounted again, or restored to another disk, numbers every file's
+device anew). A file of another format or scan version, or scanned under other limits, or
+whose checksum does not match (a damaged file), is ignored (and rewritten); so is one damaged
+row, whose file alone is probed again."""
 
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import logging
 import os
+import stat
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from sandfs.fileio import read_checked_json, write_checked_pieces
 from sandfs.media.records import listing_place
@@ -38,12 +44,17 @@ log = logging.getLogger("sandfs.media.scan")  # one logger for the whole scan
 # (2: MPEG-TS/PS are not seekable; 3: frames counted from packets, counted_by recorded;
 # 4: pictures are not_a_video, where an index of 3 may hold them as one-frame videos;
 # 5: entries as rows, each result a JSON text; 6: each row with the file's stat, a video's
-# facts as a list)
-SCAN_VERSION = 6
+# facts as a list; 7: the rows as columns)
+SCAN_VERSION = 7
+ROWS_VERSION = 6  # its results mean what 7's do: read (each file listed by its stat), then 7
 INDEX_FORMAT = "sandfs-scan-index"
-
+STAT_COLUMNS = ("size", "mtime", "dev", "ino", "uid", "gid", "mode")
+TEXT_COLUMNS = ("rel_path", "path", "result")  # each NUL-joined
+SEP = "\0"
 
 Entries = dict[str, tuple[ListedVideo, ProbeResult]]  # rel_path -> (the file as listed, result)
+Rows = Mapping[str, tuple[ListedVideo, str]]  # rel_path -> (as listed, its result's text)
+UNREADABLE = (KeyError, IndexError, TypeError, ValueError, AttributeError)
 
 
 def _index_limits(limits: MediaLimits) -> dict[str, int]:
@@ -51,16 +62,86 @@ def _index_limits(limits: MediaLimits) -> dict[str, int]:
     return {"max_pixels": limits.max_pixels, "max_frames": limits.max_frames}
 
 
-NO_INDEX: tuple[dict[str, Any], None, None] = ({}, None, None)
+@dataclass(frozen=True, slots=True)
+class StoredIndex:
+    """A scan index as read: row i is `rel_paths[i]`'s. One reader, at the listing."""
+
+    root: str  # the dataset root + "/" its rows' paths are under, unless given
+    rel_paths: list[str]
+    paths: list[str]  # "": root + rel_path
+    results: list[str]  # each a result's JSON text
+    stats: tuple[list[Any], ...]  # as STAT_COLUMNS: ints in a sound row
+    root_device: int | None = None  # the root's st_dev when it was written
+    digest: str | None = None  # its rows' `listing_digest`, if of this IDENTITY_VERSION
+
+    def __len__(self) -> int:
+        return len(self.rel_paths)
+
+    def path(self, row: int) -> str:
+        return self.paths[row] or self.root + self.rel_paths[row]
+
+    def numbers(self) -> dict[str, int]:
+        """rel_path -> its row."""
+        return {rel_path: row for row, rel_path in enumerate(self.rel_paths)}
+
+    def describes(self, row: int, listed: ListedVideo) -> bool:
+        """Does the row describe the file as listed (its path, size and mtime)?"""
+        return (self.path(row) == listed.path and self.stats[0][row] == listed.size_bytes
+                and self.stats[1][row] == listed.mtime_ns)
+
+    def listed(self, root: str, limits: MediaLimits) -> dict[str, tuple[ListedVideo, str]]:
+        """rel_path -> (its file as the walk of `root` (ending in "/") would list it, if
+        unchanged, and its result's text) for each usable video's row; the lazy scan checks
+        the file later (docs/contract.md#warm-listing). Not a bad one's row, nor one of a
+        symlink's target (listed by its stat: the walk resolves a link and checks its target
+        again), one whose stat is not ints of a record's range (a damaged row: listed
+        afresh), nor one the walk refuses by its stat under `limits` (a lowered
+        max_file_bytes). 250,000 rows at each warm start: the rows taken are found column by
+        column (0.9 s row by row), a place looked up when the stat's owner or mode changes."""
+        if root != self.root:
+            return {}
+        taken, under, last, place = {}, ListedVideo.under, None, None
+        for rel_path, text, size, mtime, dev, ino, uid, gid, mode in itertools.compress(
+                zip(self.rel_paths, self.results, *self.stats, strict=True),
+                self._usable(limits)):
+            if (dev, uid, gid, mode) != last:
+                last, place = (dev, uid, gid, mode), listing_place(root, dev, (uid, gid, mode))
+            try:
+                taken[rel_path] = (under(place, root + rel_path, size, mtime, ino), text)
+            except ValueError:  # out of a record's range
+                continue
+        return taken
+
+    def _usable(self, limits: MediaLimits) -> list[bool]:
+        """A row's file is at the root + its rel_path, its result a video's, its stat ints
+        that the walk's stat checks pass."""
+        usable = np.fromiter((not path and text[:1] == "[" for path, text in zip(
+            self.paths, self.results, strict=True)), bool, len(self))
+        try:
+            if any(set(map(type, column)) - {int} for column in self.stats):
+                raise TypeError("a damaged row")
+            size, mode = (np.asarray(self.stats[i], np.int64) for i in (0, 6))
+        except (TypeError, OverflowError):  # row by row
+            return [ok and _ints(*row) and passes_stat_checks(row[6], row[0], limits)
+                    for ok, row in zip(usable, zip(*self.stats, strict=True), strict=True)]
+        usable &= (size > 0) & (size <= limits.max_file_bytes)
+        usable &= (mode & _FORMAT_BITS) == stat.S_IFREG  # passes_stat_checks, as columns
+        return usable.tolist()
 
 
-def read_index(index_path: str | os.PathLike[str], limits: MediaLimits
-               ) -> tuple[dict[str, Any], int | None, str | None]:
-    """(rel_path -> its entry as stored, the dataset root's device number when it was
-    written, the `listing_digest` of its entries if of this IDENTITY_VERSION): `listed_from`
-    and `parse_entry` read an entry (UNREADABLE for a damaged one), from a sound file of this
-    format, scan version and limits; NO_INDEX otherwise. A lazy scan parses an entry only
-    when it is asked for: 100,000 of them took 2.6 s."""
+_FORMAT_BITS = 0o170000  # of a mode: the file's kind (stat.S_IFMT)
+
+
+def _ints(*values: object) -> bool:
+    return all(type(value) is int for value in values)
+
+
+NO_INDEX = StoredIndex("", [], [], [], tuple([] for _ in STAT_COLUMNS))
+
+
+def read_index(index_path: str | os.PathLike[str], limits: MediaLimits) -> StoredIndex:
+    """The index's rows, from a sound file of this format, scan version (or ROWS_VERSION) and
+    limits; NO_INDEX otherwise."""
     try:
         document = read_checked_json(os.fspath(index_path))
     except FileNotFoundError:
@@ -71,19 +152,13 @@ def read_index(index_path: str | os.PathLike[str], limits: MediaLimits
         )
         return NO_INDEX
     try:
-        if document["format"] != INDEX_FORMAT or document["scan_version"] != SCAN_VERSION:
+        version = document["scan_version"]
+        if document["format"] != INDEX_FORMAT or version not in (SCAN_VERSION, ROWS_VERSION):
             raise ValueError("another format or scan version")
         if document["limits"] != _index_limits(limits):
             log.info("limits changed since the last scan: probing every file again")
             return NO_INDEX
-        entries = document["entries"]
-        if not isinstance(entries, dict):
-            raise TypeError("entries are not a mapping")
-        device, digest = document.get("root_device"), document.get("listing_digest")
-        if document.get("identity_version") != IDENTITY_VERSION:
-            digest = None  # another definition of the identity: computed, and stored again
-        return (entries, device if isinstance(device, int) else None,
-                digest if isinstance(digest, str) else None)
+        return _stored(document if version == SCAN_VERSION else _as_columns(document))
     except UNREADABLE as error:
         log.warning(
             "ignoring the scan index %s: %s", ascii(os.fspath(index_path)), ascii(repr(error))
@@ -91,97 +166,111 @@ def read_index(index_path: str | os.PathLike[str], limits: MediaLimits
         return NO_INDEX
 
 
-UNREADABLE = (KeyError, IndexError, TypeError, ValueError, AttributeError)
+def _stored(document: dict[str, Any]) -> StoredIndex:
+    rows, root, count = document["rows"], document["root"], document["count"]
+    rel_paths, paths, results = (_split(rows[name], count) for name in TEXT_COLUMNS)
+    stats = tuple(rows[name] for name in STAT_COLUMNS)
+    if not (isinstance(root, str) and all(type(column) is list for column in stats)
+            and len({len(rel_paths), len(paths), len(results), *map(len, stats)}) == 1):
+        raise ValueError("the rows' columns are not of one length")
+    device, digest = document.get("root_device"), document.get("listing_digest")
+    if document.get("identity_version") != IDENTITY_VERSION:
+        digest = None  # another definition of the identity: computed, and stored again
+    return StoredIndex(root, rel_paths, paths, results, stats,
+                       device if type(device) is int else None,
+                       digest if isinstance(digest, str) else None)
 
 
-Entry = list[Any]  # as stored: [path, size_bytes, mtime_ns, the result's JSON text, stat]
+def _as_columns(document: dict[str, Any]) -> dict[str, Any]:
+    """A ROWS_VERSION index (a list a row: [path, size, mtime, result, [dev, ino, uid, gid,
+    mode]]) as this version's: its paths whole (no root: its files are listed by their stat,
+    its results taken where a row describes its file), its digest none (the index is written
+    again)."""
+    entries = document["entries"]
+    rows = [(path, size, mtime, text, *stat) for path, size, mtime, text, stat in (
+        entries.values())]
+    columns = dict(zip(("path", *STAT_COLUMNS[:2], "result", *STAT_COLUMNS[2:]),
+                       map(list, zip(*rows, strict=True)) if rows else [[]] * 8, strict=True))
+    columns = {name: SEP.join(values) if name in TEXT_COLUMNS else values
+               for name, values in (("rel_path", list(entries)), *columns.items())}
+    return {"rows": columns, "root": "", "count": len(rows),
+            "root_device": document.get("root_device")}
 
 
-def is_video_entry(entry: Entry) -> bool:
-    """Is it a usable video's (known without parsing its result)?"""
-    return entry[3].startswith("[")
+def _split(joined: str, count: int) -> list[str]:
+    """A text column's values (one empty value and none join alike: `count` tells)."""
+    if type(joined) is not str:
+        raise TypeError("a text column is not a string")
+    return joined.split(SEP) if count else []
 
 
-def listed_from(entry: Entry | None, root: str, rel_path: str, limits: MediaLimits
-                ) -> ListedVideo | None:
-    """The usable video `entry` stored for the file the walk found at `root + rel_path` (root
-    ending in "/"), as the listing would find it if the file is unchanged (the lazy scan
-    checks that later: docs/contract.md#warm-listing); None for a bad one's entry, one not of
-    a row's shape (a damaged row: its stat not ints, or out of a record's range), one the walk
-    refuses by the row's stat under `limits` (a lowered max_file_bytes), or one of a symlink's
-    target (then the file is listed by its stat: the walk refuses it as a cold listing does,
-    resolves a link's target and checks it again). 250,000 rows are read at a warm start:
-    no generator, and the record made under its listing's place (`ListedVideo.under`)."""
-    try:
-        stored, size_bytes, mtime_ns, result, (dev, ino, uid, gid, mode) = entry  # type: ignore
-    except (TypeError, ValueError):
-        return None
-    if not (type(result) is str and result.startswith("[") and type(stored) is str
-            and len(stored) == len(root) + len(rel_path) and stored.endswith(rel_path)
-            and stored.startswith(root)):
-        return None
-    if not (type(size_bytes) is int and type(mtime_ns) is int and type(dev) is int
-            and type(ino) is int and type(uid) is int and type(gid) is int
-            and type(mode) is int and passes_stat_checks(mode, size_bytes, limits)):
-        return None
-    try:
-        return ListedVideo.under(listing_place(root, dev, (uid, gid, mode)), stored,
-                                 size_bytes, mtime_ns, ino)
-    except ValueError:  # a stat out of a record's range (a damaged row): listed afresh
-        return None
+def is_video_text(text: str) -> bool:
+    """Is it a usable video's result (known without parsing it)?"""
+    return text.startswith("[")
 
 
-def parse_entry(entry: Entry) -> ProbeResult:
-    return result_from_text(entry[3])
+def parse_result(text: str) -> ProbeResult:
+    return result_from_text(text)
 
 
-def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries: Entries,
-               root_device: int | None = None, texts: Mapping[str, str] | None = None,
-               rows: Mapping[str, Entry] | None = None) -> None:
+def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, root: str,
+               entries: Entries, root_device: int | None = None,
+               texts: Mapping[str, str] | None = None, rows: Rows | None = None) -> None:
     """Writes `entries` atomically, leaving out results that depend on the machine's load;
-    `root_device`: the dataset root's st_dev, whose files the rows' stats describe; `texts`:
-    rel_path -> its result's `result_text` where a probe worker made it; `rows`: rows not
-    parsed, written as they are (a scan saved partway: `index_row`). No cyclic
-    collection meanwhile: the rows are garbage once written, and 250,000 of them made 8 full
-    collections walk them as they were built (0.6 s with the GIL held, up to 140 ms each)."""
+    `root`: the dataset root (its real path) the files were listed under; `root_device`: its
+    st_dev, whose files the rows' stats describe; `texts`: rel_path -> its result's
+    `result_text` where a probe worker made it; `rows`: rows not parsed, written as they are
+    (a scan saved partway). No cyclic collection meanwhile: 250,000 rows' pieces made 8 full
+    collections walk what was built (0.6 s with the GIL held, up to 140 ms each)."""
     with collector_paused():
-        _save_index(index_path, limits, entries, root_device, texts or {}, rows or {})
+        _save_index(index_path, limits, root.rstrip("/") + "/", entries, root_device,
+                    texts or {}, rows or {})
 
 
-ROWS_PER_PIECE = 4_096  # rows dumped at a time: the index's text is written as it is made
+ROWS_PER_PIECE = 4_096  # a text column's rows written at a time: written as it is made
 
 
-def _save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries: Entries,
-                root_device: int | None, texts: Mapping[str, str],
-                rows: Mapping[str, Entry]) -> None:
-    """The document's rows are made and written a piece at a time (`write_checked_pieces`),
-    the same bytes as dumped whole: at 250,000 rows the whole took ~220 MB at the scan's end,
-    more than the daemon held when its first window was whole."""
+def _save_index(index_path: str | os.PathLike[str], limits: MediaLimits, root: str,
+                entries: Entries, root_device: int | None, texts: Mapping[str, str],
+                rows: Rows) -> None:
+    """The text columns are made and written a piece at a time (`write_checked_pieces`):
+    a document dumped whole took ~220 MB at the end of a scan of 250,000 videos, more than the
+    daemon held when its first window was whole."""
     keys = [k for k, (_, result) in entries.items() if _is_lasting(result)]
     keys += [k for k in rows if k not in entries]
+    listed = [entries[k][0] if k in entries else rows[k][0] for k in keys]
     head = {
         "format": INDEX_FORMAT,
         "scan_version": SCAN_VERSION,
         "limits": _index_limits(limits),
+        "root": root,
         "root_device": root_device,
-        # the dataset identity of a listing that is these entries (a warm mount's, unchanged)
+        "count": len(keys),
+        # the dataset identity of a listing that is these rows (a warm mount's, unchanged)
         "identity_version": IDENTITY_VERSION,
         "listing_digest": listing_digest(
-            (k, entries[k][0].size_bytes if k in entries else rows[k][1]) for k in keys),
+            (k, v.size_bytes) for k, v in zip(keys, listed, strict=True)),
     }
 
-    def row(key: str) -> Entry:
+    def text(key: str) -> str:
         if key not in entries:
-            return rows[key]
-        listed, result = entries[key]
-        return _entry_to_json(listed, result, texts.get(key))
+            return rows[key][1]
+        found = texts.get(key)
+        return found if found is not None else result_text(entries[key][1])
+
+    columns = {
+        "rel_path": lambda: keys,
+        "path": lambda: ("" if v.path == root + k else v.path
+                         for k, v in zip(keys, listed, strict=True)),
+        "result": lambda: map(text, keys),
+    }
 
     def pieces() -> Iterator[bytes]:
-        yield json.dumps(head, separators=(",", ":"))[:-1].encode() + b',"entries":{'
-        for start in range(0, len(keys), ROWS_PER_PIECE):
-            chunk = {k: row(k) for k in keys[start:start + ROWS_PER_PIECE]}
-            text = json.dumps(chunk, separators=(",", ":"))[1:-1]
-            yield (text if start == 0 else "," + text).encode()
+        yield json.dumps(head, separators=(",", ":"))[:-1].encode() + b',"rows":{'
+        for name in TEXT_COLUMNS:
+            yield from _joined_pieces(name, columns[name]())
+        for name, values in zip(STAT_COLUMNS, _stat_columns(listed), strict=True):
+            yield f',"{name}":{json.dumps(values, separators=(",", ":"))}'.encode()
         yield b"}}"
 
     try:
@@ -190,6 +279,27 @@ def _save_index(index_path: str | os.PathLike[str], limits: MediaLimits, entries
         log.warning(
             "cannot write the scan index %s: %s", ascii(os.fspath(index_path)), ascii(str(error))
         )
+
+
+def _joined_pieces(name: str, values: Iterator[str] | list[str]) -> Iterator[bytes]:
+    """`"name":"a\\u0000b..."`, ROWS_PER_PIECE values at a time: JSON escapes each character
+    alone, so the escaped pieces of one string joined are the string's."""
+    yield ("" if name == TEXT_COLUMNS[0] else ",").encode() + f'"{name}":"'.encode()
+    values, first = iter(values), True
+    while chunk := list(itertools.islice(values, ROWS_PER_PIECE)):
+        joined = ("" if first else SEP) + SEP.join(chunk)
+        yield json.dumps(joined)[1:-1].encode()
+        first = False
+    yield b'"'
+
+
+def _stat_columns(listed: list[ListedVideo]) -> list[list[int]]:
+    """The rows' stats as STAT_COLUMNS (0 where the listing took none)."""
+    stats = [[v.size_bytes, v.mtime_ns, *(v.identity or (0, 0)), *(v.access or (0, 0, 0))]
+             for v in listed]
+    if not stats:
+        return [[] for _ in STAT_COLUMNS]
+    return [list(column) for column in zip(*stats, strict=True)]
 
 
 _ACCESS_ERRORS = tuple(os.strerror(code) for code in (errno.EACCES, errno.EPERM))
@@ -202,14 +312,3 @@ def _is_lasting(result: ProbeResult) -> bool:
     if isinstance(result, ProbeFacts):
         return True
     return result.lasting and not any(text in result.detail for text in _ACCESS_ERRORS)
-
-
-def _entry_to_json(listed: ListedVideo, result: ProbeResult, text: str | None) -> Entry:
-    """`text`: the result's `result_text`, made already (None: made here)."""
-    return index_row(listed, text if text is not None else result_text(result))
-
-
-def index_row(listed: ListedVideo, text: str) -> Entry:
-    """`listed`'s row, its result's `text` as it is: the stat is the listing's."""
-    stat = [*(listed.identity or (0, 0)), *(listed.access or (0, 0, 0))]
-    return [listed.path, listed.size_bytes, listed.mtime_ns, text, stat]

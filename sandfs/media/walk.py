@@ -4,7 +4,9 @@ without opening; the walk never leaves the root's filesystem nor follows a symli
 
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 import os
 import stat
 from collections.abc import Callable, Iterable
@@ -38,9 +40,13 @@ def vetted_targets(
     real_root: str, extensions: Iterable[str], limits: MediaLimits, stop: Event | None = None,
     known: Known | None = None,
 ) -> tuple[list[ListedVideo], list[BadVideo]]:
-    """The files to probe (by rel_path), and those refused by name or by stat alone; a file
-    `known` answers for is not stat'ed (its name is: it is listed only while in its folder)."""
+    """The files to probe (by VIDEO name: the order plans place them in), and those refused by
+    name or by stat alone (by rel_path); a file `known` answers for is not stat'ed (its name
+    is: it is listed only while in its folder)."""
     named, bad = _claim_names(_list_candidates(real_root, extensions, limits, stop, known))
+    names = [candidate[1] for candidate in named]
+    if not all(map(operator.lt, names, itertools.islice(names, 1, None))):
+        named.sort(key=operator.itemgetter(1))  # "a-b.mp4" before "a.mp4", "a" before "a-b"
     targets: list[ListedVideo] = []
     for candidate in named:
         vetted = candidate[2]

@@ -1,26 +1,54 @@
-"""Editing a scan index the way damage would: one entry's result changed in a sound file."""
+"""Reading and editing a scan index's rows the way damage would: a row a list
+`[path, size, mtime, result text, [dev, ino, uid, gid, mode]]`, written back in a sound file
+(a valid checksum), so only the rows themselves can tell."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sandfs.fileio import read_checked_json, write_checked_json
 from sandfs.media.resulttext import VIDEO_FIELDS
+from sandfs.media.scan_index import SEP, STAT_COLUMNS, TEXT_COLUMNS
+
+
+def read_rows(index_path: Path) -> tuple[dict[str, Any], dict[str, list]]:
+    """(the document, rel_path -> its row)."""
+    document = read_checked_json(str(index_path))
+    columns, root = document["rows"], document["root"]
+    rel_paths, paths, results = (
+        columns[name].split(SEP) if document["count"] else [] for name in TEXT_COLUMNS)
+    stats = zip(*(columns[name] for name in STAT_COLUMNS), strict=True)
+    rows = {rel_path: [path or root + rel_path, size, mtime, text, [*stat]]
+            for rel_path, path, text, (size, mtime, *stat) in zip(
+                rel_paths, paths, results, stats, strict=True)}
+    return document, rows
+
+
+def write_rows(index_path: Path, document: dict[str, Any], rows: dict[str, list]) -> None:
+    """`document` with `rows` as its rows."""
+    keys, root = list(rows), document["root"]
+    columns: dict[str, Any] = {
+        "rel_path": SEP.join(keys),
+        "path": SEP.join("" if rows[k][0] == root + k else rows[k][0] for k in keys),
+        "result": SEP.join(rows[k][3] for k in keys),
+    }
+    for i, name in enumerate(STAT_COLUMNS):
+        columns[name] = [[*rows[k][1:3], *rows[k][4]][i] for k in keys]
+    write_checked_json(str(index_path), {**document, "rows": columns, "count": len(keys)})
 
 
 def edit_entry(index_path: Path, rel_path: str, edit: Callable[[dict], None]) -> None:
-    """`edit(result)` changes the entry's parsed result in place; the file is written back with
-    a valid checksum, so only the entry itself can tell."""
-    document = read_checked_json(str(index_path))
-    row = document["entries"][rel_path]
-    stored = json.loads(row[3])  # a video's facts as a list: edited by name
+    """`edit(result)` changes the row's parsed result in place."""
+    document, rows = read_rows(index_path)
+    stored = json.loads(rows[rel_path][3])  # a video's facts as a list: edited by name
     result = stored
     if isinstance(stored, list):
         result = {"video": dict(zip(VIDEO_FIELDS, stored, strict=True))}
     edit(result)
     if "video" in result:
         result = [result["video"][name] for name in VIDEO_FIELDS]
-    row[3] = json.dumps(result, separators=(",", ":"))
-    write_checked_json(str(index_path), document)
+    rows[rel_path][3] = json.dumps(result, separators=(",", ":"))
+    write_rows(index_path, document, rows)

@@ -5,7 +5,6 @@ found bad; a plan never places a bad file's frames."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import threading
 import time
@@ -14,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from sandfs.config.loader import load_task_config
-from sandfs.fileio import write_checked_json
 from sandfs.media import scan as scan_module
 from sandfs.media.datasets import ScanBad
 from sandfs.media.probebook import ProbeBook, ProbeQueue
@@ -25,7 +23,7 @@ from sandfs.media.types import BadVideo, ListedVideo, MediaLimits, VideoInfo
 from sandfs.plan.mount import plan_tasks
 from tests.helpers.harness import task_config, write_config
 from tests.helpers.plans import fake_videos
-from tests.helpers.scanindex import edit_entry
+from tests.helpers.scanindex import edit_entry, read_rows, write_rows
 
 BAD = "bowling/bowling_001.mp4"  # between usable videos: its slots go to bowling_002
 
@@ -305,7 +303,7 @@ HELD = ScanPace(paced_from_videos=1, held_every_ms=1_000_000)  # no share while 
 
 
 def saved_rows(index: Path) -> set[str]:
-    return set(read_index(index, MediaLimits())[0]) if index.exists() else set()
+    return set(read_index(index, MediaLimits()).rel_paths) if index.exists() else set()
 
 
 @pytest.mark.parametrize("every", [60.0, 0.0])
@@ -380,11 +378,11 @@ def test_a_partial_save_after_a_device_change_stores_the_files_stat(tmp_path, mi
     index = tmp_path / "index.json"
     _, thread, _ = lazy_scan(mixed_dataset, index_path=index)
     thread.join()
-    document = json.loads(index.read_text())
+    document, rows = read_rows(index)
     document["root_device"] += 1
-    for row in document["entries"].values():
+    for row in rows.values():
         row[4][0] += 1
-    write_checked_json(str(index), document)
+    write_rows(index, document, rows)
     shutil.copy(mixed_dataset / "juggling/juggling_003.mp4", mixed_dataset / "new.mp4")
     first, thread, stop = lazy_scan(mixed_dataset, index_path=index, pace=HELD)
     with first.probes.readers_wait():  # the rows stay unread: saved partway by the new probe

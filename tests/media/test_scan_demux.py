@@ -281,7 +281,7 @@ def test_the_scan_index_is_built_and_written_without_cyclic_collections(tmp_path
     assert gc.isenabled()
     scan_dataset(tmp_path / "videos", [".mp4"], workers=1, index_path=tmp_path / "index.json")
     assert enabled and not any(enabled) and gc.isenabled()
-    assert len(read_checked_json(str(tmp_path / "index.json"))["entries"]) == 2
+    assert read_checked_json(str(tmp_path / "index.json"))["count"] == 2
 
 
 def test_the_probe_workers_make_the_index_texts_not_the_scan_s_process(tmp_path: Path,

@@ -21,12 +21,13 @@ from sandfs.config.loader import load_task_config
 from sandfs.fileio import read_checked_json, write_checked_json
 from sandfs.media.probebook import ProbeBook
 from sandfs.media.scan import scan_dataset, start_lazy_scan
-from sandfs.media.scan_index import listed_from
+from sandfs.media.scan_index import SCAN_VERSION, read_index
 from sandfs.media.synth import make_dataset
 from sandfs.media.types import IDENTITY_VERSION, PERMISSION_DENIED, MediaLimits
 from sandfs.media.walk import ScanTooLarge
 from sandfs.plan.identity import dataset_identity
 from tests.helpers.harness import task_config, write_config
+from tests.helpers.scanindex import read_rows, write_rows
 
 
 @pytest.fixture
@@ -72,12 +73,12 @@ def test_a_symlinked_video_is_what_its_link_names_now(tmp_path, two_videos, now)
 def test_another_device_number_lists_the_files_by_their_stat(tmp_path, two_videos):
     index = tmp_path / "index.json"
     scan_dataset(two_videos, ["mp4"], index_path=index)
-    document = read_checked_json(str(index))
+    document, rows = read_rows(index)
     # the same files, their filesystem mounted again
     document["root_device"] = os.stat(two_videos).st_dev + 1
-    for row in document["entries"].values():
+    for row in rows.values():
         row[4][0] += 1
-    write_checked_json(str(index), document)
+    write_rows(index, document, rows)
     results = [warm_result(two_videos, index, f"c/c_00{i}.mp4") for i in range(2)]
     assert collections.Counter(getattr(r, "reason", "ok") for r in results) == {"ok": 2}
     assert [r.num_frames for r in results] == [28, 32]
@@ -92,17 +93,19 @@ def test_a_row_s_record_is_the_one_a_cold_listing_makes(tmp_path, two_videos):
     same file, its name, rel_path and place the same; a row of another path is not taken."""
     index = tmp_path / "index.json"
     cold = scan_dataset(two_videos, ["mp4"], index_path=index)
-    entries = read_checked_json(str(index))["entries"]
     root = os.path.realpath(two_videos) + "/"
+    listed = read_index(index, MediaLimits()).listed(root, MediaLimits())
     for video in cold.listed:
-        warm = listed_from(entries[video.rel_path], root, video.rel_path, MediaLimits())
+        warm = listed[video.rel_path][0]
         assert warm == video and warm.root == video.root == root
         assert (warm.name, warm.rel_path, warm.path) == (video.name, video.rel_path, video.path)
         assert (warm.identity, warm.access, warm.size_bytes, warm.mtime_ns) == (
             video.identity, video.access, video.size_bytes, video.mtime_ns)
-    row = entries["c/c_000.mp4"]
-    assert listed_from(row, root, "c/c_001.mp4", MediaLimits()) is None  # another file's
-    assert listed_from([1, *row[1:]], root, "c/c_000.mp4", MediaLimits()) is None
+    document, rows = read_rows(index)
+    rows["c/c_000.mp4"][0] = root + "c/c_001.mp4"  # another file's path: a link's target
+    write_rows(index, document, rows)
+    assert list(read_index(index, MediaLimits()).listed(root, MediaLimits())) == ["c/c_001.mp4"]
+    assert read_index(index, MediaLimits()).listed(root + "c/", MediaLimits()) == {}
 
 
 @pytest.mark.parametrize("stat", [
@@ -114,13 +117,11 @@ def test_a_row_of_a_damaged_stat_is_listed_afresh(tmp_path, two_videos, stat):
     its file is stat'ed as a cold listing does, the rest of the index still read."""
     index = tmp_path / "index.json"
     scan_dataset(two_videos, ["mp4"], index_path=index)
-    document = read_checked_json(str(index))
-    row = document["entries"]["c/c_000.mp4"]
-    root = row[0].removesuffix("c/c_000.mp4")
-    assert listed_from(row, root, "c/c_000.mp4", MediaLimits()) is not None
-    row[4] = stat
-    assert listed_from(row, root, "c/c_000.mp4", MediaLimits()) is None
-    write_checked_json(str(index), document)
+    document, rows = read_rows(index)
+    root = rows["c/c_000.mp4"][0].removesuffix("c/c_000.mp4")
+    rows["c/c_000.mp4"][4] = stat
+    write_rows(index, document, rows)
+    assert list(read_index(index, MediaLimits()).listed(root, MediaLimits())) == ["c/c_001.mp4"]
     found = warm_scan(two_videos, index)
     assert [found.probes.result(v.rel_path).num_frames for v in found.listed] == [28, 32]
     assert _outcome(found)[1] == []
@@ -280,7 +281,7 @@ def test_an_index_without_the_digest_is_written_again_once_without_probing(
     rewritten = read_checked_json(str(index))
     assert (rewritten["listing_digest"], rewritten["identity_version"]) == (
         computed.digest, IDENTITY_VERSION)
-    assert rewritten["entries"] == document["entries"]
+    assert rewritten["rows"] == document["rows"]
     assert warm().digest == computed.digest
 
 
@@ -322,3 +323,21 @@ def test_other_lowered_limits_apply_to_a_warm_listing(tmp_path, two_videos, limi
     warm = warm_scan(two_videos, index, small)
     assert _outcome(warm) == _outcome(scan_dataset(two_videos, ["mp4"], limits=small))
     assert {reason for _, reason in _outcome(warm)[1]} == {"too_large"}
+
+
+def test_an_index_of_a_row_a_list_is_read_and_written_again_as_columns(tmp_path, two_videos,
+                                                                       caplog):
+    """An index of scan version 6 (a list a row, before the columns): its results are
+    taken (nothing probed), its files listed by their stat; then it is written as columns."""
+    index = tmp_path / "index.json"
+    cold = scan_dataset(two_videos, ["mp4"], index_path=index)
+    document, rows = read_rows(index)
+    old = {k: v for k, v in document.items() if k not in ("rows", "count", "root", "walk")}
+    write_checked_json(str(index), {**old, "scan_version": 6, "entries": rows})
+    with caplog.at_level("INFO", logger="sandfs.media.scan"):
+        found = warm_scan(two_videos, index)
+    assert "2 usable, 0 bad, 0 probed" in caplog.text
+    assert [found.probes.result(v.rel_path).num_frames for v in found.listed] == [
+        v.num_frames for v in cold.videos]
+    rewritten = read_checked_json(str(index))
+    assert rewritten["scan_version"] == SCAN_VERSION and read_rows(index)[1] == rows

@@ -113,7 +113,7 @@ def test_a_mount_stopped_before_its_scan_ended_leaves_the_next_one_warm_for_what
     finally:
         forgiving_teardown(mountpoint, process)
     (index,) = cache.glob("scan-*.json")
-    saved = len(read_index(index, MediaLimits())[0])
+    saved = len(read_index(index, MediaLimits()))
     assert 0 < saved < VIDEOS // 2
     log = tmp_path / "warm.log"
     process = start_daemon(mountpoint, [config], cache, log)
