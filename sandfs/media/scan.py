@@ -61,7 +61,7 @@ from sandfs.media.types import (
     VideoFacts,
     VideoInfo,
 )
-from sandfs.media.walk import checked_again, vetted_targets
+from sandfs.media.walk import WalkRecord, checked_again, vetted_targets
 from sandfs.runtime import trim_free_memory
 
 log = logging.getLogger(__name__)
@@ -201,6 +201,7 @@ class _Listing:
     index_path: str | os.PathLike[str] | None
     began: float
     root_device: int  # the root's st_dev: the index's rows describe files of this device
+    walked: WalkRecord | None  # what the walk listed (a past walk's, if it held)
     decoded: int = 0  # probed files whose packets were not trusted
     # index hits read when asked for (not read yet): rel_path -> (listed, its result's text)
     deferred: Mapping[str, tuple[ListedVideo, str]] = field(default_factory=dict)
@@ -243,11 +244,11 @@ class _Listing:
             later[rel_path] = row  # a usable video's hit by construction: no second pass
             return row[0]
 
-        targets, refused = vetted_targets(real_root, extensions, limits, stop,
-                                          known if warm else None)
+        targets, refused, walked = vetted_targets(real_root, extensions, limits, stop,
+                                                  *((known, stored.walked) if warm else ()))
         book = ProbeBook(targets, stop)
         listing = cls(real_root, limits, targets, refused, book, {}, index_path, began,
-                      root_device)
+                      root_device, walked)
         listing.saved_at = began
         for bad in refused:  # a listed name that collides is no target
             later.pop(bad.rel_path, None)
@@ -264,7 +265,8 @@ class _Listing:
         # an index without the digest (written before it was stored) is written again once
         listing.index_as_is = (hit_count == len(targets) == len(stored)  # a damaged entry: not
                                and stored.root_device == root_device
-                               and stored.digest is not None)
+                               and stored.digest is not None  # nor a walk it does not hold
+                               and walked in (None, stored.walked))
         listing.digest = stored.digest if listing.index_as_is else None  # the listing: its rows
         for target, text in hits:
             if target.rel_path not in later and (
@@ -371,7 +373,8 @@ class _Listing:
         results = dict(self.results)
         save_index(self.index_path, self.limits, self.real_root, {
             t.rel_path: (t, results[t.rel_path]) for t in self.targets
-            if t.rel_path in results}, self.root_device, dict(self.texts), dict(self.deferred))
+            if t.rel_path in results}, self.root_device, dict(self.texts), dict(self.deferred),
+            self.walked)
 
     def finish(self, progress: ProgressCallback | None, num_probed: int) -> DatasetScan:
         """Every file probed: the index saved, the bad ones logged, the scan complete."""
@@ -379,7 +382,7 @@ class _Listing:
         if self.index_path and not (self.index_as_is and num_probed == 0):
             save_index(self.index_path, self.limits, self.real_root, {
                 t.rel_path: (t, self.results[t.rel_path]) for t in self.targets},
-                self.root_device, self.texts)
+                self.root_device, self.texts, walked=self.walked)
         scan = self.partial(num_probed)
         for item in scan.bad:
             name = os.path.splitext(item.rel_path)[0]

@@ -35,7 +35,7 @@ from sandfs.media.types import (
     ProbeResult,
     listing_digest,
 )
-from sandfs.media.walk import passes_stat_checks
+from sandfs.media.walk import WalkRecord, passes_stat_checks
 from sandfs.runtime import collector_paused
 
 log = logging.getLogger("sandfs.media.scan")  # one logger for the whole scan
@@ -73,6 +73,7 @@ class StoredIndex:
     stats: tuple[list[Any], ...]  # as STAT_COLUMNS: ints in a sound row
     root_device: int | None = None  # the root's st_dev when it was written
     digest: str | None = None  # its rows' `listing_digest`, if of this IDENTITY_VERSION
+    walked: WalkRecord | None = None  # the walk that listed its files
 
     def __len__(self) -> int:
         return len(self.rel_paths)
@@ -176,9 +177,22 @@ def _stored(document: dict[str, Any]) -> StoredIndex:
     device, digest = document.get("root_device"), document.get("listing_digest")
     if document.get("identity_version") != IDENTITY_VERSION:
         digest = None  # another definition of the identity: computed, and stored again
+    walk = document.get("walk")
     return StoredIndex(root, rel_paths, paths, results, stats,
                        device if type(device) is int else None,
-                       digest if isinstance(digest, str) else None)
+                       digest if isinstance(digest, str) else None,
+                       None if walk is None else _walk_record(walk, rel_paths))
+
+
+def _walk_record(walk: dict[str, Any], rel_paths: list[str]) -> WalkRecord:
+    """The walk as stored: its candidates are the rows' and those without one."""
+    folders = tuple((rel_dir, *stamp) for rel_dir, *stamp in walk["folders"])
+    if not all(type(rel_dir) is str and len(stamp) == 4 and _ints(*stamp)
+               for rel_dir, *stamp in folders) or type(walk["files"]) is not int:
+        raise TypeError("a folder's stat is not a string and four ints")
+    unrowed = walk["unrowed"]
+    names = rel_paths + (_split(unrowed, 1) if unrowed else [])
+    return WalkRecord(folders, walk["files"], sorted(names))
 
 
 def _as_columns(document: dict[str, Any]) -> dict[str, Any]:
@@ -215,16 +229,18 @@ def parse_result(text: str) -> ProbeResult:
 
 def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, root: str,
                entries: Entries, root_device: int | None = None,
-               texts: Mapping[str, str] | None = None, rows: Rows | None = None) -> None:
+               texts: Mapping[str, str] | None = None, rows: Rows | None = None,
+               walked: WalkRecord | None = None) -> None:
     """Writes `entries` atomically, leaving out results that depend on the machine's load;
     `root`: the dataset root (its real path) the files were listed under; `root_device`: its
     st_dev, whose files the rows' stats describe; `texts`: rel_path -> its result's
     `result_text` where a probe worker made it; `rows`: rows not parsed, written as they are
-    (a scan saved partway). No cyclic collection meanwhile: 250,000 rows' pieces made 8 full
-    collections walk what was built (0.6 s with the GIL held, up to 140 ms each)."""
+    (a scan saved partway); `walked`: the walk that listed the files. No cyclic collection
+    meanwhile: 250,000 rows' pieces made 8 full collections walk what was built (0.6 s with
+    the GIL held, up to 140 ms each)."""
     with collector_paused():
         _save_index(index_path, limits, root.rstrip("/") + "/", entries, root_device,
-                    texts or {}, rows or {})
+                    texts or {}, rows or {}, walked)
 
 
 ROWS_PER_PIECE = 4_096  # a text column's rows written at a time: written as it is made
@@ -232,7 +248,7 @@ ROWS_PER_PIECE = 4_096  # a text column's rows written at a time: written as it 
 
 def _save_index(index_path: str | os.PathLike[str], limits: MediaLimits, root: str,
                 entries: Entries, root_device: int | None, texts: Mapping[str, str],
-                rows: Rows) -> None:
+                rows: Rows, walked: WalkRecord | None) -> None:
     """The text columns are made and written a piece at a time (`write_checked_pieces`):
     a document dumped whole took ~220 MB at the end of a scan of 250,000 videos, more than the
     daemon held when its first window was whole."""
@@ -251,6 +267,10 @@ def _save_index(index_path: str | os.PathLike[str], limits: MediaLimits, root: s
         "listing_digest": listing_digest(
             (k, v.size_bytes) for k, v in zip(keys, listed, strict=True)),
     }
+    if walked is not None:  # its candidates without a row: refused, or probed again
+        rowed = set(keys)
+        head["walk"] = {"folders": walked.folders, "files": walked.files,
+                        "unrowed": SEP.join(n for n in walked.names if n not in rowed)}
 
     def text(key: str) -> str:
         if key not in entries:

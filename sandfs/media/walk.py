@@ -9,7 +9,9 @@ import logging
 import operator
 import os
 import stat
+import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from threading import Event
 
 from sandfs.errors import UserError
@@ -36,14 +38,55 @@ Known = Callable[[str], ListedVideo | None]
 _Candidate = tuple[str, str, ListedVideo | BadVideo]
 
 
+# a folder whose ctime is this close before a walk began, or later, may change again within
+# the same tick of its filesystem's clock and keep its ctime: its names are listed again
+RECENT_NS = 2_000_000_000
+FolderStat = tuple[str, int, int, int, int]  # (rel_dir, st_dev, st_ino, mtime_ns, ctime_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class WalkRecord:
+    """What a walk listed, to list it again without a walk while none of its folders changed
+    (docs/contract.md#warm-listing): each folder's stat as the walk found it, the files it
+    counted (`max_scan_files`) and its candidates' rel_paths (a wanted extension, in a folder
+    walked), by rel_path. A folder's ctime changes with each name added, removed or renamed in
+    it, and with its own owner or mode."""
+
+    folders: tuple[FolderStat, ...]
+    files: int
+    names: list[str]
+
+    def holds(self, real_root: str) -> bool:
+        """Is every folder the one the walk listed, unchanged (a stat each, no link followed:
+        a folder swapped for a link, or a filesystem mounted on it, is another)?"""
+        for rel_dir, device, ino, mtime_ns, ctime_ns in self.folders:
+            try:
+                now = os.stat(f"{real_root}/{rel_dir}" if rel_dir else real_root,
+                              follow_symlinks=False)
+            except OSError:
+                return False
+            if (now.st_dev, now.st_ino, now.st_mtime_ns, now.st_ctime_ns) != (
+                    device, ino, mtime_ns, ctime_ns) or not stat.S_ISDIR(now.st_mode):
+                return False
+        return True
+
+
 def vetted_targets(
     real_root: str, extensions: Iterable[str], limits: MediaLimits, stop: Event | None = None,
-    known: Known | None = None,
-) -> tuple[list[ListedVideo], list[BadVideo]]:
-    """The files to probe (by VIDEO name: the order plans place them in), and those refused by
-    name or by stat alone (by rel_path); a file `known` answers for is not stat'ed (its name
-    is: it is listed only while in its folder)."""
-    named, bad = _claim_names(_list_candidates(real_root, extensions, limits, stop, known))
+    known: Known | None = None, walked: WalkRecord | None = None,
+) -> tuple[list[ListedVideo], list[BadVideo], WalkRecord | None]:
+    """The files to probe (by VIDEO name: the order plans place them in), those refused by name
+    or by stat alone (by rel_path), and what the
+    walk listed (None: a folder changed as it began, or no walk); a file `known` answers for
+    is not stat'ed (its name is: it is listed only while in its folder). `walked`: a past
+    walk's record, whose names are listed again without a walk if it `holds` (250,000 files:
+    ~1 s of CPU less)."""
+    if walked is not None and walked.files <= limits.max_scan_files and walked.holds(
+            real_root):
+        candidates, record = _listed_again(real_root, walked.names, limits, known), walked
+    else:
+        candidates, record = _list_candidates(real_root, extensions, limits, stop, known)
+    named, bad = _claim_names(candidates)
     names = [candidate[1] for candidate in named]
     if not all(map(operator.lt, names, itertools.islice(names, 1, None))):
         named.sort(key=operator.itemgetter(1))  # "a-b.mp4" before "a.mp4", "a" before "a-b"
@@ -51,31 +94,61 @@ def vetted_targets(
     for candidate in named:
         vetted = candidate[2]
         (bad if isinstance(vetted, BadVideo) else targets).append(vetted)
-    return targets, bad
+    return targets, bad, record
+
+
+def _listed_again(real_root: str, rel_paths: list[str], limits: MediaLimits,
+                  known: Known | None) -> list[_Candidate]:
+    """A walk's candidates again, its folders unchanged: each vetted as the walk does (a stat
+    by its path, none for a file `known` answers for)."""
+    candidates = []
+    for rel_path in rel_paths:
+        file_name = rel_path.rpartition("/")[2]
+        name = rel_path[: rel_path.rfind(".")]
+        vetted = (known and known(rel_path)) or _check_by_path(real_root, rel_path, name,
+                                                                file_name, limits)
+        candidates.append((rel_path, name, vetted))
+    return candidates
+
+
+def _check_by_path(real_root: str, rel_path: str, name: str, file_name: str,
+                   limits: MediaLimits) -> ListedVideo | BadVideo:
+    try:
+        file_stat = os.stat(f"{real_root}/{rel_path}", follow_symlinks=False)
+    except OSError as error:
+        return BadVideo(rel_path, "open_invalid", f"cannot stat: {error.strerror}")
+    return _check_file(real_root, rel_path, name, file_name, None, limits, file_stat)
 
 
 def _list_candidates(real_root: str, extensions: Iterable[str], limits: MediaLimits,
-                     stop: Event | None, known: Known | None) -> list[_Candidate]:
+                     stop: Event | None, known: Known | None
+                     ) -> tuple[list[_Candidate], WalkRecord | None]:
     """Files under `real_root` with a wanted extension, sorted by relative path, each vetted by
     its stat (`_check_file`); hidden files and folders are skipped, symlinked folders and other
     filesystems (a mount inside the dataset, sandfs's own included) are not entered. The walk
     holds each folder by its descriptor, so a folder swapped for a link meanwhile leads nowhere
     else. ScanTooLarge past `limits.max_scan_files` files. Per file: one `lstat` and one
     `access` from the folder's descriptor (250,000 files: 2.4-3.4 s of CPU; listing their names
-    alone, 0.1 s), none for a file `known` answers for."""
+    alone, 0.1 s), none for a file `known` answers for. The record: the stat of each folder
+    listed (taken as it is listed) and of each on another filesystem (its mount gone, the walk
+    would enter it); None if one changed as the walk began (RECENT_NS) or one could not be
+    listed."""
     wanted = {"." + ext.lower().lstrip(".") for ext in extensions}
     root_device = os.stat(real_root).st_dev
-    candidates, listed = [], 0
-    for dir_path, dir_names, file_names, dir_fd in os.fwalk(real_root, onerror=_log_walk_error):
+    candidates, listed, folders, errors = [], 0, [], []
+    began_ns = time.time_ns()
+    for dir_path, dir_names, file_names, dir_fd in os.fwalk(
+            real_root, onerror=lambda error: (errors.append(error), _log_walk_error(error))):
         check_stop(stop)  # a stat of a huge dataset on a network disk takes a while
+        rel_dir = os.path.relpath(dir_path, real_root).replace(os.sep, "/")
+        prefix = "" if rel_dir == "." else rel_dir + "/"
+        folders.append((prefix[:-1], *_stamp(os.fstat(dir_fd))))
         dir_names[:] = [d for d in dir_names if not d.startswith(".")
-                        and _same_device(d, dir_fd, dir_path, root_device)]
+                        and _same_device(d, dir_fd, dir_path, root_device, prefix, folders)]
         listed += len(file_names)
         if listed > limits.max_scan_files:
             raise ScanTooLarge(f"dataset {real_root} holds more than max_scan_files="
                                f"{limits.max_scan_files} files (SANDFS_MAX_SCAN_FILES)")
-        rel_dir = os.path.relpath(dir_path, real_root).replace(os.sep, "/")
-        prefix = "" if rel_dir == "." else rel_dir + "/"
         for file_name in file_names:
             dot = file_name.rfind(".")  # as splitext: a name starting with a dot is skipped
             if file_name[0] == "." or dot < 0 or file_name[dot:].lower() not in wanted:
@@ -86,15 +159,25 @@ def _list_candidates(real_root: str, extensions: Iterable[str], limits: MediaLim
                 real_root, rel_path, name, file_name, dir_fd, limits)
             candidates.append((rel_path, name, vetted))
     candidates.sort()  # by rel_path: unique, so the vetted files are never compared
-    return candidates
+    if errors or any(folder[4] >= began_ns - RECENT_NS for folder in folders):
+        return candidates, None
+    return candidates, WalkRecord(tuple(folders), listed, [c[0] for c in candidates])
 
 
-def _same_device(name: str, dir_fd: int, dir_path: str, device: int) -> bool:
+def _stamp(folder: os.stat_result) -> tuple[int, int, int, int]:
+    return folder.st_dev, folder.st_ino, folder.st_mtime_ns, folder.st_ctime_ns
+
+
+def _same_device(name: str, dir_fd: int, dir_path: str, device: int, prefix: str,
+                 folders: list[FolderStat]) -> bool:
+    """Is the folder `name` on `device`? If not, its stat joins `folders`."""
     try:
-        if os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_dev == device:
-            return True
+        found = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return True  # fwalk meets the error again and reports it
+    if found.st_dev == device:
+        return True
+    folders.append((prefix + name, *_stamp(found)))
     WALK_WARNINGS.warning("not scanning %s: another filesystem",
                           ascii(os.path.join(dir_path, name)))
     return False

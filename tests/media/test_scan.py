@@ -265,7 +265,7 @@ def test_a_file_vanishing_during_the_listing_is_refused_by_its_stat(tmp_path, mo
             yield dir_path, dir_names, file_names, dir_fd
 
     monkeypatch.setattr(os, "fwalk", vanishing)
-    targets, bad = vetted_targets(str(root), [".mp4"], MediaLimits())
+    targets, bad, _ = vetted_targets(str(root), [".mp4"], MediaLimits())
     assert [t.rel_path for t in targets] == ["a/x.mp4", "a/z.mp4"]
     assert [(b.rel_path, b.reason) for b in bad] == [("a/y.mp4", "open_invalid")]
     assert "No such file" in bad[0].detail
