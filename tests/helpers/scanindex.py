@@ -20,7 +20,8 @@ def read_rows(index_path: Path) -> tuple[dict[str, Any], dict[str, list]]:
     columns, root = document["rows"], document["root"]
     rel_paths, paths, results = (
         columns[name].split(SEP) if document["count"] else [] for name in TEXT_COLUMNS)
-    stats = zip(*(columns[name] for name in STAT_COLUMNS), strict=True)
+    width = len(STAT_COLUMNS)
+    stats = zip(*(columns["stat"][field::width] for field in range(width)), strict=True)
     rows = {rel_path: [path or root + rel_path, size, mtime, text, [*stat]]
             for rel_path, path, text, (size, mtime, *stat) in zip(
                 rel_paths, paths, results, stats, strict=True)}
@@ -35,8 +36,7 @@ def write_rows(index_path: Path, document: dict[str, Any], rows: dict[str, list]
         "path": SEP.join("" if rows[k][0] == root + k else rows[k][0] for k in keys),
         "result": SEP.join(rows[k][3] for k in keys),
     }
-    for i, name in enumerate(STAT_COLUMNS):
-        columns[name] = [[*rows[k][1:3], *rows[k][4]][i] for k in keys]
+    columns["stat"] = [field for k in keys for field in (*rows[k][1:3], *rows[k][4])]
     write_checked_json(str(index_path), {**document, "rows": columns, "count": len(keys)})
 
 
