@@ -193,7 +193,7 @@ def _walk_record(walk: dict[str, Any], rel_paths: list[str]) -> WalkRecord:
         raise TypeError("a folder's stat is not a string and four ints")
     unrowed = walk["unrowed"]
     names = rel_paths + (_split(unrowed, 1) if unrowed else [])
-    return WalkRecord(folders, walk["files"], sorted(names))
+    return WalkRecord(folders, walk["files"], sorted(names), walk["plain"] is True)
 
 
 def _as_columns(document: dict[str, Any]) -> dict[str, Any]:
@@ -271,7 +271,7 @@ def _save_index(index_path: str | os.PathLike[str], limits: MediaLimits, root: s
         unrowed = [n for n in walked.names if n not in entries and n not in rows]
         unrowed += [k for k, (_, result) in entries.items() if not _is_lasting(result)]
         head["walk"] = {"folders": walked.folders, "files": walked.files,
-                        "unrowed": SEP.join(unrowed)}
+                        "unrowed": SEP.join(unrowed), "plain": walked.plain}
 
     def text(key: str) -> str:
         if key not in entries:

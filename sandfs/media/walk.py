@@ -4,6 +4,7 @@ without opening; the walk never leaves the root's filesystem nor follows a symli
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import operator
@@ -55,6 +56,9 @@ class WalkRecord:
     folders: tuple[FolderStat, ...]
     files: int
     names: list[str]
+    # no name collided and their order by rel_path was by VIDEO name: names all `known` are
+    # the targets as they are (facts of the names alone, which stand while the folders do)
+    plain: bool = False
 
     def holds(self, real_root: str) -> bool:
         """Is every folder the one the walk listed, unchanged (a stat each, no link followed:
@@ -83,13 +87,20 @@ def vetted_targets(
     ~1 s of CPU less)."""
     if walked is not None and walked.files <= limits.max_scan_files and walked.holds(
             real_root):
+        if walked.plain and known is not None:
+            found = [known(rel_path) for rel_path in walked.names]
+            if None not in found:  # each a row's: no stat, no name to claim or sort by
+                return found, [], walked  # type: ignore[return-value]
         candidates, record = _listed_again(real_root, walked.names, limits, known), walked
     else:
         candidates, record = _list_candidates(real_root, extensions, limits, stop, known)
     named, bad = _claim_names(candidates)
     names = [candidate[1] for candidate in named]
-    if not all(map(operator.lt, names, itertools.islice(names, 1, None))):
+    in_order = all(map(operator.lt, names, itertools.islice(names, 1, None)))
+    if not in_order:
         named.sort(key=operator.itemgetter(1))  # "a-b.mp4" before "a.mp4", "a" before "a-b"
+    if record is not None and record is not walked:
+        record = dataclasses.replace(record, plain=in_order and not bad)
     targets: list[ListedVideo] = []
     for candidate in named:
         vetted = candidate[2]

@@ -129,3 +129,28 @@ def test_a_file_changed_in_its_unchanged_folder_is_vetted_as_the_walk_does(tmp_p
         [("a/a_001.mp4", "open_invalid"), ("b/b_001.mp4", "changed")])
     assert found.probes.result("a/empty.mp4").num_frames == cold.videos[2].num_frames
 
+
+
+
+@pytest.mark.parametrize("names", ["ordered apart from their paths", "claimed twice"])
+def test_names_listed_again_keep_the_walk_s_order_and_claims(tmp_path, dataset, walks, names):
+    """The listing places videos by name, where "a/a.mp4" comes before "a/a-b.mp4" though
+    its rel_path sorts after; a name two files claim refuses the later one. Listed again,
+    the order and the refusals are the walk's."""
+    index = tmp_path / "index.json"
+    if names == "claimed twice":
+        shutil.copy(dataset / "b/b_000.mp4", dataset / "b/b_000.MP4")
+    else:
+        shutil.copy(dataset / "a/a_000.mp4", dataset / "a/a.mp4")
+        shutil.copy(dataset / "a/a_001.mp4", dataset / "a/a-b.mp4")
+    cold = scan_dataset(dataset, ["mp4"], index_path=index)
+    listed = [v.name for v in cold.listed]
+    assert listed == sorted(listed)
+    again = warm(dataset, index)
+    assert len(walks) == 1
+    assert [v.name for v in again.listed] == listed
+    assert outcome(again) == outcome(cold)
+    if names == "claimed twice":
+        assert ("b/b_000.mp4", "name_collision") in outcome(again)[1]
+    else:
+        assert listed[:2] == ["a/a", "a/a-b"]
