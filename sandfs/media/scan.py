@@ -16,6 +16,7 @@ dataset opens nothing. Progress is reported through a callback (`ScanProgress`);
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
@@ -201,7 +202,9 @@ class _Listing:
     index_path: str | os.PathLike[str] | None
     began: float
     root_device: int  # the root's st_dev: the index's rows describe files of this device
-    walked: WalkRecord | None  # what the walk listed (a past walk's, if it held)
+    # what the walk listed (a past walk's, if it held), its names left out: those of the
+    # targets and the refused, made again when the index is saved (250,000: ~17 MB kept)
+    walked: WalkRecord | None
     decoded: int = 0  # probed files whose packets were not trusted
     # index hits read when asked for (not read yet): rel_path -> (listed, its result's text)
     deferred: Mapping[str, tuple[ListedVideo, str]] = field(default_factory=dict)
@@ -248,7 +251,7 @@ class _Listing:
                                                   *((known, stored.walked) if warm else ()))
         book = ProbeBook(targets, stop)
         listing = cls(real_root, limits, targets, refused, book, {}, index_path, began,
-                      root_device, walked)
+                      root_device, walked and dataclasses.replace(walked, names=[]))
         listing.saved_at = began
         for bad in refused:  # a listed name that collides is no target
             later.pop(bad.rel_path, None)
@@ -374,7 +377,12 @@ class _Listing:
         save_index(self.index_path, self.limits, self.real_root, {
             t.rel_path: (t, results[t.rel_path]) for t in self.targets
             if t.rel_path in results}, self.root_device, dict(self.texts), dict(self.deferred),
-            self.walked)
+            self._walk())
+
+    def _walk(self) -> WalkRecord | None:
+        """The walk's record, its names those of the listing's files (in no order)."""
+        return self.walked and dataclasses.replace(self.walked, names=[
+            *(t.rel_path for t in self.targets), *(b.rel_path for b in self.refused)])
 
     def finish(self, progress: ProgressCallback | None, num_probed: int) -> DatasetScan:
         """Every file probed: the index saved, the bad ones logged, the scan complete."""
@@ -382,7 +390,7 @@ class _Listing:
         if self.index_path and not (self.index_as_is and num_probed == 0):
             save_index(self.index_path, self.limits, self.real_root, {
                 t.rel_path: (t, self.results[t.rel_path]) for t in self.targets},
-                self.root_device, self.texts, walked=self.walked)
+                self.root_device, self.texts, walked=self._walk())
         scan = self.partial(num_probed)
         for item in scan.bad:
             name = os.path.splitext(item.rel_path)[0]
