@@ -80,11 +80,10 @@ def vetted_targets(
     known: Known | None = None, walked: WalkRecord | None = None,
 ) -> tuple[list[ListedVideo], list[BadVideo], WalkRecord | None]:
     """The files to probe (by VIDEO name: the order plans place them in), those refused by name
-    or by stat alone (by rel_path), and what the
-    walk listed (None: a folder changed as it began, or no walk); a file `known` answers for
-    is not stat'ed (its name is: it is listed only while in its folder). `walked`: a past
-    walk's record, whose names are listed again without a walk if it `holds` (250,000 files:
-    ~1 s of CPU less)."""
+    or by stat alone (by rel_path), and what the walk listed (None: a folder changed as it
+    began); a file `known` answers for is not stat'ed (its name is: it is listed only while
+    in its folder). `walked`: a past walk's record, whose names are listed again without a
+    walk if it `holds` (250,000 files: ~1 s of CPU less)."""
     if walked is not None and walked.files <= limits.max_scan_files and walked.holds(
             real_root):
         if walked.plain and known is not None:
@@ -95,10 +94,7 @@ def vetted_targets(
     else:
         candidates, record = _list_candidates(real_root, extensions, limits, stop, known)
     named, bad = _claim_names(candidates)
-    names = [candidate[1] for candidate in named]
-    in_order = all(map(operator.lt, names, itertools.islice(names, 1, None)))
-    if not in_order:
-        named.sort(key=operator.itemgetter(1))  # "a-b.mp4" before "a.mp4", "a" before "a-b"
+    in_order = _by_name(named)
     if record is not None and record is not walked:
         record = dataclasses.replace(record, plain=in_order and not bad)
     targets: list[ListedVideo] = []
@@ -106,6 +102,16 @@ def vetted_targets(
         vetted = candidate[2]
         (bad if isinstance(vetted, BadVideo) else targets).append(vetted)
     return targets, bad, record
+
+
+def _by_name(named: list[_Candidate]) -> bool:
+    """Sorts the candidates by VIDEO name ("a.mp4" before "a-b.mp4", whose rel_path sorts
+    first); were they in that order already?"""
+    names = [candidate[1] for candidate in named]
+    if all(map(operator.lt, names, itertools.islice(names, 1, None))):
+        return True
+    named.sort(key=operator.itemgetter(1))
+    return False
 
 
 def _listed_again(real_root: str, rel_paths: list[str], limits: MediaLimits,
