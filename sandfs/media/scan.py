@@ -31,11 +31,11 @@ from typing import TextIO
 
 from sandfs.media.probebook import ProbeBook, ProbeQueue
 from sandfs.media.records import FACT_FIELDS
+from sandfs.media.resulttext import result_from_text
 from sandfs.media.scan_index import (
     NO_INDEX,
     UNREADABLE,
     is_video_text,
-    parse_result,
     read_index,
     save_index,
 )
@@ -287,7 +287,7 @@ class _Listing:
     def parsed(self, target: ListedVideo, text: str) -> ProbeResult | None:
         """An index row's result; None for a damaged one (then the file is probed)."""
         try:
-            return parse_result(text)
+            return result_from_text(text)
         except UNREADABLE as error:
             log.warning("ignoring the scan index's entry for %s: %s", ascii(target.rel_path),
                         ascii(repr(error)))

@@ -26,7 +26,7 @@ import numpy as np
 
 from sandfs.fileio import read_checked_json, write_checked_pieces
 from sandfs.media.records import listing_place
-from sandfs.media.resulttext import result_from_text, result_text
+from sandfs.media.resulttext import result_text
 from sandfs.media.types import (
     IDENTITY_VERSION,
     ListedVideo,
@@ -159,7 +159,7 @@ def read_index(index_path: str | os.PathLike[str], limits: MediaLimits) -> Store
         if document["limits"] != _index_limits(limits):
             log.info("limits changed since the last scan: probing every file again")
             return NO_INDEX
-        return _stored(document if version == SCAN_VERSION else _as_columns(document))
+        return stored_index(document if version == SCAN_VERSION else _as_columns(document))
     except UNREADABLE as error:
         log.warning(
             "ignoring the scan index %s: %s", ascii(os.fspath(index_path)), ascii(repr(error))
@@ -167,7 +167,9 @@ def read_index(index_path: str | os.PathLike[str], limits: MediaLimits) -> Store
         return NO_INDEX
 
 
-def _stored(document: dict[str, Any]) -> StoredIndex:
+def stored_index(document: dict[str, Any]) -> StoredIndex:
+    """The rows of a document of this scan version (UNREADABLE if they are not columns of one
+    length)."""
     rows, root, count = document["rows"], document["root"], document["count"]
     rel_paths, paths, results = (_split(rows[name], count) for name in TEXT_COLUMNS)
     flat, width = rows["stat"], len(STAT_COLUMNS)  # a row's fields, then the next row's
@@ -221,10 +223,6 @@ def _split(joined: str, count: int) -> list[str]:
 def is_video_text(text: str) -> bool:
     """Is it a usable video's result (known without parsing it)?"""
     return text.startswith("[")
-
-
-def parse_result(text: str) -> ProbeResult:
-    return result_from_text(text)
 
 
 def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, root: str,

@@ -11,21 +11,17 @@ from typing import Any
 
 from sandfs.fileio import read_checked_json, write_checked_json
 from sandfs.media.resulttext import VIDEO_FIELDS
-from sandfs.media.scan_index import SEP, STAT_COLUMNS, TEXT_COLUMNS
+from sandfs.media.scan_index import SEP, stored_index
 
 
 def read_rows(index_path: Path) -> tuple[dict[str, Any], dict[str, list]]:
     """(the document, rel_path -> its row)."""
     document = read_checked_json(str(index_path))
-    columns, root = document["rows"], document["root"]
-    rel_paths, paths, results = (
-        columns[name].split(SEP) if document["count"] else [] for name in TEXT_COLUMNS)
-    width = len(STAT_COLUMNS)
-    stats = zip(*(columns["stat"][field::width] for field in range(width)), strict=True)
-    rows = {rel_path: [path or root + rel_path, size, mtime, text, [*stat]]
-            for rel_path, path, text, (size, mtime, *stat) in zip(
-                rel_paths, paths, results, stats, strict=True)}
-    return document, rows
+    stored = stored_index(document)
+    stats = zip(*stored.stats, strict=True)
+    return document, {rel_path: [stored.path(row), size, mtime, text, [*stat]]
+                      for row, (rel_path, text, (size, mtime, *stat)) in enumerate(zip(
+                          stored.rel_paths, stored.results, stats, strict=True))}
 
 
 def write_rows(index_path: Path, document: dict[str, Any], rows: dict[str, list]) -> None:
