@@ -80,16 +80,17 @@ class FlatPrunePlan:
 
 @dataclass(frozen=True, slots=True)
 class _Steps:
-    """Drop steps of several walks, each walk's in order: what the merge weighs."""
+    """Drop steps of several walks, each walk's in order: what the merge weighs. A step's
+    seconds added are its seconds per byte times its bytes (a drop saves > 0 bytes): only
+    their sum is reported, so they are not kept."""
 
-    walk: np.ndarray  # the video
-    seconds_per_byte: np.ndarray
-    saved_nbytes: np.ndarray
-    added_seconds: np.ndarray
-    clip: np.ndarray  # fast videos: the clip dropped; -1 for a step of a slow video
+    walk: np.ndarray  # int32: the video
+    seconds_per_byte: np.ndarray  # float64: `prune`'s, bit for bit
+    saved_nbytes: np.ndarray  # int64
+    clip: np.ndarray  # int32: fast videos: the clip dropped; -1 for a step of a slow video
 
 
-_EMPTY = _Steps(np.zeros(0, np.int32), np.zeros(0), np.zeros(0, np.int64), np.zeros(0),
+_EMPTY = _Steps(np.zeros(0, np.int32), np.zeros(0), np.zeros(0, np.int64),
                 np.zeros(0, np.int32))
 
 
@@ -120,7 +121,7 @@ def prune_chunks(chunks: Iterable[FlatGraphs], budget_bytes: int,
 
 class _Walks:
     """A window's walks as its chunks are read: the fast videos' drop steps (videos and clips
-    numbered in the window, 32 bytes a step), the slow videos' collapse walks and clips."""
+    numbered in the window, 24 bytes a step), the slow videos' collapse walks and clips."""
 
     def __init__(self) -> None:
         self.videos = self.clips = self.nbytes = 0  # of the chunks read
@@ -140,7 +141,6 @@ class _Walks:
         fast = _fast_drops(graphs, ~slow, wait_turn)
         for parts, column in zip(self._fast, ((fast.walk + self.videos).astype(np.int32),
                                               fast.seconds_per_byte, fast.saved_nbytes,
-                                              fast.added_seconds,
                                               (fast.clip + self.clips).astype(np.int32)),
                                  strict=True):
             parts.append(column)
@@ -171,7 +171,8 @@ class _Walks:
             _apply_slow(self._slow_clips[video], video, graph_of(video),
                         collapses[video][:took_video] + drops.get(video, [])[:dropped[video]],
                         clips_kept, frames_kept)
-        drop_seconds = float(np.cumsum(steps.added_seconds)[-1]) if len(steps.walk) else 0.0
+        added = steps.seconds_per_byte * steps.saved_nbytes  # each step's (`_Steps`)
+        drop_seconds = float(np.cumsum(added)[-1]) if len(added) else 0.0
         return FlatPrunePlan(clips_kept, frames_kept, total, collapse_seconds + drop_seconds,
                              sum(took), len(steps.walk))
 
@@ -232,7 +233,7 @@ def _fast_drops(graphs: FlatGraphs, fast: np.ndarray,
         rank = np.lexsort((position[clips], -saved, ratio, video[clips]))
         first = rank[np.r_[True, video[clips][rank[1:]] != video[clips][rank[:-1]]]]
         chosen = clips[first]
-        found.append((video[chosen], ratio[first], saved[first], added[first], chosen))
+        found.append((video[chosen], ratio[first], saved[first], chosen))
         active[chosen] = False
         needed[gather(graphs.frame_ids, starts, chosen)] = True
     if not found:
@@ -263,32 +264,35 @@ def gather(values: np.ndarray, starts: np.ndarray, rows: np.ndarray) -> np.ndarr
 
 
 def _slow_drops(walks: dict[int, list[_Taken]]) -> _Steps:
-    rows = [(video, *step.order[0], step.saved_nbytes, step.added_seconds)
+    rows = [(video, step.order[0][0], step.saved_nbytes)
             for video, walk in walks.items() for step in walk]
     if not rows:
         return _EMPTY
-    video, ratio, _, saved, added = (np.array(c) for c in zip(*rows, strict=True))
-    return _Steps(video.astype(np.int32), ratio, saved.astype(np.int64), added,
+    video, ratio, saved = (np.array(c) for c in zip(*rows, strict=True))
+    return _Steps(video.astype(np.int32), ratio.astype(np.float64), saved.astype(np.int64),
                   np.full(len(rows), -1, np.int32))
 
 
 def _merge_order(steps: _Steps) -> np.ndarray:
     """The order `_merge` takes the steps in (module doc): by the highest (seconds per byte,
     -bytes) of the step's walk so far, then walk, then position in the walk (a walk's steps
-    are together, in its order)."""
+    are together, in its order). One int64 key a step, made in place: a window's steps."""
     count = len(steps.walk)
     if not count:
         return np.zeros(0, np.int64)
-    rank = _ranks(steps.seconds_per_byte, steps.saved_nbytes)
-    walk = steps.walk
-    # a walk's steps together: one running max serves them all (in place: a window's steps)
-    offset = np.cumsum(np.r_[True, walk[1:] != walk[:-1]])
-    offset *= int(rank.max()) + 1
-    rank += offset
-    np.maximum.accumulate(rank, out=rank)
-    rank -= offset
-    del offset
-    return np.lexsort((walk, rank))  # stable: a walk's ties in its order
+    key = _ranks(steps.seconds_per_byte, steps.saved_nbytes)
+    places = int(key.max()) + 1
+    # each walk lifted above the walks before it: one running max serves them all
+    lift = np.zeros(count, np.int64)
+    np.cumsum(steps.walk[1:] != steps.walk[:-1], out=lift[1:])
+    lift *= places
+    key += lift
+    del lift
+    np.maximum.accumulate(key, out=key)
+    key %= places  # the highest rank of the step's walk so far
+    key *= int(steps.walk.max()) + 1  # < steps x videos: far below 2**63
+    key += steps.walk
+    return np.argsort(key, kind="stable")  # a walk's ties in its order
 
 
 def _ranks(ratio: np.ndarray, saved: np.ndarray) -> np.ndarray:
