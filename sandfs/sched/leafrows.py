@@ -8,7 +8,7 @@ batch key made and hashed, a readers tuple made a use) took ~2 us a clip of a wi
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,8 +62,7 @@ def leaf_rows(plan: WindowPlan) -> LeafRows:
     group: list[np.ndarray] = []
     columns: tuple[list[np.ndarray], ...] = ([], [], [], [])  # view, slot, nbytes, video
     videos = plan.videos
-    walk = videos.column_runs() if isinstance(videos, WindowVideos) else videos.items()
-    for run in walk:
+    for run in _runs(videos):
         if isinstance(run, ColumnRun):
             got = batches.run_columns(run, len(paths))
             paths.extend(run.paths)
@@ -87,6 +86,30 @@ def leaf_rows(plan: WindowPlan) -> LeafRows:
                     nbytes, VideoUses(videos, _joined(numbers, np.int64), loose, runs,
                                       _joined(run_of, np.int32),
                                       _joined(group, np.int32)))
+
+
+def leaf_total(plan: WindowPlan) -> int:
+    """`leaf_rows(plan).total` without the rows, a run of videos at a time: whether a window
+    needs pruning (a window of 1.25M clips held its rows, ~60 bytes a clip, to add them)."""
+    batches, total = _Batches(plan), 0
+    for run in _runs(plan.videos):
+        if not isinstance(run, ColumnRun):
+            total += int(_loose_columns(run[1].uses, batches, 0)[2].sum())
+            continue
+        for start in range(run.start, run.end, _TOTAL_RUN):  # a window planned whole: one run
+            end = min(start + _TOTAL_RUN, run.end)
+            piece = run._replace(start=start, end=end,
+                                 paths=run.paths[start - run.start:end - run.start])
+            total += int(batches.run_columns(piece, 0)[2].sum())
+    return total
+
+
+_TOTAL_RUN = 4096  # videos summed at a time
+
+
+def _runs(videos: object) -> Iterable:
+    """The window's videos as `WindowVideos.column_runs` gives them, or (path, work) pairs."""
+    return videos.column_runs() if isinstance(videos, WindowVideos) else videos.items()
 
 
 # a clip's view, slot, nbytes and video: narrow, as a window of 1.25M clips holds them all
@@ -128,8 +151,8 @@ class _Batches:
         self.frame_bytes = np.zeros(len(keys), np.int64)
         by_row = np.flatnonzero(row >= 0)
         readers = plan.readers
-        slow_first = set(range(len(keys)))
-        slow_bytes = set(slow_first)
+        slow_first: Iterable[int] = range(len(keys))  # not a set: a window's batches
+        slow_bytes: Iterable[int] = slow_first
         if table is not None and rows:
             plans, owner = table.owners(rows)
             per_plan = np.array([out_frame_nbytes(p) for p in plans], np.int64)

@@ -24,7 +24,7 @@ from sandfs.plan.hashrows import HashRows
 from sandfs.plan.task import TaskPlan, ViewPlan
 from sandfs.plan.uses import ColumnUses, UseColumns, WindowUses, row_views
 from sandfs.plan.window import ClipUse, VideoWork, ViewKey, WindowPlan
-from sandfs.sched.leafrows import LeafRows, VideoUses, leaf_rows, out_frame_nbytes
+from sandfs.sched.leafrows import LeafRows, VideoUses, leaf_rows, leaf_total, out_frame_nbytes
 
 log = logging.getLogger(__name__)
 
@@ -415,7 +415,7 @@ def soonest_clips(plan: WindowPlan, budget_bytes: int,
 
 
 def leaves_nbytes(plan: WindowPlan) -> int:
-    return leaf_rows(plan).total
+    return leaf_total(plan)
 
 
 def _leaves_only(plan: WindowPlan, rows: LeafRows, room: int) -> KeptWindow:
