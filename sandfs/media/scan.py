@@ -322,8 +322,14 @@ class _Listing:
         return BadVideo(target.rel_path, failure.reason, failure.detail)
 
     def record(self, target: ListedVideo, result: ProbeResult) -> None:
+        probed = self._probed(target, result)
+        if isinstance(probed, VideoInfo):  # kept for the index: its facts the shared ones,
+            # not the probe's unpickled copies (~100 MB at 250,000 videos, held until the
+            # scan ends among what serving and planning keep: pymalloc's arenas then stay)
+            result = dataclasses.replace(result, counted_by=sys.intern(result.counted_by), **{
+                name: getattr(probed, name) for name in SHARED_FACTS})
         self.results[target.rel_path] = result
-        self.book.record(target.rel_path, self._probed(target, result))
+        self.book.record(target.rel_path, probed)
 
     def _probed(self, target: ListedVideo, result: ProbeResult) -> VideoInfo | BadVideo:
         if isinstance(result, ProbeFailure):
