@@ -39,18 +39,25 @@ def in_parts(plan, parts: int):
     return book.windows[0]
 
 
-def _peak_bytes_a_clip(window) -> float:
-    clips = sum(len(video.uses) for video in window.videos.values())
-    leaf_rows(window)  # what is made once a window (its columns' caches) made before
+def _clips(window) -> int:
+    return sum(len(video.uses) for video in window.videos.values())
+
+
+def _peak_bytes_a_clip(window, read=lambda window: len(leaf_rows(window).view),
+                       expected=_clips) -> float:
+    """tracemalloc's peak while `read` reads the window, bytes a clip; what is made once a
+    window (its columns' caches) made before, by `expected`'s and `leaf_rows`' reads."""
+    clips, want = _clips(window), expected(window)
+    leaf_rows(window)
     gc.collect()
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
-        rows = leaf_rows(window)
+        got = read(window)
         peak = tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()
-    assert len(rows.view) == clips > 5_000
+    assert got == want > 0 and clips > 5_000
     return peak / clips
 
 
@@ -67,21 +74,6 @@ def test_leaf_rows_of_a_window_in_parts_count_each_clip_table_once(tmp_path):
     assert peak <= PEAK_BYTES_PER_CLIP, f"{peak:.0f} bytes a clip"
 
 
-def _total_peak_bytes_a_clip(window) -> float:
-    clips = sum(len(video.uses) for video in window.videos.values())
-    expected = leaf_rows(window).total
-    gc.collect()
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        total = leaf_total(window)
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
-    assert total == expected > 0
-    return peak / clips
-
-
 def test_a_window_needs_no_rows_held_to_know_its_bytes(tmp_path, monkeypatch):
     """Whether a window needs pruning asks its clips' bytes only: summed a run of videos at a
     time, not read as the window's rows first (a 250,000-video daemon's RSS rose by ~80 MB
@@ -89,5 +81,5 @@ def test_a_window_needs_no_rows_held_to_know_its_bytes(tmp_path, monkeypatch):
     monkeypatch.setattr(leafrows, "_TOTAL_RUN", 250)  # 4,000 videos: 16 runs, as 1.25M clips
     plan = make_plan(tmp_path, fake_videos(4000))
     for window in (plan_window([plan], 0), in_parts(plan, 40)):
-        peak = _total_peak_bytes_a_clip(window)
+        peak = _peak_bytes_a_clip(window, leaf_total, lambda w: leaf_rows(w).total)
         assert peak <= TOTAL_PEAK_BYTES_PER_CLIP, f"{peak:.0f} bytes a clip"
