@@ -24,7 +24,7 @@ at a time (`prune_chunks`), and only each chunk's steps are kept for the merge.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,27 +154,28 @@ class _Walks:
         total, collapse_seconds, took = _merge(list(collapses.values()), self.nbytes,
                                                budget_bytes)
         drops: dict[int, list[_Taken]] = {}
-        steps = _EMPTY
+        steps, took_steps, drop_seconds = _EMPTY, np.zeros(0, bool), 0.0
         if total > budget_bytes:  # every collapse taken: the walks go on from their ends
             for video in collapses:
                 wait_turn()
                 walked = _Video(graph_of(video))
                 _walk(walked, "collapse")
                 drops[video] = _walk(walked, "drop")
-            steps = _taken(self._steps(_slow_drops(drops)), total, budget_bytes)
-            total -= int(steps.saved_nbytes.sum())
+            steps = self._steps(_slow_drops(drops))
+            took_steps, saved, drop_seconds = _taken(steps, total, budget_bytes)
+            total -= saved
         clips_kept = np.ones(self.clips, bool)
-        clips_kept[steps.clip[steps.clip >= 0]] = False
+        fast = steps.clip >= 0
+        clips_kept[steps.clip[took_steps & fast]] = False
         frames_kept = np.zeros(self.videos, bool)
-        dropped = np.bincount(steps.walk, minlength=self.videos)
+        # the slow videos' drops taken (few: a step-long int32 column counts as int64)
+        dropped = np.bincount(steps.walk[took_steps & ~fast], minlength=self.videos)
         for video, took_video in zip(collapses, took, strict=True):
             _apply_slow(self._slow_clips[video], video, graph_of(video),
                         collapses[video][:took_video] + drops.get(video, [])[:dropped[video]],
                         clips_kept, frames_kept)
-        added = steps.seconds_per_byte * steps.saved_nbytes  # each step's (`_Steps`)
-        drop_seconds = float(np.cumsum(added)[-1]) if len(added) else 0.0
         return FlatPrunePlan(clips_kept, frames_kept, total, collapse_seconds + drop_seconds,
-                             sum(took), len(steps.walk))
+                             sum(took), int(np.count_nonzero(took_steps)))
 
     def _steps(self, slow: _Steps) -> _Steps:
         """Every walk's drop steps: the fast videos' by chunk, then the slow videos'; a
@@ -187,18 +188,35 @@ class _Walks:
         return _Steps(*columns)
 
 
-def _taken(steps: _Steps, total: int, budget_bytes: int) -> _Steps:
-    """The steps `_merge` takes, in its order, until the total fits (module doc)."""
+def _taken(steps: _Steps, total: int, budget_bytes: int) -> tuple[np.ndarray, int, float]:
+    """Which steps `_merge` takes (its order: module doc) until the total fits, the bytes
+    they save and the seconds they add, summed in that order (a float sum depends on it)."""
     order = _merge_order(steps)
-    saved = steps.saved_nbytes[order]
-    np.cumsum(saved, out=saved)  # non-decreasing: bytes saved are >= 0
-    order = order[:int(np.searchsorted(saved, total - budget_bytes)) + 1]  # until one fits
-    del saved
-    columns = [getattr(steps, name) for name in _Steps.__slots__]
-    del steps  # its columns taken one at a time: not a window's steps held twice
-    for at, column in enumerate(columns):
-        columns[at] = column[order]
-    return _Steps(*columns)
+    count, saved_nbytes, over = len(order), 0, total - budget_bytes
+    for piece in _pieces(len(order)):  # until one fits
+        saved = np.cumsum(steps.saved_nbytes[order[piece]]) + saved_nbytes  # non-decreasing
+        fits = int(np.searchsorted(saved, over))
+        saved_nbytes = int(saved[min(fits, len(saved) - 1)])
+        if fits < len(saved):
+            count = piece.start + fits + 1
+            break
+    took = np.zeros(len(order), bool)
+    took[order[:count]] = True
+    seconds = 0.0
+    for piece in _pieces(count):  # one after the other, as `_merge` adds them
+        at = order[piece]
+        added = steps.seconds_per_byte[at] * steps.saved_nbytes[at]  # each step's (`_Steps`)
+        added[0] += seconds
+        seconds = float(np.cumsum(added)[-1])
+    return took, saved_nbytes, seconds
+
+
+_PIECE = 65_536  # steps a piece (`_pieces`)
+
+
+def _pieces(count: int) -> Iterator[slice]:
+    """0..count in slices of `_PIECE`: a step-long column's temporaries a piece at a time."""
+    return (slice(start, min(count, start + _PIECE)) for start in range(0, count, _PIECE))
 
 
 def _collapsible(graphs: FlatGraphs) -> np.ndarray:
@@ -276,39 +294,59 @@ def _slow_drops(walks: dict[int, list[_Taken]]) -> _Steps:
 def _merge_order(steps: _Steps) -> np.ndarray:
     """The order `_merge` takes the steps in (module doc): by the highest (seconds per byte,
     -bytes) of the step's walk so far, then walk, then position in the walk (a walk's steps
-    are together, in its order). One int64 key a step, made in place: a window's steps."""
+    are together, in its order). One int64 key a step, made and sorted in place where it
+    holds the step's index too: a window's steps."""
     count = len(steps.walk)
     if not count:
         return np.zeros(0, np.int64)
-    key = _ranks(steps.seconds_per_byte, steps.saved_nbytes)
-    places = int(key.max()) + 1
+    rank = _ranks(steps.seconds_per_byte, steps.saved_nbytes)
+    places, walks = int(rank.max()) + 1, int(steps.walk.max()) + 1
     # each walk lifted above the walks before it: one running max serves them all
-    lift = np.zeros(count, np.int64)
-    np.cumsum(steps.walk[1:] != steps.walk[:-1], out=lift[1:])
-    lift *= places
-    key += lift
-    del lift
+    key = np.zeros(count, np.int64)
+    key[1:] = steps.walk[1:] != steps.walk[:-1]
+    np.cumsum(key, out=key)  # in place: from a bool column, a step-long int64 copy first
+    key *= places
+    key += rank
+    del rank
     np.maximum.accumulate(key, out=key)
     key %= places  # the highest rank of the step's walk so far
-    key *= int(steps.walk.max()) + 1  # < steps x videos: far below 2**63
+    key *= walks  # < steps x videos: far below 2**63
     key += steps.walk
-    return np.argsort(key, kind="stable")  # a walk's ties in its order
+    if places * walks * count > _KEY_ROOM:  # no room for the index: ties kept in order
+        return np.argsort(key, kind="stable")
+    key *= count
+    for piece in _pieces(count):
+        key[piece] += np.arange(piece.start, piece.stop)
+    key.sort()  # distinct keys: no sort is more stable than another
+    key %= count
+    return key
+
+
+_KEY_ROOM = 2**63 - 1  # an int64 key's largest
 
 
 def _ranks(ratio: np.ndarray, saved: np.ndarray) -> np.ndarray:
-    """Each step's place among the distinct (seconds per byte, -bytes) of the steps."""
-    by_rank = np.lexsort((-saved, ratio))
-    new = np.zeros(len(by_rank), bool)
-    new[:1] = True
-    for column in (ratio, saved):  # one sorted copy at a time
-        ordered = column[by_rank]
-        new[1:] |= ordered[1:] != ordered[:-1]
-        del ordered
-    places = np.cumsum(new)
-    del new
-    places -= 1
-    rank = np.empty(len(by_rank), np.int64)
-    rank[by_rank] = places
+    """Each step's place among the distinct (seconds per byte, -bytes) of the steps (int32:
+    fewer places than steps). `saved` is negated in place for the sort, then back: not a
+    step-long copy."""
+    np.negative(saved, out=saved)
+    try:
+        by_rank = np.lexsort((saved, ratio))
+    finally:
+        np.negative(saved, out=saved)
+    rank = np.empty(len(by_rank), np.int32)
+    place = -1
+    for piece in _pieces(len(by_rank)):
+        before = max(piece.start - 1, 0)  # the step before the piece's first, if any
+        at = by_rank[before:piece.stop]
+        new = np.zeros(len(at), bool)  # whether each differs from the one before it
+        new[0] = piece.start == 0
+        for column in (ratio, saved):
+            ordered = column[at]
+            new[1:] |= ordered[1:] != ordered[:-1]
+        places = np.cumsum(new[piece.start - before:]) + place
+        rank[by_rank[piece]] = places
+        place = int(places[-1])
     return rank
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sandfs.cache.flatprune import FlatGraphs, prune_chunks, prune_flat
+from sandfs.cache import flatprune
+from sandfs.cache.flatprune import FlatGraphs, _Steps, _taken, prune_chunks, prune_flat
 from sandfs.cache.prune import ObjectGraph, prune, recompute_seconds
 
 
@@ -87,6 +88,49 @@ def test_same_decisions_as_prune(seed):
             frames = {n for n in cached if n[0] == "frame"}
             assert bool(frames) == bool(got.frames_kept[video]), (seed, fraction, video)
             assert kept[video] == cached - frames, (seed, fraction, video)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_merge_in_pieces_or_sorted_by_its_key_alone_decides_the_same(seed, monkeypatch):
+    """The merge reads its steps a piece at a time and sorts one key holding each step's
+    index where it fits in 64 bits: pieces of a few steps, and a key with no room for the
+    index, give the same plan, its seconds to the bit."""
+    rng = np.random.default_rng(seed)
+    flat, graphs = random_window(rng, int(rng.integers(20, 60)), collapsible_share=0.3)
+    total = int(flat.clip_nbytes.sum())
+    for fraction in (0.7, 0.3, 0.0):
+        budget = int(total * fraction)
+        whole = prune_flat(flat, budget, graphs.__getitem__)
+        for piece, room in ((3, flatprune._KEY_ROOM), (1, flatprune._KEY_ROOM), (5, 0)):
+            monkeypatch.setattr(flatprune, "_PIECE", piece)
+            monkeypatch.setattr(flatprune, "_KEY_ROOM", room)
+            got = prune_flat(flat, budget, graphs.__getitem__)
+            monkeypatch.undo()
+            for name in type(whole).__slots__:
+                assert np.array_equal(getattr(got, name), getattr(whole, name)), (
+                    name, fraction, piece, room)
+
+
+def test_the_merge_holds_few_bytes_a_step_beside_the_steps():
+    """A 250,000-video window has ~1.2M drop steps: the merge's order, ranks and the steps it
+    takes are held in ~19 bytes a step (the lexsort's), not copies of the steps' columns (31
+    bytes a step: its peak set the daemon's). Room for 2% of the bytes, as the daemon's."""
+    import tracemalloc
+
+    rng = np.random.default_rng(5)
+    count = 300_000
+    walk = np.sort(rng.integers(0, 60_000, count)).astype(np.int32)
+    steps = _Steps(walk, rng.choice([1e-9, 2e-9, 3e-9], count) * rng.integers(1, 4, count),
+                   rng.integers(1, 10**6, count), np.arange(count, dtype=np.int32))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        took, saved, seconds = _taken(steps, total := int(steps.saved_nbytes.sum()), total // 50)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert 0 < took.sum() < count and saved >= total - total // 50 and seconds > 0
+    assert peak / count <= 23, peak / count
 
 
 def test_videos_whose_collapses_cannot_save_walk_without_their_graphs():
