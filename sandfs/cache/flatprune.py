@@ -195,11 +195,11 @@ def _taken(steps: _Steps, total: int, budget_bytes: int) -> tuple[np.ndarray, in
     count, saved_nbytes, over = len(order), 0, total - budget_bytes
     for piece in _pieces(len(order)):  # until one fits
         saved = np.cumsum(steps.saved_nbytes[order[piece]]) + saved_nbytes  # non-decreasing
-        fits = int(np.searchsorted(saved, over))
-        saved_nbytes = int(saved[min(fits, len(saved) - 1)])
+        fits = int(np.searchsorted(saved, over))  # the step after which the total fits
         if fits < len(saved):
-            count = piece.start + fits + 1
+            count, saved_nbytes = piece.start + fits + 1, int(saved[fits])
             break
+        saved_nbytes = int(saved[-1])
     took = np.zeros(len(order), bool)
     took[order[:count]] = True
     seconds = 0.0
@@ -294,8 +294,7 @@ def _slow_drops(walks: dict[int, list[_Taken]]) -> _Steps:
 def _merge_order(steps: _Steps) -> np.ndarray:
     """The order `_merge` takes the steps in (module doc): by the highest (seconds per byte,
     -bytes) of the step's walk so far, then walk, then position in the walk (a walk's steps
-    are together, in its order). One int64 key a step, made and sorted in place where it
-    holds the step's index too: a window's steps."""
+    are together, in its order). One int64 key a step, made in place: a window's steps."""
     count = len(steps.walk)
     if not count:
         return np.zeros(0, np.int64)
@@ -312,17 +311,7 @@ def _merge_order(steps: _Steps) -> np.ndarray:
     key %= places  # the highest rank of the step's walk so far
     key *= walks  # < steps x videos: far below 2**63
     key += steps.walk
-    if places * walks * count > _KEY_ROOM:  # no room for the index: ties kept in order
-        return np.argsort(key, kind="stable")
-    key *= count
-    for piece in _pieces(count):
-        key[piece] += np.arange(piece.start, piece.stop)
-    key.sort()  # distinct keys: no sort is more stable than another
-    key %= count
-    return key
-
-
-_KEY_ROOM = 2**63 - 1  # an int64 key's largest
+    return np.argsort(key, kind="stable")  # a walk's ties in its order
 
 
 def _ranks(ratio: np.ndarray, saved: np.ndarray) -> np.ndarray:
@@ -335,17 +324,13 @@ def _ranks(ratio: np.ndarray, saved: np.ndarray) -> np.ndarray:
     finally:
         np.negative(saved, out=saved)
     rank = np.empty(len(by_rank), np.int32)
-    place = -1
+    place = 0
     for piece in _pieces(len(by_rank)):
-        before = max(piece.start - 1, 0)  # the step before the piece's first, if any
-        at = by_rank[before:piece.stop]
-        new = np.zeros(len(at), bool)  # whether each differs from the one before it
-        new[0] = piece.start == 0
-        for column in (ratio, saved):
-            ordered = column[at]
-            new[1:] |= ordered[1:] != ordered[:-1]
-        places = np.cumsum(new[piece.start - before:]) + place
-        rank[by_rank[piece]] = places
+        at = by_rank[piece]
+        # each step's predecessor in rank order (the first step's: itself, not new)
+        before = by_rank[np.maximum(np.arange(piece.start, piece.stop) - 1, 0)]
+        places = np.cumsum((ratio[at] != ratio[before]) | (saved[at] != saved[before])) + place
+        rank[at] = places
         place = int(places[-1])
     return rank
 

@@ -91,24 +91,22 @@ def test_same_decisions_as_prune(seed):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_the_merge_in_pieces_or_sorted_by_its_key_alone_decides_the_same(seed, monkeypatch):
-    """The merge reads its steps a piece at a time and sorts one key holding each step's
-    index where it fits in 64 bits: pieces of a few steps, and a key with no room for the
-    index, give the same plan, its seconds to the bit."""
+def test_the_merge_in_pieces_decides_the_same(seed, monkeypatch):
+    """The merge reads its steps a piece at a time: pieces of a few steps give the same plan,
+    its seconds to the bit."""
     rng = np.random.default_rng(seed)
     flat, graphs = random_window(rng, int(rng.integers(20, 60)), collapsible_share=0.3)
     total = int(flat.clip_nbytes.sum())
     for fraction in (0.7, 0.3, 0.0):
         budget = int(total * fraction)
         whole = prune_flat(flat, budget, graphs.__getitem__)
-        for piece, room in ((3, flatprune._KEY_ROOM), (1, flatprune._KEY_ROOM), (5, 0)):
+        for piece in (3, 1, 5):
             monkeypatch.setattr(flatprune, "_PIECE", piece)
-            monkeypatch.setattr(flatprune, "_KEY_ROOM", room)
             got = prune_flat(flat, budget, graphs.__getitem__)
             monkeypatch.undo()
             for name in type(whole).__slots__:
                 assert np.array_equal(getattr(got, name), getattr(whole, name)), (
-                    name, fraction, piece, room)
+                    name, fraction, piece)
 
 
 def test_the_merge_holds_few_bytes_a_step_beside_the_steps():
