@@ -13,11 +13,11 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from threading import Event
-from typing import Protocol
+from typing import Any, Protocol
 
 from sandfs.media.types import MediaLimits, ProbeFailure, ProbeResult
 from sandfs.workerproc import how_it_ended, start_worker_process
@@ -232,20 +232,24 @@ def probe_files(
     stop: Event | None = None,
     started: ProbeWorkers | None = None,
     pace: ScanPace | None = None,
-    texts: dict[str, str] | None = None,
+    texts: MutableMapping[str, Any] | None = None,
 ) -> dict[str, ProbeResult]:
     """Probes `jobs` (a list, or a queue other threads reorder), up to `workers` at once,
     each in a worker process that is killed when a probe exceeds limits.decode_timeout_seconds;
-    key -> result. `on_result(key, result)` is called in this process as each result arrives
-    (in completion order). Once `stop` is set, raises ScanStopped within STOP_POLL_SECONDS, its
-    workers stopped (busy ones killed). `started`: workers started ahead, used before any new
-    one. `pace`: a queue's jobs shared out as ScanPace says (from `paced_from_videos`).
-    `texts`: each usable video's scan index text (`resulttext.result_text`) goes in here as
-    its worker made it."""
+    key -> result. `on_result(key, result)`, where given, is called in this process as each
+    result arrives (in completion order), and takes it: nothing is returned then (a scan's
+    results, unpickled with their own copies of the facts, held ~670 bytes a video to its
+    end, and pymalloc's pools stayed mapped). Once `stop` is set, raises ScanStopped within
+    STOP_POLL_SECONDS, its workers stopped (busy ones killed). `started`: workers started
+    ahead, used before any new one. `pace`: a queue's jobs shared out as ScanPace says (from
+    `paced_from_videos`). `texts`: each usable video's scan index text
+    (`resulttext.result_text`) goes in here as its worker made it, before `on_result`."""
     if not jobs:
         return {}
     pending: JobQueue = _Listed(jobs) if isinstance(jobs, list) else jobs
     results: dict[str, ProbeResult] = {}
+    answered: set[str] = set()  # the jobs' own keys
+    deliver = on_result or results.__setitem__
     pool: list[_Worker] = []  # filled inside the try: a failed start stops those started
     waker = getattr(pending, "waker", None)  # readable when a job is waited for
     try:
@@ -264,14 +268,13 @@ def probe_files(
             for position, worker in enumerate(pool):
                 for key, result, text in _poll_worker(worker, worker.replies in ready):
                     pending.settled(key)
-                    if key not in results:  # a job sent twice: the first result wins
-                        results[key] = result
+                    if key not in answered:  # a job sent twice: the first result wins
+                        answered.add(key)
                         if texts is not None and text is not None:
                             texts[key] = text
-                        if on_result:
-                            on_result(key, result)
+                        deliver(key, result)
                 if worker.failed:
-                    pool[position] = _replace(worker, pending, results)
+                    pool[position] = _replace(worker, pending, answered)
     finally:
         for worker in pool:
             _stop_worker(worker)
@@ -308,15 +311,15 @@ def _fill_pool(pool: list[_Worker], count: int, workers: int, started: ProbeWork
         pool[-1].role = BACKGROUND
 
 
-def _replace(worker: _Worker, pending: JobQueue, results: dict[str, ProbeResult]) -> _Worker:
+def _replace(worker: _Worker, pending: JobQueue, answered: set[str]) -> _Worker:
     """A fresh worker for one that died or timed out. The jobs of the message it was on, if
     more than one is left (it may have held results of some when it failed, none blamed), go
     to the fresh one one a message, so that only a job that fails alone is blamed; the others
     (not started, or a background worker's) are queued again."""
     sent, on = list(worker.sent), worker.messages[0] if worker.messages else 0
     split = on if on > 1 and worker.role != BACKGROUND else 0  # a background's: to the front
-    suspects = [job for job in sent[:split] if job.key not in results]
-    again = [job for job in sent[split:] if job.key not in results]
+    suspects = [job for job in sent[:split] if job.key not in answered]
+    again = [job for job in sent[split:] if job.key not in answered]
     pending.extendleft(reversed(again))
     log.warning("probe worker %d (%s) %s: killed and replaced, %d videos sent again",
                 worker.process.pid, worker.role, worker.why, len(suspects) + len(again))

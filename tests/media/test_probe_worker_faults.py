@@ -64,9 +64,10 @@ def test_a_worker_killed_before_its_next_jobs_are_sent_is_replaced(tmp_path, dat
     next jobs meet a broken pipe before its end is read. The worker is replaced and every
     video probed, none blamed (the pipe broke, the scan went on)."""
     jobs = copies(tmp_path, dataset_dir, 3 * scan_workers.IN_FLIGHT)
-    before, killed = children_of(), []
+    before, killed, results = children_of(), [], {}
 
     def kill_after_the_first(key, result):
+        results[key] = result
         if killed:
             return
         killed.extend(children_of() - before)
@@ -76,7 +77,7 @@ def test_a_worker_killed_before_its_next_jobs_are_sent_is_replaced(tmp_path, dat
         while not all(map(zombie, killed)) and time.monotonic() < deadline:
             time.sleep(0.01)
 
-    results = probe_files(jobs, MediaLimits(), workers=1, on_result=kill_after_the_first)
+    probe_files(jobs, MediaLimits(), workers=1, on_result=kill_after_the_first)
     assert len(killed) == 1 and set(results) == {job.key for job in jobs}
     assert all(isinstance(r, ProbeFacts) for r in results.values()), results
     assert children_of() <= before
