@@ -31,7 +31,7 @@ from typing import TextIO
 
 from sandfs.media.probebook import ProbeBook, ProbeQueue
 from sandfs.media.records import FACT_FIELDS
-from sandfs.media.resulttext import result_from_text
+from sandfs.media.resulttext import result_from_text, result_text
 from sandfs.media.scan_index import (
     NO_INDEX,
     UNREADABLE,
@@ -107,7 +107,7 @@ def scan_dataset(
                                 listing.began)
     jobs = listing.jobs()
     probe_files(jobs, listing.limits, workers, on_result=listing.recorder(report), stop=stop,
-                started=started, texts=listing.texts)
+                started=started, texts=listing.found)
     return listing.finish(progress, num_probed=len(jobs))
 
 
@@ -144,7 +144,7 @@ def start_lazy_scan(
                                   args=(listing, queue, own, progress, num_probed,
                                         partial(probe_files, queue, listing.limits, workers,
                                                 on_result=on_result, stop=stop, pace=pace,
-                                                texts=listing.texts)))
+                                                texts=listing.found)))
         thread.start()
     except BaseException:
         queue.close()
@@ -190,15 +190,19 @@ def _probe_rest(listing: _Listing, queue: ProbeQueue, own: ProbeWorkers,
 
 @dataclass(slots=True)
 class _Listing:
-    """A dataset listed and vetted, its probe results filling in (`book`; `results` as probed,
-    for the index). One writer: the thread that probes."""
+    """A dataset listed and vetted, its probe results filling in (`book`; `found`, for the
+    index). One writer: the thread that probes."""
 
     real_root: str
     limits: MediaLimits
     targets: list[ListedVideo]  # by name
     refused: list[BadVideo]  # by name or stat
     book: ProbeBook
-    results: dict[str, ProbeResult]
+    # rel_path -> each result as the index keeps it: a usable video's index text (made by
+    # its worker, or the index's own), a failure as itself. Records of 250,000 results kept
+    # beside their texts, made while serving and planning went on, held ~110 MB to the
+    # scan's end, and pymalloc's pools stayed mapped once they were let go
+    found: dict[str, str | ProbeFailure]
     index_path: str | os.PathLike[str] | None
     began: float
     root_device: int  # the root's st_dev: the index's rows describe files of this device
@@ -210,9 +214,6 @@ class _Listing:
     deferred: Mapping[str, tuple[ListedVideo, str]] = field(default_factory=dict)
     index_as_is: bool = False  # the index holds exactly these results: not written again
     digest: str | None = None  # the listing's `listing_digest`, as the index gave it
-    # results' index texts made already (by a probe worker, or read from an index that is
-    # written again): the index is saved without encoding them again in this process
-    texts: dict[str, str] = field(default_factory=dict)
     saved_at: float = 0.0  # monotonic: when the index was last saved partway
     unsaved: int = 0  # results probed since
     # the facts videos share (a codec, a time base, equal frame pts and keyframes), one object
@@ -264,7 +265,8 @@ class _Listing:
         # saved partway with the stat listed (another device's names no file here)
         later |= {t.rel_path: (t, text) for t, text in hits if defer and is_video_text(text)}
         listing.deferred = later  # an entry let go once read: 100,000 rows' texts, 34 MB
-        book.defer_all(later, lambda rel_path: listing.from_index(*later.pop(rel_path)))
+        book.defer_all(later, lambda rel_path: listing.from_index(rel_path,
+                                                                  *later.pop(rel_path)))
         # an index without the digest (written before it was stored) is written again once
         listing.index_as_is = (hit_count == len(targets) == len(stored)  # a damaged entry: not
                                and stored.root_device == root_device
@@ -274,15 +276,14 @@ class _Listing:
         for target, text in hits:
             if target.rel_path not in later and (
                     result := listing.parsed(target, text)) is not None:
-                listing.record(target, result)
+                listing.record(target.rel_path, target, result, text)
         return listing
 
     def let_go(self) -> None:
-        """The scan is complete and its index saved: the results as probed, their index
-        texts and the shared facts' lookup are not read again (the book holds each video's
-        VideoInfo). 250,000 videos: ~100 MB the daemon held for its life."""
-        for held in (self.results, self.texts, *self.shared.values()):
-            held.clear()  # in place: the probes' call holds `texts` until the thread ends
+        """The scan is complete and its index saved: what it found and the shared facts'
+        lookup are not read again (the book holds each video's VideoInfo)."""
+        for held in (self.found, *self.shared.values()):
+            held.clear()  # in place: the probes' call holds `found` until the thread ends
 
     def parsed(self, target: ListedVideo, text: str) -> ProbeResult | None:
         """An index row's result; None for a damaged one (then the file is probed)."""
@@ -294,23 +295,22 @@ class _Listing:
             self.index_as_is = False
             return None
 
-    def from_index(self, target: ListedVideo, text: str) -> VideoInfo | BadVideo | None:
-        """A deferred index hit, in whichever thread asks first; a damaged entry's file is
-        probed first of all (None). The file is checked first (a lazy scan's listing took its
-        stat from the index): found bad if it changed since."""
-        if (bad := self._changed(target)) is not None:
+    def from_index(self, rel_path: str, target: ListedVideo, text: str
+                   ) -> VideoInfo | BadVideo | None:
+        """A deferred index hit (`rel_path`: its key, the index's string), in whichever thread
+        asks first; a damaged entry's file is probed first of all (None). The file is
+        checked first (a lazy scan's listing took its stat from the index): found bad if it
+        changed since."""
+        if (bad := self._changed(rel_path, target)) is not None:
             return bad
         result = self.parsed(target, text)
         if result is None:
-            self.book.queue.extendleft([ProbeJob(target.rel_path, target.path,
-                                                 target.identity)])
+            self.book.queue.extendleft([ProbeJob(rel_path, target.path, target.identity)])
             return None
-        self.results[target.rel_path] = result
-        if not self.index_as_is:  # written again: its text saves encoding it (as-is: 85 MB)
-            self.texts[target.rel_path] = text
+        self.found[rel_path] = text  # the index's own string: kept, not copied
         return self._probed(target, result)
 
-    def _changed(self, target: ListedVideo) -> BadVideo | None:
+    def _changed(self, rel_path: str, target: ListedVideo) -> BadVideo | None:
         """Why `target`, as listed, is not that file any more (None: it is): its result, a
         failure the next scan does not keep, lists it afresh."""
         why = checked_again(self.real_root, target, self.limits)
@@ -318,17 +318,19 @@ class _Listing:
             return None
         failure = ProbeFailure(*why, lasting=False)
         self.index_as_is = False
-        self.results[target.rel_path] = failure
+        self.found[rel_path] = failure
         return BadVideo(target.rel_path, failure.reason, failure.detail)
 
-    def record(self, target: ListedVideo, result: ProbeResult) -> None:
+    def record(self, key: str, target: ListedVideo, result: ProbeResult,
+               text: str | None = None) -> None:
+        """`result` (`text`: its index text) of `target`, `key` its rel_path (a string held
+        already: its job's, its index row's). A worker's text is in `found` already (put by
+        `probe_files`); a usable result without one gets it here."""
         probed = self._probed(target, result)
-        if isinstance(probed, VideoInfo):  # kept for the index: its facts the shared ones,
-            # not the probe's unpickled copies (~100 MB at 250,000 videos, held until the
-            # scan ends among what serving and planning keep: pymalloc's arenas then stay)
-            result = dataclasses.replace(result, counted_by=sys.intern(result.counted_by), **{
-                name: getattr(probed, name) for name in SHARED_FACTS})
-        self.results[target.rel_path] = result
+        if isinstance(result, ProbeFailure):
+            self.found[key] = result
+        elif key not in self.found:
+            self.found[key] = text or result_text(result)
         self.book.record(target.rel_path, probed)
 
     def _probed(self, target: ListedVideo, result: ProbeResult) -> VideoInfo | BadVideo:
@@ -338,10 +340,10 @@ class _Listing:
 
     def jobs(self) -> list[ProbeJob]:
         """The files the index did not answer for, by rel_path."""
-        if len(self.results) + len(self.deferred) == len(self.targets):
+        if len(self.found) + len(self.deferred) == len(self.targets):
             return []  # a warm listing's every file (the two hold targets, never both)
         return [ProbeJob(t.rel_path, t.path, t.identity) for t in self.targets
-                if t.rel_path not in self.results and t.rel_path not in self.deferred]
+                if t.rel_path not in self.found and t.rel_path not in self.deferred]
 
     def recorder(self, report: Callable[[str, ProbeResult], None] | None
                  ) -> Callable[[str, ProbeResult], None]:
@@ -353,7 +355,7 @@ class _Listing:
                 DECODING)
             if not by_rel:
                 by_rel.update((t.rel_path, t) for t in self.targets)
-            self.record(by_rel[key], result)
+            self.record(key, by_rel[key], result)
             self.unsaved += 1
             if time.monotonic() - self.saved_at >= SAVE_EVERY_S:
                 self.save_partial()
@@ -379,11 +381,10 @@ class _Listing:
         if not self.index_path or not self.unsaved:
             return
         self.unsaved = 0
-        results = dict(self.results)
+        found = dict(self.found)
         save_index(self.index_path, self.limits, self.real_root, {
-            t.rel_path: (t, results[t.rel_path]) for t in self.targets
-            if t.rel_path in results}, self.root_device, dict(self.texts), dict(self.deferred),
-            self._walk())
+            t.rel_path: (t, found[t.rel_path]) for t in self.targets
+            if t.rel_path in found}, self.root_device, dict(self.deferred), self._walk())
 
     def _walk(self) -> WalkRecord | None:
         """The walk's record, its names those of the listing's files (in no order)."""
@@ -395,8 +396,8 @@ class _Listing:
         total = len(self.targets)
         if self.index_path and not (self.index_as_is and num_probed == 0):
             save_index(self.index_path, self.limits, self.real_root, {
-                t.rel_path: (t, self.results[t.rel_path]) for t in self.targets},
-                self.root_device, self.texts, walked=self._walk())
+                t.rel_path: (t, self.found[t.rel_path]) for t in self.targets},
+                self.root_device, walked=self._walk())
         scan = self.partial(num_probed)
         for item in scan.bad:
             name = os.path.splitext(item.rel_path)[0]

@@ -52,7 +52,8 @@ STAT_COLUMNS = ("size", "mtime", "dev", "ino", "uid", "gid", "mode")
 TEXT_COLUMNS = ("rel_path", "path", "result")  # each NUL-joined
 SEP = "\0"
 
-Entries = dict[str, tuple[ListedVideo, ProbeResult]]  # rel_path -> (the file as listed, result)
+# rel_path -> (the file as listed, its result or, a usable video's, that result's index text)
+Entries = dict[str, tuple[ListedVideo, ProbeResult | str]]
 Rows = Mapping[str, tuple[ListedVideo, str]]  # rel_path -> (as listed, its result's text)
 UNREADABLE = (KeyError, IndexError, TypeError, ValueError, AttributeError)
 
@@ -226,27 +227,25 @@ def is_video_text(text: str) -> bool:
 
 
 def save_index(index_path: str | os.PathLike[str], limits: MediaLimits, root: str,
-               entries: Entries, root_device: int | None = None,
-               texts: Mapping[str, str] | None = None, rows: Rows | None = None,
+               entries: Entries, root_device: int | None = None, rows: Rows | None = None,
                walked: WalkRecord | None = None) -> None:
     """Writes `entries` atomically, leaving out results that depend on the machine's load;
     `root`: the dataset root (its real path) the files were listed under; `root_device`: its
-    st_dev, whose files the rows' stats describe; `texts`: rel_path -> its result's
-    `result_text` where a probe worker made it; `rows`: rows not parsed, written as they are
-    (a scan saved partway); `walked`: the walk that listed the files. No cyclic collection
+    st_dev, whose files the rows' stats describe; `rows`: rows not parsed, written as they
+    are (a scan saved partway); `walked`: the walk that listed the files. No cyclic collection
     meanwhile: 250,000 rows' pieces made 8 full collections walk what was built (0.6 s with
     the GIL held, up to 140 ms each)."""
     with collector_paused():
         _save_index(index_path, limits, root.rstrip("/") + "/", entries, root_device,
-                    texts or {}, rows or {}, walked)
+                    rows or {}, walked)
 
 
 ROWS_PER_PIECE = 4_096  # a text column's rows written at a time: written as it is made
 
 
 def _save_index(index_path: str | os.PathLike[str], limits: MediaLimits, root: str,
-                entries: Entries, root_device: int | None, texts: Mapping[str, str],
-                rows: Rows, walked: WalkRecord | None) -> None:
+                entries: Entries, root_device: int | None, rows: Rows,
+                walked: WalkRecord | None) -> None:
     """The text columns are made and written a piece at a time (`write_checked_pieces`):
     a document dumped whole took ~220 MB at the end of a scan of 250,000 videos, more than the
     daemon held when its first window was whole."""
@@ -274,8 +273,8 @@ def _save_index(index_path: str | os.PathLike[str], limits: MediaLimits, root: s
     def text(key: str) -> str:
         if key not in entries:
             return rows[key][1]
-        found = texts.get(key)
-        return found if found is not None else result_text(entries[key][1])
+        found = entries[key][1]
+        return found if isinstance(found, str) else result_text(found)
 
     columns = {
         "rel_path": lambda: keys,
@@ -326,10 +325,11 @@ def _stats(listed: list[ListedVideo]) -> list[int]:
 _ACCESS_ERRORS = tuple(os.strerror(code) for code in (errno.EACCES, errno.EPERM))
 
 
-def _is_lasting(result: ProbeResult) -> bool:
-    """Facts and failures of the file's content last until it changes; a timeout or a crash
-    depends on the load, and a refused open on permissions, which change without touching the
-    file's size or mtime (a chmod of its folder): those are probed again next time."""
-    if isinstance(result, ProbeFacts):
+def _is_lasting(result: ProbeResult | str) -> bool:
+    """Facts (or a usable video's text) and failures of the file's content last until it
+    changes; a timeout or a crash depends on the load, and a refused open on permissions,
+    which change without touching the file's size or mtime (a chmod of its folder): those
+    are probed again next time."""
+    if isinstance(result, ProbeFacts | str):
         return True
     return result.lasting and not any(text in result.detail for text in _ACCESS_ERRORS)
