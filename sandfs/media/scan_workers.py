@@ -236,14 +236,11 @@ def probe_files(
 ) -> dict[str, ProbeResult]:
     """Probes `jobs` (a list, or a queue other threads reorder), up to `workers` at once,
     each in a worker process that is killed when a probe exceeds limits.decode_timeout_seconds;
-    key -> result. `on_result(key, result)`, where given, is called in this process as each
-    result arrives (in completion order), and takes it: nothing is returned then (a scan's
-    results, unpickled with their own copies of the facts, held ~670 bytes a video to its
-    end, and pymalloc's pools stayed mapped). Once `stop` is set, raises ScanStopped within
-    STOP_POLL_SECONDS, its workers stopped (busy ones killed). `started`: workers started
-    ahead, used before any new one. `pace`: a queue's jobs shared out as ScanPace says (from
-    `paced_from_videos`). `texts`: each usable video's scan index text
-    (`resulttext.result_text`) goes in here as its worker made it, before `on_result`."""
+    key -> result, or `on_result(key, result)` for each as it arrives (completion order),
+    nothing kept then (a scan's results held ~670 bytes a video to its end). Once `stop` is
+    set, raises ScanStopped within STOP_POLL_SECONDS, busy workers killed. `started`: workers
+    started ahead, used first. `pace`: a queue's jobs shared out as ScanPace says. `texts`:
+    each usable video's index text goes in here as its worker made it, before `on_result`."""
     if not jobs:
         return {}
     pending: JobQueue = _Listed(jobs) if isinstance(jobs, list) else jobs
