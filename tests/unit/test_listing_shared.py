@@ -78,3 +78,16 @@ def test_a_name_index_answers_as_the_dict_it_replaces_names_repeated_or_not():
     assert index._by_name is None  # the expected index checked, no dict made
     assert index.index_of(videos[3].name, 20) == expected[videos[3].name]  # not its: looked up
     assert index == expected and len(index) == len(expected) < len(videos)
+
+
+def test_each_video_s_top_folder_is_its_own_in_any_order():
+    """A video in the last one's folder is known by its prefix: each answer is still the
+    video's own top folder, one string a folder, whatever the order (folders whose names
+    start alike, a video at the root between two of one folder, nested folders)."""
+    rel_paths = ["a/x.mp4", "a/y/z.mp4", "ab/x.mp4", "a/w.mp4", "top.mp4", "a/v.mp4", "ab/c/d.mp4",
+                 "b.mp4", "ab/e.mp4", "a.mp4"]
+    videos = [dataclasses.replace(fake_videos(1)[0], rel_path=r, name=r[:-4],
+                                  path="/nowhere/" + r) for r in rel_paths]
+    folders = Listings().of(videos).top_folders
+    assert list(folders) == [r.partition("/")[0] if "/" in r else None for r in rel_paths]
+    assert len({id(f) for f in folders if f is not None}) == 2
