@@ -63,7 +63,7 @@ def scan_all(datasets: Iterable[DatasetKey], cache_dir: str | None, workers: int
                 scans[key] = found = lazy.start(key, pace=pace, **options)
                 settle_collector()  # before the collector is on: its first pass walked them all
             log.info("dataset %s: %d files listed, %d left out, %d known from the index", key[0],
-                     len(found.listed or ()), len(found.bad), found.probes.probed)
+                     len(found.listed or ()), len(found.bad), found.probes.answered)
             continue
         scans[key] = found = scan_dataset(key[0], key[1], stop=stop, **options)
         log.info("dataset %s: %d usable videos, %d left out", key[0], len(found.videos),

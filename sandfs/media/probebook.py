@@ -397,6 +397,12 @@ class ProbeBook:
     def probed(self) -> int:
         return len(self._results)
 
+    @property
+    def answered(self) -> int:
+        """Results in hand or deferred (a warm listing's index rows, read when asked for)."""
+        with self._changed:
+            return len(self._results) + len(self._deferred)
+
     def bad(self) -> list[BadVideo]:
         """The files the probe refused so far (status.json asks on the event loop: not a
         walk over every result, 250,000 of them)."""

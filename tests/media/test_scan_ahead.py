@@ -68,3 +68,16 @@ def test_a_scan_nobody_took_stops_with_its_workers(many_videos):
     with scan_ahead([(str(many_videos), (".mp4",))]):
         pass
     assert children_of() <= before
+
+
+def test_the_listing_s_log_counts_the_files_the_index_answers(dataset_dir, tmp_path, caplog):
+    """A warm mount's listing log says how many files its scan index answers for (all 12,
+    read when asked for), not how many of their rows were read by then (none: it said 0)."""
+    key = (str(dataset_dir), (".mp4",))
+    for warm in (False, True):
+        caplog.clear()
+        with caplog.at_level("INFO", logger="sandfs.media.datasets"), scan_ahead(
+                [key], str(tmp_path)) as ahead:
+            ahead.join(lambda k, done: None, threading.Event())[key].probes.wait_all()
+        known = 12 if warm else 0
+        assert f"12 files listed, 0 left out, {known} known from the index" in caplog.text
