@@ -228,7 +228,7 @@ class ProbeBook:
 
     def __init__(self, listed: Sequence[ListedVideo], stop: Event | None = None,
                  queue: ProbeQueue | None = None) -> None:
-        self.listed = tuple(listed)
+        self.listed = listed if isinstance(listed, tuple) else tuple(listed)  # NamedOnce kept
         self.stop = stop  # set: waiters raise ScanStopped
         self.queue = queue  # a lazy scan's jobs not sent yet (None: nothing left to probe)
         # by root + rel_path: a video's key is its path, the string its record holds (keyed

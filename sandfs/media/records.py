@@ -191,6 +191,14 @@ class ListedVideo:
 LISTED_FIELDS = ("name", "rel_path", "path", "size_bytes", "mtime_ns", "identity", "access")
 
 
+class NamedOnce(tuple[ListedVideo, ...]):
+    """A walk's files by VIDEO name, no name twice (the walk refuses a name that collides):
+    a plan's name index looks for no repeated name in it (250,000 names: 0.12-0.19 s at
+    each start)."""
+
+    __slots__ = ()
+
+
 def listing_root(videos: Iterable[ListedVideo | VideoInfo]) -> str | None:
     """The root + "/" most of the videos' paths are `root + rel_path` under (a scan's
     listing: the dataset root, a symlink's target under a folder of its own aside); None if

@@ -55,6 +55,7 @@ from sandfs.media.types import (
     DatasetScan,
     ListedVideo,
     MediaLimits,
+    NamedOnce,
     ProbeFacts,
     ProbeFailure,
     ProbeResult,
@@ -195,7 +196,7 @@ class _Listing:
 
     real_root: str
     limits: MediaLimits
-    targets: list[ListedVideo]  # by name
+    targets: NamedOnce  # by name
     refused: list[BadVideo]  # by name or stat
     book: ProbeBook
     # rel_path -> each result as the index keeps it: a usable video's index text (made by

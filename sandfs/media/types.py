@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 
 # the records a scan keeps: read from here by the rest of sandfs
 from sandfs.media.framepts import FramePts
-from sandfs.media.records import ListedVideo, VideoFacts, VideoInfo, source_changed
+from sandfs.media.records import ListedVideo, NamedOnce, VideoFacts, VideoInfo, source_changed
 
-__all__ = ["FramePts", "ListedVideo", "VideoFacts", "VideoInfo", "source_changed"]  # and below
+__all__ = ["FramePts", "ListedVideo", "NamedOnce", "VideoFacts", "VideoInfo",
+           "source_changed"]  # and below
 
 if TYPE_CHECKING:
     from sandfs.media.probebook import ProbeBook

@@ -17,7 +17,14 @@ from threading import Event
 
 from sandfs.errors import UserError
 from sandfs.media.scan_workers import check_stop
-from sandfs.media.types import CHANGED, PERMISSION_DENIED, BadVideo, ListedVideo, MediaLimits
+from sandfs.media.types import (
+    CHANGED,
+    PERMISSION_DENIED,
+    BadVideo,
+    ListedVideo,
+    MediaLimits,
+    NamedOnce,
+)
 from sandfs.openat import open_no_symlinks
 from sandfs.ratelog import RateLimitedLog
 
@@ -78,7 +85,7 @@ class WalkRecord:
 def vetted_targets(
     real_root: str, extensions: Iterable[str], limits: MediaLimits, stop: Event | None = None,
     known: Known | None = None, walked: WalkRecord | None = None,
-) -> tuple[list[ListedVideo], list[BadVideo], WalkRecord | None]:
+) -> tuple[NamedOnce, list[BadVideo], WalkRecord | None]:
     """The files to probe (by VIDEO name: the order plans place them in), those refused by name
     or by stat alone (by rel_path), and what the walk listed (None: a folder changed as it
     began); a file `known` answers for is not stat'ed (its name is: it is listed only while
@@ -89,7 +96,7 @@ def vetted_targets(
         if walked.plain and known is not None:
             found = [known(rel_path) for rel_path in walked.names]
             if None not in found:  # each a row's: no stat, no name to claim or sort by
-                return found, [], walked  # type: ignore[return-value]
+                return NamedOnce(found), [], walked  # type: ignore[arg-type]
         candidates, record = _listed_again(real_root, walked.names, limits, known), walked
     else:
         candidates, record = _list_candidates(real_root, extensions, limits, stop, known)
@@ -101,7 +108,7 @@ def vetted_targets(
     for candidate in named:
         vetted = candidate[2]
         (bad if isinstance(vetted, BadVideo) else targets).append(vetted)
-    return targets, bad, record
+    return NamedOnce(targets), bad, record
 
 
 def _by_name(named: list[_Candidate]) -> bool:

@@ -17,7 +17,7 @@ from weakref import WeakValueDictionary
 
 import numpy as np
 
-from sandfs.media.types import ListedVideo, VideoInfo
+from sandfs.media.types import ListedVideo, NamedOnce, VideoInfo
 from sandfs.plan.labels import video_names
 
 T = TypeVar("T")
@@ -88,8 +88,8 @@ class NameIndex(Mapping[str, int]):
     def __init__(self, listed: Sequence[ListedVideo] | Sequence[VideoInfo]) -> None:
         self._listed = listed
         # repeated names -> the last's index: found now, with the listing's other facts, not
-        # on a joining task's first batch (~15 ms at 250,000 names, a dict of them ~38)
-        self._repeated = repeated_names(listed)
+        # on a joining task's first batch (a dict of 250,000 names ~38 ms); none in a walk's
+        self._repeated = {} if isinstance(listed, NamedOnce) else repeated_names(listed)
         self._by_name: dict[str, int] | None = None
 
     def index_of(self, name: str, expected: int) -> int:

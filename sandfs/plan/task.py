@@ -163,8 +163,8 @@ class TaskPlan:
     def _usable(self, videos: Sequence[ListedVideo]) -> tuple[tuple[ListedVideo, ...], tuple]:
         """The videos the permutations place: all listed, or (`short_video: skip`) those not
         probed too short, which waits for every probe (docs/contract.md#lazy-scan)."""
-        if self.sampling.short_video != "skip":
-            return tuple(videos), ()
+        if self.sampling.short_video != "skip":  # the listing itself: tasks share its facts
+            return (videos if isinstance(videos, tuple) else tuple(videos)), ()
         probed = [(v, self.probes.result(v.rel_path)) for v in videos]
         short = {v.rel_path: r.num_frames for v, r in probed
                  if isinstance(r, VideoInfo) and r.num_frames < self.span_frames}

@@ -5,9 +5,15 @@ objects, with the answers each task would make on its own."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
+import threading
 
 from sandfs.config.loader import load_task_config
+from sandfs.media.probebook import ProbeBook
+from sandfs.media.types import MediaLimits, NamedOnce
+from sandfs.media.walk import vetted_targets
+from sandfs.plan import listing as listing_module
 from sandfs.plan.coordination import Coordination
 from sandfs.plan.listing import KEPT_LISTINGS, Listings, NameIndex
 from sandfs.plan.task import TaskPlan
@@ -91,3 +97,25 @@ def test_each_video_s_top_folder_is_its_own_in_any_order():
     folders = Listings().of(videos).top_folders
     assert list(folders) == [r.partition("/")[0] if "/" in r else None for r in rel_paths]
     assert len({id(f) for f in folders if f is not None}) == 2
+
+
+def test_a_walk_s_listing_is_looked_through_for_no_repeated_name(tmp_path, dataset_dir,
+                                                                 monkeypatch):
+    """The walk refuses a name that collides, so its listing (`NamedOnce`) names each video
+    once: the probe book and a task's plan keep that very listing (tasks share its facts), and
+    its name index looks for no repeated name (250,000 names: 0.12-0.19 s at each start)
+    yet answers as a dict of its names."""
+    listed = vetted_targets(os.path.realpath(dataset_dir), [".mp4"], MediaLimits())[0]
+    assert isinstance(listed, NamedOnce) and len(listed) == 12
+    book = ProbeBook(listed, threading.Event())
+    book.defer_all([v.rel_path for v in listed], lambda rel_path: None)
+    plan = TaskPlan(config(tmp_path, "a", 1), book.listed, k_epochs=2, probes=book)
+    assert book.listed is listed and plan.listed is listed
+
+    def looked(_):
+        raise AssertionError("looked for repeated names")
+
+    monkeypatch.setattr(listing_module, "repeated_names", looked)
+    index = Listings().of(listed).video_index
+    assert index == {v.name: i for i, v in enumerate(listed)}
+    assert [index.index_of(v.name, i) for i, v in enumerate(listed)] == list(range(12))
