@@ -10,6 +10,7 @@ tuple of their own, a video took ~690 bytes (docs/performance.md#memory)."""
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import sys
 import threading
@@ -18,8 +19,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from sandfs.media.framepts import FramePts
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _MTIME_OFFSET = 1 << 63  # mtime_ns is signed: packed as mtime_ns + this
 _FIELD = (1 << 64) - 1  # each of size, mtime and inode: 64 bits of the packed int
@@ -189,6 +194,25 @@ class ListedVideo:
 
 
 LISTED_FIELDS = ("name", "rel_path", "path", "size_bytes", "mtime_ns", "identity", "access")
+
+
+def listed_under(places: Sequence[_Place], paths: Sequence[str], size_bytes: np.ndarray,
+                 mtime_ns: np.ndarray, ino: np.ndarray) -> list[ListedVideo]:
+    """`ListedVideo.under` of each file, its stat as columns (uint64, int64, uint64, which
+    `_packed` takes whole): made by C loops, no Python call a file (250,000 index rows at each
+    warm start: 0.6 s one by one)."""
+    import numpy as np  # here: a probe worker imports these records, and starts without it
+
+    if not len(places) == len(paths) == len(size_bytes) == len(mtime_ns) == len(ino):
+        raise ValueError("the columns are not of one length")  # map stops at the shortest
+    words = np.empty((len(paths), 3), ">u8")  # big-endian: `int.from_bytes`'s order
+    words[:, 0], words[:, 2] = ino, size_bytes
+    words[:, 1] = mtime_ns.astype(np.uint64) + np.uint64(_MTIME_OFFSET)  # wraps as it packs
+    stamps = map(int.from_bytes, words.view("V24").ravel().tolist())
+    videos = list(map(object.__new__, itertools.repeat(ListedVideo, len(words))))
+    for slot, values in (("_path", paths), ("_place", places), ("_stamp", stamps)):
+        collections.deque(map(vars(ListedVideo)[slot].__set__, videos, values), maxlen=0)
+    return videos
 
 
 class NamedOnce(tuple[ListedVideo, ...]):

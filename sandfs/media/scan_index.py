@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from sandfs.fileio import read_checked_json, write_checked_pieces
-from sandfs.media.records import listing_place
+from sandfs.media.records import listed_under, listing_place
 from sandfs.media.resulttext import result_text
 from sandfs.media.types import (
     IDENTITY_VERSION,
@@ -56,6 +56,7 @@ STAT_COLUMNS = ("size", "mtime", "dev", "ino", "uid", "gid", "mode")
 # a row of the stats as stored: the kernel's widths (uid_t, gid_t and mode_t are 32 bits)
 STAT_ROW = np.dtype([("size", "<u8"), ("mtime", "<i8"), ("dev", "<u8"), ("ino", "<u8"),
                      ("uid", "<u4"), ("gid", "<u4"), ("mode", "<u4")])
+_WHERE = np.dtype([(name, STAT_ROW[name]) for name in ("dev", "uid", "gid", "mode")])  # place
 TEXT_COLUMNS = ("rel_path", "path", "result")  # each NUL-joined
 SEP = "\0"
 
@@ -100,31 +101,49 @@ class StoredIndex:
         return (self.path(row) == listed.path and self.stats[0][row] == listed.size_bytes
                 and self.stats[1][row] == listed.mtime_ns)
 
-    def listed(self, root: str, limits: MediaLimits) -> dict[str, tuple[ListedVideo, str]]:
-        """rel_path -> (its file as the walk of `root` (ending in "/") would list it, if
-        unchanged, and its result's text) for each usable video's row; the lazy scan checks
-        the file later (docs/contract.md#warm-listing). Not a bad one's row, nor one of a
-        symlink's target (listed by its stat: the walk resolves a link and checks its target
-        again), one whose stat is not ints of a record's range (a damaged row: listed
-        afresh), nor one the walk refuses by its stat under `limits` (a lowered
-        max_file_bytes). 250,000 rows at each warm start: the rows taken are found column by
-        column (0.9 s row by row), a place looked up when the stat's owner or mode changes."""
+    def listed(self, root: str, limits: MediaLimits) -> ListedRows:
+        """Each usable video's row: its file as the walk of `root` (ending in "/") would list
+        it, if unchanged, and its result's text; the lazy scan checks the file later
+        (docs/contract.md#warm-listing). Not a bad one's row, nor one of a symlink's target
+        (listed by its stat: the walk resolves a link and checks its target again), one whose
+        stat is not ints of a record's range (a damaged row: listed afresh), nor one the walk
+        refuses by its stat under `limits` (a lowered max_file_bytes). 250,000 rows at each
+        warm start: made as columns, a place looked up where the stat's owner or mode
+        changes."""
         if root != self.root:
-            return {}
-        taken, under, last, place = {}, ListedVideo.under, None, None
-        stats = (c.tolist() if isinstance(c, np.ndarray) else c for c in self.stats)  # ints
+            return ListedRows([], [], [])
+        usable = self._usable(limits)
+        if not isinstance(self.stats[0], np.ndarray):  # an earlier version's lists
+            return self._listed_rows(root, usable.tolist())
+        size, mtime, dev, ino, uid, gid, mode = (column[usable] for column in self.stats)
+        where = np.empty(len(size), _WHERE)
+        where["dev"], where["uid"], where["gid"], where["mode"] = dev, uid, gid, mode
+        starts = np.flatnonzero(np.r_[True, where[1:] != where[:-1]]) if len(where) else []
+        places = list(itertools.chain.from_iterable(
+            itertools.repeat(listing_place(root, dev, (uid, gid, mode)), count)
+            for (dev, uid, gid, mode), count in zip(
+                where[starts].tolist(), np.diff([*starts, len(where)]).tolist(), strict=True)))
+        rel_paths = list(itertools.compress(self.rel_paths, usable.tolist()))
+        return ListedRows(rel_paths, listed_under(places, list(map(root.__add__, rel_paths)),
+                                                  size, mtime, ino),
+                          list(itertools.compress(self.results, usable.tolist())))
+
+    def _listed_rows(self, root: str, usable: list[bool]) -> ListedRows:
+        """`listed` of stats as lists (COLUMNS_VERSION's), a row at a time."""
+        found, last, place = ListedRows([], [], []), None, None
         for rel_path, text, size, mtime, dev, ino, uid, gid, mode in itertools.compress(
-                zip(self.rel_paths, self.results, *stats, strict=True),
-                self._usable(limits)):
+                zip(self.rel_paths, self.results, *self.stats, strict=True), usable):
             if (dev, uid, gid, mode) != last:
                 last, place = (dev, uid, gid, mode), listing_place(root, dev, (uid, gid, mode))
             try:
-                taken[rel_path] = (under(place, root + rel_path, size, mtime, ino), text)
+                found.videos.append(ListedVideo.under(place, root + rel_path, size, mtime, ino))
             except ValueError:  # out of a record's range
                 continue
-        return taken
+            found.rel_paths.append(rel_path)
+            found.texts.append(text)
+        return found
 
-    def _usable(self, limits: MediaLimits) -> list[bool]:
+    def _usable(self, limits: MediaLimits) -> np.ndarray:
         """A row's file is at the root + its rel_path, its result a video's, its stat ints
         that the walk's stat checks pass."""
         usable = np.fromiter((not path and text[:1] == "[" for path, text in zip(
@@ -135,11 +154,26 @@ class StoredIndex:
                 raise TypeError("a damaged row")
             size, mode = (np.asarray(self.stats[i], np.int64) for i in (0, 6))
         except (TypeError, OverflowError):  # row by row (a list's)
-            return [ok and _ints(*row) and passes_stat_checks(row[6], row[0], limits)
-                    for ok, row in zip(usable, zip(*self.stats, strict=True), strict=True)]
+            return np.fromiter((ok and _ints(*row) and passes_stat_checks(row[6], row[0], limits)
+                                for ok, row in zip(usable, zip(*self.stats, strict=True),
+                                                   strict=True)), bool, len(self))
         usable &= (size > 0) & (size <= limits.max_file_bytes)
         usable &= (mode & _FORMAT_BITS) == stat.S_IFREG  # passes_stat_checks, as columns
-        return usable.tolist()
+        return usable
+
+
+@dataclass(frozen=True, slots=True)
+class ListedRows:
+    """An index's usable rows (`StoredIndex.listed`), row i's file `videos[i]` at its
+    `rel_paths[i]`, its result's text `texts[i]`."""
+
+    rel_paths: list[str]
+    videos: list[ListedVideo]
+    texts: list[str]
+
+    def by_rel_path(self) -> dict[str, tuple[ListedVideo, str]]:
+        """rel_path -> (its file, its result's text)."""
+        return dict(zip(self.rel_paths, zip(self.videos, self.texts, strict=True), strict=True))
 
 
 _FORMAT_BITS = 0o170000  # of a mode: the file's kind (stat.S_IFMT)

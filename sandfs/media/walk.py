@@ -11,9 +11,10 @@ import operator
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from threading import Event
+from typing import Protocol
 
 from sandfs.errors import UserError
 from sandfs.media.scan_workers import check_stop
@@ -36,9 +37,15 @@ class ScanTooLarge(UserError):
     """A dataset holds more files than a scan may list."""
 
 
-# rel_path -> the file as the scan index last listed it, taken without a stat of its own (None:
-# stat it); its checks are made again later (`checked_again`)
-Known = Callable[[str], ListedVideo | None]
+class Known(Protocol):
+    """The files as the scan index last listed them, taken without a stat of their own; their
+    checks are made again later (`checked_again`)."""
+
+    def __call__(self, rel_path: str) -> ListedVideo | None:
+        """The file at `rel_path` (None: stat it)."""
+
+    def every(self, rel_paths: list[str]) -> Sequence[ListedVideo] | None:
+        """The files at these rel_paths, if it knows each."""
 
 
 # (rel_path, VIDEO name: rel_path without extension, the file vetted by its stat or `known`):
@@ -94,9 +101,9 @@ def vetted_targets(
     if walked is not None and walked.files <= limits.max_scan_files and walked.holds(
             real_root):
         if walked.plain and known is not None:
-            found = [known(rel_path) for rel_path in walked.names]
-            if None not in found:  # each a row's: no stat, no name to claim or sort by
-                return NamedOnce(found), [], walked  # type: ignore[arg-type]
+            found = known.every(walked.names)
+            if found is not None:  # each a row's: no stat, no name to claim or sort by
+                return NamedOnce(found), [], walked
         candidates, record = _listed_again(real_root, walked.names, limits, known), walked
     else:
         candidates, record = _list_candidates(real_root, extensions, limits, stop, known)

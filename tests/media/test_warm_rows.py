@@ -21,11 +21,14 @@ import pytest
 from sandfs.access import owner_of, owner_videos, stamped
 from sandfs.config.loader import load_task_config
 from sandfs.fileio import read_checked_json, write_checked_json
+from sandfs.media import scan as scan_module
+from sandfs.media import walk
 from sandfs.media.probebook import ProbeBook
+from sandfs.media.records import listed_under, listing_place
 from sandfs.media.scan import scan_dataset, start_lazy_scan
 from sandfs.media.scan_index import SCAN_VERSION, STAT_ROW, read_index
 from sandfs.media.synth import make_dataset
-from sandfs.media.types import IDENTITY_VERSION, PERMISSION_DENIED, MediaLimits
+from sandfs.media.types import IDENTITY_VERSION, PERMISSION_DENIED, ListedVideo, MediaLimits
 from sandfs.media.walk import ScanTooLarge
 from sandfs.plan.identity import dataset_identity
 from tests.helpers.harness import task_config, write_config
@@ -96,7 +99,7 @@ def test_a_row_s_record_is_the_one_a_cold_listing_makes(tmp_path, two_videos):
     index = tmp_path / "index.json"
     cold = scan_dataset(two_videos, ["mp4"], index_path=index)
     root = os.path.realpath(two_videos) + "/"
-    listed = read_index(index, MediaLimits()).listed(root, MediaLimits())
+    listed = read_index(index, MediaLimits()).listed(root, MediaLimits()).by_rel_path()
     for video in cold.listed:
         warm = listed[video.rel_path][0]
         assert warm == video and warm.root == video.root == root
@@ -106,8 +109,63 @@ def test_a_row_s_record_is_the_one_a_cold_listing_makes(tmp_path, two_videos):
     document, rows = read_rows(index)
     rows["c/c_000.mp4"][0] = root + "c/c_001.mp4"  # another file's path: a link's target
     write_rows(index, document, rows)
-    assert list(read_index(index, MediaLimits()).listed(root, MediaLimits())) == ["c/c_001.mp4"]
-    assert read_index(index, MediaLimits()).listed(root + "c/", MediaLimits()) == {}
+    assert read_index(index, MediaLimits()).listed(root, MediaLimits()).rel_paths == ["c/c_001.mp4"]
+    assert read_index(index, MediaLimits()).listed(root + "c/", MediaLimits()).rel_paths == []
+
+
+def test_records_made_as_columns_are_those_made_one_by_one():
+    """`listed_under` makes a whole index's records in C loops: each equals, and hashes as,
+    the record `ListedVideo` makes of the same file, at the ends of every field's range."""
+    place = listing_place("/data/", 7, (1000, 100, 0o100644))
+    edges = [(1, 0, 1), ((1 << 64) - 1, -(1 << 63), (1 << 64) - 1), (5, (1 << 63) - 1, 0),
+             (2, -1, 3), (3, 1_795_933_556_772_353_792, 2_146_593)]
+    size, mtime, ino = (np.array(column, dtype) for column, dtype in zip(
+        zip(*edges, strict=True), ("<u8", "<i8", "<u8"), strict=True))
+    paths = [f"/data/c/v{i}.mp4" for i in range(len(edges))]
+    made = listed_under([place] * len(edges), paths, size, mtime, ino)
+    for video, path, (size_bytes, mtime_ns, inode) in zip(made, paths, edges, strict=True):
+        one = ListedVideo(path[6:-4], path[6:], path, size_bytes, mtime_ns, (7, inode),
+                          (1000, 100, 0o100644))
+        assert video == one and hash(video) == hash(one) and repr(video) == repr(one)
+        assert (video.size_bytes, video.mtime_ns, video.identity) == (size_bytes, mtime_ns,
+                                                                      (7, inode))
+    with pytest.raises(ValueError, match="one length"):
+        listed_under([place], paths, size, mtime, ino)
+
+
+def test_a_whole_index_lists_its_files_with_no_lookup_a_name(tmp_path, two_videos, monkeypatch):
+    """An index whose usable rows are the walk's names, in its order (a complete scan's), gives
+    the listing its records as they are, none looked up by name; one that is not (a row bad)
+    is looked up a name at a time, and lists the same files."""
+    monkeypatch.setattr(walk, "RECENT_NS", 0)  # folders just made: their walk is recorded
+    index = tmp_path / "index.json"
+    cold = scan_dataset(two_videos, ["mp4"], index_path=index)
+    looked = []
+    monkeypatch.setattr(scan_module._IndexRows, "__call__",
+                        lambda self, rel_path: looked.append(rel_path) or None)
+    found = warm_scan(two_videos, index)
+    assert looked == [] and found.listed == cold.listed
+    assert [found.probes.result(v.rel_path).num_frames for v in found.listed] == [28, 32]
+    monkeypatch.undo()
+    document, rows = read_rows(index)
+    rows["c/c_001.mp4"][3] = '{"bad":{"reason":"decode_error","detail":"x"}}'  # a bad one's
+    write_rows(index, document, rows)
+    assert read_index(index, MediaLimits()).listed(
+        os.path.realpath(two_videos) + "/", MediaLimits()).rel_paths == ["c/c_000.mp4"]
+    monkeypatch.setattr(scan_module._IndexRows, "__call__", _counted(
+        scan_module._IndexRows.__call__, looked))
+    found = warm_scan(two_videos, index)
+    assert set(looked) == {"c/c_000.mp4", "c/c_001.mp4"}
+    assert found.listed == cold.listed
+    assert found.probes.result("c/c_000.mp4").num_frames == 28
+    assert found.probes.result("c/c_001.mp4").reason == "decode_error"
+
+
+def _counted(call, looked: list):
+    def counted(self, rel_path):
+        looked.append(rel_path)
+        return call(self, rel_path)
+    return counted
 
 
 @pytest.mark.parametrize("stat", [
@@ -123,7 +181,7 @@ def test_a_row_of_a_damaged_stat_is_listed_afresh(tmp_path, two_videos, stat):
     root = rows["c/c_000.mp4"][0].removesuffix("c/c_000.mp4")
     rows["c/c_000.mp4"][4] = stat
     write_rows(index, document, rows)
-    assert list(read_index(index, MediaLimits()).listed(root, MediaLimits())) == ["c/c_001.mp4"]
+    assert read_index(index, MediaLimits()).listed(root, MediaLimits()).rel_paths == ["c/c_001.mp4"]
     found = warm_scan(two_videos, index)
     assert [found.probes.result(v.rel_path).num_frames for v in found.listed] == [28, 32]
     assert _outcome(found)[1] == []
