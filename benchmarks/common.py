@@ -406,6 +406,14 @@ class Mount:
         return json.loads((self.mountpoint / ".sand" / "status.json").read_bytes())
 
 
+def checkout_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment and `env`, this checkout first on the path: the daemon a benchmark
+    starts (`python -P` leaves the working directory off its path) runs the sandfs the
+    benchmark imports, not one installed elsewhere (a worktree measured beside another)."""
+    path = [str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), **(env or {})}
+
+
 @contextlib.contextmanager
 def sandfs_mount(workdir: Path, configs: Sequence[Path], *, k_epochs: int, workers: int,
                  name: str = "mnt", extra_args: Sequence[str] = (),
@@ -433,7 +441,7 @@ def sandfs_mount(workdir: Path, configs: Sequence[Path], *, k_epochs: int, worke
             process = subprocess.Popen([*args, "--ready-fd", str(ready_write)], stdout=log,
                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        start_new_session=True, pass_fds=(ready_write,),
-                                       cwd=REPO_ROOT, env={**os.environ, **(env or {})})
+                                       cwd=REPO_ROOT, env=checkout_env(env))
         os.close(ready_write)
         ready_write = None
         wait_ready(ready_read, log_path)

@@ -3,13 +3,15 @@ serves, as `sandfs mount` returns to a user, and never left behind."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
-from common import MixedDatasetSpec, VideoKind, sandfs_mount
+from common import REPO_ROOT, MixedDatasetSpec, VideoKind, checkout_env, sandfs_mount
 
+from sandfs.launch import sandfs_argv
 from tests.helpers.mountwatch import is_mounted
 
 H264 = VideoKind("libx264", ".mp4", 96, 64)
@@ -49,3 +51,16 @@ def test_a_daemon_that_cannot_serve_fails_with_its_log(tmp_path):
         pass
     assert "no usable videos" in str(failed.value).lower()
     assert not is_mounted(tmp_path / "mnt")
+
+
+def test_the_daemon_runs_the_sandfs_of_the_benchmark_s_checkout(tmp_path, monkeypatch):
+    """A benchmark run from a checkout that is not the installed sandfs (a worktree measured
+    beside main) starts its daemon from that checkout, whatever else is on the path."""
+    other = tmp_path / "other" / "sandfs"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(other.parent))
+    argv = [*sandfs_argv()[:2], "-c", "import sandfs; print(sandfs.__file__)"]  # as `-P -m`
+    found = subprocess.run(argv, env=checkout_env(), cwd=tmp_path, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    assert found == str(REPO_ROOT / "sandfs" / "__init__.py")
