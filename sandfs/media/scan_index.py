@@ -113,8 +113,9 @@ class StoredIndex:
         if root != self.root:
             return ListedRows([], [], [])
         usable = self._usable(limits)
+        mask = usable.tolist()  # for compress: a list's items, not NumPy bools
         if not isinstance(self.stats[0], np.ndarray):  # an earlier version's lists
-            return self._listed_rows(root, usable.tolist())
+            return self._listed_rows(root, mask)
         size, mtime, dev, ino, uid, gid, mode = (column[usable] for column in self.stats)
         where = np.empty(len(size), _WHERE)
         where["dev"], where["uid"], where["gid"], where["mode"] = dev, uid, gid, mode
@@ -123,10 +124,10 @@ class StoredIndex:
             itertools.repeat(listing_place(root, dev, (uid, gid, mode)), count)
             for (dev, uid, gid, mode), count in zip(
                 where[starts].tolist(), np.diff([*starts, len(where)]).tolist(), strict=True)))
-        rel_paths = list(itertools.compress(self.rel_paths, usable.tolist()))
+        rel_paths = list(itertools.compress(self.rel_paths, mask))
         return ListedRows(rel_paths, listed_under(places, list(map(root.__add__, rel_paths)),
                                                   size, mtime, ino),
-                          list(itertools.compress(self.results, usable.tolist())))
+                          list(itertools.compress(self.results, mask)))
 
     def _listed_rows(self, root: str, usable: list[bool]) -> ListedRows:
         """`listed` of stats as lists (COLUMNS_VERSION's), a row at a time."""
