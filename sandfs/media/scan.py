@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from operator import attrgetter
@@ -35,6 +35,7 @@ from sandfs.media.resulttext import result_from_text, result_text
 from sandfs.media.scan_index import (
     NO_INDEX,
     UNREADABLE,
+    KnownRows,
     ListedRows,
     is_video_text,
     read_index,
@@ -190,32 +191,6 @@ def _probe_rest(listing: _Listing, queue: ProbeQueue, own: ProbeWorkers,
     trim_free_memory()  # what it let go, and the probes' messages: not allocated again
 
 
-class _IndexRows:
-    """A warm listing's index rows as the walk asks for them (`walk.Known`); `hits`: those it
-    answered for (usable videos' by construction), rel_path -> (file, result's text)."""
-
-    def __init__(self, rows: ListedRows) -> None:
-        self.rows = rows
-        self.hits: dict[str, tuple[ListedVideo, str]] = {}
-        self._by_rel_path: dict[str, tuple[ListedVideo, str]] | None = None
-
-    def __call__(self, rel_path: str) -> ListedVideo | None:
-        if self._by_rel_path is None:
-            self._by_rel_path = self.rows.by_rel_path()
-        row = self._by_rel_path.get(rel_path)
-        if row is None:
-            return None
-        self.hits[rel_path] = row
-        return row[0]
-
-    def every(self, rel_paths: list[str]) -> Sequence[ListedVideo] | None:
-        if rel_paths == self.rows.rel_paths:  # a whole index's rows: in the walk's order
-            self.hits.update(self.rows.by_rel_path())
-            return self.rows.videos
-        found = [self(rel_path) for rel_path in rel_paths]
-        return None if any(video is None for video in found) else found  # type: ignore
-
-
 @dataclass(slots=True)
 class _Listing:
     """A dataset listed and vetted, its probe results filling in (`book`; `found`, for the
@@ -266,7 +241,7 @@ class _Listing:
         root_device = os.stat(real_root).st_dev
         # another device number (a remount, a restore): the rows' stats describe no file here
         warm = defer and stored.root_device == root_device
-        known = _IndexRows(stored.listed(sys.intern(real_root + "/"), limits) if warm
+        known = KnownRows(stored.listed(sys.intern(real_root + "/"), limits) if warm
                            else ListedRows([], [], []))
         targets, refused, walked = vetted_targets(real_root, extensions, limits, stop,
                                                   *((known, stored.walked) if warm else ()))

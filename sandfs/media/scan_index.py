@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -175,6 +175,32 @@ class ListedRows:
     def by_rel_path(self) -> dict[str, tuple[ListedVideo, str]]:
         """rel_path -> (its file, its result's text)."""
         return dict(zip(self.rel_paths, zip(self.videos, self.texts, strict=True), strict=True))
+
+
+class KnownRows:
+    """An index's usable rows as a warm listing's walk asks for them (`walk.Known`); `hits`:
+    those it answered for, rel_path -> (file, result's text), read when asked for."""
+
+    def __init__(self, rows: ListedRows) -> None:
+        self.rows = rows
+        self.hits: dict[str, tuple[ListedVideo, str]] = {}
+        self._by_rel_path: dict[str, tuple[ListedVideo, str]] | None = None
+
+    def __call__(self, rel_path: str) -> ListedVideo | None:
+        if self._by_rel_path is None:
+            self._by_rel_path = self.rows.by_rel_path()
+        row = self._by_rel_path.get(rel_path)
+        if row is None:
+            return None
+        self.hits[rel_path] = row
+        return row[0]
+
+    def every(self, rel_paths: list[str]) -> Sequence[ListedVideo] | None:
+        if rel_paths == self.rows.rel_paths:  # a whole index's rows: in the walk's order
+            self.hits.update(self.rows.by_rel_path())
+            return self.rows.videos
+        found = [self(rel_path) for rel_path in rel_paths]
+        return None if any(video is None for video in found) else found  # type: ignore
 
 
 _FORMAT_BITS = 0o170000  # of a mode: the file's kind (stat.S_IFMT)

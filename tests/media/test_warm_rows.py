@@ -21,8 +21,7 @@ import pytest
 from sandfs.access import owner_of, owner_videos, stamped
 from sandfs.config.loader import load_task_config
 from sandfs.fileio import read_checked_json, write_checked_json
-from sandfs.media import scan as scan_module
-from sandfs.media import walk
+from sandfs.media import scan_index, walk
 from sandfs.media.probebook import ProbeBook
 from sandfs.media.records import listed_under, listing_place
 from sandfs.media.scan import scan_dataset, start_lazy_scan
@@ -141,7 +140,7 @@ def test_a_whole_index_lists_its_files_with_no_lookup_a_name(tmp_path, two_video
     index = tmp_path / "index.json"
     cold = scan_dataset(two_videos, ["mp4"], index_path=index)
     looked = []
-    monkeypatch.setattr(scan_module._IndexRows, "__call__",
+    monkeypatch.setattr(scan_index.KnownRows, "__call__",
                         lambda self, rel_path: looked.append(rel_path) or None)
     found = warm_scan(two_videos, index)
     assert looked == [] and found.listed == cold.listed
@@ -152,8 +151,8 @@ def test_a_whole_index_lists_its_files_with_no_lookup_a_name(tmp_path, two_video
     write_rows(index, document, rows)
     assert read_index(index, MediaLimits()).listed(
         os.path.realpath(two_videos) + "/", MediaLimits()).rel_paths == ["c/c_000.mp4"]
-    monkeypatch.setattr(scan_module._IndexRows, "__call__", _counted(
-        scan_module._IndexRows.__call__, looked))
+    monkeypatch.setattr(scan_index.KnownRows, "__call__", _counted(
+        scan_index.KnownRows.__call__, looked))
     found = warm_scan(two_videos, index)
     assert set(looked) == {"c/c_000.mp4", "c/c_001.mp4"}
     assert found.listed == cold.listed
