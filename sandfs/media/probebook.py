@@ -369,6 +369,15 @@ class ProbeBook:
                 self._changed.wait(STOP_POLL_SECONDS)
         return found
 
+    def results(self, rel_paths: Sequence[str]) -> list[Probed]:
+        """`result` of each: those in read at once, the others waited for in turn."""
+        get, key = self._results.get, self._key
+        found = [get(key(rel_path)) for rel_path in rel_paths]
+        for place, value in enumerate(found):
+            if value is None:
+                found[place] = self.result(rel_paths[place])
+        return found  # type: ignore[return-value]
+
     def wait_all(self, stop: Event | None = None) -> None:
         """Until every listed file is probed; ScanStopped once this book's or `stop` is
         set, ProbeLost when the background probe failed. The deferred results are read here

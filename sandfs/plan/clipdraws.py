@@ -92,33 +92,26 @@ def random_keys(paths: Sequence[StreamPath]) -> tuple[list[Prefix], list[tuple[P
     return list(branches), list(op_keys)
 
 
-def epoch_batches(plan: TaskPlan, epoch: int, iterations: Iterable[int],
-                  known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def epoch_batches(plan: TaskPlan, epoch: int, iterations: Iterable[int]
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """`TaskPlan.batch_videos` of these batches of the epoch, those it finds (a batch it does
     not fails, with the reason, when it is planned): their iterations, and their videos as
     rows (-1: the places a short last batch lacks). Their slots are read from the epoch's
-    order at once; `known`: each listed video's stand-in found so far (-1: none;
-    `TaskPlan.stand_in` keeps those it finds), found for the others, their probes asked for
-    at once."""
+    order at once, the stand-ins not found so far found at once (`StandIns.of_many`), their
+    probes asked for first."""
     iterations = np.fromiter(iterations, np.int64)
     per_batch, order = plan.sampling.videos_per_batch, plan.epoch_order(epoch)
     places = iterations[:, None] * per_batch + np.arange(per_batch)
     held = places < len(order)  # an epoch's last batch may hold fewer
     slots = np.full(places.shape, -1, np.int64)
     slots[held] = order[places[held]]
-    videos = np.where(held, known[slots], -1).astype(np.int32)
-    batch, place = np.nonzero(held & (videos < 0))
-    if len(batch):
-        plan.videos.want(slots[batch, place].tolist())
-    failed = np.zeros(len(iterations), bool)
-    for row, column in zip(batch.tolist(), place.tolist(), strict=True):
-        if failed[row]:
-            continue
-        try:
-            videos[row, column] = plan.stand_in(int(slots[row, column]))
-        except Exception:  # its view fails, with the reason, when it is planned
-            failed[row] = True
-    return iterations[~failed], videos[~failed]
+    videos = np.where(held, plan.stand_ins.found[slots], -1)
+    wanted = held & (videos < 0)
+    if wanted.any():
+        plan.videos.want(slots[wanted].tolist())
+        videos[wanted] = plan.stand_ins.of_many(slots[wanted])
+    failed = (held & (videos < 0)).any(axis=1)
+    return iterations[~failed], videos[~failed].astype(np.int32)
 
 
 @dataclass(slots=True, weakref_slot=True)
@@ -168,8 +161,7 @@ class ClipDraws:
 
     def prepare_batches(self, epoch: int, iterations: Iterable[int]) -> None:
         """Draw the clips of these batches of the epoch at once (a window's, planned next)."""
-        # the task's stand-ins found so far (`TaskPlan.stand_in` keeps them)
-        found, videos = epoch_batches(self.plan, epoch, iterations, self.plan._stand_ins)
+        found, videos = epoch_batches(self.plan, epoch, iterations)
         self.prepare(epoch, videos[videos >= 0]).hold_batches(found, videos)
 
     def _window(self, window: int) -> WindowDraws:
@@ -187,12 +179,13 @@ class ClipDraws:
     def _probed(self, window: int, rows: list[int]) -> tuple[list[str], np.ndarray]:
         """repr(name) and (frames, height, width) of these listed videos, their probes looked
         up once a window."""
-        found, videos = self._window(window), self.plan.videos
+        found = self._window(window)
         names = found.names
-        for i in rows:
-            if names[i] is None:
-                info = videos[i]
-                found.sizes[i] = (info.num_frames, info.height, info.width)
+        missing = [i for i in rows if names[i] is None]
+        if missing:
+            infos = self.plan.videos.infos(missing)
+            found.sizes[missing] = [(v.num_frames, v.height, v.width) for v in infos]
+            for i, info in zip(missing, infos, strict=True):
                 names[i] = repr(info.name)
         return [names[i] for i in rows], found.sizes[rows]
 

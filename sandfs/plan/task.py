@@ -34,7 +34,7 @@ from sandfs.plan.identity import DatasetIdentity, data_fingerprint
 from sandfs.plan.interner import Interner
 from sandfs.plan.labels import Labels, match_labels, parse_label_rows, read_labels
 from sandfs.plan.listing import top_folder
-from sandfs.plan.probed import NoUsableVideo, ProbedVideos
+from sandfs.plan.probed import ProbedVideos, StandIns
 from sandfs.plan.records import ClipPath, StreamClip, ViewPlan
 from sandfs.plan.seeds import below, derive_seed, rng_for, unit_draws
 from sandfs.plan.shard import shard_positions
@@ -99,9 +99,7 @@ class TaskPlan:
         self.listed, skipped = self._usable(videos)  # the permutations' videos
         self.videos = ProbedVideos(self.listed, self.probes)
         self.skipped = (*refused, *skipped)
-        # `stand_in` of each listed video, -1 until asked: 4 bytes a video, where a dict of
-        # ints held ~90 (18 a clip of a window)
-        self._stand_ins = np.full(len(self.listed), -1, np.int32)
+        self.stand_ins = StandIns(self.name, self.videos)
         # derived from the listing once for every task placing it (listing.py)
         self.listing = self.coordination.listings.of(self.listed)
         self.video_index = self.listing.video_index
@@ -229,7 +227,7 @@ class TaskPlan:
         (planning threads only)."""
         slots = self.batch_slots(epoch, iteration)
         self.videos.want(slots)
-        found = self._stand_ins[slots]
+        found = self.stand_ins.found[slots]
         if found.min(initial=0) < 0:
             return [self.stand_in(i) for i in slots]
         return found.tolist()
@@ -240,18 +238,8 @@ class TaskPlan:
                    for i in range(len(self.listed)))
 
     def stand_in(self, index: int) -> int:
-        """The video that fills listed video `index`'s slots: itself when usable, else the
-        next usable one by name, wrapping (docs/contract.md#lazy-scan); NoUsableVideo when
-        none is. Waits for probes."""
-        found = int(self._stand_ins[index])
-        if found < 0:
-            count = len(self.listed)
-            found = next((j % count for j in range(index, index + count)
-                          if self.videos.usable(j % count)), -1)
-            if found < 0:
-                raise NoUsableVideo(f"task {self.name}: none of its {count} videos is usable")
-            self._stand_ins[index] = found
-        return found
+        """The video that fills listed video `index`'s slots (`StandIns.of`)."""
+        return self.stand_ins.of(index)
 
     def _view_shape(self, num_videos: int) -> tuple[int, ...]:
         n = num_videos * self.sampling.samples_per_video * len(self.paths)

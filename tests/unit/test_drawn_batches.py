@@ -37,14 +37,20 @@ def _plan(tmp_path: Path, seed: int) -> TaskPlan:
                          sampling={"videos_per_batch": PER_BATCH, "drop_last": False})
     cfg = load_task_config(write_config(tmp_path / f"t{seed}.yaml", config), check_paths=False)
     plan = TaskPlan(cfg, listed, k_epochs=2, probes=book)
-    stand_in = plan.stand_in
+    stand_in, usable_mask = plan.stand_ins.of, plan.videos.usable_mask
 
     def failing(index: int) -> int:
         if index == NOT_FOUND:
             raise NoUsableVideo(f"slot {index} has none")
         return stand_in(index)
 
-    plan.stand_in = failing  # type: ignore[method-assign]
+    def lost(indices: list[int]):  # read with the others, it fails them all
+        if NOT_FOUND in indices:
+            raise NoUsableVideo(f"slot {NOT_FOUND} has none")
+        return usable_mask(indices)
+
+    plan.stand_ins.of = failing  # type: ignore[method-assign]
+    plan.videos.usable_mask = lost  # type: ignore[method-assign]
     return plan
 
 
@@ -127,3 +133,18 @@ def test_a_windows_batches_are_drawn_by_epoch_without_an_int_object_a_batch(tmp_
     assert [(p is plan, epoch, len(its)) for (p, epoch), its in drawn.items()] == [
         (True, 0, 1000), (True, 1, 1000)]
     assert grown < 30_000, grown
+
+
+def test_the_stand_ins_of_usable_videos_are_read_at_once(tmp_path, monkeypatch):
+    """A window's usable videos are their own stand-ins, read from the probes in one pass:
+    only the bad ones and those their search walks over are asked one at a time."""
+    plan = _plan(tmp_path, 0)
+    del plan.stand_ins.of, plan.videos.usable_mask  # no stand-in lost here
+    asked, result = [], plan.probes.result
+    monkeypatch.setattr(plan.probes, "result", lambda rel: asked.append(rel) or result(rel))
+    plan.draws.prepare_batches(0, range(plan.iterations_per_epoch))
+    walked = {plan.listed[i].rel_path for i in {*BAD, *(b + 1 for b in BAD)}}  # 12 follows 11
+    assert asked and set(asked) <= walked
+    held = plan.draws.drawn(0)
+    assert sorted(v for i in range(plan.iterations_per_epoch) for v in held.take_batch(i)) == (
+        sorted(plan.stand_in(i) for i in range(VIDEOS)))

@@ -238,14 +238,20 @@ def test_a_stand_in_not_found_fails_the_batches_holding_its_slot_alone(monkeypat
     config, videos = _random_config(9), _videos(23, 9)
     expected = plan_window(_plans(config, videos), 0)
     plan, = plans = _plans(config, videos)
-    stand_in = plan.stand_in
+    stand_in, usable_mask = plan.stand_ins.of, plan.videos.usable_mask
 
     def failing(index):
         if index == 7:
             raise NoUsableVideo("slot 7 has none")
         return stand_in(index)
 
-    monkeypatch.setattr(plan, "stand_in", failing)
+    def lost(indices):  # read with the others, it fails them all: each is asked alone
+        if 7 in indices:
+            raise NoUsableVideo("slot 7 has none")
+        return usable_mask(indices)
+
+    monkeypatch.setattr(plan.stand_ins, "of", failing)
+    monkeypatch.setattr(plan.videos, "usable_mask", lost)
     planned = plan_window(plans, 0)
     holding = {key for key, (_, epoch, iteration) in expected.views.items()
                if 7 in plan.batch_slots(epoch, iteration)}
