@@ -4,8 +4,9 @@ each random op's generator. They are computed for many videos at once (`draws.py
 batches a window plans, or one batch on demand; the task plan reads its clips' draws from them
 and makes a clip's generator only where an op draws more than that output.
 
-The same values as drawing clip by clip (`seeds.unit_draws`, `seeds.rng_for`): the keys are
-those of `TaskPlan` (docs/contract.md#determinism).
+The same values as drawing clip by clip (`seeds.clip_rng`, `draws.mixed_words` of one clip):
+a video's key mixed with what is drawn, the epoch and the sample
+(docs/contract.md#determinism).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import numpy as np
 
 from sandfs import ops as oplib
 from sandfs.plan.abstract import StreamPath
-from sandfs.plan.draws import digest_words, key_texts, pcg64_first, unit_columns
+from sandfs.plan.draws import digest_words, key_texts, mixed_words, pcg64_first, unit_columns
+from sandfs.plan.seeds import purpose_word
 from sandfs.plan.steps import step_ops
 
 if TYPE_CHECKING:
@@ -122,7 +124,7 @@ class WindowDraws:
 
     names: list[str | None]  # repr(name) of the videos whose probes were looked up
     sizes: np.ndarray  # int32 (videos, 3): their frame counts, heights and widths
-    anchors: dict[int, tuple[np.ndarray, np.ndarray]]  # by pool key: (drawn, `FramePool.anchors`)
+    pools: dict[int, tuple[np.ndarray, np.ndarray]]  # by pool key: (drawn, `FramePool.words`)
 
     @classmethod
     def empty(cls, count: int) -> WindowDraws:
@@ -135,6 +137,11 @@ class ClipDraws:
     def __init__(self, plan: TaskPlan) -> None:
         self.plan = plan
         self.branch_prefixes, self.op_keys = random_keys(plan.paths)
+        self._purposes = {p: purpose_word("branch", p) for p in self.branch_prefixes} | {
+            key: purpose_word("op", *key) for key in self.op_keys}
+        # each listed video's key (`video_keys`), made when first drawn: 17 bytes a video
+        self._keyed = np.zeros(len(plan.listed), bool)
+        self._keys = np.zeros((len(plan.listed), 2), np.uint64)
         self._epochs: OrderedDict[int, EpochDraws] = OrderedDict()
         self._kept = plan.k_epochs + KEPT_EPOCHS_AFTER_WINDOW
         self._lock = threading.Lock()  # planning threads ask for the same epochs
@@ -189,24 +196,38 @@ class ClipDraws:
                 names[i] = repr(info.name)
         return [names[i] for i in rows], found.sizes[rows]
 
-    def name_reprs(self, epoch: int, rows: list[int]) -> list[str]:
-        """repr(name) of these listed videos (their probes looked up once a window)."""
-        return self._probed(self.plan.window_of(epoch), rows)[0]
+    def pool_words(self, epoch: int, rows: np.ndarray) -> np.ndarray:
+        """`FramePool.words` of these listed videos in the epoch's window."""
+        window = self.plan.window_of(epoch)
+        pool = self.plan.coordination.pool(self.plan.cfg, window)
+        return self._pool_words(window, pool, rows, self._probed(window, rows.tolist())[0])
 
-    def _anchors(self, window: int, pool: FramePool, rows: np.ndarray,
-                 names: list[str]) -> np.ndarray:
-        """The pool anchors of these listed videos (`names`: theirs) in the window."""
-        anchors = self._window(window).anchors
-        found = anchors.get(pool.key)
+    def _pool_words(self, window: int, pool: FramePool, rows: np.ndarray,
+                    names: list[str]) -> np.ndarray:
+        """`FramePool.words` of these listed videos (`names`: theirs) in the window."""
+        pools = self._window(window).pools
+        found = pools.get(pool.key)
         if found is None:
             count = len(self.plan.listed)
-            found = anchors.setdefault(pool.key, (np.zeros(count, bool), np.zeros((count, 2))))
-        drawn, values = found
+            found = pools.setdefault(pool.key, (np.zeros(count, bool),
+                                                np.zeros((count, 4), np.uint64)))
+        drawn, words = found
         missing = np.flatnonzero(~drawn[rows])
         if len(missing):
-            values[rows[missing]] = pool.anchors(window, [names[i] for i in missing.tolist()])
-            drawn[rows[missing]] = True
-        return values[rows]
+            words[rows[missing]] = pool.words(window, [names[i] for i in missing.tolist()])
+            drawn[rows[missing]] = True  # after its words: a reader sees them whole
+        return words[rows]
+
+    def video_keys(self, rows: np.ndarray, names: list[str]) -> np.ndarray:
+        """The key each of these listed videos' draws are mixed from (`draws.mixed_words`;
+        `names`: theirs): two words of a SHA-256 of the task's data key and the video's name,
+        made once a video, not once a clip and a draw."""
+        missing = np.flatnonzero(~self._keyed[rows])
+        if len(missing):
+            self._keys[rows[missing]] = digest_words(key_texts(
+                (self.plan.data_key, "video"), [names[i] for i in missing.tolist()]))[:, :2]
+            self._keyed[rows[missing]] = True
+        return self._keys[rows]
 
     def drawn(self, epoch: int) -> EpochDraws | None:
         """The epoch's draws, if held."""
@@ -237,22 +258,21 @@ class ClipDraws:
         samples = plan.sampling.samples_per_video
         window = plan.window_of(epoch)
         names, into.sizes[rows] = self._probed(window, rows.tolist())
-        clips = [f"{name}, {sample!r}" for name in names for sample in range(samples)]
-        head = (plan.data_key, epoch)
+        keys = np.repeat(self.video_keys(rows, names), samples, axis=0)
+        clips = (len(rows), samples)
+        sample = np.tile(np.arange(samples), len(rows))
         for prefix, column in into.units.items():
-            units = unit_columns(digest_words(key_texts(head, clips, ("branch", prefix))), 1)
-            column[rows] = units.reshape(len(rows), samples)
-        for (prefix, pos), column in into.outputs.items():
-            words = digest_words(key_texts(head, clips, ("op", prefix, pos)))
-            column[rows] = pcg64_first(words).reshape(len(rows), samples)
+            words = mixed_words(keys, self._purposes[prefix], epoch, sample, 1)
+            column[rows] = unit_columns(words, 1).reshape(clips)
+        for key, column in into.outputs.items():
+            words = mixed_words(keys, self._purposes[key], epoch, sample)
+            column[rows] = pcg64_first(words).reshape(clips)
         if not plan.test_views:
             frames = into.sizes[rows, 0].astype(np.int64)
             long = np.flatnonzero(frames >= plan.span_frames)
             if len(long):
                 pool = plan.coordination.pool(plan.cfg, window)
-                names = [names[i] for i in long]
-                anchors = self._anchors(window, pool, rows[long], names)
-                into.starts[rows[long]] = pool.starts(
-                    window, names, epoch + plan.epoch_offset, samples, frames[long],
-                    plan.span_frames, anchors)
+                words = self._pool_words(window, pool, rows[long], [names[i] for i in long])
+                into.starts[rows[long]] = pool.starts(epoch + plan.epoch_offset, samples,
+                                                      frames[long], plan.span_frames, words)
         into.done[rows] = True

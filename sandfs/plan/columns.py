@@ -24,14 +24,8 @@ from sandfs.ops.base import FrameShape, OpInstance
 from sandfs.ops.checks import CoinOp
 from sandfs.ops.geometry import RandomCrop, cover_hw
 from sandfs.plan.cliptable import ClipTable, TableClips, distinct
-from sandfs.plan.draws import (
-    below,
-    digest_words,
-    first_integers,
-    first_units,
-    key_texts,
-    unit_columns,
-)
+from sandfs.plan.draws import below, first_integers, first_units
+from sandfs.plan.pool import FramePool
 from sandfs.plan.records import ViewPlan
 
 if TYPE_CHECKING:
@@ -214,12 +208,8 @@ def _shared_crop_codes(plan: TaskPlan, random: RandomOp,
     if found is None:
         return None
     (dy, dx), need = found
-    names = plan.draws.name_reprs(epoch, video.tolist())
-    k_window = plan.window_of(epoch)
-    units = unit_columns(digest_words(key_texts(
-        (plan.coordination.pool(plan.cfg, k_window).key, "crop", epoch + plan.epoch_offset),
-        [f"{name}, {s!r}" for name, s in zip(names, sample.tolist(), strict=True)],
-        (context,))))
+    units = FramePool.crop_units(plan.draws.pool_words(epoch, video),
+                                 epoch + plan.epoch_offset, sample, context)
     y = below(np.int64(in_h - window_h + 1), units[:, 0]) + dy
     x = below(np.int64(in_w - window_w + 1), units[:, 1]) + dx
     spans = _crop_spans(random)

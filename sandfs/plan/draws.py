@@ -1,10 +1,11 @@
-"""A batch's or an epoch's random draws for many clips at once, as arrays, equal to the draws the
-planner makes one clip at a time (`seeds.py`): the same SHA-256 digests, their words read in
-numpy, and numpy's PCG64 stepped in numpy over all the clips (its 128-bit state as two 64-bit
-words). Creating a generator for every clip and random op cost about 2.7 us each.
+"""A batch's or an epoch's random draws for many clips at once, as arrays, equal to the draws
+of each clip alone (`seeds.py`): a video's SHA-256 digest, read in numpy, mixed with what
+each draw is for, its epoch and sample (`mixed_words`), and numpy's PCG64 stepped in numpy
+over all the clips (its 128-bit state as two 64-bit words). Creating a generator for every
+clip and random op cost about 2.7 us each.
 
-`FirstOutput` stands in for a clip's generator (`seeds.rng_for`) where the first 64-bit output
-of that generator is enough (a crop's two origins, a coin): it draws exactly as
+`FirstOutput` stands in for a clip's generator (`seeds.clip_rng`) where the first 64-bit
+output of that generator is enough (a crop's two origins, a coin): it draws exactly as
 `np.random.Generator` does and raises `NeedGenerator` for anything else, when the planner makes
 the real generator instead.
 """
@@ -22,6 +23,8 @@ _U32 = np.uint64(32)
 _MULT_HI = np.uint64(2549297995355413924)
 _MULT_LO = np.uint64(4865540595714422341)
 _UNIT = 2.0 ** -53
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's increment and output multipliers
+_FMIX1, _FMIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
 def digest_words(keys: Iterable[str]) -> np.ndarray:
@@ -30,6 +33,26 @@ def digest_words(keys: Iterable[str]) -> np.ndarray:
     sha256 = hashlib.sha256
     joined = b"".join([sha256(k.encode()).digest() for k in keys])
     return np.frombuffer(joined, dtype="<u8").reshape(-1, 4).astype(np.uint64)
+
+
+def _fmix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function: a bijection of 64-bit words that spreads every bit."""
+    x = (x ^ (x >> np.uint64(30))) * _FMIX1
+    x = (x ^ (x >> np.uint64(27))) * _FMIX2
+    return x ^ (x >> np.uint64(31))
+
+
+def mixed_words(keys: np.ndarray, purpose: int, epoch: int, samples: np.ndarray,
+                count: int = 4) -> np.ndarray:
+    """The words of one draw for each clip (rows of `count`): its video's key (`keys`, rows
+    of two words, from one SHA-256 a video) mixed with what the draw is for (`purpose`, a
+    word), the epoch and the clip's sample, by SplitMix64's output function: a counter-based
+    generator, vectorised, in place of a SHA-256 a clip and a draw."""
+    with np.errstate(over="ignore"):
+        counter = _fmix(np.uint64(purpose) ^ _fmix(
+            np.uint64(epoch) * _GOLDEN + samples.astype(np.uint64)))
+        return np.stack([_fmix(keys[:, j % 2] ^ (counter + np.uint64(j + 1) * _GOLDEN))
+                         for j in range(count)], axis=1)
 
 
 def unit_columns(words: np.ndarray, count: int = 2) -> np.ndarray:

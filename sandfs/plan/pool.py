@@ -19,9 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sandfs.plan.draws import below, digest_words, key_texts, unit_columns
+from sandfs.plan.draws import below, digest_words, key_texts, mixed_words, unit_columns
+from sandfs.plan.seeds import purpose_word
 
 POOL_SPANS = 2  # the pool's width, in spans of the longest clip: reuse vs. diversity per window
+_CLIP = purpose_word("pool clip")  # what the draws of its clips' places are for
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,19 +33,20 @@ class FramePool:
     width_frames: int  # clip starts of one window vary within this many frames
     span_frames: int  # the pool clip: the longest span of the tasks sharing the pool
 
-    def anchors(self, window: int, names: Sequence[str]) -> np.ndarray:
-        """The pool's own draws for each video in a window (`names`: repr(name) of each), the
-        same for every clip of that window: its grid phase and its offset (as a fraction of
-        the valid range), rows of two uniform draws."""
-        return unit_columns(digest_words(key_texts((self.key, "pool", window), names)))
+    def words(self, window: int, names: Sequence[str]) -> np.ndarray:
+        """The pool's own digest of each video in a window (`names`: repr(name) of each),
+        rows of four words: its anchors, the same for every clip of that window (words 0-1:
+        its grid phase and its offset, as a fraction of the valid range), and the key its
+        clips' and shared crops' draws are mixed from (words 2-3)."""
+        return digest_words(key_texts((self.key, "pool", window), names))
 
-    def starts(self, window: int, names: Sequence[str], epoch: int, samples: int,
-               num_frames: np.ndarray, span: int, anchors: np.ndarray) -> np.ndarray:
+    def starts(self, epoch: int, samples: int, num_frames: np.ndarray, span: int,
+               words: np.ndarray) -> np.ndarray:
         """The first frame of the clip of (epoch, sample) spanning `span` frames, for every
-        video (`names`: repr(name) of each; rows: `num_frames` >= span each) and sample
-        (columns); `anchors`: the videos' (`anchors`)."""
+        video (rows: `num_frames` >= span each; `words`: theirs, `words`) and sample
+        (columns)."""
         grid = self.grid
-        phase, offset = anchors.T
+        phase, offset = unit_columns(words).T
         phase = below(np.int64(grid), phase)
         frames = num_frames.astype(np.int64)[:, None]
         phase = np.where(phase > frames[:, 0] - span, 0, phase)[:, None]
@@ -52,14 +55,21 @@ class FramePool:
         # the pool clip does not fit, or is shorter than the task's: the task's own range
         pool_slots = np.where((pool_slots < 1) | (pool_slots > own_slots), own_slots, pool_slots)
         width = np.minimum(pool_slots, max(1, self.width_frames // grid))
-        draws = unit_columns(digest_words(key_texts(
-            (self.key, "clip", window),
-            [f"{name}, {epoch!r}, {sample!r}" for name in names for sample in range(samples)])))
-        slot_draw = draws[:, 0].reshape(len(names), samples)
-        quantile_draw = draws[:, 1].reshape(len(names), samples)
+        draws = unit_columns(mixed_words(np.repeat(words[:, 2:], samples, axis=0), _CLIP, epoch,
+                                         np.tile(np.arange(samples), len(words)), 2))
+        slot_draw = draws[:, 0].reshape(len(words), samples)
+        quantile_draw = draws[:, 1].reshape(len(words), samples)
         pool_slot = ((offset[:, None] * pool_slots).astype(np.int64)
                      + below(width, slot_draw)) % pool_slots
         # the same quantile of the task's own range: uniform, and inside the pool clip
         position = (pool_slot + quantile_draw) / pool_slots
         return phase + grid * np.minimum(own_slots - 1,
                                          np.floor(position * own_slots).astype(np.int64))
+
+    @staticmethod
+    def crop_units(words: np.ndarray, epoch: int, samples: np.ndarray,
+                   context: tuple) -> np.ndarray:
+        """Two uniform draws for each clip's place of a crop window shared with other tasks
+        (`words`: its video's, `words`; `context`: the window's, `TaskPlan.crop_window`)."""
+        return unit_columns(mixed_words(words[:, 2:], purpose_word("crop", context), epoch,
+                                        samples, 2))

@@ -1,16 +1,18 @@
 """Seed derivation: every random choice is a pure function of (seed, what it is for, ids).
 
 Keys are hashed with SHA-256 (not Python's salted `hash`) so plans are identical across runs,
-processes and machines.
+processes and machines. A clip's draws are mixed from one digest of its video
+(`draws.mixed_words`), not hashed one by one.
 """
 
 from __future__ import annotations
 
 import hashlib
-import struct
 
 import numpy as np
 from numpy.random.bit_generator import ISeedSequence
+
+from sandfs.plan.draws import mixed_words
 
 
 def _digest(keys: tuple) -> bytes:
@@ -22,18 +24,31 @@ def derive_seed(*keys: object) -> int:
     return int.from_bytes(_digest(keys)[:16], "little")
 
 
-_UNIT = 2.0 ** -53
-
-
-def unit_draws(*keys: object) -> tuple[float, float, float, float]:
-    """Four independent uniform draws in [0, 1) for these keys, straight from their digest
-    (53 bits each): the planner's own draws, a clip's start above all, need no generator."""
-    return tuple((word >> 11) * _UNIT for word in struct.unpack("<4Q", _digest(keys)))
-
 
 def below(count: int, unit: float) -> int:
     """An integer in [0, count) from a uniform draw in [0, 1)."""
     return min(count - 1, int(unit * count))
+
+
+def key_words(*keys: object) -> np.ndarray:
+    """The digest of these keys as four 64-bit words (`draws.digest_words` of one)."""
+    return np.frombuffer(_digest(keys), dtype="<u8").astype(np.uint64)
+
+
+def purpose_word(*keys: object) -> int:
+    """A word naming what a clip's draws are for (a random branch step, an op, the pool's
+    clip, a shared crop): `draws.mixed_words` mixes it in."""
+    return int(key_words(*keys)[0])
+
+
+def clip_rng(data_key: int, epoch: int, name: str, sample: int,
+             *purpose: object) -> np.random.Generator:
+    """The generator of one of a clip's draws (an op's, where its first output is not
+    enough): PCG64 with the clip's mixed words (`draws.mixed_words` of its video's key,
+    `video_keys`) as its state and increment."""
+    keys = key_words(data_key, "video", name)[None, :2]
+    words = mixed_words(keys, purpose_word(*purpose), epoch, np.array([sample]))
+    return np.random.Generator(np.random.PCG64(_DigestWords(words.astype("<u8").tobytes())))
 
 
 def rng_for(*keys: object) -> np.random.Generator:

@@ -21,7 +21,7 @@ from sandfs.plan.abstract import StreamPath
 from sandfs.plan.draws import FirstOutput, NeedGenerator
 from sandfs.plan.interner import INTERNED_MAX
 from sandfs.plan.records import ClipPath, StreamClip
-from sandfs.plan.seeds import rng_for
+from sandfs.plan.seeds import clip_rng
 from sandfs.plan.steps import branch_label, source_shape, step_ops
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ class StaticPath:
         except NeedGenerator:
             spec = random.spec
             return self.plan.shared(oplib.draw_instance(
-                spec.name, spec.params, rng_for(*clip_key, "op", *random.key), random.in_hw))
+                spec.name, spec.params, clip_rng(*clip_key, "op", *random.key), random.in_hw))
 
     def clip(self, template: Template, row: tuple[EpochDraws, int, int], clip_key: tuple,
              frames: tuple[int, ...], info: VideoInfo) -> StreamClip:

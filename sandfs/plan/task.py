@@ -36,7 +36,7 @@ from sandfs.plan.labels import Labels, match_labels, parse_label_rows, read_labe
 from sandfs.plan.listing import top_folder
 from sandfs.plan.probed import ProbedVideos, StandIns
 from sandfs.plan.records import ClipPath, StreamClip, ViewPlan
-from sandfs.plan.seeds import below, derive_seed, rng_for, unit_draws
+from sandfs.plan.seeds import below, clip_rng, derive_seed, rng_for
 from sandfs.plan.shard import shard_positions
 from sandfs.plan.staticpath import StaticPath
 from sandfs.plan.steps import (
@@ -50,7 +50,7 @@ from sandfs.plan.steps import (
 from sandfs.plan.testviews import clip_start as test_clip_start
 from sandfs.plan.testviews import fixed_crop, view_index
 
-PLAN_VERSION = 4  # bump when the same configs plan other views: names of cached objects change
+PLAN_VERSION = 5  # bump when the same configs plan other views: names of cached objects change
 
 
 class TaskPlan:
@@ -341,11 +341,11 @@ class TaskPlan:
                          epoch: int, info: VideoInfo, sample: int, output: int,
                          key: tuple) -> OpInstance:
         """A random op drawn from its generator's first output (`FirstOutput`), or from the
-        generator itself (`seeds.rng_for(*key)`, ~2.7 us to make) where it draws more."""
+        generator itself (`seeds.clip_rng(*key)`, a few us to make) where it draws more."""
         try:
             return self._draw(spec, in_hw, static, epoch, info, sample, FirstOutput(output))
         except NeedGenerator:
-            return self._draw(spec, in_hw, static, epoch, info, sample, rng_for(*key))
+            return self._draw(spec, in_hw, static, epoch, info, sample, clip_rng(*key))
 
     def _draw(self, spec, in_hw, static, epoch, info, sample, rng) -> OpInstance:
         inst = self._shared_crop(spec, in_hw, static, epoch, info, sample, rng)
@@ -377,9 +377,11 @@ class TaskPlan:
             return None
         (window_h, window_w), context = found
         crop_h, crop_w = spec.param_dict()["size"]
-        pool_key = self.coordination.pool(self.cfg, self.window_of(epoch)).key
-        draw_y, draw_x = unit_draws(pool_key, "crop", epoch + self.epoch_offset, info.name,
-                                    sample, context)[:2]
+        window = self.window_of(epoch)
+        pool = self.coordination.pool(self.cfg, window)
+        words = pool.words(window, [repr(info.name)])
+        draw_y, draw_x = pool.crop_units(words, epoch + self.epoch_offset, np.array([sample]),
+                                         context)[0].tolist()
         window_y = below(in_hw[0] - window_h + 1, draw_y)
         window_x = below(in_hw[1] - window_w + 1, draw_x)
         y = window_y + int(own.integers(0, window_h - crop_h + 1))

@@ -1,7 +1,7 @@
 """The draws of a plan stay byte-identical (docs/contract.md#determinism): every clip of every
-view of several configs, digested, against the digests recorded from plan version 4 before its
-draws were computed as arrays (`sandfs/plan/draws.py`), and the array draws against numpy's own
-generators."""
+view of several configs, digested, against the digests recorded for this plan version, batch by
+batch and as windows plan them; the array draws against each clip's own (`seeds.py`) and
+numpy's own generators."""
 
 from __future__ import annotations
 
@@ -23,9 +23,17 @@ from sandfs.media.types import DatasetScan
 from sandfs.ops.base import OpType
 from sandfs.plan import clipdraws
 from sandfs.plan.cliptable import TableClips
-from sandfs.plan.draws import FirstOutput, NeedGenerator, digest_words, key_texts, pcg64_first
+from sandfs.plan.draws import (
+    FirstOutput,
+    NeedGenerator,
+    digest_words,
+    key_texts,
+    mixed_words,
+    pcg64_first,
+    unit_columns,
+)
 from sandfs.plan.mount import plan_tasks
-from sandfs.plan.seeds import _digest, rng_for
+from sandfs.plan.seeds import _digest, clip_rng, key_words, purpose_word, rng_for
 from sandfs.plan.window import plan_window, view_key
 from tests.helpers.harness import task_config
 from tests.helpers.plans import FAKE_DATASET, fake_videos, make_plan
@@ -101,15 +109,15 @@ def clips_digest(texts: list[str], count: int) -> str:
     return digest.hexdigest()
 
 
-RECORDED = {  # clips_digest of plan version 4 drawing clip by clip (commit 576f9ec)
-    "harness": "f24f8cc4169f8773fe35fe67fc5be5747efa8aba4b3898a569413e051558093e",
-    "harness_short_wrap": "84066f7050bb4ea61f9e041ebc239435968ca94b096b975b18a6d80328b5e232",
-    "single": "c3e69a6ad8fa9c68013388c5b5ccf914754157b6da9490b7e31c576d1540bde0",
-    "slowfast": "62c2ff699748f6179f8ae4acfc9bed21e340f0c3f1aabe91db1e1c90cacc6019",
-    "pair": "367f0d335a55981dc606988da062ccebe7987c95bfcab655440bd56be8d3ef9c",
-    "full": "e8f298bc79219d4129a04709367ab005f6b73d38d37ce7fa6f26b7ebac43d18f",
-    "coins": "9a19858e4ac514c4af498eec086ebb30b580daaff2cba2a9e54ae7b7651e5cc4",
-    "forks": "ae4b15db0f7e643ba8af77b71363dcbc9520e030a357e6304b780ec8a5bc2058",
+RECORDED = {  # clips_digest of plan version 5, its clips drawn batch by batch
+    "harness": "e66fba17233d37c8a6c2451d125988e095bab30b31701cfff679f020c2c8adb0",
+    "harness_short_wrap": "b5f40c2c098c4667e2b3450a63e55a86ddb05bb16a6832c13bc51a2778d15038",
+    "single": "b8ba47b745b31c7ac4f832972910509e97d79badf6df28835b2233838c2935df",
+    "slowfast": "09d6d341e961bd30a26537ae2f304703e2e7adda200ef873586ae180d608e1ae",
+    "pair": "b8d1143e219dc9fa385aeeaeece4e7d849295be6b6e93afa5f209283cb34c230",
+    "full": "8c7228775452048f87d29ff62d2f5acda0d6f633181286837b1469397757a375",
+    "coins": "e2ab4d4a3dcceb7abe11e2d1b6fe6ba977d77d097d2d8af5197fbc466d7fe71c",
+    "forks": "199f0aacc6ff70ff71e418ded48e5914968bddf4a60e92c5e9cedb004a78e5f8",
 }
 
 
@@ -213,6 +221,28 @@ def test_array_digests_and_first_outputs_are_numpys():
     assert words.tolist() == [np.frombuffer(_digest(k), "<u8").tolist() for k in keys]
     first = pcg64_first(words).tolist()
     assert first == [int(rng_for(*k).integers(0, 1 << 64, dtype=np.uint64)) for k in keys]
+
+
+@pytest.mark.parametrize("name", ["coins", "forks", "full", "pair"])
+def test_an_epochs_draws_are_each_clips_own(name):
+    """Drawn for the epoch's videos at once, as each clip's own draws say (`seeds.py`): a
+    branch's draw from its words, an op's first output that of its generator."""
+    texts, count = CASES[name]
+    for plan in _plans(texts, count):
+        drawn, samples = plan.draws.prepare(1, range(count)), plan.sampling.samples_per_video
+        assert drawn.outputs
+        for video in range(count):
+            info = plan.videos[video]
+            key = key_words(plan.data_key, "video", info.name)[None, :2]
+            for sample in range(samples):
+                for prefix, column in drawn.units.items():
+                    words = mixed_words(key, purpose_word("branch", prefix), 1,
+                                        np.array([sample]), 1)
+                    assert column[video, sample] == unit_columns(words, 1)[0, 0]
+                for (prefix, pos), column in drawn.outputs.items():
+                    own = clip_rng(plan.data_key, 1, info.name, sample, "op", prefix, pos)
+                    assert int(column[video, sample]) == int(
+                        own.integers(0, 1 << 64, dtype=np.uint64))
 
 
 @pytest.mark.parametrize("spans", [(1, 17), (17, 1), (2, 2), (100, 57), (1 << 31, 3 << 30),
