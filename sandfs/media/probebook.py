@@ -369,13 +369,17 @@ class ProbeBook:
                 self._changed.wait(STOP_POLL_SECONDS)
         return found
 
-    def results(self, rel_paths: Sequence[str]) -> list[Probed]:
-        """`result` of each: those in read at once, the others waited for in turn."""
-        get, key = self._results.get, self._key
-        found = [get(key(rel_path)) for rel_path in rel_paths]
+    def results_of(self, videos: Sequence[ListedVideo]) -> list[Probed]:
+        """`result` of each listed video: those in read at once by their paths (a video
+        under the book's root is keyed by its path), the others waited for in turn."""
+        get = self._results.get
+        if self._root is None:
+            found = [get(video.rel_path) for video in videos]
+        else:
+            found = [get(video.path) for video in videos]
         for place, value in enumerate(found):
             if value is None:
-                found[place] = self.result(rel_paths[place])
+                found[place] = self.result(videos[place].rel_path)
         return found  # type: ignore[return-value]
 
     def wait_all(self, stop: Event | None = None) -> None:

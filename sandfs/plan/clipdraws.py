@@ -160,7 +160,9 @@ class ClipDraws:
                 while len(self._epochs) > self._kept:
                     self._epochs.popitem(last=False)
         indices = np.asarray(indices, dtype=np.int64)
-        missing = np.unique(indices[~found.done[indices]])
+        missing = indices[~found.done[indices]]
+        if len(missing):  # each once, in order: a count a listed video, not a sort
+            missing = np.flatnonzero(np.bincount(missing, minlength=len(found.done)))
         rows = max(1, CLIPS_DRAWN_AT_ONCE // self.plan.sampling.samples_per_video)
         for start in range(0, len(missing), rows):
             self._draw(epoch, found, missing[start : start + rows])

@@ -34,7 +34,8 @@ class ProbedVideos(Sequence[VideoInfo]):
 
     def infos(self, indices: Sequence[int]) -> list[VideoInfo]:
         """`[i]` of each, read in one pass but for the probes not in."""
-        found = self.probes.results([self.listed[i].rel_path for i in indices])
+        listed = self.listed
+        found = self.probes.results_of([listed[i] for i in indices])
         bad = next((r for r in found if isinstance(r, BadVideo)), None)
         if bad is not None:
             raise LookupError(f"video {bad.rel_path!r} is unusable: {bad.reason}")
@@ -48,12 +49,13 @@ class ProbedVideos(Sequence[VideoInfo]):
 
     def usable_mask(self, indices: Sequence[int]) -> np.ndarray:
         """`usable` of each, waiting for the probes not in (most are: read in one pass)."""
-        found = self.probes.results([self.listed[i].rel_path for i in indices])
+        listed = self.listed
+        found = self.probes.results_of([listed[i] for i in indices])
         return np.fromiter((isinstance(r, VideoInfo) for r in found), bool, len(found))
 
     def want(self, indices: Sequence[int]) -> None:
         """Probe these next: they are about to be waited for."""
-        self.probes.want([self.listed[i].rel_path for i in indices])
+        self.probes.want(self.listed[i].rel_path for i in indices)  # made if a queue asks
 
 
 class StandIns:
@@ -80,7 +82,8 @@ class StandIns:
     def of_many(self, indices: np.ndarray) -> np.ndarray:
         """`of` each (-1 where it raises: a batch holding it says why when resolved alone);
         the usable ones, nearly all, found at once as their own."""
-        missing = np.unique(indices[self.found[indices] < 0])
+        missing = np.flatnonzero(np.bincount(indices[self.found[indices] < 0],
+                                             minlength=len(self.found)))
         with contextlib.suppress(Exception):  # asked one at a time below
             own = missing[self.videos.usable_mask(missing.tolist())]
             self.found[own] = own

@@ -434,7 +434,7 @@ class TaskPlan:
         numpy's calls on 8 rows)."""
         videos = self.batch_videos(epoch, iteration)
         draws = self.draws.prepare(epoch, videos)
-        infos = [self.videos[v] for v in videos]
+        infos = self.videos.infos(videos)
         per_clip = [
             self.resolve_clip(epoch, iteration, v, s, draws, info)
             for v, info in zip(videos, infos, strict=True)

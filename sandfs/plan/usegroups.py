@@ -83,11 +83,19 @@ class UseGroups:
                              np.frombuffer(self._slot, np.uint16)[order], ends)
         del order
         first = first[rank]
-        plan_of = np.frombuffer(self._plan, np.uint16)[first].tolist()
-        index = np.frombuffer(self._index, np.int32)[first].tolist()
+        plan_of = np.frombuffer(self._plan, np.uint16)[first]
+        index = np.frombuffer(self._index, np.int32)[first]
         plans = self._plans
-        infos = [plans[p].videos[i] for p, i in zip(plan_of, index, strict=True)]  # probes, once
-        return WindowVideos(window, columns, infos, plans, plan_of)
+        infos: list = [None] * len(first)  # their probes, once, a task's read at once
+        for plan in np.unique(plan_of).tolist():
+            places = np.flatnonzero(plan_of == plan)
+            found = plans[plan].videos.infos(index[places].tolist())
+            if len(places) == len(infos):
+                infos = found
+            else:
+                for place, info in zip(places.tolist(), found, strict=True):
+                    infos[place] = info
+        return WindowVideos(window, columns, infos, plans, plan_of.tolist())
 
     def _path_ids(self) -> np.ndarray:
         """Each use's video as a number for its path: its listing index where every plan

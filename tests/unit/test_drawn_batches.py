@@ -148,3 +148,16 @@ def test_the_stand_ins_of_usable_videos_are_read_at_once(tmp_path, monkeypatch):
     held = plan.draws.drawn(0)
     assert sorted(v for i in range(plan.iterations_per_epoch) for v in held.take_batch(i)) == (
         sorted(plan.stand_in(i) for i in range(VIDEOS)))
+
+
+def test_a_window_reads_its_videos_probes_at_once(tmp_path, monkeypatch):
+    """Planning a window asks the probe book for no usable video one at a time: drawing,
+    resolving and grouping its uses read them for all its videos at once."""
+    plan = _plan(tmp_path, 1)
+    del plan.stand_ins.of, plan.videos.usable_mask  # no stand-in lost here
+    asked, result = [], plan.probes.result
+    monkeypatch.setattr(plan.probes, "result", lambda rel: asked.append(rel) or result(rel))
+    planned = window.plan_window([plan], 0)
+    assert not planned.failed and len(planned.videos) == VIDEOS - len(BAD)
+    walked = {plan.listed[i].rel_path for i in {*BAD, *(b + 1 for b in BAD)}}
+    assert asked and set(asked) <= walked
