@@ -171,7 +171,10 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
     failed: dict[ViewKey, FailedView] = {}
     planned: list[tuple[ViewKey, TaskPlan, ViewPlan | None]] = []  # None: in `done`
     view_plans = ViewPlansMap(rows)
-    pending: list[ViewKey] = []  # views of one task epoch, resolved together
+    # views of the task epoch drawn (`drawing`: another is drawn once they are tabled),
+    # resolved together, and their iterations
+    pending: list[ViewKey] = []
+    pending_iterations: list[int] = []
     done: dict[ViewKey, ViewPlan | Exception] = {}  # pending views resolved, or why not
 
     def tabled() -> None:
@@ -196,14 +199,14 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
         a view that fails fails alone, with its reason."""
         if not pending:
             return
-        plan, epoch, _ = views[pending[0]]
-        iterations = [views[key][2] for key in pending]
+        (plan, epoch), iterations = drawing[0], list(pending_iterations)
         try:
             found = plan.resolve_batches(epoch, iterations)
         except Exception:  # a bug resolving them together: each alone, to fail alone
             found = [_alone(plan, epoch, iteration) for iteration in iterations]
         done.update(zip(pending, found, strict=True))
         pending.clear()
+        pending_iterations.clear()
 
     for count, (key, (plan, epoch, iteration)) in enumerate(views.items()):
         if count % VIEWS_PER_STOP_CHECK == 0:
@@ -223,9 +226,8 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
         # one resolved already is held as it is, not made again
         view = resolved.get(key) or plan.take_ahead(epoch, iteration)
         if view is None:
-            if pending and views[pending[0]][:2] != (plan, epoch):
-                resolve()
             pending.append(key)
+            pending_iterations.append(iteration)
         planned.append((key, plan, view))
     tabled()
     for plan in plans:  # what was resolved ahead and not taken (planned already) goes
