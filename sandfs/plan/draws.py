@@ -56,7 +56,7 @@ def mixed_words(keys: np.ndarray, purpose: int, epoch: int, samples: np.ndarray,
 
 
 def unit_columns(words: np.ndarray, count: int = 2) -> np.ndarray:
-    """`seeds.unit_draws` of each row: its first `count` uniform draws in [0, 1)."""
+    """The first `count` uniform draws in [0, 1) of each row: the top 53 bits of each word."""
     return (words[:, :count] >> np.uint64(11)).astype(np.float64) * _UNIT
 
 
