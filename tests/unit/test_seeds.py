@@ -13,9 +13,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from sandfs.plan import task
 from sandfs.plan.draws import mixed_words, unit_columns
 from sandfs.plan.seeds import below, clip_rng, derive_seed, key_words, purpose_word, rng_for
 from sandfs.plan.task import PLAN_VERSION
+from sandfs.plan.window import view_key
+from tests.helpers.plans import make_plan
 
 KEYS = (7, "op", (("crop", 0),), 0)
 CLIP = (7, 4, "c0/v1", 3, "op", (("crop", 0),), 0)  # data key, epoch, name, sample, purpose
@@ -62,6 +65,15 @@ def test_the_draws_are_pinned_for_this_plan_version():
         [11635672411981249725, 12066331789035287938, 1709759896354024723, 15636998408737059075],
         [9139636884351497647, 17342824567762233412, 17473612534566192288, 15337125735387787596]]
     assert derive_seed(7, "x") == 107457156404303280035958192516640340177
+
+
+def test_another_plan_version_names_other_batches(tmp_path, monkeypatch):
+    """A batch's object is named by its plan key, which holds the plan version: a cache
+    written by version 4 (every draw of a clip hashed) serves none of version 5's views."""
+    now = view_key(make_plan(tmp_path), 0, 0)
+    monkeypatch.setattr(task, "PLAN_VERSION", PLAN_VERSION - 1)
+    before = view_key(make_plan(tmp_path), 0, 0)
+    assert before.plan_key != now.plan_key and before.parts != now.parts
 
 
 def test_mixed_draws_are_uniform_and_independent():
