@@ -201,12 +201,11 @@ class ClipDraws:
     def pool_words(self, epoch: int, rows: np.ndarray) -> np.ndarray:
         """`FramePool.words` of these listed videos in the epoch's window."""
         window = self.plan.window_of(epoch)
-        pool = self.plan.coordination.pool(self.plan.cfg, window)
-        return self._pool_words(window, pool, rows, self._probed(window, rows.tolist())[0])
+        return self._pool_words(window, self.plan.coordination.pool(self.plan.cfg, window), rows)
 
-    def _pool_words(self, window: int, pool: FramePool, rows: np.ndarray,
-                    names: list[str]) -> np.ndarray:
-        """`FramePool.words` of these listed videos (`names`: theirs) in the window."""
+    def _pool_words(self, window: int, pool: FramePool, rows: np.ndarray) -> np.ndarray:
+        """`FramePool.words` of these listed videos in the window: made for those not drawn
+        yet, from their names (their probes looked up once a window)."""
         pools = self._window(window).pools
         found = pools.get(pool.key)
         if found is None:
@@ -216,7 +215,8 @@ class ClipDraws:
         drawn, words = found
         missing = np.flatnonzero(~drawn[rows])
         if len(missing):
-            words[rows[missing]] = pool.words(window, [names[i] for i in missing.tolist()])
+            names = self._probed(window, rows[missing].tolist())[0]
+            words[rows[missing]] = pool.words(window, names)
             drawn[rows[missing]] = True  # after its words: a reader sees them whole
         return words[rows]
 
@@ -274,7 +274,7 @@ class ClipDraws:
             long = np.flatnonzero(frames >= plan.span_frames)
             if len(long):
                 pool = plan.coordination.pool(plan.cfg, window)
-                words = self._pool_words(window, pool, rows[long], [names[i] for i in long])
+                words = self._pool_words(window, pool, rows[long])
                 into.starts[rows[long]] = pool.starts(epoch + plan.epoch_offset, samples,
                                                       frames[long], plan.span_frames, words)
         into.done[rows] = True
