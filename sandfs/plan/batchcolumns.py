@@ -82,6 +82,20 @@ class BatchColumns:
         self._epoch.append(key.epoch)  # last: `__len__`
         return row
 
+    def append_many(self, key: ViewKey, iterations: np.ndarray, per: int) -> int:
+        """Rows for the batches of `key`'s plan key and epoch at these iterations, as `append`
+        makes them; the first's number."""
+        row = self.append(key._replace(iteration=int(iterations[0])), per)
+        more = len(iterations) - 1
+        if more:
+            number = self._plan_key[row]
+            for column, value in ((self._plan_key, number), (self._mask, 0),
+                                  (self._clips, -1), (self._start, 0), (self._count, 0)):
+                column.extend(array(column.typecode, [value]) * more)
+            self._iteration.frombytes(iterations[1:].astype(np.int32).tobytes())
+            self._epoch.extend(array("i", [key.epoch]) * more)  # last: `__len__`
+        return row
+
     def __len__(self) -> int:
         return len(self._epoch)
 
@@ -101,17 +115,38 @@ class BatchColumns:
     def add_reader(self, row: int, task: str) -> None:
         """One more reader of the batch, at its place (a window's planning, a task at a
         time)."""
-        number = self._plan_key[row]
-        bits = self._bits[number]
-        bit = bits.get(task)
-        if bit is None:  # its name is there before any row's mask has its bit
-            names = self._names[number]
-            bit = bits[task] = len(names)
-            names.append(task)
+        bit = self._bit(self._plan_key[row], task)
         if bit < MASK_BITS and row not in self._odd:
             self._mask[row] |= 1 << bit
         else:
             self._odd[row] = (*self.readers_of(row), self._reader(row, task))
+
+    def add_readers(self, rows: np.ndarray, task: str) -> None:
+        """`add_reader` of each of these rows of one plan key, at once where their readers
+        are bits. A window's planning only, before its table is shared: the rows' masks
+        are copied, changed and written back."""
+        if not len(rows):
+            return
+        bit = self._bit(self._plan_key[int(rows[0])], task)
+        if bit >= MASK_BITS or self._odd:
+            for row in rows.tolist():
+                self.add_reader(row, task)
+            return
+        low, high = int(rows.min()), int(rows.max()) + 1
+        mask = np.frombuffer(self._mask[low:high], np.uint64).copy()
+        mask[rows - low] |= np.uint64(1 << bit)
+        self._mask[low:high] = array("Q", mask.tobytes())
+
+    def _bit(self, number: int, task: str) -> int:
+        """The task's bit among its plan key's readers (its name there before any row's mask
+        has it)."""
+        bits = self._bits[number]
+        bit = bits.get(task)
+        if bit is None:
+            names = self._names[number]
+            bit = bits[task] = len(names)
+            names.append(task)
+        return bit
 
     def set_readers(self, row: int, readers: tuple) -> None:
         """The batch's readers as bits where they say the same, else as they are."""
@@ -173,6 +208,21 @@ class BatchColumns:
         if table < 0:
             return self._loose.get(row) if self._loose else None
         return table_clips(self._tables[table], self._start[row], self._count[row])
+
+    def table_spans(self, rows: Sequence[int]
+                    ) -> tuple[ClipTable, np.ndarray, np.ndarray] | None:
+        """The one clip table these rows' clips are ranges of, each row's first clip there
+        and its count, in numpy; None when they are not all of one table."""
+        if not len(rows):
+            return None
+        low = min(rows)
+        at = np.asarray(rows, np.int64) - low
+        high = int(at.max()) + low + 1  # the columns' slices are copies: a thread may append
+        tables = np.frombuffer(self._clips[low:high], np.int32)[at]
+        if tables[0] < 0 or (tables != tables[0]).any():
+            return None
+        return (self._tables[tables[0]], np.frombuffer(self._start[low:high], np.int32)[at],
+                np.frombuffer(self._count[low:high], np.uint16)[at])
 
     def clip_rows(self, rows: int) -> tuple[list[ClipTable], np.ndarray, np.ndarray]:
         """The clip tables, and each of the first `rows` rows' table (-1: none, its clips

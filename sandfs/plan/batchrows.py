@@ -58,17 +58,8 @@ class BatchRows:
         """A new batch, resolved with `plan`, read by `readers`; its row. Its columns are
         written before its index: a planning thread reading the mappings meanwhile finds
         no row, or a whole one."""
-        index = self._index.get(key.plan_key)
-        if index is None:
-            # every task of a plan key has its k epochs and batches an epoch (of the key)
-            first = plan.window_epochs(plan.window_of(key.epoch)).start
-            per = plan.iterations_per_epoch
-            index = self._index[key.plan_key] = (first, per, _Places(plan.k_epochs * per))
-        first, per, rows = index
-        owner = self._plan_of.get(id(plan))
-        if owner is None:
-            owner = self._plan_of[id(plan)] = len(self._plans)
-            self._plans.append(plan)
+        first, per, rows = self._index_of(key, plan)
+        owner = self._owner_of(plan)
         row = self.columns.append(key, per)
         if readers:
             self.columns.set_readers(row, readers)
@@ -76,6 +67,41 @@ class BatchRows:
         self._profile.append(NONE)
         rows.set((key.epoch - first) * per + key.iteration, row)
         return row
+
+    def add_batches(self, key: ViewKey, plan: TaskPlan, iterations: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of the batches of `key`'s plan key and epoch at these iterations (int64),
+        those not here added at once as `add` adds one, with no readers; and the iterations
+        added. A window's planning, before its table is shared."""
+        first, per, places = self._index_of(key, plan)
+        at = (key.epoch - first) * per + iterations
+        found = places.get_many(at)
+        new = np.flatnonzero(found < 0)
+        if len(new):
+            start = self.columns.append_many(key, iterations[new], per)
+            found[new] = np.arange(start, start + len(new))
+            self._owner.extend([self._owner_of(plan)] * len(new))
+            self._profile.extend([NONE] * len(new))
+            places.set_many(at[new], found[new])
+        return found, iterations[new]
+
+    def _index_of(self, key: ViewKey, plan: TaskPlan) -> tuple[int, int, _Places]:
+        """(first epoch, iterations an epoch, each batch's row by its place) of the key's
+        plan key."""
+        index = self._index.get(key.plan_key)
+        if index is None:
+            # every task of a plan key has its k epochs and batches an epoch (of the key)
+            first = plan.window_epochs(plan.window_of(key.epoch)).start
+            per = plan.iterations_per_epoch
+            index = self._index[key.plan_key] = (first, per, _Places(plan.k_epochs * per))
+        return index
+
+    def _owner_of(self, plan: TaskPlan) -> int:
+        owner = self._plan_of.get(id(plan))
+        if owner is None:
+            owner = self._plan_of[id(plan)] = len(self._plans)
+            self._plans.append(plan)
+        return owner
 
     def add_reader(self, row: int, task: str) -> None:
         self.columns.add_reader(row, task)
@@ -170,6 +196,26 @@ class _Places:
         if dense is not None:
             return dense[place]
         return self._sparse.get(place, -1)
+
+    def get_many(self, places: np.ndarray) -> np.ndarray:
+        """`get` of each, int64."""
+        if self._dense is not None:
+            return np.frombuffer(self._dense, np.int32)[places].astype(np.int64)
+        get = self._sparse.get
+        return np.fromiter((get(place, -1) for place in places.tolist()), np.int64, len(places))
+
+    def set_many(self, places: np.ndarray, rows: np.ndarray) -> None:
+        """`set` of each: as an array once they are more than a 32nd of the places."""
+        if self._dense is None and (len(self._sparse) + len(places)) * 32 > self.size:
+            dense = array("i", [-1]) * self.size
+            for at, found in self._sparse.items():
+                dense[at] = found
+            self._dense = dense
+        if self._dense is None:
+            self._sparse.update(zip(places.tolist(), rows.tolist(), strict=True))
+            return
+        dense = np.frombuffer(self._dense, np.int32)  # never resized: a view writes it
+        dense[places] = rows
 
     def set(self, place: int, row: int) -> None:
         """Written by the planning thread that adds rows, read by others meanwhile: the dict

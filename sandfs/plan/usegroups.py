@@ -41,10 +41,7 @@ class UseGroups:
         """The uses of the batch at `row` (resolved), all of them, or (`owners`: each slot's
         listed video) those of slots whose owner is held: in `lead` when given, and not in
         `skip`."""
-        number = self._plan_of.get(id(plan))
-        if number is None:
-            number = self._plan_of[id(plan)] = len(self._plans)
-            self._plans.append(plan)
+        number = self._number(plan)
         videos = clip_videos(self._table.clips(row))  # a slice of a column, not a clip a time
         slots: Sequence[int] = range(len(videos))
         if owners is not None:
@@ -55,6 +52,30 @@ class UseGroups:
         self._slot.extend(slots)
         self._index.fromlist(list(videos))  # a column's type may be narrower
         self._plan.extend([number] * len(slots))
+
+    def note_rows(self, plan: TaskPlan, rows: Sequence[int]) -> None:
+        """`note` of all the uses of these batches (resolved), read at once from the columns
+        of the clip table they are ranges of (one at a time where they are not one's)."""
+        spans = self._table.table_spans(rows)
+        if spans is None:
+            for row in rows:
+                self.note(plan, row)
+            return
+        table, start, count = spans
+        count = count.astype(np.int64)
+        slot = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+        video = np.frombuffer(table.video, np.dtype(table.video.typecode))
+        self._batch.frombytes(np.repeat(np.asarray(rows, np.int32), count).tobytes())
+        self._slot.frombytes(slot.astype(np.uint16).tobytes())
+        self._index.frombytes(video[np.repeat(start, count) + slot].astype(np.int32).tobytes())
+        self._plan.frombytes(np.full(len(slot), self._number(plan), np.uint16).tobytes())
+
+    def _number(self, plan: TaskPlan) -> int:
+        number = self._plan_of.get(id(plan))
+        if number is None:
+            number = self._plan_of[id(plan)] = len(self._plans)
+            self._plans.append(plan)
+        return number
 
     def grouped(self, window: int) -> WindowVideos:
         """The window's videos: each video's uses as a group of columns, in planning order,

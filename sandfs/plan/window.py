@@ -7,8 +7,7 @@ of tasks with the same data key are the same objects and appear once.
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Callable, Container, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Container, Mapping, MutableMapping, Sequence, Sized
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
@@ -163,13 +162,14 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
                  known: Container[ViewKey] = frozenset(), lead: Container[str] | None = None,
                  skip: Container[str] = frozenset(),
                  resolved: Mapping[ViewKey, ViewPlan] = MappingProxyType({})) -> WindowPlan:
-    rows = _batch_rows(plans, window, lead)
+    rows, added = _batch_rows(plans, window, lead)
     groups = UseGroups(rows.columns)  # each batch's uses, grouped by video at the end
     views, frozen = ViewsMap(rows), ReadersMap(rows)
-    to_draw = _to_draw(views, _Either(known, resolved))
+    to_draw = _to_draw(added, known, resolved)
     drawing: list[tuple[TaskPlan, int]] = []  # the task epoch whose draws are held
     failed: dict[ViewKey, FailedView] = {}
-    planned: list[tuple[ViewKey, TaskPlan, ViewPlan | None]] = []  # None: in `done`
+    # (key, its row, plan, view; None: in `done`)
+    planned: list[tuple[ViewKey, int, TaskPlan, ViewPlan | None]] = []
     view_plans = ViewPlansMap(rows)
     # views of the task epoch drawn (`drawing`: another is drawn once they are tabled),
     # resolved together, and their iterations
@@ -182,16 +182,20 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
         grouped by video: a table a few hundred batches, so that their clips as resolved
         are not all held at once (a window's peak would be the memory its columns save)."""
         resolve()
-        for key, plan, view in planned:
+        whole: list[int] = []  # rows whose uses are all noted, at once (one plan's)
+        for key, number, plan, view in planned:
             if view is None:
                 view = done.pop(key)
                 if isinstance(view, Exception):  # this view fails; the rest goes on
                     failed[key] = FailedView(_reason(view), frozen.pop(key))
                     continue
-            number = rows.row_of(key)
             rows.resolved(number, view)
-            owners = slot_owners(plan, view) if lead is not None or skip else None
-            groups.note(plan, number, owners, lead, skip)
+            if lead is not None or skip:
+                groups.note(plan, number, slot_owners(plan, view), lead, skip)
+            else:
+                whole.append(number)
+        if whole:  # the views of one task epoch: tabled when it changes
+            groups.note_rows(planned[0][2], whole)
         planned.clear()
 
     def resolve() -> None:
@@ -208,7 +212,8 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
         pending.clear()
         pending_iterations.clear()
 
-    for count, (key, (plan, epoch, iteration)) in enumerate(views.items()):
+    for count, (key, number) in enumerate(views.keyed_rows()):  # new: every key a row's
+        plan, epoch, iteration = rows.place(number)
         if count % VIEWS_PER_STOP_CHECK == 0:
             stop_if_asked()
             tabled()
@@ -228,7 +233,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
         if view is None:
             pending.append(key)
             pending_iterations.append(iteration)
-        planned.append((key, plan, view))
+        planned.append((key, number, plan, view))
     tabled()
     for plan in plans:  # what was resolved ahead and not taken (planned already) goes
         plan.drop_ahead(plan.window_epochs(window))
@@ -256,22 +261,25 @@ def _reason(exc: Exception) -> str:
     return f"planning failed: {type(exc).__name__}: {exc}"
 
 
-def _batch_rows(plans: Sequence[TaskPlan], window: int,
-                lead: Container[str] | None) -> BatchRows:
+def _batch_rows(plans: Sequence[TaskPlan], window: int, lead: Container[str] | None
+                ) -> tuple[BatchRows, dict[tuple[TaskPlan, int], np.ndarray]]:
     """The window's batches, a row each, with their readers: those with a lead video only
-    when `lead` is given."""
-    rows = BatchRows()
+    when `lead` is given. A task epoch's rows added at once; and the iterations each task
+    epoch added (it resolves them: another task of its plan key only reads them)."""
+    rows, added = BatchRows(), {}
     for plan in plans:
         held = None if lead is None else lead_batches(plan, lead)
         per = plan.iterations_per_epoch
         for epoch in plan.window_epochs(window):
-            for iteration in range(per) if held is None else held(epoch):
-                key = view_key(plan, epoch, iteration)
-                number = rows.row_of(key)
-                if number < 0:
-                    number = rows.add(key, plan)
-                rows.add_reader(number, plan.name)  # at epoch * per + iteration
-    return rows
+            iterations = (np.arange(per) if held is None else
+                          np.asarray(held(epoch), np.int64).reshape(-1))
+            if not len(iterations):
+                continue
+            numbers, new = rows.add_batches(view_key(plan, epoch, 0), plan, iterations)
+            rows.columns.add_readers(numbers, plan.name)  # at epoch * per + iteration
+            if len(new):
+                added[plan, epoch] = new
+    return rows, added
 
 
 def slot_owners(plan: TaskPlan, view: ViewPlan) -> list[str]:
@@ -282,17 +290,6 @@ def slot_owners(plan: TaskPlan, view: ViewPlan) -> list[str]:
     per_stream = len(view.clips) // len(plan.paths)
     samples = per_stream // len(listed)
     return [listed[slot % per_stream // samples] for slot in range(len(view.clips))]
-
-
-@dataclass(frozen=True, slots=True)
-class _Either:
-    """Views in either container."""
-
-    first: Container[ViewKey]
-    second: Container[ViewKey]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.first or key in self.second
 
 
 def lead_batches(plan: TaskPlan, lead: Container[str]) -> Callable[[int], list[int]]:
@@ -317,19 +314,20 @@ def batches_holding(plan: TaskPlan, epoch: int, videos: np.ndarray) -> list[int]
     return iterations[iterations < plan.iterations_per_epoch].tolist()  # drop_last drops some
 
 
-def _to_draw(views: dict[ViewKey, tuple[TaskPlan, int, int]],
-             known: Container[ViewKey]) -> dict[tuple[TaskPlan, int], array[int]]:
-    """The iterations to draw of each task epoch's views, in the order the views come (a task
-    epoch's views come together)."""
-    by_epoch: dict[tuple[TaskPlan, int], array[int]] = {}  # no int object a batch
-    for key, (plan, epoch, iteration) in views.items():
-        if key not in known:
-            by_epoch.setdefault((plan, epoch), array("q")).append(iteration)
-    return by_epoch
+def _to_draw(added: dict[tuple[TaskPlan, int], np.ndarray],
+             *held: Container[ViewKey]) -> dict[tuple[TaskPlan, int], np.ndarray]:
+    """The iterations to draw of each task epoch's batches: those it added (`_batch_rows`)
+    but the views `held` already (none looked up where every container is empty)."""
+    held = tuple(h for h in held if not (isinstance(h, Sized) and not len(h)))
+    if not held:
+        return added
+    return {(plan, epoch): iterations[[not any(view_key(plan, epoch, i) in h for h in held)
+                                       for i in iterations.tolist()]]
+            for (plan, epoch), iterations in added.items()}
 
 
 def _draw_next(drawing: list[tuple[TaskPlan, int]], plan: TaskPlan, epoch: int,
-               iterations: array[int] | None) -> None:
+               iterations: np.ndarray | None) -> None:
     """Draw the clips of a task epoch's views at once (`ClipDraws.prepare_batches`), then
     let the epoch drawn before go: one epoch's draws held at a time, not a window's (~38
     bytes a video an epoch with a random crop and flip: 47 MB at 250,000 videos and k = 5;

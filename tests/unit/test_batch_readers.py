@@ -11,6 +11,7 @@ import pickle
 import random
 import sys
 
+import numpy as np
 import pytest
 
 from sandfs.plan.batchcolumns import TableRow
@@ -63,6 +64,45 @@ def planned(rng: random.Random, plan: FakePlan, tasks: int) -> tuple[BatchRows, 
             table.add(key, plan, readers)
             reference[key] = readers
     return table, reference
+
+
+@pytest.mark.parametrize(("per", "tasks", "keep"), [(5, 3, 0.7), (400, 2, 0.02),
+                                                    (400, 70, 0.3)])
+def test_a_task_epochs_rows_added_at_once_read_as_rows_added_one_at_a_time(per, tasks, keep):
+    """`add_batches` and `add_readers` (a window's planning, a task epoch at a time) make the
+    rows, keys and readers `add` and `add_reader` make a batch at a time: rows a task of the
+    plan key added before taken as they are, places few (a dict) or many (an array), more
+    tasks than a row's bits."""
+    rng = random.Random(per * tasks)
+    plan = FakePlan("p")
+    plan.iterations_per_epoch = per
+    one, many = BatchRows(), BatchRows()
+    for name in [f"t{i}" for i in range(tasks)]:
+        for plan_key in ("a", "b"):
+            for epoch in plan.window_epochs(0):
+                iterations = [i for i in range(per) if rng.random() < keep]
+                if not iterations:
+                    continue
+                for iteration in iterations:
+                    key = ViewKey(plan_key, epoch, iteration)
+                    row = one.row_of(key)
+                    one.add_reader(row if row >= 0 else one.add(key, plan), name)
+                rows, new = many.add_batches(ViewKey(plan_key, epoch, 0), plan,
+                                             np.array(iterations))
+                many.columns.add_readers(rows, name)
+                assert rows.tolist() == [one.row_of(ViewKey(plan_key, epoch, i))
+                                         for i in iterations]
+                assert set(new.tolist()) <= set(iterations)
+    assert len(many) == len(one) and len(many.columns) == len(one.columns)
+    for row in range(len(one)):
+        key = one.key(row)
+        assert many.key(row) == key and type(many.key(row)) is ViewKey
+        assert many.row_of(key) == row and many.place(row) == one.place(row)
+        assert many.readers_of(row) == one.readers_of(row)
+    for epoch in range(4):  # places never added read as none
+        for iteration in (0, per - 1, per):
+            key = ViewKey("a", epoch, iteration)
+            assert many.row_of(key) == one.row_of(key)
 
 
 class Held:

@@ -27,7 +27,7 @@ from sandfs.plan.probed import NoUsableVideo
 from sandfs.plan.staticpath import RandomOp
 from sandfs.plan.task import TaskPlan
 from sandfs.plan.usegroups import UseGroups
-from sandfs.plan.window import plan_window
+from sandfs.plan.window import plan_window, view_key
 from tests.helpers.harness import task_config
 from tests.helpers.plans import FAKE_DATASET, fake_videos
 
@@ -328,3 +328,30 @@ def test_views_resolved_already_leave_a_task_epochs_others_resolved_together(mon
                for key, view in whole.view_plans.items())
     assert [list(w.uses) for w in planned.videos.values()] == [
         list(w.uses) for w in whole.videos.values()]  # in the views' order
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batches_noted_at_once_group_as_noted_one_at_a_time(seed):
+    """A task epoch's uses noted at once (`UseGroups.note_rows`, read from the clip table's
+    columns) are those noted a batch at a time: any rows, rows of two tables, a batch
+    resolved ahead (its clips not a table's: noted one at a time)."""
+    plans = _plans(_random_config(seed), _videos(40, seed), tasks=2)
+    plans[0].resolve_ahead(0, 0)
+    window = plan_window(plans, 0)
+    columns = window.views.table.columns
+    table_of = columns.clip_rows(len(columns))[1]
+    ahead = window.views.table.row_of(view_key(plans[0], 0, 0))
+    assert table_of[ahead] == -1 and len(set(table_of.tolist()) - {-1}) > 1
+    one_table = np.flatnonzero(table_of == table_of[-1])
+    picks = [one_table.tolist(), sorted(np.random.default_rng(seed).choice(
+        one_table, min(3, len(one_table)), replace=False).tolist()), list(range(len(columns)))]
+    for rows in picks:
+        one, many = UseGroups(columns), UseGroups(columns)
+        for row in rows:
+            one.note(plans[0], row)
+        many.note_rows(plans[0], rows)
+        for name in ("_batch", "_slot", "_index", "_plan"):
+            assert getattr(many, name) == getattr(one, name), name
+        grouped = one.grouped(0), many.grouped(0)
+        assert [list(v.uses) for v in grouped[0].values()] == [
+            list(v.uses) for v in grouped[1].values()]
