@@ -52,7 +52,7 @@ class EpochDraws:
     # int32 (videos, 3): each drawn video's frame count, height and width (its probe's)
     sizes: np.ndarray
     # the videos of the batches drawn together (`prepare_batches`), found once as their probes
-    # are waited for, until each is resolved (`take_batch`): int32 (iterations, videos a
+    # are waited for, until each is resolved (`take_batches`): int32 (iterations, videos a
     # batch), and how many each holds (0: none, or taken); arrays, not an int object a video
     batch_videos: np.ndarray
     batch_counts: np.ndarray
@@ -62,15 +62,19 @@ class EpochDraws:
         self.batch_videos[iterations] = videos  # before its count: a reader sees it whole
         self.batch_counts[iterations] = (videos >= 0).sum(axis=1)
 
-    def take_batch(self, iteration: int) -> list[int] | None:
-        """The batch's videos, as `prepare_batches` found them (None: it did not), once."""
-        if not 0 <= iteration < len(self.batch_counts):
-            return None
-        count = int(self.batch_counts[iteration])
-        if not count:
-            return None
-        self.batch_counts[iteration] = 0
-        return self.batch_videos[iteration, :count].tolist()
+    def take_batches(self, iterations: Sequence[int]) -> list[list[int] | None]:
+        """Each batch's videos, as `prepare_batches` found them (None: it did not), once (an
+        iteration asked twice: the first time), read at once."""
+        asked = np.asarray(iterations, np.int64).reshape(-1)
+        taken = np.zeros(len(asked), bool)
+        taken[np.unique(asked, return_index=True)[1]] = True
+        taken &= (asked >= 0) & (asked < len(self.batch_counts))
+        counts = np.zeros(len(asked), np.int64)
+        counts[taken] = self.batch_counts[asked[taken]]
+        self.batch_counts[asked[taken]] = 0
+        rows = self.batch_videos[np.where(taken, asked, 0)].tolist()
+        return [row[:count] if count else None
+                for row, count in zip(rows, counts.tolist(), strict=True)]
 
 
 def random_keys(paths: Sequence[StreamPath]) -> tuple[list[Prefix], list[tuple[Prefix, int]]]:

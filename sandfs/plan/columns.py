@@ -56,12 +56,13 @@ def resolve_batches(plan: TaskPlan, epoch: int,
     held: list[tuple[int, ViewPlan | list[int]]] = []  # (place in `found`, its view or videos)
     plain = all(plan.static_paths)
     drawn = plan.draws.drawn(epoch)
-    for place, iteration in enumerate(iterations):
+    taken = (drawn.take_batches(iterations) if plain and drawn is not None
+             else [None] * len(iterations))
+    for place, (iteration, videos) in enumerate(zip(iterations, taken, strict=True)):
         try:
             if not plain:
                 held.append((place, plan.resolve_view(epoch, iteration)))
                 continue
-            videos = drawn.take_batch(iteration) if drawn is not None else None
             held.append((place, plan.batch_videos(epoch, iteration) if videos is None
                          else videos))
         except Exception as exc:  # the batch's reason, given to its caller

@@ -74,8 +74,8 @@ def test_batches_drawn_together_are_those_found_one_at_a_time(tmp_path, seed):
         held = together.draws.drawn(epoch)
         for iteration in range(per):
             expected.append(_alone(alone, epoch, iteration) if iteration in drawn else None)
-            found.append(held.take_batch(iteration))
-            assert held.take_batch(iteration) is None  # taken once
+            found += held.take_batches([iteration])
+            assert held.take_batches([iteration]) == [None]  # taken once
     assert found == expected
     assert None in expected and any(len(b or ()) == VIDEOS % PER_BATCH for b in expected)
     assert not {v for b in found if b for v in b} & set(BAD)  # their stand-ins hold them
@@ -85,8 +85,25 @@ def test_a_batch_out_of_the_epoch_is_not_held(tmp_path):
     plan = _plan(tmp_path, 0)
     plan.draws.prepare_batches(0, [0])
     held = plan.draws.drawn(0)
-    assert held.take_batch(-1) is None and held.take_batch(plan.iterations_per_epoch) is None
-    assert held.take_batch(0) == _alone(plan, 0, 0)
+    assert held.take_batches([-1, plan.iterations_per_epoch, 0]) == [None, None,
+                                                                     _alone(plan, 0, 0)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_batches_taken_at_once_are_those_found_one_at_a_time(tmp_path, seed):
+    """`take_batches` (a task epoch's views resolved together) takes each held batch once
+    (asked twice: the first time), none out of the epoch or not drawn."""
+    together, alone = _plan(tmp_path, seed), _plan(tmp_path, seed)
+    per = together.iterations_per_epoch
+    rng = np.random.default_rng(seed)
+    drawn = rng.permutation(per)[: per - 1].tolist()
+    together.draws.prepare_batches(0, drawn)
+    asked = [*rng.permutation(per).tolist(), -1, per, drawn[0], drawn[1]]
+    found = together.draws.drawn(0).take_batches(asked)
+    assert found == [_alone(alone, 0, i) if i in drawn and place < per else None
+                     for place, i in enumerate(asked)]
+    assert sum(b is not None for b in found) > 1
+    assert together.draws.drawn(0).take_batches(asked) == [None] * len(asked)  # taken once
 
 
 def test_batches_drawn_together_hold_no_int_object_a_video(tmp_path):
@@ -112,7 +129,7 @@ def test_batches_drawn_together_hold_no_int_object_a_video(tmp_path):
     assert grown < 2000, grown  # bytes, for 2,000 videos
     held = plan.draws.drawn(0)
     assert held.batch_videos.dtype == np.int32 and held.batch_counts.dtype == np.int32
-    assert held.take_batch(3) == plan.batch_videos(0, 3)
+    assert held.take_batches([3]) == [plan.batch_videos(0, 3)]
 
 
 def test_a_windows_batches_are_drawn_by_epoch_without_an_int_object_a_batch(tmp_path):
@@ -145,7 +162,8 @@ def test_the_stand_ins_of_usable_videos_are_read_at_once(tmp_path, monkeypatch):
     walked = {plan.listed[i].rel_path for i in {*BAD, *(b + 1 for b in BAD)}}  # 12 follows 11
     assert asked and set(asked) <= walked
     held = plan.draws.drawn(0)
-    assert sorted(v for i in range(plan.iterations_per_epoch) for v in held.take_batch(i)) == (
+    taken = held.take_batches(range(plan.iterations_per_epoch))
+    assert sorted(v for batch in taken for v in batch) == (
         sorted(plan.stand_in(i) for i in range(VIDEOS)))
 
 
