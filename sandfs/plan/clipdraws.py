@@ -15,6 +15,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,6 +38,9 @@ KEPT_WINDOWS = 2  # windows whose probes and pool anchors are kept: the one plan
 # clips drawn at once: their key texts and digests (~500 bytes a clip) are made, and freed,
 # a few MB at a time, not for a whole window's epoch at once (50 MB at 100,000 videos)
 CLIPS_DRAWN_AT_ONCE = 8192
+
+_SIZE = attrgetter("num_frames", "height", "width")  # a probe's, as `WindowDraws` holds it
+_NAME = attrgetter("name")
 
 Prefix = tuple[tuple[str, int], ...]  # the DAG entries of a path up to a step
 
@@ -126,13 +131,15 @@ class WindowDraws:
     listing (`ListingFacts.window_draws`: one object while a task holds it). ~108 bytes a
     video at 250,000 (docs/design.md#planning)."""
 
-    names: list[str | None]  # repr(name) of the videos whose probes were looked up
+    looked: np.ndarray  # bool: the videos whose probes were looked up (set after the two)
+    names: np.ndarray  # object: their repr(name)s (None: not looked up)
     sizes: np.ndarray  # int32 (videos, 3): their frame counts, heights and widths
     pools: dict[int, tuple[np.ndarray, np.ndarray]]  # by pool key: (drawn, `FramePool.words`)
 
     @classmethod
     def empty(cls, count: int) -> WindowDraws:
-        return cls([None] * count, np.zeros((count, 3), np.int32), {})
+        return cls(np.zeros(count, bool), np.full(count, None, object),
+                   np.zeros((count, 3), np.int32), {})
 
 
 class ClipDraws:
@@ -189,18 +196,23 @@ class ClipDraws:
             self._windows.move_to_end(window)
         return found
 
-    def _probed(self, window: int, rows: list[int]) -> tuple[list[str], np.ndarray]:
-        """repr(name) and (frames, height, width) of these listed videos, their probes looked
-        up once a window."""
+    def _probed(self, window: int, rows: np.ndarray) -> np.ndarray:
+        """(frames, height, width) of these listed videos, their probes looked up once a
+        window (with their names: `_names`)."""
         found = self._window(window)
-        names = found.names
-        missing = [i for i in rows if names[i] is None]
-        if missing:
-            infos = self.plan.videos.infos(missing)
-            found.sizes[missing] = [(v.num_frames, v.height, v.width) for v in infos]
-            for i, info in zip(missing, infos, strict=True):
-                names[i] = repr(info.name)
-        return [names[i] for i in rows], found.sizes[rows]
+        missing = rows[~found.looked[rows]]
+        if len(missing):
+            infos = self.plan.videos.infos(missing.tolist())
+            found.sizes[missing] = np.fromiter(chain.from_iterable(map(_SIZE, infos)), np.int32,
+                                               3 * len(infos)).reshape(-1, 3)
+            found.names[missing] = list(map(repr, map(_NAME, infos)))
+            found.looked[missing] = True  # after the two: a reader sees them whole
+        return found.sizes[rows]
+
+    def _names(self, window: int, rows: np.ndarray) -> list[str]:
+        """repr(name) of these listed videos, their probes looked up once a window."""
+        self._probed(window, rows)
+        return self._window(window).names[rows].tolist()
 
     def pool_words(self, epoch: int, rows: np.ndarray) -> np.ndarray:
         """`FramePool.words` of these listed videos in the epoch's window."""
@@ -219,20 +231,19 @@ class ClipDraws:
         drawn, words = found
         missing = np.flatnonzero(~drawn[rows])
         if len(missing):
-            names = self._probed(window, rows[missing].tolist())[0]
-            words[rows[missing]] = pool.words(window, names)
+            words[rows[missing]] = pool.words(window, self._names(window, rows[missing]))
             drawn[rows[missing]] = True  # after its words: a reader sees them whole
         return words[rows]
 
-    def video_keys(self, rows: np.ndarray, names: list[str]) -> np.ndarray:
-        """The key each of these listed videos' draws are mixed from (`draws.mixed_words`;
-        `names`: theirs): two words of a SHA-256 of the task's data key and the video's name,
-        made once a video, not once a clip and a draw."""
-        missing = np.flatnonzero(~self._keyed[rows])
+    def video_keys(self, window: int, rows: np.ndarray) -> np.ndarray:
+        """The key each of these listed videos' draws are mixed from (`draws.mixed_words`):
+        two words of a SHA-256 of the task's data key and the video's name (looked up in
+        `window`), made once a video, not once a clip and a draw."""
+        missing = rows[~self._keyed[rows]]
         if len(missing):
-            self._keys[rows[missing]] = digest_words(key_texts(
-                (self.plan.data_key, "video"), [names[i] for i in missing.tolist()]))[:, :2]
-            self._keyed[rows[missing]] = True
+            self._keys[missing] = digest_words(key_texts(
+                (self.plan.data_key, "video"), self._names(window, missing)))[:, :2]
+            self._keyed[missing] = True
         return self._keys[rows]
 
     def drawn(self, epoch: int) -> EpochDraws | None:
@@ -263,8 +274,8 @@ class ClipDraws:
         plan = self.plan
         samples = plan.sampling.samples_per_video
         window = plan.window_of(epoch)
-        names, into.sizes[rows] = self._probed(window, rows.tolist())
-        keys = np.repeat(self.video_keys(rows, names), samples, axis=0)
+        into.sizes[rows] = self._probed(window, rows)
+        keys = np.repeat(self.video_keys(window, rows), samples, axis=0)
         clips = (len(rows), samples)
         sample = np.tile(np.arange(samples), len(rows))
         for prefix, column in into.units.items():
