@@ -4,9 +4,9 @@ of rows (`TableClips`), and a `StreamClip` is made from its row when one is look
 to the one the plan resolved: a clip's record and its place in its batch's tuple were 88 of a
 window's bytes a clip (docs/performance.md#planning-and-scheduling-at-scale).
 
-A table holds the batches resolved between two stop checks (up to 256, `VIEWS_PER_STOP_CHECK`):
-one batch kept past its window (a `ViewState`, a reader's held view) keeps that whole table
-alive, up to 256 batches' rows and frame lists.
+A table holds the batches resolved between two stop checks (up to 1,024,
+`VIEWS_PER_STOP_CHECK`): one batch kept past its window (a `ViewState`, a reader's held view)
+keeps that whole table alive, up to 1,024 batches' rows and frame lists.
 """
 
 from __future__ import annotations

@@ -28,8 +28,9 @@ from sandfs.plan.windowvideos import ColumnVideo, WindowVideos
 from sandfs.plan.windowvideos import VideoWork as VideoWork  # re-exported, as ClipUse
 from sandfs.runtime import collector_paused
 
-# views planned between two looks at `STOP_PLANNING` (a few milliseconds of planning)
-VIEWS_PER_STOP_CHECK = 256
+# views planned between two looks at `STOP_PLANNING` (~30 ms of planning), resolved
+# together: a task epoch's up to this many a clip table (numpy's calls made once for them)
+VIEWS_PER_STOP_CHECK = 1024
 
 
 class PlanningStopped(Exception):
@@ -179,7 +180,7 @@ def _plan_window(plans: Sequence[TaskPlan], window: int,
 
     def tabled() -> None:
         """The views resolved since the last call (their clips a table's rows), and their uses
-        grouped by video: a table a few hundred batches, so that their clips as resolved
+        grouped by video: a table up to 1,024 batches, so that their clips as resolved
         are not all held at once (a window's peak would be the memory its columns save)."""
         resolve()
         whole: list[int] = []  # rows whose uses are all noted, at once (one plan's)
