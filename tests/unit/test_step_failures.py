@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections import Counter
+from collections.abc import Awaitable, Callable
 
 import custom_ops
 import pytest
@@ -95,8 +96,10 @@ def two_tasks(tmp_path, dataset_dir, step: dict, seed: int = 0) -> dict:
                         write_config(tmp_path / "bad.yaml", bad)])
 
 
-async def read_every_view(scheduler: Scheduler, plans: dict) -> dict:
-    """(task, epoch, iteration) -> the view's bytes, or the ObjectFailed reason."""
+async def read_every_view(scheduler: Scheduler, plans: dict, *,
+                          before_stop: Callable[[], Awaitable[None]] | None = None) -> dict:
+    """(task, epoch, iteration) -> the view's bytes, or the ObjectFailed reason; `before_stop`
+    is awaited after the last read, the scheduler still running."""
     got = {}
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
@@ -113,6 +116,8 @@ async def read_every_view(scheduler: Scheduler, plans: dict) -> dict:
                         assert scheduler.view_state(key) == "failed"
                         got[name, epoch, iteration] = str(exc)
                     scheduler.released(name, epoch, iteration)
+        if before_stop is not None:
+            await before_stop()
         nursery.cancel_scope.cancel()
     return got
 
