@@ -74,6 +74,8 @@ class EpochDraws:
         taken = np.zeros(len(asked), bool)
         taken[np.unique(asked, return_index=True)[1]] = True
         taken &= (asked >= 0) & (asked < len(self.batch_counts))
+        if not taken.any():  # an epoch of no batches has no row to read
+            return [None] * len(asked)
         counts = np.zeros(len(asked), np.int64)
         counts[taken] = self.batch_counts[asked[taken]]
         self.batch_counts[asked[taken]] = 0
@@ -128,8 +130,8 @@ def epoch_batches(plan: TaskPlan, epoch: int, iterations: Iterable[int]
 @dataclass(slots=True, weakref_slot=True)
 class WindowDraws:
     """What every epoch of a window draws alike, by listed video, for every task placing the
-    listing (`ListingFacts.window_draws`: one object while a task holds it). ~108 bytes a
-    video at 250,000 (docs/design.md#planning)."""
+    listing (`ListingFacts.window_draws`: one object while a task holds it). ~117 bytes a
+    video (docs/design.md#planning)."""
 
     looked: np.ndarray  # bool: the videos whose probes were looked up (set after the two)
     names: np.ndarray  # object: their repr(name)s (None: not looked up)

@@ -16,6 +16,7 @@ from sandfs.config.loader import load_task_config
 from sandfs.media.probebook import ProbeBook
 from sandfs.media.types import BadVideo, ListedVideo
 from sandfs.plan import window
+from sandfs.plan.clipdraws import EpochDraws
 from sandfs.plan.probed import NoUsableVideo
 from sandfs.plan.task import TaskPlan
 from tests.helpers.harness import task_config, write_config
@@ -178,3 +179,11 @@ def test_a_window_reads_its_videos_probes_at_once(tmp_path, monkeypatch):
     assert not planned.failed and len(planned.videos) == VIDEOS - len(BAD)
     walked = {plan.listed[i].rel_path for i in {*BAD, *(b + 1 for b in BAD)}}
     assert asked and set(asked) <= walked
+
+
+def test_an_epoch_of_no_batches_takes_none():
+    """An epoch too short for a batch (drop_last) holds no row: asking takes nothing."""
+    held = EpochDraws(np.zeros(3, bool), np.zeros((3, 1), np.int32), {}, {}, False,
+                      np.zeros((3, 3), np.int32), np.zeros((0, 4), np.int32),
+                      np.zeros(0, np.int32))
+    assert held.take_batches([0, -1, 0]) == [None, None, None]
