@@ -70,9 +70,9 @@ class BatchRows:
 
     def add_batches(self, key: ViewKey, plan: TaskPlan, iterations: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray]:
-        """The rows of the batches of `key`'s plan key and epoch at these iterations (int64),
-        those not here added at once as `add` adds one, with no readers; and the iterations
-        added. A window's planning, before its table is shared."""
+        """The rows of the batches of `key`'s plan key and epoch at these iterations (int64,
+        distinct: each once), those not here added at once as `add` adds one, with no
+        readers; and the iterations added. A window's planning, before its table is shared."""
         first, per, places = self._index_of(key, plan)
         at = (key.epoch - first) * per + iterations
         found = places.get_many(at)
